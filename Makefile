@@ -1,0 +1,122 @@
+# Braid: one entry point. `make` builds the libraries and tools,
+# `make test` / `make run` install missing Debian packages first.
+PREFIX ?= /usr/local
+BUILD  ?= build
+CC     ?= cc
+MPICC  ?= mpicc
+
+CFLAGS_BASE := -std=c11 -O2 -g -Wall -Wextra -fPIC -fvisibility=hidden \
+               -D_GNU_SOURCE -ffp-contract=off -pthread \
+               -Iinclude -Isrc -Itransports -Ialgorithms -Ikernels
+CFLAGS ?=
+ALL_CFLAGS := $(CFLAGS_BASE) $(CFLAGS)
+LDLIBS := -pthread -lm
+
+# Per-file ISA flags: the dispatcher picks these at run time.
+ISA_avx2   := -mavx2 -mf16c -mfma
+ISA_avx512 := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mf16c -mfma
+
+LIB_SRCS := $(wildcard src/*.c) $(wildcard transports/*.c) $(wildcard transports/*/*.c) \
+            $(wildcard algorithms/*.c) $(wildcard kernels/cpu/*.c)
+LIB_OBJS := $(patsubst %.c,$(BUILD)/obj/%.o,$(LIB_SRCS))
+HDRS     := $(wildcard include/*.h src/*.h transports/*.h transports/*/*.h algorithms/*.h kernels/*.h kernels/cpu/*.h)
+
+LIBDIR := $(BUILD)/lib
+BINDIR := $(BUILD)/bin
+TSTDIR := $(BUILD)/tests
+
+SHLIB  := $(LIBDIR)/libbraid.so
+STLIB  := $(LIBDIR)/libbraid.a
+NCCLSO := $(LIBDIR)/libnccl.so.2
+
+PERF_COMMON := $(filter-out perf/%_perf.c perf/mpi_%.c,$(wildcard perf/*.c))
+PERF_MAINS  := $(filter-out perf/mpi_%.c,$(wildcard perf/*_perf.c))
+PERF_BINS   := $(patsubst perf/%.c,$(BINDIR)/%,$(PERF_MAINS))
+HAVE_MPI    := $(shell command -v $(MPICC) >/dev/null 2>&1 && echo 1)
+MPI_PERF    := $(if $(HAVE_MPI),$(patsubst perf/%.c,$(BINDIR)/%,$(wildcard perf/mpi_*.c)))
+
+UNIT_SRCS  := $(wildcard tests/unit/test_*.c)
+UNIT_BINS  := $(patsubst tests/unit/%.c,$(TSTDIR)/%,$(UNIT_SRCS))
+MP_COMMON  := $(filter-out tests/mp/test_%.c,$(wildcard tests/mp/*.c))
+MP_SRCS    := $(wildcard tests/mp/test_*.c)
+MP_BINS    := $(patsubst tests/mp/%.c,$(TSTDIR)/mp_%,$(MP_SRCS))
+
+.PHONY: all lib tools tests test run bench install clean deps format
+all: lib tools
+
+lib: $(SHLIB) $(STLIB) $(NCCLSO) $(LIBDIR)/libnccl.so
+tools: $(PERF_BINS) $(MPI_PERF)
+tests: $(UNIT_BINS) $(MP_BINS)
+
+$(BUILD)/obj/%_avx2.o: %_avx2.c $(HDRS)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(ISA_avx2) -c $< -o $@
+
+$(BUILD)/obj/%_avx512.o: %_avx512.c $(HDRS)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(ISA_avx512) -c $< -o $@
+
+$(BUILD)/obj/%.o: %.c $(HDRS)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -c $< -o $@
+
+$(SHLIB): $(LIB_OBJS)
+	@mkdir -p $(dir $@)
+	$(CC) -shared -Wl,-soname,libbraid.so -o $@ $(LIB_OBJS) $(LDLIBS)
+
+# The same objects again, named as NCCL so existing binaries load Braid.
+$(NCCLSO): $(LIB_OBJS)
+	@mkdir -p $(dir $@)
+	$(CC) -shared -Wl,-soname,libnccl.so.2 -o $@ $(LIB_OBJS) $(LDLIBS)
+
+$(LIBDIR)/libnccl.so: $(NCCLSO)
+	ln -sf libnccl.so.2 $@
+
+$(STLIB): $(LIB_OBJS)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $(LIB_OBJS)
+
+# With Open MPI present the perf tools bootstrap through MPI_Bcast under
+# mpirun; without it they still run with -t N ranks as threads.
+PERF_CC    := $(if $(HAVE_MPI),$(MPICC) -DPERF_HAVE_MPI=1,$(CC))
+
+$(BINDIR)/%_perf: perf/%_perf.c $(PERF_COMMON) perf/*.h $(STLIB)
+	@mkdir -p $(dir $@)
+	$(PERF_CC) $(ALL_CFLAGS) -fvisibility=default $< $(PERF_COMMON) -o $@ $(STLIB) $(LDLIBS)
+
+$(TSTDIR)/test_%: tests/unit/test_%.c $(STLIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -Itests $< -o $@ $(STLIB) -lcmocka $(LDLIBS)
+
+$(TSTDIR)/mp_%: tests/mp/test_%.c $(MP_COMMON) tests/mp/*.h $(STLIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -Itests -Itests/mp $< $(MP_COMMON) -o $@ $(STLIB) -lcmocka $(LDLIBS)
+
+deps:
+	@scripts/deps.sh
+
+test: deps
+	@$(MAKE) --no-print-directory all tests
+	@scripts/run-tests.sh $(BUILD)
+
+run: deps
+	@$(MAKE) --no-print-directory all
+	@scripts/run-local.sh $(BUILD)
+
+bench: deps
+	@$(MAKE) --no-print-directory all
+	@perf/compare_mpi.sh $(BUILD)
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/bin
+	install -m 644 include/nccl.h include/braid.h $(DESTDIR)$(PREFIX)/include/
+	install -m 755 $(SHLIB) $(NCCLSO) $(DESTDIR)$(PREFIX)/lib/
+	install -m 644 $(STLIB) $(DESTDIR)$(PREFIX)/lib/
+	ln -sf libnccl.so.2 $(DESTDIR)$(PREFIX)/lib/libnccl.so
+	install -m 755 $(PERF_BINS) $(MPI_PERF) $(DESTDIR)$(PREFIX)/bin/
+
+format:
+	clang-format -i $$(git ls-files '*.c' '*.h')
+
+clean:
+	rm -rf $(BUILD)

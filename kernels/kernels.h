@@ -1,0 +1,67 @@
+/*
+ * Host reduction kernels: every NCCL type x op on plain memory, vectorized
+ * with run-time ISA dispatch. Kernels know nothing of comms or transports.
+ */
+#ifndef BRAID_KERNELS_H_
+#define BRAID_KERNELS_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "nccl.h"
+
+/* The element-wise operator. ncclAvg is KERN_SUM + KERN_POST, a PreMulSum is
+ * KERN_SUM + KERN_PRE. */
+enum kern_op { KERN_SUM = 0, KERN_PROD = 1, KERN_MAX = 2, KERN_MIN = 3 };
+
+/* Flags of one kernel call. */
+#define KERN_PRE 1u  /* multiply the local operand (b, or src) by `scalar` first */
+#define KERN_POST 2u /* divide the result by `postdiv` last */
+
+/* A reduction as the kernels see it. `scalar` holds the premul factor in the
+ * type's own encoding (int8 in byte 0, half in bytes 0-1, ...). */
+struct kern_redop {
+  ncclDataType_t type;
+  enum kern_op op;
+  uint64_t scalar;
+  uint32_t postdiv;
+};
+
+/*
+ * dst[i] = POST( a[i] OP PRE(b[i]) ) for i < n.
+ * dst may equal a or b (exactly, not partially overlapping).
+ * Semantics per type (identical in every ISA path, so any rank may compute
+ * any element):
+ *  - integers: sum/prod/premul wrap modulo 2^bits; max/min compare signed or
+ *    unsigned as the type is; POST is C division (truncates toward zero).
+ *  - float, double: native IEEE arithmetic, no fused multiply-add;
+ *    max = a > b ? a : b, min = a < b ? a : b.
+ *  - half, bfloat16, fp8 e4m3/e5m2: operands widened to float exactly, the
+ *    whole expression evaluated in float, one rounding back to the type
+ *    (round-to-nearest-even; fp8 saturates to +-max finite, NaN stays NaN).
+ */
+void kern_reduce(const struct kern_redop* r, unsigned flags, void* dst, const void* a,
+                 const void* b, size_t n);
+
+/* dst[i] = POST( PRE(src[i]) ): the one-operand form (a single rank, or a
+ * premultiplied first send). dst may equal src. */
+void kern_unary(const struct kern_redop* r, unsigned flags, void* dst, const void* src,
+                size_t n);
+
+/* Bytes per element, 0 for an invalid type. */
+size_t kern_type_size(ncclDataType_t type);
+
+/* Name of the ISA path chosen at run time ("avx512", "avx2", "portable"). */
+const char* kern_isa_name(void);
+
+/* Scalar conversions, exported for tests and for building premul scalars. */
+float kern_half_to_float(uint16_t h);
+uint16_t kern_float_to_half(float f);
+float kern_bf16_to_float(uint16_t h);
+uint16_t kern_float_to_bf16(float f);
+float kern_e4m3_to_float(uint8_t v);
+uint8_t kern_float_to_e4m3(float f);
+float kern_e5m2_to_float(uint8_t v);
+uint8_t kern_float_to_e5m2(float f);
+
+#endif /* BRAID_KERNELS_H_ */

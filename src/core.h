@@ -1,0 +1,48 @@
+/*
+ * Core conventions shared by every layer: the CHECK macro for ncclResult_t
+ * propagation, the exported-API macro, and small helpers.
+ */
+#ifndef BRAID_CORE_H_
+#define BRAID_CORE_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "debug.h"
+#include "nccl.h"
+
+/* Define an exported API function and its pnccl* alias in one go:
+ *   NCCL_API(ncclResult_t, ncclFoo, int x);
+ *   ncclResult_t ncclFoo(int x) { ... } */
+#define NCCL_API(ret, name, ...)                                                 \
+  __attribute__((visibility("default"))) ret name(__VA_ARGS__);                  \
+  __attribute__((visibility("default"), alias(#name))) ret p##name(__VA_ARGS__)
+
+/* Propagate a failure to the caller's `fail:` label with `res` set.
+ * Every fallible function declares `ncclResult_t res = ncclSuccess;`. */
+#define CHECK(call)                     \
+  do {                                  \
+    res = (call);                       \
+    if (res != ncclSuccess) goto fail;  \
+  } while (0)
+
+/* Fail with `code` and a WARN naming the problem. */
+#define FAIL(code, ...)  \
+  do {                   \
+    WARN(__VA_ARGS__);   \
+    res = (code);        \
+    goto fail;           \
+  } while (0)
+
+#define DIV_UP(a, b) (((a) + (b)-1) / (b))
+#define MIN(a, b) ((a) < (b) ? (a) : (b))
+#define MAX(a, b) ((a) > (b) ? (a) : (b))
+#define ALIGN_UP(x, a) (DIV_UP((x), (a)) * (a))
+
+/* calloc that logs and reports ncclSystemError on failure. */
+ncclResult_t braid_calloc(void* ptrp, size_t nelem, size_t elem_size);
+
+/* Monotonic clock in nanoseconds. */
+uint64_t braid_now_ns(void);
+
+#endif /* BRAID_CORE_H_ */

@@ -1,0 +1,155 @@
+/*
+ * NCCL-format logging. Settings come from the environment once, on first use;
+ * WARN text is remembered per thread (and process-wide) for ncclGetLastError.
+ */
+#include "debug.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#define LAST_ERROR_LEN 1024
+
+static struct {
+  pthread_once_t once;
+  enum debug_level level;
+  uint32_t subsys;
+  FILE* out;
+  char host[64];
+  pthread_mutex_t lock; /* guards last_error and whole-line writes */
+  char last_error[LAST_ERROR_LEN];
+} g_debug = {PTHREAD_ONCE_INIT, DEBUG_NONE, 0, NULL, "", PTHREAD_MUTEX_INITIALIZER, ""};
+
+static __thread char t_last_error[LAST_ERROR_LEN];
+
+enum debug_level debug_parse_level(const char* s) {
+  if (s == NULL) return DEBUG_NONE;
+  if (strcasecmp(s, "VERSION") == 0) return DEBUG_VERSION;
+  if (strcasecmp(s, "WARN") == 0) return DEBUG_WARN;
+  if (strcasecmp(s, "INFO") == 0) return DEBUG_INFO;
+  if (strcasecmp(s, "ABORT") == 0) return DEBUG_ABORT;
+  if (strcasecmp(s, "TRACE") == 0) return DEBUG_TRACE;
+  return DEBUG_NONE;
+}
+
+static uint32_t subsys_bit(const char* name, size_t len) {
+  static const struct {
+    const char* name;
+    uint32_t bit;
+  } table[] = {{"INIT", SUB_INIT},     {"COLL", SUB_COLL},   {"P2P", SUB_P2P},
+               {"SHM", SUB_SHM},       {"NET", SUB_NET},     {"GRAPH", SUB_GRAPH},
+               {"TUNING", SUB_TUNING}, {"ENV", SUB_ENV},     {"ALLOC", SUB_ALLOC},
+               {"CALL", SUB_CALL},     {"PROXY", SUB_PROXY}, {"NVLS", SUB_NVLS},
+               {"BOOTSTRAP", SUB_BOOTSTRAP}, {"REG", SUB_REG}, {"ALL", SUB_ALL}};
+  for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++)
+    if (strlen(table[i].name) == len && strncasecmp(table[i].name, name, len) == 0)
+      return table[i].bit;
+  return 0;
+}
+
+/* "INIT,NET" enables those; "^COLL,P2P" enables all but those. Default INIT
+ * (as NCCL) when unset. Unknown names are ignored. */
+uint32_t debug_parse_subsys(const char* s) {
+  if (s == NULL || *s == '\0') return SUB_INIT | SUB_BOOTSTRAP | SUB_ENV;
+  int invert = (*s == '^');
+  if (invert) s++;
+  uint32_t mask = 0;
+  while (*s) {
+    size_t len = strcspn(s, ",");
+    mask |= subsys_bit(s, len);
+    s += len;
+    if (*s == ',') s++;
+  }
+  return invert ? ~mask : mask;
+}
+
+/* NCCL_DEBUG_FILE may contain %h (hostname) and %p (pid). */
+static FILE* open_debug_file(const char* pattern) {
+  char path[512];
+  size_t o = 0;
+  for (const char* p = pattern; *p && o + 64 < sizeof(path); p++) {
+    if (p[0] == '%' && p[1] == 'h') {
+      o += snprintf(path + o, sizeof(path) - o, "%s", g_debug.host);
+      p++;
+    } else if (p[0] == '%' && p[1] == 'p') {
+      o += snprintf(path + o, sizeof(path) - o, "%d", (int)getpid());
+      p++;
+    } else {
+      path[o++] = *p;
+    }
+  }
+  path[o] = '\0';
+  FILE* f = fopen(path, "w");
+  if (f) setvbuf(f, NULL, _IOLBF, 0);
+  return f;
+}
+
+static void debug_init(void) {
+  gethostname(g_debug.host, sizeof(g_debug.host) - 1);
+  char* dot = strchr(g_debug.host, '.');
+  if (dot) *dot = '\0';
+  g_debug.level = debug_parse_level(getenv("NCCL_DEBUG"));
+  g_debug.subsys = debug_parse_subsys(getenv("NCCL_DEBUG_SUBSYS"));
+  g_debug.out = stdout;
+  const char* file = getenv("NCCL_DEBUG_FILE");
+  if (file && g_debug.level > DEBUG_VERSION) {
+    FILE* f = open_debug_file(file);
+    if (f) g_debug.out = f;
+  }
+}
+
+enum debug_level debug_level(void) {
+  pthread_once(&g_debug.once, debug_init);
+  return g_debug.level;
+}
+
+int debug_enabled(enum debug_level level, uint32_t subsys) {
+  pthread_once(&g_debug.once, debug_init);
+  return g_debug.level >= level && (g_debug.subsys & subsys);
+}
+
+static __thread int t_device = 0;
+void debug_set_device(int dev) { t_device = dev; }
+
+void debug_log(enum debug_level level, uint32_t subsys, const char* file, int line,
+               const char* fmt, ...) {
+  pthread_once(&g_debug.once, debug_init);
+  char msg[LAST_ERROR_LEN];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof(msg), fmt, ap);
+  va_end(ap);
+  if (level == DEBUG_WARN) {
+    memcpy(t_last_error, msg, sizeof(msg));
+    pthread_mutex_lock(&g_debug.lock);
+    memcpy(g_debug.last_error, msg, sizeof(msg));
+    pthread_mutex_unlock(&g_debug.lock);
+  }
+  if (g_debug.level < level || !(g_debug.subsys & subsys)) return;
+  const char* base = strrchr(file, '/');
+  base = base ? base + 1 : file;
+  int pid = (int)getpid(), tid = (int)syscall(SYS_gettid);
+  pthread_mutex_lock(&g_debug.lock);
+  if (level == DEBUG_WARN)
+    fprintf(g_debug.out, "%s:%d:%d [%d] %s:%d NCCL WARN %s\n", g_debug.host, pid, tid, t_device,
+            base, line, msg);
+  else
+    fprintf(g_debug.out, "%s:%d:%d [%d] NCCL %s %s\n", g_debug.host, pid, tid, t_device,
+            level == DEBUG_TRACE ? "TRACE" : "INFO", msg);
+  fflush(g_debug.out);
+  pthread_mutex_unlock(&g_debug.lock);
+}
+
+/* This thread's last WARN, or else the process's last one. */
+const char* debug_last_error(void) {
+  if (t_last_error[0]) return t_last_error;
+  pthread_mutex_lock(&g_debug.lock);
+  memcpy(t_last_error, g_debug.last_error, sizeof(t_last_error));
+  pthread_mutex_unlock(&g_debug.lock);
+  return t_last_error;
+}

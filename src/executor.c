@@ -1,0 +1,244 @@
+/*
+ * Host executor: posts receives up to a window ahead, computes steps in
+ * order (CPU kernels), posts sends, and retires steps whose sends are out.
+ * Partials land in staging slots; final data is received straight into the
+ * user's output buffer, so all-gather steps copy nothing.
+ */
+#include "executor.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm.h"
+#include "core.h"
+#include "param.h"
+
+ncclResult_t exec_init(struct exec_state* ex, int window, size_t slot_bytes) {
+  memset(ex, 0, sizeof(*ex));
+  ex->window = MAX(1, MIN(window, EXEC_MAX_WINDOW));
+  ex->nslots = ex->window;
+  ex->slot_bytes = ALIGN_UP(slot_bytes, 4096);
+  ex->slot_mem = aligned_alloc(4096, ex->slot_bytes * (size_t)ex->nslots);
+  if (ex->slot_mem == NULL) {
+    WARN("Out of memory for %d staging slots of %zu bytes", ex->nslots, ex->slot_bytes);
+    return ncclSystemError;
+  }
+  for (int i = 0; i < ex->nslots; i++) ex->free_slots[i] = i;
+  ex->nfree = ex->nslots;
+  return ncclSuccess;
+}
+
+void exec_free(struct exec_state* ex) {
+  free(ex->slot_mem);
+  ex->slot_mem = NULL;
+}
+
+static char* slot_ptr(struct exec_state* ex, int slot) {
+  return ex->slot_mem + (size_t)slot * ex->slot_bytes;
+}
+
+/* Receives into a slot when the received data must be combined first; a
+ * pre-multiplied send stages its scaled copy in a slot too. */
+static int step_needs_slot(const struct exec_state* ex, const struct sched_step* st) {
+  switch (st->prim) {
+    case PRIM_RECV_REDUCE_SEND:
+    case PRIM_RECV_REDUCE_COPY_SEND:
+    case PRIM_RECV_REDUCE_COPY: return 1;
+    case PRIM_SEND: return ex->args.pre != 0;
+    default: return 0;
+  }
+}
+
+ncclResult_t exec_start(struct ncclComm* comm, const struct exec_args* args) {
+  ncclResult_t res = ncclSuccess;
+  struct exec_state* ex = &comm->exec;
+  struct sched_key key;
+  int err = atomic_load(&comm->error);
+  if (err != ncclSuccess) {
+    WARN("Rank %d: communicator has failed earlier (%s); abort it", comm->rank,
+         ncclGetErrorString((ncclResult_t)err));
+    return (ncclResult_t)err;
+  }
+  memset(&key, 0, sizeof(key));
+  key.algo = args->algo;
+  key.rank = comm->rank;
+  key.nranks = comm->nranks;
+  key.count = args->count;
+  key.elem_size = kern_type_size(args->type);
+  key.chunk_bytes = MIN(args->chunk_bytes, ex->slot_bytes);
+  CHECK(sched_build(&comm->sched, &key));
+  ex->args = *args;
+  ex->next_post = ex->next_compute = ex->retired = 0;
+  ex->last_progress_ns = braid_now_ns();
+  ex->busy = 1;
+fail:
+  return res;
+}
+
+static ncclResult_t post_recvs(struct ncclComm* comm) {
+  struct exec_state* ex = &comm->exec;
+  const struct schedule* s = &comm->sched;
+  size_t es = kern_type_size(ex->args.type);
+  while (ex->next_post < s->nsteps && ex->next_post - ex->retired < (size_t)ex->window) {
+    const struct sched_step* st = &s->steps[ex->next_post];
+    struct exec_rec* rec = &ex->recs[ex->next_post % (size_t)ex->window];
+    rec->slot = -1;
+    if (step_needs_slot(ex, st)) {
+      if (ex->nfree == 0) break;
+      rec->slot = ex->free_slots[--ex->nfree];
+    }
+    if (sched_prim_recvs(st->prim)) {
+      struct transport_conn* c = comm->recv_conns[st->recv_peer];
+      void* dst = rec->slot >= 0 ? slot_ptr(ex, rec->slot)
+                                 : (char*)ex->args.recvbuff + st->offset * es;
+      rec->recv_seq = c->posted;
+      ncclResult_t res = c->ops->post(c, dst, st->count * es);
+      if (res != ncclSuccess) return res;
+    }
+    ex->next_post++;
+  }
+  return ncclSuccess;
+}
+
+static void release_slot(struct exec_state* ex, struct exec_rec* rec) {
+  if (rec->slot < 0) return;
+  ex->free_slots[ex->nfree++] = rec->slot;
+  rec->slot = -1;
+}
+
+/* Run the local part of one step; returns the buffer it sends, if any. */
+static const void* compute_step(struct exec_state* ex, const struct sched_step* st,
+                                struct exec_rec* rec) {
+  const struct exec_args* a = &ex->args;
+  size_t es = kern_type_size(a->type);
+  const char* x = (const char*)a->sendbuff + st->offset * es;
+  char* y = (char*)a->recvbuff + st->offset * es;
+  char* slot = rec->slot >= 0 ? slot_ptr(ex, rec->slot) : NULL;
+  switch ((enum sched_prim)st->prim) {
+    case PRIM_SEND:
+      if (!a->pre) return x;
+      kern_unary(&a->redop, a->pre, slot, x, st->count);
+      return slot;
+    case PRIM_RECV_REDUCE_SEND:
+      kern_reduce(&a->redop, a->pre, slot, slot, x, st->count);
+      return slot;
+    case PRIM_RECV_REDUCE_COPY_SEND:
+      kern_reduce(&a->redop, a->pre | a->post, y, slot, x, st->count);
+      release_slot(ex, rec);
+      return y;
+    case PRIM_RECV_COPY_SEND: return y;
+    case PRIM_RECV_REDUCE_COPY:
+      kern_reduce(&a->redop, a->pre | a->post, y, slot, x, st->count);
+      release_slot(ex, rec);
+      return NULL;
+    case PRIM_COPY:
+      if ((a->pre | a->post) || x != y) kern_unary(&a->redop, a->pre | a->post, y, x, st->count);
+      return NULL;
+    default: return NULL;
+  }
+}
+
+static ncclResult_t compute_ready(struct ncclComm* comm, int* progressed) {
+  struct exec_state* ex = &comm->exec;
+  const struct schedule* s = &comm->sched;
+  size_t es = kern_type_size(ex->args.type);
+  while (ex->next_compute < ex->next_post) {
+    const struct sched_step* st = &s->steps[ex->next_compute];
+    struct exec_rec* rec = &ex->recs[ex->next_compute % (size_t)ex->window];
+    if (sched_prim_recvs(st->prim) && comm->recv_conns[st->recv_peer]->completed <= rec->recv_seq)
+      break;
+    const void* out = compute_step(ex, st, rec);
+    if (sched_prim_sends(st->prim)) {
+      struct transport_conn* c = comm->send_conns[st->send_peer];
+      rec->send_seq = c->posted;
+      ncclResult_t res = c->ops->post(c, (void*)out, st->count * es);
+      if (res != ncclSuccess) return res;
+      res = c->ops->progress(c, progressed); /* start sending now: latency */
+      if (res != ncclSuccess) return res;
+    }
+    ex->next_compute++;
+    *progressed = 1;
+  }
+  return ncclSuccess;
+}
+
+static void retire_done(struct ncclComm* comm, int* progressed) {
+  struct exec_state* ex = &comm->exec;
+  const struct schedule* s = &comm->sched;
+  while (ex->retired < ex->next_compute) {
+    const struct sched_step* st = &s->steps[ex->retired];
+    struct exec_rec* rec = &ex->recs[ex->retired % (size_t)ex->window];
+    if (sched_prim_sends(st->prim) && comm->send_conns[st->send_peer]->completed <= rec->send_seq)
+      break;
+    release_slot(ex, rec);
+    ex->retired++;
+    *progressed = 1;
+  }
+}
+
+/* Drive the I/O of every connection the running step window touches. */
+static ncclResult_t pump(struct ncclComm* comm, int* progressed) {
+  struct exec_state* ex = &comm->exec;
+  const struct schedule* s = &comm->sched;
+  size_t end = MIN(ex->next_post + 1, s->nsteps);
+  int last_r = -1, last_s = -1;
+  for (size_t i = ex->retired; i < end; i++) {
+    const struct sched_step* st = &s->steps[i];
+    ncclResult_t res = ncclSuccess;
+    if (st->recv_peer >= 0 && st->recv_peer != last_r) {
+      struct transport_conn* c = comm->recv_conns[st->recv_peer];
+      res = c->ops->progress(c, progressed);
+      last_r = st->recv_peer;
+    }
+    if (res == ncclSuccess && st->send_peer >= 0 && st->send_peer != last_s) {
+      struct transport_conn* c = comm->send_conns[st->send_peer];
+      res = c->ops->progress(c, progressed);
+      last_s = st->send_peer;
+    }
+    if (res != ncclSuccess) return res;
+  }
+  return ncclSuccess;
+}
+
+static ncclResult_t check_alive(struct ncclComm* comm, int progressed) {
+  struct exec_state* ex = &comm->exec;
+  if (atomic_load(&comm->aborted)) {
+    WARN("Communicator aborted while rank %d was in a collective", comm->rank);
+    return ncclSystemError;
+  }
+  uint64_t now = braid_now_ns();
+  if (progressed) {
+    ex->last_progress_ns = now;
+  } else if (now - ex->last_progress_ns > (uint64_t)comm->tctx.timeout_ms * 1000000ull) {
+    WARN("Rank %d: collective made no progress for %lld ms (BRAID_TIMEOUT_MS); a peer is gone "
+         "or stuck", comm->rank, (long long)comm->tctx.timeout_ms);
+    return ncclSystemError;
+  }
+  return ncclSuccess;
+}
+
+ncclResult_t exec_progress(struct ncclComm* comm, int* done, int* progressed) {
+  ncclResult_t res = ncclSuccess;
+  struct exec_state* ex = &comm->exec;
+  int any = 0, moved;
+  do {
+    moved = 0;
+    CHECK(post_recvs(comm));
+    CHECK(pump(comm, &moved));
+    CHECK(compute_ready(comm, &moved));
+    retire_done(comm, &moved);
+    any |= moved;
+  } while (moved && ex->retired < comm->sched.nsteps);
+  *progressed = any;
+  *done = ex->retired == comm->sched.nsteps;
+  if (*done) {
+    ex->busy = 0;
+    return ncclSuccess;
+  }
+  CHECK(check_alive(comm, any));
+  return ncclSuccess;
+fail:
+  ex->busy = 0;
+  comm_set_error(comm, res);
+  return res;
+}

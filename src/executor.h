@@ -1,0 +1,65 @@
+/*
+ * Host executor: runs one schedule at a time per comm on host memory with a
+ * window of steps in flight, staging slots for received partials, and the
+ * CPU kernels for every reduction.
+ */
+#ifndef BRAID_EXECUTOR_H_
+#define BRAID_EXECUTOR_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels.h"
+#include "nccl.h"
+#include "schedule.h"
+
+#define EXEC_MAX_WINDOW 32
+
+/* One collective call as the executor sees it. */
+struct exec_args {
+  const void* sendbuff;
+  void* recvbuff;
+  size_t count;
+  ncclDataType_t type;
+  struct kern_redop redop;
+  unsigned pre;  /* KERN_PRE when every input read is pre-multiplied */
+  unsigned post; /* KERN_POST when every final result is divided */
+  int algo;
+  size_t chunk_bytes;
+};
+
+/* Runtime record of one in-flight step. */
+struct exec_rec {
+  int slot;          /* staging slot, -1 if none */
+  uint64_t recv_seq; /* message number on the receive connection */
+  uint64_t send_seq; /* message number on the send connection */
+};
+
+struct exec_state {
+  /* slots: fixed at init, reused by every call */
+  char* slot_mem;
+  size_t slot_bytes;
+  int nslots;
+  int free_slots[EXEC_MAX_WINDOW];
+  int nfree;
+  int window;
+  /* the running call */
+  int busy;
+  struct exec_args args;
+  size_t next_post, next_compute, retired;
+  struct exec_rec recs[EXEC_MAX_WINDOW];
+  uint64_t last_progress_ns;
+};
+
+struct ncclComm;
+
+ncclResult_t exec_init(struct exec_state* ex, int window, size_t slot_bytes);
+void exec_free(struct exec_state* ex);
+
+/* Begin a call on `comm` (its executor must be idle). */
+ncclResult_t exec_start(struct ncclComm* comm, const struct exec_args* args);
+/* Advance without blocking; *done when finished, *progressed when anything
+ * moved. On error the comm is put in its error state. */
+ncclResult_t exec_progress(struct ncclComm* comm, int* done, int* progressed);
+
+#endif /* BRAID_EXECUTOR_H_ */

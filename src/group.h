@@ -1,0 +1,18 @@
+/*
+ * Groups: ncclGroupStart/End nest per thread; collectives issued inside
+ * are queued and run together at the outermost ncclGroupEnd, and so are
+ * deferred jobs such as communicator inits.
+ */
+#ifndef BRAID_GROUP_H_
+#define BRAID_GROUP_H_
+
+#include "nccl.h"
+
+int group_depth(void);
+/* Run `fn(arg)` on its own thread at the outermost ncclGroupEnd, all jobs
+ * concurrently; `fn` returns its ncclResult_t and owns `arg`. */
+ncclResult_t group_add_job(ncclResult_t (*fn)(void*), void* arg);
+/* Remember the first error of a call made inside the group. */
+void group_record_error(ncclResult_t err);
+
+#endif /* BRAID_GROUP_H_ */

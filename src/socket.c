@@ -1,0 +1,346 @@
+/*
+ * Socket helpers: interface selection, address conversion, and blocking
+ * connect/accept/send/recv that give up at a deadline instead of hanging.
+ */
+#include "socket.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netdb.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core.h"
+#include "param.h"
+
+uint64_t braid_now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+uint64_t socket_deadline(int64_t ms) { return braid_now_ns() + (uint64_t)ms * 1000000ull; }
+
+void socket_addr_to_wire(const union socket_addr* a, struct socket_wire_addr* w) {
+  memset(w, 0, sizeof(*w));
+  w->family = (uint16_t)a->sa.sa_family;
+  if (a->sa.sa_family == AF_INET) {
+    w->port = a->sin.sin_port;
+    memcpy(w->addr, &a->sin.sin_addr, 4);
+  } else {
+    w->port = a->sin6.sin6_port;
+    w->scope = a->sin6.sin6_scope_id;
+    memcpy(w->addr, &a->sin6.sin6_addr, 16);
+  }
+}
+
+int socket_addr_from_wire(const struct socket_wire_addr* w, union socket_addr* a) {
+  memset(a, 0, sizeof(*a));
+  if (w->port == 0) return -1;
+  if (w->family == AF_INET) {
+    a->sin.sin_family = AF_INET;
+    a->sin.sin_port = w->port;
+    memcpy(&a->sin.sin_addr, w->addr, 4);
+    return 0;
+  }
+  if (w->family == AF_INET6) {
+    a->sin6.sin6_family = AF_INET6;
+    a->sin6.sin6_port = w->port;
+    a->sin6.sin6_scope_id = w->scope;
+    memcpy(&a->sin6.sin6_addr, w->addr, 16);
+    return 0;
+  }
+  return -1;
+}
+
+socklen_t socket_addr_len(const union socket_addr* a) {
+  return a->sa.sa_family == AF_INET6 ? sizeof(a->sin6) : sizeof(a->sin);
+}
+
+const char* socket_addr_str(const union socket_addr* a, char* buf, size_t len) {
+  char host[INET6_ADDRSTRLEN] = "?";
+  if (a->sa.sa_family == AF_INET) {
+    inet_ntop(AF_INET, &a->sin.sin_addr, host, sizeof(host));
+    snprintf(buf, len, "%s<%u>", host, ntohs(a->sin.sin_port));
+  } else if (a->sa.sa_family == AF_INET6) {
+    inet_ntop(AF_INET6, &a->sin6.sin6_addr, host, sizeof(host));
+    snprintf(buf, len, "[%s]<%u>", host, ntohs(a->sin6.sin6_port));
+  } else {
+    snprintf(buf, len, "<unknown family %d>", a->sa.sa_family);
+  }
+  return buf;
+}
+
+int socket_ifname_match(const char* spec, const char* ifname) {
+  int exclude = 0, exact = 0;
+  if (*spec == '^') exclude = 1, spec++;
+  if (*spec == '=') exact = 1, spec++;
+  int hit = 0;
+  while (*spec && !hit) {
+    size_t len = strcspn(spec, ",");
+    if (len > 0)
+      hit = exact ? (strlen(ifname) == len && strncmp(ifname, spec, len) == 0)
+                  : strncmp(ifname, spec, len) == 0;
+    spec += len;
+    if (*spec == ',') spec++;
+  }
+  return exclude ? !hit : hit;
+}
+
+ncclResult_t socket_parse_hostport(const char* s, union socket_addr* out) {
+  ncclResult_t res = ncclSuccess;
+  char host[256];
+  const char* colon = strrchr(s, ':');
+  if (colon == NULL || colon == s || strlen(colon + 1) == 0)
+    FAIL(ncclInvalidArgument, "Invalid address '%s': expected host:port", s);
+  size_t hlen = (size_t)(colon - s);
+  if (hlen >= sizeof(host)) FAIL(ncclInvalidArgument, "Invalid address '%s': host too long", s);
+  memcpy(host, s, hlen);
+  host[hlen] = '\0';
+  if (host[0] == '[' && host[hlen - 1] == ']') {
+    memmove(host, host + 1, hlen - 2);
+    host[hlen - 2] = '\0';
+  }
+  char* end;
+  long port = strtol(colon + 1, &end, 10);
+  if (*end != '\0' || port <= 0 || port > 65535)
+    FAIL(ncclInvalidArgument, "Invalid port in address '%s'", s);
+  struct addrinfo hints = {0}, *ai = NULL;
+  hints.ai_socktype = SOCK_STREAM;
+  int rc = getaddrinfo(host, NULL, &hints, &ai);
+  if (rc != 0 || ai == NULL)
+    FAIL(ncclInvalidArgument, "Cannot resolve host '%s': %s", host, gai_strerror(rc));
+  memset(out, 0, sizeof(*out));
+  memcpy(out, ai->ai_addr, MIN(ai->ai_addrlen, sizeof(*out)));
+  freeaddrinfo(ai);
+  if (out->sa.sa_family == AF_INET)
+    out->sin.sin_port = htons((uint16_t)port);
+  else
+    out->sin6.sin6_port = htons((uint16_t)port);
+fail:
+  return res;
+}
+
+/* First address of an interface accepted by `spec` and the family filter.
+ * IPv6 link-local addresses are taken only when IPv6 is asked for. */
+static int find_interface(const char* spec, int family, union socket_addr* addr, char* ifname,
+                          size_t iflen) {
+  struct ifaddrs *list, *it;
+  int found = 0;
+  if (getifaddrs(&list) != 0) return 0;
+  for (it = list; it && !found; it = it->ifa_next) {
+    if (it->ifa_addr == NULL || !(it->ifa_flags & IFF_UP)) continue;
+    int fam = it->ifa_addr->sa_family;
+    if (fam != AF_INET && fam != AF_INET6) continue;
+    if (family != AF_UNSPEC && fam != family) continue;
+    if (family == AF_UNSPEC && fam == AF_INET6) continue; /* prefer IPv4 by default */
+    if (!socket_ifname_match(spec, it->ifa_name)) continue;
+    memset(addr, 0, sizeof(*addr));
+    memcpy(addr, it->ifa_addr, fam == AF_INET ? sizeof(addr->sin) : sizeof(addr->sin6));
+    snprintf(ifname, iflen, "%s", it->ifa_name);
+    found = 1;
+  }
+  freeifaddrs(list);
+  return found;
+}
+
+static struct {
+  pthread_once_t once;
+  ncclResult_t res;
+  union socket_addr addr;
+  char ifname[IF_NAMESIZE + 1];
+} g_local = {PTHREAD_ONCE_INIT, ncclSuccess, {{0}}, ""};
+
+static int parse_family(const char* s) {
+  if (s == NULL) return AF_UNSPEC;
+  if (strcasecmp(s, "AF_INET") == 0 || strcmp(s, "4") == 0) return AF_INET;
+  if (strcasecmp(s, "AF_INET6") == 0 || strcmp(s, "6") == 0) return AF_INET6;
+  WARN("Unknown NCCL_SOCKET_FAMILY %s, ignoring it", s);
+  return AF_UNSPEC;
+}
+
+static void choose_local_addr(void) {
+  const char* spec = param_read_str("NCCL_SOCKET_IFNAME");
+  int family = parse_family(param_read_str("NCCL_SOCKET_FAMILY"));
+  char* ifn = g_local.ifname;
+  size_t n = sizeof(g_local.ifname);
+  int ok;
+  if (spec) {
+    ok = find_interface(spec, family, &g_local.addr, ifn, n);
+  } else {
+    /* NCCL's default: anything but docker and loopback, then loopback. */
+    ok = find_interface("^docker,lo", family, &g_local.addr, ifn, n) ||
+         find_interface("lo", family, &g_local.addr, ifn, n);
+    if (!ok && family == AF_UNSPEC) ok = find_interface("", AF_INET6, &g_local.addr, ifn, n);
+  }
+  if (!ok) {
+    WARN("No usable network interface found (NCCL_SOCKET_IFNAME=%s, NCCL_SOCKET_FAMILY=%s)",
+         spec ? spec : "", getenv("NCCL_SOCKET_FAMILY") ? getenv("NCCL_SOCKET_FAMILY") : "");
+    g_local.res = ncclSystemError;
+    return;
+  }
+  char buf[SOCKET_ADDR_STRLEN];
+  INFO(SUB_INIT | SUB_NET, "Bootstrap : Using %s:%s", ifn,
+       socket_addr_str(&g_local.addr, buf, sizeof(buf)));
+}
+
+ncclResult_t socket_local_addr(union socket_addr* addr, char* ifname, size_t iflen) {
+  pthread_once(&g_local.once, choose_local_addr);
+  if (g_local.res != ncclSuccess) return g_local.res;
+  *addr = g_local.addr;
+  if (ifname) snprintf(ifname, iflen, "%s", g_local.ifname);
+  return ncclSuccess;
+}
+
+static int set_nonblock(int fd) {
+  int flags = fcntl(fd, F_GETFL);
+  return flags < 0 ? -1 : fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+}
+
+void socket_tune_data(int fd, int bufsize) {
+  int one = 1;
+  set_nonblock(fd);
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  if (bufsize > 0) {
+    setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &bufsize, sizeof(bufsize));
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bufsize, sizeof(bufsize));
+  }
+}
+
+ncclResult_t socket_listen(union socket_addr* addr, int* fdp) {
+  ncclResult_t res = ncclSuccess;
+  char buf[SOCKET_ADDR_STRLEN];
+  int one = 1;
+  int fd = socket(addr->sa.sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) FAIL(ncclSystemError, "socket() failed: %s", strerror(errno));
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  if (bind(fd, &addr->sa, socket_addr_len(addr)) != 0)
+    FAIL(ncclSystemError, "bind to %s failed: %s", socket_addr_str(addr, buf, sizeof(buf)),
+         strerror(errno));
+  if (listen(fd, 16384) != 0) FAIL(ncclSystemError, "listen() failed: %s", strerror(errno));
+  socklen_t len = sizeof(*addr);
+  getsockname(fd, &addr->sa, &len);
+  set_nonblock(fd);
+  *fdp = fd;
+  return ncclSuccess;
+fail:
+  if (fd >= 0) close(fd);
+  return res;
+}
+
+/* Wait until fd is ready for `events` or the deadline passes. */
+static ncclResult_t wait_fd(int fd, short events, uint64_t deadline_ns, const char* what) {
+  for (;;) {
+    uint64_t now = braid_now_ns();
+    if (now >= deadline_ns) {
+      WARN("Timeout waiting to %s (BRAID_TIMEOUT_MS=%lld)", what, (long long)param_timeout_ms());
+      return ncclSystemError;
+    }
+    struct pollfd p = {fd, events, 0};
+    int ms = (int)MIN((deadline_ns - now) / 1000000ull + 1, 1000ull);
+    int rc = poll(&p, 1, ms);
+    if (rc > 0) return ncclSuccess;
+    if (rc < 0 && errno != EINTR) {
+      WARN("poll() failed while waiting to %s: %s", what, strerror(errno));
+      return ncclSystemError;
+    }
+  }
+}
+
+/* A peer may not be listening yet: retry refused connections until the
+ * deadline, with a short back-off. */
+ncclResult_t socket_connect(const union socket_addr* addr, uint64_t deadline_ns, int* fdp) {
+  ncclResult_t res = ncclSuccess;
+  char buf[SOCKET_ADDR_STRLEN];
+  int fd = -1;
+  for (;;) {
+    fd = socket(addr->sa.sa_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0) FAIL(ncclSystemError, "socket() failed: %s", strerror(errno));
+    int rc = connect(fd, &addr->sa, socket_addr_len(addr));
+    if (rc != 0 && errno == EINPROGRESS) {
+      CHECK(wait_fd(fd, POLLOUT, deadline_ns, "connect"));
+      socklen_t len = sizeof(rc);
+      getsockopt(fd, SOL_SOCKET, SO_ERROR, &rc, &len);
+      errno = rc;
+    }
+    if (rc == 0) break;
+    if (errno != ECONNREFUSED && errno != ETIMEDOUT && errno != EAGAIN)
+      FAIL(ncclSystemError, "connect to %s failed: %s", socket_addr_str(addr, buf, sizeof(buf)),
+           strerror(errno));
+    close(fd);
+    fd = -1;
+    if (braid_now_ns() >= deadline_ns)
+      FAIL(ncclSystemError, "connect to %s timed out: %s",
+           socket_addr_str(addr, buf, sizeof(buf)), strerror(errno));
+    usleep(10000);
+  }
+  *fdp = fd;
+  return ncclSuccess;
+fail:
+  if (fd >= 0) close(fd);
+  return res;
+}
+
+ncclResult_t socket_accept(int listen_fd, uint64_t deadline_ns, int* fdp) {
+  ncclResult_t res = ncclSuccess;
+  for (;;) {
+    int fd = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd >= 0) {
+      *fdp = fd;
+      return ncclSuccess;
+    }
+    if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED)
+      FAIL(ncclSystemError, "accept() failed: %s", strerror(errno));
+    CHECK(wait_fd(listen_fd, POLLIN, deadline_ns, "accept a connection"));
+  }
+fail:
+  return res;
+}
+
+ncclResult_t socket_send_all(int fd, const void* buf, size_t len, uint64_t deadline_ns) {
+  ncclResult_t res = ncclSuccess;
+  const char* p = buf;
+  while (len > 0) {
+    ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
+    if (n > 0) {
+      p += n;
+      len -= (size_t)n;
+    } else if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+      CHECK(wait_fd(fd, POLLOUT, deadline_ns, "send"));
+    } else {
+      FAIL(ncclRemoteError, "send() failed: peer gone (%s)", strerror(errno));
+    }
+  }
+fail:
+  return res;
+}
+
+ncclResult_t socket_recv_all(int fd, void* buf, size_t len, uint64_t deadline_ns) {
+  ncclResult_t res = ncclSuccess;
+  char* p = buf;
+  while (len > 0) {
+    ssize_t n = recv(fd, p, len, 0);
+    if (n > 0) {
+      p += n;
+      len -= (size_t)n;
+    } else if (n == 0) {
+      FAIL(ncclRemoteError, "Connection closed by remote peer");
+    } else if (errno == EAGAIN || errno == EINTR) {
+      CHECK(wait_fd(fd, POLLIN, deadline_ns, "receive"));
+    } else {
+      FAIL(ncclRemoteError, "recv() failed: %s", strerror(errno));
+    }
+  }
+fail:
+  return res;
+}

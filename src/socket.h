@@ -1,0 +1,60 @@
+/*
+ * Socket helpers shared by the bootstrap and the TCP transport: interface
+ * choice (NCCL_SOCKET_IFNAME / NCCL_SOCKET_FAMILY), address formats, and
+ * blocking operations bounded by a deadline.
+ */
+#ifndef BRAID_SOCKET_H_
+#define BRAID_SOCKET_H_
+
+#include <netinet/in.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "nccl.h"
+
+union socket_addr {
+  struct sockaddr sa;
+  struct sockaddr_in sin;
+  struct sockaddr_in6 sin6;
+};
+
+/* Fixed-size, byte-order-defined form of an address for ids and peer tables. */
+struct socket_wire_addr {
+  uint16_t family; /* AF_INET or AF_INET6 */
+  uint16_t port;   /* network byte order */
+  uint32_t scope;  /* IPv6 scope id */
+  uint8_t addr[16];
+};
+
+#define SOCKET_ADDR_STRLEN 64
+
+void socket_addr_to_wire(const union socket_addr* a, struct socket_wire_addr* w);
+/* Returns -1 when the wire form is not a usable address. */
+int socket_addr_from_wire(const struct socket_wire_addr* w, union socket_addr* a);
+socklen_t socket_addr_len(const union socket_addr* a);
+const char* socket_addr_str(const union socket_addr* a, char* buf, size_t len);
+
+/* NCCL_SOCKET_IFNAME rules: comma list of prefixes; leading '^' excludes,
+ * a following '=' requires exact names. Returns 1 when ifname is selected. */
+int socket_ifname_match(const char* spec, const char* ifname);
+
+/* "host:port", "[v6addr]:port" or "v6addr:port" (last colon splits). */
+ncclResult_t socket_parse_hostport(const char* s, union socket_addr* out);
+
+/* The address this process uses for bootstrap and data (chosen once). */
+ncclResult_t socket_local_addr(union socket_addr* addr, char* ifname, size_t iflen);
+
+ncclResult_t socket_listen(union socket_addr* addr, int* fd);
+ncclResult_t socket_connect(const union socket_addr* addr, uint64_t deadline_ns, int* fd);
+ncclResult_t socket_accept(int listen_fd, uint64_t deadline_ns, int* fd);
+ncclResult_t socket_send_all(int fd, const void* buf, size_t len, uint64_t deadline_ns);
+ncclResult_t socket_recv_all(int fd, void* buf, size_t len, uint64_t deadline_ns);
+
+/* Data-path socket options: non-blocking, TCP_NODELAY, buffer sizes. */
+void socket_tune_data(int fd, int bufsize);
+
+/* Deadline `ms` milliseconds from now. */
+uint64_t socket_deadline(int64_t ms);
+
+#endif /* BRAID_SOCKET_H_ */

@@ -1,0 +1,62 @@
+/*
+ * The transport interface: a connection moves an ordered stream of
+ * messages to or from one peer. Posting never blocks; progress() does the
+ * I/O it can and the executor reads the `completed` counter.
+ */
+#ifndef BRAID_TRANSPORT_H_
+#define BRAID_TRANSPORT_H_
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "bootstrap.h"
+#include "nccl.h"
+
+/* What a transport may know of its communicator. */
+struct transport_ctx {
+  int rank;
+  int nranks;
+  uint64_t secret;
+  const struct peer_info* peers; /* nranks entries */
+  int listen_fd;                 /* this rank's data listener */
+  int epoll_fd;                  /* progress engine: register fds here */
+  int64_t timeout_ms;
+  struct transport_parked* parked; /* accepted sockets not yet claimed */
+};
+
+/* Messages a connection can hold in flight; the executor keeps fewer. */
+#define TRANSPORT_MAX_INFLIGHT 64
+
+/* Common head of every connection. Messages are numbered 0,1,2,... in
+ * posting order; message k is complete when `completed` > k. */
+struct transport_conn {
+  const struct transport* ops;
+  int peer;
+  int is_send;
+  uint64_t posted;
+  uint64_t completed;
+};
+
+struct transport {
+  const char* name;
+  /* Connect to `peer` for sending / accept from `peer` for receiving. A
+   * rank connects all its sends before accepting its receives. */
+  ncclResult_t (*connect_send)(struct transport_ctx* ctx, int peer, struct transport_conn** out);
+  ncclResult_t (*connect_recv)(struct transport_ctx* ctx, int peer, struct transport_conn** out);
+  /* Queue one message (send: from buf; receive: into buf). The caller keeps
+   * fewer than TRANSPORT_MAX_INFLIGHT messages pending. */
+  ncclResult_t (*post)(struct transport_conn* conn, void* buf, size_t bytes);
+  /* Do the non-blocking I/O that is possible now; *progressed tells if any. */
+  ncclResult_t (*progress)(struct transport_conn* conn, int* progressed);
+  /* Make the peer see end-of-stream now (error cascade, abort). */
+  void (*shutdown)(struct transport_conn* conn);
+  void (*close)(struct transport_conn* conn);
+};
+
+extern const struct transport tcp_transport;
+
+/* Accepted-socket parking shared by transports that accept (see tcp). */
+void transport_parked_free(struct transport_ctx* ctx);
+
+#endif /* BRAID_TRANSPORT_H_ */
