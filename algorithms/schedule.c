@@ -62,7 +62,8 @@ void sched_free(struct schedule* s) {
 
 static int sched_key_equal(const struct sched_key* a, const struct sched_key* b) {
   return a->algo == b->algo && a->rank == b->rank && a->nranks == b->nranks &&
-         a->count == b->count && a->elem_size == b->elem_size && a->chunk_bytes == b->chunk_bytes;
+         a->count == b->count && a->elem_size == b->elem_size && a->chunk_bytes == b->chunk_bytes &&
+         a->slices_per_step == b->slices_per_step;
 }
 
 ncclResult_t sched_build(struct schedule* s, const struct sched_key* key) {

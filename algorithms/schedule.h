@@ -43,6 +43,7 @@ struct sched_key {
   size_t count;
   size_t elem_size;
   size_t chunk_bytes;
+  int slices_per_step; /* per iteration; at most half the executor window */
 };
 
 struct schedule {

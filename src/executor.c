@@ -15,7 +15,9 @@
 
 ncclResult_t exec_init(struct exec_state* ex, int window, size_t slot_bytes) {
   memset(ex, 0, sizeof(*ex));
-  ex->window = MAX(1, MIN(window, EXEC_MAX_WINDOW));
+  /* One step in flight cannot overlap a send with the next receive: with a
+   * rendezvous transport that deadlocks the ring, so two is the floor. */
+  ex->window = MAX(2, MIN(window, EXEC_MAX_WINDOW));
   ex->nslots = ex->window;
   ex->slot_bytes = ALIGN_UP(slot_bytes, 4096);
   ex->slot_mem = aligned_alloc(4096, ex->slot_bytes * (size_t)ex->nslots);
@@ -66,6 +68,7 @@ ncclResult_t exec_start(struct ncclComm* comm, const struct exec_args* args) {
   key.count = args->count;
   key.elem_size = kern_type_size(args->type);
   key.chunk_bytes = MIN(args->chunk_bytes, ex->slot_bytes);
+  key.slices_per_step = MAX(1, ex->window / 2);
   CHECK(sched_build(&comm->sched, &key));
   ex->args = *args;
   ex->next_post = ex->next_compute = ex->retired = 0;

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Install the Debian packages Braid builds and tests with, when missing.
+# Idempotent and quiet when everything is present.
+set -euo pipefail
+pkgs=(libhwloc-dev libibverbs-dev libopenmpi-dev openmpi-bin libcmocka-dev clang-format)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+echo "deps: installing ${missing[*]}"
+SUDO=""
+[ "$(id -u)" -ne 0 ] && SUDO="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
