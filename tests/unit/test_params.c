@@ -1,0 +1,132 @@
+/*
+ * Parsers of the environment knobs: sizes with suffixes, NCCL_DEBUG levels
+ * and subsystem masks, NCCL_SOCKET_IFNAME rules and NCCL_COMM_ID addresses.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <arpa/inet.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "debug.h"
+#include "param.h"
+#include "socket.h"
+
+static void test_parse_int(void** state) {
+  (void)state;
+  int64_t v = 0;
+  assert_int_equal(param_parse_int("123", &v), 0);
+  assert_int_equal(v, 123);
+  assert_int_equal(param_parse_int("64K", &v), 0);
+  assert_int_equal(v, 64 * 1024);
+  assert_int_equal(param_parse_int("8m", &v), 0);
+  assert_int_equal(v, 8 << 20);
+  assert_int_equal(param_parse_int("2G", &v), 0);
+  assert_int_equal(v, 2LL << 30);
+  assert_int_equal(param_parse_int("0x10", &v), 0);
+  assert_int_equal(v, 16);
+  assert_int_equal(param_parse_int("-5", &v), 0);
+  assert_int_equal(v, -5);
+  assert_int_not_equal(param_parse_int("", &v), 0);
+  assert_int_not_equal(param_parse_int("12Q", &v), 0);
+  assert_int_not_equal(param_parse_int("K", &v), 0);
+  assert_int_not_equal(param_parse_int("99999999999999999999", &v), 0);
+  assert_int_not_equal(param_parse_int("9000000000G", &v), 0);
+  assert_int_not_equal(param_parse_int(NULL, &v), 0);
+}
+
+static void test_read_int_falls_back(void** state) {
+  (void)state;
+  setenv("BRAID_TEST_KNOB", "bogus", 1);
+  assert_int_equal(param_read_int("BRAID_TEST_KNOB", 42), 42);
+  setenv("BRAID_TEST_KNOB", "4k", 1);
+  assert_int_equal(param_read_int("BRAID_TEST_KNOB", 42), 4096);
+  unsetenv("BRAID_TEST_KNOB");
+  assert_int_equal(param_read_int("BRAID_TEST_KNOB", 42), 42);
+}
+
+static void test_debug_level(void** state) {
+  (void)state;
+  assert_int_equal(debug_parse_level("WARN"), DEBUG_WARN);
+  assert_int_equal(debug_parse_level("info"), DEBUG_INFO);
+  assert_int_equal(debug_parse_level("TRACE"), DEBUG_TRACE);
+  assert_int_equal(debug_parse_level("VERSION"), DEBUG_VERSION);
+  assert_int_equal(debug_parse_level("nonsense"), DEBUG_NONE);
+  assert_int_equal(debug_parse_level(NULL), DEBUG_NONE);
+}
+
+static void test_debug_subsys(void** state) {
+  (void)state;
+  assert_int_equal(debug_parse_subsys("INIT,NET"), SUB_INIT | SUB_NET);
+  assert_int_equal(debug_parse_subsys("coll"), SUB_COLL);
+  assert_int_equal(debug_parse_subsys("ALL"), SUB_ALL);
+  assert_int_equal(debug_parse_subsys("^COLL,P2P"), ~(uint32_t)(SUB_COLL | SUB_P2P));
+  assert_int_equal(debug_parse_subsys("BOGUS"), 0);
+  assert_true(debug_parse_subsys(NULL) & SUB_INIT);
+}
+
+static void test_ifname_rules(void** state) {
+  (void)state;
+  assert_true(socket_ifname_match("eth", "eth0"));
+  assert_true(socket_ifname_match("ib,eth", "eth1"));
+  assert_false(socket_ifname_match("ib", "eth0"));
+  assert_false(socket_ifname_match("^docker,lo", "lo"));
+  assert_false(socket_ifname_match("^docker,lo", "docker0"));
+  assert_true(socket_ifname_match("^docker,lo", "eth0"));
+  assert_true(socket_ifname_match("=eth0", "eth0"));
+  assert_false(socket_ifname_match("=eth0", "eth01"));
+  assert_false(socket_ifname_match("^=eth0", "eth0"));
+  assert_true(socket_ifname_match("^=eth0", "eth01"));
+  assert_true(socket_ifname_match("", "anything") == 0);
+}
+
+static void test_hostport(void** state) {
+  (void)state;
+  union socket_addr a;
+  char buf[SOCKET_ADDR_STRLEN];
+  assert_int_equal(socket_parse_hostport("127.0.0.1:5000", &a), ncclSuccess);
+  assert_int_equal(a.sa.sa_family, AF_INET);
+  assert_int_equal(ntohs(a.sin.sin_port), 5000);
+  assert_string_equal(socket_addr_str(&a, buf, sizeof(buf)), "127.0.0.1<5000>");
+  assert_int_equal(socket_parse_hostport("[::1]:6000", &a), ncclSuccess);
+  assert_int_equal(a.sa.sa_family, AF_INET6);
+  assert_int_equal(ntohs(a.sin6.sin6_port), 6000);
+  assert_int_equal(socket_parse_hostport("::1:6001", &a), ncclSuccess);
+  assert_int_equal(ntohs(a.sin6.sin6_port), 6001);
+  assert_int_equal(socket_parse_hostport("localhost:7000", &a), ncclSuccess);
+  assert_int_equal(socket_parse_hostport("127.0.0.1", &a), ncclInvalidArgument);
+  assert_int_equal(socket_parse_hostport("127.0.0.1:", &a), ncclInvalidArgument);
+  assert_int_equal(socket_parse_hostport("127.0.0.1:70000", &a), ncclInvalidArgument);
+  assert_int_equal(socket_parse_hostport("127.0.0.1:12x", &a), ncclInvalidArgument);
+  assert_int_equal(socket_parse_hostport(":80", &a), ncclInvalidArgument);
+  assert_int_equal(socket_parse_hostport("no.such.host.invalid:80", &a), ncclInvalidArgument);
+}
+
+static void test_wire_roundtrip(void** state) {
+  (void)state;
+  union socket_addr a, b;
+  struct socket_wire_addr w;
+  assert_int_equal(socket_parse_hostport("[fe80::1]:1234", &a), ncclSuccess);
+  a.sin6.sin6_scope_id = 3;
+  socket_addr_to_wire(&a, &w);
+  assert_int_equal(socket_addr_from_wire(&w, &b), 0);
+  assert_memory_equal(&a.sin6, &b.sin6, sizeof(a.sin6));
+  w.family = 99;
+  assert_int_equal(socket_addr_from_wire(&w, &b), -1);
+  socket_addr_to_wire(&a, &w);
+  w.port = 0;
+  assert_int_equal(socket_addr_from_wire(&w, &b), -1);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_parse_int),   cmocka_unit_test(test_read_int_falls_back),
+      cmocka_unit_test(test_debug_level), cmocka_unit_test(test_debug_subsys),
+      cmocka_unit_test(test_ifname_rules), cmocka_unit_test(test_hostport),
+      cmocka_unit_test(test_wire_roundtrip),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
