@@ -1,0 +1,40 @@
+/* all_reduce_perf: nccl-tests' all_reduce_perf for Braid (host buffers, NULL stream).
+ * Only the AllReduce descriptor lives here; the driver is perf/bench.c. */
+#include "common.h"
+
+static void counts(size_t count, int nranks, perf_counts_t* out) {
+  (void)nranks;
+  out->send = out->recv = out->param = count;
+  out->send_inplace = out->recv_inplace = 0;
+}
+
+static double bus_factor(int nranks) {
+  return 2.0 * (nranks - 1) / nranks;
+}
+
+static void init(const perf_test_t* t, void* send) {
+  perf_fill(t, send, t->n.send, t->rank, 0);
+}
+
+static int expect(const perf_test_t* t, size_t i, perf_val_t* out) {
+  *out = perf_reduced(t, i);
+  return 1;
+}
+
+static ncclResult_t run(const perf_test_t* t, const void* send, void* recv) {
+  return ncclAllReduce(send, recv, t->n.param, t->type->type, t->redop, t->comm, NULL);
+}
+
+static const perf_coll_t kAllReduce = {
+    .name = "AllReduce",
+    .has_op = 1,
+    .counts = counts,
+    .bus_factor = bus_factor,
+    .init = init,
+    .expect = expect,
+    .run = run,
+};
+
+int main(int argc, char** argv) {
+  return perf_main(argc, argv, &kAllReduce);
+}

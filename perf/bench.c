@@ -1,0 +1,376 @@
+/* The perf driver: MPI/thread bootstrap, one NCCL rank per thread, the size sweep with warmup,
+ * timed iterations and the exact check of the last one, and the nccl-tests report. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "driver.h"
+
+#if PERF_HAVE_MPI
+#include <mpi.h>
+#endif
+
+#define POISON_BYTE 0xA5
+#define DEVICE_LINES 4096
+#define MAX_RANKS_WATCHED 1024
+
+typedef struct {
+  const perf_opts_t* o;
+  const perf_coll_t* coll;
+  int proc, thread, rank, nranks;
+  ncclUniqueId id;
+  ncclComm_t comm;
+  char *send, *recv;           /* o->agg slots each */
+  size_t send_slot, recv_slot; /* bytes per slot */
+  uint64_t reps;               /* advances identically on every rank: the data seed */
+  int errors, bw_count;
+  double bw_sum;
+  pthread_t tid;
+} perf_rank_t;
+
+static const perf_op_t kNoOp = {"none", NULL, PERF_OP_SUM};
+static _Atomic double g_inflight[MAX_RANKS_WATCHED]; /* start time of the running op, or 0 */
+
+static void die(void) {
+  fflush(stdout);
+  fflush(stderr);
+  _exit(EXIT_FAILURE);
+}
+
+static void nccl_fail(const perf_rank_t* r, ncclResult_t res, const char* what, int line) {
+  char host[256];
+  perf_hostname(host, sizeof(host));
+  fprintf(stderr, "%s: Test NCCL failure %s:%d rank %d %s '%s / %s'\n", host, __FILE__, line,
+          r ? r->rank : -1, what, ncclGetErrorString(res), ncclGetLastError(r ? r->comm : NULL));
+  die();
+}
+
+#define PERF_NCCL(r, cmd)                                          \
+  do {                                                             \
+    ncclResult_t res_ = (cmd);                                     \
+    if (res_ != ncclSuccess) nccl_fail((r), res_, #cmd, __LINE__); \
+  } while (0)
+
+static void* xalloc(size_t bytes) {
+  size_t n = (bytes + 63) / 64 * 64;
+  void* p = aligned_alloc(64, n ? n : 64);
+  if (!p) {
+    fprintf(stderr, "perf: cannot allocate %zu bytes\n", bytes);
+    die();
+  }
+  memset(p, 0, n ? n : 64);
+  return p;
+}
+
+/* ---------------------------------------------------------------- one operation */
+
+static char* send_ptr(const perf_rank_t* r, const perf_test_t* t, int in_place, int slot) {
+  if (!in_place) return r->send + (size_t)slot * r->send_slot;
+  return r->recv + (size_t)slot * r->recv_slot +
+         t->n.send_inplace * (size_t)t->rank * t->type->size;
+}
+
+static char* recv_ptr(const perf_rank_t* r, const perf_test_t* t, int in_place, int slot) {
+  size_t off = in_place ? t->n.recv_inplace * (size_t)t->rank * t->type->size : 0;
+  return r->recv + (size_t)slot * r->recv_slot + off;
+}
+
+/* One outer iteration: o->agg operations, grouped when there are several. */
+static void run_iter(perf_rank_t* r, const perf_test_t* t, int in_place) {
+  int group = r->o->agg > 1 && !r->coll->mpi_native;
+  if (r->rank < MAX_RANKS_WATCHED) g_inflight[r->rank] = perf_now();
+  if (group) PERF_NCCL(r, ncclGroupStart());
+  for (int a = 0; a < r->o->agg; a++) {
+    ncclResult_t res = r->coll->run(t, send_ptr(r, t, in_place, a), recv_ptr(r, t, in_place, a));
+    if (res != ncclSuccess) nccl_fail(r, res, t->coll->name, __LINE__);
+  }
+  if (group) PERF_NCCL(r, ncclGroupEnd());
+  if (r->rank < MAX_RANKS_WATCHED) g_inflight[r->rank] = 0;
+}
+
+/* Fresh inputs (new seed) and poisoned outputs in every slot, then a barrier. */
+static void prepare(perf_rank_t* r, perf_test_t* t, int in_place) {
+  t->seed = 0x5eedULL + ++r->reps;
+  for (int a = 0; a < r->o->agg; a++) {
+    memset(r->recv + (size_t)a * r->recv_slot, POISON_BYTE, t->n.recv * t->type->size);
+    r->coll->init(t, send_ptr(r, t, in_place, a));
+  }
+  perf_team_barrier(r->thread);
+}
+
+static double count_wrong(perf_rank_t* r, const perf_test_t* t, int in_place) {
+  size_t wrong = 0;
+  for (int a = 0; a < r->o->agg; a++) wrong += perf_count_wrong(t, recv_ptr(r, t, in_place, a));
+  return (double)wrong;
+}
+
+/* Seconds per operation over o->iters timed iterations. With checking on, the inputs are
+ * re-initialized (untimed) before the last iteration so that its results are the ones checked. */
+static double timed_loop(perf_rank_t* r, perf_test_t* t, int in_place) {
+  const perf_opts_t* o = r->o;
+  if (o->check)
+    prepare(r, t, in_place);
+  else
+    perf_team_barrier(r->thread);
+  double paused = 0, t0 = perf_now();
+  for (int it = 0; it < o->iters; it++) {
+    if (o->check && it > 0 && it == o->iters - 1) {
+      double p = perf_now();
+      prepare(r, t, in_place);
+      paused += perf_now() - p;
+    }
+    run_iter(r, t, in_place);
+    if (o->blocking) perf_team_barrier(r->thread);
+  }
+  return (perf_now() - t0 - paused) / ((double)o->iters * o->agg);
+}
+
+static void bench(perf_rank_t* r, perf_test_t* t, int in_place) {
+  const perf_opts_t* o = r->o;
+  double sec = perf_team_reduce(r->thread, timed_loop(r, t, in_place), o->average);
+  double wrong = o->check ? count_wrong(r, t, in_place) : 0;
+  wrong = perf_team_reduce(r->thread, wrong, PERF_AGG_SUM);
+  double bytes = t->coll->alg_bytes ? t->coll->alg_bytes(t) : (double)(t->n.param * t->type->size);
+  double algbw = sec > 0 ? bytes / 1.0e9 / sec : 0;
+  double busbw = algbw * t->coll->bus_factor(t->nranks);
+  if (r->rank == 0) perf_print_result(sec * 1.0e6, algbw, busbw, o->check, wrong);
+  r->bw_sum += busbw;
+  r->bw_count++;
+  if (wrong > 0) r->errors++;
+}
+
+/* ---------------------------------------------------------------- the sweep */
+
+static void setup(perf_test_t* t, size_t bytes) {
+  t->coll->counts(bytes / t->type->size, t->nranks, &t->n);
+}
+
+static size_t next_size(const perf_opts_t* o, size_t s) {
+  if (s == 0 && o->step_factor > 1) return 1;
+  size_t n = o->step_factor > 1 ? s * o->step_factor : s + o->step_bytes;
+  return n > s ? n : (size_t)-1; /* a step that does not grow ends the sweep */
+}
+
+static void warmup(perf_rank_t* r, perf_test_t* t) {
+  for (size_t s = r->o->min_bytes; s <= r->o->max_bytes; s = s ? s * 2 : 1) {
+    setup(t, s);
+    for (int i = 0; i < r->o->warmup; i++) run_iter(r, t, 0);
+    if (s > r->o->max_bytes / 2) break;
+  }
+}
+
+static void sweep(perf_rank_t* r, perf_test_t* t) {
+  const perf_opts_t* o = r->o;
+  for (size_t s = o->min_bytes; s <= o->max_bytes; s = next_size(o, s)) {
+    setup(t, s);
+    if (r->rank == 0) {
+      size_t elems = t->n.send > t->n.recv ? t->n.send : t->n.recv;
+      perf_print_row_start(elems * t->type->size, t->n.param, t->type->name, t->op->name, t->root);
+    }
+    bench(r, t, 0);
+    bench(r, t, 1);
+    if (r->rank == 0) printf("\n");
+  }
+}
+
+static void make_premulsum(perf_rank_t* r, perf_test_t* t) {
+  uint64_t scalar = 0;
+  perf_store(t->type, &scalar, 0, perf_val_of(t->type, PERF_PREMUL_SCALAR));
+  PERF_NCCL(r, ncclRedOpCreatePreMulSum(&t->redop, &scalar, t->type->type, ncclScalarHostImmediate,
+                                        r->comm));
+}
+
+static void time_test(perf_rank_t* r, const perf_type_t* type, const perf_op_t* op) {
+  perf_test_t t = {.coll = r->coll,
+                   .type = type,
+                   .op = op,
+                   .redop = (ncclRedOp_t)op->index,
+                   .comm = r->comm,
+                   .rank = r->rank,
+                   .nranks = r->nranks,
+                   .root = r->coll->has_root ? r->o->root : -1};
+  int premul = op->index == PERF_OP_PREMULSUM && !r->coll->mpi_native;
+  if (premul) make_premulsum(r, &t);
+  perf_team_barrier(r->thread);
+  warmup(r, &t);
+  int cycles = r->o->cycles;
+  do sweep(r, &t);
+  while (cycles == 0 || --cycles > 0);
+  if (premul) PERF_NCCL(r, ncclRedOpDestroy(t.redop, r->comm));
+}
+
+static int supported(const perf_coll_t* coll, const perf_type_t* type, const perf_op_t* op) {
+  return !coll->supports || coll->supports(type, op->index);
+}
+
+static void run_all(perf_rank_t* r) {
+  const perf_opts_t* o = r->o;
+  for (int ti = 0; ti < PERF_NUM_TYPES; ti++) {
+    if (o->type_index >= 0 && ti != o->type_index) continue;
+    for (int oi = 0; oi < PERF_NUM_OPS; oi++) {
+      const perf_op_t* op = r->coll->has_op ? perf_op_at(oi) : &kNoOp;
+      if (r->coll->has_op ? (o->op_index >= 0 && oi != o->op_index) : oi > 0) continue;
+      if (supported(r->coll, perf_type_at(ti), op)) time_test(r, perf_type_at(ti), op);
+    }
+  }
+}
+
+/* ---------------------------------------------------------------- ranks */
+
+static void init_comm(perf_rank_t* r) {
+  int count = -1, rank = -1;
+  PERF_NCCL(r, ncclCommInitRank(&r->comm, r->nranks, r->id, r->rank));
+  PERF_NCCL(r, ncclCommCount(r->comm, &count));
+  PERF_NCCL(r, ncclCommUserRank(r->comm, &rank));
+  if (count != r->nranks || rank != r->rank) {
+    fprintf(stderr, "perf: rank %d: ncclCommCount %d / ncclCommUserRank %d, expected %d / %d\n",
+            r->rank, count, rank, r->nranks, r->rank);
+    die();
+  }
+}
+
+static void alloc_buffers(perf_rank_t* r) {
+  perf_counts_t n;
+  r->coll->counts(r->o->max_bytes, r->nranks, &n); /* 1-byte elements: the largest counts */
+  r->send_slot = (n.send + 63) / 64 * 64;
+  r->recv_slot = (n.recv + 63) / 64 * 64;
+  r->send = xalloc(r->send_slot * (size_t)r->o->agg);
+  r->recv = xalloc(r->recv_slot * (size_t)r->o->agg);
+}
+
+static void* rank_main(void* arg) {
+  perf_rank_t* r = arg;
+  if (!r->coll->mpi_native) init_comm(r);
+  alloc_buffers(r);
+  run_all(r);
+  free(r->send);
+  free(r->recv);
+  if (!r->coll->mpi_native) PERF_NCCL(r, ncclCommDestroy(r->comm));
+  return NULL;
+}
+
+/* -T: a collective running longer than the timeout ends the process. */
+static void* watchdog(void* arg) {
+  const perf_opts_t* o = arg;
+  for (;;) {
+    struct timespec ts = {0, 100 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    double now = perf_now();
+    for (int i = 0; i < MAX_RANKS_WATCHED; i++) {
+      double since = g_inflight[i];
+      if (since == 0 || now - since < o->timeout) continue;
+      char host[256];
+      perf_hostname(host, sizeof(host));
+      fprintf(stderr, "%s: Test timeout (%ds) rank %d\n", host, o->timeout, i);
+      die();
+    }
+  }
+  return NULL;
+}
+
+/* ---------------------------------------------------------------- process */
+
+typedef struct {
+  int proc, nprocs;
+} perf_world_t;
+
+static void world_init(int* argc, char*** argv, perf_world_t* w) {
+  w->proc = 0;
+  w->nprocs = 1;
+#if PERF_HAVE_MPI
+  int provided;
+  MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+  MPI_Comm_rank(MPI_COMM_WORLD, &w->proc);
+  MPI_Comm_size(MPI_COMM_WORLD, &w->nprocs);
+#else
+  (void)argc;
+  (void)argv;
+#endif
+}
+
+static int world_end(int status) {
+#if PERF_HAVE_MPI
+  MPI_Finalize();
+#endif
+  return status;
+}
+
+static void print_devices(const perf_world_t* w, int nthreads) {
+  static char line[DEVICE_LINES];
+  line[0] = '\0';
+  perf_device_lines(line, sizeof(line), w->proc, nthreads);
+#if PERF_HAVE_MPI
+  if (w->nprocs > 1) {
+    char* all = w->proc == 0 ? malloc((size_t)w->nprocs * DEVICE_LINES) : NULL;
+    MPI_Gather(line, DEVICE_LINES, MPI_CHAR, all, DEVICE_LINES, MPI_CHAR, 0, MPI_COMM_WORLD);
+    for (int p = 0; all && p < w->nprocs; p++) printf("%s", all + (size_t)p * DEVICE_LINES);
+    free(all);
+    return;
+  }
+#endif
+  printf("%s", line);
+}
+
+/* Process 0 makes the id; under mpirun MPI_Bcast hands it to the others. */
+static void bootstrap_id(const perf_world_t* w, ncclUniqueId* id) {
+  memset(id, 0, sizeof(*id));
+  if (w->proc == 0) PERF_NCCL(NULL, ncclGetUniqueId(id));
+#if PERF_HAVE_MPI
+  if (w->nprocs > 1) MPI_Bcast(id, (int)sizeof(*id), MPI_BYTE, 0, MPI_COMM_WORLD);
+#endif
+}
+
+static void run_ranks(const perf_world_t* w, const perf_opts_t* o, const perf_coll_t* coll,
+                      perf_rank_t* ranks) {
+  ncclUniqueId id;
+  if (!coll->mpi_native) bootstrap_id(w, &id);
+  for (int t = 0; t < o->nthreads; t++) {
+    perf_rank_t* r = &ranks[t];
+    r->o = o;
+    r->coll = coll;
+    r->proc = w->proc;
+    r->thread = t;
+    r->rank = w->proc * o->nthreads + t;
+    r->nranks = w->nprocs * o->nthreads;
+    if (!coll->mpi_native) r->id = id;
+  }
+  for (int t = 1; t < o->nthreads; t++)
+    if (pthread_create(&ranks[t].tid, NULL, rank_main, &ranks[t]) != 0) {
+      fprintf(stderr, "perf: pthread_create failed\n");
+      die();
+    }
+  rank_main(&ranks[0]); /* thread 0 is the main thread: the only one calling MPI */
+  for (int t = 1; t < o->nthreads; t++) pthread_join(ranks[t].tid, NULL);
+}
+
+int perf_main(int argc, char** argv, const perf_coll_t* coll) {
+  perf_world_t w;
+  perf_opts_t o;
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  world_init(&argc, &argv, &w);
+  int rc = perf_parse_args(argc, argv, coll, w.proc == 0, &o);
+  if (rc != 0) return world_end(rc > 0 ? 0 : EXIT_FAILURE);
+  perf_team_init(o.nthreads, w.nprocs);
+  if (w.proc == 0) {
+    perf_print_config(&o);
+    printf("# Using devices\n");
+  }
+  print_devices(&w, o.nthreads);
+  if (w.proc == 0) perf_print_table_header(&o);
+  pthread_t dog;
+  if (o.timeout > 0) pthread_create(&dog, NULL, watchdog, &o);
+  perf_rank_t* ranks = calloc((size_t)o.nthreads, sizeof(*ranks));
+  run_ranks(&w, &o, coll, ranks);
+  int errors = ranks[0].errors;
+  double avg = ranks[0].bw_count ? ranks[0].bw_sum / ranks[0].bw_count : 0;
+  if (w.proc == 0) perf_print_footer(errors, avg);
+  free(ranks);
+  return world_end(errors ? EXIT_FAILURE : EXIT_SUCCESS);
+}
