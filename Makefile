@@ -86,7 +86,7 @@ $(BINDIR)/%_perf: perf/%_perf.c $(PERF_COMMON) perf/*.h $(STLIB)
 
 $(TSTDIR)/test_%: tests/unit/test_%.c $(STLIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -Itests $< -o $@ $(STLIB) -lcmocka $(LDLIBS)
+	$(CC) $(ALL_CFLAGS) -Itests $< -o $@ $(STLIB) -lcmocka -ldl $(LDLIBS)
 
 $(TSTDIR)/mp_%: tests/mp/test_%.c $(MP_COMMON) tests/mp/*.h $(STLIB)
 	@mkdir -p $(dir $@)

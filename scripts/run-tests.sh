@@ -6,12 +6,15 @@ build=${1:-build}
 limit=${BRAID_TEST_LIMIT_S:-600}
 pass=0 fail=0 failed=()
 start=$(date +%s)
-for t in "$build"/tests/test_* "$build"/tests/mp_test_*; do
+top=$(cd "$(dirname "$0")/.." && pwd)
+for t in "$build"/tests/test_* "$build"/tests/mp_test_* "$top"/tests/abi/*.sh; do
   [ -x "$t" ] || continue
   name=$(basename "$t")
   t0=$(date +%s)
   echo "=== $name"
-  if timeout -k 10 "$limit" "$t"; then
+  args=()
+  case "$t" in *.sh) args=("$build") ;; */test_abi) args=("$build/lib/libnccl.so.2") ;; esac
+  if timeout -k 10 "$limit" "$t" "${args[@]}"; then
     pass=$((pass + 1))
     echo "=== $name ok ($(( $(date +%s) - t0 )) s)"
   else
