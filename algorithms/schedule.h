@@ -12,28 +12,37 @@
 #include "nccl.h"
 
 /* X is the input slice, Y the output slice (same offset), R what arrives.
- * Wherever X is read the op's pre-multiplier applies; wherever a final
- * result is produced (steps marked final below) the post-divide applies. */
+ * A step's flags say where the op's pre-multiplier applies (to X) and where
+ * the post-divide applies (to the result). */
 enum sched_prim {
   PRIM_SEND,                  /* send X */
-  PRIM_RECV,                  /* Y = R                         (final data) */
+  PRIM_RECV,                  /* Y = R */
   PRIM_RECV_REDUCE_SEND,      /* send R op X   (partial, not stored) */
-  PRIM_RECV_REDUCE_COPY_SEND, /* Y = R op X; send Y            (final) */
+  PRIM_RECV_REDUCE_COPY_SEND, /* Y = R op X; send Y */
   PRIM_RECV_COPY_SEND,        /* Y = R; send Y */
-  PRIM_RECV_REDUCE_COPY,      /* Y = R op X                    (final) */
-  PRIM_COPY,                  /* Y = X                         (final) */
+  PRIM_RECV_REDUCE_COPY,      /* Y = R op X */
+  PRIM_COPY,                  /* Y = X */
+  PRIM_SEND_OUT,              /* send Y */
+  PRIM_EXCHANGE,              /* send Y to peer, receive R from it; Y = Y op R */
   PRIM_COUNT
 };
 
+#define SCHED_PRE 1u  /* X is read pre-multiplied */
+#define SCHED_POST 2u /* the result is post-divided: it is final */
+#define SCHED_SWAP 4u /* exchange computes R op Y: the lower rank's data first */
+
 struct sched_step {
   uint8_t prim;
+  uint8_t flags;
   int32_t recv_peer; /* rank received from, -1 if none */
   int32_t send_peer; /* rank sent to, -1 if none */
   size_t offset;     /* first element of the slice */
   size_t count;      /* elements in the slice (> 0) */
 };
 
-enum sched_algo { ALGO_RING = 0, ALGO_COUNT };
+enum sched_algo { ALGO_RING = 0, ALGO_RD = 1, ALGO_COUNT };
+
+const char* sched_algo_name(int algo);
 
 /* What a schedule was built for; a comm reuses it when the key matches. */
 struct sched_key {
@@ -56,20 +65,27 @@ struct schedule {
 
 /* Make room for `n` steps (grows only; the comm keeps the memory). */
 ncclResult_t sched_reserve(struct schedule* s, size_t n);
-ncclResult_t sched_append(struct schedule* s, enum sched_prim prim, int recv_peer,
-                          int send_peer, size_t offset, size_t count);
+ncclResult_t sched_append(struct schedule* s, enum sched_prim prim, unsigned flags,
+                          int recv_peer, int send_peer, size_t offset, size_t count);
 void sched_free(struct schedule* s);
 
-/* 1 when the primitive reads R / writes Y / sends / produces final data. */
+/* 1 when the primitive receives / sends. */
 int sched_prim_recvs(enum sched_prim p);
 int sched_prim_sends(enum sched_prim p);
-int sched_prim_reads_input(enum sched_prim p);
-int sched_prim_is_final(enum sched_prim p);
 const char* sched_prim_name(enum sched_prim p);
 
 /* Ring all-reduce: reduce-scatter then all-gather around rank order, each
  * of the nranks segments cut into slices of at most chunk_bytes. */
 ncclResult_t ring_schedule_allreduce(struct schedule* s, const struct sched_key* key);
+
+/* Recursive doubling all-reduce: log2 rounds of whole-buffer exchanges
+ * between partners, non-power-of-two ranks folded in first and served last.
+ * Few hops: the small-message algorithm. */
+ncclResult_t rd_schedule_allreduce(struct schedule* s, const struct sched_key* key);
+
+/* Peers rank `rank` sends to and receives from under recursive doubling
+ * (at most 2 + log2(nranks)); returns how many were written to `peers`. */
+int rd_peers(int rank, int nranks, int* peers, int max);
 
 /* Build (or reuse) the schedule for `key`. */
 ncclResult_t sched_build(struct schedule* s, const struct sched_key* key);

@@ -45,8 +45,9 @@ static int step_needs_slot(const struct exec_state* ex, const struct sched_step*
   switch (st->prim) {
     case PRIM_RECV_REDUCE_SEND:
     case PRIM_RECV_REDUCE_COPY_SEND:
-    case PRIM_RECV_REDUCE_COPY: return 1;
-    case PRIM_SEND: return ex->args.pre != 0;
+    case PRIM_RECV_REDUCE_COPY:
+    case PRIM_EXCHANGE: return 1;
+    case PRIM_SEND: return (st->flags & SCHED_PRE) && ex->args.pre;
     default: return 0;
   }
 }
@@ -78,13 +79,18 @@ fail:
   return res;
 }
 
-static ncclResult_t post_recvs(struct ncclComm* comm) {
+/* Post receives (and an exchange's send) up to the window ahead. An
+ * exchange sends Y, which earlier steps write, so it waits its turn. */
+static ncclResult_t post_steps(struct ncclComm* comm, int* progressed) {
+  ncclResult_t res = ncclSuccess;
   struct exec_state* ex = &comm->exec;
   const struct schedule* s = &comm->sched;
   size_t es = kern_type_size(ex->args.type);
   while (ex->next_post < s->nsteps && ex->next_post - ex->retired < (size_t)ex->window) {
     const struct sched_step* st = &s->steps[ex->next_post];
     struct exec_rec* rec = &ex->recs[ex->next_post % (size_t)ex->window];
+    char* y = (char*)ex->args.recvbuff + st->offset * es;
+    if (st->prim == PRIM_EXCHANGE && ex->next_compute != ex->next_post) break;
     rec->slot = -1;
     if (step_needs_slot(ex, st)) {
       if (ex->nfree == 0) break;
@@ -92,15 +98,19 @@ static ncclResult_t post_recvs(struct ncclComm* comm) {
     }
     if (sched_prim_recvs(st->prim)) {
       struct transport_conn* c = comm->recv_conns[st->recv_peer];
-      void* dst = rec->slot >= 0 ? slot_ptr(ex, rec->slot)
-                                 : (char*)ex->args.recvbuff + st->offset * es;
       rec->recv_seq = c->posted;
-      ncclResult_t res = c->ops->post(c, dst, st->count * es);
-      if (res != ncclSuccess) return res;
+      CHECK(c->ops->post(c, rec->slot >= 0 ? slot_ptr(ex, rec->slot) : y, st->count * es));
+    }
+    if (st->prim == PRIM_EXCHANGE) {
+      struct transport_conn* c = comm->send_conns[st->send_peer];
+      rec->send_seq = c->posted;
+      CHECK(c->ops->post(c, y, st->count * es));
+      CHECK(c->ops->progress(c, progressed));
     }
     ex->next_post++;
   }
-  return ncclSuccess;
+fail:
+  return res;
 }
 
 static void release_slot(struct exec_state* ex, struct exec_rec* rec) {
@@ -117,25 +127,32 @@ static const void* compute_step(struct exec_state* ex, const struct sched_step* 
   const char* x = (const char*)a->sendbuff + st->offset * es;
   char* y = (char*)a->recvbuff + st->offset * es;
   char* slot = rec->slot >= 0 ? slot_ptr(ex, rec->slot) : NULL;
+  unsigned pre = (st->flags & SCHED_PRE) ? a->pre : 0;
+  unsigned post = (st->flags & SCHED_POST) ? a->post : 0;
   switch ((enum sched_prim)st->prim) {
     case PRIM_SEND:
-      if (!a->pre) return x;
-      kern_unary(&a->redop, a->pre, slot, x, st->count);
+      if (!pre) return x;
+      kern_unary(&a->redop, pre, slot, x, st->count);
       return slot;
     case PRIM_RECV_REDUCE_SEND:
-      kern_reduce(&a->redop, a->pre, slot, slot, x, st->count);
+      kern_reduce(&a->redop, pre, slot, slot, x, st->count);
       return slot;
     case PRIM_RECV_REDUCE_COPY_SEND:
-      kern_reduce(&a->redop, a->pre | a->post, y, slot, x, st->count);
-      release_slot(ex, rec);
-      return y;
-    case PRIM_RECV_COPY_SEND: return y;
     case PRIM_RECV_REDUCE_COPY:
-      kern_reduce(&a->redop, a->pre | a->post, y, slot, x, st->count);
+      kern_reduce(&a->redop, pre | post, y, slot, x, st->count);
       release_slot(ex, rec);
-      return NULL;
+      return st->prim == PRIM_RECV_REDUCE_COPY_SEND ? y : NULL;
+    case PRIM_RECV_COPY_SEND:
+    case PRIM_SEND_OUT: return y;
     case PRIM_COPY:
-      if ((a->pre | a->post) || x != y) kern_unary(&a->redop, a->pre | a->post, y, x, st->count);
+      if ((pre | post) || x != y) kern_unary(&a->redop, pre | post, y, x, st->count);
+      return NULL;
+    case PRIM_EXCHANGE:
+      if (st->flags & SCHED_SWAP)
+        kern_reduce(&a->redop, post, y, slot, y, st->count);
+      else
+        kern_reduce(&a->redop, post, y, y, slot, st->count);
+      release_slot(ex, rec);
       return NULL;
     default: return NULL;
   }
@@ -150,8 +167,11 @@ static ncclResult_t compute_ready(struct ncclComm* comm, int* progressed) {
     struct exec_rec* rec = &ex->recs[ex->next_compute % (size_t)ex->window];
     if (sched_prim_recvs(st->prim) && comm->recv_conns[st->recv_peer]->completed <= rec->recv_seq)
       break;
+    int exchange = st->prim == PRIM_EXCHANGE;
+    if (exchange && comm->send_conns[st->send_peer]->completed <= rec->send_seq)
+      break; /* Y is still going out: overwrite it only once sent */
     const void* out = compute_step(ex, st, rec);
-    if (sched_prim_sends(st->prim)) {
+    if (sched_prim_sends(st->prim) && !exchange) {
       struct transport_conn* c = comm->send_conns[st->send_peer];
       rec->send_seq = c->posted;
       ncclResult_t res = c->ops->post(c, (void*)out, st->count * es);
@@ -226,7 +246,7 @@ ncclResult_t exec_progress(struct ncclComm* comm, int* done, int* progressed) {
   int any = 0, moved;
   do {
     moved = 0;
-    CHECK(post_recvs(comm));
+    CHECK(post_steps(comm, &moved));
     CHECK(pump(comm, &moved));
     CHECK(compute_ready(comm, &moved));
     retire_done(comm, &moved);

@@ -126,15 +126,38 @@ static void comm_free(struct ncclComm* comm) {
   free(comm);
 }
 
-/* Connect the ring: send to next, receive from prev. Everyone connects
- * before accepting, and connects complete in the listener's backlog, so no
- * rank waits for another to reach accept. */
-static ncclResult_t comm_connect_ring(struct ncclComm* comm) {
+/* The peers this rank's algorithms talk to: ring neighbours and the
+ * recursive-doubling partners. Links are symmetric (a partner both sends
+ * to and receives from us), so one list serves both directions. */
+static int comm_algo_peers(const struct ncclComm* comm, int* send, int* nsend, int* recv,
+                           int* nrecv, int max) {
+  int n = comm->nranks, r = comm->rank, rd[64];
+  int nrd = rd_peers(r, n, rd, 64);
+  *nsend = *nrecv = 0;
+  send[(*nsend)++] = (r + 1) % n;
+  recv[(*nrecv)++] = (r + n - 1) % n;
+  for (int i = 0; i < nrd; i++) {
+    int dup_s = 0, dup_r = 0;
+    for (int j = 0; j < *nsend; j++) dup_s |= send[j] == rd[i];
+    for (int j = 0; j < *nrecv; j++) dup_r |= recv[j] == rd[i];
+    if (!dup_s && *nsend < max) send[(*nsend)++] = rd[i];
+    if (!dup_r && *nrecv < max) recv[(*nrecv)++] = rd[i];
+  }
+  return *nsend + *nrecv;
+}
+
+/* Connect every peer the algorithms need. All sends are connected before
+ * any receive is accepted, and a connect completes in the listener's
+ * backlog, so no rank waits for another to reach accept. */
+static ncclResult_t comm_connect_peers(struct ncclComm* comm) {
   ncclResult_t res = ncclSuccess;
-  int n = comm->nranks, next = (comm->rank + 1) % n, prev = (comm->rank + n - 1) % n;
-  if (n == 1) return ncclSuccess;
-  CHECK(tcp_transport.connect_send(&comm->tctx, next, &comm->send_conns[next]));
-  CHECK(tcp_transport.connect_recv(&comm->tctx, prev, &comm->recv_conns[prev]));
+  int send[66], recv[66], nsend, nrecv;
+  if (comm->nranks == 1) return ncclSuccess;
+  comm_algo_peers(comm, send, &nsend, recv, &nrecv, 66);
+  for (int i = 0; i < nsend; i++)
+    CHECK(tcp_transport.connect_send(&comm->tctx, send[i], &comm->send_conns[send[i]]));
+  for (int i = 0; i < nrecv; i++)
+    CHECK(tcp_transport.connect_recv(&comm->tctx, recv[i], &comm->recv_conns[recv[i]]));
 fail:
   return res;
 }
@@ -185,7 +208,7 @@ static ncclResult_t comm_init_rank(ncclComm_t* out, int nranks, const ncclUnique
   CHECK(bootstrap_maybe_start_root(&id, rank));
   CHECK(bootstrap_exchange(&id, rank, nranks, &mine, comm->peers,
                            socket_deadline(param_timeout_ms())));
-  CHECK(comm_connect_ring(comm));
+  CHECK(comm_connect_peers(comm));
   INFO(SUB_INIT, "comm %p rank %d nranks %d - Init COMPLETE", (void*)comm, rank, nranks);
   *out = comm;
   return ncclSuccess;

@@ -1,5 +1,6 @@
 /*
- * Schedules without a network: every rank's ring schedule runs on the real
+ * Schedules without a network: every rank's schedule (ring, recursive
+ * doubling) runs on the real
  * executor over an in-memory fake transport, all ranks in one thread, and
  * the results are checked element by element.
  */
@@ -99,10 +100,10 @@ static void world_free(struct world* w) {
 
 /* Run one all-reduce on every rank, interleaving their progress. */
 static void world_allreduce(struct world* w, void* const* send, void* const* recv, size_t count,
-                            ncclDataType_t type, ncclRedOp_t op, size_t chunk) {
+                            ncclDataType_t type, ncclRedOp_t op, size_t chunk, int algo) {
   int done[MAXR] = {0}, left = w->n;
   for (int r = 0; r < w->n; r++) {
-    struct exec_args a = {send[r], recv[r], count, type, {0}, 0, 0, ALGO_RING, chunk};
+    struct exec_args a = {send[r], recv[r], count, type, {0}, 0, 0, algo, chunk};
     assert_int_equal(redop_resolve(&w->comms[r], op, type, &a), ncclSuccess);
     assert_int_equal(exec_start(&w->comms[r], &a), ncclSuccess);
   }
@@ -121,8 +122,8 @@ static void world_allreduce(struct world* w, void* const* send, void* const* rec
 
 static double value_of(int rank, size_t i) { return (double)((rank + 3 * i) % 5); }
 
-static void run_case(int n, size_t count, ncclDataType_t type, ncclRedOp_t op, int inplace,
-                     size_t chunk, int window) {
+static void run_case(int algo, int n, size_t count, ncclDataType_t type, ncclRedOp_t op,
+                     int inplace, size_t chunk, int window) {
   struct world* w = calloc(1, sizeof(*w));
   void *send[MAXR], *recv[MAXR];
   world_init(w, n, 8192, window);
@@ -135,7 +136,7 @@ static void run_case(int n, size_t count, ncclDataType_t type, ncclRedOp_t op, i
       if (type == ncclDouble) ((double*)send[r])[i] = value_of(r, i);
     }
   }
-  world_allreduce(w, send, recv, count, type, op, chunk);
+  world_allreduce(w, send, recv, count, type, op, chunk, algo);
   for (int r = 0; r < n; r++)
     for (size_t i = 0; i < count; i++) {
       double expect = op == ncclMax ? -1e9 : 0;
@@ -150,8 +151,8 @@ static void run_case(int n, size_t count, ncclDataType_t type, ncclRedOp_t op, i
       if (type == ncclInt32 && op == ncclAvg) expect = (double)(int64_t)expect;
       if (type == ncclFloat && op == ncclAvg) expect = (float)expect;
       if (got != expect) {
-        fprintf(stderr, "n=%d count=%zu type=%d op=%d inplace=%d chunk=%zu rank %d [%zu]: %g != %g\n",
-                n, count, type, op, inplace, chunk, r, i, got, expect);
+        fprintf(stderr, "%s n=%d count=%zu type=%d op=%d inplace=%d chunk=%zu rank %d [%zu]: %g != %g\n",
+                sched_algo_name(algo), n, count, type, op, inplace, chunk, r, i, got, expect);
         fail();
       }
     }
@@ -163,7 +164,7 @@ static void run_case(int n, size_t count, ncclDataType_t type, ncclRedOp_t op, i
   free(w);
 }
 
-static void test_ring_allreduce_fake_transport(void** state) {
+static void test_allreduce_fake_transport(void** state) {
   (void)state;
   static const size_t counts[] = {0, 1, 2, 7, 1023, 20011};
   static const ncclDataType_t types[] = {ncclFloat, ncclInt32, ncclDouble};
@@ -172,7 +173,30 @@ static void test_ring_allreduce_fake_transport(void** state) {
     for (size_t c = 0; c < sizeof(counts) / sizeof(counts[0]); c++)
       for (int t = 0; t < 3; t++)
         for (int o = 0; o < 3; o++)
-          for (int ip = 0; ip < 2; ip++) run_case(n, counts[c], types[t], ops[o], ip, 4096, 4);
+          for (int ip = 0; ip < 2; ip++)
+            for (int algo = 0; algo < ALGO_COUNT; algo++)
+              run_case(algo, n, counts[c], types[t], ops[o], ip, 4096, 4);
+}
+
+/* Recursive doubling: partners combine lower-rank data first, so max of
+ * +0 and -0 gives the same bits on both. */
+static void test_rd_signed_zero_identical(void** state) {
+  (void)state;
+  for (int n = 2; n <= MAXR; n++) {
+    struct world* w = calloc(1, sizeof(*w));
+    float in[MAXR][4], out[MAXR][4];
+    void *send[MAXR], *recv[MAXR];
+    world_init(w, n, 8192, 4);
+    for (int r = 0; r < n; r++) {
+      for (int i = 0; i < 4; i++) in[r][i] = ((r + i) & 1) ? -0.0f : 0.0f;
+      send[r] = in[r];
+      recv[r] = out[r];
+    }
+    world_allreduce(w, send, recv, 4, ncclFloat, ncclMax, 4096, ALGO_RD);
+    for (int r = 1; r < n; r++) assert_memory_equal(out[0], out[r], sizeof(out[0]));
+    world_free(w);
+    free(w);
+  }
 }
 
 /* The fake transport is rendezvous (a send completes only when the peer
@@ -180,7 +204,8 @@ static void test_ring_allreduce_fake_transport(void** state) {
 static void test_ring_any_window_rendezvous(void** state) {
   (void)state;
   for (int window = 1; window <= 9; window++) {
-    for (int n = 2; n <= MAXR; n += 3) run_case(n, 50021, ncclFloat, ncclSum, 0, 1024, window);
+    for (int n = 2; n <= MAXR; n += 3)
+      run_case(ALGO_RING, n, 50021, ncclFloat, ncclSum, 0, 1024, window);
   }
 }
 
@@ -226,8 +251,9 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_ring_schedule_shape),
       cmocka_unit_test(test_schedule_reuse_and_names),
-      cmocka_unit_test(test_ring_allreduce_fake_transport),
+      cmocka_unit_test(test_allreduce_fake_transport),
       cmocka_unit_test(test_ring_any_window_rendezvous),
+      cmocka_unit_test(test_rd_signed_zero_identical),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -202,10 +202,9 @@ static ncclResult_t tcp_connect_recv(struct transport_ctx* ctx, int peer,
   struct tcp_conn* c = NULL;
   uint64_t deadline = socket_deadline(ctx->timeout_ms);
   CHECK(tcp_conn_alloc(peer, 0, 0, &c));
-  while (c->nsocks == 0 || tcp_claim_parked(ctx, c) < c->nsocks) {
+  /* Sockets from this peer may have arrived while we waited for another. */
+  while (tcp_claim_parked(ctx, c) < c->nsocks || c->nsocks == 0)
     CHECK(tcp_accept_one(ctx, deadline));
-    tcp_claim_parked(ctx, c);
-  }
   for (int s = 0; s < c->nsocks; s++) {
     socket_tune_data(c->socks[s].fd, (int)param_sock_buf());
     CHECK(tcp_register(ctx, c->socks[s].fd));
