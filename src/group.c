@@ -7,6 +7,7 @@
 #include "group.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -114,9 +115,23 @@ static ncclResult_t ops_wait(struct group_op* ops, int n) {
   return m ? progress_wait(engines, m, GROUP_WAIT_SLICE_MS) : ncclSuccess;
 }
 
+/* Sleep only after BRAID_SPIN_US of finding nothing to do: a wake-up costs
+ * a context switch, a short poll may not. Yielding while polling leaves
+ * the core to peers on an oversubscribed host. */
+static int ops_keep_polling(uint64_t* idle_since) {
+  uint64_t spin_ns = (uint64_t)param_spin_us() * 1000ull;
+  if (spin_ns == 0) return 0;
+  uint64_t now = braid_now_ns();
+  if (*idle_since == 0) *idle_since = now;
+  if (now - *idle_since >= spin_ns) return 0;
+  sched_yield();
+  return 1;
+}
+
 static ncclResult_t ops_run(struct group_op* ops, int n) {
   ncclResult_t res = ncclSuccess, first = ncclSuccess;
   int remaining = n;
+  uint64_t idle_since = 0;
   for (int i = 0; i < n; i++) atomic_fetch_add(&ops[i].comm->active, 1);
   while (remaining > 0) {
     int progressed = 0;
@@ -130,7 +145,12 @@ static ncclResult_t ops_run(struct group_op* ops, int n) {
         progressed = 1;
       }
     }
-    if (!progressed && remaining > 0) CHECK(ops_wait(ops, n));
+    if (progressed || remaining == 0) {
+      idle_since = 0;
+    } else if (!ops_keep_polling(&idle_since)) {
+      CHECK(ops_wait(ops, n));
+      idle_since = 0;
+    }
   }
 fail:
   for (int i = 0; i < n; i++) atomic_fetch_sub(&ops[i].comm->active, 1);
