@@ -1,0 +1,185 @@
+/*
+ * AVX2 + F16C path: the 256-bit vector primitives; the loops themselves are
+ * in reduce_simd.h, shared with the AVX-512 path.
+ */
+#include <immintrin.h>
+
+#include "kern_dispatch.h"
+
+#define SIMD_ENTRY kern_simd_avx2
+#define VF_N 8
+#define VD_N 4
+#define VI_BYTES 32
+typedef __m256 vf_t;
+typedef __m256d vd_t;
+typedef __m256i vi_t;
+typedef __m128i vh_t; /* VF_N narrow (16-bit) elements */
+
+/* ---- float ---- */
+KERN_INLINE vf_t vf_load(const char* p) {
+  return _mm256_loadu_ps((const float*)(const void*)p);
+}
+KERN_INLINE void vf_store(char* p, vf_t v) {
+  _mm256_storeu_ps((float*)(void*)p, v);
+}
+KERN_INLINE void vf_stream(char* p, vf_t v) {
+  _mm256_stream_ps((float*)(void*)p, v);
+}
+KERN_INLINE vf_t vf_set1(float x) {
+  return _mm256_set1_ps(x);
+}
+KERN_INLINE vf_t vf_add(vf_t x, vf_t y) {
+  return _mm256_add_ps(x, y);
+}
+KERN_INLINE vf_t vf_mul(vf_t x, vf_t y) {
+  return _mm256_mul_ps(x, y);
+}
+KERN_INLINE vf_t vf_div(vf_t x, vf_t y) {
+  return _mm256_div_ps(x, y);
+}
+/* maxps/minps return the second operand on NaN or equality: x > y ? x : y. */
+KERN_INLINE vf_t vf_max(vf_t x, vf_t y) {
+  return _mm256_max_ps(x, y);
+}
+KERN_INLINE vf_t vf_min(vf_t x, vf_t y) {
+  return _mm256_min_ps(x, y);
+}
+KERN_INLINE vf_t vf_nansel(vf_t x, vf_t r) {
+  return _mm256_blendv_ps(r, _mm256_add_ps(x, x), _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+}
+
+/* F16C converts exactly one way and with the immediate RNE the other. */
+KERN_INLINE vf_t vf_load_f16(const char* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(const void*)p));
+}
+KERN_INLINE vh_t vf_to_f16(vf_t v) {
+  return _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT);
+}
+
+/* bf16 is the top half of a float. A whole vector of bf16 is widened by
+ * interleaving with zeros; the lanes come out permuted within each 128-bit
+ * half (lo: 0-3 and 8-11, hi: 4-7 and 12-15), and packus in vf_to_bf16x2
+ * puts them back in order, so no cross-lane shuffle is needed. */
+KERN_INLINE vf_t vf_bf16_lo(vi_t w) {
+  return _mm256_castsi256_ps(_mm256_unpacklo_epi16(_mm256_setzero_si256(), w));
+}
+KERN_INLINE vf_t vf_bf16_hi(vi_t w) {
+  return _mm256_castsi256_ps(_mm256_unpackhi_epi16(_mm256_setzero_si256(), w));
+}
+/* RNE on the low 16 bits (as kern_float_to_bf16), NaN forced quiet; the
+ * result sits in the low half of each 32-bit lane. */
+KERN_INLINE vi_t bf16_round(vf_t v) {
+  __m256i x = _mm256_castps_si256(v);
+  __m256i hi = _mm256_srli_epi32(x, 16);
+  __m256i bias =
+      _mm256_add_epi32(_mm256_and_si256(hi, _mm256_set1_epi32(1)), _mm256_set1_epi32(0x7fff));
+  __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(x, bias), 16);
+  __m256i qnan = _mm256_or_si256(hi, _mm256_set1_epi32(0x40));
+  __m256 isnan = _mm256_cmp_ps(v, v, _CMP_UNORD_Q);
+  return _mm256_blendv_epi8(rounded, qnan, _mm256_castps_si256(isnan));
+}
+/* Lanes are <= 0xffff, so the saturating pack just narrows. */
+KERN_INLINE vi_t vf_to_bf16x2(vf_t lo, vf_t hi) {
+  return _mm256_packus_epi32(bf16_round(lo), bf16_round(hi));
+}
+KERN_INLINE void vh_store(char* p, vh_t h) {
+  _mm_storeu_si128((__m128i*)(void*)p, h);
+}
+KERN_INLINE void vh_stream(char* p, vh_t h) {
+  _mm_stream_si128((__m128i*)(void*)p, h);
+}
+
+/* ---- double ---- */
+KERN_INLINE vd_t vd_load(const char* p) {
+  return _mm256_loadu_pd((const double*)(const void*)p);
+}
+KERN_INLINE void vd_store(char* p, vd_t v) {
+  _mm256_storeu_pd((double*)(void*)p, v);
+}
+KERN_INLINE void vd_stream(char* p, vd_t v) {
+  _mm256_stream_pd((double*)(void*)p, v);
+}
+KERN_INLINE vd_t vd_set1(double x) {
+  return _mm256_set1_pd(x);
+}
+KERN_INLINE vd_t vd_add(vd_t x, vd_t y) {
+  return _mm256_add_pd(x, y);
+}
+KERN_INLINE vd_t vd_mul(vd_t x, vd_t y) {
+  return _mm256_mul_pd(x, y);
+}
+KERN_INLINE vd_t vd_div(vd_t x, vd_t y) {
+  return _mm256_div_pd(x, y);
+}
+KERN_INLINE vd_t vd_max(vd_t x, vd_t y) {
+  return _mm256_max_pd(x, y);
+}
+KERN_INLINE vd_t vd_min(vd_t x, vd_t y) {
+  return _mm256_min_pd(x, y);
+}
+KERN_INLINE vd_t vd_nansel(vd_t x, vd_t r) {
+  return _mm256_blendv_pd(r, _mm256_add_pd(x, x), _mm256_cmp_pd(x, x, _CMP_UNORD_Q));
+}
+
+/* ---- integers ---- */
+KERN_INLINE vi_t vi_load(const char* p) {
+  return _mm256_loadu_si256((const __m256i*)(const void*)p);
+}
+KERN_INLINE void vi_store(char* p, vi_t v) {
+  _mm256_storeu_si256((__m256i*)(void*)p, v);
+}
+KERN_INLINE void vi_stream(char* p, vi_t v) {
+  _mm256_stream_si256((__m256i*)(void*)p, v);
+}
+KERN_INLINE vi_t vi_add8(vi_t x, vi_t y) {
+  return _mm256_add_epi8(x, y);
+}
+KERN_INLINE vi_t vi_add32(vi_t x, vi_t y) {
+  return _mm256_add_epi32(x, y);
+}
+KERN_INLINE vi_t vi_add64(vi_t x, vi_t y) {
+  return _mm256_add_epi64(x, y);
+}
+KERN_INLINE vi_t vi_max_s8(vi_t x, vi_t y) {
+  return _mm256_max_epi8(x, y);
+}
+KERN_INLINE vi_t vi_min_s8(vi_t x, vi_t y) {
+  return _mm256_min_epi8(x, y);
+}
+KERN_INLINE vi_t vi_max_u8(vi_t x, vi_t y) {
+  return _mm256_max_epu8(x, y);
+}
+KERN_INLINE vi_t vi_min_u8(vi_t x, vi_t y) {
+  return _mm256_min_epu8(x, y);
+}
+KERN_INLINE vi_t vi_max_s32(vi_t x, vi_t y) {
+  return _mm256_max_epi32(x, y);
+}
+KERN_INLINE vi_t vi_min_s32(vi_t x, vi_t y) {
+  return _mm256_min_epi32(x, y);
+}
+KERN_INLINE vi_t vi_max_u32(vi_t x, vi_t y) {
+  return _mm256_max_epu32(x, y);
+}
+KERN_INLINE vi_t vi_min_u32(vi_t x, vi_t y) {
+  return _mm256_min_epu32(x, y);
+}
+/* AVX2 has no 64-bit max/min: compare and blend. */
+KERN_INLINE vi_t vi_max_s64(vi_t x, vi_t y) {
+  return _mm256_blendv_epi8(y, x, _mm256_cmpgt_epi64(x, y));
+}
+KERN_INLINE vi_t vi_min_s64(vi_t x, vi_t y) {
+  return _mm256_blendv_epi8(y, x, _mm256_cmpgt_epi64(y, x));
+}
+/* Unsigned order is signed order with the top bit flipped. */
+KERN_INLINE vi_t flip64(vi_t x) {
+  return _mm256_xor_si256(x, _mm256_set1_epi64x(INT64_MIN));
+}
+KERN_INLINE vi_t vi_max_u64(vi_t x, vi_t y) {
+  return _mm256_blendv_epi8(y, x, _mm256_cmpgt_epi64(flip64(x), flip64(y)));
+}
+KERN_INLINE vi_t vi_min_u64(vi_t x, vi_t y) {
+  return _mm256_blendv_epi8(y, x, _mm256_cmpgt_epi64(flip64(y), flip64(x)));
+}
+
+#include "reduce_simd.h"

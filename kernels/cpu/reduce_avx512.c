@@ -1,0 +1,178 @@
+/*
+ * AVX-512 (F + BW) path: the 512-bit vector primitives; the loops themselves
+ * are in reduce_simd.h, shared with the AVX2 path.
+ */
+#include <immintrin.h>
+
+#include "kern_dispatch.h"
+
+#define SIMD_ENTRY kern_simd_avx512
+#define VF_N 16
+#define VD_N 8
+#define VI_BYTES 64
+typedef __m512 vf_t;
+typedef __m512d vd_t;
+typedef __m512i vi_t;
+typedef __m256i vh_t; /* VF_N narrow (16-bit) elements */
+
+/* ---- float ---- */
+KERN_INLINE vf_t vf_load(const char* p) {
+  return _mm512_loadu_ps(p);
+}
+KERN_INLINE void vf_store(char* p, vf_t v) {
+  _mm512_storeu_ps(p, v);
+}
+KERN_INLINE void vf_stream(char* p, vf_t v) {
+  _mm512_stream_ps((float*)(void*)p, v);
+}
+KERN_INLINE vf_t vf_set1(float x) {
+  return _mm512_set1_ps(x);
+}
+KERN_INLINE vf_t vf_add(vf_t x, vf_t y) {
+  return _mm512_add_ps(x, y);
+}
+KERN_INLINE vf_t vf_mul(vf_t x, vf_t y) {
+  return _mm512_mul_ps(x, y);
+}
+KERN_INLINE vf_t vf_div(vf_t x, vf_t y) {
+  return _mm512_div_ps(x, y);
+}
+/* maxps/minps return the second operand on NaN or equality: x > y ? x : y. */
+KERN_INLINE vf_t vf_max(vf_t x, vf_t y) {
+  return _mm512_max_ps(x, y);
+}
+KERN_INLINE vf_t vf_min(vf_t x, vf_t y) {
+  return _mm512_min_ps(x, y);
+}
+KERN_INLINE vf_t vf_nansel(vf_t x, vf_t r) {
+  return _mm512_mask_add_ps(r, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), x, x);
+}
+
+/* vcvtph2ps is exact; vcvtps2ph rounds by the immediate (RNE). */
+KERN_INLINE vf_t vf_load_f16(const char* p) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(const void*)p));
+}
+KERN_INLINE vh_t vf_to_f16(vf_t v) {
+  return _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT);
+}
+
+/* bf16 is the top half of a float. A whole vector of bf16 is widened by
+ * interleaving with zeros; the lanes come out permuted within each 128-bit
+ * quarter, and packus in vf_to_bf16x2 puts them back in order. */
+KERN_INLINE vf_t vf_bf16_lo(vi_t w) {
+  return _mm512_castsi512_ps(_mm512_unpacklo_epi16(_mm512_setzero_si512(), w));
+}
+KERN_INLINE vf_t vf_bf16_hi(vi_t w) {
+  return _mm512_castsi512_ps(_mm512_unpackhi_epi16(_mm512_setzero_si512(), w));
+}
+/* RNE on the low 16 bits (as kern_float_to_bf16), NaN forced quiet; the
+ * result sits in the low half of each 32-bit lane. */
+KERN_INLINE vi_t bf16_round(vf_t v) {
+  __m512i x = _mm512_castps_si512(v);
+  __m512i hi = _mm512_srli_epi32(x, 16);
+  __m512i bias =
+      _mm512_add_epi32(_mm512_and_si512(hi, _mm512_set1_epi32(1)), _mm512_set1_epi32(0x7fff));
+  __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(x, bias), 16);
+  __mmask16 isnan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+  return _mm512_mask_or_epi32(rounded, isnan, hi, _mm512_set1_epi32(0x40));
+}
+/* Lanes are <= 0xffff, so the saturating pack just narrows. */
+KERN_INLINE vi_t vf_to_bf16x2(vf_t lo, vf_t hi) {
+  return _mm512_packus_epi32(bf16_round(lo), bf16_round(hi));
+}
+KERN_INLINE void vh_store(char* p, vh_t h) {
+  _mm256_storeu_si256((__m256i*)(void*)p, h);
+}
+KERN_INLINE void vh_stream(char* p, vh_t h) {
+  _mm256_stream_si256((__m256i*)(void*)p, h);
+}
+
+/* ---- double ---- */
+KERN_INLINE vd_t vd_load(const char* p) {
+  return _mm512_loadu_pd(p);
+}
+KERN_INLINE void vd_store(char* p, vd_t v) {
+  _mm512_storeu_pd(p, v);
+}
+KERN_INLINE void vd_stream(char* p, vd_t v) {
+  _mm512_stream_pd((double*)(void*)p, v);
+}
+KERN_INLINE vd_t vd_set1(double x) {
+  return _mm512_set1_pd(x);
+}
+KERN_INLINE vd_t vd_add(vd_t x, vd_t y) {
+  return _mm512_add_pd(x, y);
+}
+KERN_INLINE vd_t vd_mul(vd_t x, vd_t y) {
+  return _mm512_mul_pd(x, y);
+}
+KERN_INLINE vd_t vd_div(vd_t x, vd_t y) {
+  return _mm512_div_pd(x, y);
+}
+KERN_INLINE vd_t vd_max(vd_t x, vd_t y) {
+  return _mm512_max_pd(x, y);
+}
+KERN_INLINE vd_t vd_min(vd_t x, vd_t y) {
+  return _mm512_min_pd(x, y);
+}
+KERN_INLINE vd_t vd_nansel(vd_t x, vd_t r) {
+  return _mm512_mask_add_pd(r, _mm512_cmp_pd_mask(x, x, _CMP_UNORD_Q), x, x);
+}
+
+/* ---- integers (8-bit forms need BW) ---- */
+KERN_INLINE vi_t vi_load(const char* p) {
+  return _mm512_loadu_si512(p);
+}
+KERN_INLINE void vi_store(char* p, vi_t v) {
+  _mm512_storeu_si512(p, v);
+}
+KERN_INLINE void vi_stream(char* p, vi_t v) {
+  _mm512_stream_si512((__m512i*)(void*)p, v);
+}
+KERN_INLINE vi_t vi_add8(vi_t x, vi_t y) {
+  return _mm512_add_epi8(x, y);
+}
+KERN_INLINE vi_t vi_add32(vi_t x, vi_t y) {
+  return _mm512_add_epi32(x, y);
+}
+KERN_INLINE vi_t vi_add64(vi_t x, vi_t y) {
+  return _mm512_add_epi64(x, y);
+}
+KERN_INLINE vi_t vi_max_s8(vi_t x, vi_t y) {
+  return _mm512_max_epi8(x, y);
+}
+KERN_INLINE vi_t vi_min_s8(vi_t x, vi_t y) {
+  return _mm512_min_epi8(x, y);
+}
+KERN_INLINE vi_t vi_max_u8(vi_t x, vi_t y) {
+  return _mm512_max_epu8(x, y);
+}
+KERN_INLINE vi_t vi_min_u8(vi_t x, vi_t y) {
+  return _mm512_min_epu8(x, y);
+}
+KERN_INLINE vi_t vi_max_s32(vi_t x, vi_t y) {
+  return _mm512_max_epi32(x, y);
+}
+KERN_INLINE vi_t vi_min_s32(vi_t x, vi_t y) {
+  return _mm512_min_epi32(x, y);
+}
+KERN_INLINE vi_t vi_max_u32(vi_t x, vi_t y) {
+  return _mm512_max_epu32(x, y);
+}
+KERN_INLINE vi_t vi_min_u32(vi_t x, vi_t y) {
+  return _mm512_min_epu32(x, y);
+}
+KERN_INLINE vi_t vi_max_s64(vi_t x, vi_t y) {
+  return _mm512_max_epi64(x, y);
+}
+KERN_INLINE vi_t vi_min_s64(vi_t x, vi_t y) {
+  return _mm512_min_epi64(x, y);
+}
+KERN_INLINE vi_t vi_max_u64(vi_t x, vi_t y) {
+  return _mm512_max_epu64(x, y);
+}
+KERN_INLINE vi_t vi_min_u64(vi_t x, vi_t y) {
+  return _mm512_min_epu64(x, y);
+}
+
+#include "reduce_simd.h"

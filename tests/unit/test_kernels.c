@@ -1,0 +1,683 @@
+/*
+ * Unit tests of the host reduction kernels: the narrow-float conversions
+ * (exhaustive where possible) and every ISA path against a scalar reference.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <cpuid.h>
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels.h"
+#include "cpu/kern_dispatch.h"
+
+#define MAXN 4097
+#define PAD 256    /* room for offsets and guard bytes around each buffer */
+#define GUARD 64   /* bytes checked after the destination range */
+#define FILL 0xA5  /* what untouched destination bytes hold */
+#define REF_COPY 4 /* the reference's "operator" of kern_unary */
+
+static uint32_t f2u(float f) {
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  return u;
+}
+static float u2f(uint32_t u) {
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+static uint64_t d2u(double d) {
+  uint64_t u;
+  memcpy(&u, &d, sizeof u);
+  return u;
+}
+static double u2d(uint64_t u) {
+  double d;
+  memcpy(&d, &u, sizeof d);
+  return d;
+}
+
+/* xorshift64*: reproducible data for every path. */
+static uint64_t rng_state;
+static uint64_t rnd(void) {
+  rng_state ^= rng_state >> 12;
+  rng_state ^= rng_state << 25;
+  rng_state ^= rng_state >> 27;
+  return rng_state * 0x2545F4914F6CDD1Dull;
+}
+
+/* ======================= conversions ======================= */
+
+static void test_half_exhaustive(void** state) {
+  (void)state;
+  for (uint32_t h = 0; h < 65536; h++) {
+    float f = kern_half_to_float((uint16_t)h);
+    uint32_t e = (h >> 10) & 31, m = h & 1023, neg = h >> 15;
+    if (e == 31 && m != 0) {
+      if (!isnan(f)) fail_msg("half %04x: not NaN", h);
+      /* widening keeps sign and payload exactly */
+      assert_int_equal(f2u(f), (neg << 31) | 0x7f800000u | (m << 13));
+      assert_int_equal(kern_float_to_half(f), h | 0x200); /* narrowing quiets */
+      continue;
+    }
+    double want = e == 31 ? INFINITY : e ? ldexp(1024 + m, (int)e - 25) : ldexp(m, -24);
+    if (neg) want = -want;
+    if ((double)f != want || (signbit(f) != 0) != (neg != 0))
+      fail_msg("half %04x -> %a, want %a", h, (double)f, want);
+    assert_int_equal(kern_float_to_half(f), h);
+  }
+}
+
+static void test_bf16_exhaustive(void** state) {
+  (void)state;
+  for (uint32_t h = 0; h < 65536; h++) {
+    float f = kern_bf16_to_float((uint16_t)h);
+    assert_int_equal(f2u(f), h << 16);
+    int nan = (h & 0x7f80) == 0x7f80 && (h & 0x7f);
+    assert_int_equal(kern_float_to_bf16(f), nan ? (h | 0x40) : h);
+  }
+}
+
+static void test_fp8_all(void** state) {
+  (void)state;
+  for (uint32_t v = 0; v < 256; v++) {
+    uint32_t neg = v >> 7;
+    /* e4m3: bias 7, no inf, only S.1111.111 is NaN */
+    float f = kern_e4m3_to_float((uint8_t)v);
+    uint32_t e = (v >> 3) & 15, m = v & 7;
+    if ((v & 0x7f) == 0x7f) {
+      if (!isnan(f) || (signbit(f) != 0) != (neg != 0)) fail_msg("e4m3 %02x not NaN", v);
+    } else {
+      double want = e ? ldexp(8 + m, (int)e - 10) : ldexp(m, -9);
+      if ((double)f != (neg ? -want : want) || (signbit(f) != 0) != (neg != 0))
+        fail_msg("e4m3 %02x -> %a", v, (double)f);
+    }
+    assert_int_equal(kern_float_to_e4m3(f), v);
+    /* e5m2: bias 15, inf and NaN as in half */
+    f = kern_e5m2_to_float((uint8_t)v);
+    e = (v >> 2) & 31;
+    m = v & 3;
+    uint32_t back = v;
+    if (e == 31 && m) {
+      if (!isnan(f) || (signbit(f) != 0) != (neg != 0)) fail_msg("e5m2 %02x not NaN", v);
+      back = (neg << 7) | 0x7f;
+    } else {
+      double want = e == 31 ? INFINITY : e ? ldexp(4 + m, (int)e - 17) : ldexp(m, -16);
+      if ((double)f != (neg ? -want : want) || (signbit(f) != 0) != (neg != 0))
+        fail_msg("e5m2 %02x -> %a", v, (double)f);
+      if (e == 31) back = (neg << 7) | 0x7b; /* inf saturates */
+    }
+    assert_int_equal(kern_float_to_e5m2(f), back);
+  }
+}
+
+/* A narrow format as the independent rounding reference sees it. */
+struct fmt {
+  const char* name;
+  float (*widen)(uint32_t);
+  uint32_t (*narrow)(float);
+  uint32_t maxfin;                 /* largest finite magnitude encoding */
+  uint32_t signbit;                /* sign bit of the encoding */
+  int saturate;                    /* overflow gives maxfin, else maxfin + 1 (inf) */
+  uint32_t (*nan)(uint32_t fbits); /* expected encoding of a float NaN */
+};
+
+static float w_half(uint32_t v) {
+  return kern_half_to_float((uint16_t)v);
+}
+static float w_bf16(uint32_t v) {
+  return kern_bf16_to_float((uint16_t)v);
+}
+static float w_e4m3(uint32_t v) {
+  return kern_e4m3_to_float((uint8_t)v);
+}
+static float w_e5m2(uint32_t v) {
+  return kern_e5m2_to_float((uint8_t)v);
+}
+static uint32_t n_half(float f) {
+  return kern_float_to_half(f);
+}
+static uint32_t n_bf16(float f) {
+  return kern_float_to_bf16(f);
+}
+static uint32_t n_e4m3(float f) {
+  return kern_float_to_e4m3(f);
+}
+static uint32_t n_e5m2(float f) {
+  return kern_float_to_e5m2(f);
+}
+static uint32_t nan_half(uint32_t x) {
+  return ((x >> 16) & 0x8000) | 0x7e00 | ((x >> 13) & 0x3ff);
+}
+static uint32_t nan_bf16(uint32_t x) {
+  return (x >> 16) | 0x40;
+}
+static uint32_t nan_fp8(uint32_t x) {
+  return ((x >> 24) & 0x80) | 0x7f;
+}
+
+static const struct fmt fmts[] = {
+    {"half", w_half, n_half, 0x7bff, 0x8000, 0, nan_half},
+    {"bf16", w_bf16, n_bf16, 0x7f7f, 0x8000, 0, nan_bf16},
+    {"e4m3", w_e4m3, n_e4m3, 0x7e, 0x80, 1, nan_fp8},
+    {"e5m2", w_e5m2, n_e5m2, 0x7b, 0x80, 1, nan_fp8},
+};
+
+/* Nearest encoding, ties to the even one, by search over the format's
+ * values (the widening is checked exhaustively above). */
+static uint32_t ref_narrow(const struct fmt* F, float f) {
+  uint32_t x = f2u(f);
+  if (isnan(f)) return F->nan(x);
+  uint32_t sign = signbit(f) ? F->signbit : 0, over = F->saturate ? F->maxfin : F->maxfin + 1;
+  double a = fabs((double)f);
+  if (isinf(f)) return sign | over;
+  uint32_t lo = 0, hi = F->maxfin; /* largest k with value(k) <= a */
+  while (lo < hi) {
+    uint32_t mid = (lo + hi + 1) / 2;
+    if ((double)F->widen(mid) <= a)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  double vlo = F->widen(lo);
+  double vhi = lo < F->maxfin ? (double)F->widen(lo + 1)
+                              : 2 * vlo - (double)F->widen(lo - 1); /* one more step */
+  double dl = a - vlo, dh = vhi - a;
+  uint32_t k = dl < dh ? lo : dh < dl ? lo + 1 : (lo & 1) ? lo + 1 : lo;
+  if (k > F->maxfin) k = over;
+  return sign | k;
+}
+
+static void check_narrow(const struct fmt* F, float f) {
+  uint32_t got = F->narrow(f), want = ref_narrow(F, f);
+  if (got != want)
+    fail_msg("%s(%a = 0x%08x): got 0x%x want 0x%x", F->name, (double)f, f2u(f), got, want);
+}
+
+/* Every midpoint between neighbours (the RNE ties) and its float
+ * neighbours, every exact value, both signs; then random floats. */
+static void test_narrow_rne(void** state) {
+  (void)state;
+  rng_state = 0x1234567;
+  for (size_t fi = 0; fi < sizeof fmts / sizeof fmts[0]; fi++) {
+    const struct fmt* F = &fmts[fi];
+    for (uint32_t k = 0; k <= F->maxfin; k++) {
+      double v = F->widen(k);
+      double next = k < F->maxfin ? (double)F->widen(k + 1) : 2 * v - (double)F->widen(k - 1);
+      float mid = (float)((v + next) / 2);
+      assert_true((double)mid == (v + next) / 2); /* exact in float */
+      float pts[] = {(float)v, mid, nextafterf(mid, INFINITY), nextafterf(mid, 0)};
+      for (int p = 0; p < 4; p++) {
+        check_narrow(F, pts[p]);
+        check_narrow(F, -pts[p]);
+      }
+    }
+    for (int i = 0; i < 1 << 20; i++) check_narrow(F, u2f((uint32_t)rnd()));
+    float edge[] = {INFINITY,  -INFINITY,  FLT_MAX,         -FLT_MAX,       1e30f,
+                    0x1p-149f, -0x1p-149f, FLT_MIN,         0.0f,           -0.0f,
+                    NAN,       -NAN,       u2f(0x7f800001), u2f(0xffbfffff)};
+    for (size_t i = 0; i < sizeof edge / sizeof edge[0]; i++) check_narrow(F, edge[i]);
+  }
+  /* A few ties spelled out, so a broken reference cannot hide them. */
+  assert_int_equal(kern_float_to_half(1.0f + 0x1p-11f), 0x3c00);
+  assert_int_equal(kern_float_to_half(1.0f + 0x3p-11f), 0x3c02);
+  assert_int_equal(kern_float_to_half(65519.0f), 0x7bff);
+  assert_int_equal(kern_float_to_half(65520.0f), 0x7c00);
+  assert_int_equal(kern_float_to_half(0x1p-25f), 0x0000);
+  assert_int_equal(kern_float_to_half(0x3p-25f), 0x0002);
+  assert_int_equal(kern_float_to_half(-0x1p-24f), 0x8001);
+  assert_int_equal(kern_float_to_bf16(1.0f + 0x1p-8f), 0x3f80);
+  assert_int_equal(kern_float_to_bf16(1.0f + 0x3p-8f), 0x3f82);
+  assert_int_equal(kern_float_to_bf16(FLT_MAX), 0x7f80);
+  assert_int_equal(kern_float_to_e4m3(448.0f), 0x7e);
+  assert_int_equal(kern_float_to_e4m3(464.0f), 0x7e);
+  assert_int_equal(kern_float_to_e4m3(-1e9f), 0xfe);
+  assert_int_equal(kern_float_to_e4m3(INFINITY), 0x7e);
+  assert_int_equal(kern_float_to_e4m3(-NAN), 0xff);
+  assert_int_equal(kern_float_to_e4m3(0x1p-10f), 0x00);
+  assert_int_equal(kern_float_to_e4m3(0x3p-10f), 0x02);
+  assert_int_equal(kern_float_to_e5m2(-INFINITY), 0xfb);
+  assert_int_equal(kern_float_to_e5m2(61440.0f), 0x7b);
+  assert_int_equal(kern_float_to_e5m2(0x1p-17f), 0x00);
+  assert_int_equal(kern_float_to_e5m2(0x3p-17f), 0x02);
+}
+
+/* ======================= reference reductions ======================= */
+
+struct tinfo {
+  ncclDataType_t type;
+  const char* name;
+  size_t size;
+  int kind; /* 0 signed int, 1 unsigned int, 2 float-computed, 3 double */
+};
+
+static const struct tinfo types[] = {
+    {ncclInt8, "int8", 1, 0},     {ncclUint8, "uint8", 1, 1},     {ncclInt32, "int32", 4, 0},
+    {ncclUint32, "uint32", 4, 1}, {ncclInt64, "int64", 8, 0},     {ncclUint64, "uint64", 8, 1},
+    {ncclFloat16, "half", 2, 2},  {ncclFloat32, "float", 4, 2},   {ncclFloat64, "double", 8, 3},
+    {ncclBfloat16, "bf16", 2, 2}, {ncclFloat8e4m3, "e4m3", 1, 2}, {ncclFloat8e5m2, "e5m2", 1, 2},
+};
+#define NTYPES (sizeof types / sizeof types[0])
+static const char* const op_names[] = {"sum", "prod", "max", "min", "unary"};
+
+static uint64_t load_bits(const void* p, size_t size) {
+  uint64_t v = 0;
+  memcpy(&v, p, size); /* little-endian: low bytes */
+  return v;
+}
+static uint64_t mask_of(size_t size) {
+  return size == 8 ? ~0ull : (1ull << (8 * size)) - 1;
+}
+static int64_t sext(uint64_t v, size_t size) {
+  unsigned sh = (unsigned)(64 - 8 * size);
+  return (int64_t)(v << sh) >> sh;
+}
+
+/* Integers in 64 bits, truncated to the width at the end: wrap-around is
+ * then just the mask, and the comparisons use the extended values. */
+static uint64_t ref_int(const struct tinfo* t, int op, unsigned fl, uint64_t a, uint64_t b,
+                        uint64_t s, uint32_t postdiv) {
+  size_t z = t->size;
+  uint64_t m = mask_of(z), y = fl & KERN_PRE ? (b * s) & m : b & m, r = y;
+  int sg = t->kind == 0;
+  int64_t xs = sext(a, z), ys = sext(y, z);
+  uint64_t xu = a & m;
+  if (op == KERN_SUM) r = (a + y) & m;
+  if (op == KERN_PROD) r = (a * y) & m;
+  if (op == KERN_MAX) r = sg ? (uint64_t)(xs > ys ? xs : ys) : (xu > y ? xu : y);
+  if (op == KERN_MIN) r = sg ? (uint64_t)(xs < ys ? xs : ys) : (xu < y ? xu : y);
+  if (fl & KERN_POST) {
+    uint64_t d = postdiv ? postdiv : 1;
+    r = sg ? (uint64_t)(sext(r & m, z) / (int64_t)d) : (r & m) / d;
+  }
+  return r & m;
+}
+
+/* Quieted NaN: what x86 arithmetic returns for a NaN operand. */
+static float qf(float v) {
+  return u2f(f2u(v) | 0x00400000u);
+}
+static double qd(double v) {
+  return u2d(d2u(v) | 0x0008000000000000ull);
+}
+
+/* The documented NaN rule, written out: a NaN left operand wins, then a
+ * NaN right operand; either comes back quieted with its payload. */
+#define REF_FP(NAME, C, Q)                                            \
+  static C NAME(C x, C y, int op, unsigned fl, C s, C dv) {           \
+    C t = y, r;                                                       \
+    if (fl & KERN_PRE) t = isnan(y) ? Q(y) : isnan(s) ? Q(s) : y * s; \
+    switch (op) {                                                     \
+      case KERN_SUM:                                                  \
+        r = isnan(x) ? Q(x) : isnan(t) ? Q(t) : x + t;                \
+        break;                                                        \
+      case KERN_PROD:                                                 \
+        r = isnan(x) ? Q(x) : isnan(t) ? Q(t) : x * t;                \
+        break;                                                        \
+      case KERN_MAX:                                                  \
+        r = x > t ? x : t;                                            \
+        break;                                                        \
+      case KERN_MIN:                                                  \
+        r = x < t ? x : t;                                            \
+        break;                                                        \
+      default:                                                        \
+        r = t;                                                        \
+    }                                                                 \
+    if (fl & KERN_POST) r = isnan(r) ? Q(r) : r / dv;                 \
+    return r;                                                         \
+  }
+REF_FP(ref_f32, float, qf)
+REF_FP(ref_f64, double, qd)
+
+static float widen(ncclDataType_t type, uint64_t v) {
+  switch (type) {
+    case ncclFloat16:
+      return kern_half_to_float((uint16_t)v);
+    case ncclBfloat16:
+      return kern_bf16_to_float((uint16_t)v);
+    case ncclFloat8e4m3:
+      return kern_e4m3_to_float((uint8_t)v);
+    case ncclFloat8e5m2:
+      return kern_e5m2_to_float((uint8_t)v);
+    default:
+      return u2f((uint32_t)v);
+  }
+}
+
+static uint64_t narrow(ncclDataType_t type, float f) {
+  switch (type) {
+    case ncclFloat16:
+      return kern_float_to_half(f);
+    case ncclBfloat16:
+      return kern_float_to_bf16(f);
+    case ncclFloat8e4m3:
+      return kern_float_to_e4m3(f);
+    case ncclFloat8e5m2:
+      return kern_float_to_e5m2(f);
+    default:
+      return f2u(f);
+  }
+}
+
+/* One element of dst = POST(a OP PRE(b)), element bits in and out. */
+static uint64_t ref_elem(const struct tinfo* t, int op, unsigned fl, uint64_t a, uint64_t b,
+                         uint64_t scalar, uint32_t postdiv) {
+  uint32_t d = postdiv ? postdiv : 1;
+  if (op == REF_COPY && fl == 0) return b; /* a plain copy, NaN bits and all */
+  if (t->kind < 2) return ref_int(t, op, fl, a, b, scalar, postdiv);
+  if (t->kind == 3) return d2u(ref_f64(u2d(a), u2d(b), op, fl, u2d(scalar), (double)d));
+  float r = ref_f32(widen(t->type, a), widen(t->type, b), op, fl, widen(t->type, scalar), (float)d);
+  return narrow(t->type, r);
+}
+
+/* ======================= test data ======================= */
+
+static float gen_f32(float other, int have_other) {
+  static const float special[] = {0.0f,       -0.0f,   INFINITY, -INFINITY, NAN,
+                                  -NAN,       FLT_MAX, -FLT_MAX, FLT_MIN,   0x1p-149f,
+                                  -0x1p-140f, 1.0f,    -1.0f,    3e38f,     1e-38f};
+  uint64_t r = rnd();
+  switch (r % 16) {
+    case 0:
+      return special[(r >> 8) % (sizeof special / sizeof special[0])];
+    case 1: /* NaN with a random payload, sign, quiet bit */
+      return u2f(0x7f800000u | (uint32_t)(r >> 32 & 0x807fffffu) | 1u);
+    case 2:
+      return u2f((uint32_t)(r >> 16));
+    case 3:
+      if (have_other) return other;
+      break;
+    case 4:
+      if (have_other) return -other;
+      break;
+    case 5:
+      return (float)((int64_t)(r >> 20) % 1000) * 0x1p-130f; /* subnormal results */
+    default:
+      break;
+  }
+  return (float)((int64_t)(r >> 16) % 20001 - 10000) / 64.0f;
+}
+
+static double gen_f64(double other, int have_other) {
+  uint64_t r = rnd();
+  switch (r % 16) {
+    case 0:
+      return (double)gen_f32(0, 0); /* specials, as double */
+    case 1:
+      return u2d(0x7ff0000000000000ull | (rnd() & 0x800fffffffffffffull) | 1u);
+    case 2:
+      return u2d(rnd());
+    case 3:
+      if (have_other) return other;
+      break;
+    case 4:
+      if (have_other) return -other;
+      break;
+    case 5:
+      return (double)((int64_t)(r >> 20) % 1000) * 0x1p-1070;
+    default:
+      break;
+  }
+  return (double)((int64_t)(r >> 16) % 2000001 - 1000000) / 1024.0;
+}
+
+/* Element i of a fresh array; `other` (may be NULL) offers ties with it. */
+static uint64_t gen_elem(const struct tinfo* t, const uint8_t* other, size_t i) {
+  size_t z = t->size;
+  uint64_t o = other ? load_bits(other + i * z, z) : 0, r = rnd();
+  if (other && r % 16 == 3) return o;
+  if (t->kind == 3) return d2u(gen_f64(u2d(o), other != NULL));
+  if (t->type == ncclFloat32) return f2u(gen_f32(u2f((uint32_t)o), other != NULL));
+  if (t->kind == 2 && r % 4 == 1) return narrow(t->type, gen_f32(0, 0)); /* realistic values */
+  if (t->kind < 2 && r % 16 == 5) { /* 0, -1 (all ones), signed min, signed max */
+    uint64_t m = mask_of(z), ends[] = {0, m, 1ull << (8 * z - 1), m >> 1};
+    return ends[(r >> 8) & 3];
+  }
+  return rnd() & mask_of(z);
+}
+
+/* The premul factor: a small list per type, rotated by the caller. */
+static uint64_t pick_scalar(const struct tinfo* t, unsigned k) {
+  static const float fl[] = {1.5f, -0.25f, 3.0f, -7.0f, 1e-3f, NAN, INFINITY, 0x1p-130f, -0.0f};
+  static const uint64_t in[] = {3, ~0ull, 0, 127, 0x123456789ull, 0x80, 2};
+  if (t->kind < 2) return in[k % 7] & mask_of(t->size);
+  float f = fl[k % 9];
+  if (t->kind == 3) return d2u(isnan(f) ? u2d(0x7ff4000000000123ull) : (double)f);
+  if (isnan(f) && t->type == ncclFloat32) return 0x7fa00123u; /* signaling payload */
+  if (isnan(f) && t->type == ncclFloat16) return 0x7d01;
+  return narrow(t->type, f);
+}
+
+static const uint32_t divisors[] = {3, 1, 7, 0, 2, 0xffffffffu, 5, 1000};
+static const size_t lens[] = {0, 1, 2, 3, 7, 15, 16, 17, 31, 33, 63, 64, 65, 127, 1000, 1023, MAXN};
+#define NLENS (sizeof lens / sizeof lens[0])
+
+/* Offsets of dst, a, b in elements, plus extra bytes to break alignment. */
+static const struct {
+  int de, ae, be, db, ab, bb;
+} variants[] = {
+    {0, 0, 0, 0, 0, 0}, {1, 2, 3, 0, 0, 0}, {3, 1, 0, 0, 0, 0}, {2, 3, 1, 0, 0, 0},
+    {0, 1, 2, 0, 0, 0}, {1, 1, 1, 1, 1, 1}, {0, 0, 0, 1, 2, 3}, {3, 2, 1, 3, 1, 2},
+};
+#define NVAR (sizeof variants / sizeof variants[0])
+
+/* ======================= the comparison ======================= */
+
+struct ctx {
+  const char* path; /* ISA name */
+  const char* mode; /* plain or nt stores */
+  const struct tinfo* t;
+  uint8_t *A, *B;        /* inputs at offset 0 */
+  uint8_t* E;            /* expected result */
+  uint8_t *ba, *bb, *bd; /* work buffers (MAXN elements + PAD) */
+};
+
+static void describe(char* s, size_t cap, const struct tinfo* t, const uint8_t* p) {
+  uint64_t v = load_bits(p, t->size);
+  int n = snprintf(s, cap, "0x%0*llx", (int)(2 * t->size), (unsigned long long)v);
+  if (t->kind == 2) snprintf(s + n, cap - (size_t)n, "(%.9g)", (double)widen(t->type, v));
+  if (t->kind == 3) snprintf(s + n, cap - (size_t)n, "(%.17g)", u2d(v));
+}
+
+/* Bitwise check of dst (at byte offset doff of bd) against E, and of the
+ * guard bytes around it; the first mismatch fails the test. */
+static void compare(const struct ctx* c, const char* what, int op, unsigned fl, size_t len, int var,
+                    size_t doff, uint64_t scalar, uint32_t div) {
+  size_t z = c->t->size;
+  for (size_t i = 0; i < doff; i++)
+    if (c->bd[i] != FILL) fail_msg("%s %s: wrote before dst (byte %zu)", c->path, what, i);
+  for (size_t i = 0; i < GUARD; i++)
+    if (c->bd[doff + len * z + i] != FILL)
+      fail_msg("%s %s %s len=%zu: wrote past dst (byte %zu)", c->path, what, c->t->name, len, i);
+  if (memcmp(c->bd + doff, c->E, len * z) == 0) return;
+  size_t i = 0;
+  while (memcmp(c->bd + doff + i * z, c->E + i * z, z) == 0) i++;
+  char sa[64], sb[64], sg[64], sw[64], ss[64];
+  describe(sa, sizeof sa, c->t, c->A + i * z);
+  describe(sb, sizeof sb, c->t, c->B + i * z);
+  describe(sg, sizeof sg, c->t, c->bd + doff + i * z);
+  describe(sw, sizeof sw, c->t, c->E + i * z);
+  describe(ss, sizeof ss, c->t, (const uint8_t*)&scalar);
+  fail_msg(
+      "MISMATCH path=%s/%s %s type=%s op=%s flags=%u len=%zu variant=%d index=%zu: a=%s "
+      "b=%s scalar=%s postdiv=%u got=%s want=%s",
+      c->path, c->mode, what, c->t->name, op_names[op], fl, len, var, i, sa, sb, ss, div, sg, sw);
+}
+
+static size_t off_of(int elems, int bytes, size_t z) {
+  return (size_t)elems * z + (size_t)bytes;
+}
+
+/* kern_reduce (op < REF_COPY) or kern_unary on every offset variant, then
+ * in place. E must hold the expected result. */
+static void run_case(const struct ctx* c, int op, unsigned fl, size_t len, uint64_t scalar,
+                     uint32_t div) {
+  size_t z = c->t->size, bytes = len * z;
+  struct kern_redop r = {c->t->type, op == REF_COPY ? KERN_SUM : (enum kern_op)op, scalar, div};
+  for (int v = 0; v < (int)NVAR + 2; v++) {
+    int var = v < (int)NVAR ? v : v - (int)NVAR; /* the last two: in place */
+    size_t doff = off_of(variants[var].de, variants[var].db, z);
+    size_t aoff = off_of(variants[var].ae, variants[var].ab, z);
+    size_t boff = off_of(variants[var].be, variants[var].bb, z);
+    memset(c->bd, FILL, doff + bytes + GUARD);
+    memcpy(c->ba + aoff, c->A, bytes);
+    memcpy(c->bb + boff, c->B, bytes);
+    const void *pa = c->ba + aoff, *pb = c->bb + boff;
+    const char* what = "out of place";
+    if (v == NVAR) { /* dst == a (unary: dst == src) */
+      memcpy(c->bd + doff, op == REF_COPY ? c->B : c->A, bytes);
+      pa = c->bd + doff;
+      if (op == REF_COPY) pb = pa;
+      what = "in place dst==a";
+    } else if (v == NVAR + 1) { /* dst == b */
+      memcpy(c->bd + doff, c->B, bytes);
+      pb = c->bd + doff;
+      what = "in place dst==b";
+    }
+    if (op == REF_COPY)
+      kern_unary(&r, fl, c->bd + doff, pb, len);
+    else
+      kern_reduce(&r, fl, c->bd + doff, pa, pb, len);
+    compare(c, what, op, fl, len, var, doff, scalar, div);
+  }
+}
+
+static void run_type(struct ctx* c) {
+  size_t z = c->t->size;
+  rng_state = 0x9E3779B97F4A7C15ull ^ (uint64_t)c->t->type; /* same data on every path */
+  for (size_t i = 0; i < MAXN; i++) {
+    uint64_t a = gen_elem(c->t, NULL, i);
+    memcpy(c->A + i * z, &a, z);
+  }
+  for (size_t i = 0; i < MAXN; i++) {
+    uint64_t b = gen_elem(c->t, c->A, i);
+    memcpy(c->B + i * z, &b, z);
+  }
+  for (int op = 0; op <= REF_COPY; op++)
+    for (unsigned fl = 0; fl < 4; fl++)
+      for (unsigned li = 0; li < NLENS; li++) {
+        size_t len = lens[li];
+        uint64_t scalar = pick_scalar(c->t, li + (unsigned)op);
+        uint32_t div = divisors[(li + fl) % (sizeof divisors / sizeof divisors[0])];
+        for (size_t i = 0; i < len; i++) {
+          uint64_t e = ref_elem(c->t, op, fl, load_bits(c->A + i * z, z),
+                                load_bits(c->B + i * z, z), scalar, div);
+          memcpy(c->E + i * z, &e, z);
+        }
+        run_case(c, op, fl, len, scalar, div);
+      }
+}
+
+/* nt: stream every store (threshold of one byte), so the aligned-head and
+ * non-temporal loops meet the same cases as the plain ones. */
+static void run_path(const char* isa, int nt) {
+  if (!kern_force_isa(isa)) {
+    print_message("path %s not available on this CPU\n", isa);
+    skip();
+  }
+  assert_string_equal(kern_isa_name(), isa);
+  size_t old_nt = kern_set_nt_threshold(nt ? 1 : SIZE_MAX);
+  size_t cap = (MAXN * 8 + PAD + 63) / 64 * 64; /* aligned_alloc wants a multiple */
+  struct ctx c = {.path = isa, .mode = nt ? "nt" : "plain"};
+  uint8_t** bufs[] = {&c.A, &c.B, &c.E, &c.ba, &c.bb, &c.bd};
+  for (size_t i = 0; i < 6; i++) {
+    *bufs[i] = aligned_alloc(64, cap);
+    assert_non_null(*bufs[i]);
+  }
+  for (size_t t = 0; t < NTYPES; t++) {
+    c.t = &types[t];
+    run_type(&c);
+  }
+  for (size_t i = 0; i < 6; i++) free(*bufs[i]);
+  kern_set_nt_threshold(old_nt);
+  kern_force_isa(NULL);
+}
+
+static void test_path_portable(void** state) {
+  (void)state;
+  run_path("portable", 0);
+}
+static void test_path_avx2(void** state) {
+  (void)state;
+  run_path("avx2", 0);
+}
+static void test_path_avx2_nt(void** state) {
+  (void)state;
+  run_path("avx2", 1);
+}
+static void test_path_avx512(void** state) {
+  (void)state;
+  run_path("avx512", 0);
+}
+static void test_path_avx512_nt(void** state) {
+  (void)state;
+  run_path("avx512", 1);
+}
+
+/* ======================= dispatch and API edges ======================= */
+
+static const char* expected_best(void) {
+  __builtin_cpu_init();
+  unsigned a, b, c, d; /* F16C from CPUID: clang's builtin lacks the name */
+  int f16c = __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+  int avx2 = __builtin_cpu_supports("avx2") && f16c && __builtin_cpu_supports("fma");
+  if (avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
+    return "avx512";
+  return avx2 ? "avx2" : "portable";
+}
+
+/* Runs first: main() set BRAID_KERNEL_ISA=portable before any kernel call. */
+static void test_dispatch(void** state) {
+  (void)state;
+  assert_string_equal(kern_isa_name(), "portable");
+  assert_int_equal(kern_force_isa("sse9"), 0);
+  assert_string_equal(kern_isa_name(), "portable");
+  assert_int_equal(kern_force_isa(NULL), 1);
+  assert_string_equal(kern_isa_name(), expected_best());
+}
+
+static void test_api_edges(void** state) {
+  (void)state;
+  for (size_t t = 0; t < NTYPES; t++)
+    assert_int_equal(kern_type_size(types[t].type), types[t].size);
+  assert_int_equal(kern_type_size((ncclDataType_t)ncclNumTypes), 0);
+  int32_t a[4] = {1, 2, 3, 4}, b[4] = {10, 20, 30, 40}, d[4] = {7, 7, 7, 7};
+  struct kern_redop r = {ncclInt32, KERN_SUM, 0, 1};
+  kern_reduce(&r, 0, d, a, b, 0); /* n == 0: nothing written */
+  assert_int_equal(d[0], 7);
+  r.type = (ncclDataType_t)ncclNumTypes; /* invalid type: no-op */
+  kern_reduce(&r, 0, d, a, b, 4);
+  kern_unary(&r, KERN_PRE, d, a, 4);
+  assert_int_equal(d[0], 7);
+  r.type = ncclInt32;
+  r.op = (enum kern_op)7; /* invalid op: no-op */
+  kern_reduce(&r, 0, d, a, b, 4);
+  assert_int_equal(d[3], 7);
+  r.op = KERN_SUM;
+  kern_reduce(&r, 0x10u | KERN_POST, d, a, b, 4); /* unknown flag bits ignored */
+  assert_int_equal(d[3], 44);
+  kern_unary(&r, 0, d, b, 4); /* flags 0: a copy */
+  assert_memory_equal(d, b, sizeof b);
+}
+
+int main(void) {
+  setenv("BRAID_KERNEL_ISA", "portable", 1);
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_dispatch),        cmocka_unit_test(test_api_edges),
+      cmocka_unit_test(test_half_exhaustive), cmocka_unit_test(test_bf16_exhaustive),
+      cmocka_unit_test(test_fp8_all),         cmocka_unit_test(test_narrow_rne),
+      cmocka_unit_test(test_path_portable),   cmocka_unit_test(test_path_avx2),
+      cmocka_unit_test(test_path_avx2_nt),    cmocka_unit_test(test_path_avx512),
+      cmocka_unit_test(test_path_avx512_nt),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
