@@ -109,7 +109,7 @@ bench: deps
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/bin
-	install -m 644 include/nccl.h include/braid.h $(DESTDIR)$(PREFIX)/include/
+	install -m 644 include/*.h $(DESTDIR)$(PREFIX)/include/
 	install -m 755 $(SHLIB) $(NCCLSO) $(DESTDIR)$(PREFIX)/lib/
 	install -m 644 $(STLIB) $(DESTDIR)$(PREFIX)/lib/
 	ln -sf libnccl.so.2 $(DESTDIR)$(PREFIX)/lib/libnccl.so
