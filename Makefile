@@ -88,7 +88,7 @@ $(TSTDIR)/test_%: tests/unit/test_%.c $(STLIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -Itests $< -o $@ $(STLIB) -lcmocka -ldl $(LDLIBS)
 
-$(TSTDIR)/mp_%: tests/mp/test_%.c $(MP_COMMON) tests/mp/*.h $(STLIB)
+$(TSTDIR)/mp_test_%: tests/mp/test_%.c $(MP_COMMON) tests/mp/*.h $(STLIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -Itests -Itests/mp $< $(MP_COMMON) -o $@ $(STLIB) -lcmocka $(LDLIBS)
 

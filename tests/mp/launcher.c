@@ -1,0 +1,321 @@
+/* Multi-process tests: the fork launcher. Children never return into cmocka:
+ * each runs its body and _exits; the parent reaps them under a deadline. */
+#include "launcher.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static int g_notify_fd = -1;
+static int g_rank = -1;
+
+double mp_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+void mp_sleep_ms(int ms) {
+  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+  }
+}
+
+int mp_verbose(void) {
+  const char* v = getenv("MP_VERBOSE");
+  return v != NULL && v[0] != '\0' && v[0] != '0';
+}
+
+static void vlog(const mp_env* env, const char* tag, const char* fmt, va_list ap) {
+  char msg[2048];
+  vsnprintf(msg, sizeof(msg), fmt, ap);
+  int rank = env ? env->rank : g_rank;
+  int nranks = env ? env->nranks : 0;
+  fprintf(stderr, "[rank %d/%d pid %d] %s%s\n", rank, nranks, (int)getpid(), tag, msg);
+}
+
+void mp_log(const mp_env* env, const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vlog(env, "", fmt, ap);
+  va_end(ap);
+}
+
+void mp_fail(const mp_env* env, const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vlog(env, "FAIL: ", fmt, ap);
+  va_end(ap);
+}
+
+static const char* last_error(ncclComm_t comm) {
+  const char* s = ncclGetLastError(comm);
+  return s ? s : "(null)";
+}
+
+int mp_expect_rc(const mp_env* env, ncclComm_t comm, ncclResult_t got, ncclResult_t want,
+                 const char* what) {
+  if (got == want) return 0;
+  mp_fail(env, "%s: returned %d (%s), expected %d (%s); last error: \"%s\"", what, (int)got,
+          ncclGetErrorString(got), (int)want, ncclGetErrorString(want), last_error(comm));
+  return 1;
+}
+
+int mp_expect_last_error(const mp_env* env, ncclComm_t comm, const char* what) {
+  const char* s = ncclGetLastError(comm);
+  if (s != NULL && s[0] != '\0') {
+    if (mp_verbose()) mp_log(env, "%s: last error \"%s\"", what, s);
+    return 0;
+  }
+  mp_fail(env, "%s: ncclGetLastError(%s) is %s", what, comm ? "comm" : "NULL",
+          s ? "empty" : "NULL");
+  return 1;
+}
+
+int mp_comm_init(const mp_env* env, ncclComm_t* comm) {
+  *comm = NULL;
+  ncclResult_t rc = ncclCommInitRank(comm, env->nranks, env->id, env->rank);
+  if (rc == ncclSuccess) return 0;
+  mp_fail(env, "ncclCommInitRank(nranks=%d, rank=%d) returned %d (%s): \"%s\"", env->nranks,
+          env->rank, (int)rc, ncclGetErrorString(rc), last_error(NULL));
+  return 1;
+}
+
+void mp_notify_parent(void) {
+  unsigned char b = (unsigned char)g_rank;
+  if (g_notify_fd < 0) return;
+  while (write(g_notify_fd, &b, 1) < 0 && errno == EINTR) {
+  }
+}
+
+int mp_wait_flag(volatile int* flag, int timeout_ms) {
+  double end = mp_now() + timeout_ms / 1000.0;
+  int v;
+  while ((v = __atomic_load_n(flag, __ATOMIC_SEQ_CST)) == 0 && mp_now() < end) mp_sleep_ms(2);
+  return v;
+}
+
+void mp_default_env(const char* name, const char* value) {
+  setenv(name, value, 0);
+}
+
+int mp_free_port(int family) {
+  int fd = socket(family, SOCK_STREAM, 0);
+  if (fd < 0) return 0;
+  struct sockaddr_storage ss;
+  memset(&ss, 0, sizeof(ss));
+  socklen_t len;
+  if (family == AF_INET6) {
+    struct sockaddr_in6* a = (struct sockaddr_in6*)&ss;
+    a->sin6_family = AF_INET6;
+    a->sin6_addr = in6addr_loopback;
+    len = sizeof(*a);
+  } else {
+    struct sockaddr_in* a = (struct sockaddr_in*)&ss;
+    a->sin_family = AF_INET;
+    a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    len = sizeof(*a);
+  }
+  int port = 0;
+  if (bind(fd, (struct sockaddr*)&ss, len) == 0 &&
+      getsockname(fd, (struct sockaddr*)&ss, &len) == 0) {
+    port = ntohs(family == AF_INET6 ? ((struct sockaddr_in6*)&ss)->sin6_port
+                                    : ((struct sockaddr_in*)&ss)->sin_port);
+  }
+  close(fd);
+  return port;
+}
+
+/* Inherited copies of the parent's root sockets would keep its connections
+ * open after the root closes them; a child never uses them. */
+static void close_inherited_sockets(int keep) {
+  long max = sysconf(_SC_OPEN_MAX);
+  if (max < 0 || max > 65536) max = 65536;
+  for (int fd = 3; fd < max; fd++) {
+    struct stat st;
+    if (fd != keep && fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode)) close(fd);
+  }
+}
+
+__attribute__((noreturn)) static void child_main(mp_env env, int rank, mp_body_fn body, int rfd,
+                                                 int wfd, pid_t parent) {
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() != parent) _exit(98);
+  close(rfd);
+  close_inherited_sockets(wfd);
+  g_notify_fd = wfd;
+  g_rank = rank;
+  env.rank = rank;
+  int rc = body(&env);
+  fflush(stdout);
+  fflush(stderr);
+  _exit(rc == 0 ? 0 : 1);
+}
+
+typedef struct reaper {
+  int n;
+  pid_t pid[MP_MAX_RANKS];
+  int status[MP_MAX_RANKS];
+  int done[MP_MAX_RANKS];
+  int ndone;
+  int timed_out;
+} reaper;
+
+static void reap_some(reaper* rp) {
+  for (int r = 0; r < rp->n; r++) {
+    if (rp->done[r]) continue;
+    if (waitpid(rp->pid[r], &rp->status[r], WNOHANG) == rp->pid[r]) {
+      rp->done[r] = 1;
+      rp->ndone++;
+    }
+  }
+}
+
+static void kill_remaining(reaper* rp) {
+  for (int r = 0; r < rp->n; r++)
+    if (!rp->done[r]) kill(rp->pid[r], SIGKILL);
+  for (int r = 0; r < rp->n; r++) {
+    if (rp->done[r]) continue;
+    while (waitpid(rp->pid[r], &rp->status[r], 0) < 0 && errno == EINTR) {
+    }
+    rp->done[r] = 1;
+    rp->ndone++;
+  }
+}
+
+/* Reads notifications; SIGKILLs the victim when it asks. Returns the fd, or
+ * -1 once every child has closed its end. */
+static int handle_notify(reaper* rp, const mp_opts* o, int rfd) {
+  struct pollfd p = {rfd, POLLIN, 0};
+  if (rfd < 0) {
+    mp_sleep_ms(10);
+    return rfd;
+  }
+  if (poll(&p, 1, 10) <= 0) return rfd;
+  unsigned char buf[64];
+  ssize_t got = read(rfd, buf, sizeof(buf));
+  if (got == 0) return -1;
+  for (ssize_t i = 0; i < got; i++) {
+    int r = buf[i];
+    if (o->kill_on_notify && r == o->victim && r < rp->n && !rp->done[r]) {
+      fprintf(stderr, "[launcher] SIGKILL rank %d (pid %d) on its request\n", r, (int)rp->pid[r]);
+      kill(rp->pid[r], SIGKILL);
+    }
+  }
+  return rfd;
+}
+
+static void wait_all(reaper* rp, const mp_opts* o, int rfd) {
+  double end = mp_now() + o->deadline_s;
+  while (rp->ndone < rp->n) {
+    rfd = handle_notify(rp, o, rfd);
+    reap_some(rp);
+    if (rp->ndone < rp->n && mp_now() > end) {
+      fprintf(stderr, "[launcher] deadline of %d s passed: SIGKILL the %d remaining ranks\n",
+              o->deadline_s, rp->n - rp->ndone);
+      rp->timed_out = 1;
+      for (int r = 0; r < rp->n; r++)
+        if (!rp->done[r]) fprintf(stderr, "[launcher]   rank %d still running\n", r);
+      kill_remaining(rp);
+    }
+  }
+}
+
+/* 0 when rank r ended as expected, else prints why and returns 1. */
+static int judge(const reaper* rp, const mp_opts* o, int r) {
+  int st = rp->status[r];
+  int sig = WIFSIGNALED(st) ? WTERMSIG(st) : 0;
+  if (r == o->victim) {
+    if (sig == SIGKILL) return 0;
+    fprintf(stderr, "[launcher] rank %d (victim) was expected to die by SIGKILL, but %s %d\n", r,
+            sig ? "died by signal" : "exited with", sig ? sig : WEXITSTATUS(st));
+    return 1;
+  }
+  if (WIFEXITED(st) && WEXITSTATUS(st) == 0) return 0;
+  if (sig)
+    fprintf(stderr, "[launcher] rank %d died by signal %d (%s)%s\n", r, sig, strsignal(sig),
+            rp->timed_out && sig == SIGKILL ? " (deadline)" : "");
+  else
+    fprintf(stderr, "[launcher] rank %d exited with status %d\n", r, WEXITSTATUS(st));
+  return 1;
+}
+
+static int spawn(reaper* rp, mp_env* env, mp_body_fn body, int pfd[2]) {
+  pid_t parent = getpid();
+  fflush(stdout);
+  fflush(stderr);
+  for (int r = 0; r < rp->n; r++) {
+    pid_t pid = fork();
+    if (pid == 0) child_main(*env, r, body, pfd[0], pfd[1], parent);
+    if (pid < 0) {
+      perror("[launcher] fork");
+      rp->n = r;
+      kill_remaining(rp);
+      return -1;
+    }
+    rp->pid[r] = pid;
+  }
+  return 0;
+}
+
+static int prepare_env(mp_env* env, int nranks, void* arg, const mp_opts* o) {
+  memset(env, 0, sizeof(*env));
+  env->rank = -1;
+  env->nranks = nranks;
+  env->arg = arg;
+  if (!o->no_id) {
+    ncclResult_t rc = ncclGetUniqueId(&env->id);
+    if (rc != ncclSuccess) {
+      fprintf(stderr, "[launcher] ncclGetUniqueId returned %d (%s): %s\n", (int)rc,
+              ncclGetErrorString(rc), ncclGetLastError(NULL));
+      return -1;
+    }
+    env->has_id = 1;
+  }
+  void* shm = mmap(NULL, MP_SHM_INTS * sizeof(int), PROT_READ | PROT_WRITE,
+                   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (shm == MAP_FAILED) return -1;
+  env->shm = shm;
+  return 0;
+}
+
+int mp_launch(int nranks, mp_body_fn body, void* arg, const mp_opts* opts) {
+  mp_opts o = MP_OPTS_INIT;
+  if (opts) o = *opts;
+  if (o.deadline_s <= 0) o.deadline_s = MP_DEFAULT_DEADLINE_S;
+  if (nranks < 1 || nranks > MP_MAX_RANKS) return 1;
+  mp_env env;
+  if (prepare_env(&env, nranks, arg, &o) != 0) return nranks;
+  int pfd[2];
+  if (pipe(pfd) != 0) return nranks;
+  reaper rp;
+  memset(&rp, 0, sizeof(rp));
+  rp.n = nranks;
+  double t0 = mp_now();
+  int bad = nranks;
+  if (spawn(&rp, &env, body, pfd) == 0) {
+    close(pfd[1]);
+    pfd[1] = -1;
+    wait_all(&rp, &o, pfd[0]);
+    bad = 0;
+    for (int r = 0; r < nranks; r++) bad += judge(&rp, &o, r);
+  }
+  fprintf(stderr, "[launcher] %d ranks done in %.2f s, %d failed\n", nranks, mp_now() - t0, bad);
+  close(pfd[0]);
+  if (pfd[1] >= 0) close(pfd[1]);
+  munmap((void*)env.shm, MP_SHM_INTS * sizeof(int));
+  return bad;
+}

@@ -1,0 +1,71 @@
+/* Multi-process tests: fork N ranks from a cmocka test, wait for them under a
+ * deadline (SIGKILL on expiry), and helpers the rank bodies share. */
+#ifndef MP_LAUNCHER_H_
+#define MP_LAUNCHER_H_
+
+#include <stddef.h>
+
+#include "nccl.h"
+
+#define MP_MAX_RANKS 64
+#define MP_DEFAULT_DEADLINE_S 120
+#define MP_SHM_INTS 1024
+
+/* What a rank body sees. `id` is valid when has_id (the parent called
+ * ncclGetUniqueId before forking; its root thread serves the bootstrap). */
+typedef struct mp_env {
+  int rank;
+  int nranks;
+  int has_id;
+  ncclUniqueId id;
+  void* arg;
+  volatile int* shm; /* MP_SHM_INTS ints shared by all ranks, zeroed */
+} mp_env;
+
+/* Runs in the child; returns 0 on success, non-zero on failure. */
+typedef int (*mp_body_fn)(const mp_env* env);
+
+typedef struct mp_opts {
+  int deadline_s;     /* children still alive after this are SIGKILLed */
+  int no_id;          /* 1: do not call ncclGetUniqueId in the parent */
+  int victim;         /* this rank must die by SIGKILL; -1: none */
+  int kill_on_notify; /* parent SIGKILLs the victim when it calls mp_notify_parent */
+} mp_opts;
+
+#define MP_OPTS_INIT \
+  { MP_DEFAULT_DEADLINE_S, 0, -1, 0 }
+
+/* Parent side: forks nranks children running body; returns the number of
+ * ranks that failed (bad exit, unexpected signal, deadline). */
+int mp_launch(int nranks, mp_body_fn body, void* arg, const mp_opts* opts);
+
+/* Child side: tells the parent this rank reached its kill point. */
+void mp_notify_parent(void);
+
+/* Messages to stderr prefixed with "[rank r/n pid]". */
+void mp_log(const mp_env* env, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+void mp_fail(const mp_env* env, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+int mp_verbose(void);
+
+/* Checks got == want; on mismatch prints what, both codes and the last
+ * error. Returns 0 when equal, 1 otherwise. */
+int mp_expect_rc(const mp_env* env, ncclComm_t comm, ncclResult_t got, ncclResult_t want,
+                 const char* what);
+/* Checks that ncclGetLastError(comm) is a non-empty string; 0 when it is. */
+int mp_expect_last_error(const mp_env* env, ncclComm_t comm, const char* what);
+
+/* ncclCommInitRank with env's id; prints the error and returns 1 on failure. */
+int mp_comm_init(const mp_env* env, ncclComm_t* comm);
+
+/* Seconds on a monotonic clock. */
+double mp_now(void);
+void mp_sleep_ms(int ms);
+/* A currently free TCP port on the loopback address of family (AF_INET,
+ * AF_INET6); 0 when none can be bound. */
+int mp_free_port(int family);
+/* Waits until *flag != 0 or timeout_ms passes; returns the flag's value. */
+int mp_wait_flag(volatile int* flag, int timeout_ms);
+/* Sets an environment variable unless the user already set it. */
+void mp_default_env(const char* name, const char* value);
+
+#endif /* MP_LAUNCHER_H_ */
