@@ -2,13 +2,16 @@
 # `make bench`: Braid's all_reduce_perf against Open MPI's MPI_Allreduce, 4 ranks on loopback, float
 # sum (64 MiB bandwidth and an 8 B..1 MiB latency sweep), then a side-by-side summary. Always exits 0.
 #
-# Usage: perf/compare_mpi.sh BUILD_DIR      (env: NP=4 ranks, BENCH_TIMEOUT=900 s per run)
+# Usage: perf/compare_mpi.sh BUILD_DIR      (env: NP=4 ranks, REPS=3 rounds, BENCH_TIMEOUT=900 s
+# per run). Each round runs Braid then MPI; the summary takes the median over rounds, because on an
+# oversubscribed host one run swings by 1.5x with how the scheduler happens to place the ranks.
 set -u
 
 BUILD=${1:-build}
 BIN=$BUILD/bin
 NP=${NP:-4}
 TMO=${BENCH_TIMEOUT:-900}
+REPS=${REPS:-3}
 
 if ! command -v mpirun >/dev/null 2>&1; then
   echo "compare_mpi: mpirun not found; nothing to compare"
@@ -51,15 +54,23 @@ run() { # run NAME BINARY ARGS...: prints the output and keeps it in $OUT/NAME
 
 BW=(-b 64M -e 64M -d float -o sum)
 LAT=(-b 8 -e 1M -f 2 -d float -o sum)
-run braid_bw "$BIN/all_reduce_perf" "${BW[@]}"
-run braid_lat "$BIN/all_reduce_perf" "${LAT[@]}"
-run mpi_bw "$BIN/mpi_allreduce_perf" "${BW[@]}"
-run mpi_lat "$BIN/mpi_allreduce_perf" "${LAT[@]}"
+for rep in $(seq 1 "$REPS"); do
+  run "braid_bw.$rep" "$BIN/all_reduce_perf" "${BW[@]}"
+  run "mpi_bw.$rep" "$BIN/mpi_allreduce_perf" "${BW[@]}"
+  run "braid_lat.$rep" "$BIN/all_reduce_perf" "${LAT[@]}"
+  run "mpi_lat.$rep" "$BIN/mpi_allreduce_perf" "${LAT[@]}"
+done
 
 # Table rows: size count type redop root time algbw busbw #wrong (out-of-place) time ... (in-place)
-rows() { awk '!/^#/ && NF >= 13 { print $1, $6, $8 }' "$OUT/$1" 2>/dev/null; }
+# rows NAME: "size time busbw" per size, the median time and busbw over the rounds.
+rows() {
+  cat "$OUT/$1".* 2>/dev/null | awk '!/^#/ && NF >= 13 { print $1, $6, $8 }' | sort -k1,1n -k2,2g |
+    awk '{ n[$1]++; t[$1, n[$1]] = $2; b[$1, n[$1]] = $3 }
+         END { for (s in n) { m = int((n[s] + 1) / 2); print s, t[s, m], b[s, m] } }' |
+    sort -k1,1n
+}
 
-echo "# Braid vs Open MPI MPI_Allreduce: $NP ranks, float sum, out-of-place time per op"
+echo "# Braid vs Open MPI MPI_Allreduce: $NP ranks, float sum, out-of-place time per op, median of $REPS"
 echo "# ratio = braid / MPI time (below 1: Braid is faster)"
 printf "# %10s  %12s  %12s  %8s\n" "size(B)" "braid(us)" "mpi(us)" "ratio"
 join -a1 -a2 -e - -o 0,1.2,2.2 <(rows braid_lat | sort -k1,1) <(rows mpi_lat | sort -k1,1) |
@@ -70,6 +81,6 @@ join -a1 -a2 -e - -o 0,1.2,2.2 <(rows braid_lat | sort -k1,1) <(rows mpi_lat | s
 bb=$(rows braid_bw | awk 'NR == 1 { print $3 }')
 mb=$(rows mpi_bw | awk 'NR == 1 { print $3 }')
 echo "#"
-echo "# 64 MiB busbw (GB/s, out-of-place): braid ${bb:-n/a}  MPI ${mb:-n/a}  braid/MPI" \
+echo "# 64 MiB busbw (GB/s, out-of-place, median of $REPS): braid ${bb:-n/a}  MPI ${mb:-n/a}  braid/MPI" \
   "$(awk -v a="${bb:-}" -v b="${mb:-}" 'BEGIN { if (a != "" && b + 0 > 0) printf "%.2f", a / b; else print "n/a" }')"
 exit 0
