@@ -24,15 +24,24 @@ static const struct {
     [PRIM_EXCHANGE] = {"exchange", 1, 1},
 };
 
-int sched_prim_recvs(enum sched_prim p) { return prims[p].recvs; }
-int sched_prim_sends(enum sched_prim p) { return prims[p].sends; }
-const char* sched_prim_name(enum sched_prim p) { return p < PRIM_COUNT ? prims[p].name : "?"; }
+int sched_prim_recvs(enum sched_prim p) {
+  return prims[p].recvs;
+}
+int sched_prim_sends(enum sched_prim p) {
+  return prims[p].sends;
+}
+const char* sched_prim_name(enum sched_prim p) {
+  return p < PRIM_COUNT ? prims[p].name : "?";
+}
 
 const char* sched_algo_name(int algo) {
   switch (algo) {
-    case ALGO_RING: return "Ring";
-    case ALGO_RD: return "RecDoubling";
-    default: return "?";
+    case ALGO_RING:
+      return "Ring";
+    case ALGO_RD:
+      return "RecDoubling";
+    default:
+      return "?";
   }
 }
 
@@ -48,8 +57,8 @@ ncclResult_t sched_reserve(struct schedule* s, size_t n) {
   return ncclSuccess;
 }
 
-ncclResult_t sched_append(struct schedule* s, enum sched_prim prim, unsigned flags,
-                          int recv_peer, int send_peer, size_t offset, size_t count) {
+ncclResult_t sched_append(struct schedule* s, enum sched_prim prim, unsigned flags, int recv_peer,
+                          int send_peer, size_t offset, size_t count) {
   ncclResult_t res = ncclSuccess;
   if (count == 0) return ncclSuccess; /* both ends skip empty slices alike */
   if (s->nsteps == s->capacity) CHECK(sched_reserve(s, s->capacity ? 2 * s->capacity : 64));
@@ -81,9 +90,14 @@ ncclResult_t sched_build(struct schedule* s, const struct sched_key* key) {
   s->valid = 0;
   s->nsteps = 0;
   switch (key->algo) {
-    case ALGO_RING: CHECK(ring_schedule_allreduce(s, key)); break;
-    case ALGO_RD: CHECK(rd_schedule_allreduce(s, key)); break;
-    default: FAIL(ncclInternalError, "Unknown algorithm %d", key->algo);
+    case ALGO_RING:
+      CHECK(ring_schedule_allreduce(s, key));
+      break;
+    case ALGO_RD:
+      CHECK(rd_schedule_allreduce(s, key));
+      break;
+    default:
+      FAIL(ncclInternalError, "Unknown algorithm %d", key->algo);
   }
   s->key = *key;
   s->valid = 1;

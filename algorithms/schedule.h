@@ -65,8 +65,8 @@ struct schedule {
 
 /* Make room for `n` steps (grows only; the comm keeps the memory). */
 ncclResult_t sched_reserve(struct schedule* s, size_t n);
-ncclResult_t sched_append(struct schedule* s, enum sched_prim prim, unsigned flags,
-                          int recv_peer, int send_peer, size_t offset, size_t count);
+ncclResult_t sched_append(struct schedule* s, enum sched_prim prim, unsigned flags, int recv_peer,
+                          int send_peer, size_t offset, size_t count);
 void sched_free(struct schedule* s);
 
 /* 1 when the primitive receives / sends. */

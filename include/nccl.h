@@ -74,17 +74,17 @@ typedef struct ncclConfig_v21700 {
   int splitShare;
 } ncclConfig_t;
 
-#define NCCL_CONFIG_INITIALIZER                                                 \
-  {                                                                             \
-    sizeof(ncclConfig_t),                              /* size */               \
-        0xcafebeef,                                    /* magic */              \
-        NCCL_VERSION(NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH), /* version */         \
-        NCCL_CONFIG_UNDEF_INT,                         /* blocking */           \
-        NCCL_CONFIG_UNDEF_INT,                         /* cgaClusterSize */     \
-        NCCL_CONFIG_UNDEF_INT,                         /* minCTAs */            \
-        NCCL_CONFIG_UNDEF_INT,                         /* maxCTAs */            \
-        NCCL_CONFIG_UNDEF_PTR,                         /* netName */            \
-        NCCL_CONFIG_UNDEF_INT                          /* splitShare */         \
+#define NCCL_CONFIG_INITIALIZER                                                \
+  {                                                                            \
+    sizeof(ncclConfig_t),                                 /* size */           \
+        0xcafebeef,                                       /* magic */          \
+        NCCL_VERSION(NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH), /* version */        \
+        NCCL_CONFIG_UNDEF_INT,                            /* blocking */       \
+        NCCL_CONFIG_UNDEF_INT,                            /* cgaClusterSize */ \
+        NCCL_CONFIG_UNDEF_INT,                            /* minCTAs */        \
+        NCCL_CONFIG_UNDEF_INT,                            /* maxCTAs */        \
+        NCCL_CONFIG_UNDEF_PTR,                            /* netName */        \
+        NCCL_CONFIG_UNDEF_INT                             /* splitShare */     \
   }
 
 /* Reduction operations. Values >= ncclNumOps are made by

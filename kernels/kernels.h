@@ -45,8 +45,7 @@ void kern_reduce(const struct kern_redop* r, unsigned flags, void* dst, const vo
 
 /* dst[i] = POST( PRE(src[i]) ): the one-operand form (a single rank, or a
  * premultiplied first send). dst may equal src. */
-void kern_unary(const struct kern_redop* r, unsigned flags, void* dst, const void* src,
-                size_t n);
+void kern_unary(const struct kern_redop* r, unsigned flags, void* dst, const void* src, size_t n);
 
 /* Bytes per element, 0 for an invalid type. */
 size_t kern_type_size(ncclDataType_t type);

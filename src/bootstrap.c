@@ -77,8 +77,7 @@ ncclResult_t bootstrap_id_decode(const ncclUniqueId* in, struct bootstrap_id* id
     return ncclInvalidArgument;
   }
   if (socket_addr_from_wire(&id->root, &addr) != 0) {
-    WARN("Invalid unique id: bad root address (family %u port %u)", id->root.family,
-         id->root.port);
+    WARN("Invalid unique id: bad root address (family %u port %u)", id->root.family, id->root.port);
     return ncclInvalidArgument;
   }
   return ncclSuccess;
@@ -90,9 +89,9 @@ struct root_state {
   int listen_fd;
   uint64_t secret;
   uint64_t deadline_ns;
-  int nranks;      /* learned from the first valid hello */
+  int nranks; /* learned from the first valid hello */
   int nregistered;
-  int* fds;        /* per rank, -1 until registered */
+  int* fds; /* per rank, -1 until registered */
   struct peer_info* table;
 };
 
@@ -178,7 +177,8 @@ static ncclResult_t root_wait_all(struct root_state* st) {
       if (st->fds[r] >= 0) p[n].fd = st->fds[r], p[n++].events = POLLIN;
     uint64_t now = braid_now_ns();
     if (now >= st->deadline_ns)
-      FAIL(ncclSystemError, "Bootstrap root: timeout, %d of %d ranks arrived (BRAID_TIMEOUT_MS=%lld)",
+      FAIL(ncclSystemError,
+           "Bootstrap root: timeout, %d of %d ranks arrived (BRAID_TIMEOUT_MS=%lld)",
            st->nregistered, st->nranks, (long long)param_timeout_ms());
     int ms = (int)MIN((st->deadline_ns - now) / 1000000ull + 1, 1000ull);
     if (poll(p, (nfds_t)n, ms) < 0 && errno != EINTR)
@@ -238,8 +238,10 @@ ncclResult_t bootstrap_get_unique_id(ncclUniqueId* out) {
     id.secret = comm_id_secret(env);
   } else {
     CHECK(socket_local_addr(&addr, NULL, 0));
-    if (addr.sa.sa_family == AF_INET) addr.sin.sin_port = 0;
-    else addr.sin6.sin6_port = 0;
+    if (addr.sa.sa_family == AF_INET)
+      addr.sin.sin_port = 0;
+    else
+      addr.sin6.sin6_port = 0;
     id.secret = bootstrap_random64();
     CHECK(root_start(&addr, id.secret));
   }
@@ -270,8 +272,10 @@ ncclResult_t bootstrap_exchange(const struct bootstrap_id* id, int rank, int nra
   CHECK(socket_send_all(fd, &h, sizeof(h), deadline_ns));
   res = socket_recv_all(fd, all, sizeof(struct peer_info) * (size_t)nranks, deadline_ns);
   if (res != ncclSuccess)
-    FAIL(res, "Bootstrap: rank %d got no peer table from root %s (a rank died, timed out, or ids "
-              "differ)", rank, socket_addr_str(&root, buf, sizeof(buf)));
+    FAIL(res,
+         "Bootstrap: rank %d got no peer table from root %s (a rank died, timed out, or ids "
+         "differ)",
+         rank, socket_addr_str(&root, buf, sizeof(buf)));
   for (int r = 0; r < nranks; r++)
     if (all[r].rank != r) FAIL(ncclInternalError, "Bootstrap: corrupt peer table entry %d", r);
 fail:

@@ -20,9 +20,10 @@ ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
   CHECK(redop_resolve(comm, op, datatype, &a));
   if (count > 0 && sendbuff == NULL) FAIL(ncclInvalidArgument, "ncclAllReduce : sendbuff is NULL");
   if (count > 0 && recvbuff == NULL) FAIL(ncclInvalidArgument, "ncclAllReduce : recvbuff is NULL");
-  INFO(SUB_COLL, "AllReduce: sendbuff %p recvbuff %p count %zu datatype %d op %d root 0 comm %p "
-       "[nranks=%d] stream %p", sendbuff, recvbuff, count, (int)datatype, (int)op, (void*)comm,
-       comm->nranks, (void*)stream);
+  INFO(SUB_COLL,
+       "AllReduce: sendbuff %p recvbuff %p count %zu datatype %d op %d root 0 comm %p "
+       "[nranks=%d] stream %p",
+       sendbuff, recvbuff, count, (int)datatype, (int)op, (void*)comm, comm->nranks, (void*)stream);
   a.sendbuff = sendbuff;
   a.recvbuff = recvbuff;
   a.count = count;

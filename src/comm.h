@@ -22,8 +22,8 @@ struct comm_redop {
   int in_use;
   ncclDataType_t type;
   ncclScalarResidence_t residence;
-  uint64_t scalar;         /* host-immediate value, in the type's encoding */
-  const void* scalar_ptr;  /* read at each call for ncclScalarDevice */
+  uint64_t scalar;        /* host-immediate value, in the type's encoding */
+  const void* scalar_ptr; /* read at each call for ncclScalarDevice */
 };
 
 struct ncclComm {
@@ -64,8 +64,8 @@ ncclResult_t redop_resolve(struct ncclComm* comm, ncclRedOp_t op, ncclDataType_t
 void redop_free_all(struct ncclComm* comm);
 
 /* Tuner: algorithm and chunk size for an all-reduce of `bytes`. */
-void tuner_choose_allreduce(const struct ncclComm* comm, size_t count, size_t elem_size,
-                            int* algo, size_t* chunk_bytes);
+void tuner_choose_allreduce(const struct ncclComm* comm, size_t count, size_t elem_size, int* algo,
+                            size_t* chunk_bytes);
 
 /* Group queue: run now, or defer to ncclGroupEnd when inside a group. */
 ncclResult_t group_enqueue(struct ncclComm* comm, const struct exec_args* args);

@@ -14,24 +14,24 @@
 /* Define an exported API function and its pnccl* alias in one go:
  *   NCCL_API(ncclResult_t, ncclFoo, int x);
  *   ncclResult_t ncclFoo(int x) { ... } */
-#define NCCL_API(ret, name, ...)                                                 \
-  __attribute__((visibility("default"))) ret name(__VA_ARGS__);                  \
+#define NCCL_API(ret, name, ...)                                \
+  __attribute__((visibility("default"))) ret name(__VA_ARGS__); \
   __attribute__((visibility("default"), alias(#name))) ret p##name(__VA_ARGS__)
 
 /* Propagate a failure to the caller's `fail:` label with `res` set.
  * Every fallible function declares `ncclResult_t res = ncclSuccess;`. */
-#define CHECK(call)                     \
-  do {                                  \
-    res = (call);                       \
-    if (res != ncclSuccess) goto fail;  \
+#define CHECK(call)                    \
+  do {                                 \
+    res = (call);                      \
+    if (res != ncclSuccess) goto fail; \
   } while (0)
 
 /* Fail with `code` and a WARN naming the problem. */
-#define FAIL(code, ...)  \
-  do {                   \
-    WARN(__VA_ARGS__);   \
-    res = (code);        \
-    goto fail;           \
+#define FAIL(code, ...) \
+  do {                  \
+    WARN(__VA_ARGS__);  \
+    res = (code);       \
+    goto fail;          \
   } while (0)
 
 #define DIV_UP(a, b) (((a) + (b)-1) / (b))

@@ -41,11 +41,21 @@ static uint32_t subsys_bit(const char* name, size_t len) {
   static const struct {
     const char* name;
     uint32_t bit;
-  } table[] = {{"INIT", SUB_INIT},     {"COLL", SUB_COLL},   {"P2P", SUB_P2P},
-               {"SHM", SUB_SHM},       {"NET", SUB_NET},     {"GRAPH", SUB_GRAPH},
-               {"TUNING", SUB_TUNING}, {"ENV", SUB_ENV},     {"ALLOC", SUB_ALLOC},
-               {"CALL", SUB_CALL},     {"PROXY", SUB_PROXY}, {"NVLS", SUB_NVLS},
-               {"BOOTSTRAP", SUB_BOOTSTRAP}, {"REG", SUB_REG}, {"ALL", SUB_ALL}};
+  } table[] = {{"INIT", SUB_INIT},
+               {"COLL", SUB_COLL},
+               {"P2P", SUB_P2P},
+               {"SHM", SUB_SHM},
+               {"NET", SUB_NET},
+               {"GRAPH", SUB_GRAPH},
+               {"TUNING", SUB_TUNING},
+               {"ENV", SUB_ENV},
+               {"ALLOC", SUB_ALLOC},
+               {"CALL", SUB_CALL},
+               {"PROXY", SUB_PROXY},
+               {"NVLS", SUB_NVLS},
+               {"BOOTSTRAP", SUB_BOOTSTRAP},
+               {"REG", SUB_REG},
+               {"ALL", SUB_ALL}};
   for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++)
     if (strlen(table[i].name) == len && strncasecmp(table[i].name, name, len) == 0)
       return table[i].bit;
@@ -114,10 +124,12 @@ int debug_enabled(enum debug_level level, uint32_t subsys) {
 }
 
 static __thread int t_device = 0;
-void debug_set_device(int dev) { t_device = dev; }
+void debug_set_device(int dev) {
+  t_device = dev;
+}
 
-void debug_log(enum debug_level level, uint32_t subsys, const char* file, int line,
-               const char* fmt, ...) {
+void debug_log(enum debug_level level, uint32_t subsys, const char* file, int line, const char* fmt,
+               ...) {
   pthread_once(&g_debug.once, debug_init);
   char msg[LAST_ERROR_LEN];
   va_list ap;

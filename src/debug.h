@@ -36,8 +36,8 @@ enum debug_subsys {
   SUB_ALL = ~0u
 };
 
-void debug_log(enum debug_level level, uint32_t subsys, const char* file, int line,
-               const char* fmt, ...) __attribute__((format(printf, 5, 6)));
+void debug_log(enum debug_level level, uint32_t subsys, const char* file, int line, const char* fmt,
+               ...) __attribute__((format(printf, 5, 6)));
 
 /* Level and subsystem mask from the environment (read once). */
 enum debug_level debug_level(void);
@@ -54,15 +54,15 @@ const char* debug_last_error(void);
 void debug_set_device(int dev);
 
 #define WARN(...) debug_log(DEBUG_WARN, SUB_ALL, __FILE__, __LINE__, __VA_ARGS__)
-#define INFO(sub, ...)                                                         \
-  do {                                                                         \
-    if (debug_enabled(DEBUG_INFO, (sub)))                                      \
-      debug_log(DEBUG_INFO, (sub), __FILE__, __LINE__, __VA_ARGS__);           \
+#define INFO(sub, ...)                                               \
+  do {                                                               \
+    if (debug_enabled(DEBUG_INFO, (sub)))                            \
+      debug_log(DEBUG_INFO, (sub), __FILE__, __LINE__, __VA_ARGS__); \
   } while (0)
-#define TRACE(sub, ...)                                                        \
-  do {                                                                         \
-    if (debug_enabled(DEBUG_TRACE, (sub)))                                     \
-      debug_log(DEBUG_TRACE, (sub), __FILE__, __LINE__, __VA_ARGS__);          \
+#define TRACE(sub, ...)                                               \
+  do {                                                                \
+    if (debug_enabled(DEBUG_TRACE, (sub)))                            \
+      debug_log(DEBUG_TRACE, (sub), __FILE__, __LINE__, __VA_ARGS__); \
   } while (0)
 
 #endif /* BRAID_DEBUG_H_ */

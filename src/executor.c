@@ -46,9 +46,12 @@ static int step_needs_slot(const struct exec_state* ex, const struct sched_step*
     case PRIM_RECV_REDUCE_SEND:
     case PRIM_RECV_REDUCE_COPY_SEND:
     case PRIM_RECV_REDUCE_COPY:
-    case PRIM_EXCHANGE: return 1;
-    case PRIM_SEND: return (st->flags & SCHED_PRE) && ex->args.pre;
-    default: return 0;
+    case PRIM_EXCHANGE:
+      return 1;
+    case PRIM_SEND:
+      return (st->flags & SCHED_PRE) && ex->args.pre;
+    default:
+      return 0;
   }
 }
 
@@ -143,7 +146,8 @@ static const void* compute_step(struct exec_state* ex, const struct sched_step* 
       release_slot(ex, rec);
       return st->prim == PRIM_RECV_REDUCE_COPY_SEND ? y : NULL;
     case PRIM_RECV_COPY_SEND:
-    case PRIM_SEND_OUT: return y;
+    case PRIM_SEND_OUT:
+      return y;
     case PRIM_COPY:
       if ((pre | post) || x != y) kern_unary(&a->redop, pre | post, y, x, st->count);
       return NULL;
@@ -154,7 +158,8 @@ static const void* compute_step(struct exec_state* ex, const struct sched_step* 
         kern_reduce(&a->redop, post, y, y, slot, st->count);
       release_slot(ex, rec);
       return NULL;
-    default: return NULL;
+    default:
+      return NULL;
   }
 }
 
@@ -233,8 +238,10 @@ static ncclResult_t check_alive(struct ncclComm* comm, int progressed) {
   if (progressed) {
     ex->last_progress_ns = now;
   } else if (now - ex->last_progress_ns > (uint64_t)comm->tctx.timeout_ms * 1000000ull) {
-    WARN("Rank %d: collective made no progress for %lld ms (BRAID_TIMEOUT_MS); a peer is gone "
-         "or stuck", comm->rank, (long long)comm->tctx.timeout_ms);
+    WARN(
+        "Rank %d: collective made no progress for %lld ms (BRAID_TIMEOUT_MS); a peer is gone "
+        "or stuck",
+        comm->rank, (long long)comm->tctx.timeout_ms);
     return ncclSystemError;
   }
   return ncclSuccess;

@@ -40,7 +40,9 @@ static __thread struct {
   int njobs, cap_jobs;
 } t_group;
 
-int group_depth(void) { return t_group.depth; }
+int group_depth(void) {
+  return t_group.depth;
+}
 
 void group_record_error(ncclResult_t err) {
   if (t_group.depth > 0 && t_group.error == ncclSuccess) t_group.error = err;
@@ -63,7 +65,8 @@ static ncclResult_t grow(void** arr, int* cap, int need, size_t elem) {
 
 ncclResult_t group_add_job(ncclResult_t (*fn)(void*), void* arg) {
   ncclResult_t res = ncclSuccess;
-  CHECK(grow((void**)&t_group.jobs, &t_group.cap_jobs, t_group.njobs + 1, sizeof(struct group_job)));
+  CHECK(
+      grow((void**)&t_group.jobs, &t_group.cap_jobs, t_group.njobs + 1, sizeof(struct group_job)));
   t_group.jobs[t_group.njobs++] = (struct group_job){fn, arg, 0, ncclSuccess};
 fail:
   return res;

@@ -62,8 +62,7 @@ static ncclResult_t config_read(const ncclConfig_t* user, ncclConfig_t* out) {
   *out = def;
   if (user == NULL) return ncclSuccess;
   if (user->magic != CONFIG_MAGIC) {
-    WARN("ncclConfig_t was not initialized with NCCL_CONFIG_INITIALIZER (magic 0x%x)",
-         user->magic);
+    WARN("ncclConfig_t was not initialized with NCCL_CONFIG_INITIALIZER (magic 0x%x)", user->magic);
     return ncclInvalidArgument;
   }
   if (user->size < offsetof(ncclConfig_t, blocking)) {
@@ -170,8 +169,10 @@ static ncclResult_t comm_setup_local(struct ncclComm* comm, union socket_addr* l
   CHECK(braid_calloc(&comm->send_conns, (size_t)comm->nranks, sizeof(struct transport_conn*)));
   CHECK(braid_calloc(&comm->recv_conns, (size_t)comm->nranks, sizeof(struct transport_conn*)));
   CHECK(socket_local_addr(listen, NULL, 0));
-  if (listen->sa.sa_family == AF_INET) listen->sin.sin_port = 0;
-  else listen->sin6.sin6_port = 0;
+  if (listen->sa.sa_family == AF_INET)
+    listen->sin.sin_port = 0;
+  else
+    listen->sin6.sin6_port = 0;
   CHECK(socket_listen(listen, &comm->tctx.listen_fd));
 fail:
   return res;
@@ -201,8 +202,14 @@ static ncclResult_t comm_init_rank(ncclComm_t* out, int nranks, const ncclUnique
   CHECK(config_read(config, &comm->config));
   debug_set_device(rank);
   CHECK(comm_setup_local(comm, &listen));
-  comm->tctx = (struct transport_ctx){rank,     nranks, id.secret, comm->peers, comm->tctx.listen_fd,
-                                      comm->progress.epoll_fd, param_timeout_ms(), NULL};
+  comm->tctx = (struct transport_ctx){rank,
+                                      nranks,
+                                      id.secret,
+                                      comm->peers,
+                                      comm->tctx.listen_fd,
+                                      comm->progress.epoll_fd,
+                                      param_timeout_ms(),
+                                      NULL};
   struct peer_info mine = {rank, (int32_t)getpid(), bootstrap_host_hash(), cuda_dev, 0, {0}};
   socket_addr_to_wire(&listen, &mine.listen);
   CHECK(bootstrap_maybe_start_root(&id, rank));
@@ -227,14 +234,14 @@ struct deferred_init {
 
 static ncclResult_t deferred_init_run(void* p) {
   struct deferred_init* d = p;
-  ncclResult_t res =
-      comm_init_rank(d->out, d->nranks, &d->id, d->rank, d->cuda_dev, d->has_config ? &d->config : NULL);
+  ncclResult_t res = comm_init_rank(d->out, d->nranks, &d->id, d->rank, d->cuda_dev,
+                                    d->has_config ? &d->config : NULL);
   free(d);
   return res;
 }
 
-static ncclResult_t init_rank_maybe_deferred(ncclComm_t* out, int nranks, ncclUniqueId id,
-                                             int rank, const ncclConfig_t* config) {
+static ncclResult_t init_rank_maybe_deferred(ncclComm_t* out, int nranks, ncclUniqueId id, int rank,
+                                             const ncclConfig_t* config) {
   ncclResult_t res = ncclSuccess;
   struct deferred_init* d = NULL;
   if (group_depth() == 0) return comm_init_rank(out, nranks, &id, rank, -1, config);

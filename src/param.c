@@ -18,10 +18,23 @@ int param_parse_int(const char* s, int64_t* out) {
   if (errno != 0 || end == s) return -1;
   int64_t mult = 1;
   switch (*end) {
-    case 'k': case 'K': mult = 1LL << 10; end++; break;
-    case 'm': case 'M': mult = 1LL << 20; end++; break;
-    case 'g': case 'G': mult = 1LL << 30; end++; break;
-    default: break;
+    case 'k':
+    case 'K':
+      mult = 1LL << 10;
+      end++;
+      break;
+    case 'm':
+    case 'M':
+      mult = 1LL << 20;
+      end++;
+      break;
+    case 'g':
+    case 'G':
+      mult = 1LL << 30;
+      end++;
+      break;
+    default:
+      break;
   }
   if (*end != '\0') return -1;
   if (v > INT64_MAX / mult || v < INT64_MIN / mult) return -1;
@@ -48,15 +61,15 @@ int64_t param_read_int(const char* env, int64_t dflt) {
 
 /* A cached getter: the first caller reads the environment; a racing second
  * caller reads the same value, so a relaxed atomic is enough. */
-#define PARAM_GETTER(fn, env, dflt)                                          \
-  int64_t param_##fn(void) {                                                 \
-    static _Atomic int64_t cache = INT64_MIN;                                \
-    int64_t v = atomic_load_explicit(&cache, memory_order_relaxed);          \
-    if (v == INT64_MIN) {                                                    \
-      v = param_read_int(env, dflt);                                         \
-      atomic_store_explicit(&cache, v, memory_order_relaxed);                \
-    }                                                                        \
-    return v;                                                                \
+#define PARAM_GETTER(fn, env, dflt)                                 \
+  int64_t param_##fn(void) {                                        \
+    static _Atomic int64_t cache = INT64_MIN;                       \
+    int64_t v = atomic_load_explicit(&cache, memory_order_relaxed); \
+    if (v == INT64_MIN) {                                           \
+      v = param_read_int(env, dflt);                                \
+      atomic_store_explicit(&cache, v, memory_order_relaxed);       \
+    }                                                               \
+    return v;                                                       \
   }
 
 PARAM_GETTER(timeout_ms, "BRAID_TIMEOUT_MS", 300000)

@@ -17,12 +17,12 @@ int64_t param_read_int(const char* env, int64_t dflt);
 const char* param_read_str(const char* env);
 
 /* The library's integer knobs, each cached after the first call. */
-int64_t param_timeout_ms(void);     /* BRAID_TIMEOUT_MS */
-int64_t param_socket_nthreads(void); /* NCCL_SOCKET_NTHREADS */
+int64_t param_timeout_ms(void);       /* BRAID_TIMEOUT_MS */
+int64_t param_socket_nthreads(void);  /* NCCL_SOCKET_NTHREADS */
 int64_t param_nsocks_perthread(void); /* NCCL_NSOCKS_PERTHREAD */
-int64_t param_chunk_size(void);     /* BRAID_CHUNK_SIZE */
-int64_t param_nsteps(void);         /* BRAID_NSTEPS */
-int64_t param_spin_us(void);        /* BRAID_SPIN_US */
-int64_t param_sock_buf(void);       /* BRAID_SOCKET_BUF */
+int64_t param_chunk_size(void);       /* BRAID_CHUNK_SIZE */
+int64_t param_nsteps(void);           /* BRAID_NSTEPS */
+int64_t param_spin_us(void);          /* BRAID_SPIN_US */
+int64_t param_sock_buf(void);         /* BRAID_SOCKET_BUF */
 
 #endif /* BRAID_PARAM_H_ */

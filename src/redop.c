@@ -100,11 +100,12 @@ ncclResult_t redop_resolve(struct ncclComm* comm, ncclRedOp_t op, ncclDataType_t
          (int)op);
   const struct comm_redop* r = &comm->redops[idx];
   if (r->type != type)
-    FAIL(ncclInvalidArgument, "PreMulSum op %d was created for type %d, used with type %d",
-         (int)op, (int)r->type, (int)type);
+    FAIL(ncclInvalidArgument, "PreMulSum op %d was created for type %d, used with type %d", (int)op,
+         (int)r->type, (int)type);
   a->redop.op = KERN_SUM;
   a->redop.scalar = r->scalar;
-  if (r->residence == ncclScalarDevice) memcpy(&a->redop.scalar, r->scalar_ptr, kern_type_size(type));
+  if (r->residence == ncclScalarDevice)
+    memcpy(&a->redop.scalar, r->scalar_ptr, kern_type_size(type));
   a->pre = KERN_PRE;
 fail:
   return res;

@@ -29,7 +29,9 @@ uint64_t braid_now_ns(void) {
   return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-uint64_t socket_deadline(int64_t ms) { return braid_now_ns() + (uint64_t)ms * 1000000ull; }
+uint64_t socket_deadline(int64_t ms) {
+  return braid_now_ns() + (uint64_t)ms * 1000000ull;
+}
 
 void socket_addr_to_wire(const union socket_addr* a, struct socket_wire_addr* w) {
   memset(w, 0, sizeof(*w));
@@ -280,8 +282,8 @@ ncclResult_t socket_connect(const union socket_addr* addr, uint64_t deadline_ns,
     close(fd);
     fd = -1;
     if (braid_now_ns() >= deadline_ns)
-      FAIL(ncclSystemError, "connect to %s timed out: %s",
-           socket_addr_str(addr, buf, sizeof(buf)), strerror(errno));
+      FAIL(ncclSystemError, "connect to %s timed out: %s", socket_addr_str(addr, buf, sizeof(buf)),
+           strerror(errno));
     usleep(10000);
   }
   *fdp = fd;

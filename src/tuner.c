@@ -59,8 +59,8 @@ static double cost_rd(int n, double bytes, size_t slot) {
   return hops * (TUNER_ALPHA_US * slices + bytes / slices * TUNER_BETA_US_PER_BYTE * slices);
 }
 
-void tuner_choose_allreduce(const struct ncclComm* comm, size_t count, size_t elem_size,
-                            int* algo, size_t* chunk_bytes) {
+void tuner_choose_allreduce(const struct ncclComm* comm, size_t count, size_t elem_size, int* algo,
+                            size_t* chunk_bytes) {
   size_t max_chunk = comm->exec.slot_bytes;
   size_t bytes = count * elem_size;
   unsigned allowed = tuner_allowed();
@@ -73,6 +73,6 @@ void tuner_choose_allreduce(const struct ncclComm* comm, size_t count, size_t el
    * costs outweigh the deeper pipeline); from 1 MiB up slot-sized slices
    * pipeline enough. */
   *chunk_bytes = max_chunk;
-  TRACE(SUB_TUNING, "AllReduce %zu bytes: Ring %.1f us, RecDoubling %.1f us -> %s chunk %zu",
-        bytes, t_ring, t_rd, sched_algo_name(*algo), *chunk_bytes);
+  TRACE(SUB_TUNING, "AllReduce %zu bytes: Ring %.1f us, RecDoubling %.1f us -> %s chunk %zu", bytes,
+        t_ring, t_rd, sched_algo_name(*algo), *chunk_bytes);
 }

@@ -91,11 +91,11 @@ static void test_version(void** state) {
 }
 
 static const char* const k_symbols[] = {
-    "GetVersion",        "GetUniqueId",   "CommInitRank",      "CommInitRankConfig",
-    "CommInitAll",       "CommFinalize",  "CommDestroy",       "CommAbort",
-    "CommCount",         "CommUserRank",  "CommCuDevice",      "CommGetAsyncError",
-    "GetErrorString",    "GetLastError",  "AllReduce",         "RedOpCreatePreMulSum",
-    "RedOpDestroy",      "GroupStart",    "GroupEnd",
+    "GetVersion",     "GetUniqueId",  "CommInitRank", "CommInitRankConfig",
+    "CommInitAll",    "CommFinalize", "CommDestroy",  "CommAbort",
+    "CommCount",      "CommUserRank", "CommCuDevice", "CommGetAsyncError",
+    "GetErrorString", "GetLastError", "AllReduce",    "RedOpCreatePreMulSum",
+    "RedOpDestroy",   "GroupStart",   "GroupEnd",
 };
 
 static void test_exported_symbols(void** state) {

@@ -123,9 +123,9 @@ static void test_wire_roundtrip(void** state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_parse_int),   cmocka_unit_test(test_read_int_falls_back),
-      cmocka_unit_test(test_debug_level), cmocka_unit_test(test_debug_subsys),
-      cmocka_unit_test(test_ifname_rules), cmocka_unit_test(test_hostport),
+      cmocka_unit_test(test_parse_int),      cmocka_unit_test(test_read_int_falls_back),
+      cmocka_unit_test(test_debug_level),    cmocka_unit_test(test_debug_subsys),
+      cmocka_unit_test(test_ifname_rules),   cmocka_unit_test(test_hostport),
       cmocka_unit_test(test_wire_roundtrip),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -40,7 +40,10 @@ static ncclResult_t fake_post(struct transport_conn* c, void* buf, size_t bytes)
 static ncclResult_t fake_progress(struct transport_conn* c, int* progressed) {
   struct fake_conn* s = (struct fake_conn*)c;
   struct fake_conn* r = s->other;
-  if (!c->is_send) { r = s; s = s->other; }
+  if (!c->is_send) {
+    r = s;
+    s = s->other;
+  }
   while (s->base.completed < s->base.posted && r->base.completed < r->base.posted) {
     size_t k = s->base.completed % TRANSPORT_MAX_INFLIGHT;
     if (s->lens[k] != r->lens[k]) s->mismatches++;
@@ -52,10 +55,12 @@ static ncclResult_t fake_progress(struct transport_conn* c, int* progressed) {
   return ncclSuccess;
 }
 
-static void fake_nop(struct transport_conn* c) { (void)c; }
+static void fake_nop(struct transport_conn* c) {
+  (void)c;
+}
 
-static const struct transport fake_transport = {"fake", NULL, NULL, fake_post, fake_progress,
-                                                fake_nop, fake_nop};
+static const struct transport fake_transport = {"fake",        NULL,     NULL,    fake_post,
+                                                fake_progress, fake_nop, fake_nop};
 
 struct world {
   int n;
@@ -120,7 +125,9 @@ static void world_allreduce(struct world* w, void* const* send, void* const* rec
     for (int b = 0; b < w->n; b++) assert_int_equal(w->conns[a][b][0].mismatches, 0);
 }
 
-static double value_of(int rank, size_t i) { return (double)((rank + 3 * i) % 5); }
+static double value_of(int rank, size_t i) {
+  return (double)((rank + 3 * i) % 5);
+}
 
 static void run_case(int algo, int n, size_t count, ncclDataType_t type, ncclRedOp_t op,
                      int inplace, size_t chunk, int window) {
@@ -145,13 +152,14 @@ static void run_case(int algo, int n, size_t count, ncclDataType_t type, ncclRed
         expect = op == ncclMax ? (v > expect ? v : expect) : expect + v;
       }
       if (op == ncclAvg) expect /= n;
-      double got = type == ncclFloat    ? ((float*)recv[r])[i]
-                   : type == ncclInt32  ? ((int32_t*)recv[r])[i]
-                                        : ((double*)recv[r])[i];
+      double got = type == ncclFloat   ? ((float*)recv[r])[i]
+                   : type == ncclInt32 ? ((int32_t*)recv[r])[i]
+                                       : ((double*)recv[r])[i];
       if (type == ncclInt32 && op == ncclAvg) expect = (double)(int64_t)expect;
       if (type == ncclFloat && op == ncclAvg) expect = (float)expect;
       if (got != expect) {
-        fprintf(stderr, "%s n=%d count=%zu type=%d op=%d inplace=%d chunk=%zu rank %d [%zu]: %g != %g\n",
+        fprintf(stderr,
+                "%s n=%d count=%zu type=%d op=%d inplace=%d chunk=%zu rank %d [%zu]: %g != %g\n",
                 sched_algo_name(algo), n, count, type, op, inplace, chunk, r, i, got, expect);
         fail();
       }

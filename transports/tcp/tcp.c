@@ -156,7 +156,8 @@ static ncclResult_t tcp_accept_one(struct transport_ctx* ctx, uint64_t deadline)
   p = calloc(1, sizeof(*p));
   if (p == NULL) FAIL(ncclSystemError, "NET/Socket : out of memory");
   const char* why = NULL;
-  if (socket_recv_all(fd, &p->hello, sizeof(p->hello), MIN(deadline, socket_deadline(TCP_HELLO_MS))))
+  if (socket_recv_all(fd, &p->hello, sizeof(p->hello),
+                      MIN(deadline, socket_deadline(TCP_HELLO_MS))))
     why = "no complete hello";
   else
     why = tcp_hello_problem(ctx, &p->hello);
