@@ -164,6 +164,7 @@ static const void* compute_step(struct exec_state* ex, const struct sched_step* 
 }
 
 static ncclResult_t compute_ready(struct ncclComm* comm, int* progressed) {
+  ncclResult_t res = ncclSuccess;
   struct exec_state* ex = &comm->exec;
   const struct schedule* s = &comm->sched;
   size_t es = kern_type_size(ex->args.type);
@@ -179,15 +180,14 @@ static ncclResult_t compute_ready(struct ncclComm* comm, int* progressed) {
     if (sched_prim_sends(st->prim) && !exchange) {
       struct transport_conn* c = comm->send_conns[st->send_peer];
       rec->send_seq = c->posted;
-      ncclResult_t res = c->ops->post(c, (void*)out, st->count * es);
-      if (res != ncclSuccess) return res;
-      res = c->ops->progress(c, progressed); /* start sending now: latency */
-      if (res != ncclSuccess) return res;
+      CHECK(c->ops->post(c, (void*)out, st->count * es));
+      CHECK(c->ops->progress(c, progressed)); /* start sending now: latency */
     }
     ex->next_compute++;
     *progressed = 1;
   }
-  return ncclSuccess;
+fail:
+  return res;
 }
 
 static void retire_done(struct ncclComm* comm, int* progressed) {
@@ -206,26 +206,26 @@ static void retire_done(struct ncclComm* comm, int* progressed) {
 
 /* Drive the I/O of every connection the running step window touches. */
 static ncclResult_t pump(struct ncclComm* comm, int* progressed) {
+  ncclResult_t res = ncclSuccess;
   struct exec_state* ex = &comm->exec;
   const struct schedule* s = &comm->sched;
   size_t end = MIN(ex->next_post + 1, s->nsteps);
   int last_r = -1, last_s = -1;
   for (size_t i = ex->retired; i < end; i++) {
     const struct sched_step* st = &s->steps[i];
-    ncclResult_t res = ncclSuccess;
     if (st->recv_peer >= 0 && st->recv_peer != last_r) {
       struct transport_conn* c = comm->recv_conns[st->recv_peer];
-      res = c->ops->progress(c, progressed);
+      CHECK(c->ops->progress(c, progressed));
       last_r = st->recv_peer;
     }
-    if (res == ncclSuccess && st->send_peer >= 0 && st->send_peer != last_s) {
+    if (st->send_peer >= 0 && st->send_peer != last_s) {
       struct transport_conn* c = comm->send_conns[st->send_peer];
-      res = c->ops->progress(c, progressed);
+      CHECK(c->ops->progress(c, progressed));
       last_s = st->send_peer;
     }
-    if (res != ncclSuccess) return res;
   }
-  return ncclSuccess;
+fail:
+  return res;
 }
 
 static ncclResult_t check_alive(struct ncclComm* comm, int progressed) {

@@ -210,9 +210,15 @@ static int set_nonblock(int fd) {
 }
 
 void socket_tune_data(int fd, int bufsize) {
-  int one = 1;
+  /* Keepalive finds a peer whose host vanished (no FIN, no RST) in ~25 s,
+   * without putting a deadline on peers that are merely late. */
+  int one = 1, idle = 10, intvl = 5, cnt = 3;
   set_nonblock(fd);
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
   if (bufsize > 0) {
     setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &bufsize, sizeof(bufsize));
     setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bufsize, sizeof(bufsize));
