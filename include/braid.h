@@ -1,0 +1,46 @@
+/*
+ * Braid extensions to the NCCL API. Only what NCCL has no word for lives
+ * here; everything else is in nccl.h.
+ */
+#ifndef BRAID_H_
+#define BRAID_H_
+
+#include "nccl.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/*
+ * Host streams: an in-order queue of Braid work on host memory, executed by
+ * a thread of the library while the caller goes on computing.
+ *
+ * - braidStreamCreate returns a handle that is passed wherever NCCL takes a
+ *   cudaStream_t (it is never a real CUDA stream; do not hand it to CUDA).
+ * - A call on a host stream only validates and enqueues, then returns
+ *   ncclSuccess; the buffers must stay untouched until the stream has run
+ *   the call (braidStreamSynchronize, or braidStreamQuery == ncclSuccess).
+ * - Work on one stream runs in the order it was enqueued. A group
+ *   (ncclGroupStart/End) is one unit of work; its calls must all name the
+ *   same stream.
+ * - Different streams are independent: a call blocked on one (say waiting
+ *   for a late peer) does not hold back another.
+ * - Ranks must still issue the calls of one communicator in the same order.
+ *   Two streams using one communicator take turns, each call whole.
+ * - An error is sticky: braidStreamSynchronize/Query return it, and so does
+ *   ncclCommGetAsyncError of the communicator involved.
+ */
+ncclResult_t braidStreamCreate(cudaStream_t* stream);
+/* Waits for the stream's work, then frees it. */
+ncclResult_t braidStreamDestroy(cudaStream_t stream);
+/* Blocks until everything enqueued so far has run; returns its first error. */
+ncclResult_t braidStreamSynchronize(cudaStream_t stream);
+/* ncclSuccess when idle, ncclInProgress while work is queued or running,
+ * or the stream's first error. Never blocks. */
+ncclResult_t braidStreamQuery(cudaStream_t stream);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* BRAID_H_ */
