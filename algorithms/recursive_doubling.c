@@ -30,7 +30,8 @@ static ncclResult_t rd_round(struct schedule* s, const struct sched_key* k, int 
                              unsigned flags, size_t chunk) {
   ncclResult_t res = ncclSuccess;
   for (size_t off = 0; off < k->count; off += chunk)
-    CHECK(sched_append(s, PRIM_EXCHANGE, flags, partner, partner, off, MIN(chunk, k->count - off)));
+    CHECK(sched_append(s, PRIM_EXCHANGE, flags, partner, partner, off, off,
+                       MIN(chunk, k->count - off)));
 fail:
   return res;
 }
@@ -40,20 +41,21 @@ ncclResult_t rd_schedule_allreduce(struct schedule* s, const struct sched_key* k
   int n = k->nranks, r = k->rank, p2 = rd_pow2_floor(n), extra = n - p2;
   size_t chunk = MAX((size_t)1, k->chunk_bytes / k->elem_size);
   if (k->count == 0) return ncclSuccess;
-  if (n == 1) return sched_append(s, PRIM_COPY, SCHED_PRE | SCHED_POST, -1, -1, 0, k->count);
+  if (n == 1) return sched_append(s, PRIM_COPY, SCHED_PRE | SCHED_POST, -1, -1, 0, 0, k->count);
   if (r >= p2) { /* folded rank: contribute, then receive the result */
     for (size_t off = 0; off < k->count; off += chunk)
-      CHECK(sched_append(s, PRIM_SEND, SCHED_PRE, -1, r - p2, off, MIN(chunk, k->count - off)));
+      CHECK(
+          sched_append(s, PRIM_SEND, SCHED_PRE, -1, r - p2, off, off, MIN(chunk, k->count - off)));
     for (size_t off = 0; off < k->count; off += chunk)
-      CHECK(sched_append(s, PRIM_RECV, 0, r - p2, -1, off, MIN(chunk, k->count - off)));
+      CHECK(sched_append(s, PRIM_RECV, 0, r - p2, -1, off, off, MIN(chunk, k->count - off)));
     return ncclSuccess;
   }
   for (size_t off = 0; off < k->count; off += chunk) {
     size_t len = MIN(chunk, k->count - off);
     if (r < extra)
-      CHECK(sched_append(s, PRIM_RECV_REDUCE_COPY, SCHED_PRE, r + p2, -1, off, len));
+      CHECK(sched_append(s, PRIM_RECV_REDUCE_COPY, SCHED_PRE, r + p2, -1, off, off, len));
     else
-      CHECK(sched_append(s, PRIM_COPY, SCHED_PRE, -1, -1, off, len));
+      CHECK(sched_append(s, PRIM_COPY, SCHED_PRE, -1, -1, off, off, len));
   }
   for (int mask = 1; mask < p2; mask <<= 1) {
     int partner = r ^ mask;
@@ -62,7 +64,7 @@ ncclResult_t rd_schedule_allreduce(struct schedule* s, const struct sched_key* k
   }
   if (r < extra)
     for (size_t off = 0; off < k->count; off += chunk)
-      CHECK(sched_append(s, PRIM_SEND_OUT, 0, -1, r + p2, off, MIN(chunk, k->count - off)));
+      CHECK(sched_append(s, PRIM_SEND_OUT, 0, -1, r + p2, off, off, MIN(chunk, k->count - off)));
 fail:
   return res;
 }

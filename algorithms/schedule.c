@@ -22,6 +22,7 @@ static const struct {
     [PRIM_COPY] = {"copy", 0, 0},
     [PRIM_SEND_OUT] = {"sendOut", 0, 1},
     [PRIM_EXCHANGE] = {"exchange", 1, 1},
+    [PRIM_RECV_REDUCE_CARRY] = {"recvReduceCarry", 1, 0},
 };
 
 int sched_prim_recvs(enum sched_prim p) {
@@ -35,14 +36,14 @@ const char* sched_prim_name(enum sched_prim p) {
 }
 
 const char* sched_algo_name(int algo) {
-  switch (algo) {
-    case ALGO_RING:
-      return "Ring";
-    case ALGO_RD:
-      return "RecDoubling";
-    default:
-      return "?";
-  }
+  static const char* const names[ALGO_COUNT] = {"Ring", "Tree", "RecDoubling"};
+  return algo >= 0 && algo < ALGO_COUNT ? names[algo] : "?";
+}
+
+const char* sched_coll_name(int coll) {
+  static const char* const names[COLL_COUNT] = {"AllReduce", "AllGather", "ReduceScatter",
+                                                "Broadcast", "Reduce"};
+  return coll >= 0 && coll < COLL_COUNT ? names[coll] : "?";
 }
 
 ncclResult_t sched_reserve(struct schedule* s, size_t n) {
@@ -58,7 +59,7 @@ ncclResult_t sched_reserve(struct schedule* s, size_t n) {
 }
 
 ncclResult_t sched_append(struct schedule* s, enum sched_prim prim, unsigned flags, int recv_peer,
-                          int send_peer, size_t offset, size_t count) {
+                          int send_peer, size_t xoff, size_t yoff, size_t count) {
   ncclResult_t res = ncclSuccess;
   if (count == 0) return ncclSuccess; /* both ends skip empty slices alike */
   if (s->nsteps == s->capacity) CHECK(sched_reserve(s, s->capacity ? 2 * s->capacity : 64));
@@ -67,7 +68,8 @@ ncclResult_t sched_append(struct schedule* s, enum sched_prim prim, unsigned fla
   st->flags = (uint8_t)flags;
   st->recv_peer = recv_peer;
   st->send_peer = send_peer;
-  st->offset = offset;
+  st->xoff = xoff;
+  st->yoff = yoff;
   st->count = count;
 fail:
   return res;
@@ -79,9 +81,58 @@ void sched_free(struct schedule* s) {
 }
 
 static int sched_key_equal(const struct sched_key* a, const struct sched_key* b) {
-  return a->algo == b->algo && a->rank == b->rank && a->nranks == b->nranks &&
-         a->count == b->count && a->elem_size == b->elem_size && a->chunk_bytes == b->chunk_bytes &&
-         a->slices_per_step == b->slices_per_step;
+  return a->coll == b->coll && a->algo == b->algo && a->rank == b->rank && a->nranks == b->nranks &&
+         a->root == b->root && a->count == b->count && a->elem_size == b->elem_size &&
+         a->chunk_bytes == b->chunk_bytes && a->slices_per_step == b->slices_per_step;
+}
+
+typedef ncclResult_t (*sched_builder)(struct schedule*, const struct sched_key*);
+
+/* Which algorithm implements which collective; NULL where none does. */
+static const sched_builder builders[COLL_COUNT][ALGO_COUNT] = {
+    [COLL_ALLREDUCE] = {ring_schedule_allreduce, tree_schedule_allreduce, rd_schedule_allreduce},
+    [COLL_ALLGATHER] = {ring_schedule_allgather, NULL, NULL},
+    [COLL_REDUCESCATTER] = {ring_schedule_reducescatter, NULL, NULL},
+    [COLL_BROADCAST] = {chain_schedule_broadcast, tree_schedule_broadcast, NULL},
+    [COLL_REDUCE] = {chain_schedule_reduce, tree_schedule_reduce, NULL},
+};
+
+static int add_peer(int* peers, int m, int max, int p) {
+  if (p < 0) return m;
+  for (int i = 0; i < m; i++)
+    if (peers[i] == p) return m;
+  if (m < max) peers[m++] = p;
+  return m;
+}
+
+int sched_peers(const struct sched_key* k, int* peers, int max) {
+  int n = k->nranks, r = k->rank, m = 0, parent, child[2], rd[64];
+  if (n == 1) return 0;
+  switch (k->algo) {
+    case ALGO_RD:
+      for (int i = 0, nrd = rd_peers(r, n, rd, 64); i < nrd; i++)
+        m = add_peer(peers, m, max, rd[i]);
+      return m;
+    case ALGO_TREE:
+      for (int t = 0; t < (k->coll == COLL_ALLREDUCE ? 2 : 1); t++) {
+        if (k->coll == COLL_ALLREDUCE)
+          tree_links(r, n, t, &parent, child);
+        else
+          tree_rooted_links(r, n, k->root, &parent, child);
+        m = add_peer(peers, m, max, parent);
+        m = add_peer(peers, m, max, child[0]);
+        m = add_peer(peers, m, max, child[1]);
+      }
+      return m;
+    default: /* ring and chain */
+      m = add_peer(peers, m, max, (r + n - 1) % n);
+      return add_peer(peers, m, max, (r + 1) % n);
+  }
+}
+
+int sched_supports(int coll, int algo) {
+  return coll >= 0 && coll < COLL_COUNT && algo >= 0 && algo < ALGO_COUNT &&
+         builders[coll][algo] != NULL;
 }
 
 ncclResult_t sched_build(struct schedule* s, const struct sched_key* key) {
@@ -89,16 +140,10 @@ ncclResult_t sched_build(struct schedule* s, const struct sched_key* key) {
   if (s->valid && sched_key_equal(&s->key, key)) return ncclSuccess;
   s->valid = 0;
   s->nsteps = 0;
-  switch (key->algo) {
-    case ALGO_RING:
-      CHECK(ring_schedule_allreduce(s, key));
-      break;
-    case ALGO_RD:
-      CHECK(rd_schedule_allreduce(s, key));
-      break;
-    default:
-      FAIL(ncclInternalError, "Unknown algorithm %d", key->algo);
-  }
+  if (!sched_supports(key->coll, key->algo))
+    FAIL(ncclInternalError, "No %s algorithm for %s", sched_algo_name(key->algo),
+         sched_coll_name(key->coll));
+  CHECK(builders[key->coll][key->algo](s, key));
   s->key = *key;
   s->valid = 1;
 fail:

@@ -11,44 +11,63 @@
 
 #include "nccl.h"
 
-/* X is the input slice, Y the output slice (same offset), R what arrives.
- * A step's flags say where the op's pre-multiplier applies (to X) and where
+/* X is a slice of the input, Y a slice of the output, R what arrives; the
+ * local operand L of a reduction is X, or with SCHED_LOCAL_CARRY the carry
+ * that the step before left (a node with two children folds the first
+ * child's data into the carry, the second child's into what it sends). A
+ * step's flags say where the op's pre-multiplier applies (to X) and where
  * the post-divide applies (to the result). */
 enum sched_prim {
   PRIM_SEND,                  /* send X */
   PRIM_RECV,                  /* Y = R */
-  PRIM_RECV_REDUCE_SEND,      /* send R op X   (partial, not stored) */
-  PRIM_RECV_REDUCE_COPY_SEND, /* Y = R op X; send Y */
+  PRIM_RECV_REDUCE_SEND,      /* send R op L   (partial, not stored) */
+  PRIM_RECV_REDUCE_COPY_SEND, /* Y = R op L; send Y */
   PRIM_RECV_COPY_SEND,        /* Y = R; send Y */
-  PRIM_RECV_REDUCE_COPY,      /* Y = R op X */
+  PRIM_RECV_REDUCE_COPY,      /* Y = R op L */
   PRIM_COPY,                  /* Y = X */
   PRIM_SEND_OUT,              /* send Y */
   PRIM_EXCHANGE,              /* send Y to peer, receive R from it; Y = Y op R */
+  PRIM_RECV_REDUCE_CARRY,     /* carry = R op L (for the next step) */
   PRIM_COUNT
 };
 
-#define SCHED_PRE 1u  /* X is read pre-multiplied */
-#define SCHED_POST 2u /* the result is post-divided: it is final */
-#define SCHED_SWAP 4u /* exchange computes R op Y: the lower rank's data first */
+#define SCHED_PRE 1u         /* X is read pre-multiplied */
+#define SCHED_POST 2u        /* the result is post-divided: it is final */
+#define SCHED_SWAP 4u        /* exchange computes R op Y: the lower rank's data first */
+#define SCHED_LOCAL_CARRY 8u /* reductions combine R with the carry instead of X */
 
 struct sched_step {
   uint8_t prim;
   uint8_t flags;
   int32_t recv_peer; /* rank received from, -1 if none */
   int32_t send_peer; /* rank sent to, -1 if none */
-  size_t offset;     /* first element of the slice */
+  size_t xoff;       /* first element of the slice in the input */
+  size_t yoff;       /* first element of the slice in the output */
   size_t count;      /* elements in the slice (> 0) */
 };
 
-enum sched_algo { ALGO_RING = 0, ALGO_RD = 1, ALGO_COUNT };
+enum sched_coll {
+  COLL_ALLREDUCE = 0,
+  COLL_ALLGATHER,
+  COLL_REDUCESCATTER,
+  COLL_BROADCAST,
+  COLL_REDUCE,
+  COLL_COUNT
+};
+
+enum sched_algo { ALGO_RING = 0, ALGO_TREE = 1, ALGO_RD = 2, ALGO_COUNT };
 
 const char* sched_algo_name(int algo);
+const char* sched_coll_name(int coll);
 
-/* What a schedule was built for; a comm reuses it when the key matches. */
+/* What a schedule was built for; a comm reuses it when the key matches.
+ * `count` is the per-rank block for all-gather and reduce-scatter. */
 struct sched_key {
+  int coll;
   int algo;
   int rank;
   int nranks;
+  int root; /* broadcast and reduce */
   size_t count;
   size_t elem_size;
   size_t chunk_bytes;
@@ -66,7 +85,7 @@ struct schedule {
 /* Make room for `n` steps (grows only; the comm keeps the memory). */
 ncclResult_t sched_reserve(struct schedule* s, size_t n);
 ncclResult_t sched_append(struct schedule* s, enum sched_prim prim, unsigned flags, int recv_peer,
-                          int send_peer, size_t offset, size_t count);
+                          int send_peer, size_t xoff, size_t yoff, size_t count);
 void sched_free(struct schedule* s);
 
 /* 1 when the primitive receives / sends. */
@@ -74,9 +93,27 @@ int sched_prim_recvs(enum sched_prim p);
 int sched_prim_sends(enum sched_prim p);
 const char* sched_prim_name(enum sched_prim p);
 
-/* Ring all-reduce: reduce-scatter then all-gather around rank order, each
- * of the nranks segments cut into slices of at most chunk_bytes. */
+/* Ring algorithms around rank order (ring.c): all-reduce as reduce-scatter
+ * then all-gather, each segment cut into slices of at most chunk_bytes;
+ * broadcast and reduce as a pipelined chain from/to the root. */
 ncclResult_t ring_schedule_allreduce(struct schedule* s, const struct sched_key* key);
+ncclResult_t ring_schedule_allgather(struct schedule* s, const struct sched_key* key);
+ncclResult_t ring_schedule_reducescatter(struct schedule* s, const struct sched_key* key);
+ncclResult_t chain_schedule_broadcast(struct schedule* s, const struct sched_key* key);
+ncclResult_t chain_schedule_reduce(struct schedule* s, const struct sched_key* key);
+
+/* Trees (tree.c): double binary tree all-reduce (two trees, each carrying
+ * half the data, every rank interior in at most one), and a binary tree
+ * rooted at the root for broadcast and reduce. */
+ncclResult_t tree_schedule_allreduce(struct schedule* s, const struct sched_key* key);
+ncclResult_t tree_schedule_broadcast(struct schedule* s, const struct sched_key* key);
+ncclResult_t tree_schedule_reduce(struct schedule* s, const struct sched_key* key);
+
+/* Tree shape: rank's parent (-1 at the root) and up to two children (-1
+ * where absent) in tree `which` (0 or 1) of the double binary tree. */
+void tree_links(int rank, int nranks, int which, int* parent, int child[2]);
+/* Levels of the binary tree over nranks (1 for a single rank). */
+int tree_depth(int nranks);
 
 /* Recursive doubling all-reduce: log2 rounds of whole-buffer exchanges
  * between partners, non-power-of-two ranks folded in first and served last.
@@ -86,6 +123,17 @@ ncclResult_t rd_schedule_allreduce(struct schedule* s, const struct sched_key* k
 /* Peers rank `rank` sends to and receives from under recursive doubling
  * (at most 2 + log2(nranks)); returns how many were written to `peers`. */
 int rd_peers(int rank, int nranks, int* peers, int max);
+
+/* Ranks a schedule for `key` exchanges data with, in both directions
+ * (the relation is symmetric: if p is my peer, I am p's). Returns how many
+ * were written to `peers` (at most `max`). */
+int sched_peers(const struct sched_key* key, int* peers, int max);
+
+/* Tree 0 relabelled so that `root` is the tree's root. */
+void tree_rooted_links(int rank, int nranks, int root, int* parent, int child[2]);
+
+/* 1 when `algo` implements `coll`. */
+int sched_supports(int coll, int algo);
 
 /* Build (or reuse) the schedule for `key`. */
 ncclResult_t sched_build(struct schedule* s, const struct sched_key* key);

@@ -2,18 +2,8 @@
  * Only the AllReduce descriptor lives here; the driver is perf/bench.c. */
 #include "common.h"
 
-static void counts(size_t count, int nranks, perf_counts_t* out) {
-  (void)nranks;
-  out->send = out->recv = out->param = count;
-  out->send_inplace = out->recv_inplace = 0;
-}
-
 static double bus_factor(int nranks) {
   return 2.0 * (nranks - 1) / nranks;
-}
-
-static void init(const perf_test_t* t, void* send) {
-  perf_fill(t, send, t->n.send, t->rank, 0);
 }
 
 static int expect(const perf_test_t* t, size_t i, perf_val_t* out) {
@@ -28,9 +18,9 @@ static ncclResult_t run(const perf_test_t* t, const void* send, void* recv) {
 static const perf_coll_t kAllReduce = {
     .name = "AllReduce",
     .has_op = 1,
-    .counts = counts,
+    .counts = perf_counts_flat,
     .bus_factor = bus_factor,
-    .init = init,
+    .init = perf_init_own,
     .expect = expect,
     .run = run,
 };

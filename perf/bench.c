@@ -95,11 +95,12 @@ static void run_iter(perf_rank_t* r, const perf_test_t* t, int in_place) {
   if (r->rank < MAX_RANKS_WATCHED) g_inflight[r->rank] = 0;
 }
 
-/* Fresh inputs (new seed) and poisoned outputs in every slot, then a barrier. */
+/* Fresh inputs (new seed) and poisoned outputs in every slot, then a barrier. In-place inputs
+ * are written after the poison, over whatever part of the output they share. */
 static void prepare(perf_rank_t* r, perf_test_t* t, int in_place) {
   t->seed = 0x5eedULL + ++r->reps;
   for (int a = 0; a < r->o->agg; a++) {
-    memset(r->recv + (size_t)a * r->recv_slot, POISON_BYTE, t->n.recv * t->type->size);
+    memset(recv_ptr(r, t, in_place, a), POISON_BYTE, t->n.recv * t->type->size);
     r->coll->init(t, send_ptr(r, t, in_place, a));
   }
   perf_team_barrier(r->thread);
@@ -134,13 +135,14 @@ static double timed_loop(perf_rank_t* r, perf_test_t* t, int in_place) {
 
 static void bench(perf_rank_t* r, perf_test_t* t, int in_place) {
   const perf_opts_t* o = r->o;
+  int check = o->check && !(in_place && t->coll->inplace_unchecked);
   double sec = perf_team_reduce(r->thread, timed_loop(r, t, in_place), o->average);
-  double wrong = o->check ? count_wrong(r, t, in_place) : 0;
+  double wrong = check ? count_wrong(r, t, in_place) : 0;
   wrong = perf_team_reduce(r->thread, wrong, PERF_AGG_SUM);
   double bytes = t->coll->alg_bytes ? t->coll->alg_bytes(t) : (double)(t->n.param * t->type->size);
   double algbw = sec > 0 ? bytes / 1.0e9 / sec : 0;
   double busbw = algbw * t->coll->bus_factor(t->nranks);
-  if (r->rank == 0) perf_print_result(sec * 1.0e6, algbw, busbw, o->check, wrong);
+  if (r->rank == 0) perf_print_result(sec * 1.0e6, algbw, busbw, check, wrong);
   r->bw_sum += busbw;
   r->bw_count++;
   if (wrong > 0) r->errors++;
@@ -149,7 +151,7 @@ static void bench(perf_rank_t* r, perf_test_t* t, int in_place) {
 /* ---------------------------------------------------------------- the sweep */
 
 static void setup(perf_test_t* t, size_t bytes) {
-  t->coll->counts(bytes / t->type->size, t->nranks, &t->n);
+  t->coll->counts(bytes / t->type->size, t->type->size, t->nranks, &t->n);
 }
 
 static size_t next_size(const perf_opts_t* o, size_t s) {
@@ -187,7 +189,7 @@ static void make_premulsum(perf_rank_t* r, perf_test_t* t) {
                                         r->comm));
 }
 
-static void time_test(perf_rank_t* r, const perf_type_t* type, const perf_op_t* op) {
+static void time_test(perf_rank_t* r, const perf_type_t* type, const perf_op_t* op, int root) {
   perf_test_t t = {.coll = r->coll,
                    .type = type,
                    .op = op,
@@ -195,7 +197,7 @@ static void time_test(perf_rank_t* r, const perf_type_t* type, const perf_op_t* 
                    .comm = r->comm,
                    .rank = r->rank,
                    .nranks = r->nranks,
-                   .root = r->coll->has_root ? r->o->root : -1};
+                   .root = root};
   int premul = op->index == PERF_OP_PREMULSUM && !r->coll->mpi_native;
   if (premul) make_premulsum(r, &t);
   perf_team_barrier(r->thread);
@@ -210,14 +212,19 @@ static int supported(const perf_coll_t* coll, const perf_type_t* type, const per
   return !coll->supports || coll->supports(type, op->index);
 }
 
+/* Types, then ops, then roots (-r -1: every rank in turn), as nccl-tests orders them. */
 static void run_all(perf_rank_t* r) {
   const perf_opts_t* o = r->o;
+  int all_roots = r->coll->has_root && o->root < 0;
+  int first = r->coll->has_root ? (all_roots ? 0 : o->root) : -1;
+  int last = all_roots ? r->nranks - 1 : first;
   for (int ti = 0; ti < PERF_NUM_TYPES; ti++) {
     if (o->type_index >= 0 && ti != o->type_index) continue;
     for (int oi = 0; oi < PERF_NUM_OPS; oi++) {
       const perf_op_t* op = r->coll->has_op ? perf_op_at(oi) : &kNoOp;
       if (r->coll->has_op ? (o->op_index >= 0 && oi != o->op_index) : oi > 0) continue;
-      if (supported(r->coll, perf_type_at(ti), op)) time_test(r, perf_type_at(ti), op);
+      if (!supported(r->coll, perf_type_at(ti), op)) continue;
+      for (int root = first; root <= last; root++) time_test(r, perf_type_at(ti), op, root);
     }
   }
 }
@@ -236,11 +243,13 @@ static void init_comm(perf_rank_t* r) {
   }
 }
 
+/* Both buffers hold the larger side: in-place runs keep the input inside the receive buffer
+ * (ReduceScatter: all of it). */
 static void alloc_buffers(perf_rank_t* r) {
   perf_counts_t n;
-  r->coll->counts(r->o->max_bytes, r->nranks, &n); /* 1-byte elements: the largest counts */
-  r->send_slot = (n.send + 63) / 64 * 64;
-  r->recv_slot = (n.recv + 63) / 64 * 64;
+  r->coll->counts(r->o->max_bytes, 1, r->nranks, &n); /* 1-byte elements: the largest counts */
+  size_t bytes = n.send > n.recv ? n.send : n.recv;
+  r->send_slot = r->recv_slot = (bytes + 63) / 64 * 64;
   r->send = xalloc(r->send_slot * (size_t)r->o->agg);
   r->recv = xalloc(r->recv_slot * (size_t)r->o->agg);
 }
@@ -356,6 +365,12 @@ int perf_main(int argc, char** argv, const perf_coll_t* coll) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   world_init(&argc, &argv, &w);
   int rc = perf_parse_args(argc, argv, coll, w.proc == 0, &o);
+  if (rc == 0 && coll->has_root && o.root >= w.nprocs * o.nthreads) {
+    if (w.proc == 0)
+      fprintf(stderr, "%s: invalid root %d for %d ranks\n", coll->name, o.root,
+              w.nprocs * o.nthreads);
+    rc = -1;
+  }
   if (rc != 0) return world_end(rc > 0 ? 0 : EXIT_FAILURE);
   perf_team_init(o.nthreads, w.nprocs);
   if (w.proc == 0) {

@@ -61,7 +61,7 @@ static void usage(FILE* f, const char* prog) {
           "[-o,--op <sum/prod/min/max/avg/premulsum/all>] \n\t"
           "[-d,--datatype <int8/uint8/int32/uint32/int64/uint64/half/float/double/bfloat16/"
           "fp8e4m3/fp8e5m2/all>] \n\t"
-          "[-r,--root <root>] \n\t"
+          "[-r,--root <root> (-1: every rank in turn)] \n\t"
           "[-z,--blocking <0/1>] \n\t"
           "[-y,--stream_null <0/1>] \n\t"
           "[-T,--timeout <time in seconds>] \n\t"
@@ -173,7 +173,7 @@ static int parse_opt(int c, const char* arg, perf_opts_t* o) {
     case 'd':
       return parse_name(arg, 1, &o->type_index);
     case 'r':
-      return parse_int(arg, 0, big, &o->root);
+      return parse_int(arg, -1, big, &o->root);
     case 'z':
       return parse_int(arg, 0, 1, &o->blocking);
     case 'y':
@@ -330,7 +330,7 @@ void perf_print_result(double usec, double algbw, double busbw, int check, doubl
   if (check)
     printf("  %7s  %6s  %6s  %6g", t, a, b, wrong);
   else
-    printf("  %7s  %6s  %6s  %6s", t, a, b, "N/A");
+    printf("  %7s  %6s  %6s    N/A", t, a, b);
 }
 
 void perf_print_footer(int errors, double avg_busbw) {

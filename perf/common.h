@@ -39,7 +39,9 @@ typedef struct {
   double f;
 } perf_val_t;
 
-/* Element counts of one operation, as in nccl-tests' getCollByteCount. */
+/* Element counts of one operation, as in nccl-tests' getCollByteCount. In-place runs use one
+ * buffer: the input at recvbuff + send_inplace * rank, the output at recvbuff + recv_inplace * rank
+ * (AllGather: send_inplace = sendcount; ReduceScatter: recv_inplace = recvcount). */
 typedef struct {
   size_t send, recv, param;          /* per-rank send/recv elements; count passed to the op */
   size_t send_inplace, recv_inplace; /* in-place offsets (elements) multiplied by the rank */
@@ -51,9 +53,12 @@ typedef struct perf_test perf_test_t;
 typedef struct perf_coll {
   const char* name; /* e.g. "AllReduce" */
   int has_op;       /* loops over reduction ops; otherwise the redop column says "none" */
-  int has_root;     /* the root column shows -r; otherwise -1 */
+  int has_root;     /* the root column shows -r (-1: every rank in turn); otherwise -1 */
   int mpi_native;   /* runs on MPI_COMM_WORLD, no NCCL communicator (mpi_*_perf) */
-  void (*counts)(size_t count, int nranks, perf_counts_t* out);
+  int moves_only; /* no arithmetic on the data: inputs span the type's exact range, any op unused */
+  int inplace_unchecked; /* in-place results are undefined (send == recv): #wrong shows N/A */
+  /* counts for `count` elements of elt_size bytes (the -b..-e size over the type size) */
+  void (*counts)(size_t count, size_t elt_size, int nranks, perf_counts_t* out);
   double (*bus_factor)(int nranks);                 /* busbw = algbw * factor */
   double (*alg_bytes)(const perf_test_t* t);        /* bytes for algbw; NULL: param * size */
   int (*supports)(const perf_type_t* type, int op); /* NULL: every type and op */
@@ -78,6 +83,16 @@ struct perf_test {
 /* Runs the whole benchmark (argument parsing, bootstrap, sweep, report); returns exit status. */
 int perf_main(int argc, char** argv, const perf_coll_t* coll);
 
+/* ---- building blocks for descriptors (colls.c) ---- */
+/* send = recv = param = count, no in-place offsets (AllReduce, Broadcast, Reduce, SendRecv). */
+void perf_counts_flat(size_t count, size_t elt_size, int nranks, perf_counts_t* out);
+/* Elements per rank block of a count split over nranks, rounded down to whole 16 bytes. */
+size_t perf_block_count(size_t count, size_t elt_size, int nranks);
+double perf_bus_one(int nranks);                      /* busbw factor 1 */
+double perf_bus_ring(int nranks);                     /* busbw factor (nranks - 1) / nranks */
+double perf_alg_bytes_nranks(const perf_test_t* t);   /* algbw bytes param * size * nranks */
+void perf_init_own(const perf_test_t* t, void* send); /* send[i] = perf_input(t, t->rank, i) */
+
 /* ---- data helpers for descriptors (data.c) ---- */
 const perf_type_t* perf_type_at(int i); /* nccl-tests' order, i < PERF_NUM_TYPES */
 const perf_op_t* perf_op_at(int i);     /* i < PERF_NUM_OPS */
@@ -85,7 +100,7 @@ const perf_type_t* perf_type_find(const char* name);
 const perf_op_t* perf_op_find(const char* name);
 
 /* Input value of `rank` at element i: small integers, chosen so that any reduction order is
- * exact for t->type and t->op. */
+ * exact for t->type and t->op (moves_only collectives: any integer the type holds exactly). */
 int64_t perf_input(const perf_test_t* t, int rank, size_t i);
 /* Writes perf_input(t, rank, first + j) into buf[j] for j < count. */
 void perf_fill(const perf_test_t* t, void* buf, size_t count, int rank, size_t first);

@@ -234,10 +234,18 @@ static int64_t prod_input(const perf_test_t* t, int rank, size_t i, uint64_t h) 
   return (t->type->kind != PERF_UINT && (h & 1)) ? -v : v;
 }
 
+/* Data movement: any integer of magnitude <= budget, which the type holds exactly. */
+static int64_t move_input(const perf_test_t* t, uint64_t h) {
+  uint64_t m = (uint64_t)t->type->budget;
+  if (t->type->kind == PERF_UINT) return (int64_t)(h % (m + 1));
+  return (int64_t)(h % (2 * m + 1)) - (int64_t)m;
+}
+
 /* Other ops: K = min(nranks, budget) ranks contribute per element, each |x| <= budget / K;
  * the others give 0, so every partial sum stays within the budget. */
 int64_t perf_input(const perf_test_t* t, int rank, size_t i) {
   uint64_t h = mix64(t->seed ^ mix64(((uint64_t)rank << 40) ^ (uint64_t)i));
+  if (t->coll->moves_only) return move_input(t, h);
   if (t->op->index == PERF_OP_PROD) return prod_input(t, rank, i, h);
   double budget = op_budget(t);
   int n = t->nranks, k = (double)n < budget ? n : (int)budget;

@@ -8,12 +8,6 @@
 #if PERF_HAVE_MPI
 #include <mpi.h>
 
-static void counts(size_t count, int nranks, perf_counts_t* out) {
-  (void)nranks;
-  out->send = out->recv = out->param = count;
-  out->send_inplace = out->recv_inplace = 0;
-}
-
 static double bus_factor(int nranks) {
   return 2.0 * (nranks - 1) / nranks;
 }
@@ -60,10 +54,6 @@ static int supports(const perf_type_t* type, int op) {
   return mpi_type(type->type) != MPI_DATATYPE_NULL && op <= PERF_OP_MIN;
 }
 
-static void init(const perf_test_t* t, void* send) {
-  perf_fill(t, send, t->n.send, t->rank, 0);
-}
-
 static int expect(const perf_test_t* t, size_t i, perf_val_t* out) {
   *out = perf_reduced(t, i);
   return 1;
@@ -81,10 +71,10 @@ static const perf_coll_t kMpiAllReduce = {
     .name = "MPI_Allreduce",
     .has_op = 1,
     .mpi_native = 1,
-    .counts = counts,
+    .counts = perf_counts_flat,
     .bus_factor = bus_factor,
     .supports = supports,
-    .init = init,
+    .init = perf_init_own,
     .expect = expect,
     .run = run,
 };

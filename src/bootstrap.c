@@ -228,23 +228,31 @@ static uint64_t comm_id_secret(const char* s) {
   return hash_bytes(0x84222325cbf29ce4ull, s, strlen(s));
 }
 
+ncclResult_t bootstrap_new_root_id(ncclUniqueId* out) {
+  ncclResult_t res = ncclSuccess;
+  struct bootstrap_id id = {BOOTSTRAP_MAGIC, BOOTSTRAP_VERSION, 0, {0}};
+  union socket_addr addr;
+  CHECK(socket_local_addr(&addr, NULL, 0));
+  if (addr.sa.sa_family == AF_INET)
+    addr.sin.sin_port = 0;
+  else
+    addr.sin6.sin6_port = 0;
+  id.secret = bootstrap_random64();
+  CHECK(root_start(&addr, id.secret));
+  socket_addr_to_wire(&addr, &id.root);
+  bootstrap_id_encode(&id, out);
+fail:
+  return res;
+}
+
 ncclResult_t bootstrap_get_unique_id(ncclUniqueId* out) {
   ncclResult_t res = ncclSuccess;
   struct bootstrap_id id = {BOOTSTRAP_MAGIC, BOOTSTRAP_VERSION, 0, {0}};
   union socket_addr addr;
   const char* env = param_read_str("NCCL_COMM_ID");
-  if (env) {
-    CHECK(socket_parse_hostport(env, &addr));
-    id.secret = comm_id_secret(env);
-  } else {
-    CHECK(socket_local_addr(&addr, NULL, 0));
-    if (addr.sa.sa_family == AF_INET)
-      addr.sin.sin_port = 0;
-    else
-      addr.sin6.sin6_port = 0;
-    id.secret = bootstrap_random64();
-    CHECK(root_start(&addr, id.secret));
-  }
+  if (env == NULL) return bootstrap_new_root_id(out);
+  CHECK(socket_parse_hostport(env, &addr));
+  id.secret = comm_id_secret(env);
   socket_addr_to_wire(&addr, &id.root);
   bootstrap_id_encode(&id, out);
 fail:

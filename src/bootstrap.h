@@ -41,6 +41,10 @@ ncclResult_t bootstrap_id_decode(const ncclUniqueId* in, struct bootstrap_id* id
  * NCCL_COMM_ID, that address and a secret derived from it (no root yet). */
 ncclResult_t bootstrap_get_unique_id(ncclUniqueId* out);
 
+/* A fresh secret and a root serving it, whatever NCCL_COMM_ID says (for
+ * communicators made from others, e.g. by ncclCommSplit). */
+ncclResult_t bootstrap_new_root_id(ncclUniqueId* out);
+
 /* With NCCL_COMM_ID, rank 0 starts the root inside ncclCommInitRank. */
 ncclResult_t bootstrap_maybe_start_root(const struct bootstrap_id* id, int rank);
 

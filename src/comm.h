@@ -5,6 +5,7 @@
 #ifndef BRAID_COMM_H_
 #define BRAID_COMM_H_
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 
@@ -26,30 +27,52 @@ struct comm_redop {
   const void* scalar_ptr; /* read at each call for ncclScalarDevice */
 };
 
+/* A registered buffer (ncclCommRegister). */
+struct comm_reg {
+  void* buff;
+  size_t size;
+  struct comm_reg* next;
+};
+
+struct braid_stream;
+
 struct ncclComm {
   uint64_t magic;
   int rank;
   int nranks;
   int cuda_dev;
+  int tree_depth; /* of the binary tree over nranks, for the tuner */
   ncclConfig_t config;
   struct bootstrap_id id;
   struct peer_info* peers;
   /* data plane */
   struct transport_ctx tctx;
-  struct transport_conn** send_conns; /* per peer, NULL when not connected */
+  struct transport_conn** send_conns; /* collectives: per peer, NULL until needed */
   struct transport_conn** recv_conns;
+  struct transport_conn** p2p_send; /* send/recv: their own connections */
+  struct transport_conn** p2p_recv;
+  pthread_mutex_t lock; /* held by the thread running this comm's work */
   struct progress progress;
   struct exec_state exec;
   struct schedule sched;
   /* user reduction operators */
   struct comm_redop* redops;
   int nredops;
+  /* ncclCommRegister'ed buffers */
+  struct comm_reg* regs;
+  /* non-blocking comm (config.blocking == 0): its work runs on this stream */
+  struct braid_stream* internal_stream;
   /* state */
   _Atomic int aborted;
   _Atomic int error;  /* ncclResult_t of the first failure, 0 if none */
   _Atomic int active; /* calls currently inside the library on this comm */
   int finalized;
 };
+
+/* Free a comm and everything it owns (its queued work finishes first). */
+void comm_free(struct ncclComm* comm);
+/* A user config read up to the size the caller's header gave it. */
+ncclResult_t comm_config_read(const ncclConfig_t* user, ncclConfig_t* out);
 
 /* Validate a comm argument (non-NULL, live). */
 ncclResult_t comm_check(const struct ncclComm* comm, const char* fn);
@@ -60,14 +83,20 @@ void comm_set_error(struct ncclComm* comm, ncclResult_t err);
 
 /* Turn a user op into the executor's form; ncclInvalidArgument if unknown. */
 ncclResult_t redop_resolve(struct ncclComm* comm, ncclRedOp_t op, ncclDataType_t type,
-                           struct exec_args* args);
+                           const char* fn, struct exec_args* args);
 void redop_free_all(struct ncclComm* comm);
 
-/* Tuner: algorithm and chunk size for an all-reduce of `bytes`. */
-void tuner_choose_allreduce(const struct ncclComm* comm, size_t count, size_t elem_size, int* algo,
-                            size_t* chunk_bytes);
+/* Tuner: algorithm and chunk size for `coll` on a buffer of `bytes`. */
+void tuner_choose(const struct ncclComm* comm, int coll, size_t bytes, int* algo,
+                  size_t* chunk_bytes);
+/* The model's table for this comm, at INFO/TUNING. */
+void tuner_log_table(const struct ncclComm* comm);
+/* NCCL_ALGO syntax to a bit mask of enum sched_algo (exposed for tests). */
+unsigned tuner_parse_algos(const char* s);
 
-/* Group queue: run now, or defer to ncclGroupEnd when inside a group. */
-ncclResult_t group_enqueue(struct ncclComm* comm, const struct exec_args* args);
+/* Group queue: run now, defer to ncclGroupEnd when inside a group, or hand
+ * to a host stream. */
+ncclResult_t group_enqueue(struct ncclComm* comm, const struct exec_args* args,
+                           cudaStream_t stream);
 
 #endif /* BRAID_COMM_H_ */

@@ -18,6 +18,9 @@
   __attribute__((visibility("default"))) ret name(__VA_ARGS__); \
   __attribute__((visibility("default"), alias(#name))) ret p##name(__VA_ARGS__)
 
+/* Define an exported Braid extension (braid.h): no pnccl alias. */
+#define BRAID_API(ret, name, ...) __attribute__((visibility("default"))) ret name(__VA_ARGS__)
+
 /* Propagate a failure to the caller's `fail:` label with `res` set.
  * Every fallible function declares `ncclResult_t res = ncclSuccess;`. */
 #define CHECK(call)                    \

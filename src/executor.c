@@ -46,6 +46,7 @@ static int step_needs_slot(const struct exec_state* ex, const struct sched_step*
     case PRIM_RECV_REDUCE_SEND:
     case PRIM_RECV_REDUCE_COPY_SEND:
     case PRIM_RECV_REDUCE_COPY:
+    case PRIM_RECV_REDUCE_CARRY:
     case PRIM_EXCHANGE:
       return 1;
     case PRIM_SEND:
@@ -53,6 +54,29 @@ static int step_needs_slot(const struct exec_state* ex, const struct sched_step*
     default:
       return 0;
   }
+}
+
+/* The schedule a planned call runs. */
+static void exec_key(const struct ncclComm* comm, const struct exec_args* args,
+                     struct sched_key* key) {
+  memset(key, 0, sizeof(*key));
+  key->coll = args->coll;
+  key->algo = args->algo;
+  key->rank = comm->rank;
+  key->nranks = comm->nranks;
+  key->root = args->root;
+  key->count = args->count;
+  key->elem_size = kern_type_size(args->type);
+  key->chunk_bytes = MIN(args->chunk_bytes, comm->exec.slot_bytes);
+  key->slices_per_step = MAX(1, comm->exec.window / 2);
+}
+
+void exec_plan(struct ncclComm* comm, struct exec_args* args, struct sched_key* key) {
+  size_t total = args->count * kern_type_size(args->type);
+  if (args->coll == COLL_ALLGATHER || args->coll == COLL_REDUCESCATTER)
+    total *= (size_t)comm->nranks;
+  tuner_choose(comm, args->coll, total, &args->algo, &args->chunk_bytes);
+  exec_key(comm, args, key);
 }
 
 ncclResult_t exec_start(struct ncclComm* comm, const struct exec_args* args) {
@@ -65,17 +89,11 @@ ncclResult_t exec_start(struct ncclComm* comm, const struct exec_args* args) {
          ncclGetErrorString((ncclResult_t)err));
     return (ncclResult_t)err;
   }
-  memset(&key, 0, sizeof(key));
-  key.algo = args->algo;
-  key.rank = comm->rank;
-  key.nranks = comm->nranks;
-  key.count = args->count;
-  key.elem_size = kern_type_size(args->type);
-  key.chunk_bytes = MIN(args->chunk_bytes, ex->slot_bytes);
-  key.slices_per_step = MAX(1, ex->window / 2);
+  exec_key(comm, args, &key);
   CHECK(sched_build(&comm->sched, &key));
   ex->args = *args;
   ex->next_post = ex->next_compute = ex->retired = 0;
+  ex->carry = -1;
   ex->last_progress_ns = braid_now_ns();
   ex->busy = 1;
 fail:
@@ -92,7 +110,7 @@ static ncclResult_t post_steps(struct ncclComm* comm, int* progressed) {
   while (ex->next_post < s->nsteps && ex->next_post - ex->retired < (size_t)ex->window) {
     const struct sched_step* st = &s->steps[ex->next_post];
     struct exec_rec* rec = &ex->recs[ex->next_post % (size_t)ex->window];
-    char* y = (char*)ex->args.recvbuff + st->offset * es;
+    char* y = (char*)ex->args.recvbuff + st->yoff * es;
     if (st->prim == PRIM_EXCHANGE && ex->next_compute != ex->next_post) break;
     rec->slot = -1;
     if (step_needs_slot(ex, st)) {
@@ -122,29 +140,48 @@ static void release_slot(struct exec_state* ex, struct exec_rec* rec) {
   rec->slot = -1;
 }
 
+/* Hand a step's slot over as the carry, or give the carry back. */
+static void carry_take(struct exec_state* ex, struct exec_rec* rec) {
+  ex->carry = rec->slot;
+  rec->slot = -1;
+}
+static void carry_release(struct exec_state* ex) {
+  if (ex->carry >= 0) ex->free_slots[ex->nfree++] = ex->carry;
+  ex->carry = -1;
+}
+
 /* Run the local part of one step; returns the buffer it sends, if any. */
 static const void* compute_step(struct exec_state* ex, const struct sched_step* st,
                                 struct exec_rec* rec) {
   const struct exec_args* a = &ex->args;
   size_t es = kern_type_size(a->type);
-  const char* x = (const char*)a->sendbuff + st->offset * es;
-  char* y = (char*)a->recvbuff + st->offset * es;
+  const char* x = (const char*)a->sendbuff + st->xoff * es;
+  char* y = (char*)a->recvbuff + st->yoff * es;
   char* slot = rec->slot >= 0 ? slot_ptr(ex, rec->slot) : NULL;
+  int use_carry = (st->flags & SCHED_LOCAL_CARRY) && ex->carry >= 0;
+  const char* local = use_carry ? slot_ptr(ex, ex->carry) : x;
   unsigned pre = (st->flags & SCHED_PRE) ? a->pre : 0;
   unsigned post = (st->flags & SCHED_POST) ? a->post : 0;
+  const void* out = NULL;
   switch ((enum sched_prim)st->prim) {
     case PRIM_SEND:
       if (!pre) return x;
       kern_unary(&a->redop, pre, slot, x, st->count);
       return slot;
     case PRIM_RECV_REDUCE_SEND:
-      kern_reduce(&a->redop, pre, slot, slot, x, st->count);
-      return slot;
+      kern_reduce(&a->redop, pre, slot, slot, local, st->count);
+      out = slot;
+      break;
+    case PRIM_RECV_REDUCE_CARRY:
+      kern_reduce(&a->redop, pre, slot, slot, local, st->count);
+      carry_take(ex, rec);
+      return NULL;
     case PRIM_RECV_REDUCE_COPY_SEND:
     case PRIM_RECV_REDUCE_COPY:
-      kern_reduce(&a->redop, pre | post, y, slot, x, st->count);
+      kern_reduce(&a->redop, pre | post, y, slot, local, st->count);
       release_slot(ex, rec);
-      return st->prim == PRIM_RECV_REDUCE_COPY_SEND ? y : NULL;
+      out = st->prim == PRIM_RECV_REDUCE_COPY_SEND ? y : NULL;
+      break;
     case PRIM_RECV_COPY_SEND:
     case PRIM_SEND_OUT:
       return y;
@@ -161,6 +198,8 @@ static const void* compute_step(struct exec_state* ex, const struct sched_step* 
     default:
       return NULL;
   }
+  if (use_carry) carry_release(ex);
+  return out;
 }
 
 static ncclResult_t compute_ready(struct ncclComm* comm, int* progressed) {

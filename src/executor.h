@@ -15,8 +15,11 @@
 
 #define EXEC_MAX_WINDOW 32
 
-/* One collective call as the executor sees it. */
+/* One collective call as the executor sees it. `count` is the per-rank
+ * block for all-gather and reduce-scatter, else the whole buffer. */
 struct exec_args {
+  int coll; /* enum sched_coll */
+  int root;
   const void* sendbuff;
   void* recvbuff;
   size_t count;
@@ -24,7 +27,7 @@ struct exec_args {
   struct kern_redop redop;
   unsigned pre;  /* KERN_PRE when every input read is pre-multiplied */
   unsigned post; /* KERN_POST when every final result is divided */
-  int algo;
+  int algo;      /* enum sched_algo, from exec_plan */
   size_t chunk_bytes;
 };
 
@@ -47,6 +50,7 @@ struct exec_state {
   int busy;
   struct exec_args args;
   size_t next_post, next_compute, retired;
+  int carry; /* slot a reduce-carry step left for the next step, -1 if none */
   struct exec_rec recs[EXEC_MAX_WINDOW];
   uint64_t last_progress_ns;
 };
@@ -56,7 +60,11 @@ struct ncclComm;
 ncclResult_t exec_init(struct exec_state* ex, int window, size_t slot_bytes);
 void exec_free(struct exec_state* ex);
 
-/* Begin a call on `comm` (its executor must be idle). */
+/* Let the tuner choose the algorithm and chunk of a call; fills `key` with
+ * the schedule it will run. */
+void exec_plan(struct ncclComm* comm, struct exec_args* args, struct sched_key* key);
+
+/* Begin a planned call on `comm` (its executor must be idle). */
 ncclResult_t exec_start(struct ncclComm* comm, const struct exec_args* args);
 /* Advance without blocking; *done when finished, *progressed when anything
  * moved. On error the comm is put in its error state. */

@@ -1,28 +1,20 @@
 /*
- * Group state (per thread, as the NCCL API defines groups per thread) and
- * the loop that drives every queued operation to completion: ops of one
- * comm in order, different comms concurrently, sleeping in the progress
- * engine when nothing can move.
+ * Groups, per thread as the NCCL API defines them: ncclGroupStart/End
+ * nest, and the calls issued inside are queued and handed over together at
+ * the outermost ncclGroupEnd - run now by this thread, queued on a host
+ * stream, or (non-blocking comms) queued on the comm's own stream. Deferred
+ * jobs such as communicator inits run there too, each on its own thread.
  */
 #include "group.h"
 
 #include <pthread.h>
-#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "comm.h"
 #include "core.h"
-#include "param.h"
-
-#define GROUP_WAIT_SLICE_MS 100
-
-struct group_op {
-  struct ncclComm* comm;
-  struct exec_args args;
-  int started;
-  int done;
-};
+#include "stream.h"
+#include "work.h"
 
 struct group_job {
   ncclResult_t (*fn)(void*);
@@ -34,8 +26,9 @@ struct group_job {
 static __thread struct {
   int depth;
   ncclResult_t error;
-  struct group_op* ops;
+  struct work_op* ops;
   int nops, cap;
+  cudaStream_t stream; /* every call of a group names the same one */
   struct group_job* jobs;
   int njobs, cap_jobs;
 } t_group;
@@ -93,83 +86,42 @@ static ncclResult_t run_jobs(struct group_job* jobs, int n) {
   return first;
 }
 
-/* Start op i when its comm's executor is free (earlier ops of the same comm
- * come first in the queue, so per-comm order is kept). */
-static ncclResult_t op_step(struct group_op* op, int* progressed) {
-  ncclResult_t res;
-  if (!op->started) {
-    if (op->comm->exec.busy) return ncclSuccess;
-    if ((res = exec_start(op->comm, &op->args)) != ncclSuccess) return res;
-    op->started = 1;
-  }
-  return exec_progress(op->comm, &op->done, progressed);
-}
-
-/* Sleep until one of the running comms has an event. */
-static ncclResult_t ops_wait(struct group_op* ops, int n) {
-  struct progress* engines[64];
-  int m = 0;
-  for (int i = 0; i < n && m < 64; i++) {
-    if (ops[i].done || !ops[i].started) continue;
-    int seen = 0;
-    for (int j = 0; j < m; j++) seen |= engines[j] == &ops[i].comm->progress;
-    if (!seen) engines[m++] = &ops[i].comm->progress;
-  }
-  return m ? progress_wait(engines, m, GROUP_WAIT_SLICE_MS) : ncclSuccess;
-}
-
-/* Sleep only after BRAID_SPIN_US of finding nothing to do: a wake-up costs
- * a context switch, a short poll may not. Yielding while polling leaves
- * the core to peers on an oversubscribed host. */
-static int ops_keep_polling(uint64_t* idle_since) {
-  uint64_t spin_ns = (uint64_t)param_spin_us() * 1000ull;
-  if (spin_ns == 0) return 0;
-  uint64_t now = braid_now_ns();
-  if (*idle_since == 0) *idle_since = now;
-  if (now - *idle_since >= spin_ns) return 0;
-  sched_yield();
-  return 1;
-}
-
-static ncclResult_t ops_run(struct group_op* ops, int n) {
-  ncclResult_t res = ncclSuccess, first = ncclSuccess;
-  int remaining = n;
-  uint64_t idle_since = 0;
-  for (int i = 0; i < n; i++) atomic_fetch_add(&ops[i].comm->active, 1);
-  while (remaining > 0) {
-    int progressed = 0;
-    for (int i = 0; i < n; i++) {
-      if (ops[i].done) continue;
-      res = op_step(&ops[i], &progressed);
-      if (res != ncclSuccess && first == ncclSuccess) first = res;
-      if (res != ncclSuccess || ops[i].done) {
-        ops[i].done = 1;
-        remaining--;
-        progressed = 1;
-      }
+/* Hand a unit of work to whoever runs it. */
+static ncclResult_t work_dispatch(struct work_op* ops, int n, cudaStream_t stream) {
+  struct braid_stream* hs = stream_from_handle(stream);
+  if (hs) return stream_submit_ops(hs, ops, n);
+  for (int i = 0; i < n; i++)
+    if (ops[i].comm->internal_stream) {
+      ncclResult_t res = stream_submit_ops(ops[i].comm->internal_stream, ops, n);
+      return res == ncclSuccess ? ncclInProgress : res;
     }
-    if (progressed || remaining == 0) {
-      idle_since = 0;
-    } else if (!ops_keep_polling(&idle_since)) {
-      CHECK(ops_wait(ops, n));
-      idle_since = 0;
-    }
-  }
-fail:
-  for (int i = 0; i < n; i++) atomic_fetch_sub(&ops[i].comm->active, 1);
-  return first != ncclSuccess ? first : res;
+  return work_run(ops, n);
 }
 
-ncclResult_t group_enqueue(struct ncclComm* comm, const struct exec_args* args) {
+ncclResult_t group_enqueue_op(const struct work_op* op, cudaStream_t stream) {
   ncclResult_t res = ncclSuccess;
   if (t_group.depth == 0) {
-    struct group_op op = {comm, *args, 0, 0};
-    return ops_run(&op, 1);
+    struct work_op one = *op;
+    return work_dispatch(&one, 1, stream);
   }
-  CHECK(grow((void**)&t_group.ops, &t_group.cap, t_group.nops + 1, sizeof(struct group_op)));
-  t_group.ops[t_group.nops++] = (struct group_op){comm, *args, 0, 0};
+  if (t_group.nops > 0 && stream != t_group.stream)
+    FAIL(ncclInvalidUsage, "Calls in one group must use one stream (%p, then %p)",
+         (void*)t_group.stream, (void*)stream);
+  CHECK(grow((void**)&t_group.ops, &t_group.cap, t_group.nops + 1, sizeof(struct work_op)));
+  t_group.stream = stream;
+  t_group.ops[t_group.nops++] = *op;
 fail:
   return res;
+}
+
+ncclResult_t group_enqueue(struct ncclComm* comm, const struct exec_args* args,
+                           cudaStream_t stream) {
+  struct work_op op;
+  memset(&op, 0, sizeof(op));
+  op.comm = comm;
+  op.kind = WORK_COLL;
+  op.args = *args;
+  return group_enqueue_op(&op, stream);
 }
 
 NCCL_API(ncclResult_t, ncclGroupStart, void);
@@ -192,10 +144,10 @@ ncclResult_t ncclGroupEnd(void) {
   t_group.error = ncclSuccess;
   if (njobs) CHECK(run_jobs(t_group.jobs, njobs)); /* jobs own their args: always run */
   if (queued != ncclSuccess) {
-    WARN("ncclGroupEnd: a call inside the group failed; its collectives were not run");
+    WARN("ncclGroupEnd: a call inside the group failed; its other calls were not run");
     return queued;
   }
-  if (nops) CHECK(ops_run(t_group.ops, nops));
+  if (nops) res = work_dispatch(t_group.ops, nops, t_group.stream);
 fail:
   return res;
 }

@@ -8,10 +8,14 @@
 
 #include "nccl.h"
 
+struct work_op;
+
 int group_depth(void);
 /* Run `fn(arg)` on its own thread at the outermost ncclGroupEnd, all jobs
  * concurrently; `fn` returns its ncclResult_t and owns `arg`. */
 ncclResult_t group_add_job(ncclResult_t (*fn)(void*), void* arg);
+/* Queue one operation (run it now outside a group). */
+ncclResult_t group_enqueue_op(const struct work_op* op, cudaStream_t stream);
 /* Remember the first error of a call made inside the group. */
 void group_record_error(ncclResult_t err);
 

@@ -79,10 +79,10 @@ fail:
 }
 
 ncclResult_t redop_resolve(struct ncclComm* comm, ncclRedOp_t op, ncclDataType_t type,
-                           struct exec_args* a) {
+                           const char* fn, struct exec_args* a) {
   ncclResult_t res = ncclSuccess;
   static const enum kern_op builtin[] = {KERN_SUM, KERN_PROD, KERN_MAX, KERN_MIN, KERN_SUM};
-  CHECK(check_type(type, "ncclAllReduce"));
+  CHECK(check_type(type, fn));
   memset(&a->redop, 0, sizeof(a->redop));
   a->redop.type = type;
   a->pre = a->post = 0;
@@ -96,8 +96,8 @@ ncclResult_t redop_resolve(struct ncclComm* comm, ncclRedOp_t op, ncclDataType_t
   }
   int idx = (int)op - ncclNumOps;
   if ((int)op < 0 || idx >= comm->nredops || !comm->redops[idx].in_use)
-    FAIL(ncclInvalidArgument, "Invalid reduction op %d (not built in, not created on this comm)",
-         (int)op);
+    FAIL(ncclInvalidArgument,
+         "%s : invalid reduction op %d (not built in, not created on this comm)", fn, (int)op);
   const struct comm_redop* r = &comm->redops[idx];
   if (r->type != type)
     FAIL(ncclInvalidArgument, "PreMulSum op %d was created for type %d, used with type %d", (int)op,

@@ -23,6 +23,7 @@ struct transport_ctx {
   int epoll_fd;                  /* progress engine: register fds here */
   int64_t timeout_ms;
   struct transport_parked* parked; /* accepted sockets not yet claimed */
+  _Atomic int* aborted;            /* set by ncclCommAbort: stop waiting */
 };
 
 /* Messages a connection can hold in flight; the executor keeps fewer. */
@@ -36,14 +37,19 @@ struct transport_conn {
   int is_send;
   uint64_t posted;
   uint64_t completed;
+  uint64_t stall_pass; /* p2p: the posting pass that found this connection full */
 };
 
 struct transport {
   const char* name;
-  /* Connect to `peer` for sending / accept from `peer` for receiving. A
-   * rank connects all its sends before accepting its receives. */
-  ncclResult_t (*connect_send)(struct transport_ctx* ctx, int peer, struct transport_conn** out);
-  ncclResult_t (*connect_recv)(struct transport_ctx* ctx, int peer, struct transport_conn** out);
+  /* Connect to `peer` for sending / accept from `peer` for receiving, on
+   * `channel` (0: collectives, 1: point-to-point; each pair of ranks has
+   * one connection per channel and direction). A rank connects all its
+   * sends before accepting its receives. */
+  ncclResult_t (*connect_send)(struct transport_ctx* ctx, int peer, int channel,
+                               struct transport_conn** out);
+  ncclResult_t (*connect_recv)(struct transport_ctx* ctx, int peer, int channel,
+                               struct transport_conn** out);
   /* Queue one message (send: from buf; receive: into buf). The caller keeps
    * fewer than TRANSPORT_MAX_INFLIGHT messages pending. */
   ncclResult_t (*post)(struct transport_conn* conn, void* buf, size_t bytes);

@@ -77,8 +77,8 @@ static void world_init(struct world* w, int n, size_t slot_bytes, int window) {
     for (int b = 0; b < n; b++) {
       struct fake_conn* s = &w->conns[a][b][0];
       struct fake_conn* r = &w->conns[a][b][1];
-      s->base = (struct transport_conn){&fake_transport, b, 1, 0, 0};
-      r->base = (struct transport_conn){&fake_transport, a, 0, 0, 0};
+      s->base = (struct transport_conn){&fake_transport, b, 1, 0, 0, 0};
+      r->base = (struct transport_conn){&fake_transport, a, 0, 0, 0, 0};
       s->other = r;
       r->other = s;
       w->send[a][b] = &s->base;
@@ -103,13 +103,23 @@ static void world_free(struct world* w) {
   }
 }
 
-/* Run one all-reduce on every rank, interleaving their progress. */
-static void world_allreduce(struct world* w, void* const* send, void* const* recv, size_t count,
-                            ncclDataType_t type, ncclRedOp_t op, size_t chunk, int algo) {
+/* Run one collective on every rank, interleaving their progress. */
+static void world_run(struct world* w, int coll, int algo, int root, void* const* send,
+                      void* const* recv, size_t count, ncclDataType_t type, ncclRedOp_t op,
+                      size_t chunk) {
   int done[MAXR] = {0}, left = w->n;
   for (int r = 0; r < w->n; r++) {
-    struct exec_args a = {send[r], recv[r], count, type, {0}, 0, 0, algo, chunk};
-    assert_int_equal(redop_resolve(&w->comms[r], op, type, &a), ncclSuccess);
+    struct exec_args a;
+    memset(&a, 0, sizeof(a));
+    assert_int_equal(redop_resolve(&w->comms[r], op, type, "test", &a), ncclSuccess);
+    a.coll = coll;
+    a.root = root;
+    a.sendbuff = send[r];
+    a.recvbuff = recv[r];
+    a.count = count;
+    a.type = type;
+    a.algo = algo;
+    a.chunk_bytes = chunk;
     assert_int_equal(exec_start(&w->comms[r], &a), ncclSuccess);
   }
   for (int spins = 0; left > 0; spins++) {
@@ -129,45 +139,86 @@ static double value_of(int rank, size_t i) {
   return (double)((rank + 3 * i) % 5);
 }
 
-static void run_case(int algo, int n, size_t count, ncclDataType_t type, ncclRedOp_t op,
-                     int inplace, size_t chunk, int window) {
+static double get_elem(const void* buf, ncclDataType_t type, size_t i) {
+  return type == ncclFloat   ? ((const float*)buf)[i]
+         : type == ncclInt32 ? ((const int32_t*)buf)[i]
+                             : ((const double*)buf)[i];
+}
+
+static void put_elem(void* buf, ncclDataType_t type, size_t i, double v) {
+  if (type == ncclFloat) ((float*)buf)[i] = (float)v;
+  if (type == ncclInt32) ((int32_t*)buf)[i] = (int32_t)v;
+  if (type == ncclDouble) ((double*)buf)[i] = v;
+}
+
+#define POISON -77.0
+
+/* The reduction over ranks of input element i, as the type computes it. */
+static double reduced(int n, ncclDataType_t type, ncclRedOp_t op, size_t i) {
+  double e = op == ncclMax ? -1e9 : 0;
+  for (int q = 0; q < n; q++) {
+    double v = value_of(q, i) - (type == ncclInt32 ? 2 : 0);
+    e = op == ncclMax ? (v > e ? v : e) : e + v;
+  }
+  if (op == ncclAvg) e /= n;
+  if (type == ncclInt32 && op == ncclAvg) e = (double)(int64_t)e;
+  if (type == ncclFloat && op == ncclAvg) e = (float)e;
+  return e;
+}
+
+/* What rank r's output element i must hold (POISON: left untouched). */
+static double expected(int coll, int n, int r, int root, size_t count, ncclDataType_t type,
+                       ncclRedOp_t op, size_t i) {
+  double shift = type == ncclInt32 ? 2 : 0;
+  switch (coll) {
+    case COLL_ALLREDUCE:
+      return reduced(n, type, op, i);
+    case COLL_REDUCE:
+      return r == root ? reduced(n, type, op, i) : POISON;
+    case COLL_BROADCAST:
+      return value_of(root, i) - shift;
+    case COLL_ALLGATHER:
+      return value_of((int)(i / count), i % count) - shift;
+    default:
+      return reduced(n, type, op, (size_t)r * count + i); /* reduce-scatter */
+  }
+}
+
+static void run_case(int coll, int algo, int n, size_t count, ncclDataType_t type, ncclRedOp_t op,
+                     int root, int inplace, size_t chunk, int window) {
   struct world* w = calloc(1, sizeof(*w));
-  void *send[MAXR], *recv[MAXR];
+  void *send[MAXR], *recv[MAXR], *mem[MAXR];
+  size_t nsend = coll == COLL_REDUCESCATTER ? n * count : count;
+  size_t nrecv = coll == COLL_ALLGATHER ? n * count : count;
   world_init(w, n, 8192, window);
   for (int r = 0; r < n; r++) {
-    send[r] = calloc(count + 1, 8);
-    recv[r] = inplace ? send[r] : calloc(count + 1, 8);
-    for (size_t i = 0; i < count; i++) {
-      if (type == ncclFloat) ((float*)send[r])[i] = (float)value_of(r, i);
-      if (type == ncclInt32) ((int32_t*)send[r])[i] = (int32_t)value_of(r, i) - 2;
-      if (type == ncclDouble) ((double*)send[r])[i] = value_of(r, i);
-    }
+    size_t big = (nsend > nrecv ? nsend : nrecv) + 1;
+    mem[r] = calloc(2 * big, 8);
+    send[r] = mem[r];
+    recv[r] = (char*)mem[r] + big * 8;
+    size_t es = type == ncclDouble ? 8 : 4;
+    if (inplace && coll == COLL_ALLGATHER) send[r] = (char*)recv[r] + (size_t)r * count * es;
+    if (inplace && coll == COLL_REDUCESCATTER) recv[r] = (char*)send[r] + (size_t)r * count * es;
+    if (inplace && coll != COLL_ALLGATHER && coll != COLL_REDUCESCATTER) recv[r] = send[r];
+    for (size_t i = 0; i < nrecv && !inplace; i++) put_elem(recv[r], type, i, POISON);
+    for (size_t i = 0; i < nsend; i++) /* the input as this rank sees it */
+      put_elem(send[r], type, i, value_of(r, i) - (type == ncclInt32 ? 2 : 0));
   }
-  world_allreduce(w, send, recv, count, type, op, chunk, algo);
+  world_run(w, coll, algo, root, send, recv, count, type, op, chunk);
   for (int r = 0; r < n; r++)
-    for (size_t i = 0; i < count; i++) {
-      double expect = op == ncclMax ? -1e9 : 0;
-      for (int q = 0; q < n; q++) {
-        double v = type == ncclInt32 ? value_of(q, i) - 2 : value_of(q, i);
-        expect = op == ncclMax ? (v > expect ? v : expect) : expect + v;
-      }
-      if (op == ncclAvg) expect /= n;
-      double got = type == ncclFloat   ? ((float*)recv[r])[i]
-                   : type == ncclInt32 ? ((int32_t*)recv[r])[i]
-                                       : ((double*)recv[r])[i];
-      if (type == ncclInt32 && op == ncclAvg) expect = (double)(int64_t)expect;
-      if (type == ncclFloat && op == ncclAvg) expect = (float)expect;
-      if (got != expect) {
+    for (size_t i = 0; i < nrecv; i++) {
+      double want = expected(coll, n, r, root, count, type, op, i);
+      if (want == POISON && inplace) continue; /* non-root reduce in place: input stays */
+      double got = get_elem(recv[r], type, i);
+      if (got != want) {
         fprintf(stderr,
-                "%s n=%d count=%zu type=%d op=%d inplace=%d chunk=%zu rank %d [%zu]: %g != %g\n",
-                sched_algo_name(algo), n, count, type, op, inplace, chunk, r, i, got, expect);
+                "%s %s n=%d count=%zu type=%d op=%d root=%d inplace=%d rank %d [%zu]: %g != %g\n",
+                sched_coll_name(coll), sched_algo_name(algo), n, count, type, op, root, inplace, r,
+                i, got, want);
         fail();
       }
     }
-  for (int r = 0; r < n; r++) {
-    if (!inplace) free(recv[r]);
-    free(send[r]);
-  }
+  for (int r = 0; r < n; r++) free(mem[r]);
   world_free(w);
   free(w);
 }
@@ -183,7 +234,52 @@ static void test_allreduce_fake_transport(void** state) {
         for (int o = 0; o < 3; o++)
           for (int ip = 0; ip < 2; ip++)
             for (int algo = 0; algo < ALGO_COUNT; algo++)
-              run_case(algo, n, counts[c], types[t], ops[o], ip, 4096, 4);
+              run_case(COLL_ALLREDUCE, algo, n, counts[c], types[t], ops[o], 0, ip, 4096, 4);
+}
+
+/* Every other collective with every algorithm that implements it, every
+ * root, in and out of place. */
+static void test_collectives_fake_transport(void** state) {
+  (void)state;
+  static const size_t counts[] = {0, 1, 5, 1023, 9001};
+  for (int coll = COLL_ALLGATHER; coll < COLL_COUNT; coll++)
+    for (int algo = 0; algo < ALGO_COUNT; algo++) {
+      if (!sched_supports(coll, algo)) continue;
+      for (int n = 1; n <= MAXR; n++)
+        for (size_t c = 0; c < sizeof(counts) / sizeof(counts[0]); c++)
+          for (int root = 0; root < n; root += (coll >= COLL_BROADCAST ? 1 : n))
+            for (int ip = 0; ip < 2; ip++) {
+              run_case(coll, algo, n, counts[c], ncclFloat, ncclSum, root, ip, 4096, 4);
+              run_case(coll, algo, n, counts[c], ncclInt32, ncclAvg, root, ip, 4096, 4);
+            }
+    }
+}
+
+/* Double binary tree: every rank has one parent (or is a root) and is
+ * interior in at most one of the two trees; links are mutual. */
+static void test_double_tree_shape(void** state) {
+  (void)state;
+  for (int n = 1; n <= 64; n++) {
+    for (int r = 0; r < n; r++) {
+      int interior = 0;
+      for (int t = 0; t < 2; t++) {
+        int parent, child[2], pp, pc[2];
+        tree_links(r, n, t, &parent, child);
+        interior += child[0] >= 0 || child[1] >= 0;
+        for (int i = 0; i < 2; i++)
+          if (child[i] >= 0) {
+            tree_links(child[i], n, t, &pp, pc);
+            assert_int_equal(pp, r);
+          }
+        if (parent >= 0) {
+          tree_links(parent, n, t, &pp, pc);
+          assert_true(pc[0] == r || pc[1] == r);
+        }
+      }
+      assert_true(interior <= 1 || n <= 2);
+    }
+    assert_true(tree_depth(n) <= 8);
+  }
 }
 
 /* Recursive doubling: partners combine lower-rank data first, so max of
@@ -200,7 +296,7 @@ static void test_rd_signed_zero_identical(void** state) {
       send[r] = in[r];
       recv[r] = out[r];
     }
-    world_allreduce(w, send, recv, 4, ncclFloat, ncclMax, 4096, ALGO_RD);
+    world_run(w, COLL_ALLREDUCE, ALGO_RD, 0, send, recv, 4, ncclFloat, ncclMax, 4096);
     for (int r = 1; r < n; r++) assert_memory_equal(out[0], out[r], sizeof(out[0]));
     world_free(w);
     free(w);
@@ -213,7 +309,10 @@ static void test_ring_any_window_rendezvous(void** state) {
   (void)state;
   for (int window = 1; window <= 9; window++) {
     for (int n = 2; n <= MAXR; n += 3)
-      run_case(ALGO_RING, n, 50021, ncclFloat, ncclSum, 0, 1024, window);
+      for (int coll = 0; coll < COLL_COUNT; coll++)
+        for (int algo = 0; algo < ALGO_COUNT; algo++)
+          if (sched_supports(coll, algo))
+            run_case(coll, algo, n, 50021, ncclFloat, ncclSum, n - 1, 0, 1024, window);
   }
 }
 
@@ -224,16 +323,16 @@ static void test_ring_schedule_shape(void** state) {
   for (int n = 2; n <= MAXR; n++)
     for (int r = 0; r < n; r++) {
       struct schedule s = {0};
-      struct sched_key k = {ALGO_RING, r, n, 100003, 4, 4096, 2};
+      struct sched_key k = {COLL_ALLREDUCE, ALGO_RING, r, n, 0, 100003, 4, 4096, 2};
       assert_int_equal(sched_build(&s, &k), ncclSuccess);
       unsigned char* seen = calloc(k.count, 1);
       for (size_t i = 0; i < s.nsteps; i++) {
         const struct sched_step* st = &s.steps[i];
         int writes_y = st->prim == PRIM_RECV || st->prim == PRIM_RECV_COPY_SEND ||
                        st->prim == PRIM_RECV_REDUCE_COPY_SEND;
-        assert_true(st->count > 0 && st->offset + st->count <= k.count);
+        assert_true(st->count > 0 && st->yoff + st->count <= k.count);
         assert_true(st->count * k.elem_size <= k.chunk_bytes);
-        for (size_t e = 0; writes_y && e < st->count; e++) seen[st->offset + e]++;
+        for (size_t e = 0; writes_y && e < st->count; e++) seen[st->yoff + e]++;
       }
       for (size_t e = 0; e < k.count; e++) assert_int_equal(seen[e], 1);
       free(seen);
@@ -244,7 +343,7 @@ static void test_ring_schedule_shape(void** state) {
 static void test_schedule_reuse_and_names(void** state) {
   (void)state;
   struct schedule s = {0};
-  struct sched_key k = {ALGO_RING, 1, 3, 10, 4, 4096, 2};
+  struct sched_key k = {COLL_ALLREDUCE, ALGO_RING, 1, 3, 0, 10, 4, 4096, 2};
   assert_int_equal(sched_build(&s, &k), ncclSuccess);
   struct sched_step* first = s.steps;
   size_t n = s.nsteps;
@@ -260,6 +359,8 @@ int main(void) {
       cmocka_unit_test(test_ring_schedule_shape),
       cmocka_unit_test(test_schedule_reuse_and_names),
       cmocka_unit_test(test_allreduce_fake_transport),
+      cmocka_unit_test(test_collectives_fake_transport),
+      cmocka_unit_test(test_double_tree_shape),
       cmocka_unit_test(test_ring_any_window_rendezvous),
       cmocka_unit_test(test_rd_signed_zero_identical),
   };

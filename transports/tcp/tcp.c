@@ -4,6 +4,7 @@
  * comm's secret; non-blocking I/O is driven by the progress engine.
  */
 #include <errno.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -16,7 +17,7 @@
 #include "transport.h"
 
 #define TCP_MAGIC 0x50435442u /* "BTCP" */
-#define TCP_VERSION 1u
+#define TCP_VERSION 2u
 #define TCP_MAX_SOCKS 64
 /* Below this many bytes per socket a message travels whole on one socket:
  * striping it would cost more syscalls than it saves. */
@@ -31,6 +32,8 @@ struct tcp_hello {
   int32_t to;
   int32_t sock_idx;
   int32_t nsocks;
+  int32_t channel;
+  int32_t reserved;
 };
 
 /* An accepted socket whose hello names a peer nobody asked for yet. */
@@ -114,7 +117,7 @@ static int tcp_nsocks(void) {
   return (int)MAX(1, MIN(n, TCP_MAX_SOCKS));
 }
 
-static ncclResult_t tcp_connect_send(struct transport_ctx* ctx, int peer,
+static ncclResult_t tcp_connect_send(struct transport_ctx* ctx, int peer, int channel,
                                      struct transport_conn** out) {
   ncclResult_t res = ncclSuccess;
   struct tcp_conn* c = NULL;
@@ -124,13 +127,14 @@ static ncclResult_t tcp_connect_send(struct transport_ctx* ctx, int peer,
   CHECK(tcp_conn_alloc(peer, 1, ns, &c));
   socket_addr_from_wire(&ctx->peers[peer].listen, &addr);
   for (int s = 0; s < ns; s++) {
-    struct tcp_hello h = {TCP_MAGIC, TCP_VERSION, ctx->secret, ctx->rank, peer, s, ns};
+    struct tcp_hello h = {TCP_MAGIC, TCP_VERSION, ctx->secret, ctx->rank, peer, s, ns, channel, 0};
     CHECK(socket_connect(&addr, deadline, &c->socks[s].fd));
     CHECK(socket_send_all(c->socks[s].fd, &h, sizeof(h), deadline));
     socket_tune_data(c->socks[s].fd, (int)param_sock_buf());
     CHECK(tcp_register(ctx, c->socks[s].fd));
   }
-  INFO(SUB_NET | SUB_INIT, "Connected to rank %d via NET/Socket with %d sockets", peer, ns);
+  INFO(SUB_NET | SUB_INIT, "Channel %d: connected to rank %d via NET/Socket with %d sockets",
+       channel, peer, ns);
   *out = &c->base;
   return ncclSuccess;
 fail:
@@ -144,15 +148,38 @@ static const char* tcp_hello_problem(const struct transport_ctx* ctx, const stru
   if (h->to != ctx->rank || h->from < 0 || h->from >= ctx->nranks) return "wrong ranks";
   if (h->nsocks < 1 || h->nsocks > TCP_MAX_SOCKS || h->sock_idx < 0 || h->sock_idx >= h->nsocks)
     return "bad socket numbering";
+  if (h->channel < 0 || h->channel > 1) return "bad channel";
   return NULL;
 }
 
 /* Accept one connection; returns it parked (valid) or closes it (stranger). */
+/* Wait for a connection to arrive, in short slices so that ncclCommAbort
+ * (which sets ctx->aborted) ends the wait at once. */
+static ncclResult_t tcp_wait_listener(struct transport_ctx* ctx, uint64_t deadline) {
+  for (;;) {
+    uint64_t now = braid_now_ns();
+    if (ctx->aborted && atomic_load(ctx->aborted)) {
+      WARN("NET/Socket : communicator aborted while waiting for a connection");
+      return ncclSystemError;
+    }
+    if (now >= deadline) {
+      WARN("NET/Socket : timeout waiting for a peer to connect (BRAID_TIMEOUT_MS=%lld)",
+           (long long)ctx->timeout_ms);
+      return ncclSystemError;
+    }
+    struct pollfd pfd = {ctx->listen_fd, POLLIN, 0};
+    int ms = (int)MIN((deadline - now) / 1000000ull + 1, 100ull);
+    if (poll(&pfd, 1, ms) > 0) return ncclSuccess;
+  }
+}
+
 static ncclResult_t tcp_accept_one(struct transport_ctx* ctx, uint64_t deadline) {
   ncclResult_t res = ncclSuccess;
   struct transport_parked* p = NULL;
   int fd = -1;
-  CHECK(socket_accept(ctx->listen_fd, deadline, &fd));
+  CHECK(tcp_wait_listener(ctx, deadline));
+  fd = accept4(ctx->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+  if (fd < 0) return ncclSuccess; /* gone before we got to it: wait again */
   p = calloc(1, sizeof(*p));
   if (p == NULL) FAIL(ncclSystemError, "NET/Socket : out of memory");
   const char* why = NULL;
@@ -178,12 +205,12 @@ fail:
 }
 
 /* Move parked sockets from `peer` into the connection; count what is there. */
-static int tcp_claim_parked(struct transport_ctx* ctx, struct tcp_conn* c) {
+static int tcp_claim_parked(struct transport_ctx* ctx, struct tcp_conn* c, int channel) {
   struct transport_parked** pp = &ctx->parked;
   while (*pp) {
     struct transport_parked* p = *pp;
-    if (p->hello.from == c->base.peer && (c->nsocks == 0 || p->hello.nsocks == c->nsocks) &&
-        c->socks[p->hello.sock_idx].fd < 0) {
+    if (p->hello.from == c->base.peer && p->hello.channel == channel &&
+        (c->nsocks == 0 || p->hello.nsocks == c->nsocks) && c->socks[p->hello.sock_idx].fd < 0) {
       c->nsocks = p->hello.nsocks;
       c->socks[p->hello.sock_idx].fd = p->fd;
       *pp = p->next;
@@ -197,20 +224,21 @@ static int tcp_claim_parked(struct transport_ctx* ctx, struct tcp_conn* c) {
   return have;
 }
 
-static ncclResult_t tcp_connect_recv(struct transport_ctx* ctx, int peer,
+static ncclResult_t tcp_connect_recv(struct transport_ctx* ctx, int peer, int channel,
                                      struct transport_conn** out) {
   ncclResult_t res = ncclSuccess;
   struct tcp_conn* c = NULL;
   uint64_t deadline = socket_deadline(ctx->timeout_ms);
   CHECK(tcp_conn_alloc(peer, 0, 0, &c));
   /* Sockets from this peer may have arrived while we waited for another. */
-  while (tcp_claim_parked(ctx, c) < c->nsocks || c->nsocks == 0)
+  while (tcp_claim_parked(ctx, c, channel) < c->nsocks || c->nsocks == 0)
     CHECK(tcp_accept_one(ctx, deadline));
   for (int s = 0; s < c->nsocks; s++) {
     socket_tune_data(c->socks[s].fd, (int)param_sock_buf());
     CHECK(tcp_register(ctx, c->socks[s].fd));
   }
-  INFO(SUB_NET | SUB_INIT, "Accepted rank %d via NET/Socket with %d sockets", peer, c->nsocks);
+  INFO(SUB_NET | SUB_INIT, "Channel %d: accepted rank %d via NET/Socket with %d sockets", channel,
+       peer, c->nsocks);
   *out = &c->base;
   return ncclSuccess;
 fail:

@@ -1,0 +1,219 @@
+/*
+ * Communicator state after init: argument checks, the error state and its
+ * cascade, finalize/destroy/abort, the small queries, buffer registration
+ * and ncclMemAlloc.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "comm.h"
+#include "core.h"
+#include "stream.h"
+
+ncclResult_t braid_calloc(void* ptrp, size_t nelem, size_t elem_size) {
+  void* p = calloc(nelem ? nelem : 1, elem_size);
+  if (p == NULL) {
+    WARN("Out of memory allocating %zu x %zu bytes", nelem, elem_size);
+    return ncclSystemError;
+  }
+  *(void**)ptrp = p;
+  return ncclSuccess;
+}
+
+ncclResult_t comm_check(const struct ncclComm* comm, const char* fn) {
+  if (comm == NULL) {
+    WARN("%s : comm argument is NULL", fn);
+    return ncclInvalidArgument;
+  }
+  if (comm->magic != COMM_MAGIC) {
+    WARN("%s : comm %p is not a live communicator (destroyed?)", fn, (const void*)comm);
+    return ncclInvalidArgument;
+  }
+  return ncclSuccess;
+}
+
+/* Every connection of the comm, both channels and directions. */
+static void comm_conns_apply(struct ncclComm* comm, int close_them) {
+  struct transport_conn** tables[4] = {comm->send_conns, comm->recv_conns, comm->p2p_send,
+                                       comm->p2p_recv};
+  for (int t = 0; t < 4; t++)
+    for (int p = 0; tables[t] && p < comm->nranks; p++) {
+      struct transport_conn* c = tables[t][p];
+      if (c == NULL) continue;
+      if (close_them) {
+        c->ops->close(c);
+        tables[t][p] = NULL;
+      } else {
+        c->ops->shutdown(c);
+      }
+    }
+}
+
+void comm_set_error(struct ncclComm* comm, ncclResult_t err) {
+  int expected = ncclSuccess;
+  if (err == ncclSuccess) return;
+  if (atomic_compare_exchange_strong(&comm->error, &expected, (int)err))
+    WARN("Rank %d: communicator failed (%s); shutting down its connections so peers notice",
+         comm->rank, ncclGetErrorString(err));
+  comm_conns_apply(comm, 0);
+}
+
+void comm_free(struct ncclComm* comm) {
+  if (comm == NULL) return;
+  stream_destroy(comm->internal_stream); /* finishes queued work first */
+  comm_conns_apply(comm, 1);
+  transport_parked_free(&comm->tctx);
+  if (comm->tctx.listen_fd >= 0) close(comm->tctx.listen_fd);
+  progress_destroy(&comm->progress);
+  exec_free(&comm->exec);
+  sched_free(&comm->sched);
+  redop_free_all(comm);
+  while (comm->regs) {
+    struct comm_reg* r = comm->regs;
+    comm->regs = r->next;
+    free(r);
+  }
+  free(comm->send_conns);
+  free(comm->recv_conns);
+  free(comm->p2p_send);
+  free(comm->p2p_recv);
+  free(comm->peers);
+  pthread_mutex_destroy(&comm->lock);
+  comm->magic = 0;
+  free(comm);
+}
+
+NCCL_API(ncclResult_t, ncclCommFinalize, ncclComm_t comm);
+ncclResult_t ncclCommFinalize(ncclComm_t comm) {
+  ncclResult_t res = comm_check(comm, "ncclCommFinalize");
+  if (res != ncclSuccess) return res;
+  /* Blocking comms finish every call before it returns; a non-blocking
+   * comm's queue is flushed here. */
+  if (comm->internal_stream) res = stream_sync(comm->internal_stream);
+  comm->finalized = 1;
+  return res;
+}
+
+NCCL_API(ncclResult_t, ncclCommDestroy, ncclComm_t comm);
+ncclResult_t ncclCommDestroy(ncclComm_t comm) {
+  if (comm == NULL) return ncclSuccess;
+  ncclResult_t res = comm_check(comm, "ncclCommDestroy");
+  if (res != ncclSuccess) return res;
+  INFO(SUB_INIT, "comm %p rank %d nranks %d - Destroy COMPLETE", (void*)comm, comm->rank,
+       comm->nranks);
+  comm_free(comm);
+  return ncclSuccess;
+}
+
+NCCL_API(ncclResult_t, ncclCommAbort, ncclComm_t comm);
+ncclResult_t ncclCommAbort(ncclComm_t comm) {
+  if (comm == NULL) return ncclSuccess;
+  ncclResult_t res = comm_check(comm, "ncclCommAbort");
+  if (res != ncclSuccess) return res;
+  atomic_store(&comm->aborted, 1);
+  progress_wake(&comm->progress);
+  comm_conns_apply(comm, 0);
+  /* A thread blocked in a collective wakes on the eventfd and leaves. */
+  while (atomic_load(&comm->active) > 0) usleep(1000);
+  INFO(SUB_INIT, "comm %p rank %d nranks %d - Abort COMPLETE", (void*)comm, comm->rank,
+       comm->nranks);
+  comm_free(comm);
+  return ncclSuccess;
+}
+
+NCCL_API(ncclResult_t, ncclCommGetAsyncError, ncclComm_t comm, ncclResult_t* asyncError);
+ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError) {
+  ncclResult_t res = comm_check(comm, "ncclCommGetAsyncError");
+  if (res != ncclSuccess) return res;
+  if (asyncError == NULL) {
+    WARN("ncclCommGetAsyncError : asyncError is NULL");
+    return ncclInvalidArgument;
+  }
+  *asyncError = (ncclResult_t)atomic_load(&comm->error);
+  if (*asyncError == ncclSuccess && comm->internal_stream)
+    *asyncError = stream_query(comm->internal_stream);
+  return ncclSuccess;
+}
+
+/* The three queries share one shape: check, then read one field. */
+static ncclResult_t comm_query(const struct ncclComm* comm, int* out, const char* fn, int value) {
+  ncclResult_t res = comm_check(comm, fn);
+  if (res != ncclSuccess) return res;
+  if (out == NULL) {
+    WARN("%s : output pointer is NULL", fn);
+    return ncclInvalidArgument;
+  }
+  *out = value;
+  return ncclSuccess;
+}
+
+NCCL_API(ncclResult_t, ncclCommCount, const ncclComm_t comm, int* count);
+ncclResult_t ncclCommCount(const ncclComm_t comm, int* count) {
+  return comm_query(comm, count, "ncclCommCount", comm ? comm->nranks : 0);
+}
+
+NCCL_API(ncclResult_t, ncclCommUserRank, const ncclComm_t comm, int* rank);
+ncclResult_t ncclCommUserRank(const ncclComm_t comm, int* rank) {
+  return comm_query(comm, rank, "ncclCommUserRank", comm ? comm->rank : 0);
+}
+
+NCCL_API(ncclResult_t, ncclCommCuDevice, const ncclComm_t comm, int* device);
+ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int* device) {
+  return comm_query(comm, device, "ncclCommCuDevice", comm ? comm->cuda_dev : 0);
+}
+
+/* Registration: the TCP transport already moves data straight between user
+ * buffers and sockets, so there is no copy to skip; the registration is
+ * kept (and checked) for transports that map or pin memory. */
+NCCL_API(ncclResult_t, ncclCommRegister, const ncclComm_t comm, void* buff, size_t size,
+         void** handle);
+ncclResult_t ncclCommRegister(const ncclComm_t comm, void* buff, size_t size, void** handle) {
+  ncclResult_t res = ncclSuccess;
+  struct comm_reg* r = NULL;
+  CHECK(comm_check(comm, "ncclCommRegister"));
+  if (buff == NULL || size == 0 || handle == NULL)
+    FAIL(ncclInvalidArgument, "ncclCommRegister : buff %p size %zu handle %p", buff, size,
+         (void*)handle);
+  CHECK(braid_calloc(&r, 1, sizeof(*r)));
+  *r = (struct comm_reg){buff, size, comm->regs};
+  comm->regs = r;
+  *handle = r;
+fail:
+  return res;
+}
+
+NCCL_API(ncclResult_t, ncclCommDeregister, const ncclComm_t comm, void* handle);
+ncclResult_t ncclCommDeregister(const ncclComm_t comm, void* handle) {
+  ncclResult_t res = ncclSuccess;
+  CHECK(comm_check(comm, "ncclCommDeregister"));
+  for (struct comm_reg** pp = &comm->regs; *pp; pp = &(*pp)->next)
+    if (*pp == handle) {
+      *pp = (*pp)->next;
+      free(handle);
+      return ncclSuccess;
+    }
+  FAIL(ncclInvalidArgument, "ncclCommDeregister : %p is not a registration of this comm", handle);
+fail:
+  return res;
+}
+
+NCCL_API(ncclResult_t, ncclMemAlloc, void** ptr, size_t size);
+ncclResult_t ncclMemAlloc(void** ptr, size_t size) {
+  if (ptr == NULL || size == 0) {
+    WARN("ncclMemAlloc : ptr %p size %zu", (void*)ptr, size);
+    return ncclInvalidArgument;
+  }
+  *ptr = aligned_alloc(4096, ALIGN_UP(size, 4096));
+  if (*ptr == NULL) {
+    WARN("ncclMemAlloc : out of memory for %zu bytes", size);
+    return ncclSystemError;
+  }
+  return ncclSuccess;
+}
+
+NCCL_API(ncclResult_t, ncclMemFree, void* ptr);
+ncclResult_t ncclMemFree(void* ptr) {
+  free(ptr);
+  return ncclSuccess;
+}

@@ -1,0 +1,63 @@
+/*
+ * Connections on demand. Before a unit of work runs, every connection its
+ * operations need is made: first every missing send side (a connect lands
+ * in the peer's listen backlog without the peer's help), then every missing
+ * receive side (accepting what peers connected). No rank ever waits for a
+ * peer that is itself waiting, even when one thread drives many comms.
+ */
+#include "comm.h"
+#include "core.h"
+#include "work.h"
+
+#define CONNECT_MAX_PEERS 64
+
+/* The peers an operation talks to, and whether it sends/receives to each;
+ * collectives plan their algorithm here. */
+static int op_peers(struct work_op* op, int* peers, int* sends, int* recvs) {
+  if (op->kind == WORK_COLL) {
+    struct sched_key key;
+    exec_plan(op->comm, &op->args, &key);
+    int m = sched_peers(&key, peers, CONNECT_MAX_PEERS);
+    for (int i = 0; i < m; i++) sends[i] = recvs[i] = 1;
+    return m;
+  }
+  if (op->peer == op->comm->rank || op->bytes == 0) return 0;
+  peers[0] = op->peer;
+  sends[0] = op->kind == WORK_SEND;
+  recvs[0] = op->kind == WORK_RECV;
+  return 1;
+}
+
+static struct transport_conn** conn_slot(struct work_op* op, int peer, int send) {
+  struct ncclComm* c = op->comm;
+  if (op->kind == WORK_COLL) return send ? &c->send_conns[peer] : &c->recv_conns[peer];
+  return send ? &c->p2p_send[peer] : &c->p2p_recv[peer];
+}
+
+static ncclResult_t connect_phase(struct work_op* ops, int n, int send) {
+  ncclResult_t res = ncclSuccess;
+  int peers[CONNECT_MAX_PEERS], sends[CONNECT_MAX_PEERS], recvs[CONNECT_MAX_PEERS];
+  for (int i = 0; i < n; i++) {
+    int m = op_peers(&ops[i], peers, sends, recvs);
+    for (int j = 0; j < m; j++) {
+      if (!(send ? sends[j] : recvs[j])) continue;
+      struct transport_conn** slot = conn_slot(&ops[i], peers[j], send);
+      if (*slot) continue;
+      struct transport_ctx* ctx = &ops[i].comm->tctx;
+      if (send)
+        CHECK(tcp_transport.connect_send(ctx, peers[j], ops[i].kind != WORK_COLL, slot));
+      else
+        CHECK(tcp_transport.connect_recv(ctx, peers[j], ops[i].kind != WORK_COLL, slot));
+    }
+  }
+fail:
+  return res;
+}
+
+ncclResult_t work_connect(struct work_op* ops, int n) {
+  ncclResult_t res = ncclSuccess;
+  CHECK(connect_phase(ops, n, 1));
+  CHECK(connect_phase(ops, n, 0));
+fail:
+  return res;
+}

@@ -1,0 +1,235 @@
+/*
+ * Host streams. A handle is the stream's address with a tag bit that no
+ * CUDA stream pointer carries, so any cudaStream_t argument can be told
+ * apart without a lookup. Each stream owns a thread that runs queued items
+ * in order; finished items go to a free list and are reused, so steady
+ * state enqueueing does not allocate once the item's op array has grown.
+ */
+#include "stream.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "braid.h"
+#include "core.h"
+
+#define STREAM_TAG ((uintptr_t)4) /* CUDA streams are 8-aligned; 1, 2 are its specials */
+#define STREAM_MAGIC 0x6273747265616d21ull
+
+struct stream_item {
+  struct work_op* ops;
+  int nops, cap;
+  ncclResult_t (*fn)(void*);
+  void* arg;
+  struct stream_item* next;
+};
+
+struct braid_stream {
+  uint64_t magic;
+  pthread_t thread;
+  pthread_mutex_t lock;
+  pthread_cond_t wake; /* items queued, or stopping */
+  pthread_cond_t idle; /* queue drained */
+  struct stream_item *head, *tail, *free_items;
+  int running; /* an item is being executed */
+  int stopping;
+  ncclResult_t error; /* sticky first error */
+};
+
+struct braid_stream* stream_from_handle(cudaStream_t handle) {
+  uintptr_t v = (uintptr_t)handle;
+  if ((v & 7) != STREAM_TAG) return NULL;
+  struct braid_stream* s = (struct braid_stream*)(v & ~(uintptr_t)7);
+  return s->magic == STREAM_MAGIC ? s : NULL;
+}
+
+static cudaStream_t stream_handle(struct braid_stream* s) {
+  return (cudaStream_t)((uintptr_t)s | STREAM_TAG);
+}
+
+static ncclResult_t item_run(struct stream_item* it) {
+  return it->fn ? it->fn(it->arg) : work_run(it->ops, it->nops);
+}
+
+static void* stream_main(void* p) {
+  struct braid_stream* s = p;
+  pthread_mutex_lock(&s->lock);
+  for (;;) {
+    while (s->head == NULL && !s->stopping) pthread_cond_wait(&s->wake, &s->lock);
+    if (s->head == NULL) break;
+    struct stream_item* it = s->head;
+    s->running = 1;
+    pthread_mutex_unlock(&s->lock);
+    /* after an error the queue drains without running: order is lost */
+    ncclResult_t res = s->error == ncclSuccess ? item_run(it) : s->error;
+    pthread_mutex_lock(&s->lock);
+    if (s->error == ncclSuccess) s->error = res;
+    s->head = it->next;
+    if (s->head == NULL) s->tail = NULL;
+    it->fn = NULL;
+    it->next = s->free_items;
+    s->free_items = it;
+    s->running = 0;
+    if (s->head == NULL) pthread_cond_broadcast(&s->idle);
+  }
+  pthread_mutex_unlock(&s->lock);
+  return NULL;
+}
+
+ncclResult_t stream_create(struct braid_stream** out) {
+  struct braid_stream* s = calloc(1, sizeof(*s));
+  if (s == NULL) {
+    WARN("braidStreamCreate : out of memory");
+    return ncclSystemError;
+  }
+  s->magic = STREAM_MAGIC;
+  pthread_mutex_init(&s->lock, NULL);
+  pthread_cond_init(&s->wake, NULL);
+  pthread_cond_init(&s->idle, NULL);
+  if (pthread_create(&s->thread, NULL, stream_main, s) != 0) {
+    WARN("braidStreamCreate : cannot start the stream's thread");
+    free(s);
+    return ncclSystemError;
+  }
+  *out = s;
+  return ncclSuccess;
+}
+
+void stream_destroy(struct braid_stream* s) {
+  if (s == NULL) return;
+  pthread_mutex_lock(&s->lock);
+  s->stopping = 1;
+  pthread_cond_signal(&s->wake);
+  pthread_mutex_unlock(&s->lock);
+  pthread_join(s->thread, NULL);
+  while (s->free_items) {
+    struct stream_item* it = s->free_items;
+    s->free_items = it->next;
+    free(it->ops);
+    free(it);
+  }
+  s->magic = 0;
+  pthread_mutex_destroy(&s->lock);
+  pthread_cond_destroy(&s->wake);
+  pthread_cond_destroy(&s->idle);
+  free(s);
+}
+
+/* A reusable item with room for n ops (called with the lock held). */
+static struct stream_item* item_get(struct braid_stream* s, int n) {
+  struct stream_item* it = s->free_items;
+  if (it) s->free_items = it->next;
+  if (it == NULL && (it = calloc(1, sizeof(*it))) == NULL) return NULL;
+  if (n > it->cap) {
+    struct work_op* ops = realloc(it->ops, (size_t)n * sizeof(*ops));
+    if (ops == NULL) {
+      it->next = s->free_items;
+      s->free_items = it;
+      return NULL;
+    }
+    it->ops = ops;
+    it->cap = n;
+  }
+  it->nops = 0;
+  it->fn = NULL;
+  it->next = NULL;
+  return it;
+}
+
+static void item_push(struct braid_stream* s, struct stream_item* it) {
+  if (s->tail)
+    s->tail->next = it;
+  else
+    s->head = it;
+  s->tail = it;
+  pthread_cond_signal(&s->wake);
+}
+
+ncclResult_t stream_submit_ops(struct braid_stream* s, const struct work_op* ops, int n) {
+  pthread_mutex_lock(&s->lock);
+  struct stream_item* it = item_get(s, n);
+  if (it) {
+    memcpy(it->ops, ops, (size_t)n * sizeof(*ops));
+    it->nops = n;
+    item_push(s, it);
+  }
+  pthread_mutex_unlock(&s->lock);
+  if (it == NULL) WARN("Host stream: out of memory queueing %d operations", n);
+  return it ? ncclSuccess : ncclSystemError;
+}
+
+ncclResult_t stream_submit_fn(struct braid_stream* s, ncclResult_t (*fn)(void*), void* arg) {
+  pthread_mutex_lock(&s->lock);
+  struct stream_item* it = item_get(s, 0);
+  if (it) {
+    it->fn = fn;
+    it->arg = arg;
+    item_push(s, it);
+  }
+  pthread_mutex_unlock(&s->lock);
+  if (it == NULL) WARN("Host stream: out of memory queueing a job");
+  return it ? ncclSuccess : ncclSystemError;
+}
+
+ncclResult_t stream_sync(struct braid_stream* s) {
+  pthread_mutex_lock(&s->lock);
+  while (s->head != NULL) pthread_cond_wait(&s->idle, &s->lock);
+  ncclResult_t res = s->error;
+  pthread_mutex_unlock(&s->lock);
+  return res;
+}
+
+ncclResult_t stream_query(struct braid_stream* s) {
+  pthread_mutex_lock(&s->lock);
+  ncclResult_t res = s->error != ncclSuccess ? s->error
+                     : s->head != NULL       ? ncclInProgress
+                                             : ncclSuccess;
+  pthread_mutex_unlock(&s->lock);
+  return res;
+}
+
+/* ---- braid.h API ---- */
+
+static ncclResult_t stream_arg(cudaStream_t handle, const char* fn, struct braid_stream** s) {
+  *s = stream_from_handle(handle);
+  if (*s == NULL) {
+    WARN("%s : %p is not a stream made by braidStreamCreate", fn, (void*)handle);
+    return ncclInvalidArgument;
+  }
+  return ncclSuccess;
+}
+
+BRAID_API(ncclResult_t, braidStreamCreate, cudaStream_t* stream);
+ncclResult_t braidStreamCreate(cudaStream_t* stream) {
+  struct braid_stream* s;
+  if (stream == NULL) {
+    WARN("braidStreamCreate : stream is NULL");
+    return ncclInvalidArgument;
+  }
+  ncclResult_t res = stream_create(&s);
+  if (res == ncclSuccess) *stream = stream_handle(s);
+  return res;
+}
+
+BRAID_API(ncclResult_t, braidStreamDestroy, cudaStream_t stream);
+ncclResult_t braidStreamDestroy(cudaStream_t stream) {
+  struct braid_stream* s;
+  ncclResult_t res = stream_arg(stream, "braidStreamDestroy", &s);
+  if (res == ncclSuccess) stream_destroy(s);
+  return res;
+}
+
+BRAID_API(ncclResult_t, braidStreamSynchronize, cudaStream_t stream);
+ncclResult_t braidStreamSynchronize(cudaStream_t stream) {
+  struct braid_stream* s;
+  ncclResult_t res = stream_arg(stream, "braidStreamSynchronize", &s);
+  return res == ncclSuccess ? stream_sync(s) : res;
+}
+
+BRAID_API(ncclResult_t, braidStreamQuery, cudaStream_t stream);
+ncclResult_t braidStreamQuery(cudaStream_t stream) {
+  struct braid_stream* s;
+  ncclResult_t res = stream_arg(stream, "braidStreamQuery", &s);
+  return res == ncclSuccess ? stream_query(s) : res;
+}

@@ -1,0 +1,144 @@
+/*
+ * Running a unit of work: lock its communicators (in address order, so two
+ * threads never deadlock on each other), make the connections it needs,
+ * then drive every operation until all are done - collectives of a comm one
+ * after another on its executor, point-to-point all at once - polling
+ * briefly and then sleeping in the progress engines when nothing moves.
+ */
+#include "work.h"
+
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm.h"
+#include "core.h"
+#include "param.h"
+
+#define WORK_WAIT_SLICE_MS 100
+#define WORK_MAX_COMMS 64
+
+static int ptr_cmp(const void* a, const void* b) {
+  uintptr_t x = *(const uintptr_t*)a, y = *(const uintptr_t*)b;
+  return x < y ? -1 : x > y;
+}
+
+/* The distinct comms of the work, sorted; returns how many (<= max). */
+static int work_comms(const struct work_op* ops, int n, struct ncclComm** out, int max) {
+  int m = 0;
+  for (int i = 0; i < n; i++) {
+    int seen = 0;
+    for (int j = 0; j < m && !seen; j++) seen = out[j] == ops[i].comm;
+    if (!seen && m < max) out[m++] = ops[i].comm;
+  }
+  qsort(out, (size_t)m, sizeof(*out), ptr_cmp);
+  return m;
+}
+
+/* Sleep only after BRAID_SPIN_US of finding nothing to do: a wake-up costs
+ * a context switch, a short poll may not. Yielding while polling leaves
+ * the core to peers on an oversubscribed host. */
+static int keep_polling(uint64_t* idle_since) {
+  uint64_t spin_ns = (uint64_t)param_spin_us() * 1000ull;
+  if (spin_ns == 0) return 0;
+  uint64_t now = braid_now_ns();
+  if (*idle_since == 0) *idle_since = now;
+  if (now - *idle_since >= spin_ns) return 0;
+  sched_yield();
+  return 1;
+}
+
+static ncclResult_t work_wait(struct ncclComm* const* comms, int m) {
+  struct progress* engines[WORK_MAX_COMMS];
+  for (int i = 0; i < m; i++) engines[i] = &comms[i]->progress;
+  return progress_wait(engines, m, WORK_WAIT_SLICE_MS);
+}
+
+/* Point-to-point operations have no executor to watch them: abort and the
+ * no-progress timeout are checked here. */
+static ncclResult_t p2p_alive(const struct work_op* op, uint64_t last_progress_ns) {
+  struct ncclComm* c = op->comm;
+  if (atomic_load(&c->aborted)) {
+    WARN("Communicator aborted while rank %d was in a send/recv", c->rank);
+    return ncclSystemError;
+  }
+  if (braid_now_ns() - last_progress_ns > (uint64_t)c->tctx.timeout_ms * 1000000ull) {
+    WARN("Rank %d: %s with rank %d made no progress for %lld ms (BRAID_TIMEOUT_MS)", c->rank,
+         op->kind == WORK_SEND ? "send" : "recv", op->peer, (long long)c->tctx.timeout_ms);
+    return ncclSystemError;
+  }
+  return ncclSuccess;
+}
+
+static ncclResult_t op_step(struct work_op* op, uint64_t pass, uint64_t last_progress_ns,
+                            int* progressed) {
+  ncclResult_t res;
+  if (op->kind != WORK_COLL) {
+    res = p2p_step(op, pass, progressed);
+    return res == ncclSuccess && !op->done && !*progressed ? p2p_alive(op, last_progress_ns) : res;
+  }
+  if (!op->started) {
+    if (op->comm->exec.busy) return ncclSuccess; /* an earlier collective of this comm runs */
+    if ((res = exec_start(op->comm, &op->args)) != ncclSuccess) return res;
+    op->started = 1;
+  }
+  return exec_progress(op->comm, &op->done, progressed);
+}
+
+static ncclResult_t work_drive(struct work_op* ops, int n, struct ncclComm* const* comms, int m) {
+  ncclResult_t res = ncclSuccess, first = ncclSuccess;
+  uint64_t pass = 0, idle_since = 0, last_progress = braid_now_ns();
+  int remaining = 0;
+  for (int i = 0; i < n; i++) remaining += !ops[i].done;
+  while (remaining > 0) {
+    int progressed = 0;
+    pass++;
+    for (int i = 0; i < n; i++) {
+      if (ops[i].done) continue;
+      res = op_step(&ops[i], pass, last_progress, &progressed);
+      if (res != ncclSuccess) {
+        if (first == ncclSuccess) first = res;
+        comm_set_error(ops[i].comm, res);
+        ops[i].done = 1;
+      }
+      if (ops[i].done) remaining--, progressed = 1;
+    }
+    if (progressed || remaining == 0) {
+      idle_since = 0;
+      last_progress = braid_now_ns();
+    } else if (!keep_polling(&idle_since)) {
+      CHECK(work_wait(comms, m));
+      idle_since = 0;
+    }
+  }
+fail:
+  return first != ncclSuccess ? first : res;
+}
+
+ncclResult_t work_run(struct work_op* ops, int n) {
+  ncclResult_t res = ncclSuccess;
+  struct ncclComm* comms[WORK_MAX_COMMS];
+  int m = work_comms(ops, n, comms, WORK_MAX_COMMS);
+  if (m == WORK_MAX_COMMS && n > WORK_MAX_COMMS) {
+    struct ncclComm* more[WORK_MAX_COMMS + 1];
+    if (work_comms(ops, n, more, WORK_MAX_COMMS + 1) > WORK_MAX_COMMS) {
+      WARN("A group may span at most %d communicators", WORK_MAX_COMMS);
+      return ncclInvalidUsage;
+    }
+  }
+  for (int i = 0; i < m; i++) {
+    pthread_mutex_lock(&comms[i]->lock);
+    atomic_fetch_add(&comms[i]->active, 1);
+  }
+  for (int i = 0; i < n; i++) ops[i].started = ops[i].done = 0;
+  res = work_connect(ops, n);
+  if (res != ncclSuccess) /* peers waiting for our connections must hear of it */
+    for (int i = 0; i < m; i++) comm_set_error(comms[i], res);
+  if (res == ncclSuccess) res = p2p_match_self(ops, n);
+  if (res == ncclSuccess) res = work_drive(ops, n, comms, m);
+  for (int i = m - 1; i >= 0; i--) {
+    pthread_mutex_unlock(&comms[i]->lock);
+    atomic_fetch_sub(&comms[i]->active, 1); /* last: ncclCommAbort may free it now */
+  }
+  return res;
+}

@@ -1,0 +1,44 @@
+/*
+ * A unit of work: the operations of one group (or one ungrouped call), run
+ * together. Collectives of a comm run one after another on its executor;
+ * its point-to-point operations all run at once beside them, on their own
+ * connections.
+ */
+#ifndef BRAID_WORK_H_
+#define BRAID_WORK_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "executor.h"
+#include "nccl.h"
+
+enum work_kind { WORK_COLL = 0, WORK_SEND, WORK_RECV };
+
+struct work_op {
+  struct ncclComm* comm;
+  int kind;
+  struct exec_args args; /* WORK_COLL */
+  int peer;              /* WORK_SEND / WORK_RECV */
+  void* buf;
+  size_t bytes;
+  /* progress of this run */
+  int started;
+  int done;
+  uint64_t seq; /* p2p: message number on its connection */
+};
+
+/* Run `n` operations to completion (or the first error). */
+ncclResult_t work_run(struct work_op* ops, int n);
+
+/* The p2p lane (p2p.c): match sends to self with receives from self,
+ * post what the connection has room for, check completion. */
+ncclResult_t p2p_match_self(struct work_op* ops, int n);
+ncclResult_t p2p_step(struct work_op* op, uint64_t pass, int* progressed);
+
+/* Connections (connect.c): make every connection the operations need, all
+ * sends first, then all receives, so that ranks (or one thread driving many
+ * comms) never wait on each other. */
+ncclResult_t work_connect(struct work_op* ops, int n);
+
+#endif /* BRAID_WORK_H_ */
