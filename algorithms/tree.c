@@ -139,22 +139,34 @@ static size_t tree_chunk(const struct sched_key* k) {
 }
 
 /* Double binary tree: tree t reduces and broadcasts half t of the buffer.
- * All slices go up before any comes down; the trees interleave slice by
- * slice, so both ends of every link see messages in the same order. */
+ * All slices go up before any comes down, slice by slice in the same tree
+ * order on both ends of every link. A rank is a leaf in (at least) one
+ * tree: its leaf sends go first on the way up and its forwarding first on
+ * the way down, so the executor's in-order steps never hold one tree's
+ * critical path behind the other's. */
 ncclResult_t tree_schedule_allreduce(struct schedule* s, const struct sched_key* k) {
   ncclResult_t res = ncclSuccess;
   int parent[2], child[2][2];
-  size_t half[2] = {k->count / 2, k->count - k->count / 2}, base[2] = {0, k->count / 2};
   size_t chunk = tree_chunk(k);
+  /* Up to one slice the data rides tree 0 alone: halving it would not
+   * shorten any transfer, and two trees sharing one in-order executor add
+   * up their latencies. */
+  size_t h0 = k->count <= chunk ? k->count : k->count / 2;
+  size_t half[2] = {h0, k->count - h0}, base[2] = {0, h0};
   size_t nslices = MAX(DIV_UP(half[0], chunk), DIV_UP(half[1], chunk));
   if (k->count == 0) return ncclSuccess;
   for (int t = 0; t < 2; t++) tree_links(k->rank, k->nranks, t, &parent[t], child[t]);
+  int leaf = child[0][0] < 0 ? 0 : 1; /* the tree this rank is a leaf in */
   for (size_t i = 0; i < nslices; i++)
-    for (int t = 0; t < 2; t++)
+    for (int j = 0; j < 2; j++) {
+      int t = j == 0 ? leaf : 1 - leaf;
       CHECK(tree_up(s, parent[t], child[t], tree_slice_of(base[t], half[t], i, nslices)));
+    }
   for (size_t i = 0; i < nslices; i++)
-    for (int t = 0; t < 2; t++)
+    for (int j = 0; j < 2; j++) {
+      int t = j == 0 ? 1 - leaf : leaf;
       CHECK(tree_down(s, parent[t], child[t], tree_slice_of(base[t], half[t], i, nslices), 0));
+    }
 fail:
   return res;
 }

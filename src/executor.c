@@ -15,9 +15,11 @@
 
 ncclResult_t exec_init(struct exec_state* ex, int window, size_t slot_bytes) {
   memset(ex, 0, sizeof(*ex));
-  /* One step in flight cannot overlap a send with the next receive: with a
-   * rendezvous transport that deadlocks the ring, so two is the floor. */
-  ex->window = MAX(2, MIN(window, EXEC_MAX_WINDOW));
+  /* Rendezvous transports (a send completes once the peer posted the
+   * receive) need slack: with one step in flight the ring deadlocks, with
+   * two the double tree's leaf-first order does (the fake-transport test
+   * finds both); four is the floor. */
+  ex->window = MAX(4, MIN(window, EXEC_MAX_WINDOW));
   ex->nslots = ex->window;
   ex->slot_bytes = ALIGN_UP(slot_bytes, 4096);
   ex->slot_mem = aligned_alloc(4096, ex->slot_bytes * (size_t)ex->nslots);

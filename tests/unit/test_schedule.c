@@ -305,7 +305,7 @@ static void test_rd_signed_zero_identical(void** state) {
 
 /* The fake transport is rendezvous (a send completes only when the peer
  * has posted the receive): any window must still finish without deadlock. */
-static void test_ring_any_window_rendezvous(void** state) {
+static void test_any_window_rendezvous(void** state) {
   (void)state;
   for (int window = 1; window <= 9; window++) {
     for (int n = 2; n <= MAXR; n += 3)
@@ -361,7 +361,7 @@ int main(void) {
       cmocka_unit_test(test_allreduce_fake_transport),
       cmocka_unit_test(test_collectives_fake_transport),
       cmocka_unit_test(test_double_tree_shape),
-      cmocka_unit_test(test_ring_any_window_rendezvous),
+      cmocka_unit_test(test_any_window_rendezvous),
       cmocka_unit_test(test_rd_signed_zero_identical),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
