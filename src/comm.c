@@ -79,7 +79,8 @@ void comm_free(struct ncclComm* comm) {
   free(comm->p2p_send);
   free(comm->p2p_recv);
   free(comm->peers);
-  pthread_mutex_destroy(&comm->lock);
+  pthread_mutex_destroy(&comm->turn_lock);
+  pthread_cond_destroy(&comm->turn_cv);
   comm->magic = 0;
   free(comm);
 }

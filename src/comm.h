@@ -51,7 +51,12 @@ struct ncclComm {
   struct transport_conn** recv_conns;
   struct transport_conn** p2p_send; /* send/recv: their own connections */
   struct transport_conn** p2p_recv;
-  pthread_mutex_t lock; /* held by the thread running this comm's work */
+  /* Work runs in the order it was issued, whichever thread or stream runs
+   * it: issue takes a ticket, running waits for its turn. */
+  pthread_mutex_t turn_lock;
+  pthread_cond_t turn_cv;
+  uint64_t next_ticket; /* under turn_lock */
+  uint64_t serving;     /* under turn_lock */
   struct progress progress;
   struct exec_state exec;
   struct schedule sched;

@@ -89,10 +89,12 @@ static ncclResult_t run_jobs(struct group_job* jobs, int n) {
 /* Hand a unit of work to whoever runs it. */
 static ncclResult_t work_dispatch(struct work_op* ops, int n, cudaStream_t stream) {
   struct braid_stream* hs = stream_from_handle(stream);
+  ncclResult_t res = work_issue(ops, n);
+  if (res != ncclSuccess) return res;
   if (hs) return stream_submit_ops(hs, ops, n);
   for (int i = 0; i < n; i++)
     if (ops[i].comm->internal_stream) {
-      ncclResult_t res = stream_submit_ops(ops[i].comm->internal_stream, ops, n);
+      res = stream_submit_ops(ops[i].comm->internal_stream, ops, n);
       return res == ncclSuccess ? ncclInProgress : res;
     }
   return work_run(ops, n);

@@ -106,7 +106,8 @@ static ncclResult_t comm_create(struct ncclComm** out, int nranks, const ncclUni
   comm->id = id;
   comm->tree_depth = tree_depth(nranks);
   comm->progress.epoll_fd = comm->progress.wake_fd = comm->tctx.listen_fd = -1;
-  pthread_mutex_init(&comm->lock, NULL);
+  pthread_mutex_init(&comm->turn_lock, NULL);
+  pthread_cond_init(&comm->turn_cv, NULL);
   CHECK(comm_config_read(config, &comm->config));
   CHECK(comm_setup_local(comm, &listen));
   comm->tctx = (struct transport_ctx){rank,

@@ -34,7 +34,8 @@ static ncclResult_t split_allgather(struct ncclComm* comm, const void* send, voi
     comm->finalized = 0;
     if (res != ncclSuccess) return res;
   }
-  return work_run(&op, 1);
+  ncclResult_t res = work_issue(&op, 1);
+  return res == ncclSuccess ? work_run(&op, 1) : res;
 }
 
 /* Position of `rank` among the ranks sharing its color, ordered by (key,

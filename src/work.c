@@ -8,6 +8,7 @@
 #include "work.h"
 
 #include <sched.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -115,30 +116,89 @@ fail:
   return first != ncclSuccess ? first : res;
 }
 
+/* The comms of a unit, checked against the limit. */
+static ncclResult_t unit_comms(const struct work_op* ops, int n, struct ncclComm** comms, int* m) {
+  struct ncclComm* more[WORK_MAX_COMMS + 1];
+  if (work_comms(ops, n, more, WORK_MAX_COMMS + 1) > WORK_MAX_COMMS) {
+    WARN("A group may span at most %d communicators", WORK_MAX_COMMS);
+    return ncclInvalidUsage;
+  }
+  *m = work_comms(ops, n, comms, WORK_MAX_COMMS);
+  return ncclSuccess;
+}
+
+static uint64_t unit_ticket(const struct work_op* ops, int n, const struct ncclComm* c) {
+  for (int i = 0; i < n; i++)
+    if (ops[i].comm == c) return ops[i].ticket;
+  return 0;
+}
+
+/* Tickets of all the unit's comms are taken together (their locks held in
+ * address order), so two units never hold tickets in opposite orders on
+ * two comms: waiting for turns cannot deadlock. */
+ncclResult_t work_issue(struct work_op* ops, int n) {
+  struct ncclComm* comms[WORK_MAX_COMMS];
+  int m;
+  ncclResult_t res = unit_comms(ops, n, comms, &m);
+  if (res != ncclSuccess) return res;
+  for (int i = 0; i < m; i++) pthread_mutex_lock(&comms[i]->turn_lock);
+  for (int i = 0; i < n; i++) ops[i].ticket = ops[i].comm->next_ticket;
+  for (int i = m - 1; i >= 0; i--) {
+    comms[i]->next_ticket++;
+    pthread_mutex_unlock(&comms[i]->turn_lock);
+  }
+  return ncclSuccess;
+}
+
+/* Wait until it is this unit's turn on `c`; abort ends the wait. */
+static ncclResult_t turn_wait(struct ncclComm* c, uint64_t ticket) {
+  ncclResult_t res = ncclSuccess;
+  pthread_mutex_lock(&c->turn_lock);
+  while (c->serving != ticket && !atomic_load(&c->aborted)) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += 100 * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+    pthread_cond_timedwait(&c->turn_cv, &c->turn_lock, &ts);
+  }
+  if (c->serving != ticket) {
+    WARN("Communicator aborted while rank %d waited for its turn", c->rank);
+    res = ncclSystemError;
+  }
+  pthread_mutex_unlock(&c->turn_lock);
+  return res;
+}
+
+static void turn_pass(struct ncclComm* c) {
+  pthread_mutex_lock(&c->turn_lock);
+  c->serving++;
+  pthread_cond_broadcast(&c->turn_cv);
+  pthread_mutex_unlock(&c->turn_lock);
+}
+
 ncclResult_t work_run(struct work_op* ops, int n) {
   ncclResult_t res = ncclSuccess;
   struct ncclComm* comms[WORK_MAX_COMMS];
-  int m = work_comms(ops, n, comms, WORK_MAX_COMMS);
-  if (m == WORK_MAX_COMMS && n > WORK_MAX_COMMS) {
-    struct ncclComm* more[WORK_MAX_COMMS + 1];
-    if (work_comms(ops, n, more, WORK_MAX_COMMS + 1) > WORK_MAX_COMMS) {
-      WARN("A group may span at most %d communicators", WORK_MAX_COMMS);
-      return ncclInvalidUsage;
-    }
-  }
-  for (int i = 0; i < m; i++) {
-    pthread_mutex_lock(&comms[i]->lock);
-    atomic_fetch_add(&comms[i]->active, 1);
+  int m, got[WORK_MAX_COMMS];
+  CHECK(unit_comms(ops, n, comms, &m));
+  for (int i = 0; i < m; i++) atomic_fetch_add(&comms[i]->active, 1);
+  for (int i = 0; i < m; i++) { /* every turn, even after a failure: others wait on them */
+    ncclResult_t r = turn_wait(comms[i], unit_ticket(ops, n, comms[i]));
+    got[i] = r == ncclSuccess;
+    if (res == ncclSuccess) res = r;
   }
   for (int i = 0; i < n; i++) ops[i].started = ops[i].done = 0;
-  res = work_connect(ops, n);
+  if (res == ncclSuccess) res = work_connect(ops, n);
   if (res != ncclSuccess) /* peers waiting for our connections must hear of it */
     for (int i = 0; i < m; i++) comm_set_error(comms[i], res);
   if (res == ncclSuccess) res = p2p_match_self(ops, n);
   if (res == ncclSuccess) res = work_drive(ops, n, comms, m);
-  for (int i = m - 1; i >= 0; i--) {
-    pthread_mutex_unlock(&comms[i]->lock);
+  /* the turn passes even after a failure: later units fail fast on the
+   * comm's error (an aborted comm's turns are not waited for) */
+  for (int i = 0; i < m; i++)
+    if (got[i]) turn_pass(comms[i]);
+  for (int i = m - 1; i >= 0; i--)
     atomic_fetch_sub(&comms[i]->active, 1); /* last: ncclCommAbort may free it now */
-  }
+fail:
   return res;
 }

@@ -25,10 +25,16 @@ struct work_op {
   /* progress of this run */
   int started;
   int done;
-  uint64_t seq; /* p2p: message number on its connection */
+  uint64_t seq;    /* p2p: message number on its connection */
+  uint64_t ticket; /* this unit's turn on op->comm (same for all its ops there) */
 };
 
-/* Run `n` operations to completion (or the first error). */
+/* Take the unit's turn on each of its comms, at issue time: units then run
+ * in issue order per comm, whatever thread or stream runs them. */
+ncclResult_t work_issue(struct work_op* ops, int n);
+
+/* Wait for the unit's turn, run `n` operations to completion (or the first
+ * error), pass the turn on. */
 ncclResult_t work_run(struct work_op* ops, int n);
 
 /* The p2p lane (p2p.c): match sends to self with receives from self,

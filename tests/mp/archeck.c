@@ -352,6 +352,32 @@ int ar_prepare(ar_call* c, const mp_env* env) {
   return 0;
 }
 
+int ar_tables_init(ar_call* c, const mp_env* env) {
+  if (alloc_tables(c, env->nranks) != 0) {
+    mp_fail(env, "out of memory for reference tables");
+    return -1;
+  }
+  fill_tables(c, env->rank);
+  return 0;
+}
+
+void ar_expect_fill(const ar_call* c, int output, size_t first, size_t len, unsigned char* out) {
+  size_t e = c->tab->esz;
+  unsigned char tmp[8];
+  size_t i = first, end = first + len;
+  while (i < end) {
+    if (c->tab->offset_mode) {
+      memcpy(out + (i - first) * e, expected_elem(c, output, i, tmp), e);
+      i++;
+      continue;
+    }
+    size_t run = AR_PERIOD - i % AR_PERIOD; /* same table and block until the period ends */
+    if (run > end - i) run = end - i;
+    memcpy(out + (i - first) * e, expected_elem(c, output, i, tmp), run * e);
+    i += run;
+  }
+}
+
 ncclResult_t ar_issue(const ar_call* c, ncclComm_t comm) {
   return ncclAllReduce(c->send, c->recv, c->count, c->type, c->op, comm, NULL);
 }

@@ -54,6 +54,15 @@ void ar_release(ar_call* c);
  * the call itself failed (the comm should then be abandoned). */
 int ar_run(ar_call* c, const mp_env* env, ncclComm_t comm);
 
+/* Reference tables only, for callers that lay out their own buffers (other
+ * collectives): c->type/kind/count/salt set; count is the length of the
+ * reduced vector. Freed by ar_release (buffers are left alone unless owned).
+ * 0 on success. */
+int ar_tables_init(ar_call* c, const mp_env* env);
+/* Writes elements [first, first + len) of this rank's input (output 0) or of
+ * the exact reduction result (output 1) to out. Needs the tables. */
+void ar_expect_fill(const ar_call* c, int output, size_t first, size_t len, unsigned char* out);
+
 /* "type=half op=avg count=7 in-place" for messages. */
 void ar_describe(const ar_call* c, char* buf, size_t n);
 
