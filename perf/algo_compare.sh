@@ -1,28 +1,43 @@
 #!/usr/bin/env bash
 # All-reduce with NCCL_ALGO=Ring, Tree, RecDoubling and the tuner's own
-# choice, NP ranks on loopback, one run each over the same sweep; prints
-# time per size side by side and auto / min(Ring, Tree).
-# Usage: perf/algo_compare.sh BUILD_DIR   (env: NP=8, MIN=8, MAX=256M, ITERS=10)
+# choice on NP ranks over loopback: REPS interleaved rounds of each over an
+# 8 B..MAX sweep (small sizes with many iterations, large with few), then
+# the median time per size side by side, and auto / min(Ring, Tree).
+# Usage: perf/algo_compare.sh BUILD_DIR   (env: NP=8, MAX=256M, REPS=3)
 set -u
 BUILD=${1:-build}
 NP=${NP:-8}
-MIN=${MIN:-8}
 MAX=${MAX:-256M}
-ITERS=${ITERS:-10}
+REPS=${REPS:-3}
+ALGOS=(Ring Tree RecDoubling auto)
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
 LAUNCH=(mpirun -np "$NP" --bind-to none --oversubscribe --mca btl self,tcp
         --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo -x NCCL_ALGO)
 [ "$(id -u)" = 0 ] && LAUNCH+=(--allow-run-as-root)
-for algo in Ring Tree RecDoubling auto; do
-  if [ "$algo" = auto ]; then unset NCCL_ALGO; else export NCCL_ALGO=$algo; fi
-  timeout 1800 "${LAUNCH[@]}" "$BUILD/bin/all_reduce_perf" -b "$MIN" -e "$MAX" -f 4 \
-    -n "$ITERS" -w 2 -c 0 -d float -o sum >"$OUT/$algo" 2>&1 || echo "# $algo run failed"
+sweep() { # sweep NAME ARGS...: one all_reduce_perf run, appended to $OUT/NAME
+  local name=$1
+  shift
+  timeout 1800 "${LAUNCH[@]}" "$BUILD/bin/all_reduce_perf" -c 0 -d float -o sum "$@" \
+    >>"$OUT/$name" 2>&1 || echo "# $name run failed" >&2
+}
+for rep in $(seq 1 "$REPS"); do
+  for algo in "${ALGOS[@]}"; do
+    if [ "$algo" = auto ]; then unset NCCL_ALGO; else export NCCL_ALGO=$algo; fi
+    sweep "$algo" -b 8 -e 1M -f 4 -n 40 -w 5
+    sweep "$algo" -b 4M -e "$MAX" -f 4 -n 3 -w 1
+  done
 done
 unset NCCL_ALGO
-echo "# all-reduce, $NP ranks, float sum, out-of-place time (us) and busbw (GB/s)"
-printf "# %10s %11s %11s %11s %11s %9s %8s\n" size Ring Tree RecDoubling auto auto/best best_bw
-rows() { awk '!/^#/ && NF >= 13 { print $1, $6, $8 }' "$OUT/$1"; }
-join <(rows Ring) <(rows Tree) | join - <(rows RecDoubling) | join - <(rows auto) |
-  awk '{ best = $2 < $4 ? $2 : $4; bw = $2 < $4 ? $3 : $5;
-         printf "  %10s %11s %11s %11s %11s %9.2f %8s\n", $1, $2, $4, $6, $8, $8 / best, bw }'
+# rows NAME: size, median out-of-place time, its busbw
+rows() {
+  awk '!/^#/ && NF >= 13 { print $1, $6, $8 }' "$OUT/$1" | sort -k1,1n -k2,2g |
+    awk '{ n[$1]++; t[$1, n[$1]] = $2; b[$1, n[$1]] = $3 }
+         END { for (s in n) { m = int((n[s] + 1) / 2); print s, t[s, m], b[s, m] } }' |
+    sort -k1,1
+}
+echo "# all-reduce, $NP ranks, float sum: out-of-place time (us), median of $REPS rounds"
+printf "# %10s %11s %11s %11s %11s %9s %9s\n" size Ring Tree RecDoubling auto auto/best busbw
+join <(rows Ring) <(rows Tree) | join - <(rows RecDoubling) | join - <(rows auto) | sort -k1,1n |
+  awk '{ best = $2 < $4 ? $2 : $4;
+         printf "  %10s %11s %11s %11s %11s %9.2f %9s\n", $1, $2, $4, $6, $8, $8 / best, $9 }'
