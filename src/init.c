@@ -127,6 +127,15 @@ fail:
   return res;
 }
 
+/* Ranks of this comm on this host per online core. */
+static double comm_oversubscription(const struct ncclComm* comm) {
+  int local = 0;
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  for (int r = 0; r < comm->nranks; r++)
+    local += comm->peers[r].host_hash == comm->peers[comm->rank].host_hash;
+  return (double)local / (double)(cores > 0 ? cores : 1);
+}
+
 /* Meet the other ranks through the bootstrap root: everyone's peer info. */
 static ncclResult_t comm_bootstrap(struct ncclComm* comm) {
   ncclResult_t res = ncclSuccess;
@@ -140,6 +149,7 @@ static ncclResult_t comm_bootstrap(struct ncclComm* comm) {
   CHECK(bootstrap_maybe_start_root(&comm->id, comm->rank));
   CHECK(bootstrap_exchange(&comm->id, comm->rank, comm->nranks, &mine, comm->peers,
                            socket_deadline(param_timeout_ms())));
+  comm->oversub = comm_oversubscription(comm);
   tuner_log_table(comm);
   INFO(SUB_INIT, "comm %p rank %d nranks %d - Init COMPLETE", (void*)comm, comm->rank,
        comm->nranks);

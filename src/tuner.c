@@ -14,9 +14,22 @@
 #include "core.h"
 #include "param.h"
 
-/* Loopback/LAN TCP with ranks sharing cores: ~20 us a hop, ~1 GB/s a link. */
-#define TUNER_ALPHA_US 20.0
-#define TUNER_BETA_US_PER_BYTE (1.0 / 1000.0)
+/* Cost model, per algorithm: time = hops * alpha + data * beta, where the
+ * data term counts the bytes each rank moves (ring 2(n-1)/n S, tree 2S,
+ * recursive doubling S per round). Alpha (us) and beta (us/KB) grow with f,
+ * the ranks per core on this host: ranks sharing a core wait for each
+ * other's time slices. The lines below were fitted to medians measured on a
+ * 2-core VM over loopback TCP at 4 and 8 ranks (f = 2, 4; perf/algo_compare.sh)
+ * and are clamped at f = 1; topology detection will measure them instead. */
+struct algo_cost {
+  double alpha0, alpha_f; /* per hop (per round for recursive doubling) */
+  double beta0, beta_f;   /* per KB moved */
+};
+static const struct algo_cost k_cost[ALGO_COUNT] = {
+    [ALGO_RING] = {-1.0, 9.0, -0.274, 0.466},
+    [ALGO_TREE] = {7.0, 2.5, -0.44, 0.695},
+    [ALGO_RD] = {-4.0, 10.75, -0.07, 0.45},
+};
 
 static int algo_named(const char* list, const char* name) {
   size_t len = strlen(name);
@@ -52,30 +65,33 @@ static unsigned tuner_allowed(void) {
   return mask;
 }
 
-static double hops_cost(double hops, double bytes) {
-  return hops * TUNER_ALPHA_US + bytes * TUNER_BETA_US_PER_BYTE;
+static double model(int algo, double f, double hops, double kbytes) {
+  const struct algo_cost* c = &k_cost[algo];
+  return hops * (c->alpha0 + c->alpha_f * f) + kbytes * (c->beta0 + c->beta_f * f);
 }
 
-/* Modelled time of `algo` for `coll` on `bytes` (the whole buffer). */
-static double tuner_cost(int coll, int algo, int n, int depth, double bytes, double slot) {
-  double frac = (double)(n - 1) / n;
+/* Modelled time (us) of `algo` for `coll` on `bytes` (the whole buffer). */
+static double tuner_cost(int coll, int algo, int n, int depth, double f, double bytes,
+                         double slot) {
+  double frac = (double)(n - 1) / n, kb = bytes / 1024.0;
   int rounds = 0, p2 = 1;
   while (p2 * 2 <= n) p2 *= 2, rounds++;
+  f = f < 1.0 ? 1.0 : f;
   switch (algo) {
     case ALGO_RING:
-      if (coll == COLL_ALLREDUCE) return hops_cost(2.0 * (n - 1), 2 * frac * bytes);
+      if (coll == COLL_ALLREDUCE) return model(algo, f, 2.0 * (n - 1), 2 * frac * kb);
       if (coll == COLL_ALLGATHER || coll == COLL_REDUCESCATTER)
-        return hops_cost(n - 1, frac * bytes);
-      return hops_cost(n - 1, bytes); /* chain broadcast / reduce */
+        return model(algo, f, n - 1, frac * kb);
+      return model(algo, f, n - 1, kb); /* chain broadcast / reduce */
     case ALGO_TREE:
-      /* up then down: each phase crosses depth-1 links and moves the data
-       * twice through an interior rank (two children) */
-      if (coll == COLL_ALLREDUCE) return hops_cost(2.0 * (depth - 1), 2 * bytes);
-      return hops_cost(depth - 1, 2 * bytes);
+      /* up then down; an interior rank moves the data of two children */
+      if (coll == COLL_ALLREDUCE) return model(algo, f, 2.0 * (depth - 1), 2 * kb);
+      return model(algo, f, depth - 1, 2 * kb);
     case ALGO_RD: {
-      /* whole-buffer exchanges, slices one after another */
+      /* whole-buffer exchanges, slot-sized slices one after another */
       double slices = bytes > slot ? bytes / slot : 1.0;
-      return hops_cost((rounds + (p2 != n ? 2 : 0)) * slices, (rounds + (p2 != n ? 2 : 0)) * bytes);
+      int r = rounds + (p2 != n ? 2 : 0);
+      return model(algo, f, r * slices, r * kb);
     }
     default:
       return 1e30;
@@ -89,7 +105,7 @@ void tuner_choose(const struct ncclComm* comm, int coll, size_t bytes, int* algo
   *algo = -1;
   for (int a = 0; a < ALGO_COUNT; a++) {
     if (!(allowed & (1u << a)) || !sched_supports(coll, a)) continue;
-    double t = tuner_cost(coll, a, comm->nranks, comm->tree_depth, (double)bytes,
+    double t = tuner_cost(coll, a, comm->nranks, comm->tree_depth, comm->oversub, (double)bytes,
                           (double)comm->exec.slot_bytes);
     if (*algo < 0 || t < best) *algo = a, best = t;
   }
@@ -104,7 +120,7 @@ void tuner_choose(const struct ncclComm* comm, int coll, size_t bytes, int* algo
 
 void tuner_log_table(const struct ncclComm* comm) {
   static const size_t sizes[] = {8, 1 << 10, 64 << 10, 1 << 20, 16 << 20, 256 << 20};
-  if (!debug_enabled(DEBUG_INFO, SUB_TUNING)) return;
+  if (comm->rank != 0 || !debug_enabled(DEBUG_INFO, SUB_TUNING)) return;
   for (int c = 0; c < COLL_COUNT; c++)
     for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
       char line[256];
@@ -112,8 +128,8 @@ void tuner_log_table(const struct ncclComm* comm) {
       for (int a = 0; a < ALGO_COUNT && o < (int)sizeof(line); a++)
         if (sched_supports(c, a))
           o += snprintf(line + o, sizeof(line) - (size_t)o, " %s %.1f us", sched_algo_name(a),
-                        tuner_cost(c, a, comm->nranks, comm->tree_depth, (double)sizes[i],
-                                   (double)comm->exec.slot_bytes));
+                        tuner_cost(c, a, comm->nranks, comm->tree_depth, comm->oversub,
+                                   (double)sizes[i], (double)comm->exec.slot_bytes));
       INFO(SUB_TUNING, "Tuner model: %s", line);
     }
 }
