@@ -3,12 +3,13 @@
 # choice on NP ranks over loopback: REPS interleaved rounds of each over an
 # 8 B..MAX sweep (small sizes with many iterations, large with few), then
 # the median time per size side by side, and auto / min(Ring, Tree).
-# Usage: perf/algo_compare.sh BUILD_DIR   (env: NP=8, MAX=256M, REPS=3)
+# Usage: perf/algo_compare.sh BUILD_DIR   (env: NP=8, MAX=256M, REPS=3, LARGE_ITERS=3)
 set -u
 BUILD=${1:-build}
 NP=${NP:-8}
 MAX=${MAX:-256M}
 REPS=${REPS:-3}
+LARGE_ITERS=${LARGE_ITERS:-3}
 ALGOS=(Ring Tree RecDoubling auto)
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
@@ -25,10 +26,18 @@ for rep in $(seq 1 "$REPS"); do
   for algo in "${ALGOS[@]}"; do
     if [ "$algo" = auto ]; then unset NCCL_ALGO; else export NCCL_ALGO=$algo; fi
     sweep "$algo" -b 8 -e 1M -f 4 -n 40 -w 5
-    sweep "$algo" -b 4M -e "$MAX" -f 4 -n 3 -w 1
+    sweep "$algo" -b 4M -e "$MAX" -f 4 -n "$LARGE_ITERS" -w 1
   done
 done
 unset NCCL_ALGO
+# What the tuner chose per size, from its TUNING log (short extra runs).
+for range in "-b 8 -e 1M" "-b 4M -e $MAX"; do
+  # shellcheck disable=SC2086
+  NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=TUNING timeout 600 "${LAUNCH[@]}" -x NCCL_DEBUG \
+    -x NCCL_DEBUG_SUBSYS "$BUILD/bin/all_reduce_perf" -c 0 -d float -o sum $range -f 4 -n 1 \
+    -w 0 2>/dev/null
+done | sed -n 's/.*AllReduce \([0-9]*\) bytes nranks [0-9]*: \([A-Za-z]*\).*/\1 \2/p' |
+  sort -u -k1,1 >"$OUT/choice"
 # rows NAME: size, median out-of-place time, its busbw
 rows() {
   awk '!/^#/ && NF >= 13 { print $1, $6, $8 }' "$OUT/$1" | sort -k1,1n -k2,2g |
@@ -37,7 +46,9 @@ rows() {
     sort -k1,1
 }
 echo "# all-reduce, $NP ranks, float sum: out-of-place time (us), median of $REPS rounds"
-printf "# %10s %11s %11s %11s %11s %9s %9s\n" size Ring Tree RecDoubling auto auto/best busbw
-join <(rows Ring) <(rows Tree) | join - <(rows RecDoubling) | join - <(rows auto) | sort -k1,1n |
+printf "# %10s %11s %11s %11s %11s %12s %9s %9s\n" size Ring Tree RecDoubling auto "auto chose" \
+  auto/best busbw
+join <(rows Ring) <(rows Tree) | join - <(rows RecDoubling) | join - <(rows auto) |
+  join -a1 -e ? -o auto - "$OUT/choice" | sort -k1,1n |
   awk '{ best = $2 < $4 ? $2 : $4;
-         printf "  %10s %11s %11s %11s %11s %9.2f %9s\n", $1, $2, $4, $6, $8, $8 / best, $9 }'
+         printf "  %10s %11s %11s %11s %11s %12s %9.2f %9s\n", $1, $2, $4, $6, $8, $10, $8 / best, $9 }'
