@@ -42,7 +42,7 @@ struct ncclComm {
   int nranks;
   int cuda_dev;
   int tree_depth; /* of the binary tree over nranks, for the tuner */
-  double oversub;  /* ranks of this comm per core on this host, for the tuner */
+  double oversub; /* ranks of this comm per core on this host, for the tuner */
   ncclConfig_t config;
   struct bootstrap_id id;
   struct peer_info* peers;

@@ -108,34 +108,12 @@ static int matrix_body(const mp_env* env) {
   return finish(env, comm, fatal) + (bad != 0);
 }
 
-static void run_matrix(int nranks) {
-  assert_int_equal(mp_launch(nranks, matrix_body, NULL, NULL), 0);
+/* The matrix on as many ranks as the test's state says. */
+static void test_matrix(void** state) {
+  assert_int_equal(mp_launch(*(const int*)*state, matrix_body, NULL, NULL), 0);
 }
 
-static void test_matrix_1(void** state) {
-  (void)state;
-  run_matrix(1);
-}
-static void test_matrix_2(void** state) {
-  (void)state;
-  run_matrix(2);
-}
-static void test_matrix_3(void** state) {
-  (void)state;
-  run_matrix(3);
-}
-static void test_matrix_4(void** state) {
-  (void)state;
-  run_matrix(4);
-}
-static void test_matrix_5(void** state) {
-  (void)state;
-  run_matrix(5);
-}
-static void test_matrix_8(void** state) {
-  (void)state;
-  run_matrix(8);
-}
+static const int k_ranks[] = {1, 2, 3, 4, 5, 8};
 
 /* Back-to-back calls of changing sizes on one comm and the same buffers:
  * stale data from the previous call must never leak into the next. */
@@ -270,10 +248,14 @@ static void test_group_nested(void** state) {
 int main(void) {
   mp_default_env("BRAID_TIMEOUT_MS", "30000");
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_matrix_1),     cmocka_unit_test(test_matrix_2),
-      cmocka_unit_test(test_matrix_3),     cmocka_unit_test(test_matrix_4),
-      cmocka_unit_test(test_matrix_5),     cmocka_unit_test(test_matrix_8),
-      cmocka_unit_test(test_reuse_sizes),  cmocka_unit_test(test_group_same_comm),
+      cmocka_unit_test_prestate(test_matrix, (void*)&k_ranks[0]),
+      cmocka_unit_test_prestate(test_matrix, (void*)&k_ranks[1]),
+      cmocka_unit_test_prestate(test_matrix, (void*)&k_ranks[2]),
+      cmocka_unit_test_prestate(test_matrix, (void*)&k_ranks[3]),
+      cmocka_unit_test_prestate(test_matrix, (void*)&k_ranks[4]),
+      cmocka_unit_test_prestate(test_matrix, (void*)&k_ranks[5]),
+      cmocka_unit_test(test_reuse_sizes),
+      cmocka_unit_test(test_group_same_comm),
       cmocka_unit_test(test_group_nested),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -125,30 +125,12 @@ static int matrix_body(const mp_env* env) {
   return finish(env, s.comm, fatal) + (s.wrong != 0);
 }
 
-static void run_matrix(int nranks) {
-  assert_int_equal(mp_launch(nranks, matrix_body, NULL, NULL), 0);
+/* The matrix on as many ranks as the test's state says. */
+static void test_matrix(void** state) {
+  assert_int_equal(mp_launch(*(const int*)*state, matrix_body, NULL, NULL), 0);
 }
 
-static void test_matrix_1(void** state) {
-  (void)state;
-  run_matrix(1);
-}
-static void test_matrix_2(void** state) {
-  (void)state;
-  run_matrix(2);
-}
-static void test_matrix_3(void** state) {
-  (void)state;
-  run_matrix(3);
-}
-static void test_matrix_5(void** state) {
-  (void)state;
-  run_matrix(5);
-}
-static void test_matrix_8(void** state) {
-  (void)state;
-  run_matrix(8);
-}
+static const int k_ranks[] = {1, 2, 3, 5, 8};
 
 /* ---- every collective at once in one group, several rounds ---- */
 
@@ -550,11 +532,16 @@ static void test_bad_args(void** state) {
 int main(void) {
   mp_default_env("BRAID_TIMEOUT_MS", "30000");
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_matrix_1),        cmocka_unit_test(test_matrix_2),
-      cmocka_unit_test(test_matrix_3),        cmocka_unit_test(test_matrix_5),
-      cmocka_unit_test(test_matrix_8),        cmocka_unit_test(test_group_mixed),
-      cmocka_unit_test(test_mixed_placement), cmocka_unit_test(test_group_many),
-      cmocka_unit_test(test_group_initall),   cmocka_unit_test(test_bad_args),
+      cmocka_unit_test_prestate(test_matrix, (void*)&k_ranks[0]),
+      cmocka_unit_test_prestate(test_matrix, (void*)&k_ranks[1]),
+      cmocka_unit_test_prestate(test_matrix, (void*)&k_ranks[2]),
+      cmocka_unit_test_prestate(test_matrix, (void*)&k_ranks[3]),
+      cmocka_unit_test_prestate(test_matrix, (void*)&k_ranks[4]),
+      cmocka_unit_test(test_group_mixed),
+      cmocka_unit_test(test_mixed_placement),
+      cmocka_unit_test(test_group_many),
+      cmocka_unit_test(test_group_initall),
+      cmocka_unit_test(test_bad_args),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
