@@ -299,22 +299,6 @@ fail:
   return res;
 }
 
-ncclResult_t socket_accept(int listen_fd, uint64_t deadline_ns, int* fdp) {
-  ncclResult_t res = ncclSuccess;
-  for (;;) {
-    int fd = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (fd >= 0) {
-      *fdp = fd;
-      return ncclSuccess;
-    }
-    if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED)
-      FAIL(ncclSystemError, "accept() failed: %s", strerror(errno));
-    CHECK(wait_fd(listen_fd, POLLIN, deadline_ns, "accept a connection"));
-  }
-fail:
-  return res;
-}
-
 ncclResult_t socket_send_all(int fd, const void* buf, size_t len, uint64_t deadline_ns) {
   ncclResult_t res = ncclSuccess;
   const char* p = buf;

@@ -47,7 +47,6 @@ ncclResult_t socket_local_addr(union socket_addr* addr, char* ifname, size_t ifl
 
 ncclResult_t socket_listen(union socket_addr* addr, int* fd);
 ncclResult_t socket_connect(const union socket_addr* addr, uint64_t deadline_ns, int* fd);
-ncclResult_t socket_accept(int listen_fd, uint64_t deadline_ns, int* fd);
 ncclResult_t socket_send_all(int fd, const void* buf, size_t len, uint64_t deadline_ns);
 ncclResult_t socket_recv_all(int fd, void* buf, size_t len, uint64_t deadline_ns);
 

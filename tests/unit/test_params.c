@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm.h"
 #include "debug.h"
 #include "param.h"
 #include "socket.h"
@@ -121,12 +122,25 @@ static void test_wire_roundtrip(void** state) {
   assert_int_equal(socket_addr_from_wire(&w, &b), -1);
 }
 
+static void test_algo_list(void** state) {
+  (void)state;
+  unsigned all = (1u << ALGO_COUNT) - 1;
+  assert_int_equal(tuner_parse_algos(NULL), all);
+  assert_int_equal(tuner_parse_algos(""), all);
+  assert_int_equal(tuner_parse_algos("Ring"), 1u << ALGO_RING);
+  assert_int_equal(tuner_parse_algos("tree,RING"), (1u << ALGO_TREE) | (1u << ALGO_RING));
+  assert_int_equal(tuner_parse_algos("^Tree"), all & ~(1u << ALGO_TREE));
+  assert_int_equal(tuner_parse_algos("^Ring,RecDoubling"), 1u << ALGO_TREE);
+  assert_int_equal(tuner_parse_algos("CollnetDirect"), 0);
+  assert_int_equal(tuner_parse_algos("Tre"), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_parse_int),      cmocka_unit_test(test_read_int_falls_back),
       cmocka_unit_test(test_debug_level),    cmocka_unit_test(test_debug_subsys),
       cmocka_unit_test(test_ifname_rules),   cmocka_unit_test(test_hostport),
-      cmocka_unit_test(test_wire_roundtrip),
+      cmocka_unit_test(test_wire_roundtrip), cmocka_unit_test(test_algo_list),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
