@@ -25,8 +25,10 @@ extern "C" {
  *   same stream.
  * - Different streams are independent: a call blocked on one (say waiting
  *   for a late peer) does not hold back another.
- * - Ranks must still issue the calls of one communicator in the same order.
- *   Two streams using one communicator take turns, each call whole.
+ * - Work on one communicator runs in the order the calls were issued, on
+ *   whichever streams (or NULL) they were issued: a call waits for the
+ *   communicator's earlier calls to finish. Ranks must still issue the
+ *   calls of one communicator in the same order, as with NCCL.
  * - An error is sticky: braidStreamSynchronize/Query return it, and so does
  *   ncclCommGetAsyncError of the communicator involved.
  */
