@@ -96,11 +96,19 @@ ncclResult_t ncclCommFinalize(ncclComm_t comm) {
   return res;
 }
 
+/* Wait until every unit issued on the comm (on any stream) has run. */
+static void comm_drain(struct ncclComm* comm) {
+  pthread_mutex_lock(&comm->turn_lock);
+  while (comm->serving != comm->next_ticket) pthread_cond_wait(&comm->turn_cv, &comm->turn_lock);
+  pthread_mutex_unlock(&comm->turn_lock);
+}
+
 NCCL_API(ncclResult_t, ncclCommDestroy, ncclComm_t comm);
 ncclResult_t ncclCommDestroy(ncclComm_t comm) {
   if (comm == NULL) return ncclSuccess;
   ncclResult_t res = comm_check(comm, "ncclCommDestroy");
   if (res != ncclSuccess) return res;
+  comm_drain(comm); /* work still queued on host streams needs the comm */
   INFO(SUB_INIT, "comm %p rank %d nranks %d - Destroy COMPLETE", (void*)comm, comm->rank,
        comm->nranks);
   comm_free(comm);

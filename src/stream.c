@@ -61,8 +61,10 @@ static void* stream_main(void* p) {
     struct stream_item* it = s->head;
     s->running = 1;
     pthread_mutex_unlock(&s->lock);
-    /* after an error the queue drains without running: order is lost */
+    /* after an error the queue drains without running (order is lost), but
+     * its units still give up their turns on their comms */
     ncclResult_t res = s->error == ncclSuccess ? item_run(it) : s->error;
+    if (s->error != ncclSuccess && it->fn == NULL) work_cancel(it->ops, it->nops);
     pthread_mutex_lock(&s->lock);
     if (s->error == ncclSuccess) s->error = res;
     s->head = it->next;

@@ -176,29 +176,40 @@ static void turn_pass(struct ncclComm* c) {
   pthread_mutex_unlock(&c->turn_lock);
 }
 
-ncclResult_t work_run(struct work_op* ops, int n) {
+/* Take the unit's turn on every comm (each one, even after a failure:
+ * later units wait on them), run the unit (if `run` and every turn came),
+ * pass the turns on. An aborted comm's turns are not waited for. */
+static ncclResult_t unit_in_turn(struct work_op* ops, int n, int run) {
   ncclResult_t res = ncclSuccess;
   struct ncclComm* comms[WORK_MAX_COMMS];
   int m, got[WORK_MAX_COMMS];
   CHECK(unit_comms(ops, n, comms, &m));
   for (int i = 0; i < m; i++) atomic_fetch_add(&comms[i]->active, 1);
-  for (int i = 0; i < m; i++) { /* every turn, even after a failure: others wait on them */
+  for (int i = 0; i < m; i++) {
     ncclResult_t r = turn_wait(comms[i], unit_ticket(ops, n, comms[i]));
     got[i] = r == ncclSuccess;
     if (res == ncclSuccess) res = r;
   }
-  for (int i = 0; i < n; i++) ops[i].started = ops[i].done = 0;
-  if (res == ncclSuccess) res = work_connect(ops, n);
-  if (res != ncclSuccess) /* peers waiting for our connections must hear of it */
-    for (int i = 0; i < m; i++) comm_set_error(comms[i], res);
-  if (res == ncclSuccess) res = p2p_match_self(ops, n);
-  if (res == ncclSuccess) res = work_drive(ops, n, comms, m);
-  /* the turn passes even after a failure: later units fail fast on the
-   * comm's error (an aborted comm's turns are not waited for) */
-  for (int i = 0; i < m; i++)
+  if (run && res == ncclSuccess) {
+    for (int i = 0; i < n; i++) ops[i].started = ops[i].done = 0;
+    res = work_connect(ops, n);
+    if (res != ncclSuccess) /* peers waiting for our connections must hear of it */
+      for (int i = 0; i < m; i++) comm_set_error(comms[i], res);
+    if (res == ncclSuccess) res = p2p_match_self(ops, n);
+    if (res == ncclSuccess) res = work_drive(ops, n, comms, m);
+  }
+  for (int i = 0; i < m; i++) /* later units fail fast on the comm's error */
     if (got[i]) turn_pass(comms[i]);
   for (int i = m - 1; i >= 0; i--)
     atomic_fetch_sub(&comms[i]->active, 1); /* last: ncclCommAbort may free it now */
 fail:
   return res;
+}
+
+ncclResult_t work_run(struct work_op* ops, int n) {
+  return unit_in_turn(ops, n, 1);
+}
+
+ncclResult_t work_cancel(struct work_op* ops, int n) {
+  return unit_in_turn(ops, n, 0);
 }

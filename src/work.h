@@ -37,6 +37,10 @@ ncclResult_t work_issue(struct work_op* ops, int n);
  * error), pass the turn on. */
 ncclResult_t work_run(struct work_op* ops, int n);
 
+/* An issued unit that will not run (its stream failed earlier): wait for
+ * its turns and pass them on, so later work on its comms is not stuck. */
+ncclResult_t work_cancel(struct work_op* ops, int n);
+
 /* The p2p lane (p2p.c): match sends to self with receives from self,
  * post what the connection has room for, check completion. */
 ncclResult_t p2p_match_self(struct work_op* ops, int n);

@@ -443,6 +443,31 @@ static void test_destroy_pending(void** state) {
   assert_int_equal(mp_launch(2, destroy_pending_body, NULL, NULL), 0);
 }
 
+/* ncclCommDestroy while the comm's work is still queued on a stream: the
+ * destroy waits for that work, which completes with correct results. */
+static int comm_destroy_pending_body(const mp_env* env) {
+  ncclComm_t comm;
+  cudaStream_t s;
+  int bad = 0;
+  if (mp_comm_init(env, &comm) || make_stream(env, &s)) return 1;
+  cc_call c = {.coll = CC_ALLGATHER, .type = ncclInt32, .kind = AR_SUM, .count = 20011};
+  if (cc_prepare(&c, env)) return 1;
+  if (env->rank == 1) mp_sleep_ms(LATE_MS / 2); /* rank 0's work waits in the queue */
+  bad += mp_expect_rc(env, comm, cc_issue(&c, comm, s), ncclSuccess, "allgather enqueue");
+  bad += mp_expect_rc(env, NULL, ncclCommDestroy(comm), ncclSuccess,
+                      "ncclCommDestroy with work queued on a stream");
+  bad += mp_expect_rc(env, NULL, braidStreamSynchronize(s), ncclSuccess, "stream after destroy");
+  if (!bad) bad += cc_verify(&c, env);
+  cc_release(&c);
+  bad += mp_expect_rc(env, NULL, braidStreamDestroy(s), ncclSuccess, "braidStreamDestroy");
+  return bad != 0;
+}
+
+static void test_comm_destroy_pending(void** state) {
+  (void)state;
+  assert_int_equal(mp_launch(2, comm_destroy_pending_body, NULL, NULL), 0);
+}
+
 /* ---- (4) errors: a peer vanishes; the stream's error is sticky ---- */
 
 /* mode 0: the peer leaves between two calls (connections up); mode 1: it
@@ -628,6 +653,7 @@ int main(void) {
       cmocka_unit_test(test_two_streams_one_comm),
       cmocka_unit_test(test_group_on_stream),
       cmocka_unit_test(test_destroy_pending),
+      cmocka_unit_test(test_comm_destroy_pending),
       cmocka_unit_test(test_error_sticky),
       cmocka_unit_test(test_bad_input),
       cmocka_unit_test(test_stream_then_blocking),
