@@ -35,10 +35,8 @@ static int coll_writes_recv(const struct coll_call* c, int rank) {
 static ncclResult_t coll_check(const struct coll_call* c) {
   ncclResult_t res = ncclSuccess;
   struct ncclComm* comm = c->comm;
-  CHECK(comm_check(comm, c->fn));
-  if (comm->finalized) FAIL(ncclInvalidUsage, "%s : comm %p is finalized", c->fn, (void*)comm);
-  if ((int)c->type < 0 || c->type >= ncclNumTypes)
-    FAIL(ncclInvalidArgument, "%s : invalid data type %d", c->fn, (int)c->type);
+  CHECK(comm_check_call(comm, c->fn));
+  CHECK(comm_check_type(c->type, c->fn));
   if (c->root != -1 && (c->root < 0 || c->root >= comm->nranks))
     FAIL(ncclInvalidArgument, "%s : root %d out of range [0,%d)", c->fn, c->root, comm->nranks);
   if (c->count > 0 && coll_reads_send(c, comm->rank) && c->sendbuff == NULL)

@@ -33,6 +33,23 @@ ncclResult_t comm_check(const struct ncclComm* comm, const char* fn) {
   return ncclSuccess;
 }
 
+ncclResult_t comm_check_type(ncclDataType_t type, const char* fn) {
+  if ((int)type < 0 || type >= ncclNumTypes) {
+    WARN("%s : invalid data type %d", fn, (int)type);
+    return ncclInvalidArgument;
+  }
+  return ncclSuccess;
+}
+
+ncclResult_t comm_check_call(const struct ncclComm* comm, const char* fn) {
+  ncclResult_t res = comm_check(comm, fn);
+  if (res == ncclSuccess && comm->finalized) {
+    WARN("%s : comm %p is finalized", fn, (const void*)comm);
+    res = ncclInvalidUsage;
+  }
+  return res;
+}
+
 /* Every connection of the comm, both channels and directions. */
 static void comm_conns_apply(struct ncclComm* comm, int close_them) {
   struct transport_conn** tables[4] = {comm->send_conns, comm->recv_conns, comm->p2p_send,

@@ -80,6 +80,10 @@ void comm_free(struct ncclComm* comm);
 /* A user config read up to the size the caller's header gave it. */
 ncclResult_t comm_config_read(const ncclConfig_t* user, ncclConfig_t* out);
 
+/* A data type argument; a comm a call is issued on (live, not finalized). */
+ncclResult_t comm_check_type(ncclDataType_t type, const char* fn);
+ncclResult_t comm_check_call(const struct ncclComm* comm, const char* fn);
+
 /* Validate a comm argument (non-NULL, live). */
 ncclResult_t comm_check(const struct ncclComm* comm, const char* fn);
 

@@ -17,10 +17,8 @@ static ncclResult_t p2p_enqueue(const char* fn, int kind, void* buf, size_t coun
                                 ncclDataType_t type, int peer, ncclComm_t comm,
                                 cudaStream_t stream) {
   ncclResult_t res = ncclSuccess;
-  CHECK(comm_check(comm, fn));
-  if (comm->finalized) FAIL(ncclInvalidUsage, "%s : comm %p is finalized", fn, (void*)comm);
-  if ((int)type < 0 || type >= ncclNumTypes)
-    FAIL(ncclInvalidArgument, "%s : invalid data type %d", fn, (int)type);
+  CHECK(comm_check_call(comm, fn));
+  CHECK(comm_check_type(type, fn));
   if (peer < 0 || peer >= comm->nranks)
     FAIL(ncclInvalidArgument, "%s : peer %d out of range [0,%d)", fn, peer, comm->nranks);
   if (count > 0 && buf == NULL) FAIL(ncclInvalidArgument, "%s : buffer is NULL", fn);

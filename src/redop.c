@@ -10,14 +10,6 @@
 #include "core.h"
 #include "kernels.h"
 
-static ncclResult_t check_type(ncclDataType_t type, const char* fn) {
-  if ((int)type < 0 || type >= ncclNumTypes) {
-    WARN("%s : invalid data type %d", fn, (int)type);
-    return ncclInvalidArgument;
-  }
-  return ncclSuccess;
-}
-
 /* Find a free table slot, growing the table when full (creation time only). */
 static ncclResult_t redop_slot(struct ncclComm* comm, int* idx) {
   for (int i = 0; i < comm->nredops; i++)
@@ -46,7 +38,7 @@ ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t* op, void* scalar, ncclDataTyp
   ncclResult_t res = ncclSuccess;
   int idx;
   CHECK(comm_check(comm, "ncclRedOpCreatePreMulSum"));
-  CHECK(check_type(datatype, "ncclRedOpCreatePreMulSum"));
+  CHECK(comm_check_type(datatype, "ncclRedOpCreatePreMulSum"));
   if (op == NULL) FAIL(ncclInvalidArgument, "ncclRedOpCreatePreMulSum : op is NULL");
   if (scalar == NULL) FAIL(ncclInvalidArgument, "ncclRedOpCreatePreMulSum : scalar is NULL");
   if (residence != ncclScalarDevice && residence != ncclScalarHostImmediate)
@@ -82,7 +74,7 @@ ncclResult_t redop_resolve(struct ncclComm* comm, ncclRedOp_t op, ncclDataType_t
                            const char* fn, struct exec_args* a) {
   ncclResult_t res = ncclSuccess;
   static const enum kern_op builtin[] = {KERN_SUM, KERN_PROD, KERN_MAX, KERN_MIN, KERN_SUM};
-  CHECK(check_type(type, fn));
+  CHECK(comm_check_type(type, fn));
   memset(&a->redop, 0, sizeof(a->redop));
   a->redop.type = type;
   a->pre = a->post = 0;

@@ -13,6 +13,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -246,16 +247,20 @@ fail:
   return res;
 }
 
-/* Wait until fd is ready for `events` or the deadline passes. */
-static ncclResult_t wait_fd(int fd, short events, uint64_t deadline_ns, const char* what) {
+ncclResult_t socket_wait(int fd, short events, uint64_t deadline_ns, _Atomic int* aborted,
+                         const char* what) {
   for (;;) {
     uint64_t now = braid_now_ns();
+    if (aborted && atomic_load(aborted)) {
+      WARN("Communicator aborted while waiting to %s", what);
+      return ncclSystemError;
+    }
     if (now >= deadline_ns) {
       WARN("Timeout waiting to %s (BRAID_TIMEOUT_MS=%lld)", what, (long long)param_timeout_ms());
       return ncclSystemError;
     }
     struct pollfd p = {fd, events, 0};
-    int ms = (int)MIN((deadline_ns - now) / 1000000ull + 1, 1000ull);
+    int ms = (int)MIN((deadline_ns - now) / 1000000ull + 1, 100ull); /* abort is seen in 0.1 s */
     int rc = poll(&p, 1, ms);
     if (rc > 0) return ncclSuccess;
     if (rc < 0 && errno != EINTR) {
@@ -276,7 +281,7 @@ ncclResult_t socket_connect(const union socket_addr* addr, uint64_t deadline_ns,
     if (fd < 0) FAIL(ncclSystemError, "socket() failed: %s", strerror(errno));
     int rc = connect(fd, &addr->sa, socket_addr_len(addr));
     if (rc != 0 && errno == EINPROGRESS) {
-      CHECK(wait_fd(fd, POLLOUT, deadline_ns, "connect"));
+      CHECK(socket_wait(fd, POLLOUT, deadline_ns, NULL, "connect"));
       socklen_t len = sizeof(rc);
       getsockopt(fd, SOL_SOCKET, SO_ERROR, &rc, &len);
       errno = rc;
@@ -308,7 +313,7 @@ ncclResult_t socket_send_all(int fd, const void* buf, size_t len, uint64_t deadl
       p += n;
       len -= (size_t)n;
     } else if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
-      CHECK(wait_fd(fd, POLLOUT, deadline_ns, "send"));
+      CHECK(socket_wait(fd, POLLOUT, deadline_ns, NULL, "send"));
     } else {
       FAIL(ncclRemoteError, "send() failed: peer gone (%s)", strerror(errno));
     }
@@ -328,7 +333,7 @@ ncclResult_t socket_recv_all(int fd, void* buf, size_t len, uint64_t deadline_ns
     } else if (n == 0) {
       FAIL(ncclRemoteError, "Connection closed by remote peer");
     } else if (errno == EAGAIN || errno == EINTR) {
-      CHECK(wait_fd(fd, POLLIN, deadline_ns, "receive"));
+      CHECK(socket_wait(fd, POLLIN, deadline_ns, NULL, "receive"));
     } else {
       FAIL(ncclRemoteError, "recv() failed: %s", strerror(errno));
     }

@@ -7,6 +7,7 @@
 #define BRAID_SOCKET_H_
 
 #include <netinet/in.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/socket.h>
@@ -47,6 +48,10 @@ ncclResult_t socket_local_addr(union socket_addr* addr, char* ifname, size_t ifl
 
 ncclResult_t socket_listen(union socket_addr* addr, int* fd);
 ncclResult_t socket_connect(const union socket_addr* addr, uint64_t deadline_ns, int* fd);
+/* Wait until fd is ready for `events`; fails at the deadline, or as soon
+ * as *aborted (when given) is set. */
+ncclResult_t socket_wait(int fd, short events, uint64_t deadline_ns, _Atomic int* aborted,
+                         const char* what);
 ncclResult_t socket_send_all(int fd, const void* buf, size_t len, uint64_t deadline_ns);
 ncclResult_t socket_recv_all(int fd, void* buf, size_t len, uint64_t deadline_ns);
 

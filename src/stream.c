@@ -32,7 +32,6 @@ struct braid_stream {
   pthread_cond_t wake; /* items queued, or stopping */
   pthread_cond_t idle; /* queue drained */
   struct stream_item *head, *tail, *free_items;
-  int running; /* an item is being executed */
   int stopping;
   ncclResult_t error; /* sticky first error */
 };
@@ -59,7 +58,6 @@ static void* stream_main(void* p) {
     while (s->head == NULL && !s->stopping) pthread_cond_wait(&s->wake, &s->lock);
     if (s->head == NULL) break;
     struct stream_item* it = s->head;
-    s->running = 1;
     pthread_mutex_unlock(&s->lock);
     /* after an error the queue drains without running (order is lost), but
      * its units still give up their turns on their comms */
@@ -72,7 +70,6 @@ static void* stream_main(void* p) {
     it->fn = NULL;
     it->next = s->free_items;
     s->free_items = it;
-    s->running = 0;
     if (s->head == NULL) pthread_cond_broadcast(&s->idle);
   }
   pthread_mutex_unlock(&s->lock);

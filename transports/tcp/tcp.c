@@ -153,31 +153,12 @@ static const char* tcp_hello_problem(const struct transport_ctx* ctx, const stru
 }
 
 /* Accept one connection; returns it parked (valid) or closes it (stranger). */
-/* Wait for a connection to arrive, in short slices so that ncclCommAbort
- * (which sets ctx->aborted) ends the wait at once. */
-static ncclResult_t tcp_wait_listener(struct transport_ctx* ctx, uint64_t deadline) {
-  for (;;) {
-    uint64_t now = braid_now_ns();
-    if (ctx->aborted && atomic_load(ctx->aborted)) {
-      WARN("NET/Socket : communicator aborted while waiting for a connection");
-      return ncclSystemError;
-    }
-    if (now >= deadline) {
-      WARN("NET/Socket : timeout waiting for a peer to connect (BRAID_TIMEOUT_MS=%lld)",
-           (long long)ctx->timeout_ms);
-      return ncclSystemError;
-    }
-    struct pollfd pfd = {ctx->listen_fd, POLLIN, 0};
-    int ms = (int)MIN((deadline - now) / 1000000ull + 1, 100ull);
-    if (poll(&pfd, 1, ms) > 0) return ncclSuccess;
-  }
-}
-
 static ncclResult_t tcp_accept_one(struct transport_ctx* ctx, uint64_t deadline) {
   ncclResult_t res = ncclSuccess;
   struct transport_parked* p = NULL;
   int fd = -1;
-  CHECK(tcp_wait_listener(ctx, deadline));
+  /* abortable: ncclCommAbort sets ctx->aborted */
+  CHECK(socket_wait(ctx->listen_fd, POLLIN, deadline, ctx->aborted, "accept a peer's connection"));
   fd = accept4(ctx->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
   if (fd < 0) return ncclSuccess; /* gone before we got to it: wait again */
   p = calloc(1, sizeof(*p));
