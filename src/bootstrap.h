@@ -12,7 +12,7 @@
 #include "socket.h"
 
 #define BOOTSTRAP_MAGIC 0x44494152u /* "RAID" little-endian: Braid id */
-#define BOOTSTRAP_VERSION 1u
+#define BOOTSTRAP_VERSION 2u
 #define BOOTSTRAP_MAX_RANKS (1 << 20)
 
 /* What a ncclUniqueId holds; the remaining bytes of the 128 are zero. */
@@ -29,7 +29,13 @@ struct peer_info {
   int32_t pid;
   uint64_t host_hash; /* hostname + boot id, or NCCL_HOSTID */
   int32_t cuda_dev;
-  int32_t reserved;
+  int32_t ncpus; /* online cores of its host (topology) */
+  /* Ranks with the same host_hash and shm_domain share /dev/shm and a pid
+   * namespace: the shared-memory transport can join them. */
+  uint64_t shm_domain;
+  uint64_t shm_tag;  /* random per rank and comm: names its shm segments */
+  uint32_t nic_mbps; /* speed of the NIC its sockets use, 0 if unknown */
+  uint32_t mem_mbps; /* its host's measured memcpy bandwidth, MB/s */
   struct socket_wire_addr listen; /* where its data listener accepts */
 };
 

@@ -139,12 +139,11 @@ static double comm_oversubscription(const struct ncclComm* comm) {
 /* Meet the other ranks through the bootstrap root: everyone's peer info. */
 static ncclResult_t comm_bootstrap(struct ncclComm* comm) {
   ncclResult_t res = ncclSuccess;
-  struct peer_info mine = {comm->rank,
-                           (int32_t)getpid(),
-                           bootstrap_host_hash(),
-                           comm->cuda_dev,
-                           0,
-                           comm->peers[comm->rank].listen};
+  struct peer_info mine = {.rank = comm->rank,
+                           .pid = (int32_t)getpid(),
+                           .host_hash = bootstrap_host_hash(),
+                           .cuda_dev = comm->cuda_dev,
+                           .listen = comm->peers[comm->rank].listen};
   debug_set_device(comm->rank);
   CHECK(bootstrap_maybe_start_root(&comm->id, comm->rank));
   CHECK(bootstrap_exchange(&comm->id, comm->rank, comm->nranks, &mine, comm->peers,

@@ -13,6 +13,39 @@
 #include "bootstrap.h"
 #include "nccl.h"
 
+/* What the progress calls of one pass found blocked, so that the waiting
+ * thread can sleep on exactly those: shared-memory connections name a
+ * futex word (with the value they saw, and a sleeper count their peer
+ * reads before waking), socket connections only count themselves (their
+ * fds are already in the comm's epoll set). Reset before every pass. */
+#define TRANSPORT_WAIT_MAX 32
+struct transport_waits {
+  int nfutex;
+  struct {
+    _Atomic uint32_t* word;
+    _Atomic uint32_t* sleepers;
+    uint32_t seen;
+  } futex[TRANSPORT_WAIT_MAX];
+  int nfd;
+};
+
+/* A connection that cannot move now records what would wake it. */
+static inline void transport_wait_on_futex(struct transport_waits* w, _Atomic uint32_t* word,
+                                           _Atomic uint32_t* sleepers, uint32_t seen) {
+  if (w == NULL) return;
+  if (w->nfutex == TRANSPORT_WAIT_MAX) { /* too many: make the waiter poll */
+    w->nfd++;
+    return;
+  }
+  w->futex[w->nfutex].word = word;
+  w->futex[w->nfutex].sleepers = sleepers;
+  w->futex[w->nfutex].seen = seen;
+  w->nfutex++;
+}
+static inline void transport_wait_on_fd(struct transport_waits* w) {
+  if (w) w->nfd++;
+}
+
 /* What a transport may know of its communicator. */
 struct transport_ctx {
   int rank;
@@ -24,6 +57,7 @@ struct transport_ctx {
   int64_t timeout_ms;
   struct transport_parked* parked; /* accepted sockets not yet claimed */
   _Atomic int* aborted;            /* set by ncclCommAbort: stop waiting */
+  struct transport_waits* waits;   /* the comm's, see above */
 };
 
 /* Messages a connection can hold in flight; the executor keeps fewer. */
@@ -61,6 +95,7 @@ struct transport {
 };
 
 extern const struct transport tcp_transport;
+extern const struct transport shm_transport;
 
 /* Accepted-socket parking shared by transports that accept (see tcp). */
 void transport_parked_free(struct transport_ctx* ctx);

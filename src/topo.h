@@ -1,0 +1,75 @@
+/*
+ * Topology of this host: NUMA nodes, cores, caches, NICs (with link speed)
+ * and GPUs with their PCI/NUMA affinity, found with hwloc or read from
+ * NCCL_TOPO_FILE, plus the memcpy bandwidth the tuner needs. Detected once
+ * per process (detection costs tens of milliseconds); read-only after.
+ */
+#ifndef BRAID_TOPO_H_
+#define BRAID_TOPO_H_
+
+#include <stdint.h>
+
+#include "nccl.h"
+
+#define TOPO_MAX_NUMA 64
+#define TOPO_MAX_NICS 32
+#define TOPO_MAX_GPUS 32
+#define TOPO_NAME_LEN 64
+#define TOPO_CPUSET_LEN 256
+
+struct topo_numa {
+  int os_index;
+  int ncores;
+  int npus;                     /* hardware threads */
+  uint64_t mem_bytes;           /* local memory, 0 if unknown */
+  char cpuset[TOPO_CPUSET_LEN]; /* Linux list format, "0-3,8-11" */
+};
+
+struct topo_nic {
+  char name[TOPO_NAME_LEN]; /* interface name, "eth0" */
+  char pci[TOPO_NAME_LEN];  /* PCI bus id, "" for virtual devices */
+  int numa;                 /* os_index of the nearest NUMA node, -1 if none */
+  int speed_mbps;           /* from sysfs, 0 if unknown */
+};
+
+struct topo_gpu {
+  char pci[TOPO_NAME_LEN]; /* PCI bus id */
+  int numa;                /* -1 if unknown */
+};
+
+struct topo_system {
+  char hostname[TOPO_NAME_LEN];
+  int ncores, npus;
+  uint64_t l1d_bytes, l2_bytes, l3_bytes; /* per cache instance, largest seen */
+  int nnuma;
+  struct topo_numa numa[TOPO_MAX_NUMA];
+  int nnics;
+  struct topo_nic nics[TOPO_MAX_NICS];
+  int ngpus;
+  struct topo_gpu gpus[TOPO_MAX_GPUS];
+  uint32_t mem_mbps; /* one thread's memcpy bandwidth on a 64 MiB buffer, MB/s */
+  int from_file;     /* 1 when loaded from NCCL_TOPO_FILE */
+};
+
+/* This host's topology: detected on first call (or loaded from
+ * NCCL_TOPO_FILE), written to NCCL_TOPO_DUMP_FILE if set, then cached. */
+ncclResult_t topo_system_get(const struct topo_system** out);
+
+/* Detection and the file format, exposed for tests. */
+ncclResult_t topo_detect(struct topo_system* sys);
+ncclResult_t topo_write_file(const struct topo_system* sys, const char* path);
+ncclResult_t topo_read_file(const char* path, struct topo_system* sys);
+
+/* The NIC named `ifname`, or NULL. */
+const struct topo_nic* topo_nic_find(const struct topo_system* sys, const char* ifname);
+
+/* One INFO line (or a few) describing the system. */
+void topo_log_summary(const struct topo_system* sys);
+
+/* Bind the calling thread to the cores of the NUMA node nearest the NIC
+ * `ifname` (or, when ifname is NULL, nearest GPU `gpu_pci`); no-op with a
+ * log line when the node is unknown or the host has one NUMA node. */
+ncclResult_t topo_bind_thread_near(const struct topo_system* sys, const char* ifname,
+                                   const char* gpu_pci);
+
+#endif /* BRAID_TOPO_H_ */
