@@ -7,56 +7,89 @@
  * ahead of it, so even rendezvous transports cannot deadlock, and the
  * window slides across iteration boundaries. Broadcast and reduce are a
  * pipelined chain along the ring from or to the root: no cycle, no limit.
+ * The flat ring visits ranks node by node (the topology's order), so each
+ * node's link is crossed twice per ring, not twice per rank.
  */
+#include "ring.h"
+
 #include "core.h"
-#include "schedule.h"
-
-/* Where block j of a ring collective lives in the input and the output. */
-struct ring_block {
-  size_t xoff, yoff, len;
-};
-
-typedef struct ring_block (*ring_block_fn)(const struct sched_key* k, int j);
 
 static int ring_mod(int j, int n) {
   return ((j % n) + n) % n;
 }
 
-/* All-reduce segments: counts differ by at most one element. */
-static struct ring_block allreduce_block(const struct sched_key* k, int j) {
-  size_t n = (size_t)k->nranks, base = k->count / n, rem = k->count % n, jj = (size_t)j;
-  size_t off = jj * base + MIN(jj, rem);
-  return (struct ring_block){off, off, base + (jj < rem)};
-}
-
-/* All-gather: X is this rank's block, Y holds every rank's. */
-static struct ring_block allgather_block(const struct sched_key* k, int j) {
-  return (struct ring_block){0, (size_t)j * k->count, k->count};
-}
-
-/* Reduce-scatter: X holds every block, Y is this rank's. */
-static struct ring_block reducescatter_block(const struct sched_key* k, int j) {
-  return (struct ring_block){(size_t)j * k->count, 0, k->count};
-}
-
 /* Append `prim` on elements [from, from+span) of block j (taken modulo n),
- * cut into slices of at most `chunk` elements. */
-static ncclResult_t ring_step(struct schedule* s, const struct sched_key* k, ring_block_fn blk,
-                              enum sched_prim prim, unsigned flags, int j, size_t from, size_t span,
-                              size_t chunk) {
+ * cut into slices of at most g->chunk elements. */
+static ncclResult_t ring_step(struct schedule* s, const struct ring* g, enum sched_prim prim,
+                              unsigned flags, int j, size_t from) {
   ncclResult_t res = ncclSuccess;
-  int n = k->nranks, prev = ring_mod(k->rank - 1, n), next = ring_mod(k->rank + 1, n);
-  int rpeer = sched_prim_recvs(prim) ? prev : -1;
-  int speer = sched_prim_sends(prim) ? next : -1;
-  struct ring_block b = blk(k, ring_mod(j, n));
-  size_t lo = MIN(from, b.len), hi = MIN(from + span, b.len);
-  size_t nslices = DIV_UP(hi - lo, chunk);
+  int rpeer = sched_prim_recvs(prim) ? g->prev : -1;
+  int speer = sched_prim_sends(prim) ? g->next : -1;
+  struct ring_block b = g->block(g->ctx, ring_mod(j, g->n));
+  size_t lo = MIN(from, b.len), hi = MIN(from + g->span, b.len);
+  size_t nslices = DIV_UP(hi - lo, g->chunk);
+  if (g->from_out) flags = (flags & ~SCHED_PRE) | SCHED_LOCAL_OUT;
+  if (!g->post) flags &= ~SCHED_POST;
   for (size_t i = 0; i < nslices; i++) {
     size_t a = lo + (hi - lo) * i / nslices, e = lo + (hi - lo) * (i + 1) / nslices;
     CHECK(sched_append(s, prim, flags, rpeer, speer, b.xoff + a, b.yoff + a, e - a));
   }
 fail:
   return res;
+}
+
+ncclResult_t ring_reduce_partial(struct schedule* s, const struct ring* g, int last, size_t from) {
+  ncclResult_t res = ncclSuccess;
+  CHECK(ring_step(s, g, PRIM_SEND, SCHED_PRE, last - 1, from));
+  for (int st = 1; st < g->n - 1; st++)
+    CHECK(ring_step(s, g, PRIM_RECV_REDUCE_SEND, SCHED_PRE, last - 1 - st, from));
+fail:
+  return res;
+}
+
+ncclResult_t ring_reduce_phase(struct schedule* s, const struct ring* g, int last,
+                               enum sched_prim final, size_t from) {
+  ncclResult_t res = ncclSuccess;
+  CHECK(ring_reduce_partial(s, g, last, from));
+  CHECK(ring_step(s, g, final, SCHED_PRE | SCHED_POST, last, from));
+fail:
+  return res;
+}
+
+ncclResult_t ring_gather_phase(struct schedule* s, const struct ring* g, int first, size_t from) {
+  ncclResult_t res = ncclSuccess;
+  for (int t = 1; t < g->n - 1; t++)
+    CHECK(ring_step(s, g, PRIM_RECV_COPY_SEND, 0, first - t, from));
+  CHECK(ring_step(s, g, PRIM_RECV, 0, first - (g->n - 1), from));
+fail:
+  return res;
+}
+
+ncclResult_t ring_send_own(struct schedule* s, const struct ring* g, size_t from) {
+  return ring_step(s, g, g->from_out ? PRIM_SEND_OUT : PRIM_SEND, 0, g->pos, from);
+}
+
+/* --- the flat ring over the whole comm --- */
+
+/* All-reduce segments: counts differ by at most one element. */
+static struct ring_block allreduce_block(const void* ctx, int j) {
+  const struct sched_key* k = ctx;
+  size_t n = (size_t)k->nranks, base = k->count / n, rem = k->count % n, jj = (size_t)j;
+  size_t off = jj * base + MIN(jj, rem);
+  return (struct ring_block){off, off, base + (jj < rem)};
+}
+
+/* All-gather: X is this rank's block, Y holds every rank's (block j of
+ * the ring is the rank at ring position j). */
+static struct ring_block allgather_block(const void* ctx, int j) {
+  const struct sched_key* k = ctx;
+  return (struct ring_block){0, (size_t)sched_topo_rank(k->topo, j) * k->count, k->count};
+}
+
+/* Reduce-scatter: X holds every block, Y is this rank's. */
+static struct ring_block reducescatter_block(const void* ctx, int j) {
+  const struct sched_key* k = ctx;
+  return (struct ring_block){(size_t)sched_topo_rank(k->topo, j) * k->count, 0, k->count};
 }
 
 /* Elements per slice (whole elements, so no slice outgrows a slot), and per
@@ -68,34 +101,17 @@ static size_t ring_span(const struct sched_key* k) {
   return ring_chunk(k) * (size_t)MAX(1, k->slices_per_step);
 }
 
-/* Reduce-scatter phase ending with block `last` fully reduced here;
- * `final` is the primitive that produces it. */
-static ncclResult_t ring_reduce_phase(struct schedule* s, const struct sched_key* k,
-                                      ring_block_fn blk, int last, enum sched_prim final,
-                                      size_t from) {
-  ncclResult_t res = ncclSuccess;
-  int n = k->nranks;
-  size_t span = ring_span(k), chunk = ring_chunk(k);
-  CHECK(ring_step(s, k, blk, PRIM_SEND, SCHED_PRE, last - 1, from, span, chunk));
-  for (int st = 1; st < n - 1; st++)
-    CHECK(ring_step(s, k, blk, PRIM_RECV_REDUCE_SEND, SCHED_PRE, last - 1 - st, from, span, chunk));
-  CHECK(ring_step(s, k, blk, final, SCHED_PRE | SCHED_POST, last, from, span, chunk));
-fail:
-  return res;
-}
-
-/* All-gather phase: block `first` is already final here (and sent on by
- * the step before, or by `first_prim`); the others arrive in turn. */
-static ncclResult_t ring_gather_phase(struct schedule* s, const struct sched_key* k,
-                                      ring_block_fn blk, int first, size_t from) {
-  ncclResult_t res = ncclSuccess;
-  int n = k->nranks;
-  size_t span = ring_span(k), chunk = ring_chunk(k);
-  for (int t = 1; t < n - 1; t++)
-    CHECK(ring_step(s, k, blk, PRIM_RECV_COPY_SEND, 0, first - t, from, span, chunk));
-  CHECK(ring_step(s, k, blk, PRIM_RECV, 0, first - (n - 1), from, span, chunk));
-fail:
-  return res;
+static struct ring flat_ring(const struct sched_key* k, ring_block_fn block) {
+  int n = k->nranks, pos = sched_topo_pos(k->topo, k->rank);
+  return (struct ring){.n = n,
+                       .pos = pos,
+                       .prev = sched_topo_rank(k->topo, ring_mod(pos - 1, n)),
+                       .next = sched_topo_rank(k->topo, ring_mod(pos + 1, n)),
+                       .block = block,
+                       .ctx = k,
+                       .chunk = ring_chunk(k),
+                       .span = ring_span(k),
+                       .post = 1};
 }
 
 static size_t ring_iterations(const struct sched_key* k, size_t block_max) {
@@ -104,15 +120,15 @@ static size_t ring_iterations(const struct sched_key* k, size_t block_max) {
 
 ncclResult_t ring_schedule_allreduce(struct schedule* s, const struct sched_key* k) {
   ncclResult_t res = ncclSuccess;
-  int n = k->nranks, r = k->rank;
+  struct ring g = flat_ring(k, allreduce_block);
   if (k->count == 0) return ncclSuccess;
-  if (n == 1) return sched_append(s, PRIM_COPY, SCHED_PRE | SCHED_POST, -1, -1, 0, 0, k->count);
-  size_t niter = ring_iterations(k, DIV_UP(k->count, (size_t)n));
-  CHECK(sched_reserve(s, (size_t)(2 * n - 1) * niter * (size_t)MAX(1, k->slices_per_step)));
+  if (g.n == 1) return sched_append(s, PRIM_COPY, SCHED_PRE | SCHED_POST, -1, -1, 0, 0, k->count);
+  size_t niter = ring_iterations(k, DIV_UP(k->count, (size_t)g.n));
+  CHECK(sched_reserve(s, (size_t)(2 * g.n - 1) * niter * (size_t)MAX(1, k->slices_per_step)));
   for (size_t it = 0; it < niter; it++) {
-    size_t from = it * ring_span(k);
-    CHECK(ring_reduce_phase(s, k, allreduce_block, r + 1, PRIM_RECV_REDUCE_COPY_SEND, from));
-    CHECK(ring_gather_phase(s, k, allreduce_block, r + 1, from));
+    size_t from = it * g.span;
+    CHECK(ring_reduce_phase(s, &g, g.pos + 1, PRIM_RECV_REDUCE_COPY_SEND, from));
+    CHECK(ring_gather_phase(s, &g, g.pos + 1, from));
   }
 fail:
   return res;
@@ -120,14 +136,14 @@ fail:
 
 ncclResult_t ring_schedule_allgather(struct schedule* s, const struct sched_key* k) {
   ncclResult_t res = ncclSuccess;
-  int n = k->nranks, r = k->rank;
+  struct ring g = flat_ring(k, allgather_block);
   size_t niter = ring_iterations(k, k->count);
   for (size_t it = 0; it < niter; it++) {
-    size_t from = it * ring_span(k), span = ring_span(k), chunk = ring_chunk(k);
-    CHECK(ring_step(s, k, allgather_block, PRIM_COPY, 0, r, from, span, chunk));
-    if (n == 1) continue;
-    CHECK(ring_step(s, k, allgather_block, PRIM_SEND, 0, r, from, span, chunk));
-    CHECK(ring_gather_phase(s, k, allgather_block, r, from));
+    size_t from = it * g.span, lo = MIN(from, k->count), hi = MIN(from + g.span, k->count);
+    CHECK(sched_append(s, PRIM_COPY, 0, -1, -1, lo, (size_t)k->rank * k->count + lo, hi - lo));
+    if (g.n == 1) continue;
+    CHECK(ring_send_own(s, &g, from));
+    CHECK(ring_gather_phase(s, &g, g.pos, from));
   }
 fail:
   return res;
@@ -135,13 +151,12 @@ fail:
 
 ncclResult_t ring_schedule_reducescatter(struct schedule* s, const struct sched_key* k) {
   ncclResult_t res = ncclSuccess;
-  int n = k->nranks, r = k->rank;
+  struct ring g = flat_ring(k, reducescatter_block);
   if (k->count == 0) return ncclSuccess;
-  if (n == 1) return sched_append(s, PRIM_COPY, SCHED_PRE | SCHED_POST, -1, -1, 0, 0, k->count);
+  if (g.n == 1) return sched_append(s, PRIM_COPY, SCHED_PRE | SCHED_POST, -1, -1, 0, 0, k->count);
   size_t niter = ring_iterations(k, k->count);
   for (size_t it = 0; it < niter; it++)
-    CHECK(
-        ring_reduce_phase(s, k, reducescatter_block, r, PRIM_RECV_REDUCE_COPY, it * ring_span(k)));
+    CHECK(ring_reduce_phase(s, &g, g.pos, PRIM_RECV_REDUCE_COPY, it * g.span));
 fail:
   return res;
 }
@@ -159,12 +174,20 @@ fail:
   return res;
 }
 
+/* The chain runs along the ring's order; `shift` is where it starts
+ * relative to the root. Returns this rank's place in it. */
+static int chain_links(const struct sched_key* k, int shift, int* prev, int* next) {
+  int n = k->nranks, pos = sched_topo_pos(k->topo, k->rank);
+  *prev = sched_topo_rank(k->topo, ring_mod(pos - 1, n));
+  *next = sched_topo_rank(k->topo, ring_mod(pos + 1, n));
+  return ring_mod(pos - sched_topo_pos(k->topo, k->root) - shift, n);
+}
+
 /* Broadcast: root -> root+1 -> ... -> root-1, each passing slices on as
  * they arrive. The root also copies its input to its own output. */
 ncclResult_t chain_schedule_broadcast(struct schedule* s, const struct sched_key* k) {
   ncclResult_t res = ncclSuccess;
-  int n = k->nranks, r = k->rank, pos = ring_mod(r - k->root, n);
-  int prev = ring_mod(r - 1, n), next = ring_mod(r + 1, n);
+  int n = k->nranks, prev, next, pos = chain_links(k, 0, &prev, &next);
   if (k->count == 0) return ncclSuccess;
   if (pos == 0) {
     CHECK(chain_slices(s, k, PRIM_COPY, 0, -1, -1));
@@ -181,8 +204,7 @@ fail:
 /* Reduce: root+1 -> root+2 -> ... -> root, each adding its input. Only
  * the root writes its output. */
 ncclResult_t chain_schedule_reduce(struct schedule* s, const struct sched_key* k) {
-  int n = k->nranks, r = k->rank, pos = ring_mod(r - k->root - 1, n);
-  int prev = ring_mod(r - 1, n), next = ring_mod(r + 1, n);
+  int n = k->nranks, prev, next, pos = chain_links(k, 1, &prev, &next);
   if (k->count == 0) return ncclSuccess;
   if (n == 1) return chain_slices(s, k, PRIM_COPY, SCHED_PRE | SCHED_POST, -1, -1);
   if (pos == 0) return chain_slices(s, k, PRIM_SEND, SCHED_PRE, -1, next);

@@ -36,7 +36,7 @@ const char* sched_prim_name(enum sched_prim p) {
 }
 
 const char* sched_algo_name(int algo) {
-  static const char* const names[ALGO_COUNT] = {"Ring", "Tree", "RecDoubling"};
+  static const char* const names[ALGO_COUNT] = {"Ring", "Tree", "RecDoubling", "Hier"};
   return algo >= 0 && algo < ALGO_COUNT ? names[algo] : "?";
 }
 
@@ -80,8 +80,15 @@ void sched_free(struct schedule* s) {
   memset(s, 0, sizeof(*s));
 }
 
+int sched_topo_rank(const struct sched_topo* t, int i) {
+  return t ? t->order[i] : i;
+}
+int sched_topo_pos(const struct sched_topo* t, int rank) {
+  return t ? t->pos_of[rank] : rank;
+}
+
 static int sched_key_equal(const struct sched_key* a, const struct sched_key* b) {
-  return a->coll == b->coll && a->algo == b->algo && a->rank == b->rank && a->nranks == b->nranks &&
+  return a->topo == b->topo && a->coll == b->coll && a->algo == b->algo && a->rank == b->rank && a->nranks == b->nranks &&
          a->root == b->root && a->count == b->count && a->elem_size == b->elem_size &&
          a->chunk_bytes == b->chunk_bytes && a->slices_per_step == b->slices_per_step;
 }
@@ -90,12 +97,37 @@ typedef ncclResult_t (*sched_builder)(struct schedule*, const struct sched_key*)
 
 /* Which algorithm implements which collective; NULL where none does. */
 static const sched_builder builders[COLL_COUNT][ALGO_COUNT] = {
-    [COLL_ALLREDUCE] = {ring_schedule_allreduce, tree_schedule_allreduce, rd_schedule_allreduce},
-    [COLL_ALLGATHER] = {ring_schedule_allgather, NULL, NULL},
-    [COLL_REDUCESCATTER] = {ring_schedule_reducescatter, NULL, NULL},
-    [COLL_BROADCAST] = {chain_schedule_broadcast, tree_schedule_broadcast, NULL},
-    [COLL_REDUCE] = {chain_schedule_reduce, tree_schedule_reduce, NULL},
+    [COLL_ALLREDUCE] = {ring_schedule_allreduce, tree_schedule_allreduce, rd_schedule_allreduce,
+                        hier_schedule_allreduce},
+    [COLL_ALLGATHER] = {ring_schedule_allgather, NULL, NULL, hier_schedule_allgather},
+    [COLL_REDUCESCATTER] = {ring_schedule_reducescatter, NULL, NULL, hier_schedule_reducescatter},
+    [COLL_BROADCAST] = {chain_schedule_broadcast, tree_schedule_broadcast, NULL, NULL},
+    [COLL_REDUCE] = {chain_schedule_reduce, tree_schedule_reduce, NULL, NULL},
 };
+
+/* Trees and recursive doubling are built over ring positions (ranks node
+ * by node, so their first links stay inside a node) and their peers then
+ * renamed to ranks; ring, chain and hierarchical schedules name ranks. */
+static int sched_in_positions(int algo) {
+  return algo == ALGO_TREE || algo == ALGO_RD;
+}
+
+static struct sched_key sched_position_key(const struct sched_key* k) {
+  struct sched_key p = *k;
+  p.rank = sched_topo_pos(k->topo, k->rank);
+  p.root = sched_topo_pos(k->topo, k->root);
+  p.topo = NULL;
+  return p;
+}
+
+static void sched_rename_peers(struct schedule* s, const struct sched_topo* t) {
+  if (t == NULL) return;
+  for (size_t i = 0; i < s->nsteps; i++) {
+    struct sched_step* st = &s->steps[i];
+    if (st->recv_peer >= 0) st->recv_peer = t->order[st->recv_peer];
+    if (st->send_peer >= 0) st->send_peer = t->order[st->send_peer];
+  }
+}
 
 static int add_peer(int* peers, int m, int max, int p) {
   if (p < 0) return m;
@@ -105,9 +137,8 @@ static int add_peer(int* peers, int m, int max, int p) {
   return m;
 }
 
-int sched_peers(const struct sched_key* k, int* peers, int max) {
+static int sched_position_peers(const struct sched_key* k, int* peers, int max) {
   int n = k->nranks, r = k->rank, m = 0, parent, child[2], rd[64];
-  if (n == 1) return 0;
   switch (k->algo) {
     case ALGO_RD:
       for (int i = 0, nrd = rd_peers(r, n, rd, 64); i < nrd; i++)
@@ -130,9 +161,25 @@ int sched_peers(const struct sched_key* k, int* peers, int max) {
   }
 }
 
+int sched_peers(const struct sched_key* k, int* peers, int max) {
+  if (k->nranks == 1) return 0;
+  if (k->algo == ALGO_HIER) return hier_peers(k, peers, max);
+  struct sched_key p = sched_position_key(k);
+  int m = sched_position_peers(&p, peers, max);
+  for (int i = 0; i < m; i++) peers[i] = sched_topo_rank(k->topo, peers[i]);
+  return m;
+}
+
 int sched_supports(int coll, int algo) {
   return coll >= 0 && coll < COLL_COUNT && algo >= 0 && algo < ALGO_COUNT &&
          builders[coll][algo] != NULL;
+}
+
+int sched_supports_on(const struct sched_topo* t, int coll, int algo) {
+  if (!sched_supports(coll, algo)) return 0;
+  if (algo == ALGO_HIER && coll != COLL_ALLREDUCE) /* blocks follow ranks: even layouts only */
+    return t == NULL || t->min_ppn == t->max_ppn;
+  return 1;
 }
 
 ncclResult_t sched_build(struct schedule* s, const struct sched_key* key) {
@@ -140,10 +187,16 @@ ncclResult_t sched_build(struct schedule* s, const struct sched_key* key) {
   if (s->valid && sched_key_equal(&s->key, key)) return ncclSuccess;
   s->valid = 0;
   s->nsteps = 0;
-  if (!sched_supports(key->coll, key->algo))
+  if (!sched_supports_on(key->topo, key->coll, key->algo))
     FAIL(ncclInternalError, "No %s algorithm for %s", sched_algo_name(key->algo),
          sched_coll_name(key->coll));
-  CHECK(builders[key->coll][key->algo](s, key));
+  if (sched_in_positions(key->algo)) {
+    struct sched_key p = sched_position_key(key);
+    CHECK(builders[key->coll][key->algo](s, &p));
+    sched_rename_peers(s, key->topo);
+  } else {
+    CHECK(builders[key->coll][key->algo](s, key));
+  }
   s->key = *key;
   s->valid = 1;
 fail:

@@ -35,6 +35,8 @@ enum sched_prim {
 #define SCHED_POST 2u        /* the result is post-divided: it is final */
 #define SCHED_SWAP 4u        /* exchange computes R op Y: the lower rank's data first */
 #define SCHED_LOCAL_CARRY 8u /* reductions combine R with the carry instead of X */
+#define SCHED_LOCAL_OUT 16u  /* reductions combine R with Y, and send sends Y, not X:
+                              * a later phase works on what an earlier one left in Y */
 
 struct sched_step {
   uint8_t prim;
@@ -55,7 +57,29 @@ enum sched_coll {
   COLL_COUNT
 };
 
-enum sched_algo { ALGO_RING = 0, ALGO_TREE = 1, ALGO_RD = 2, ALGO_COUNT };
+enum sched_algo { ALGO_RING = 0, ALGO_TREE = 1, ALGO_RD = 2, ALGO_HIER = 3, ALGO_COUNT };
+
+/* Where the ranks are: nodes (hosts), and each rank's place on its node.
+ * The comm builds it once; schedules only read it. A key without one
+ * means a single node with the ranks in rank order. */
+struct sched_topo {
+  int nranks;
+  int nnodes;
+  const int* node_of;    /* per rank: its node (numbered by their lowest rank) */
+  const int* local_of;   /* per rank: its index among its node's ranks */
+  const int* node_start; /* per node: where its ranks begin in `order`; [nnodes] = nranks */
+  const int* order;      /* the ranks node by node, in rank order within a node */
+  const int* pos_of;     /* per rank: its index in `order` */
+  int min_ppn, max_ppn;  /* fewest and most ranks on a node */
+};
+
+/* Group ranks into nodes by `host` (nranks keys; equal key = same node). */
+ncclResult_t sched_topo_init(struct sched_topo* t, int nranks, const uint64_t* host);
+void sched_topo_free(struct sched_topo* t);
+
+/* Rank at index `i` of `order` (identity without a topology), and back. */
+int sched_topo_rank(const struct sched_topo* t, int i);
+int sched_topo_pos(const struct sched_topo* t, int rank);
 
 const char* sched_algo_name(int algo);
 const char* sched_coll_name(int coll);
@@ -63,6 +87,7 @@ const char* sched_coll_name(int coll);
 /* What a schedule was built for; a comm reuses it when the key matches.
  * `count` is the per-rank block for all-gather and reduce-scatter. */
 struct sched_key {
+  const struct sched_topo* topo; /* NULL: one node */
   int coll;
   int algo;
   int rank;
@@ -132,8 +157,26 @@ int sched_peers(const struct sched_key* key, int* peers, int max);
 /* Tree 0 relabelled so that `root` is the tree's root. */
 void tree_rooted_links(int rank, int nranks, int root, int* parent, int child[2]);
 
-/* 1 when `algo` implements `coll`. */
+/* Hierarchical (hier.c). All-reduce: intra-node reduce-scatter, then an
+ * inter-node all-reduce per piece among the ranks owning it on each node
+ * (each rank carries 1/ppn of the data), then intra-node all-gather; for
+ * small buffers the leader variant: reduce to each node's first rank,
+ * leaders all-reduce, broadcast back. Reduce-scatter / all-gather: the
+ * inter-node part on ppn parallel rings, when every node has as many
+ * ranks. */
+ncclResult_t hier_schedule_allreduce(struct schedule* s, const struct sched_key* key);
+ncclResult_t hier_schedule_allgather(struct schedule* s, const struct sched_key* key);
+ncclResult_t hier_schedule_reducescatter(struct schedule* s, const struct sched_key* key);
+/* Peers of a hierarchical schedule (rank space). */
+int hier_peers(const struct sched_key* key, int* peers, int max);
+/* Buffers up to this many bytes take the leader variant of hierarchical
+ * all-reduce (one slot: the leaders' exchange is latency-bound). */
+int hier_uses_leaders(const struct sched_key* key);
+
+/* 1 when `algo` implements `coll` (on this topology: hierarchical
+ * reduce-scatter and all-gather need equal ranks per node). */
 int sched_supports(int coll, int algo);
+int sched_supports_on(const struct sched_topo* t, int coll, int algo);
 
 /* Build (or reuse) the schedule for `key`. */
 ncclResult_t sched_build(struct schedule* s, const struct sched_key* key);

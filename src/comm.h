@@ -46,6 +46,7 @@ struct ncclComm {
   ncclConfig_t config;
   struct bootstrap_id id;
   struct peer_info* peers;
+  struct sched_topo layout; /* nodes and local ranks, from the peers' host hashes */
   /* data plane */
   struct transport_ctx tctx;
   struct transport_conn** send_conns; /* collectives: per peer, NULL until needed */

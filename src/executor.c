@@ -62,6 +62,7 @@ static int step_needs_slot(const struct exec_state* ex, const struct sched_step*
 static void exec_key(const struct ncclComm* comm, const struct exec_args* args,
                      struct sched_key* key) {
   memset(key, 0, sizeof(*key));
+  key->topo = comm->layout.nranks > 0 ? &comm->layout : NULL;
   key->coll = args->coll;
   key->algo = args->algo;
   key->rank = comm->rank;
@@ -161,14 +162,15 @@ static const void* compute_step(struct exec_state* ex, const struct sched_step* 
   char* y = (char*)a->recvbuff + st->yoff * es;
   char* slot = rec->slot >= 0 ? slot_ptr(ex, rec->slot) : NULL;
   int use_carry = (st->flags & SCHED_LOCAL_CARRY) && ex->carry >= 0;
-  const char* local = use_carry ? slot_ptr(ex, ex->carry) : x;
+  const char* src = (st->flags & SCHED_LOCAL_OUT) ? y : x;
+  const char* local = use_carry ? slot_ptr(ex, ex->carry) : src;
   unsigned pre = (st->flags & SCHED_PRE) ? a->pre : 0;
   unsigned post = (st->flags & SCHED_POST) ? a->post : 0;
   const void* out = NULL;
   switch ((enum sched_prim)st->prim) {
     case PRIM_SEND:
-      if (!pre) return x;
-      kern_unary(&a->redop, pre, slot, x, st->count);
+      if (!pre) return src;
+      kern_unary(&a->redop, pre, slot, src, st->count);
       return slot;
     case PRIM_RECV_REDUCE_SEND:
       kern_reduce(&a->redop, pre, slot, slot, local, st->count);
@@ -188,7 +190,7 @@ static const void* compute_step(struct exec_state* ex, const struct sched_step* 
     case PRIM_SEND_OUT:
       return y;
     case PRIM_COPY:
-      if ((pre | post) || x != y) kern_unary(&a->redop, pre | post, y, x, st->count);
+      if ((pre | post) || src != y) kern_unary(&a->redop, pre | post, y, src, st->count);
       return NULL;
     case PRIM_EXCHANGE:
       if (st->flags & SCHED_SWAP)

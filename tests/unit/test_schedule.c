@@ -70,7 +70,9 @@ struct world {
   struct fake_conn conns[MAXR][MAXR][2]; /* [from][to][send=0/recv=1] */
 };
 
-static void world_init(struct world* w, int n, size_t slot_bytes, int window) {
+/* `hosts` (NULL: one node) places the ranks on nodes. */
+static void world_init(struct world* w, int n, size_t slot_bytes, int window,
+                       const uint64_t* hosts) {
   memset(w, 0, sizeof(*w));
   w->n = n;
   for (int a = 0; a < n; a++)
@@ -92,6 +94,7 @@ static void world_init(struct world* w, int n, size_t slot_bytes, int window) {
     c->send_conns = w->send[r];
     c->recv_conns = w->recv[r];
     c->tctx.timeout_ms = 60000;
+    if (hosts) assert_int_equal(sched_topo_init(&c->layout, n, hosts), ncclSuccess);
     assert_int_equal(exec_init(&c->exec, window, slot_bytes), ncclSuccess);
   }
 }
@@ -100,6 +103,7 @@ static void world_free(struct world* w) {
   for (int r = 0; r < w->n; r++) {
     exec_free(&w->comms[r].exec);
     sched_free(&w->comms[r].sched);
+    sched_topo_free(&w->comms[r].layout);
   }
 }
 
@@ -184,13 +188,14 @@ static double expected(int coll, int n, int r, int root, size_t count, ncclDataT
   }
 }
 
-static void run_case(int coll, int algo, int n, size_t count, ncclDataType_t type, ncclRedOp_t op,
-                     int root, int inplace, size_t chunk, int window) {
+static void run_on(const uint64_t* hosts, int coll, int algo, int n, size_t count,
+                   ncclDataType_t type, ncclRedOp_t op, int root, int inplace, size_t chunk,
+                   int window) {
   struct world* w = calloc(1, sizeof(*w));
-  void *send[MAXR], *recv[MAXR], *mem[MAXR];
+  void *send[MAXR] = {0}, *recv[MAXR] = {0}, *mem[MAXR] = {0};
   size_t nsend = coll == COLL_REDUCESCATTER ? n * count : count;
   size_t nrecv = coll == COLL_ALLGATHER ? n * count : count;
-  world_init(w, n, 8192, window);
+  world_init(w, n, 8192, window, hosts);
   for (int r = 0; r < n; r++) {
     size_t big = (nsend > nrecv ? nsend : nrecv) + 1;
     mem[r] = calloc(2 * big, 8);
@@ -204,6 +209,9 @@ static void run_case(int coll, int algo, int n, size_t count, ncclDataType_t typ
     for (size_t i = 0; i < nsend; i++) /* the input as this rank sees it */
       put_elem(send[r], type, i, value_of(r, i) - (type == ncclInt32 ? 2 : 0));
   }
+  if (getenv("TEST_TRACE"))
+    fprintf(stderr, "case %s %s n=%d count=%zu chunk=%zu window=%d hosts=%d\n",
+            sched_coll_name(coll), sched_algo_name(algo), n, count, chunk, window, hosts != NULL);
   world_run(w, coll, algo, root, send, recv, count, type, op, chunk);
   for (int r = 0; r < n; r++)
     for (size_t i = 0; i < nrecv; i++) {
@@ -212,8 +220,8 @@ static void run_case(int coll, int algo, int n, size_t count, ncclDataType_t typ
       double got = get_elem(recv[r], type, i);
       if (got != want) {
         fprintf(stderr,
-                "%s %s n=%d count=%zu type=%d op=%d root=%d inplace=%d rank %d [%zu]: %g != %g\n",
-                sched_coll_name(coll), sched_algo_name(algo), n, count, type, op, root, inplace, r,
+                "%s%s %s n=%d count=%zu type=%d op=%d root=%d inplace=%d rank %d [%zu]: %g != %g\n",
+                hosts ? "layout " : "", sched_coll_name(coll), sched_algo_name(algo), n, count, type, op, root, inplace, r,
                 i, got, want);
         fail();
       }
@@ -221,6 +229,11 @@ static void run_case(int coll, int algo, int n, size_t count, ncclDataType_t typ
   for (int r = 0; r < n; r++) free(mem[r]);
   world_free(w);
   free(w);
+}
+
+static void run_case(int coll, int algo, int n, size_t count, ncclDataType_t type, ncclRedOp_t op,
+                     int root, int inplace, size_t chunk, int window) {
+  run_on(NULL, coll, algo, n, count, type, op, root, inplace, chunk, window);
 }
 
 static void test_allreduce_fake_transport(void** state) {
@@ -290,7 +303,7 @@ static void test_rd_signed_zero_identical(void** state) {
     struct world* w = calloc(1, sizeof(*w));
     float in[MAXR][4], out[MAXR][4];
     void *send[MAXR], *recv[MAXR];
-    world_init(w, n, 8192, 4);
+    world_init(w, n, 8192, 4, NULL);
     for (int r = 0; r < n; r++) {
       for (int i = 0; i < 4; i++) in[r][i] = ((r + i) & 1) ? -0.0f : 0.0f;
       send[r] = in[r];
@@ -323,7 +336,14 @@ static void test_ring_schedule_shape(void** state) {
   for (int n = 2; n <= MAXR; n++)
     for (int r = 0; r < n; r++) {
       struct schedule s = {0};
-      struct sched_key k = {COLL_ALLREDUCE, ALGO_RING, r, n, 0, 100003, 4, 4096, 2};
+      struct sched_key k = {.coll = COLL_ALLREDUCE,
+                            .algo = ALGO_RING,
+                            .rank = r,
+                            .nranks = n,
+                            .count = 100003,
+                            .elem_size = 4,
+                            .chunk_bytes = 4096,
+                            .slices_per_step = 2};
       assert_int_equal(sched_build(&s, &k), ncclSuccess);
       unsigned char* seen = calloc(k.count, 1);
       for (size_t i = 0; i < s.nsteps; i++) {
@@ -343,7 +363,14 @@ static void test_ring_schedule_shape(void** state) {
 static void test_schedule_reuse_and_names(void** state) {
   (void)state;
   struct schedule s = {0};
-  struct sched_key k = {COLL_ALLREDUCE, ALGO_RING, 1, 3, 0, 10, 4, 4096, 2};
+  struct sched_key k = {.coll = COLL_ALLREDUCE,
+                        .algo = ALGO_RING,
+                        .rank = 1,
+                        .nranks = 3,
+                        .count = 10,
+                        .elem_size = 4,
+                        .chunk_bytes = 4096,
+                        .slices_per_step = 2};
   assert_int_equal(sched_build(&s, &k), ncclSuccess);
   struct sched_step* first = s.steps;
   size_t n = s.nsteps;
@@ -352,6 +379,87 @@ static void test_schedule_reuse_and_names(void** state) {
   assert_int_equal(n, s.nsteps);
   assert_string_equal(sched_prim_name(PRIM_RECV_REDUCE_SEND), "recvReduceSend");
   sched_free(&s);
+}
+
+/* Node layouts the issue names, plus ranks placed round-robin over nodes
+ * (so ring order differs from rank order). */
+static const struct layout {
+  int n;
+  uint64_t hosts[MAXR];
+} layouts[] = {
+    {4, {1, 1, 1, 1}},          {4, {1, 1, 2, 2}},          {6, {1, 1, 1, 2, 2, 2}},
+    {7, {1, 1, 1, 2, 2, 3, 3}}, {4, {1, 2, 3, 4}},          {4, {1, 2, 1, 2}},
+    {7, {3, 1, 2, 3, 1, 2, 1}}, {8, {1, 1, 1, 1, 2, 2, 2, 2}}, {5, {1, 1, 1, 1, 2}},
+};
+
+/* Every collective with every algorithm on every layout: hierarchical
+ * schedules, node-ordered rings and trees all give the exact answer. */
+static void test_layouts_fake_transport(void** state) {
+  (void)state;
+  static const size_t counts[] = {0, 1, 5, 1023, 20011};
+  for (size_t l = 0; l < sizeof(layouts) / sizeof(layouts[0]); l++) {
+    const struct layout* L = &layouts[l];
+    struct sched_topo t;
+    assert_int_equal(sched_topo_init(&t, L->n, L->hosts), ncclSuccess);
+    for (int coll = 0; coll < COLL_COUNT; coll++)
+      for (int algo = 0; algo < ALGO_COUNT; algo++) {
+        if (!sched_supports_on(&t, coll, algo)) continue;
+        for (size_t c = 0; c < sizeof(counts) / sizeof(counts[0]); c++)
+          for (int ip = 0; ip < 2; ip++) {
+            int root = L->n - 2;
+            run_on(L->hosts, coll, algo, L->n, counts[c], ncclFloat, ncclSum, root, ip, 4096, 4);
+            run_on(L->hosts, coll, algo, L->n, counts[c], ncclInt32, ncclAvg, root, ip, 1024, 6);
+            run_on(L->hosts, coll, algo, L->n, counts[c], ncclDouble, ncclMax, root, ip, 512, 9);
+          }
+      }
+    sched_topo_free(&t);
+  }
+}
+
+/* The layout itself: nodes by lowest rank, rank order inside a node. */
+static void test_layout_grouping(void** state) {
+  (void)state;
+  uint64_t hosts[7] = {3, 1, 2, 3, 1, 2, 1};
+  struct sched_topo t;
+  assert_int_equal(sched_topo_init(&t, 7, hosts), ncclSuccess);
+  static const int order[7] = {0, 3, 1, 4, 6, 2, 5}, node_of[7] = {0, 1, 2, 0, 1, 2, 1};
+  assert_int_equal(t.nnodes, 3);
+  assert_int_equal(t.min_ppn, 2);
+  assert_int_equal(t.max_ppn, 3);
+  for (int i = 0; i < 7; i++) {
+    assert_int_equal(t.order[i], order[i]);
+    assert_int_equal(t.pos_of[order[i]], i);
+    assert_int_equal(t.node_of[i], node_of[i]);
+  }
+  assert_int_equal(t.local_of[6], 2);
+  assert_int_equal(t.node_start[3], 7);
+  sched_topo_free(&t);
+}
+
+/* Peer lists are mutual on every layout: connections are made pairwise. */
+static void test_peers_mutual(void** state) {
+  (void)state;
+  for (size_t l = 0; l < sizeof(layouts) / sizeof(layouts[0]); l++) {
+    struct sched_topo t;
+    const struct layout* L = &layouts[l];
+    assert_int_equal(sched_topo_init(&t, L->n, L->hosts), ncclSuccess);
+    for (int algo = 0; algo < ALGO_COUNT; algo++)
+      for (int r = 0; r < L->n; r++) {
+        struct sched_key k = {.topo = &t, .coll = COLL_ALLREDUCE, .algo = algo, .rank = r,
+                              .nranks = L->n, .count = 1000, .elem_size = 4, .chunk_bytes = 4096,
+                              .slices_per_step = 2};
+        int peers[64], m = sched_peers(&k, peers, 64);
+        for (int i = 0; i < m; i++) {
+          int back[64], mb, found = 0;
+          k.rank = peers[i];
+          mb = sched_peers(&k, back, 64);
+          for (int j = 0; j < mb; j++) found |= back[j] == r;
+          assert_true(found);
+          k.rank = r;
+        }
+      }
+    sched_topo_free(&t);
+  }
 }
 
 int main(void) {
@@ -363,6 +471,9 @@ int main(void) {
       cmocka_unit_test(test_double_tree_shape),
       cmocka_unit_test(test_any_window_rendezvous),
       cmocka_unit_test(test_rd_signed_zero_identical),
+      cmocka_unit_test(test_layout_grouping),
+      cmocka_unit_test(test_peers_mutual),
+      cmocka_unit_test(test_layouts_fake_transport),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
