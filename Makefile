@@ -10,7 +10,7 @@ CFLAGS_BASE := -std=c11 -O2 -g -Wall -Wextra -fPIC -fvisibility=hidden \
                -Iinclude -Isrc -Itransports -Ialgorithms -Ikernels
 CFLAGS ?=
 ALL_CFLAGS := $(CFLAGS_BASE) $(CFLAGS)
-LDLIBS := -pthread -lm
+LDLIBS := -pthread -lm -lhwloc
 
 # Per-file ISA flags: the dispatcher picks these at run time.
 ISA_avx2   := -mavx2 -mf16c -mfma

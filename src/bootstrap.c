@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "core.h"
@@ -58,6 +59,25 @@ uint64_t bootstrap_host_hash(void) {
     fclose(f);
   }
   return hash_bytes(0xcbf29ce484222325ull, buf, strlen(buf));
+}
+
+/* Processes that see the same boot, the same /dev/shm and the same pid
+ * namespace can map each other's segments and check each other's pids. */
+uint64_t bootstrap_shm_domain(void) {
+  char buf[512] = {0};
+  struct stat st;
+  FILE* f = fopen("/proc/sys/kernel/random/boot_id", "r");
+  if (f) {
+    if (fgets(buf, (int)sizeof(buf), f) == NULL) buf[0] = '\0';
+    fclose(f);
+  }
+  uint64_t h = hash_bytes(0xcbf29ce484222325ull, buf, strlen(buf));
+  if (stat("/dev/shm", &st) == 0) {
+    h = hash_bytes(h, &st.st_dev, sizeof(st.st_dev));
+    h = hash_bytes(h, &st.st_ino, sizeof(st.st_ino));
+  }
+  if (stat("/proc/self/ns/pid", &st) == 0) h = hash_bytes(h, &st.st_ino, sizeof(st.st_ino));
+  return h;
 }
 
 void bootstrap_id_encode(const struct bootstrap_id* id, ncclUniqueId* out) {

@@ -66,4 +66,7 @@ uint64_t bootstrap_random64(void);
 /* Host identity: NCCL_HOSTID if set, else hash of hostname and boot id. */
 uint64_t bootstrap_host_hash(void);
 
+/* Shared-memory domain: boot id, /dev/shm and pid namespace. */
+uint64_t bootstrap_shm_domain(void);
+
 #endif /* BRAID_BOOTSTRAP_H_ */

@@ -85,6 +85,7 @@ void comm_free(struct ncclComm* comm) {
   progress_destroy(&comm->progress);
   exec_free(&comm->exec);
   sched_free(&comm->sched);
+  sched_topo_free(&comm->layout);
   redop_free_all(comm);
   while (comm->regs) {
     struct comm_reg* r = comm->regs;

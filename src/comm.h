@@ -60,6 +60,7 @@ struct ncclComm {
   uint64_t next_ticket; /* under turn_lock */
   uint64_t serving;     /* under turn_lock */
   struct progress progress;
+  struct transport_waits waits; /* what the last pass of progress found blocked */
   struct exec_state exec;
   struct schedule sched;
   /* user reduction operators */

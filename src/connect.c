@@ -34,6 +34,16 @@ static struct transport_conn** conn_slot(struct work_op* op, int peer, int send)
   return send ? &c->p2p_send[peer] : &c->p2p_recv[peer];
 }
 
+/* Shared memory to peers on this node (same host and shm domain), TCP to
+ * everyone else. A rank with NCCL_SHM_DISABLE=1 announced domain 0, so
+ * both ends of every pair agree. */
+static const struct transport* connect_transport(const struct ncclComm* c, int peer) {
+  const struct peer_info *me = &c->peers[c->rank], *p = &c->peers[peer];
+  if (p->shm_domain == 0 || p->host_hash != me->host_hash || p->shm_domain != me->shm_domain)
+    return &tcp_transport;
+  return &shm_transport;
+}
+
 static ncclResult_t connect_phase(struct work_op* ops, int n, int send) {
   ncclResult_t res = ncclSuccess;
   int peers[CONNECT_MAX_PEERS], sends[CONNECT_MAX_PEERS], recvs[CONNECT_MAX_PEERS];
@@ -44,10 +54,11 @@ static ncclResult_t connect_phase(struct work_op* ops, int n, int send) {
       struct transport_conn** slot = conn_slot(&ops[i], peers[j], send);
       if (*slot) continue;
       struct transport_ctx* ctx = &ops[i].comm->tctx;
+      const struct transport* t = connect_transport(ops[i].comm, peers[j]);
       if (send)
-        CHECK(tcp_transport.connect_send(ctx, peers[j], ops[i].kind != WORK_COLL, slot));
+        CHECK(t->connect_send(ctx, peers[j], ops[i].kind != WORK_COLL, slot));
       else
-        CHECK(tcp_transport.connect_recv(ctx, peers[j], ops[i].kind != WORK_COLL, slot));
+        CHECK(t->connect_recv(ctx, peers[j], ops[i].kind != WORK_COLL, slot));
     }
   }
 fail:

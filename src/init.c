@@ -14,6 +14,7 @@
 #include "param.h"
 #include "socket.h"
 #include "stream.h"
+#include "topo.h"
 
 #define CONFIG_MAGIC 0xcafebeefu
 
@@ -118,7 +119,8 @@ static ncclResult_t comm_create(struct ncclComm** out, int nranks, const ncclUni
                                       comm->progress.epoll_fd,
                                       param_timeout_ms(),
                                       NULL,
-                                      &comm->aborted};
+                                      &comm->aborted,
+                                      &comm->waits};
   socket_addr_to_wire(&listen, &comm->peers[rank].listen);
   *out = comm;
   return ncclSuccess;
@@ -127,28 +129,66 @@ fail:
   return res;
 }
 
-/* Ranks of this comm on this host per online core. */
+/* Ranks of this comm on this rank's host per core of that host. */
 static double comm_oversubscription(const struct ncclComm* comm) {
-  int local = 0;
-  long cores = sysconf(_SC_NPROCESSORS_ONLN);
-  for (int r = 0; r < comm->nranks; r++)
-    local += comm->peers[r].host_hash == comm->peers[comm->rank].host_hash;
-  return (double)local / (double)(cores > 0 ? cores : 1);
+  const struct peer_info* me = &comm->peers[comm->rank];
+  int local = comm->layout.node_start[comm->layout.node_of[comm->rank] + 1] -
+              comm->layout.node_start[comm->layout.node_of[comm->rank]];
+  return (double)local / (double)(me->ncpus > 0 ? me->ncpus : 1);
+}
+
+/* What this rank tells the others about itself and its host. */
+static void comm_describe_self(struct ncclComm* comm, const struct topo_system* sys,
+                               const char* ifname, struct peer_info* mine) {
+  const struct topo_nic* nic = topo_nic_find(sys, ifname);
+  *mine = (struct peer_info){.rank = comm->rank,
+                             .pid = (int32_t)getpid(),
+                             .host_hash = bootstrap_host_hash(),
+                             .cuda_dev = comm->cuda_dev,
+                             .ncpus = sys->ncores > 0 ? sys->ncores : sys->npus,
+                             .shm_domain = param_shm_disable() ? 0 : bootstrap_shm_domain(),
+                             .shm_tag = bootstrap_random64(),
+                             .nic_mbps = nic && nic->speed_mbps > 0 ? (uint32_t)nic->speed_mbps : 0,
+                             .mem_mbps = sys->mem_mbps,
+                             .listen = comm->peers[comm->rank].listen};
+}
+
+/* Nodes from the peers' host hashes; the first rank of each node logs
+ * its topology. */
+static ncclResult_t comm_layout(struct ncclComm* comm, const struct topo_system* sys) {
+  ncclResult_t res = ncclSuccess;
+  uint64_t* hosts = NULL;
+  CHECK(braid_calloc(&hosts, (size_t)comm->nranks, sizeof(*hosts)));
+  for (int r = 0; r < comm->nranks; r++) hosts[r] = comm->peers[r].host_hash;
+  CHECK(sched_topo_init(&comm->layout, comm->nranks, hosts));
+  const struct sched_topo* t = &comm->layout;
+  int node = t->node_of[comm->rank];
+  if (t->local_of[comm->rank] == 0) topo_log_summary(sys);
+  INFO(SUB_INIT, "comm %p rank %d: node %d of %d, local rank %d of %d", (void*)comm, comm->rank,
+       node, t->nnodes, t->local_of[comm->rank], t->node_start[node + 1] - t->node_start[node]);
+fail:
+  free(hosts);
+  return res;
 }
 
 /* Meet the other ranks through the bootstrap root: everyone's peer info. */
 static ncclResult_t comm_bootstrap(struct ncclComm* comm) {
   ncclResult_t res = ncclSuccess;
-  struct peer_info mine = {.rank = comm->rank,
-                           .pid = (int32_t)getpid(),
-                           .host_hash = bootstrap_host_hash(),
-                           .cuda_dev = comm->cuda_dev,
-                           .listen = comm->peers[comm->rank].listen};
+  const struct topo_system* sys = NULL;
+  union socket_addr addr;
+  char ifname[64] = "";
+  struct peer_info mine;
   debug_set_device(comm->rank);
+  CHECK(topo_system_get(&sys));
+  CHECK(socket_local_addr(&addr, ifname, sizeof(ifname)));
+  comm_describe_self(comm, sys, ifname, &mine);
   CHECK(bootstrap_maybe_start_root(&comm->id, comm->rank));
   CHECK(bootstrap_exchange(&comm->id, comm->rank, comm->nranks, &mine, comm->peers,
                            socket_deadline(param_timeout_ms())));
+  CHECK(comm_layout(comm, sys));
   comm->oversub = comm_oversubscription(comm);
+  if (comm->internal_stream) /* this thread is the comm's progress thread */
+    CHECK(topo_bind_thread_near(sys, ifname, NULL));
   tuner_log_table(comm);
   INFO(SUB_INIT, "comm %p rank %d nranks %d - Init COMPLETE", (void*)comm, comm->rank,
        comm->nranks);

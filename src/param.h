@@ -24,5 +24,6 @@ int64_t param_chunk_size(void);       /* BRAID_CHUNK_SIZE */
 int64_t param_nsteps(void);           /* BRAID_NSTEPS */
 int64_t param_spin_us(void);          /* BRAID_SPIN_US */
 int64_t param_sock_buf(void);         /* BRAID_SOCKET_BUF */
+int64_t param_shm_disable(void);      /* NCCL_SHM_DISABLE */
 
 #endif /* BRAID_PARAM_H_ */

@@ -6,11 +6,14 @@
 #include "progress.h"
 
 #include <errno.h>
+#include <linux/futex.h>
 #include <poll.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core.h"
@@ -43,11 +46,68 @@ void progress_destroy(struct progress* p) {
 
 void progress_wake(struct progress* p) {
   uint64_t one = 1;
+  atomic_fetch_add(&p->wake_word, 1);
+  syscall(SYS_futex, &p->wake_word, FUTEX_WAKE_PRIVATE, INT32_MAX, NULL, NULL, 0);
   if (write(p->wake_fd, &one, sizeof(one)) < 0) { /* counter full: already awake */
   }
 }
 
-ncclResult_t progress_wait(struct progress* const* engines, int n, int timeout_ms) {
+void progress_pass_begin(struct progress* p, struct transport_waits* w) {
+  p->wake_seen = atomic_load(&p->wake_word);
+  w->nfutex = 0;
+  w->nfd = 0;
+}
+
+/* Sleep on every blocked shared-memory word and every engine's wake word
+ * at once. Each word's peer wakes it only when it sees a sleeper, so the
+ * sleeper counts go up first (and the kernel rechecks every word). */
+static ncclResult_t futex_sleep(struct progress* const* engines, struct transport_waits* const* w,
+                                int n, int timeout_ms) {
+  struct futex_waitv v[FUTEX_WAITV_MAX];
+  int m = 0;
+  for (int i = 0; i < n && m < FUTEX_WAITV_MAX; i++)
+    v[m++] = (struct futex_waitv){.val = engines[i]->wake_seen,
+                                  .uaddr = (uintptr_t)&engines[i]->wake_word,
+                                  .flags = FUTEX_32 | FUTEX_PRIVATE_FLAG};
+  for (int i = 0; i < n; i++)
+    for (int j = 0; j < w[i]->nfutex && m < FUTEX_WAITV_MAX; j++) {
+      atomic_fetch_add(w[i]->futex[j].sleepers, 1);
+      v[m++] = (struct futex_waitv){
+          .val = w[i]->futex[j].seen, .uaddr = (uintptr_t)w[i]->futex[j].word, .flags = FUTEX_32};
+    }
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  ts.tv_sec += timeout_ms / 1000;
+  ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+  if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+  long rc = syscall(SYS_futex_waitv, v, (unsigned)m, 0, &ts, CLOCK_MONOTONIC);
+  int err = errno;
+  for (int i = 0; i < n; i++)
+    for (int j = 0; j < w[i]->nfutex; j++) atomic_fetch_sub(w[i]->futex[j].sleepers, 1);
+  if (rc < 0 && err == ENOSYS) { /* kernel before 5.16: nap briefly and poll */
+    struct timespec nap = {0, 200000};
+    nanosleep(&nap, NULL);
+  } else if (rc < 0 && err != EAGAIN && err != ETIMEDOUT && err != EINTR) {
+    WARN("Progress engine: futex_waitv failed: %s", strerror(err));
+    return ncclSystemError;
+  }
+  return ncclSuccess;
+}
+
+static ncclResult_t epoll_sleep(struct progress* const* engines, int n, int timeout_ms);
+
+ncclResult_t progress_wait(struct progress* const* engines, struct transport_waits* const* waits,
+                           int n, int timeout_ms) {
+  int nfutex = 0, nfd = 0;
+  for (int i = 0; i < n; i++) nfutex += waits[i]->nfutex, nfd += waits[i]->nfd;
+  if (nfutex > 0 && nfd == 0) return futex_sleep(engines, waits, n, timeout_ms);
+  /* Sockets and shared memory both pending: nothing wakes on both, so
+   * sleep on the sockets in short naps and look at shared memory between. */
+  if (nfutex > 0) timeout_ms = MIN(timeout_ms, 1);
+  return epoll_sleep(engines, n, timeout_ms);
+}
+
+static ncclResult_t epoll_sleep(struct progress* const* engines, int n, int timeout_ms) {
   if (n == 1) {
     struct epoll_event evs[16];
     int rc = epoll_wait(engines[0]->epoll_fd, evs, 16, timeout_ms);

@@ -51,8 +51,9 @@ static int keep_polling(uint64_t* idle_since) {
 
 static ncclResult_t work_wait(struct ncclComm* const* comms, int m) {
   struct progress* engines[WORK_MAX_COMMS];
-  for (int i = 0; i < m; i++) engines[i] = &comms[i]->progress;
-  return progress_wait(engines, m, WORK_WAIT_SLICE_MS);
+  struct transport_waits* waits[WORK_MAX_COMMS];
+  for (int i = 0; i < m; i++) engines[i] = &comms[i]->progress, waits[i] = &comms[i]->waits;
+  return progress_wait(engines, waits, m, WORK_WAIT_SLICE_MS);
 }
 
 /* Point-to-point operations have no executor to watch them: abort and the
@@ -94,6 +95,7 @@ static ncclResult_t work_drive(struct work_op* ops, int n, struct ncclComm* cons
   while (remaining > 0) {
     int progressed = 0;
     pass++;
+    for (int i = 0; i < m; i++) progress_pass_begin(&comms[i]->progress, &comms[i]->waits);
     for (int i = 0; i < n; i++) {
       if (ops[i].done) continue;
       res = op_step(&ops[i], pass, last_progress, &progressed);

@@ -57,6 +57,7 @@ struct tcp_sock {
 
 struct tcp_conn {
   struct transport_conn base;
+  struct transport_waits* waits; /* the comm's: a blocked conn counts itself there */
   int nsocks;
   struct tcp_sock socks[TCP_MAX_SOCKS];
   struct tcp_msg msgs[TRANSPORT_MAX_INFLIGHT];
@@ -125,6 +126,7 @@ static ncclResult_t tcp_connect_send(struct transport_ctx* ctx, int peer, int ch
   uint64_t deadline = socket_deadline(ctx->timeout_ms);
   int ns = tcp_nsocks();
   CHECK(tcp_conn_alloc(peer, 1, ns, &c));
+  c->waits = ctx->waits;
   socket_addr_from_wire(&ctx->peers[peer].listen, &addr);
   for (int s = 0; s < ns; s++) {
     struct tcp_hello h = {TCP_MAGIC, TCP_VERSION, ctx->secret, ctx->rank, peer, s, ns, channel, 0};
@@ -211,6 +213,7 @@ static ncclResult_t tcp_connect_recv(struct transport_ctx* ctx, int peer, int ch
   struct tcp_conn* c = NULL;
   uint64_t deadline = socket_deadline(ctx->timeout_ms);
   CHECK(tcp_conn_alloc(peer, 0, 0, &c));
+  c->waits = ctx->waits;
   /* Sockets from this peer may have arrived while we waited for another. */
   while (tcp_claim_parked(ctx, c, channel) < c->nsocks || c->nsocks == 0)
     CHECK(tcp_accept_one(ctx, deadline));
@@ -297,6 +300,7 @@ static ncclResult_t tcp_progress(struct transport_conn* base, int* progressed) {
   while (base->completed < base->posted &&
          c->msgs[base->completed % TRANSPORT_MAX_INFLIGHT].parts_left == 0)
     base->completed++;
+  if (base->completed < base->posted) transport_wait_on_fd(c->waits);
   return ncclSuccess;
 }
 

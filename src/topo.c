@@ -1,0 +1,522 @@
+/*
+ * Topology detection: hwloc's view of this host plus the network interfaces
+ * only sysfs knows (veth, bridges, lo), and a memcpy bandwidth probe; cached
+ * once per process. The NCCL_TOPO_FILE format lives in topo_file.c.
+ */
+#include "topo.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <hwloc.h>
+#include <limits.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core.h"
+#include "param.h"
+
+#define TOPO_BENCH_BYTES ((size_t)64 << 20)
+#define TOPO_BENCH_REPS 3
+#define TOPO_SYSFS_NET "/sys/class/net"
+#define TOPO_MAX_IFACES 1024 /* names read from sysfs before the TOPO_MAX_NICS cut */
+#define TOPO_LOG_SUB (SUB_INIT | SUB_GRAPH)
+
+static struct {
+  pthread_once_t once;
+  ncclResult_t res;
+  struct topo_system sys;
+} g_topo = {.once = PTHREAD_ONCE_INIT};
+
+/* ---- sysfs and sysconf helpers ---- */
+
+/* An integer from a sysfs file, `dflt` when unreadable: virtual NICs answer
+ * EINVAL for `speed`, so this is the common case, not an error. */
+static long topo_sysfs_read_long(const char* path, long dflt) {
+  FILE* f = fopen(path, "r");
+  long v;
+  if (f == NULL) return dflt;
+  int n = fscanf(f, "%ld", &v);
+  fclose(f);
+  return n == 1 ? v : dflt;
+}
+
+static int topo_nic_speed_read(const char* ifname) {
+  char path[PATH_MAX];
+  snprintf(path, sizeof(path), TOPO_SYSFS_NET "/%s/speed", ifname);
+  long v = topo_sysfs_read_long(path, 0);
+  return (v > 0 && v <= INT_MAX) ? (int)v : 0;
+}
+
+static uint64_t topo_sysconf_u64(int name) {
+  long v = sysconf(name);
+  return v > 0 ? (uint64_t)v : 0;
+}
+
+static void topo_hostname_read(char* out, size_t cap) {
+  char host[HOST_NAME_MAX + 1] = "";
+  if (gethostname(host, sizeof(host)) != 0) snprintf(host, sizeof(host), "unknown");
+  host[HOST_NAME_MAX] = '\0'; /* gethostname need not terminate a truncated name */
+  snprintf(out, cap, "%s", host);
+}
+
+/* ---- NIC list, shared by hwloc and sysfs discovery ---- */
+
+const struct topo_nic* topo_nic_find(const struct topo_system* sys, const char* ifname) {
+  if (sys == NULL || ifname == NULL) return NULL;
+  for (int i = 0; i < sys->nnics; i++)
+    if (strcmp(sys->nics[i].name, ifname) == 0) return &sys->nics[i];
+  return NULL;
+}
+
+static struct topo_nic* topo_nic_add(struct topo_system* sys, const char* ifname) {
+  if (sys->nnics >= TOPO_MAX_NICS) {
+    INFO(TOPO_LOG_SUB, "Topology: more than %d NICs, leaving out %s", TOPO_MAX_NICS, ifname);
+    return NULL;
+  }
+  struct topo_nic* nic = &sys->nics[sys->nnics++];
+  snprintf(nic->name, sizeof(nic->name), "%s", ifname);
+  nic->numa = -1;
+  nic->speed_mbps = topo_nic_speed_read(ifname);
+  return nic;
+}
+
+/* The PCI bus id in a sysfs device path: the last component shaped like
+ * "0000:00:03.0" (a virtio NIC's device is virtioN, under its PCI function). */
+static void topo_sysfs_pci_find(const char* ifname, char* out, size_t cap) {
+  char link[PATH_MAX], real[PATH_MAX];
+  out[0] = '\0';
+  snprintf(link, sizeof(link), TOPO_SYSFS_NET "/%s/device", ifname);
+  if (realpath(link, real) == NULL) return; /* virtual device: no PCI id */
+  char* save = NULL;
+  for (char* c = strtok_r(real, "/", &save); c != NULL; c = strtok_r(NULL, "/", &save)) {
+    unsigned d, b, s, f;
+    char end;
+    if (strlen(c) == 12 && sscanf(c, "%4x:%2x:%2x.%1x%c", &d, &b, &s, &f, &end) == 4)
+      snprintf(out, cap, "%s", c);
+  }
+}
+
+/* sysfs knows the node of a PCI NIC (on its PCI function: a virtio NIC's own
+ * device has none); a virtual one is as near to the only node as anything,
+ * and to none in particular when there are several. */
+static int topo_sysfs_nic_numa(const struct topo_system* sys, const struct topo_nic* nic) {
+  char path[PATH_MAX];
+  if (nic->pci[0] != '\0')
+    snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s/numa_node", nic->pci);
+  else
+    snprintf(path, sizeof(path), TOPO_SYSFS_NET "/%s/device/numa_node", nic->name);
+  long node = topo_sysfs_read_long(path, -1);
+  if (node >= 0 && node <= INT_MAX) return (int)node;
+  return sys->nnuma == 1 ? sys->numa[0].os_index : -1;
+}
+
+static int topo_name_cmp(const void* a, const void* b) {
+  return strcmp((const char*)a, (const char*)b);
+}
+
+/* Interfaces hwloc did not report: hwloc only lists devices with a PCI
+ * parent, and the emulated cluster runs over veth pairs and bridges. */
+static void topo_sysfs_nics_add(struct topo_system* sys) {
+  char(*names)[TOPO_NAME_LEN] = calloc(TOPO_MAX_IFACES, TOPO_NAME_LEN);
+  DIR* dir = opendir(TOPO_SYSFS_NET);
+  int n = 0;
+  if (names == NULL || dir == NULL) {
+    INFO(TOPO_LOG_SUB, "Topology: cannot list " TOPO_SYSFS_NET ": %s", strerror(errno));
+    goto done;
+  }
+  for (struct dirent* e = readdir(dir); e != NULL && n < TOPO_MAX_IFACES; e = readdir(dir)) {
+    size_t len = strlen(e->d_name); /* IFNAMSIZ keeps real names far shorter */
+    if (e->d_name[0] != '.' && len < TOPO_NAME_LEN) memcpy(names[n++], e->d_name, len + 1);
+  }
+  qsort(names, (size_t)n, TOPO_NAME_LEN, topo_name_cmp); /* readdir order is arbitrary */
+  for (int i = 0; i < n; i++) {
+    if (topo_nic_find(sys, names[i]) != NULL) continue;
+    struct topo_nic* nic = topo_nic_add(sys, names[i]);
+    if (nic == NULL) break;
+    topo_sysfs_pci_find(names[i], nic->pci, sizeof(nic->pci));
+    nic->numa = topo_sysfs_nic_numa(sys, nic);
+  }
+done:
+  if (dir != NULL) closedir(dir);
+  free(names);
+}
+
+/* ---- hwloc discovery ---- */
+
+static uint64_t topo_hwloc_cache_max(hwloc_topology_t t, hwloc_obj_type_t type) {
+  uint64_t best = 0;
+  int n = hwloc_get_nbobjs_by_type(t, type);
+  for (int i = 0; i < n; i++) {
+    hwloc_obj_t c = hwloc_get_obj_by_type(t, type, (unsigned)i);
+    if (c->attr->cache.type != HWLOC_OBJ_CACHE_INSTRUCTION) best = MAX(best, c->attr->cache.size);
+  }
+  return best;
+}
+
+static int topo_hwloc_count_in(hwloc_topology_t t, hwloc_const_cpuset_t set, hwloc_obj_type_t ty) {
+  int n = hwloc_get_nbobjs_inside_cpuset_by_type(t, set, ty);
+  return n > 0 ? n : 0;
+}
+
+static void topo_hwloc_numa_fill(hwloc_topology_t t, struct topo_system* sys) {
+  int n = hwloc_get_nbobjs_by_type(t, HWLOC_OBJ_NUMANODE);
+  if (n > TOPO_MAX_NUMA)
+    INFO(TOPO_LOG_SUB, "Topology: %d NUMA nodes, keeping the first %d", n, TOPO_MAX_NUMA);
+  for (int i = 0; i < n && sys->nnuma < TOPO_MAX_NUMA; i++) {
+    hwloc_obj_t node = hwloc_get_obj_by_type(t, HWLOC_OBJ_NUMANODE, (unsigned)i);
+    struct topo_numa* nm = &sys->numa[sys->nnuma++];
+    nm->os_index = (int)node->os_index;
+    nm->ncores = topo_hwloc_count_in(t, node->cpuset, HWLOC_OBJ_CORE);
+    nm->npus = topo_hwloc_count_in(t, node->cpuset, HWLOC_OBJ_PU);
+    nm->mem_bytes = node->attr->numanode.local_memory;
+    if (hwloc_bitmap_list_snprintf(nm->cpuset, sizeof(nm->cpuset), node->cpuset) < 0)
+      nm->cpuset[0] = '\0';
+  }
+}
+
+/* The node nearest an I/O object: the one its first non-I/O ancestor lies
+ * in. An ancestor spanning several nodes (the machine root) names none. */
+static int topo_hwloc_numa_of(hwloc_topology_t t, hwloc_obj_t obj) {
+  hwloc_obj_t anc = hwloc_get_non_io_ancestor_obj(t, obj);
+  if (anc == NULL || anc->nodeset == NULL || hwloc_bitmap_weight(anc->nodeset) != 1) return -1;
+  return hwloc_bitmap_first(anc->nodeset);
+}
+
+static void topo_hwloc_pci_str(hwloc_obj_t pci, char* out, size_t cap) {
+  snprintf(out, cap, "%04x:%02x:%02x.%x", pci->attr->pcidev.domain, pci->attr->pcidev.bus,
+           pci->attr->pcidev.dev, pci->attr->pcidev.func);
+}
+
+/* The PCI device an OS device hangs off, NULL for one without (virtual). */
+static hwloc_obj_t topo_hwloc_pci_parent(hwloc_obj_t obj) {
+  for (obj = obj->parent; obj != NULL && hwloc_obj_type_is_io(obj->type); obj = obj->parent)
+    if (obj->type == HWLOC_OBJ_PCI_DEVICE) return obj;
+  return NULL;
+}
+
+static void topo_hwloc_nics_fill(hwloc_topology_t t, struct topo_system* sys) {
+  for (hwloc_obj_t o = hwloc_get_next_osdev(t, NULL); o != NULL; o = hwloc_get_next_osdev(t, o)) {
+    if (o->attr->osdev.type != HWLOC_OBJ_OSDEV_NETWORK || o->name == NULL) continue;
+    struct topo_nic* nic = topo_nic_add(sys, o->name);
+    if (nic == NULL) return;
+    hwloc_obj_t pci = topo_hwloc_pci_parent(o);
+    if (pci != NULL) topo_hwloc_pci_str(pci, nic->pci, sizeof(nic->pci));
+    nic->numa = topo_hwloc_numa_of(t, o);
+  }
+}
+
+/* An NVIDIA display or 3D controller, or any PCI device carrying a CUDA OS
+ * device (hwloc's cuda plugin, where built). */
+static int topo_hwloc_is_gpu(hwloc_obj_t pci) {
+  const struct hwloc_pcidev_attr_s* a = &pci->attr->pcidev;
+  if (a->vendor_id == 0x10de && (a->class_id == 0x0300 || a->class_id == 0x0302)) return 1;
+  for (hwloc_obj_t c = pci->io_first_child; c != NULL; c = c->next_sibling)
+    if (c->type == HWLOC_OBJ_OS_DEVICE && c->subtype && strcmp(c->subtype, "CUDA") == 0) return 1;
+  return 0;
+}
+
+/* In PCI bus order, which is CUDA's order under CUDA_DEVICE_ORDER=PCI_BUS_ID. */
+static void topo_hwloc_gpus_fill(hwloc_topology_t t, struct topo_system* sys) {
+  for (hwloc_obj_t p = hwloc_get_next_pcidev(t, NULL); p != NULL; p = hwloc_get_next_pcidev(t, p)) {
+    if (!topo_hwloc_is_gpu(p)) continue;
+    if (sys->ngpus >= TOPO_MAX_GPUS) {
+      INFO(TOPO_LOG_SUB, "Topology: more than %d GPUs, leaving the rest out", TOPO_MAX_GPUS);
+      return;
+    }
+    struct topo_gpu* gpu = &sys->gpus[sys->ngpus++];
+    topo_hwloc_pci_str(p, gpu->pci, sizeof(gpu->pci));
+    gpu->numa = topo_hwloc_numa_of(t, p);
+  }
+}
+
+static ncclResult_t topo_hwloc_fill(struct topo_system* sys) {
+  ncclResult_t res = ncclSuccess;
+  hwloc_topology_t t;
+  if (hwloc_topology_init(&t) != 0)
+    FAIL(ncclSystemError, "Topology: hwloc_topology_init failed: %s", strerror(errno));
+  if (hwloc_topology_set_io_types_filter(t, HWLOC_TYPE_FILTER_KEEP_IMPORTANT) != 0 ||
+      hwloc_topology_load(t) != 0) {
+    int err = errno;
+    hwloc_topology_destroy(t);
+    FAIL(ncclSystemError, "Topology: hwloc discovery failed: %s", strerror(err));
+  }
+  sys->ncores = hwloc_get_nbobjs_by_type(t, HWLOC_OBJ_CORE);
+  sys->npus = hwloc_get_nbobjs_by_type(t, HWLOC_OBJ_PU);
+  sys->l1d_bytes = topo_hwloc_cache_max(t, HWLOC_OBJ_L1CACHE);
+  sys->l2_bytes = topo_hwloc_cache_max(t, HWLOC_OBJ_L2CACHE);
+  sys->l3_bytes = topo_hwloc_cache_max(t, HWLOC_OBJ_L3CACHE);
+  topo_hwloc_numa_fill(t, sys);
+  topo_hwloc_nics_fill(t, sys);
+  topo_hwloc_gpus_fill(t, sys);
+  hwloc_topology_destroy(t);
+fail:
+  return res;
+}
+
+/* ---- fallback without hwloc ---- */
+
+static void topo_fallback_numa_fill(struct topo_system* sys) {
+  struct topo_numa* nm = &sys->numa[0];
+  sys->nnuma = 1;
+  nm->os_index = 0;
+  nm->ncores = sys->ncores;
+  nm->npus = sys->npus;
+  nm->mem_bytes = topo_sysconf_u64(_SC_PHYS_PAGES) * topo_sysconf_u64(_SC_PAGESIZE);
+  FILE* f = fopen("/sys/devices/system/cpu/online", "r");
+  if (f == NULL || fgets(nm->cpuset, sizeof(nm->cpuset), f) == NULL)
+    snprintf(nm->cpuset, sizeof(nm->cpuset), "0-%d", sys->npus - 1);
+  if (f != NULL) fclose(f);
+  nm->cpuset[strcspn(nm->cpuset, "\n")] = '\0';
+}
+
+/* Without hwloc, SMT siblings are not told apart: every PU counts as a core,
+ * and the host is one NUMA node. Good enough for a cost model. */
+static void topo_fallback_fill(struct topo_system* sys) {
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  sys->npus = n > 0 && n <= INT_MAX ? (int)n : 1;
+  sys->ncores = sys->npus;
+  sys->l1d_bytes = topo_sysconf_u64(_SC_LEVEL1_DCACHE_SIZE);
+  sys->l2_bytes = topo_sysconf_u64(_SC_LEVEL2_CACHE_SIZE);
+  sys->l3_bytes = topo_sysconf_u64(_SC_LEVEL3_CACHE_SIZE);
+  topo_fallback_numa_fill(sys);
+}
+
+/* ---- memcpy bandwidth ---- */
+
+/* One thread, 64 MiB, best of 3: the tuner's bound for a copy step. Both
+ * buffers are touched first so the timing sees copies, not page faults. */
+static uint32_t topo_memcpy_mbps_measure(void) {
+  char* src = malloc(TOPO_BENCH_BYTES);
+  char* dst = malloc(TOPO_BENCH_BYTES);
+  uint64_t best = UINT64_MAX;
+  if (src == NULL || dst == NULL) {
+    INFO(TOPO_LOG_SUB, "Topology: no memory for the memcpy probe, bandwidth unknown");
+    goto done;
+  }
+  memset(src, 1, TOPO_BENCH_BYTES);
+  memset(dst, 0, TOPO_BENCH_BYTES);
+  for (int i = 0; i < TOPO_BENCH_REPS; i++) {
+    uint64_t t0 = braid_now_ns();
+    memcpy(dst, src, TOPO_BENCH_BYTES);
+    __asm__ volatile("" : : "r"(dst) : "memory"); /* keep the copy: dst is never read */
+    uint64_t dt = braid_now_ns() - t0;
+    best = MIN(best, dt);
+  }
+done:
+  free(src);
+  free(dst);
+  if (best == UINT64_MAX) return 0;
+  uint64_t mbps = (uint64_t)TOPO_BENCH_BYTES * 1000u / MAX(best, 1u); /* bytes/ns = GB/s */
+  return mbps > UINT32_MAX ? UINT32_MAX : (uint32_t)mbps;
+}
+
+ncclResult_t topo_detect(struct topo_system* sys) {
+  if (sys == NULL) {
+    WARN("topo_detect: sys is NULL");
+    return ncclInvalidArgument;
+  }
+  memset(sys, 0, sizeof(*sys));
+  topo_hostname_read(sys->hostname, sizeof(sys->hostname));
+  if (topo_hwloc_fill(sys) != ncclSuccess) {
+    INFO(TOPO_LOG_SUB, "Topology: using sysconf/sysfs instead of hwloc");
+    topo_fallback_fill(sys); /* hwloc wrote nothing: it fails only before filling */
+  }
+  if (sys->ncores <= 0) sys->ncores = sys->npus; /* some VMs show hwloc no cores */
+  if (sys->nnuma == 0) topo_fallback_numa_fill(sys);
+  topo_sysfs_nics_add(sys);
+  sys->mem_mbps = topo_memcpy_mbps_measure();
+  return ncclSuccess;
+}
+
+/* ---- the process-wide copy ---- */
+
+static ncclResult_t topo_system_load(struct topo_system* sys) {
+  const char* path = param_read_str("NCCL_TOPO_FILE");
+  if (path != NULL) {
+    if (topo_read_file(path, sys) == ncclSuccess) {
+      sys->from_file = 1;
+      INFO(TOPO_LOG_SUB, "Topology: loaded from NCCL_TOPO_FILE %s", path);
+      return ncclSuccess;
+    }
+    WARN("Topology: cannot use NCCL_TOPO_FILE %s, detecting the topology instead", path);
+  }
+  return topo_detect(sys);
+}
+
+/* A dump is a diagnostic: failing to write one must not fail the caller. */
+static void topo_system_dump(const struct topo_system* sys) {
+  const char* path = param_read_str("NCCL_TOPO_DUMP_FILE");
+  if (path != NULL && topo_write_file(sys, path) == ncclSuccess)
+    INFO(TOPO_LOG_SUB, "Topology: written to NCCL_TOPO_DUMP_FILE %s", path);
+}
+
+static void topo_system_init(void) {
+  g_topo.res = topo_system_load(&g_topo.sys);
+  if (g_topo.res == ncclSuccess) topo_system_dump(&g_topo.sys);
+}
+
+ncclResult_t topo_system_get(const struct topo_system** out) {
+  if (out == NULL) {
+    WARN("topo_system_get: out is NULL");
+    return ncclInvalidArgument;
+  }
+  pthread_once(&g_topo.once, topo_system_init);
+  if (g_topo.res == ncclSuccess) *out = &g_topo.sys;
+  return g_topo.res;
+}
+
+/* ---- summary ---- */
+
+struct topo_text {
+  char s[900]; /* under debug_log's 1024-byte line */
+  size_t len;
+};
+
+static void topo_text_add(struct topo_text* t, const char* fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void topo_text_add(struct topo_text* t, const char* fmt, ...) {
+  if (t->len >= sizeof(t->s) - 1) return;
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(t->s + t->len, sizeof(t->s) - t->len, fmt, ap);
+  va_end(ap);
+  if (n > 0) t->len = MIN(t->len + (size_t)n, sizeof(t->s) - 1);
+}
+
+static void topo_text_size(struct topo_text* t, const char* name, uint64_t b) {
+  static const char* units[] = {"B", "KiB", "MiB", "GiB"};
+  int u = 0;
+  if (b == 0) return;
+  while (u < 3 && b % 1024 == 0) b /= 1024, u++;
+  topo_text_add(t, ", %s %llu %s", name, (unsigned long long)b, units[u]);
+}
+
+static void topo_text_numa(struct topo_text* t, int numa) {
+  if (numa >= 0)
+    topo_text_add(t, "NUMA %d", numa);
+  else
+    topo_text_add(t, "NUMA ?");
+}
+
+static void topo_text_nics(struct topo_text* t, const struct topo_system* sys) {
+  topo_text_add(t, "NICs%s", sys->nnics ? "" : " none");
+  for (int i = 0; i < sys->nnics; i++) {
+    const struct topo_nic* n = &sys->nics[i];
+    topo_text_add(t, "%s %s (", i ? "," : "", n->name);
+    if (n->speed_mbps > 0)
+      topo_text_add(t, "%d Mb/s, ", n->speed_mbps);
+    else
+      topo_text_add(t, "? Mb/s, ");
+    topo_text_numa(t, n->numa);
+    topo_text_add(t, "%s%s)", n->pci[0] ? ", PCI " : "", n->pci);
+  }
+}
+
+static void topo_text_gpus(struct topo_text* t, const struct topo_system* sys) {
+  topo_text_add(t, "GPUs%s", sys->ngpus ? "" : " none");
+  for (int i = 0; i < sys->ngpus; i++) {
+    topo_text_add(t, "%s %s (", i ? "," : "", sys->gpus[i].pci);
+    topo_text_numa(t, sys->gpus[i].numa);
+    topo_text_add(t, ")");
+  }
+}
+
+/* One line as NCCL prints it; three when many NICs would not fit in one. */
+void topo_log_summary(const struct topo_system* sys) {
+  struct topo_text head = {"", 0}, nics = {"", 0}, gpus = {"", 0};
+  if (sys == NULL || !debug_enabled(DEBUG_INFO, TOPO_LOG_SUB)) return;
+  topo_text_add(&head, "host %s, %d NUMA node%s, %d cores/%d PUs", sys->hostname, sys->nnuma,
+                sys->nnuma == 1 ? "" : "s", sys->ncores, sys->npus);
+  topo_text_size(&head, "L1d", sys->l1d_bytes);
+  topo_text_size(&head, "L2", sys->l2_bytes);
+  topo_text_size(&head, "L3", sys->l3_bytes);
+  topo_text_nics(&nics, sys);
+  topo_text_gpus(&gpus, sys);
+  const char* origin = sys->from_file ? " (from NCCL_TOPO_FILE)" : "";
+  if (head.len + nics.len + gpus.len + 64 < sizeof(head.s)) {
+    INFO(TOPO_LOG_SUB, "Topology: %s, %s, %s, memcpy %u MB/s%s", head.s, nics.s, gpus.s,
+         (unsigned)sys->mem_mbps, origin);
+    return;
+  }
+  INFO(TOPO_LOG_SUB, "Topology: %s, memcpy %u MB/s%s", head.s, (unsigned)sys->mem_mbps, origin);
+  INFO(TOPO_LOG_SUB, "Topology: %s", nics.s);
+  INFO(TOPO_LOG_SUB, "Topology: %s", gpus.s);
+}
+
+/* ---- binding ---- */
+
+/* "0-3,8-11" into a cpu_set_t: the kernel's list format, as hwloc writes it.
+ * Returns 0, or -1 when malformed or naming a CPU past CPU_SETSIZE. */
+static int topo_cpuset_parse(const char* list, cpu_set_t* set) {
+  const char* s = list;
+  CPU_ZERO(set);
+  while (*s) {
+    char* end;
+    long lo = strtol(s, &end, 10), hi = lo;
+    if (end == s) return -1;
+    if (*end == '-') {
+      s = end + 1;
+      hi = strtol(s, &end, 10);
+      if (end == s) return -1;
+    }
+    if (lo < 0 || hi < lo || hi >= CPU_SETSIZE) return -1;
+    for (long c = lo; c <= hi; c++) CPU_SET((int)c, set);
+    s = end;
+    if (*s == ',')
+      s++;
+    else if (*s != '\0')
+      return -1;
+  }
+  return 0;
+}
+
+static int topo_device_numa(const struct topo_system* sys, const char* ifname, const char* pci) {
+  if (ifname != NULL) {
+    const struct topo_nic* nic = topo_nic_find(sys, ifname);
+    return nic ? nic->numa : -1;
+  }
+  for (int i = 0; pci != NULL && i < sys->ngpus; i++)
+    if (strcmp(sys->gpus[i].pci, pci) == 0) return sys->gpus[i].numa;
+  return -1;
+}
+
+static const struct topo_numa* topo_numa_find(const struct topo_system* sys, int os_index) {
+  for (int i = 0; os_index >= 0 && i < sys->nnuma; i++)
+    if (sys->numa[i].os_index == os_index) return &sys->numa[i];
+  return NULL;
+}
+
+ncclResult_t topo_bind_thread_near(const struct topo_system* sys, const char* ifname,
+                                   const char* gpu_pci) {
+  ncclResult_t res = ncclSuccess;
+  if (sys == NULL) FAIL(ncclInvalidArgument, "topo_bind_thread_near: sys is NULL");
+  const char* what = ifname ? ifname : gpu_pci ? gpu_pci : "no device";
+  const struct topo_numa* node = topo_numa_find(sys, topo_device_numa(sys, ifname, gpu_pci));
+  if (sys->nnuma <= 1 || node == NULL) {
+    INFO(TOPO_LOG_SUB, "Topology: not binding near %s: %s", what,
+         sys->nnuma <= 1 ? "one NUMA node" : "its NUMA node is unknown");
+    return ncclSuccess;
+  }
+  cpu_set_t set;
+  if (topo_cpuset_parse(node->cpuset, &set) != 0)
+    FAIL(ncclInvalidArgument, "Topology: malformed cpuset \"%s\" of NUMA node %d", node->cpuset,
+         node->os_index);
+  if (CPU_COUNT(&set) == 0) {
+    INFO(TOPO_LOG_SUB, "Topology: not binding near %s: NUMA node %d has no CPUs", what,
+         node->os_index);
+    return ncclSuccess;
+  }
+  int err = pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+  if (err != 0)
+    FAIL(ncclSystemError, "Topology: cannot bind to NUMA node %d (CPUs %s) near %s: %s",
+         node->os_index, node->cpuset, what, strerror(err));
+  INFO(TOPO_LOG_SUB, "Topology: bound thread to NUMA node %d (CPUs %s) near %s", node->os_index,
+       node->cpuset, what);
+fail:
+  return res;
+}
