@@ -15,6 +15,7 @@
 #include "progress.h"
 #include "schedule.h"
 #include "transport.h"
+#include "tuner.h"
 
 #define COMM_MAGIC 0x6272616964636f6dull /* "braidcom" */
 
@@ -41,8 +42,7 @@ struct ncclComm {
   int rank;
   int nranks;
   int cuda_dev;
-  int tree_depth; /* of the binary tree over nranks, for the tuner */
-  double oversub; /* ranks of this comm per core on this host, for the tuner */
+  struct tuner_model tune; /* the tuner's cost model of this comm */
   ncclConfig_t config;
   struct bootstrap_id id;
   struct peer_info* peers;

@@ -105,7 +105,6 @@ static ncclResult_t comm_create(struct ncclComm** out, int nranks, const ncclUni
   comm->nranks = nranks;
   comm->cuda_dev = cuda_dev;
   comm->id = id;
-  comm->tree_depth = tree_depth(nranks);
   comm->progress.epoll_fd = comm->progress.wake_fd = comm->tctx.listen_fd = -1;
   pthread_mutex_init(&comm->turn_lock, NULL);
   pthread_cond_init(&comm->turn_cv, NULL);
@@ -127,14 +126,6 @@ static ncclResult_t comm_create(struct ncclComm** out, int nranks, const ncclUni
 fail:
   comm_free(comm);
   return res;
-}
-
-/* Ranks of this comm on this rank's host per core of that host. */
-static double comm_oversubscription(const struct ncclComm* comm) {
-  const struct peer_info* me = &comm->peers[comm->rank];
-  int local = comm->layout.node_start[comm->layout.node_of[comm->rank] + 1] -
-              comm->layout.node_start[comm->layout.node_of[comm->rank]];
-  return (double)local / (double)(me->ncpus > 0 ? me->ncpus : 1);
 }
 
 /* What this rank tells the others about itself and its host. */
@@ -186,7 +177,7 @@ static ncclResult_t comm_bootstrap(struct ncclComm* comm) {
   CHECK(bootstrap_exchange(&comm->id, comm->rank, comm->nranks, &mine, comm->peers,
                            socket_deadline(param_timeout_ms())));
   CHECK(comm_layout(comm, sys));
-  comm->oversub = comm_oversubscription(comm);
+  CHECK(tuner_model_init(comm));
   if (comm->internal_stream) /* this thread is the comm's progress thread */
     CHECK(topo_bind_thread_near(sys, ifname, NULL));
   tuner_log_table(comm);

@@ -1,11 +1,16 @@
 /*
- * Tuner: picks the algorithm and pipeline chunk per call from a cost model,
- *   time = hops * alpha + bytes_on_the_critical_path * beta,
- * with alpha/beta for TCP until topology detection measures them.
- * NCCL_ALGO restricts the choice with NCCL's syntax ("Ring,Tree", "^Tree");
- * a collective no allowed algorithm implements falls back to Ring.
- * NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=TUNING prints every choice.
+ * Tuner: picks the algorithm and pipeline chunk per call from a cost model
+ * of this comm's topology,
+ *   time = sum over phases of hops * alpha(link) + bytes(link) * beta(link),
+ * where a link is shared memory inside a node or the network between
+ * nodes (or loopback TCP when shared memory is off). Every input is agreed
+ * by all ranks (it comes from the peer table), so all ranks choose alike.
+ * NCCL_ALGO restricts the choice with NCCL's syntax ("Ring,Hier",
+ * "^Tree"); BRAID_TUNE_FILE overrides model parameters and forces choices
+ * for size ranges (format in tuner_file.c). NCCL_DEBUG_SUBSYS=TUNING
+ * prints the table at init and every choice.
  */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
@@ -13,23 +18,7 @@
 #include "comm.h"
 #include "core.h"
 #include "param.h"
-
-/* Cost model, per algorithm: time = hops * alpha + data * beta, where the
- * data term counts the bytes each rank moves (ring 2(n-1)/n S, tree 2S,
- * recursive doubling S per round). Alpha (us) and beta (us/KB) grow with f,
- * the ranks per core on this host: ranks sharing a core wait for each
- * other's time slices. The lines below were fitted to medians measured on a
- * 2-core VM over loopback TCP at 4 and 8 ranks (f = 2, 4; perf/algo_compare.sh)
- * and are clamped at f = 1; topology detection will measure them instead. */
-struct algo_cost {
-  double alpha0, alpha_f; /* per hop (per round for recursive doubling) */
-  double beta0, beta_f;   /* per KB moved */
-};
-static const struct algo_cost k_cost[ALGO_COUNT] = {
-    [ALGO_RING] = {-1.0, 9.0, -0.274, 0.466},
-    [ALGO_TREE] = {7.0, 2.5, -0.44, 0.695},
-    [ALGO_RD] = {-4.0, 10.75, -0.07, 0.45},
-};
+#include "tuner.h"
 
 static int algo_named(const char* list, const char* name) {
   size_t len = strlen(name);
@@ -58,78 +47,164 @@ static unsigned tuner_allowed(void) {
   const char* s = param_read_str("NCCL_ALGO");
   unsigned mask = tuner_parse_algos(s);
   if (mask == 0) {
-    WARN("NCCL_ALGO=%s names no algorithm (Ring, Tree, RecDoubling); using all", s);
+    WARN("NCCL_ALGO=%s names no algorithm (Ring, Tree, RecDoubling, Hier); using all", s);
     mask = (1u << ALGO_COUNT) - 1;
   }
   atomic_store_explicit(&cached, (int)mask, memory_order_relaxed);
   return mask;
 }
 
-static double model(int algo, double f, double hops, double kbytes) {
-  const struct algo_cost* c = &k_cost[algo];
-  return hops * (c->alpha0 + c->alpha_f * f) + kbytes * (c->beta0 + c->beta_f * f);
+/* --- the model --- */
+
+static double link_time(const struct tuner_link* l, int algo, double hops, double kb) {
+  return hops * l->alpha_us[algo] + kb * l->beta_us_per_kb[algo];
 }
 
-/* Modelled time (us) of `algo` for `coll` on `bytes` (the whole buffer). */
-static double tuner_cost(int coll, int algo, int n, int depth, double f, double bytes,
-                         double slot) {
-  double frac = (double)(n - 1) / n, kb = bytes / 1024.0;
-  int rounds = 0, p2 = 1;
-  while (p2 * 2 <= n) p2 *= 2, rounds++;
-  f = f < 1.0 ? 1.0 : f;
+/* The link a flat algorithm's slowest step crosses. */
+static const struct tuner_link* flat_link(const struct tuner_model* m) {
+  return m->nnodes > 1 ? &m->net : &m->intra;
+}
+
+static int log2_ceil(int n) {
+  int r = 0;
+  while ((1 << r) < n) r++;
+  return r;
+}
+
+/* Rounds of recursive doubling over n: log2 of the power of two below,
+ * plus the fold-in and hand-back when n is not one. */
+static int rd_rounds(int n) {
+  int r = 0, p2 = 1;
+  while (p2 * 2 <= n) p2 *= 2, r++;
+  return r + (p2 != n ? 2 : 0);
+}
+
+static double ring_cost(const struct tuner_model* m, int coll, double kb) {
+  int n = m->nranks;
+  double frac = (double)(n - 1) / n;
+  const struct tuner_link* l = flat_link(m);
+  if (coll == COLL_ALLREDUCE) return link_time(l, ALGO_RING, 2.0 * (n - 1), 2 * frac * kb);
+  if (coll == COLL_ALLGATHER || coll == COLL_REDUCESCATTER)
+    return link_time(l, ALGO_RING, n - 1, frac * kb);
+  return link_time(l, ALGO_RING, n - 1, kb); /* chain broadcast / reduce */
+}
+
+static double tree_cost(const struct tuner_model* m, int coll, double kb) {
+  const struct tuner_link* l = flat_link(m);
+  /* up then down; an interior rank moves the data of two children */
+  if (coll == COLL_ALLREDUCE) return link_time(l, ALGO_TREE, 2.0 * (m->tree_depth - 1), 2 * kb);
+  return link_time(l, ALGO_TREE, m->tree_depth - 1, 2 * kb);
+}
+
+static double rd_cost(const struct tuner_model* m, double kb, double slot_kb) {
+  const struct tuner_link* l = flat_link(m);
+  double slices = kb > slot_kb ? kb / slot_kb : 1.0;
+  int r = rd_rounds(m->nranks);
+  return link_time(l, ALGO_RD, r * slices, r * kb);
+}
+
+/* Hierarchical: node phases on the intra link (each rank's share), the
+ * inter-node phase on the network, where the node's ppn ranks together
+ * move what one rank would in a flat algorithm over nnodes. */
+static double hier_cost(const struct tuner_model* m, int coll, double kb, double slot_kb) {
+  int p = m->max_ppn, nn = m->nnodes;
+  double pf = (double)(p - 1) / p, mf = (double)(nn - 1) / nn;
+  const struct tuner_link *in = &m->intra, *net = &m->net;
+  if (coll == COLL_ALLREDUCE && kb <= slot_kb) /* leaders */
+    return link_time(in, ALGO_TREE, 2.0 * log2_ceil(p), 2 * kb) +
+           link_time(net, ALGO_RD, rd_rounds(nn), rd_rounds(nn) * kb);
+  if (coll == COLL_ALLREDUCE)
+    return link_time(in, ALGO_RING, 2.0 * (p - 1), 2 * pf * kb) +
+           link_time(net, ALGO_RING, 2.0 * (nn - 1), 2 * mf * kb);
+  /* all-gather / reduce-scatter: kb is the whole gathered buffer */
+  return link_time(in, ALGO_RING, (double)(p - 1) * nn, pf * kb) +
+         link_time(net, ALGO_RING, nn - 1, mf * kb);
+}
+
+double tuner_cost(const struct tuner_model* m, int coll, int algo, double bytes) {
+  double kb = bytes / 1024.0, slot_kb = (double)m->slot_bytes / 1024.0;
   switch (algo) {
     case ALGO_RING:
-      if (coll == COLL_ALLREDUCE) return model(algo, f, 2.0 * (n - 1), 2 * frac * kb);
-      if (coll == COLL_ALLGATHER || coll == COLL_REDUCESCATTER)
-        return model(algo, f, n - 1, frac * kb);
-      return model(algo, f, n - 1, kb); /* chain broadcast / reduce */
+      return ring_cost(m, coll, kb);
     case ALGO_TREE:
-      /* up then down; an interior rank moves the data of two children */
-      if (coll == COLL_ALLREDUCE) return model(algo, f, 2.0 * (depth - 1), 2 * kb);
-      return model(algo, f, depth - 1, 2 * kb);
-    case ALGO_RD: {
-      /* whole-buffer exchanges, slot-sized slices one after another */
-      double slices = bytes > slot ? bytes / slot : 1.0;
-      int r = rounds + (p2 != n ? 2 : 0);
-      return model(algo, f, r * slices, r * kb);
-    }
+      return tree_cost(m, coll, kb);
+    case ALGO_RD:
+      return rd_cost(m, kb, slot_kb);
+    case ALGO_HIER:
+      return hier_cost(m, coll, kb, slot_kb);
     default:
       return 1e30;
   }
 }
 
-void tuner_choose(const struct ncclComm* comm, int coll, size_t bytes, int* algo,
-                  size_t* chunk_bytes) {
+/* --- choosing --- */
+
+/* The choice for a call, silently; returns 1 when a tune file forced it. */
+static int tuner_decide(const struct ncclComm* comm, int coll, size_t bytes, int* algo,
+                        size_t* chunk_bytes, double* best) {
+  const struct tuner_model* m = &comm->tune;
   unsigned allowed = tuner_allowed();
-  double best = 0;
   *algo = -1;
+  *best = 0;
+  *chunk_bytes = m->slot_bytes;
+  if (tuner_file_choice(m, coll, bytes, allowed, algo, chunk_bytes)) return 1;
   for (int a = 0; a < ALGO_COUNT; a++) {
-    if (!(allowed & (1u << a)) || !sched_supports(coll, a)) continue;
-    double t = tuner_cost(coll, a, comm->nranks, comm->tree_depth, comm->oversub, (double)bytes,
-                          (double)comm->exec.slot_bytes);
-    if (*algo < 0 || t < best) *algo = a, best = t;
+    if (!(allowed & (1u << a)) || !sched_supports_on(&comm->layout, coll, a)) continue;
+    double t = tuner_cost(m, coll, a, (double)bytes);
+    if (*algo < 0 || t < *best) *algo = a, *best = t;
   }
   if (*algo < 0) *algo = ALGO_RING; /* every collective has a ring */
-  /* Whole slots: on 4 ranks over TCP, cutting a 64 KiB ring segment into 4
-   * slices made 256 KiB all-reduces 2x slower (per-message costs outweigh
-   * the deeper pipeline); from 1 MiB up slot-sized slices pipeline enough. */
-  *chunk_bytes = comm->exec.slot_bytes;
-  INFO(SUB_TUNING, "%s %zu bytes nranks %d: %s (modelled %.1f us)", sched_coll_name(coll), bytes,
-       comm->nranks, sched_algo_name(*algo), best);
+  *chunk_bytes = tuner_chunk(m, coll, *algo, bytes);
+  return 0;
+}
+
+void tuner_choose(const struct ncclComm* comm, int coll, size_t bytes, int* algo,
+                  size_t* chunk_bytes) {
+  double best;
+  int forced = tuner_decide(comm, coll, bytes, algo, chunk_bytes, &best);
+  INFO(SUB_TUNING, "%s %zu bytes nranks %d: %s chunk %zu (%s %.1f us)", sched_coll_name(coll),
+       bytes, comm->nranks, sched_algo_name(*algo), *chunk_bytes,
+       forced ? "BRAID_TUNE_FILE, model" : "modelled", tuner_cost(&comm->tune, coll, *algo,
+                                                                   (double)bytes));
+  (void)best;
+}
+
+/* Whole slots by default: on 4 ranks over TCP, cutting a 64 KiB ring
+ * segment into 4 slices made 256 KiB all-reduces 2x slower (per-message
+ * costs outweigh the deeper pipeline). Shared memory's per-message cost is
+ * small, so there a block smaller than a few slots is cut into 4 slices to
+ * keep every rank busy. */
+size_t tuner_chunk(const struct tuner_model* m, int coll, int algo, size_t bytes) {
+  size_t slot = m->slot_bytes, per_rank = bytes / (size_t)MAX(1, m->nranks);
+  (void)coll;
+  if (m->nnodes > 1 && algo != ALGO_HIER) return slot;
+  if (!m->intra_is_shm || per_rank >= 4 * slot) return slot;
+  return MAX((size_t)4096, MIN(slot, ALIGN_UP(per_rank / 4, 4096)));
 }
 
 void tuner_log_table(const struct ncclComm* comm) {
-  static const size_t sizes[] = {8, 1 << 10, 64 << 10, 1 << 20, 16 << 20, 256 << 20};
+  static const size_t sizes[] = {8,        1 << 10,   64 << 10,  256 << 10,
+                                 1 << 20,  4 << 20,   16 << 20,  256 << 20};
+  const struct tuner_model* m = &comm->tune;
   if (comm->rank != 0 || !debug_enabled(DEBUG_INFO, SUB_TUNING)) return;
+  INFO(SUB_TUNING,
+       "Tuner model: %d nodes, %d-%d ranks/node, %.2f ranks/core; intra %s ring alpha %.1f us "
+       "beta %.4f us/KB; net (%u Mb/s) ring alpha %.1f us beta %.4f us/KB",
+       m->nnodes, m->min_ppn, m->max_ppn, m->oversub, m->intra_is_shm ? "shm" : "tcp",
+       m->intra.alpha_us[ALGO_RING], m->intra.beta_us_per_kb[ALGO_RING], m->nic_mbps,
+       m->net.alpha_us[ALGO_RING], m->net.beta_us_per_kb[ALGO_RING]);
   for (int c = 0; c < COLL_COUNT; c++)
     for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
-      char line[256];
+      char line[320];
       int o = snprintf(line, sizeof(line), "%-13s %10zu B:", sched_coll_name(c), sizes[i]);
+      int algo;
+      size_t chunk;
       for (int a = 0; a < ALGO_COUNT && o < (int)sizeof(line); a++)
-        if (sched_supports(c, a))
+        if (sched_supports_on(&comm->layout, c, a))
           o += snprintf(line + o, sizeof(line) - (size_t)o, " %s %.1f us", sched_algo_name(a),
-                        tuner_cost(c, a, comm->nranks, comm->tree_depth, comm->oversub,
-                                   (double)sizes[i], (double)comm->exec.slot_bytes));
-      INFO(SUB_TUNING, "Tuner model: %s", line);
+                        tuner_cost(m, c, a, (double)sizes[i]));
+      double best;
+      tuner_decide(comm, c, sizes[i], &algo, &chunk, &best);
+      INFO(SUB_TUNING, "Tuner table: %s -> %s chunk %zu", line, sched_algo_name(algo), chunk);
     }
 }

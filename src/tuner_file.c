@@ -1,0 +1,118 @@
+/*
+ * BRAID_TUNE_FILE: override the tuner's model and force choices. Every
+ * rank must read the same file (the choice must agree across ranks).
+ * Lines, '#' starts a comment:
+ *
+ *   link <intra|net> <Ring|Tree|RecDoubling|Hier|all> <alpha_us> <beta_us_per_KB>
+ *       replace that link's cost line for that algorithm (or all of them)
+ *   force <AllReduce|AllGather|ReduceScatter|Broadcast|Reduce> <min_bytes> <max_bytes>
+ *         <algorithm> [chunk_bytes]
+ *       calls of that collective on min..max bytes (inclusive; sizes accept
+ *       K/M/G) use that algorithm, if NCCL_ALGO allows it and it implements
+ *       the collective on this layout; the first matching line wins
+ *
+ * A malformed line fails communicator creation with ncclInvalidArgument
+ * and a WARN naming the file and line.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "core.h"
+#include "param.h"
+#include "tuner.h"
+
+static int name_index(const char* s, const char* (*name)(int), int count) {
+  for (int i = 0; i < count; i++)
+    if (strcasecmp(s, name(i)) == 0) return i;
+  return -1;
+}
+
+static int parse_size(const char* s, size_t* out) {
+  int64_t v;
+  if (param_parse_int(s, &v) != 0 || v < 0) return -1;
+  *out = (size_t)v;
+  return 0;
+}
+
+/* "link" line: words[1..4]. Returns NULL or what is wrong. */
+static const char* parse_link(char** w, int nw, struct tuner_model* m) {
+  double alpha, beta;
+  char* end;
+  if (nw != 5) return "expected: link <intra|net> <algorithm|all> <alpha_us> <beta_us_per_KB>";
+  struct tuner_link* l = strcasecmp(w[1], "intra") == 0 ? &m->intra
+                         : strcasecmp(w[1], "net") == 0 ? &m->net
+                                                        : NULL;
+  if (l == NULL) return "link must be intra or net";
+  int algo = strcasecmp(w[2], "all") == 0 ? -2 : name_index(w[2], sched_algo_name, ALGO_COUNT);
+  if (algo == -1) return "unknown algorithm";
+  alpha = strtod(w[3], &end);
+  if (*end || alpha < 0) return "alpha must be a number >= 0";
+  beta = strtod(w[4], &end);
+  if (*end || beta < 0) return "beta must be a number >= 0";
+  for (int a = 0; a < ALGO_COUNT; a++)
+    if (algo == -2 || algo == a) l->alpha_us[a] = alpha, l->beta_us_per_kb[a] = beta;
+  return NULL;
+}
+
+static const char* parse_force(char** w, int nw, struct tuner_model* m) {
+  struct tuner_forced f = {0};
+  if (nw != 5 && nw != 6)
+    return "expected: force <collective> <min_bytes> <max_bytes> <algorithm> [chunk_bytes]";
+  if ((f.coll = name_index(w[1], sched_coll_name, COLL_COUNT)) < 0) return "unknown collective";
+  if (parse_size(w[2], &f.lo) || parse_size(w[3], &f.hi) || f.lo > f.hi)
+    return "bad byte range";
+  if ((f.algo = name_index(w[4], sched_algo_name, ALGO_COUNT)) < 0) return "unknown algorithm";
+  if (nw == 6 && (parse_size(w[5], &f.chunk) || f.chunk == 0)) return "bad chunk size";
+  if (m->nforced == TUNER_MAX_FORCED) return "too many force lines";
+  m->forced[m->nforced++] = f;
+  return NULL;
+}
+
+static int split_words(char* line, char** w, int max) {
+  int n = 0;
+  char* hash = strchr(line, '#');
+  if (hash) *hash = '\0';
+  for (char* tok = strtok(line, " \t\r\n"); tok && n < max; tok = strtok(NULL, " \t\r\n"))
+    w[n++] = tok;
+  return n;
+}
+
+ncclResult_t tuner_file_read(const char* path, struct tuner_model* m) {
+  ncclResult_t res = ncclSuccess;
+  char line[512], *w[8];
+  int lineno = 0;
+  FILE* f = fopen(path, "r");
+  if (f == NULL) FAIL(ncclInvalidArgument, "BRAID_TUNE_FILE %s: cannot open it", path);
+  while (fgets(line, sizeof(line), f)) {
+    lineno++;
+    int nw = split_words(line, w, 8);
+    const char* bad = NULL;
+    if (nw == 0) continue;
+    if (strcasecmp(w[0], "link") == 0)
+      bad = parse_link(w, nw, m);
+    else if (strcasecmp(w[0], "force") == 0)
+      bad = parse_force(w, nw, m);
+    else
+      bad = "a line starts with link or force";
+    if (bad) FAIL(ncclInvalidArgument, "BRAID_TUNE_FILE %s, line %d: %s", path, lineno, bad);
+  }
+  INFO(SUB_TUNING, "Tuner: read %s (%d forced ranges)", path, m->nforced);
+fail:
+  if (f) fclose(f);
+  return res;
+}
+
+int tuner_file_choice(const struct tuner_model* m, int coll, size_t bytes, unsigned allowed,
+                      int* algo, size_t* chunk) {
+  for (int i = 0; i < m->nforced; i++) {
+    const struct tuner_forced* f = &m->forced[i];
+    if (f->coll != coll || bytes < f->lo || bytes > f->hi || !(allowed & (1u << f->algo)))
+      continue;
+    *algo = f->algo;
+    *chunk = f->chunk ? MIN(f->chunk, m->slot_bytes) : tuner_chunk(m, coll, f->algo, bytes);
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,100 @@
+/*
+ * Building a comm's cost model from its peer table: the layout, the
+ * slowest NIC and memory, how crowded the cores are, and the per-link
+ * alpha/beta lines below. Every input is the same on every rank.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm.h"
+#include "core.h"
+#include "param.h"
+#include "tuner.h"
+
+/* alpha (us per hop) and beta (us per KB moved) as lines in f, the ranks
+ * per core: ranks sharing a core wait for each other's time slices. */
+struct link_line {
+  double alpha0, alpha_f, beta0, beta_f;
+};
+
+/* Loopback TCP: fitted to medians measured on a 2-core VM at 4 and 8
+ * ranks (f = 2, 4; perf/algo_compare.sh), clamped at f = 1. */
+static const struct link_line k_tcp[ALGO_COUNT] = {
+    [ALGO_RING] = {-1.0, 9.0, -0.274, 0.466},
+    [ALGO_TREE] = {7.0, 2.5, -0.44, 0.695},
+    [ALGO_RD] = {-4.0, 10.75, -0.07, 0.45},
+    [ALGO_HIER] = {-1.0, 9.0, -0.274, 0.466},
+};
+
+/* Shared memory: a hop is a futex wake-up when the peer sleeps (a few us,
+ * more when cores are shared); a KB costs the copies in and out of the
+ * FIFO at the measured memcpy speed, plus reading it for the reduction. */
+static const struct link_line k_shm = {1.0, 4.0, 0.0, 0.0};
+#define SHM_COPIES_PER_BYTE 3.0
+
+static void link_from_lines(struct tuner_link* l, const struct link_line* lines, double f) {
+  for (int a = 0; a < ALGO_COUNT; a++) {
+    l->alpha_us[a] = MAX(0.5, lines[a].alpha0 + lines[a].alpha_f * f);
+    l->beta_us_per_kb[a] = MAX(0.01, lines[a].beta0 + lines[a].beta_f * f);
+  }
+}
+
+/* Shared memory: the same for every algorithm. */
+static void link_shm(struct tuner_link* l, double f, uint32_t mem_mbps) {
+  double copy_us_per_kb = 1024.0 / (double)(mem_mbps ? mem_mbps : 5000); /* MB/s = B/us */
+  for (int a = 0; a < ALGO_COUNT; a++) {
+    l->alpha_us[a] = k_shm.alpha0 + k_shm.alpha_f * f;
+    l->beta_us_per_kb[a] = SHM_COPIES_PER_BYTE * copy_us_per_kb * f;
+  }
+}
+
+/* The network: loopback TCP's costs, and never faster than the NIC. */
+static void link_net(struct tuner_link* l, double f, uint32_t nic_mbps) {
+  link_from_lines(l, k_tcp, f);
+  if (nic_mbps == 0) return;
+  double wire = 8192.0 / (double)nic_mbps; /* us per KB at line rate */
+  for (int a = 0; a < ALGO_COUNT; a++) l->beta_us_per_kb[a] = MAX(l->beta_us_per_kb[a], wire);
+}
+
+/* Shared memory joins a node's ranks only if all of them can use it. */
+static int intra_uses_shm(const struct ncclComm* comm) {
+  const struct sched_topo* t = &comm->layout;
+  for (int r = 0; r < comm->nranks; r++) {
+    const struct peer_info* first = &comm->peers[t->order[t->node_start[t->node_of[r]]]];
+    if (comm->peers[r].shm_domain == 0 || comm->peers[r].shm_domain != first->shm_domain)
+      return 0;
+  }
+  return 1;
+}
+
+ncclResult_t tuner_model_init(struct ncclComm* comm) {
+  ncclResult_t res = ncclSuccess;
+  struct tuner_model* m = &comm->tune;
+  const struct sched_topo* t = &comm->layout;
+  const char* file = param_read_str("BRAID_TUNE_FILE");
+  double f = 0;
+  memset(m, 0, sizeof(*m));
+  m->nranks = comm->nranks, m->nnodes = t->nnodes;
+  m->min_ppn = t->min_ppn, m->max_ppn = t->max_ppn;
+  m->tree_depth = tree_depth(comm->nranks);
+  m->slot_bytes = comm->exec.slot_bytes;
+  m->intra_is_shm = intra_uses_shm(comm);
+  m->nic_mbps = UINT32_MAX, m->mem_mbps = UINT32_MAX;
+  for (int r = 0; r < comm->nranks; r++) {
+    const struct peer_info* p = &comm->peers[r];
+    int node = t->node_of[r], ppn = t->node_start[node + 1] - t->node_start[node];
+    f = MAX(f, (double)ppn / (double)MAX(1, p->ncpus));
+    m->nic_mbps = MIN(m->nic_mbps, p->nic_mbps);
+    m->mem_mbps = MIN(m->mem_mbps, p->mem_mbps);
+  }
+  m->oversub = f;
+  f = MAX(1.0, f);
+  link_net(&m->net, f, m->nic_mbps);
+  if (m->intra_is_shm)
+    link_shm(&m->intra, f, m->mem_mbps);
+  else
+    link_from_lines(&m->intra, k_tcp, f);
+  if (file) CHECK(tuner_file_read(file, m));
+fail:
+  return res;
+}
