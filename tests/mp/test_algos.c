@@ -231,8 +231,8 @@ static int random_calls(algo_state* s) {
 
 /* ---- which algorithm ran: the tuner's INFO lines (NCCL_DEBUG_SUBSYS=TUNING) ---- */
 
-static const char* const kAlgoNames[] = {"Ring", "Tree", "RecDoubling"};
-#define NALGOS 3
+static const char* const kAlgoNames[] = {"Ring", "Tree", "RecDoubling", "Hier"};
+#define NALGOS 4
 static char g_log_pattern[256]; /* NCCL_DEBUG_FILE we set, "" when the user set NCCL_DEBUG */
 
 /* NCCL_ALGO's mask the way NCCL reads it; all when unset. */
