@@ -41,7 +41,7 @@ MP_COMMON  := $(filter-out tests/mp/test_%.c,$(wildcard tests/mp/*.c))
 MP_SRCS    := $(wildcard tests/mp/test_*.c)
 MP_BINS    := $(patsubst tests/mp/%.c,$(TSTDIR)/mp_%,$(MP_SRCS))
 
-.PHONY: all lib tools tests test run bench install clean deps format
+.PHONY: all lib tools tests test run bench bench-shm install clean deps format
 all: lib tools
 
 lib: $(SHLIB) $(STLIB) $(NCCLSO) $(LIBDIR)/libnccl.so
@@ -106,6 +106,10 @@ run: deps
 bench: deps
 	@$(MAKE) --no-print-directory all
 	@perf/compare_mpi.sh $(BUILD)
+
+bench-shm: deps
+	@$(MAKE) --no-print-directory all
+	@perf/compare_shm.sh $(BUILD)
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/bin

@@ -242,7 +242,8 @@ ncclResult_t hier_schedule_allgather(struct schedule* s, const struct sched_key*
                        .span = h.span};
   for (size_t from = 0; from < k->count; from += h.span) {
     size_t hi = MIN(from + h.span, k->count);
-    CHECK(sched_append(s, PRIM_COPY, 0, -1, -1, from, (size_t)k->rank * k->count + from, hi - from));
+    CHECK(
+        sched_append(s, PRIM_COPY, 0, -1, -1, from, (size_t)k->rank * k->count + from, hi - from));
     if (m > 1) {
       CHECK(ring_send_own(s, &inter, from));
       CHECK(ring_gather_phase(s, &inter, nd, from));
@@ -280,8 +281,7 @@ static ncclResult_t rs_node_step(struct schedule* s, const struct ring* g, const
   size_t x = (size_t)owner * cnt + a;
   int m = inter->n, last = st == m - 1;
   if (len == 0) return ncclSuccess;
-  if (st > 0)
-    CHECK(sched_append(s, PRIM_RECV_REDUCE_CARRY, SCHED_PRE, inter->prev, -1, x, a, len));
+  if (st > 0) CHECK(sched_append(s, PRIM_RECV_REDUCE_CARRY, SCHED_PRE, inter->prev, -1, x, a, len));
   CHECK(ring_reduce_partial(s, g, g->pos, from));
   unsigned flags = st > 0 ? SCHED_LOCAL_CARRY : SCHED_PRE;
   if (last)

@@ -33,9 +33,9 @@ struct peer_info {
   /* Ranks with the same host_hash and shm_domain share /dev/shm and a pid
    * namespace: the shared-memory transport can join them. */
   uint64_t shm_domain;
-  uint64_t shm_tag;  /* random per rank and comm: names its shm segments */
-  uint32_t nic_mbps; /* speed of the NIC its sockets use, 0 if unknown */
-  uint32_t mem_mbps; /* its host's measured memcpy bandwidth, MB/s */
+  uint64_t shm_tag;               /* random per rank and comm: names its shm segments */
+  uint32_t nic_mbps;              /* speed of the NIC its sockets use, 0 if unknown */
+  uint32_t mem_mbps;              /* its host's measured memcpy bandwidth, MB/s */
   struct socket_wire_addr listen; /* where its data listener accepts */
 };
 

@@ -164,8 +164,8 @@ void tuner_choose(const struct ncclComm* comm, int coll, size_t bytes, int* algo
   int forced = tuner_decide(comm, coll, bytes, algo, chunk_bytes, &best);
   INFO(SUB_TUNING, "%s %zu bytes nranks %d: %s chunk %zu (%s %.1f us)", sched_coll_name(coll),
        bytes, comm->nranks, sched_algo_name(*algo), *chunk_bytes,
-       forced ? "BRAID_TUNE_FILE, model" : "modelled", tuner_cost(&comm->tune, coll, *algo,
-                                                                   (double)bytes));
+       forced ? "BRAID_TUNE_FILE, model" : "modelled",
+       tuner_cost(&comm->tune, coll, *algo, (double)bytes));
   (void)best;
 }
 
@@ -183,8 +183,8 @@ size_t tuner_chunk(const struct tuner_model* m, int coll, int algo, size_t bytes
 }
 
 void tuner_log_table(const struct ncclComm* comm) {
-  static const size_t sizes[] = {8,        1 << 10,   64 << 10,  256 << 10,
-                                 1 << 20,  4 << 20,   16 << 20,  256 << 20};
+  static const size_t sizes[] = {8,       1 << 10, 64 << 10, 256 << 10,
+                                 1 << 20, 4 << 20, 16 << 20, 256 << 20};
   const struct tuner_model* m = &comm->tune;
   if (comm->rank != 0 || !debug_enabled(DEBUG_INFO, SUB_TUNING)) return;
   INFO(SUB_TUNING,

@@ -29,7 +29,7 @@ struct tuner_forced {
 struct tuner_model {
   int nranks, nnodes, min_ppn, max_ppn, tree_depth;
   int intra_is_shm;
-  double oversub; /* most ranks per core on any node */
+  double oversub;              /* most ranks per core on any node */
   uint32_t nic_mbps, mem_mbps; /* slowest rank's; 0: unknown */
   size_t slot_bytes;
   struct tuner_link intra, net;

@@ -61,8 +61,7 @@ static const char* parse_force(char** w, int nw, struct tuner_model* m) {
   if (nw != 5 && nw != 6)
     return "expected: force <collective> <min_bytes> <max_bytes> <algorithm> [chunk_bytes]";
   if ((f.coll = name_index(w[1], sched_coll_name, COLL_COUNT)) < 0) return "unknown collective";
-  if (parse_size(w[2], &f.lo) || parse_size(w[3], &f.hi) || f.lo > f.hi)
-    return "bad byte range";
+  if (parse_size(w[2], &f.lo) || parse_size(w[3], &f.hi) || f.lo > f.hi) return "bad byte range";
   if ((f.algo = name_index(w[4], sched_algo_name, ALGO_COUNT)) < 0) return "unknown algorithm";
   if (nw == 6 && (parse_size(w[5], &f.chunk) || f.chunk == 0)) return "bad chunk size";
   if (m->nforced == TUNER_MAX_FORCED) return "too many force lines";
@@ -108,8 +107,7 @@ int tuner_file_choice(const struct tuner_model* m, int coll, size_t bytes, unsig
                       int* algo, size_t* chunk) {
   for (int i = 0; i < m->nforced; i++) {
     const struct tuner_forced* f = &m->forced[i];
-    if (f->coll != coll || bytes < f->lo || bytes > f->hi || !(allowed & (1u << f->algo)))
-      continue;
+    if (f->coll != coll || bytes < f->lo || bytes > f->hi || !(allowed & (1u << f->algo))) continue;
     *algo = f->algo;
     *chunk = f->chunk ? MIN(f->chunk, m->slot_bytes) : tuner_chunk(m, coll, f->algo, bytes);
     return 1;

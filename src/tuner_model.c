@@ -61,8 +61,7 @@ static int intra_uses_shm(const struct ncclComm* comm) {
   const struct sched_topo* t = &comm->layout;
   for (int r = 0; r < comm->nranks; r++) {
     const struct peer_info* first = &comm->peers[t->order[t->node_start[t->node_of[r]]]];
-    if (comm->peers[r].shm_domain == 0 || comm->peers[r].shm_domain != first->shm_domain)
-      return 0;
+    if (comm->peers[r].shm_domain == 0 || comm->peers[r].shm_domain != first->shm_domain) return 0;
   }
   return 1;
 }

@@ -113,9 +113,9 @@ static int shm_leftovers(const shm_names* before) {
 }
 
 static const layout_case kLayouts[] = {
-    {"1x4", 4, {0, 0, 0, 0}, NULL, 0},          {"2x2", 4, {0, 0, 1, 1}, NULL, 0},
-    {"2x3", 6, {0, 0, 0, 1, 1, 1}, NULL, 0},    {"3+2+2", 7, {0, 0, 0, 1, 1, 2, 2}, NULL, 0},
-    {"4x1", 4, {0, 1, 2, 3}, NULL, 0},          {"2x2 interleaved", 4, {0, 1, 0, 1}, NULL, 0},
+    {"1x4", 4, {0, 0, 0, 0}, NULL, 0},       {"2x2", 4, {0, 0, 1, 1}, NULL, 0},
+    {"2x3", 6, {0, 0, 0, 1, 1, 1}, NULL, 0}, {"3+2+2", 7, {0, 0, 0, 1, 1, 2, 2}, NULL, 0},
+    {"4x1", 4, {0, 1, 2, 3}, NULL, 0},       {"2x2 interleaved", 4, {0, 1, 0, 1}, NULL, 0},
 };
 #define NLAYOUTS (sizeof(kLayouts) / sizeof(kLayouts[0]))
 
@@ -162,9 +162,9 @@ static void test_shm_disabled(void** state) {
 int main(void) {
   mp_default_env("BRAID_TIMEOUT_MS", "30000");
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_auto),        cmocka_unit_test(test_ring),
-      cmocka_unit_test(test_tree),        cmocka_unit_test(test_recdoubling),
-      cmocka_unit_test(test_hier),        cmocka_unit_test(test_shm_disabled),
+      cmocka_unit_test(test_auto), cmocka_unit_test(test_ring),
+      cmocka_unit_test(test_tree), cmocka_unit_test(test_recdoubling),
+      cmocka_unit_test(test_hier), cmocka_unit_test(test_shm_disabled),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

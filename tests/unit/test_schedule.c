@@ -221,8 +221,8 @@ static void run_on(const uint64_t* hosts, int coll, int algo, int n, size_t coun
       if (got != want) {
         fprintf(stderr,
                 "%s%s %s n=%d count=%zu type=%d op=%d root=%d inplace=%d rank %d [%zu]: %g != %g\n",
-                hosts ? "layout " : "", sched_coll_name(coll), sched_algo_name(algo), n, count, type, op, root, inplace, r,
-                i, got, want);
+                hosts ? "layout " : "", sched_coll_name(coll), sched_algo_name(algo), n, count,
+                type, op, root, inplace, r, i, got, want);
         fail();
       }
     }
@@ -387,9 +387,11 @@ static const struct layout {
   int n;
   uint64_t hosts[MAXR];
 } layouts[] = {
-    {4, {1, 1, 1, 1}},          {4, {1, 1, 2, 2}},          {6, {1, 1, 1, 2, 2, 2}},
-    {7, {1, 1, 1, 2, 2, 3, 3}}, {4, {1, 2, 3, 4}},          {4, {1, 2, 1, 2}},
-    {7, {3, 1, 2, 3, 1, 2, 1}}, {8, {1, 1, 1, 1, 2, 2, 2, 2}}, {5, {1, 1, 1, 1, 2}},
+    {4, {1, 1, 1, 1}},          {4, {1, 1, 2, 2}},
+    {6, {1, 1, 1, 2, 2, 2}},    {7, {1, 1, 1, 2, 2, 3, 3}},
+    {4, {1, 2, 3, 4}},          {4, {1, 2, 1, 2}},
+    {7, {3, 1, 2, 3, 1, 2, 1}}, {8, {1, 1, 1, 1, 2, 2, 2, 2}},
+    {5, {1, 1, 1, 1, 2}},
 };
 
 /* Every collective with every algorithm on every layout: hierarchical
@@ -445,8 +447,14 @@ static void test_peers_mutual(void** state) {
     assert_int_equal(sched_topo_init(&t, L->n, L->hosts), ncclSuccess);
     for (int algo = 0; algo < ALGO_COUNT; algo++)
       for (int r = 0; r < L->n; r++) {
-        struct sched_key k = {.topo = &t, .coll = COLL_ALLREDUCE, .algo = algo, .rank = r,
-                              .nranks = L->n, .count = 1000, .elem_size = 4, .chunk_bytes = 4096,
+        struct sched_key k = {.topo = &t,
+                              .coll = COLL_ALLREDUCE,
+                              .algo = algo,
+                              .rank = r,
+                              .nranks = L->n,
+                              .count = 1000,
+                              .elem_size = 4,
+                              .chunk_bytes = 4096,
                               .slices_per_step = 2};
         int peers[64], m = sched_peers(&k, peers, 64);
         for (int i = 0; i < m; i++) {

@@ -63,8 +63,8 @@ static void test_dump_then_load(void** state) {
   (void)state;
   char path[64];
   snprintf(path, sizeof(path), "/tmp/braid_topo_tuning.%d.json", (int)getpid());
-  struct decisions* d = mmap(NULL, 2 * sizeof(*d), PROT_READ | PROT_WRITE,
-                             MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  struct decisions* d =
+      mmap(NULL, 2 * sizeof(*d), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   assert_true(d != MAP_FAILED);
   memset(d, 0, 2 * sizeof(*d));
   run_child(&d[0], "NCCL_TOPO_DUMP_FILE", path);
