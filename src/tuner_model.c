@@ -26,11 +26,17 @@ static const struct link_line k_tcp[ALGO_COUNT] = {
     [ALGO_HIER] = {-1.0, 9.0, -0.274, 0.466},
 };
 
-/* Shared memory: a hop is a futex wake-up when the peer sleeps (a few us,
- * more when cores are shared); a KB costs the copies in and out of the
- * FIFO at the measured memcpy speed, plus reading it for the reduction. */
-static const struct link_line k_shm = {1.0, 4.0, 0.0, 0.0};
-#define SHM_COPIES_PER_BYTE 3.0
+/* Shared memory: a hop costs about 1.7 us and a KB moved one memcpy of it
+ * (the copies in and out of the FIFO overlap on two cores), both growing
+ * with f. Fitted to perf/algo_compare.sh at 4 ranks on a 2-core VM
+ * (ring 10.7 us at 8 B over 6 hops, 2.6 GB/s bus bandwidth at 4 MiB) and
+ * to 2 ranks' 5.5 GB/s at 64 MiB. */
+static const struct link_line k_shm = {0.5, 0.6, 0.0, 0.0};
+#define SHM_COPIES_PER_BYTE 1.0
+/* Per KB, the tree and recursive doubling measured 2x and 2.5x the ring
+ * over shared memory at 32-512 KiB (their steps wait for whole sends). */
+static const double k_shm_beta_scale[ALGO_COUNT] = {
+    [ALGO_RING] = 1.0, [ALGO_TREE] = 2.0, [ALGO_RD] = 2.5, [ALGO_HIER] = 1.0};
 
 static void link_from_lines(struct tuner_link* l, const struct link_line* lines, double f) {
   for (int a = 0; a < ALGO_COUNT; a++) {
@@ -44,7 +50,7 @@ static void link_shm(struct tuner_link* l, double f, uint32_t mem_mbps) {
   double copy_us_per_kb = 1024.0 / (double)(mem_mbps ? mem_mbps : 5000); /* MB/s = B/us */
   for (int a = 0; a < ALGO_COUNT; a++) {
     l->alpha_us[a] = k_shm.alpha0 + k_shm.alpha_f * f;
-    l->beta_us_per_kb[a] = SHM_COPIES_PER_BYTE * copy_us_per_kb * f;
+    l->beta_us_per_kb[a] = SHM_COPIES_PER_BYTE * copy_us_per_kb * f * k_shm_beta_scale[a];
   }
 }
 
