@@ -176,7 +176,9 @@ void tuner_choose(const struct ncclComm* comm, int coll, size_t bytes, int* algo
  * keep every rank busy. */
 size_t tuner_chunk(const struct tuner_model* m, int coll, int algo, size_t bytes) {
   size_t slot = m->slot_bytes, per_rank = bytes / (size_t)MAX(1, m->nranks);
-  (void)coll;
+  /* hierarchical all-reduce takes its leader variant up to one chunk: the
+   * model assumes that up to one slot */
+  if (coll == COLL_ALLREDUCE && algo == ALGO_HIER && bytes <= slot) return slot;
   if (m->nnodes > 1 && algo != ALGO_HIER) return slot;
   if (!m->intra_is_shm || per_rank >= 4 * slot) return slot;
   return MAX((size_t)4096, MIN(slot, ALIGN_UP(per_rank / 4, 4096)));
