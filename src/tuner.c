@@ -141,17 +141,17 @@ double tuner_cost(const struct tuner_model* m, int coll, int algo, double bytes)
 
 /* The choice for a call, silently; returns 1 when a tune file forced it. */
 static int tuner_decide(const struct ncclComm* comm, int coll, size_t bytes, int* algo,
-                        size_t* chunk_bytes, double* best) {
+                        size_t* chunk_bytes) {
   const struct tuner_model* m = &comm->tune;
   unsigned allowed = tuner_allowed();
   *algo = -1;
-  *best = 0;
+  double best = 0;
   *chunk_bytes = m->slot_bytes;
   if (tuner_file_choice(m, coll, bytes, allowed, algo, chunk_bytes)) return 1;
   for (int a = 0; a < ALGO_COUNT; a++) {
     if (!(allowed & (1u << a)) || !sched_supports_on(&comm->layout, coll, a)) continue;
     double t = tuner_cost(m, coll, a, (double)bytes);
-    if (*algo < 0 || t < *best) *algo = a, *best = t;
+    if (*algo < 0 || t < best) *algo = a, best = t;
   }
   if (*algo < 0) *algo = ALGO_RING; /* every collective has a ring */
   *chunk_bytes = tuner_chunk(m, coll, *algo, bytes);
@@ -160,13 +160,11 @@ static int tuner_decide(const struct ncclComm* comm, int coll, size_t bytes, int
 
 void tuner_choose(const struct ncclComm* comm, int coll, size_t bytes, int* algo,
                   size_t* chunk_bytes) {
-  double best;
-  int forced = tuner_decide(comm, coll, bytes, algo, chunk_bytes, &best);
+  int forced = tuner_decide(comm, coll, bytes, algo, chunk_bytes);
   INFO(SUB_TUNING, "%s %zu bytes nranks %d: %s chunk %zu (%s %.1f us)", sched_coll_name(coll),
        bytes, comm->nranks, sched_algo_name(*algo), *chunk_bytes,
        forced ? "BRAID_TUNE_FILE, model" : "modelled",
        tuner_cost(&comm->tune, coll, *algo, (double)bytes));
-  (void)best;
 }
 
 /* Whole slots by default: on 4 ranks over TCP, cutting a 64 KiB ring
@@ -205,8 +203,7 @@ void tuner_log_table(const struct ncclComm* comm) {
         if (sched_supports_on(&comm->layout, c, a))
           o += snprintf(line + o, sizeof(line) - (size_t)o, " %s %.1f us", sched_algo_name(a),
                         tuner_cost(m, c, a, (double)sizes[i]));
-      double best;
-      tuner_decide(comm, c, sizes[i], &algo, &chunk, &best);
+      tuner_decide(comm, c, sizes[i], &algo, &chunk);
       INFO(SUB_TUNING, "Tuner table: %s -> %s chunk %zu", line, sched_algo_name(algo), chunk);
     }
 }
