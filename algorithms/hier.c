@@ -26,9 +26,6 @@ struct hier {
   size_t chunk, span;
 };
 
-static int node_size(const struct sched_topo* t, int node) {
-  return t->node_start[node + 1] - t->node_start[node];
-}
 static int node_rank(const struct sched_topo* t, int node, int local) {
   return t->order[t->node_start[node] + local];
 }
@@ -58,28 +55,35 @@ static struct ring_block range_block(const void* ctx, int j) {
   return (struct ring_block){r->base + a, r->base + a, e - a};
 }
 
-static struct ring hier_ring(const struct hier* h, const struct range_ctx* ctx, int pos, int prev,
-                             int next) {
-  return (struct ring){.n = ctx->n,
+static struct ring hier_ring(const struct hier* h, int n, int pos, int prev, int next,
+                             ring_block_fn block, const void* ctx) {
+  return (struct ring){.n = n,
                        .pos = pos,
                        .prev = prev,
                        .next = next,
-                       .block = range_block,
+                       .block = block,
                        .ctx = ctx,
                        .chunk = h->chunk,
                        .span = h->span};
 }
 
-/* The ring over this rank's node, on a round's segments. */
-static struct ring node_ring(const struct hier* h, const struct range_ctx* ctx) {
+/* The ring over this rank's node. */
+static struct ring node_ring(const struct hier* h, ring_block_fn block, const void* ctx) {
   int k = h->ppn, nd = h->node, l = h->local;
-  return hier_ring(h, ctx, l, node_rank(h->t, nd, (l + k - 1) % k),
-                   node_rank(h->t, nd, (l + 1) % k));
+  return hier_ring(h, k, l, node_rank(h->t, nd, (l + k - 1) % k), node_rank(h->t, nd, (l + 1) % k),
+                   block, ctx);
+}
+
+/* The ring between nodes of the ranks with this rank's local index. */
+static struct ring column_ring(const struct hier* h, ring_block_fn block, const void* ctx) {
+  int m = h->nnodes, nd = h->node, l = h->local;
+  return hier_ring(h, m, nd, node_rank(h->t, (nd + m - 1) % m, l), node_rank(h->t, (nd + 1) % m, l),
+                   block, ctx);
 }
 
 /* The ring between nodes over piece [a, e): on each node, its owner. */
 static int piece_owner(const struct hier* h, int node, size_t base, size_t len, size_t a) {
-  int k = node_size(h->t, node);
+  int k = sched_topo_node_size(h->t, node);
   return node_rank(h->t, node, (int)seg_owner(len, a - base, k));
 }
 
@@ -89,8 +93,8 @@ static ncclResult_t piece_allreduce(struct schedule* s, const struct hier* h, si
   ncclResult_t res = ncclSuccess;
   int m = h->nnodes, nd = h->node;
   struct range_ctx ctx = {a, e - a, m};
-  struct ring g = hier_ring(h, &ctx, nd, piece_owner(h, (nd + m - 1) % m, base, len, a),
-                            piece_owner(h, (nd + 1) % m, base, len, a));
+  struct ring g = hier_ring(h, m, nd, piece_owner(h, (nd + m - 1) % m, base, len, a),
+                            piece_owner(h, (nd + 1) % m, base, len, a), range_block, &ctx);
   g.from_out = h->ppn > 1; /* the node's partial sum is in Y */
   g.post = 1;
   CHECK(ring_reduce_phase(s, &g, nd + 1, PRIM_RECV_REDUCE_COPY_SEND, 0));
@@ -103,7 +107,7 @@ fail:
 static size_t next_boundary(const struct hier* h, size_t len, size_t off) {
   size_t best = len;
   for (int i = 0; i < h->nnodes; i++) {
-    int k = node_size(h->t, i);
+    int k = sched_topo_node_size(h->t, i);
     size_t j = seg_owner(len, off, k) + 1;
     if ((int)j < k) best = MIN(best, seg_start(len, (int)j, k));
   }
@@ -114,7 +118,7 @@ static size_t next_boundary(const struct hier* h, size_t len, size_t off) {
 static ncclResult_t hier_round(struct schedule* s, const struct hier* h, size_t base, size_t len) {
   ncclResult_t res = ncclSuccess;
   struct range_ctx nctx = {base, len, h->ppn};
-  struct ring g = node_ring(h, &nctx);
+  struct ring g = node_ring(h, range_block, &nctx);
   size_t lo = seg_start(len, h->local, h->ppn), hi = seg_start(len, h->local + 1, h->ppn);
   if (h->ppn > 1) {
     g.post = h->nnodes == 1;
@@ -140,7 +144,7 @@ static struct hier hier_of(const struct sched_key* k) {
   h.span = h.chunk * (size_t)MAX(1, k->slices_per_step);
   h.node = t->node_of[k->rank];
   h.local = t->local_of[k->rank];
-  h.ppn = node_size(t, h.node);
+  h.ppn = sched_topo_node_size(t, h.node);
   h.nnodes = t->nnodes;
   return h;
 }
@@ -175,7 +179,9 @@ fail:
   return res;
 }
 
-int hier_uses_leaders(const struct sched_key* k) {
+/* Buffers up to one chunk take the leader variant: the leaders' exchange
+ * is latency-bound. */
+static int hier_uses_leaders(const struct sched_key* k) {
   return k->count * k->elem_size <= k->chunk_bytes;
 }
 
@@ -232,14 +238,7 @@ ncclResult_t hier_schedule_allgather(struct schedule* s, const struct sched_key*
   const struct sched_topo* t = h.t;
   int m = h.nnodes, p = h.ppn, nd = h.node, l = h.local;
   struct gather_ctx across = {k, &t->order[l], p};
-  struct ring inter = {.n = m,
-                       .pos = nd,
-                       .prev = node_rank(t, (nd + m - 1) % m, l),
-                       .next = node_rank(t, (nd + 1) % m, l),
-                       .block = gather_block,
-                       .ctx = &across,
-                       .chunk = h.chunk,
-                       .span = h.span};
+  struct ring inter = column_ring(&h, gather_block, &across);
   for (size_t from = 0; from < k->count; from += h.span) {
     size_t hi = MIN(from + h.span, k->count);
     CHECK(
@@ -250,12 +249,7 @@ ncclResult_t hier_schedule_allgather(struct schedule* s, const struct sched_key*
     }
     for (int i = 0; i < m && p > 1; i++) { /* node i's blocks around this node */
       struct gather_ctx within = {k, &t->order[t->node_start[i]], 1};
-      struct ring g = inter;
-      g.n = p;
-      g.pos = l;
-      g.prev = node_rank(t, nd, (l + p - 1) % p);
-      g.next = node_rank(t, nd, (l + 1) % p);
-      g.ctx = &within;
+      struct ring g = node_ring(&h, gather_block, &within);
       g.from_out = 1;
       CHECK(ring_send_own(s, &g, from));
       CHECK(ring_gather_phase(s, &g, l, from));
@@ -310,40 +304,18 @@ ncclResult_t hier_schedule_reducescatter(struct schedule* s, const struct sched_
   const struct sched_topo* t = h.t;
   int m = h.nnodes, p = h.ppn, nd = h.node, l = h.local;
   if (p == 1 || m == 1) return ring_schedule_reducescatter(s, k);
+  h.span = h.chunk; /* one slice per iteration: the carry holds one slice */
   struct gather_ctx across = {k, &t->order[l], p};
-  struct ring inter = {.n = m,
-                       .pos = nd,
-                       .prev = node_rank(t, (nd + m - 1) % m, l),
-                       .next = node_rank(t, (nd + 1) % m, l),
-                       .block = scatter_block,
-                       .ctx = &across,
-                       .chunk = h.chunk,
-                       .span = h.span,
-                       .post = 1};
-  /* One slice per iteration: the carry holds one slice. */
-  h.span = h.chunk;
-  inter.span = h.chunk;
+  struct ring inter = column_ring(&h, scatter_block, &across);
   for (size_t from = 0; from < k->count; from += h.span)
     for (int st = 0; st < m; st++) {
       int b = ((nd - 1 - st) % m + m) % m; /* the node whose blocks move now */
       struct gather_ctx within = {k, &t->order[t->node_start[b]], 1};
-      struct ring g = inter;
-      g.n = p;
-      g.pos = l;
-      g.prev = node_rank(t, nd, (l + p - 1) % p);
-      g.next = node_rank(t, nd, (l + 1) % p);
-      g.ctx = &within;
+      struct ring g = node_ring(&h, scatter_block, &within);
       CHECK(rs_node_step(s, &g, &inter, node_rank(t, b, l), st, from));
     }
 fail:
   return res;
-}
-
-static int peer_add(int* peers, int m, int max, int p) {
-  for (int i = 0; i < m; i++)
-    if (peers[i] == p) return m;
-  if (m < max) peers[m++] = p;
-  return m;
 }
 
 /* 1 when segment j of k and segment l of kk can share an element in some
@@ -359,20 +331,20 @@ int hier_peers(const struct sched_key* k, int* peers, int max) {
   const struct sched_topo* t = h.t;
   int m = 0, kk = h.ppn, l = h.local, parent, child[2], rd[64];
   if (kk > 1) { /* the node's ring, and its tree rooted at the first rank */
-    m = peer_add(peers, m, max, node_rank(t, h.node, (l + kk - 1) % kk));
-    m = peer_add(peers, m, max, node_rank(t, h.node, (l + 1) % kk));
+    m = sched_add_peer(peers, m, max, node_rank(t, h.node, (l + kk - 1) % kk));
+    m = sched_add_peer(peers, m, max, node_rank(t, h.node, (l + 1) % kk));
     tree_rooted_links(l, kk, 0, &parent, child);
-    if (parent >= 0) m = peer_add(peers, m, max, node_rank(t, h.node, parent));
+    m = sched_add_peer(peers, m, max, parent >= 0 ? node_rank(t, h.node, parent) : -1);
     for (int c = 0; c < 2; c++)
-      if (child[c] >= 0) m = peer_add(peers, m, max, node_rank(t, h.node, child[c]));
+      m = sched_add_peer(peers, m, max, child[c] >= 0 ? node_rank(t, h.node, child[c]) : -1);
   }
   for (int d = -1; d <= 1 && h.nnodes > 1; d += 2) { /* owners of my pieces next door */
-    int nb = ((h.node + d) % h.nnodes + h.nnodes) % h.nnodes, knb = node_size(t, nb);
+    int nb = ((h.node + d) % h.nnodes + h.nnodes) % h.nnodes, knb = sched_topo_node_size(t, nb);
     for (int j = 0; j < knb; j++)
-      if (segments_meet(j, knb, l, kk)) m = peer_add(peers, m, max, node_rank(t, nb, j));
+      if (segments_meet(j, knb, l, kk)) m = sched_add_peer(peers, m, max, node_rank(t, nb, j));
   }
   if (l == 0) /* leaders' recursive doubling */
     for (int i = 0, n = rd_peers(h.node, h.nnodes, rd, 64); i < n; i++)
-      m = peer_add(peers, m, max, node_rank(t, rd[i], 0));
+      m = sched_add_peer(peers, m, max, node_rank(t, rd[i], 0));
   return m;
 }

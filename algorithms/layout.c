@@ -45,6 +45,10 @@ fail:
   return res;
 }
 
+int sched_topo_node_size(const struct sched_topo* t, int node) {
+  return t->node_start[node + 1] - t->node_start[node];
+}
+
 void sched_topo_free(struct sched_topo* t) {
   free((void*)t->node_of);
   t->node_of = NULL;

@@ -130,7 +130,7 @@ static void sched_rename_peers(struct schedule* s, const struct sched_topo* t) {
   }
 }
 
-static int add_peer(int* peers, int m, int max, int p) {
+int sched_add_peer(int* peers, int m, int max, int p) {
   if (p < 0) return m;
   for (int i = 0; i < m; i++)
     if (peers[i] == p) return m;
@@ -143,7 +143,7 @@ static int sched_position_peers(const struct sched_key* k, int* peers, int max) 
   switch (k->algo) {
     case ALGO_RD:
       for (int i = 0, nrd = rd_peers(r, n, rd, 64); i < nrd; i++)
-        m = add_peer(peers, m, max, rd[i]);
+        m = sched_add_peer(peers, m, max, rd[i]);
       return m;
     case ALGO_TREE:
       for (int t = 0; t < (k->coll == COLL_ALLREDUCE ? 2 : 1); t++) {
@@ -151,14 +151,14 @@ static int sched_position_peers(const struct sched_key* k, int* peers, int max) 
           tree_links(r, n, t, &parent, child);
         else
           tree_rooted_links(r, n, k->root, &parent, child);
-        m = add_peer(peers, m, max, parent);
-        m = add_peer(peers, m, max, child[0]);
-        m = add_peer(peers, m, max, child[1]);
+        m = sched_add_peer(peers, m, max, parent);
+        m = sched_add_peer(peers, m, max, child[0]);
+        m = sched_add_peer(peers, m, max, child[1]);
       }
       return m;
     default: /* ring and chain */
-      m = add_peer(peers, m, max, (r + n - 1) % n);
-      return add_peer(peers, m, max, (r + 1) % n);
+      m = sched_add_peer(peers, m, max, (r + n - 1) % n);
+      return sched_add_peer(peers, m, max, (r + 1) % n);
   }
 }
 

@@ -78,6 +78,9 @@ struct sched_topo {
 ncclResult_t sched_topo_init(struct sched_topo* t, int nranks, const uint64_t* host);
 void sched_topo_free(struct sched_topo* t);
 
+/* Ranks on `node`. */
+int sched_topo_node_size(const struct sched_topo* t, int node);
+
 /* Rank at index `i` of `order` (identity without a topology), and back. */
 int sched_topo_rank(const struct sched_topo* t, int i);
 int sched_topo_pos(const struct sched_topo* t, int rank);
@@ -154,6 +157,9 @@ int rd_peers(int rank, int nranks, int* peers, int max);
  * (the relation is symmetric: if p is my peer, I am p's). Returns how many
  * were written to `peers` (at most `max`). */
 int sched_peers(const struct sched_key* key, int* peers, int max);
+/* Append p (ignored when negative or already there) to a peer list of m
+ * entries (at most max); returns the new length. */
+int sched_add_peer(int* peers, int m, int max, int p);
 
 /* Tree 0 relabelled so that `root` is the tree's root. */
 void tree_rooted_links(int rank, int nranks, int root, int* parent, int child[2]);
@@ -170,9 +176,6 @@ ncclResult_t hier_schedule_allgather(struct schedule* s, const struct sched_key*
 ncclResult_t hier_schedule_reducescatter(struct schedule* s, const struct sched_key* key);
 /* Peers of a hierarchical schedule (rank space). */
 int hier_peers(const struct sched_key* key, int* peers, int max);
-/* Buffers up to this many bytes take the leader variant of hierarchical
- * all-reduce (one slot: the leaders' exchange is latency-bound). */
-int hier_uses_leaders(const struct sched_key* key);
 
 /* 1 when `algo` implements `coll` (on this topology: hierarchical
  * reduce-scatter and all-gather need equal ranks per node). */

@@ -156,7 +156,7 @@ static ncclResult_t comm_layout(struct ncclComm* comm, const struct topo_system*
   int node = t->node_of[comm->rank];
   if (t->local_of[comm->rank] == 0) topo_log_summary(sys);
   INFO(SUB_INIT, "comm %p rank %d: node %d of %d, local rank %d of %d", (void*)comm, comm->rank,
-       node, t->nnodes, t->local_of[comm->rank], t->node_start[node + 1] - t->node_start[node]);
+       node, t->nnodes, t->local_of[comm->rank], sched_topo_node_size(t, node));
 fail:
   free(hosts);
   return res;

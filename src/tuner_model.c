@@ -87,7 +87,7 @@ ncclResult_t tuner_model_init(struct ncclComm* comm) {
   m->nic_mbps = UINT32_MAX, m->mem_mbps = UINT32_MAX;
   for (int r = 0; r < comm->nranks; r++) {
     const struct peer_info* p = &comm->peers[r];
-    int node = t->node_of[r], ppn = t->node_start[node + 1] - t->node_start[node];
+    int ppn = sched_topo_node_size(t, t->node_of[r]);
     f = MAX(f, (double)ppn / (double)MAX(1, p->ncpus));
     m->nic_mbps = MIN(m->nic_mbps, p->nic_mbps);
     m->mem_mbps = MIN(m->mem_mbps, p->mem_mbps);
