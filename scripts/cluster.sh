@@ -136,7 +136,7 @@ mpirun_args() {
   self=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/$(basename "${BASH_SOURCE[0]}")
   # The emulated hosts share this machine's cores: no binding, and MPI yields when it polls
   # (without it one rank spinning in a barrier starves the others for milliseconds).
-  local args=(--mca plm_rsh_agent "$self agent" --mca routed direct
+  local args=(--mca plm_rsh_agent "env BRAID_CLUSTER=$PREFIX $self agent" --mca routed direct
     --mca oob_tcp_if_include "$SUBNET.0/24" --mca btl_tcp_if_include "$SUBNET.0/24"
     --bind-to none --mca mpi_yield_when_idle 1)
   [ "$(id -u)" -eq 0 ] && args+=(--allow-run-as-root)
