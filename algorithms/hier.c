@@ -87,20 +87,16 @@ static int piece_owner(const struct hier* h, int node, size_t base, size_t len, 
   return node_rank(h->t, node, (int)seg_owner(len, a - base, k));
 }
 
-/* All-reduce of one piece between nodes. */
-static ncclResult_t piece_allreduce(struct schedule* s, const struct hier* h, size_t base,
-                                    size_t len, size_t a, size_t e) {
-  ncclResult_t res = ncclSuccess;
+/* Hop `hop` of one piece's all-reduce between nodes. */
+static ncclResult_t piece_allreduce_hop(struct schedule* s, const struct hier* h, size_t base,
+                                        size_t len, size_t a, size_t e, int hop) {
   int m = h->nnodes, nd = h->node;
   struct range_ctx ctx = {a, e - a, m};
   struct ring g = hier_ring(h, m, nd, piece_owner(h, (nd + m - 1) % m, base, len, a),
                             piece_owner(h, (nd + 1) % m, base, len, a), range_block, &ctx);
   g.from_out = h->ppn > 1; /* the node's partial sum is in Y */
   g.post = 1;
-  CHECK(ring_reduce_phase(s, &g, nd + 1, PRIM_RECV_REDUCE_COPY_SEND, 0));
-  CHECK(ring_gather_phase(s, &g, nd + 1, 0));
-fail:
-  return res;
+  return ring_allreduce_hop(s, &g, nd + 1, hop, 0);
 }
 
 /* The next segment boundary of any node after `off` in the round. */
@@ -114,22 +110,30 @@ static size_t next_boundary(const struct hier* h, size_t len, size_t off) {
   return best;
 }
 
-/* One round [base, base+len) of reduce-scatter / all-reduce / all-gather. */
-static ncclResult_t hier_round(struct schedule* s, const struct hier* h, size_t base, size_t len) {
+/* A round runs in stages: stage 0 reduce-scatters inside the node and
+ * starts the inter-node rings (hop 0); stage i is their hop i; the last
+ * stage ends them and all-gathers inside the node. */
+static int hier_nstages(const struct hier* h) {
+  return h->nnodes > 1 ? 2 * h->nnodes - 1 : 1;
+}
+
+/* Stage `stage` of the round [base, base+len). */
+static ncclResult_t hier_round_stage(struct schedule* s, const struct hier* h, size_t base,
+                                     size_t len, int stage) {
   ncclResult_t res = ncclSuccess;
   struct range_ctx nctx = {base, len, h->ppn};
   struct ring g = node_ring(h, range_block, &nctx);
   size_t lo = seg_start(len, h->local, h->ppn), hi = seg_start(len, h->local + 1, h->ppn);
-  if (h->ppn > 1) {
+  if (stage == 0 && h->ppn > 1) {
     g.post = h->nnodes == 1;
     CHECK(ring_reduce_phase(s, &g, h->local, PRIM_RECV_REDUCE_COPY, 0));
   }
   for (size_t a = lo; h->nnodes > 1 && a < hi;) {
     size_t e = MIN(hi, next_boundary(h, len, a));
-    CHECK(piece_allreduce(s, h, base, len, base + a, base + e));
+    CHECK(piece_allreduce_hop(s, h, base, len, base + a, base + e, stage));
     a = e;
   }
-  if (h->ppn > 1) {
+  if (stage == hier_nstages(h) - 1 && h->ppn > 1) {
     g.from_out = 1;
     CHECK(ring_send_own(s, &g, 0));
     CHECK(ring_gather_phase(s, &g, h->local, 0));
@@ -202,18 +206,85 @@ fail:
   return res;
 }
 
-ncclResult_t hier_schedule_allreduce(struct schedule* s, const struct sched_key* k) {
+/* Rounds small enough that no segment outgrows an iteration's span. */
+static size_t hier_round_len(const struct hier* h) {
+  return h->span * (size_t)h->t->min_ppn;
+}
+
+/* Every round start to finish, one after the other: the link idles while
+ * a round is inside the node. */
+static ncclResult_t hier_sequential(struct schedule* s, const struct hier* h) {
   ncclResult_t res = ncclSuccess;
+  size_t round = hier_round_len(h), count = h->k->count;
+  for (size_t base = 0; base < count; base += round)
+    for (int i = 0; i < hier_nstages(h); i++)
+      CHECK(hier_round_stage(s, h, base, MIN(round, count - base), i));
+fail:
+  return res;
+}
+
+/* Pieces of the segment of `local` on `node` in a round of `len`. */
+static size_t hier_pieces(const struct hier* h, int node, int local, size_t len) {
+  int k = sched_topo_node_size(h->t, node);
+  size_t n = 0, hi = seg_start(len, local + 1, k);
+  for (size_t a = seg_start(len, local, k); a < hi; a = MIN(hi, next_boundary(h, len, a))) n++;
+  return n;
+}
+
+/* Most steps any rank emits in one pipelined iteration, the same answer on
+ * every rank (they must agree on pipelining): the node stages cut blocks of
+ * at most span elements, (ppn-1) + ppn of them; each of the 2m-1 hop stages
+ * cuts its pieces, at most pieces + span/chunk slices. */
+static size_t hier_iteration_bound(const struct hier* h) {
+  size_t q = h->span / h->chunk, round = hier_round_len(h), count = h->k->count, most = 0;
+  size_t tail = count % round ? count % round : round;
+  int hops = hier_nstages(h);
+  for (int nd = 0; nd < h->nnodes; nd++) {
+    int k = sched_topo_node_size(h->t, nd);
+    for (int l = 0; l < k; l++) {
+      size_t pieces = MAX(hier_pieces(h, nd, l, MIN(round, count)), hier_pieces(h, nd, l, tail));
+      size_t steps = (size_t)(2 * k - 1) * q + (size_t)hops * (pieces + q);
+      most = MAX(most, steps);
+    }
+  }
+  return most;
+}
+
+/* Software pipeline: iteration t runs stage i of round t - i, newest round
+ * first. While a rank waits for an older round's inter-node data, newer
+ * rounds' sends are already queued on the link, so it stays busy through
+ * the shared-memory stages. Every rank emits the same order, so each
+ * connection sees its sends and receives in one sequence at both ends. A
+ * send is matched about one iteration later at its receiver: with
+ * iterations of at most half the executor window (hier_iteration_bound),
+ * the receive is posted in time even on transports that complete a send
+ * only once its receive is posted. */
+static ncclResult_t hier_pipelined(struct schedule* s, const struct hier* h) {
+  ncclResult_t res = ncclSuccess;
+  size_t round = hier_round_len(h), count = h->k->count, nrounds = DIV_UP(count, round);
+  int nstages = hier_nstages(h);
+  for (size_t t = 0; t < nrounds + (size_t)nstages - 1; t++)
+    for (int i = 0; i < nstages; i++) {
+      if (t < (size_t)i || t - (size_t)i >= nrounds) continue;
+      size_t base = (t - (size_t)i) * round;
+      CHECK(hier_round_stage(s, h, base, MIN(round, count - base), i));
+    }
+fail:
+  return res;
+}
+
+ncclResult_t hier_schedule_allreduce(struct schedule* s, const struct sched_key* k) {
   if (k->count == 0) return ncclSuccess;
   if (k->nranks == 1 || k->topo == NULL) return ring_schedule_allreduce(s, k);
   struct hier h = hier_of(k);
   if (hier_uses_leaders(k)) return hier_leaders(s, &h);
-  /* Rounds small enough that no segment outgrows an iteration's span. */
-  size_t round = h.span * (size_t)h.t->min_ppn;
-  for (size_t base = 0; base < k->count; base += round)
-    CHECK(hier_round(s, &h, base, MIN(round, k->count - base)));
-fail:
-  return res;
+  /* Pipelined with the widest rounds whose iterations fit the window. */
+  for (size_t q = h.span / h.chunk; q >= 1; q /= 2) {
+    h.span = q * h.chunk;
+    if (hier_iteration_bound(&h) <= (size_t)k->slices_per_step) return hier_pipelined(s, &h);
+  }
+  h.span = h.chunk * (size_t)MAX(1, k->slices_per_step);
+  return hier_sequential(s, &h);
 }
 
 /* All-gather blocks: block j of a ring is rank members[j]'s. */

@@ -65,6 +65,17 @@ fail:
   return res;
 }
 
+ncclResult_t ring_allreduce_hop(struct schedule* s, const struct ring* g, int last, int hop,
+                                size_t from) {
+  int n = g->n;
+  if (hop == 0) return ring_step(s, g, PRIM_SEND, SCHED_PRE, last - 1, from);
+  if (hop < n - 1) return ring_step(s, g, PRIM_RECV_REDUCE_SEND, SCHED_PRE, last - 1 - hop, from);
+  if (hop == n - 1)
+    return ring_step(s, g, PRIM_RECV_REDUCE_COPY_SEND, SCHED_PRE | SCHED_POST, last, from);
+  if (hop < 2 * n - 2) return ring_step(s, g, PRIM_RECV_COPY_SEND, 0, last - (hop - n + 1), from);
+  return ring_step(s, g, PRIM_RECV, 0, last - (n - 1), from);
+}
+
 ncclResult_t ring_send_own(struct schedule* s, const struct ring* g, size_t from) {
   return ring_step(s, g, g->from_out ? PRIM_SEND_OUT : PRIM_SEND, 0, g->pos, from);
 }

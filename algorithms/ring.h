@@ -41,6 +41,13 @@ ncclResult_t ring_reduce_partial(struct schedule* s, const struct ring* g, int l
  * reduce phase's recvReduceCopySend, or by ring_send_own); the others
  * arrive in turn. */
 ncclResult_t ring_gather_phase(struct schedule* s, const struct ring* g, int first, size_t from);
+/* One hop of a ring all-reduce whose block `last` ends reduced here: hop 0
+ * sends, hops 1..n-1 reduce (the last one makes the block final), hops
+ * n..2n-2 gather. Hops 0..2n-2 in order are ring_reduce_phase with
+ * recvReduceCopySend and then ring_gather_phase; a caller emits them one at
+ * a time to interleave other work between a ring's hops. */
+ncclResult_t ring_allreduce_hop(struct schedule* s, const struct ring* g, int last, int hop,
+                                size_t from);
 /* Send this rank's own (final) block to start an all-gather. */
 ncclResult_t ring_send_own(struct schedule* s, const struct ring* g, size_t from);
 

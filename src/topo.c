@@ -45,11 +45,18 @@ static long topo_sysfs_read_long(const char* path, long dflt) {
   return n == 1 ? v : dflt;
 }
 
+/* What the interface can send: sysfs's link speed, or less when a tbf
+ * qdisc shapes it (an emulated cluster's 2 Gb/s veth says 10000). */
 static int topo_nic_speed_read(const char* ifname) {
   char path[PATH_MAX];
   snprintf(path, sizeof(path), TOPO_SYSFS_NET "/%s/speed", ifname);
   long v = topo_sysfs_read_long(path, 0);
-  return (v > 0 && v <= INT_MAX) ? (int)v : 0;
+  int link = (v > 0 && v <= INT_MAX) ? (int)v : 0;
+  int shaped = topo_nic_shaped_mbps(ifname);
+  if (shaped <= 0 || (link > 0 && link <= shaped)) return link;
+  INFO(TOPO_LOG_SUB, "Topology: %s shaped by tbf to %d Mb/s (link %d Mb/s); using the shaped rate",
+       ifname, shaped, link);
+  return shaped;
 }
 
 static uint64_t topo_sysconf_u64(int name) {

@@ -29,7 +29,7 @@ struct topo_nic {
   char name[TOPO_NAME_LEN]; /* interface name, "eth0" */
   char pci[TOPO_NAME_LEN];  /* PCI bus id, "" for virtual devices */
   int numa;                 /* os_index of the nearest NUMA node, -1 if none */
-  int speed_mbps;           /* from sysfs, 0 if unknown */
+  int speed_mbps;           /* sysfs link speed or a lower tbf rate, 0 if unknown */
 };
 
 struct topo_gpu {
@@ -62,6 +62,10 @@ ncclResult_t topo_read_file(const char* path, struct topo_system* sys);
 
 /* The NIC named `ifname`, or NULL. */
 const struct topo_nic* topo_nic_find(const struct topo_system* sys, const char* ifname);
+
+/* Mb/s of the tbf qdisc at the root of `ifname` (topo_shaping.c), 0 when
+ * it has none or the kernel cannot be asked. */
+int topo_nic_shaped_mbps(const char* ifname);
 
 /* One INFO line (or a few) describing the system. */
 void topo_log_summary(const struct topo_system* sys);

@@ -412,6 +412,8 @@ static void test_layouts_fake_transport(void** state) {
             run_on(L->hosts, coll, algo, L->n, counts[c], ncclFloat, ncclSum, root, ip, 4096, 4);
             run_on(L->hosts, coll, algo, L->n, counts[c], ncclInt32, ncclAvg, root, ip, 1024, 6);
             run_on(L->hosts, coll, algo, L->n, counts[c], ncclDouble, ncclMax, root, ip, 512, 9);
+            /* Wide windows: Hier all-reduce pipelines its rounds there. */
+            run_on(L->hosts, coll, algo, L->n, counts[c], ncclFloat, ncclSum, root, ip, 256, 32);
           }
       }
     sched_topo_free(&t);
