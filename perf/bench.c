@@ -33,6 +33,7 @@ typedef struct {
   int errors, bw_count;
   double bw_sum;
   pthread_t tid;
+  int proc_comm; /* this rank's comm also carries the timings between processes */
 } perf_rank_t;
 
 static const perf_op_t kNoOp = {"none", NULL, PERF_OP_SUM};
@@ -177,7 +178,10 @@ static void sweep(perf_rank_t* r, perf_test_t* t) {
       perf_print_row_start(elems * t->type->size, t->n.param, t->type->name, t->op->name, t->root);
     }
     bench(r, t, 0);
-    bench(r, t, 1);
+    if (o->inplace)
+      bench(r, t, 1);
+    else if (r->rank == 0)
+      perf_print_skipped();
     if (r->rank == 0) printf("\n");
   }
 }
@@ -257,6 +261,7 @@ static void alloc_buffers(perf_rank_t* r) {
 static void* rank_main(void* arg) {
   perf_rank_t* r = arg;
   if (!r->coll->mpi_native) init_comm(r);
+  if (r->proc_comm) perf_team_use_comm(r->comm);
   alloc_buffers(r);
   run_all(r);
   free(r->send);
@@ -288,25 +293,53 @@ static void* watchdog(void* arg) {
 
 typedef struct {
   int proc, nprocs;
+  int from_env; /* RANK/WORLD_SIZE launch: no MPI, the NCCL comm carries the timings */
+  int mpi;      /* MPI_Init was called */
 } perf_world_t;
 
+/* A process launched without mpirun by a script or scheduler that sets RANK and WORLD_SIZE
+ * (torchrun's names; NCCL_COMM_ID names the bootstrap root). Under mpirun, MPI decides. */
+static int world_from_env(perf_world_t* w) {
+  const char *rank = getenv("RANK"), *size = getenv("WORLD_SIZE");
+  if (getenv("OMPI_COMM_WORLD_SIZE") != NULL || getenv("PMI_SIZE") != NULL) return 0;
+  if (rank == NULL || size == NULL) return 0;
+  char *end1, *end2;
+  long r = strtol(rank, &end1, 10), n = strtol(size, &end2, 10);
+  if (*rank == '\0' || *end1 != '\0' || *size == '\0' || *end2 != '\0' || n < 1 || r < 0 ||
+      r >= n || n > (1 << 24)) {
+    fprintf(stderr, "perf: RANK=%s WORLD_SIZE=%s: need 0 <= RANK < WORLD_SIZE\n", rank, size);
+    exit(EXIT_FAILURE);
+  }
+  if (n > 1 && getenv("NCCL_COMM_ID") == NULL) {
+    fprintf(stderr, "perf: RANK/WORLD_SIZE launch needs NCCL_COMM_ID=host:port (rank 0's)\n");
+    exit(EXIT_FAILURE);
+  }
+  w->proc = (int)r;
+  w->nprocs = (int)n;
+  w->from_env = 1;
+  return 1;
+}
+
 static void world_init(int* argc, char*** argv, perf_world_t* w) {
-  w->proc = 0;
-  w->nprocs = 1;
+  *w = (perf_world_t){.proc = 0, .nprocs = 1};
+  if (world_from_env(w)) return;
 #if PERF_HAVE_MPI
   int provided;
   MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
   MPI_Comm_rank(MPI_COMM_WORLD, &w->proc);
   MPI_Comm_size(MPI_COMM_WORLD, &w->nprocs);
+  w->mpi = 1;
 #else
   (void)argc;
   (void)argv;
 #endif
 }
 
-static int world_end(int status) {
+static int world_end(const perf_world_t* w, int status) {
 #if PERF_HAVE_MPI
-  MPI_Finalize();
+  if (w->mpi) MPI_Finalize();
+#else
+  (void)w;
 #endif
   return status;
 }
@@ -316,7 +349,7 @@ static void print_devices(const perf_world_t* w, int nthreads) {
   line[0] = '\0';
   perf_device_lines(line, sizeof(line), w->proc, nthreads);
 #if PERF_HAVE_MPI
-  if (w->nprocs > 1) {
+  if (w->mpi && w->nprocs > 1) {
     char* all = w->proc == 0 ? malloc((size_t)w->nprocs * DEVICE_LINES) : NULL;
     MPI_Gather(line, DEVICE_LINES, MPI_CHAR, all, DEVICE_LINES, MPI_CHAR, 0, MPI_COMM_WORLD);
     for (int p = 0; all && p < w->nprocs; p++) printf("%s", all + (size_t)p * DEVICE_LINES);
@@ -327,12 +360,13 @@ static void print_devices(const perf_world_t* w, int nthreads) {
   printf("%s", line);
 }
 
-/* Process 0 makes the id; under mpirun MPI_Bcast hands it to the others. */
+/* Process 0 makes the id; under mpirun MPI_Bcast hands it to the others. Launched from the
+ * environment, every process makes it from NCCL_COMM_ID. */
 static void bootstrap_id(const perf_world_t* w, ncclUniqueId* id) {
   memset(id, 0, sizeof(*id));
-  if (w->proc == 0) PERF_NCCL(NULL, ncclGetUniqueId(id));
+  if (w->proc == 0 || w->from_env) PERF_NCCL(NULL, ncclGetUniqueId(id));
 #if PERF_HAVE_MPI
-  if (w->nprocs > 1) MPI_Bcast(id, (int)sizeof(*id), MPI_BYTE, 0, MPI_COMM_WORLD);
+  if (w->mpi && w->nprocs > 1) MPI_Bcast(id, (int)sizeof(*id), MPI_BYTE, 0, MPI_COMM_WORLD);
 #endif
 }
 
@@ -348,6 +382,7 @@ static void run_ranks(const perf_world_t* w, const perf_opts_t* o, const perf_co
     r->thread = t;
     r->rank = w->proc * o->nthreads + t;
     r->nranks = w->nprocs * o->nthreads;
+    r->proc_comm = w->from_env && w->nprocs > 1;
     if (!coll->mpi_native) r->id = id;
   }
   for (int t = 1; t < o->nthreads; t++)
@@ -371,7 +406,13 @@ int perf_main(int argc, char** argv, const perf_coll_t* coll) {
               w.nprocs * o.nthreads);
     rc = -1;
   }
-  if (rc != 0) return world_end(rc > 0 ? 0 : EXIT_FAILURE);
+  if (rc == 0 && w.from_env && w.nprocs > 1 && (o.nthreads != 1 || coll->mpi_native)) {
+    if (w.proc == 0)
+      fprintf(stderr, "%s: a RANK/WORLD_SIZE launch runs one Braid rank per process (-t 1)\n",
+              coll->name);
+    rc = -1;
+  }
+  if (rc != 0) return world_end(&w, rc > 0 ? 0 : EXIT_FAILURE);
   perf_team_init(o.nthreads, w.nprocs);
   if (w.proc == 0) {
     perf_print_config(&o);
@@ -387,5 +428,5 @@ int perf_main(int argc, char** argv, const perf_coll_t* coll) {
   double avg = ranks[0].bw_count ? ranks[0].bw_sum / ranks[0].bw_count : 0;
   if (w.proc == 0) perf_print_footer(errors, avg);
   free(ranks);
-  return world_end(errors ? EXIT_FAILURE : EXIT_SUCCESS);
+  return world_end(&w, errors ? EXIT_FAILURE : EXIT_SUCCESS);
 }

@@ -19,6 +19,9 @@
 
 /* ---------------------------------------------------------------- parsing */
 
+/* Long-only options: values past any character, so they never take a letter nccl-tests may use. */
+enum { OPT_INPLACE = 256 };
+
 static const struct option kLongOpts[] = {{"nthreads", required_argument, 0, 't'},
                                           {"ngpus", required_argument, 0, 'g'},
                                           {"minbytes", required_argument, 0, 'b'},
@@ -40,6 +43,7 @@ static const struct option kLongOpts[] = {{"nthreads", required_argument, 0, 't'
                                           {"report_cputime", required_argument, 0, 'C'},
                                           {"average", required_argument, 0, 'a'},
                                           {"run_cycles", required_argument, 0, 'N'},
+                                          {"inplace", required_argument, 0, OPT_INPLACE},
                                           {"help", no_argument, 0, 'h'},
                                           {0, 0, 0, 0}};
 
@@ -67,6 +71,7 @@ static void usage(FILE* f, const char* prog) {
           "[-T,--timeout <time in seconds>] \n\t"
           "[-C,--report_cputime <0/1>] \n\t"
           "[-a,--average <0/1/2/3> report average iteration time <0=RANK0/1=AVG/2=MIN/3=MAX>] \n\t"
+          "[--inplace <0/1> (0: out-of-place only; in-place columns N/A)] \n\t"
           "[-h,--help]\n",
           prog);
 }
@@ -118,7 +123,7 @@ static void set_defaults(perf_opts_t* o) {
   o->step_factor = 1;
   o->iters = 20;
   o->warmup = 5;
-  o->agg = o->check = o->average = o->cycles = 1;
+  o->agg = o->check = o->average = o->cycles = o->inplace = 1;
   o->type_index = 7; /* float */
   o->op_index = PERF_OP_SUM;
 }
@@ -186,6 +191,8 @@ static int parse_opt(int c, const char* arg, perf_opts_t* o) {
       return parse_int(arg, 0, 1, &o->cputime);
     case 'a':
       return parse_int(arg, 0, 3, &o->average);
+    case OPT_INPLACE:
+      return parse_int(arg, 0, 1, &o->inplace);
     default:
       return -1;
   }
@@ -229,7 +236,10 @@ int perf_parse_args(int argc, char** argv, const perf_coll_t* coll, int printer,
       return 1;
     }
     if (c == '?' || parse_opt(c, optarg, o)) {
-      if (err && c != '?') fprintf(err, "%s: invalid value '%s' for option -%c\n", prog, optarg, c);
+      if (err && c == OPT_INPLACE)
+        fprintf(err, "%s: invalid value '%s' for option --inplace\n", prog, optarg);
+      else if (err && c != '?')
+        fprintf(err, "%s: invalid value '%s' for option -%c\n", prog, optarg, c);
       if (err) usage(err, prog);
       return -1;
     }
@@ -333,6 +343,10 @@ void perf_print_result(double usec, double algbw, double busbw, int check, doubl
     printf("  %7s  %6s  %6s    N/A", t, a, b);
 }
 
+void perf_print_skipped(void) {
+  printf("  %7s  %6s  %6s    N/A", "N/A", "N/A", "N/A");
+}
+
 void perf_print_footer(int errors, double avg_busbw) {
   printf("# %-20s : %d %s\n", "Out of bounds values", errors, errors ? "FAILED" : "OK");
   printf("# %-20s : %g %s\n", "Avg bus bandwidth", avg_busbw, "");
@@ -347,7 +361,29 @@ static struct {
   int nthreads, nprocs, arrived;
   unsigned gen;
   double acc, out;
-} g_team = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 1, 1, 0, 0, 0, 0};
+  ncclComm_t comm; /* RANK/WORLD_SIZE launch: one rank per process, timings over NCCL */
+} g_team = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 1, 1, 0, 0, 0, 0, NULL};
+
+void perf_team_use_comm(ncclComm_t comm) {
+  g_team.comm = comm;
+}
+
+/* Across processes over the benchmark's own communicator (no MPI): a double per rank. */
+static double combine_over_comm(double v, int mode) {
+  ncclResult_t res;
+  if (mode == PERF_AGG_RANK0) {
+    res = ncclBroadcast(&v, &v, 1, ncclFloat64, 0, g_team.comm, NULL);
+  } else {
+    ncclRedOp_t op = mode == PERF_AGG_MIN ? ncclMin : mode == PERF_AGG_MAX ? ncclMax : ncclSum;
+    res = ncclAllReduce(&v, &v, 1, ncclFloat64, op, g_team.comm, NULL);
+  }
+  if (res != ncclSuccess) {
+    fprintf(stderr, "perf: combining timings over NCCL failed: %s (%s)\n", ncclGetErrorString(res),
+            ncclGetLastError(g_team.comm));
+    exit(EXIT_FAILURE);
+  }
+  return v;
+}
 
 void perf_team_init(int nthreads, int nprocs) {
   g_team.nthreads = nthreads;
@@ -377,6 +413,7 @@ static void combine(int thread, double v, int mode) {
 
 /* Across processes; called by thread 0 only, so MPI_THREAD_FUNNELED is enough. */
 static double combine_procs(double v, int mode) {
+  if (g_team.comm != NULL) return combine_over_comm(v, mode);
 #if PERF_HAVE_MPI
   if (g_team.nprocs > 1) {
     if (mode == PERF_AGG_RANK0) {

@@ -13,6 +13,7 @@ typedef struct {
   size_t min_bytes, max_bytes, step_bytes, step_factor;
   int iters, warmup, agg, check, average, blocking, timeout, cycles, root;
   int parallel_init, stream_null, cputime;
+  int inplace;    /* 0: skip the in-place half of each row (Braid's --inplace, not nccl-tests') */
   int type_index; /* into perf_type_at, -1: all */
   int op_index;   /* into perf_op_at, -1: all */
 } perf_opts_t;
@@ -30,11 +31,14 @@ void perf_device_lines(char* line, size_t cap, int proc, int nthreads);
 void perf_print_table_header(const perf_opts_t* o);
 void perf_print_row_start(size_t bytes, size_t count, const char* type, const char* op, int root);
 void perf_print_result(double usec, double algbw, double busbw, int check, double wrong);
+void perf_print_skipped(void); /* the columns of a half not run (--inplace 0) */
 void perf_print_footer(int errors, double avg_busbw);
 
 /* Team of nthreads threads in each of nprocs processes; thread 0 is the one that calls MPI. */
 void perf_team_init(int nthreads, int nprocs);
 double perf_team_reduce(int thread, double value, int mode);
+/* Launched from RANK/WORLD_SIZE (no MPI): combine across processes over this comm. */
+void perf_team_use_comm(ncclComm_t comm);
 void perf_team_barrier(int thread);
 
 double perf_now(void);                     /* seconds, CLOCK_MONOTONIC */
