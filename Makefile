@@ -41,7 +41,7 @@ MP_COMMON  := $(filter-out tests/mp/test_%.c,$(wildcard tests/mp/*.c))
 MP_SRCS    := $(wildcard tests/mp/test_*.c)
 MP_BINS    := $(patsubst tests/mp/%.c,$(TSTDIR)/mp_%,$(MP_SRCS))
 
-.PHONY: all lib tools tests test run bench bench-shm install clean deps format
+.PHONY: all lib tools tests test run bench bench-shm bench-cluster install clean deps format
 all: lib tools
 
 lib: $(SHLIB) $(STLIB) $(NCCLSO) $(LIBDIR)/libnccl.so
@@ -92,6 +92,35 @@ $(TSTDIR)/mp_test_%: tests/mp/test_%.c $(MP_COMMON) tests/mp/*.h $(STLIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -Itests -Itests/mp $< $(MP_COMMON) -o $@ $(STLIB) -lcmocka $(LDLIBS)
 
+# ---------------------------------------------------------------- braid-train (trainer/)
+# Data-parallel SGD on Fashion-MNIST. Built with mpicc when Open MPI is present: under mpirun
+# MPI only broadcasts the unique id; gradients always go through Braid. Its tests link the
+# same sources (without MPI) and run from scripts/run-tests.sh: build/tests/test_trainer_*
+# and tests/trainer/*.sh, which uses build/tests/trainer_ckpt_diff.
+TRAIN_SRCS  := $(filter-out trainer/main.c,$(wildcard trainer/*.c))
+TRAIN_HDRS  := $(wildcard trainer/*.h)
+TRAIN_BIN   := $(BINDIR)/braid-train
+TRAIN_LIBS  := -lopenblas -lz
+TRAIN_CC    := $(if $(HAVE_MPI),$(MPICC) -DTRAIN_HAVE_MPI=1,$(CC))
+TRAIN_TESTS := $(patsubst tests/trainer/%.c,$(TSTDIR)/%,$(wildcard tests/trainer/test_trainer_*.c)) \
+               $(TSTDIR)/trainer_ckpt_diff
+
+tools: $(TRAIN_BIN)
+tests: $(TRAIN_TESTS)
+
+$(TRAIN_BIN): trainer/main.c $(TRAIN_SRCS) $(TRAIN_HDRS) $(STLIB)
+	@mkdir -p $(dir $@)
+	$(TRAIN_CC) $(ALL_CFLAGS) -Itrainer trainer/main.c $(TRAIN_SRCS) -o $@ $(STLIB) $(TRAIN_LIBS) $(LDLIBS)
+
+$(TSTDIR)/test_trainer_%: tests/trainer/test_trainer_%.c $(TRAIN_SRCS) $(TRAIN_HDRS) $(STLIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -Itrainer $< $(TRAIN_SRCS) -o $@ $(STLIB) -lcmocka $(TRAIN_LIBS) $(LDLIBS)
+
+$(TSTDIR)/trainer_ckpt_diff: tests/trainer/ckpt_diff.c trainer/checkpoint.c $(TRAIN_HDRS)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -Itrainer $< trainer/checkpoint.c -o $@
+# ---------------------------------------------------------------- end of braid-train
+
 deps:
 	@scripts/deps.sh
 
@@ -111,6 +140,10 @@ bench-shm: deps
 	@$(MAKE) --no-print-directory all
 	@perf/compare_shm.sh $(BUILD)
 
+bench-cluster: deps
+	@$(MAKE) --no-print-directory all
+	@perf/bench_cluster.sh $(BUILD)
+
 install: all
 	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/bin
 	install -m 644 include/*.h $(DESTDIR)$(PREFIX)/include/
@@ -118,6 +151,7 @@ install: all
 	install -m 644 $(STLIB) $(DESTDIR)$(PREFIX)/lib/
 	ln -sf libnccl.so.2 $(DESTDIR)$(PREFIX)/lib/libnccl.so
 	install -m 755 $(PERF_BINS) $(MPI_PERF) $(DESTDIR)$(PREFIX)/bin/
+	install -m 755 $(TRAIN_BIN) $(DESTDIR)$(PREFIX)/bin/
 
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h')
