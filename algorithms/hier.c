@@ -256,9 +256,10 @@ static size_t hier_iteration_bound(const struct hier* h) {
  * the shared-memory stages. Every rank emits the same order, so each
  * connection sees its sends and receives in one sequence at both ends. A
  * send is matched about one iteration later at its receiver: with
- * iterations of at most half the executor window (hier_iteration_bound),
+ * iterations no longer than the executor window (hier_iteration_bound),
  * the receive is posted in time even on transports that complete a send
- * only once its receive is posted. */
+ * only once its receive is posted (the fake-transport test runs such
+ * windows). */
 static ncclResult_t hier_pipelined(struct schedule* s, const struct hier* h) {
   ncclResult_t res = ncclSuccess;
   size_t round = hier_round_len(h), count = h->k->count, nrounds = DIV_UP(count, round);
@@ -281,7 +282,7 @@ ncclResult_t hier_schedule_allreduce(struct schedule* s, const struct sched_key*
   /* Pipelined with the widest rounds whose iterations fit the window. */
   for (size_t q = h.span / h.chunk; q >= 1; q /= 2) {
     h.span = q * h.chunk;
-    if (hier_iteration_bound(&h) <= (size_t)k->slices_per_step) return hier_pipelined(s, &h);
+    if (hier_iteration_bound(&h) <= 2 * (size_t)k->slices_per_step) return hier_pipelined(s, &h);
   }
   h.span = h.chunk * (size_t)MAX(1, k->slices_per_step);
   return hier_sequential(s, &h);
