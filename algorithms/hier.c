@@ -274,18 +274,33 @@ fail:
   return res;
 }
 
+/* Rounds of `span` elements per segment, or 0 when no span fits the window
+ * (the rounds then run one after the other). */
+static size_t hier_pipeline_span(const struct hier* h) {
+  struct hier w = *h;
+  for (size_t q = h->span / h->chunk; q >= 1; q /= 2) {
+    w.span = q * h->chunk;
+    if (hier_iteration_bound(&w) <= 2 * (size_t)MAX(1, h->k->slices_per_step)) return w.span;
+  }
+  return 0;
+}
+
+int hier_allreduce_pipelines(const struct sched_key* k) {
+  if (k->topo == NULL || k->topo->nnodes < 2 || k->count == 0) return 0;
+  struct hier h = hier_of(k);
+  return hier_pipeline_span(&h) > 0;
+}
+
 ncclResult_t hier_schedule_allreduce(struct schedule* s, const struct sched_key* k) {
   if (k->count == 0) return ncclSuccess;
   if (k->nranks == 1 || k->topo == NULL) return ring_schedule_allreduce(s, k);
   struct hier h = hier_of(k);
   if (hier_uses_leaders(k)) return hier_leaders(s, &h);
   /* Pipelined with the widest rounds whose iterations fit the window. */
-  for (size_t q = h.span / h.chunk; q >= 1; q /= 2) {
-    h.span = q * h.chunk;
-    if (hier_iteration_bound(&h) <= 2 * (size_t)k->slices_per_step) return hier_pipelined(s, &h);
-  }
-  h.span = h.chunk * (size_t)MAX(1, k->slices_per_step);
-  return hier_sequential(s, &h);
+  size_t span = hier_pipeline_span(&h);
+  if (span == 0) return hier_sequential(s, &h);
+  h.span = span;
+  return hier_pipelined(s, &h);
 }
 
 /* All-gather blocks: block j of a ring is rank members[j]'s. */

@@ -172,6 +172,9 @@ void tree_rooted_links(int rank, int nranks, int root, int* parent, int child[2]
  * inter-node part on ppn parallel rings, when every node has as many
  * ranks. */
 ncclResult_t hier_schedule_allreduce(struct schedule* s, const struct sched_key* key);
+/* 1 when hier_schedule_allreduce overlaps its rounds' node and network
+ * stages for this key (the executor window is wide enough). */
+int hier_allreduce_pipelines(const struct sched_key* key);
 ncclResult_t hier_schedule_allgather(struct schedule* s, const struct sched_key* key);
 ncclResult_t hier_schedule_reducescatter(struct schedule* s, const struct sched_key* key);
 /* Peers of a hierarchical schedule (rank space). */

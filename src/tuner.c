@@ -113,9 +113,15 @@ static double hier_cost(const struct tuner_model* m, int coll, double kb, double
   if (coll == COLL_ALLREDUCE && kb <= slot_kb) /* leaders */
     return link_time(in, ALGO_TREE, 2.0 * log2_ceil(p), 2 * kb) +
            link_time(net, ALGO_RD, rd_rounds(nn), rd_rounds(nn) * kb);
-  if (coll == COLL_ALLREDUCE)
-    return link_time(in, ALGO_RING, 2.0 * (p - 1), 2 * pf * kb) +
-           link_time(net, ALGO_RING, 2.0 * (nn - 1), 2 * mf * kb);
+  if (coll == COLL_ALLREDUCE) {
+    double node = link_time(in, ALGO_RING, 2.0 * (p - 1), 2 * pf * kb);
+    double wire = link_time(net, ALGO_RING, 2.0 * (nn - 1), 2 * mf * kb);
+    /* Pipelined rounds hide the faster side but for one round at each end. */
+    double round_kb = (double)m->min_ppn * slot_kb;
+    if (m->hier_pipelined && kb > round_kb)
+      return MAX(node, wire) + MIN(node, wire) * round_kb / kb;
+    return node + wire;
+  }
   /* all-gather / reduce-scatter: kb is the whole gathered buffer */
   return link_time(in, ALGO_RING, (double)(p - 1) * nn, pf * kb) +
          link_time(net, ALGO_RING, nn - 1, mf * kb);

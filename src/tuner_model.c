@@ -72,6 +72,19 @@ static int intra_uses_shm(const struct ncclComm* comm) {
   return 1;
 }
 
+/* Whether a large Hier all-reduce on this comm pipelines its rounds. */
+static int hier_pipelines(const struct ncclComm* comm) {
+  struct sched_key k = {.topo = &comm->layout,
+                        .coll = COLL_ALLREDUCE,
+                        .algo = ALGO_HIER,
+                        .nranks = comm->nranks,
+                        .count = (size_t)64 << 20,
+                        .elem_size = 4,
+                        .chunk_bytes = comm->exec.slot_bytes,
+                        .slices_per_step = MAX(1, comm->exec.window / 2)};
+  return comm->layout.nranks > 0 && hier_allreduce_pipelines(&k);
+}
+
 ncclResult_t tuner_model_init(struct ncclComm* comm) {
   ncclResult_t res = ncclSuccess;
   struct tuner_model* m = &comm->tune;
@@ -83,6 +96,7 @@ ncclResult_t tuner_model_init(struct ncclComm* comm) {
   m->min_ppn = t->min_ppn, m->max_ppn = t->max_ppn;
   m->tree_depth = tree_depth(comm->nranks);
   m->slot_bytes = comm->exec.slot_bytes;
+  m->hier_pipelined = hier_pipelines(comm);
   m->intra_is_shm = intra_uses_shm(comm);
   m->nic_mbps = UINT32_MAX, m->mem_mbps = UINT32_MAX;
   for (int r = 0; r < comm->nranks; r++) {
