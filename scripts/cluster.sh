@@ -105,6 +105,7 @@ down() {
     ip netns del "$(ns_of "$h")" 2>/dev/null || true
   done
   ip link del "$BRIDGE" 2>/dev/null || true
+  rm -rf "/tmp/braid-cluster.$PREFIX"
   return 0
 }
 
@@ -131,14 +132,25 @@ link() {
   ip link set "$(veth_of "$host")" "$state"
 }
 
+# Open MPI names its session directory after the host: every cluster has an h0, so each
+# cluster gets its own base, or two clusters launching at once trip over each other's files.
+session_dir() {
+  local d=/tmp/braid-cluster.$PREFIX
+  mkdir -p "$d"
+  echo "$d"
+}
+
 mpirun_args() {
   local self
   self=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/$(basename "${BASH_SOURCE[0]}")
   # The emulated hosts share this machine's cores: no binding, and MPI yields when it polls
   # (without it one rank spinning in a barrier starves the others for milliseconds).
+  # The host names h0, h1, ... resolve nowhere: without if_base_do_not_resolve mpirun looks each
+  # up in DNS before launching its daemons, and a lookup left unanswered stalls it for 5 s.
   local args=(--mca plm_rsh_agent "env BRAID_CLUSTER=$PREFIX $self agent" --mca routed direct
     --mca oob_tcp_if_include "$SUBNET.0/24" --mca btl_tcp_if_include "$SUBNET.0/24"
-    --bind-to none --mca mpi_yield_when_idle 1)
+    --mca if_base_do_not_resolve 1 --bind-to none --mca mpi_yield_when_idle 1
+    --mca orte_tmpdir_base "$(session_dir)")
   [ "$(id -u)" -eq 0 ] && args+=(--allow-run-as-root)
   printf '%s\n' "${args[@]}"
 }
