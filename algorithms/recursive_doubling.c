@@ -3,7 +3,8 @@
  * power of two <= n, ranks >= p2 hand their input to rank - p2 first and get
  * the result back last; the p2 ranks run log2(p2) rounds of whole-buffer
  * exchanges. Partners combine as (lower rank's data) op (higher's), so both
- * hold bitwise the same result even for max/min of signed zeros.
+ * hold bitwise the same result even for max/min of signed zeros. From
+ * RD_HALVING_MIN_BYTES on, the core halves instead (rd_halving_core).
  */
 #include "core.h"
 #include "schedule.h"
@@ -36,6 +37,66 @@ fail:
   return res;
 }
 
+/* One round of paired halves with `partner`, slice by slice so that each
+ * send is followed by its receive (a rendezvous transport needs the peer's
+ * receive posted in time): `out_prim` sends [so, so+sn), `in_prim` takes
+ * [ro, ro+rn). */
+static ncclResult_t rd_pair_round(struct schedule* s, int partner, size_t chunk,
+                                  enum sched_prim out_prim, size_t so, size_t sn,
+                                  enum sched_prim in_prim, unsigned in_flags, size_t ro,
+                                  size_t rn) {
+  ncclResult_t res = ncclSuccess;
+  size_t slices = MAX(DIV_UP(sn, chunk), DIV_UP(rn, chunk));
+  for (size_t i = 0; i < slices; i++) {
+    size_t a = i * chunk;
+    if (a < sn)
+      CHECK(sched_append(s, out_prim, SCHED_LOCAL_OUT, -1, partner, so + a, so + a,
+                         MIN(chunk, sn - a)));
+    if (a < rn)
+      CHECK(sched_append(s, in_prim, in_flags | SCHED_LOCAL_OUT, partner, -1, ro + a, ro + a,
+                         MIN(chunk, rn - a)));
+  }
+fail:
+  return res;
+}
+
+/* Rabenseifner's variant for larger buffers (power-of-two core): recursive
+ * halving reduce-scatter, then recursive doubling all-gather. Each rank
+ * sends 2(p2-1)/p2 of the buffer instead of log2(p2) whole buffers, in
+ * twice the rounds. Every element is reduced on one rank only and copied
+ * from there, so all ranks hold bitwise the same result. */
+static ncclResult_t rd_halving_core(struct schedule* s, const struct sched_key* k, int r, int p2,
+                                    size_t chunk) {
+  ncclResult_t res = ncclSuccess;
+  size_t lo[32], hi[32];
+  int levels = 0;
+  lo[0] = 0, hi[0] = k->count;
+  for (int mask = p2 / 2; mask >= 1; mask /= 2, levels++) {
+    int partner = r ^ mask, low = r < partner;
+    size_t mid = lo[levels] + (hi[levels] - lo[levels]) / 2;
+    size_t keep_lo = low ? lo[levels] : mid, keep_hi = low ? mid : hi[levels];
+    size_t send_lo = low ? mid : lo[levels], send_hi = low ? hi[levels] : mid;
+    unsigned post = mask == 1 ? SCHED_POST : 0;
+    CHECK(rd_pair_round(s, partner, chunk, PRIM_SEND_OUT, send_lo, send_hi - send_lo,
+                        PRIM_RECV_REDUCE_COPY, post, keep_lo, keep_hi - keep_lo));
+    lo[levels + 1] = keep_lo, hi[levels + 1] = keep_hi;
+  }
+  for (int mask = 1, l = levels; mask < p2; mask *= 2, l--) {
+    int partner = r ^ mask, low = r < partner;
+    size_t mine = lo[l], mine_n = hi[l] - lo[l];
+    size_t theirs = low ? hi[l] : lo[l - 1], theirs_n = (hi[l - 1] - lo[l - 1]) - mine_n;
+    CHECK(rd_pair_round(s, partner, chunk, PRIM_SEND_OUT, mine, mine_n, PRIM_RECV, 0, theirs,
+                        theirs_n));
+  }
+fail:
+  return res;
+}
+
+int rd_uses_halving(size_t count, size_t elem_size, int nranks) {
+  int p2 = rd_pow2_floor(nranks);
+  return p2 > 2 && count >= (size_t)p2 && count * elem_size >= RD_HALVING_MIN_BYTES;
+}
+
 ncclResult_t rd_schedule_allreduce(struct schedule* s, const struct sched_key* k) {
   ncclResult_t res = ncclSuccess;
   int n = k->nranks, r = k->rank, p2 = rd_pow2_floor(n), extra = n - p2;
@@ -57,10 +118,14 @@ ncclResult_t rd_schedule_allreduce(struct schedule* s, const struct sched_key* k
     else
       CHECK(sched_append(s, PRIM_COPY, SCHED_PRE, -1, -1, off, off, len));
   }
-  for (int mask = 1; mask < p2; mask <<= 1) {
-    int partner = r ^ mask;
-    unsigned flags = (mask * 2 == p2 ? SCHED_POST : 0) | (r > partner ? SCHED_SWAP : 0);
-    CHECK(rd_round(s, k, partner, flags, chunk));
+  if (rd_uses_halving(k->count, k->elem_size, n)) {
+    CHECK(rd_halving_core(s, k, r, p2, chunk));
+  } else {
+    for (int mask = 1; mask < p2; mask <<= 1) {
+      int partner = r ^ mask;
+      unsigned flags = (mask * 2 == p2 ? SCHED_POST : 0) | (r > partner ? SCHED_SWAP : 0);
+      CHECK(rd_round(s, k, partner, flags, chunk));
+    }
   }
   if (r < extra)
     for (size_t off = 0; off < k->count; off += chunk)

@@ -152,6 +152,10 @@ ncclResult_t rd_schedule_allreduce(struct schedule* s, const struct sched_key* k
 /* Peers rank `rank` sends to and receives from under recursive doubling
  * (at most 2 + log2(nranks)); returns how many were written to `peers`. */
 int rd_peers(int rank, int nranks, int* peers, int max);
+/* Recursive doubling all-reduce halves (Rabenseifner) from this many bytes
+ * on, when at least 4 ranks are in its power-of-two core. */
+#define RD_HALVING_MIN_BYTES ((size_t)32 << 10)
+int rd_uses_halving(size_t count, size_t elem_size, int nranks);
 
 /* Ranks a schedule for `key` exchanges data with, in both directions
  * (the relation is symmetric: if p is my peer, I am p's). Returns how many

@@ -96,11 +96,20 @@ static double tree_cost(const struct tuner_model* m, int coll, double kb) {
   return link_time(l, ALGO_TREE, m->tree_depth - 1, 2 * kb);
 }
 
+/* Whole-buffer exchanges, or from RD_HALVING_MIN_BYTES on (4+ ranks in the
+ * power-of-two core) halving then doubling: twice the core's rounds, each
+ * rank moving 2(p2-1)/p2 of the buffer; folded ranks add two whole rounds. */
 static double rd_cost(const struct tuner_model* m, double kb, double slot_kb) {
   const struct tuner_link* l = flat_link(m);
   double slices = kb > slot_kb ? kb / slot_kb : 1.0;
   int r = rd_rounds(m->nranks);
-  return link_time(l, ALGO_RD, r * slices, r * kb);
+  if (!rd_uses_halving((size_t)(kb * 1024.0), 1, m->nranks))
+    return link_time(l, ALGO_RD, r * slices, r * kb);
+  int p2 = 1, core = 0;
+  while (p2 * 2 <= m->nranks) p2 *= 2, core++;
+  int fold = r - core; /* 0 or 2 */
+  double moved = 2.0 * (p2 - 1) / p2 * kb + fold * kb;
+  return link_time(l, ALGO_RD, (2 * core + fold) * slices, moved);
 }
 
 /* Hierarchical: node phases on the intra link (each rank's share), the
