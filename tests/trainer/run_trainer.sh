@@ -1,0 +1,191 @@
+#!/usr/bin/env bash
+# braid-train end to end on a small slice of Fashion-MNIST, ranks launched with NCCL_COMM_ID
+# (and once under mpirun): 2 ranks end where 1 rank does (to float tolerance), a resumed run
+# ends bitwise where an uninterrupted one does, --check-sync catches a planted divergence, a
+# killed rank makes the others stop with a clear error, bad data stops every rank, and ranks on
+# two emulated hosts train as ranks on one do (where root may make network namespaces).
+# Usage: run_trainer.sh BUILD_DIR. Checks behaviour only, never timing.
+set -uo pipefail
+top=$(cd "$(dirname "$0")/../.." && pwd)
+build=$(cd "${1:-$top/build}" && pwd)
+bin=$build/bin/braid-train
+ckdiff=$build/tests/trainer_ckpt_diff
+data=${BRAID_TRAIN_DATA:-/usr/share/datasets/fashion-mnist}
+for f in "$bin" "$ckdiff"; do
+  [ -x "$f" ] || { echo "FAIL: $f not built"; exit 1; }
+done
+if [ ! -r "$data/train-images-idx3-ubyte.gz" ]; then
+  echo "skip: no Fashion-MNIST at $data (Debian: dataset-fashion-mnist)"
+  exit 0
+fi
+
+work=$(mktemp -d)
+pids=()
+cluster_up=0
+cleanup() {
+  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
+  [ "$cluster_up" = 1 ] && "$top/scripts/cluster.sh" down >/dev/null 2>&1
+  [ -n "${KEEP_WORK:-}" ] && echo "logs kept in $work" && return
+  rm -rf "$work"
+}
+trap cleanup EXIT
+export BRAID_TIMEOUT_MS=20000 # a safety net: nothing here should wait that long
+HANG_S=60                     # a rank still running after this is hung
+small=(--data "$data" --hidden 32 --limit-train 1024 --limit-test 256 --batch 64 --lr 0.05
+  --csv none --plot none --progress never)
+port=$((20000 + RANDOM % 20000))
+failures=0
+
+fail() {
+  echo "FAIL: $*"
+  failures=$((failures + 1))
+}
+
+# start TAG N ARGS...: N ranks in the background, logs in $work/TAG.R; pids in ranks[].
+start() {
+  local tag=$1 n=$2
+  shift 2
+  port=$((port + 1))
+  ranks=()
+  for ((r = 0; r < n; r++)); do
+    NCCL_COMM_ID=127.0.0.1:$port RANK=$r WORLD_SIZE=$n "$bin" "$@" >"$work/$tag.$r" 2>&1 &
+    ranks+=($!)
+    pids+=($!)
+  done
+}
+
+# finish TAG: waits (at most HANG_S) for ranks[]; sets codes[] and prints the logs on request.
+finish() {
+  local tag=$1 deadline=$((SECONDS + HANG_S))
+  codes=()
+  for p in "${ranks[@]}"; do
+    while kill -0 "$p" 2>/dev/null && [ $SECONDS -lt $deadline ]; do sleep 0.1; done
+    if kill -0 "$p" 2>/dev/null; then
+      kill -9 "$p"
+      wait "$p" 2>/dev/null
+      codes+=(hung)
+    else
+      wait "$p"
+      codes+=($?)
+    fi
+  done
+}
+
+show() { for f in "$work/$1".*; do echo "--- $f"; tail -n 20 "$f"; done; }
+
+# run TAG N ARGS...: start + finish; returns 0 when every rank exited 0.
+run() {
+  local tag=$1
+  start "$@"
+  finish "$tag"
+  for c in "${codes[@]}"; do
+    [ "$c" = 0 ] || { show "$tag"; return 1; }
+  done
+  return 0
+}
+
+# 1. Two ranks end where one rank does, with the same global batch; parameters stay bitwise
+#    identical across ranks (checked after every step).
+echo "== 1 rank vs 2 ranks, same global batch"
+run one 1 "${small[@]}" --epochs 2 --checkpoint "$work/one.ckpt" || fail "1-rank run"
+run two 2 "${small[@]}" --epochs 2 --checkpoint "$work/two.ckpt" --check-sync 1 || fail "2-rank run"
+grep -q "^epoch  2/2" "$work/one.0" || fail "no epoch line from the 1-rank run"
+"$ckdiff" "$work/one.ckpt" "$work/two.ckpt" 1e-5 || fail "2 ranks did not end where 1 rank did"
+
+# 2. Interrupted (a checkpoint every 5 steps, stopped after 23 as if killed) then resumed ends
+#    bitwise where the uninterrupted run ends.
+echo "== resume equals uninterrupted"
+run full 2 "${small[@]}" --epochs 3 --checkpoint "$work/full.ckpt" || fail "uninterrupted run"
+start cut 2 "${small[@]}" --epochs 3 --checkpoint "$work/cut.ckpt" --checkpoint-every 5 \
+  --stop-after-steps 23
+finish cut
+[ "${codes[*]}" = "3 3" ] || { show cut; fail "the interrupted run exited ${codes[*]}, not 3 3"; }
+run resumed 2 "${small[@]}" --epochs 3 --checkpoint "$work/cut.ckpt" --checkpoint-every 5 \
+  --resume || fail "resumed run"
+grep -q "resumed from .*epoch 2, step 4 (20 updates done)" "$work/resumed.0" ||
+  fail "the resumed run did not start from the step-20 checkpoint"
+"$ckdiff" "$work/full.ckpt" "$work/cut.ckpt" 0 || fail "resumed run differs from uninterrupted"
+
+# 3. --check-sync stops the run when one rank's weights drift.
+echo "== check-sync catches a planted divergence"
+start drift 2 "${small[@]}" --epochs 2 --check-sync 2 --inject-divergence 1:3
+finish drift
+for r in 0 1; do
+  [ "${codes[$r]}" = 1 ] || fail "rank $r exited ${codes[$r]} after a divergence, not 1"
+  grep -q "parameters differ between ranks after step 4" "$work/drift.$r" ||
+    { show drift; fail "rank $r did not report the divergence at step 4"; }
+done
+
+# 4. A rank killed mid-run: the others stop with a clear error instead of hanging.
+echo "== killed rank"
+start kill 3 "${small[@]}" --epochs 100000
+for ((i = 0; i < 300; i++)); do
+  grep -q "^epoch  1/" "$work/kill.0" && break
+  sleep 0.1
+done
+grep -q "^epoch  1/" "$work/kill.0" || fail "the run to kill never finished an epoch"
+{ # bash reports the SIGKILL on stderr: not news here
+  kill -9 "${ranks[2]}"
+  finish kill
+} 2>/dev/null
+for r in 0 1; do
+  [ "${codes[$r]}" = 1 ] || fail "survivor rank $r exited ${codes[$r]}, not 1"
+  grep -q "braid-train: rank $r: .*failed at epoch .*another rank has probably died" \
+    "$work/kill.$r" || { show kill; fail "survivor rank $r gave no clear error"; }
+done
+
+# 5. Missing data: every rank stops, the one that looked says why.
+echo "== missing data"
+start nodata 2 "${small[@]}" --data "$work/nowhere"
+finish nodata
+[ "${codes[*]}" = "1 1" ] || fail "missing data: ranks exited ${codes[*]}, not 1 1"
+grep -q "cannot open $work/nowhere/train-images-idx3-ubyte.gz" "$work/nodata.0" ||
+  { show nodata; fail "missing data: no clear message"; }
+
+# 6. mpirun: MPI broadcasts the id, Braid carries the gradients; same result as above.
+if command -v mpirun >/dev/null 2>&1 && grep -q "mpirun" <("$bin" --help); then
+  echo "== mpirun launch"
+  root=()
+  [ "$(id -u)" -eq 0 ] && root=(--allow-run-as-root)
+  timeout -k 5 $HANG_S mpirun -np 2 --oversubscribe --bind-to none "${root[@]}" \
+    --mca btl self,tcp --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo \
+    "$bin" "${small[@]}" --epochs 2 --checkpoint "$work/mpi.ckpt" >"$work/mpi.0" 2>&1 ||
+    { show mpi; fail "mpirun launch"; }
+  grep -q "2 ranks (mpirun)" "$work/mpi.0" || fail "mpirun launch did not bootstrap through MPI"
+  "$ckdiff" "$work/two.ckpt" "$work/mpi.ckpt" 0 || fail "mpirun run differs from the env launch"
+fi
+
+# 7. Two emulated hosts (network namespaces, scripts/cluster.sh) with two ranks each, launched
+#    by mpirun through the cluster's agent: same result as one host's ranks.
+if command -v mpirun >/dev/null 2>&1 && grep -q "mpirun" <("$bin" --help) &&
+  BRAID_CLUSTER=trtest "$top/scripts/cluster.sh" check 2>/dev/null; then
+  echo "== two emulated hosts"
+  export BRAID_CLUSTER=trtest BRAID_CLUSTER_SUBNET=198.18.67
+  cluster_up=1
+  "$top/scripts/cluster.sh" up 2 >/dev/null || fail "cluster up"
+  mapfile -t margs < <("$top/scripts/cluster.sh" mpirun-args)
+  run one4 1 "${small[@]}" --epochs 1 --batch 64 --checkpoint "$work/one4.ckpt" || fail "1 rank"
+  timeout -k 5 $HANG_S mpirun "${margs[@]}" -H h0:2,h1:2 -np 4 -x BRAID_TIMEOUT_MS \
+    "$bin" "${small[@]}" --epochs 1 --checkpoint "$work/hosts.ckpt" >"$work/hosts.0" 2>&1 ||
+    { show hosts; fail "run across two emulated hosts"; }
+  "$ckdiff" "$work/one4.ckpt" "$work/hosts.ckpt" 1e-5 || fail "two hosts did not end where 1 rank did"
+  "$top/scripts/cluster.sh" down >/dev/null
+  cluster_up=0
+else
+  echo "== two emulated hosts: skipped (needs mpirun, root and network namespaces)"
+fi
+
+# 8. --help names every flag.
+"$bin" --help >"$work/help" || fail "--help exited non-zero"
+for flag in model hidden channels kernel data limit-train limit-test epochs batch lr momentum \
+  weight-decay warmup-epochs schedule step-epochs gamma seed bucket-mb first-bucket-mb \
+  no-overlap check-sync blas-threads checkpoint checkpoint-every resume csv plot progress \
+  stop-after-steps inject-divergence; do
+  grep -q -- "--$flag " "$work/help" || fail "--help does not document --$flag"
+done
+
+if [ $failures -ne 0 ]; then
+  echo "run_trainer: $failures failure(s)"
+  exit 1
+fi
+echo "run_trainer: all passed"

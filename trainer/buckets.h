@@ -1,0 +1,74 @@
+/* Gradient buckets: the flat gradient buffer cut into ranges (a small first one, then
+ * --bucket-mb each), each all-reduced (sum) on a Braid host stream the moment backward has
+ * finished it, so communication runs while the rest of backward computes.
+ *
+ * Accounting. "busy" is the time during which some all-reduce was queued or running: from a
+ * launch (or the previous drain, if later) to the drain of the stream that follows it. A
+ * watcher thread timestamps the drains; the trainer's own wake-up after a step bounds the last
+ * one, so a watcher that is scheduled late cannot inflate it. "wait" is the time the trainer
+ * was stopped by communication: inside the launch calls (and the yield after them) and
+ * blocked after backward. What is
+ * busy but not waited for was hidden behind compute. */
+#ifndef TRAIN_BUCKETS_H_
+#define TRAIN_BUCKETS_H_
+
+#include <pthread.h>
+#include <semaphore.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "braid.h"
+#include "layer.h"
+
+#define BUCKETS_RING 1024 /* launches the watcher may lag behind */
+
+typedef struct {
+  ncclComm_t comm;
+  cudaStream_t stream;
+  float* grads;
+  size_t count;
+  int nbuckets;
+  size_t* ends; /* bucket b is [b ? ends[b-1] : 0, ends[b]) */
+  int overlap;  /* 0: launch every bucket only after backward (for comparison) */
+  int yield;    /* give up the core after each launch (more ranks than cores) */
+  int next;     /* first bucket of this step not launched yet */
+  ncclResult_t launch_error;
+
+  /* watcher */
+  pthread_t watcher;
+  int watcher_started;
+  sem_t posted;
+  pthread_mutex_t lock;
+  pthread_cond_t caught_up;
+  uint64_t launches, watched; /* launch sequence numbers */
+  double launch_time[BUCKETS_RING];
+  double last_end;
+  uint64_t finished_launches; /* launches when the trainer last saw the stream drain */
+  double finished_time;       /* and when */
+  int stopping;
+
+  /* since the last buckets_take_times */
+  double busy_s; /* some all-reduce queued or running */
+  double wait_s; /* the trainer blocked on them after backward */
+} buckets_t;
+
+/* Returns 0, or -1 with a message. */
+int buckets_init(buckets_t* b, ncclComm_t comm, float* grads, size_t count, double first_mb,
+                 double bucket_mb, int overlap, int yield, char* err, size_t errlen);
+void buckets_destroy(buckets_t* b);
+
+/* The sink that model_backward reports to. */
+grad_sink_t buckets_sink(buckets_t* b);
+
+/* Start of a step's backward pass. */
+void buckets_begin(buckets_t* b);
+
+/* After backward: launches what is left, waits for every bucket. Returns the first error. */
+ncclResult_t buckets_finish(buckets_t* b);
+
+/* Communication time and waiting time since the last call (seconds); resets both. */
+void buckets_take_times(buckets_t* b, double* busy_s, double* wait_s);
+
+double buckets_now(void);
+
+#endif /* TRAIN_BUCKETS_H_ */
