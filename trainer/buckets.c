@@ -5,7 +5,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sched.h>
 #include <time.h>
 
 #define BUCKET_ALIGN 16 /* floats: bucket edges on 64-byte boundaries */
@@ -64,13 +63,12 @@ static void* watch(void* p) {
 }
 
 int buckets_init(buckets_t* b, ncclComm_t comm, float* grads, size_t count, double first_mb,
-                 double bucket_mb, int overlap, int yield, char* err, size_t errlen) {
+                 double bucket_mb, int overlap, char* err, size_t errlen) {
   memset(b, 0, sizeof(*b));
   b->comm = comm;
   b->grads = grads;
   b->count = count;
   b->overlap = overlap;
-  b->yield = yield;
   if (plan(b, first_mb, bucket_mb) != 0) {
     snprintf(err, errlen, "out of memory planning gradient buckets");
     return -1;
@@ -107,7 +105,7 @@ void buckets_destroy(buckets_t* b) {
   memset(b, 0, sizeof(*b));
 }
 
-/* Enqueues bucket i. The time from here to the return counts as waiting. */
+/* Enqueues bucket i. The call's own time counts as waiting: backward stood still meanwhile. */
 static void launch(buckets_t* b, int i) {
   const size_t begin = i ? b->ends[i - 1] : 0, n = b->ends[i] - begin;
   pthread_mutex_lock(&b->lock);
@@ -117,6 +115,7 @@ static void launch(buckets_t* b, int i) {
   pthread_mutex_unlock(&b->lock);
   ncclResult_t res =
       ncclAllReduce(b->grads + begin, b->grads + begin, n, ncclFloat, ncclSum, b->comm, b->stream);
+  b->wait_s += buckets_now() - t0;
   if (res != ncclSuccess) {
     if (b->launch_error == ncclSuccess) b->launch_error = res;
     return;
@@ -125,11 +124,6 @@ static void launch(buckets_t* b, int i) {
   b->launches++;
   pthread_mutex_unlock(&b->lock);
   sem_post(&b->posted);
-  /* With more ranks than cores, let a rank sharing this core reach the same bucket, so the
-   * ranks stay close together and the all-reduce completes while backward goes on. (With a
-   * core per rank it only hands the core to this rank's own stream thread: measured slower.) */
-  if (b->yield) sched_yield();
-  b->wait_s += buckets_now() - t0; /* the call, and the yield: backward stood still */
 }
 
 static void launch_ready(buckets_t* b, size_t ready) {

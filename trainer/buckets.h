@@ -6,9 +6,8 @@
  * launch (or the previous drain, if later) to the drain of the stream that follows it. A
  * watcher thread timestamps the drains; the trainer's own wake-up after a step bounds the last
  * one, so a watcher that is scheduled late cannot inflate it. "wait" is the time the trainer
- * was stopped by communication: inside the launch calls (and the yield after them) and
- * blocked after backward. What is
- * busy but not waited for was hidden behind compute. */
+ * was stopped by communication: inside the launch calls and blocked after backward. What
+ * was busy but not waited for was hidden behind compute. */
 #ifndef TRAIN_BUCKETS_H_
 #define TRAIN_BUCKETS_H_
 
@@ -30,7 +29,6 @@ typedef struct {
   int nbuckets;
   size_t* ends; /* bucket b is [b ? ends[b-1] : 0, ends[b]) */
   int overlap;  /* 0: launch every bucket only after backward (for comparison) */
-  int yield;    /* give up the core after each launch (more ranks than cores) */
   int next;     /* first bucket of this step not launched yet */
   ncclResult_t launch_error;
 
@@ -54,7 +52,7 @@ typedef struct {
 
 /* Returns 0, or -1 with a message. */
 int buckets_init(buckets_t* b, ncclComm_t comm, float* grads, size_t count, double first_mb,
-                 double bucket_mb, int overlap, int yield, char* err, size_t errlen);
+                 double bucket_mb, int overlap, char* err, size_t errlen);
 void buckets_destroy(buckets_t* b);
 
 /* The sink that model_backward reports to. */

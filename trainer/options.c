@@ -31,8 +31,8 @@ static void set_defaults(options_t* o) {
   o->optim.step_epochs = 5;
   o->optim.gamma = 0.1;
   o->seed = 1;
-  o->bucket_mb = 0; /* auto: see train.c */
-  o->first_bucket_mb = 0;
+  o->bucket_mb = 1.0;
+  o->first_bucket_mb = 0.25;
   o->overlap = 1;
   o->blas_threads = 1;
   snprintf(o->csv, sizeof(o->csv), "braid-train.csv");
@@ -75,10 +75,8 @@ static void usage(FILE* out) {
       "  --gamma X                step: the factor (default %g)\n"
       "  --seed N                 weights and shuffles; same seed, same run (default %llu)\n"
       "communication\n"
-      "  --bucket-mb X            gradient bucket size in MiB (default auto: 1, or 0.25 when\n"
-      "                           a host has more ranks than cores)\n"
-      "  --first-bucket-mb X      the first bucket, small so it leaves early (default auto:\n"
-      "                           a quarter of --bucket-mb)\n"
+      "  --bucket-mb X            gradient bucket size in MiB (default %g)\n"
+      "  --first-bucket-mb X      the first bucket, small so it leaves early (default %g)\n"
       "  --no-overlap             all-reduce only after backward (for comparison)\n"
       "  --check-sync N           verify every N steps that all ranks hold bitwise the same\n"
       "                           parameters; 0: at the end of each epoch (default 0)\n"
@@ -104,7 +102,8 @@ static void usage(FILE* out) {
       "every rank. NCCL_* and BRAID_* variables tune the library (README).\n",
       d.model.kernel, d.data_dir, d.epochs, d.global_batch, OPTIM_REFERENCE_BATCH, d.optim.lr,
       d.optim.momentum, d.optim.weight_decay, d.optim.warmup_epochs, d.optim.step_epochs,
-      d.optim.gamma, (unsigned long long)d.seed, d.blas_threads, d.csv, d.plot);
+      d.optim.gamma, (unsigned long long)d.seed, d.bucket_mb, d.first_bucket_mb, d.blas_threads,
+      d.csv, d.plot);
 }
 
 static int bad(int speak, const char* flag, const char* value, const char* want) {

@@ -4,8 +4,6 @@
 #include "train.h"
 
 #include <cblas.h>
-#include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,7 +39,7 @@ static void init_comm(trainer_t* t) {
 
 /* With a core per rank, Braid's threads may poll a peer longer before sleeping: the rank's own
  * compute thread is all they delay, and a sleep + wake-up per bucket costs more (2 ranks on 2
- * cores: 0.55x the 1-rank epoch time instead of 0.60x). Where ranks share cores the library's
+ * cores: 0.58x the 1-rank epoch time instead of 0.61x). Where ranks share cores the library's
  * default stays: there a poller would take turns from other ranks. The user's setting wins. */
 static void choose_polling(trainer_t* t) {
   if (t->launch->local_ranks <= t->launch->cores) setenv("BRAID_SPIN_US", TRAIN_SPIN_US, 0);
@@ -97,14 +95,8 @@ static int build(trainer_t* t, char* err, size_t errlen) {
   t->optim.epochs = o->epochs;
   t->optim.steps_per_epoch = t->plan.steps_per_epoch;
   t->optim.global_batch = o->global_batch;
-  /* Ranks that take turns on a core keep in step only if they meet often: finer buckets and
-   * a yield after each launch (measured: 4 ranks on 2 cores hide about 55% of the all-reduce
-   * time this way, under 50% with 1 MiB buckets; with a core per rank 1 MiB is faster). */
-  const int crowded = t->launch->local_ranks > t->launch->cores;
-  t->bucket_mb = o->bucket_mb > 0 ? o->bucket_mb : crowded ? 0.25 : 1.0;
-  t->first_bucket_mb = o->first_bucket_mb > 0 ? o->first_bucket_mb : t->bucket_mb / 4;
-  return buckets_init(&t->buckets, t->comm, t->model.grads, n, t->first_bucket_mb, t->bucket_mb,
-                      o->overlap, crowded, err, errlen);
+  return buckets_init(&t->buckets, t->comm, t->model.grads, n, o->first_bucket_mb, o->bucket_mb,
+                      o->overlap, err, errlen);
 }
 
 /* ---------------------------------------------------------------- resume */
@@ -211,11 +203,10 @@ static void print_header(const trainer_t* t) {
       t->plan.steps_per_epoch, t->train.count, t->test.count, o->data_dir);
   printf(
       "# %d gradient bucket%s (first %g MiB, then %g MiB), all-reduce %s backward; %d "
-      "rank%s on %d cores here%s\n",
-      t->buckets.nbuckets, t->buckets.nbuckets > 1 ? "s" : "", t->first_bucket_mb, t->bucket_mb,
+      "rank%s on %d cores here\n",
+      t->buckets.nbuckets, t->buckets.nbuckets > 1 ? "s" : "", o->first_bucket_mb, o->bucket_mb,
       o->overlap ? "overlapped with" : "after", t->launch->local_ranks,
-      t->launch->local_ranks > 1 ? "s" : "", t->launch->cores,
-      t->buckets.yield ? ": ranks yield the core after each launch" : "");
+      t->launch->local_ranks > 1 ? "s" : "", t->launch->cores);
   const char* spin = getenv("BRAID_SPIN_US");
   printf("# BRAID_SPIN_US %s\n", spin ? spin : "unset (the library's default)");
   options_print(o, stdout);
@@ -264,7 +255,7 @@ void trainer_outputs(trainer_t* t) {
   const options_t* o = t->o;
   if (t->rank != 0 || t->nhistory == 0) return;
   char err[TRAIN_ERR_MAX];
-  if (o->csv[0]) printf("results: %s\n", o->csv);
+  if (o->csv[0]) printf("csv: %s\n", o->csv);
   if (o->csv[0] && o->plot[0]) {
     char title[320];
     snprintf(title, sizeof(title), "braid-train %s, %d rank%s", t->desc, t->world,

@@ -32,7 +32,6 @@ typedef struct {
   float* velocity;
   uint8_t* labels;
   buckets_t buckets;
-  double bucket_mb, first_bucket_mb; /* in effect (the flags, or their automatic values) */
   optim_config_t optim;
   train_rng_t rng;
   char config[CKPT_CONFIG_LEN];
