@@ -7,6 +7,14 @@
 
 #include "train.h"
 
+int train_errorf(char* err, size_t errlen, const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err, errlen, fmt, ap);
+  va_end(ap);
+  return -1;
+}
+
 void train_die(const void* trainer, const char* fmt, ...) {
   const trainer_t* t = trainer;
   char msg[1024];

@@ -3,25 +3,18 @@
 #include "idx.h"
 
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <zlib.h>
 
+#include "failure.h"
+
 #define IDX_MAGIC_UBYTE_1D 0x00000801u
 #define IDX_MAGIC_UBYTE_3D 0x00000803u
 #define IDX_MAX_COUNT 100000000u
 #define IDX_MAX_SIDE 4096u
-
-static int fail(char* err, size_t errlen, const char* fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-  return -1;
-}
 
 /* zlib's message without the "path: " it puts in front. */
 static const char* gz_reason(gzFile f, const char* path) {
@@ -42,11 +35,12 @@ static int read_exact(gzFile f, const char* path, void* buf, size_t n, const cha
     size_t want = n - got > (1u << 30) ? (1u << 30) : n - got;
     int r = gzread(f, (char*)buf + got, (unsigned)want);
     if (r < 0)
-      return fail(err, errlen, "%s: corrupt file reading %s: %s", path, what, gz_reason(f, path));
+      return train_errorf(err, errlen, "%s: corrupt file reading %s: %s", path, what,
+                          gz_reason(f, path));
     if (r == 0) {
-      return fail(err, errlen,
-                  "%s: truncated: %s should be %zu bytes, the file ends after %zu (%s)", path, what,
-                  n, got, gz_reason(f, path));
+      return train_errorf(err, errlen,
+                          "%s: truncated: %s should be %zu bytes, the file ends after %zu (%s)",
+                          path, what, n, got, gz_reason(f, path));
     }
     got += (size_t)r;
   }
@@ -57,11 +51,13 @@ static int read_exact(gzFile f, const char* path, void* buf, size_t n, const cha
 static int expect_end(gzFile f, const char* path, char* err, size_t errlen) {
   char extra;
   int r = gzread(f, &extra, 1);
-  if (r < 0) return fail(err, errlen, "%s: corrupt file: %s", path, gz_reason(f, path));
-  if (r > 0) return fail(err, errlen, "%s: corrupt file: data continues past the end", path);
+  if (r < 0) return train_errorf(err, errlen, "%s: corrupt file: %s", path, gz_reason(f, path));
+  if (r > 0)
+    return train_errorf(err, errlen, "%s: corrupt file: data continues past the end", path);
   int code = Z_OK;
   gzerror(f, &code);
-  if (code != Z_OK) return fail(err, errlen, "%s: corrupt file: %s", path, gz_reason(f, path));
+  if (code != Z_OK)
+    return train_errorf(err, errlen, "%s: corrupt file: %s", path, gz_reason(f, path));
   return 0;
 }
 
@@ -72,11 +68,11 @@ static uint32_t be32(const uint8_t* p) {
 static gzFile open_idx(const char* path, char* err, size_t errlen) {
   struct stat st;
   if (stat(path, &st) != 0) {
-    fail(err, errlen, "cannot open %s: %s", path, strerror(errno));
+    train_errorf(err, errlen, "cannot open %s: %s", path, strerror(errno));
     return NULL;
   }
   gzFile f = gzopen(path, "rb");
-  if (f == NULL) fail(err, errlen, "cannot open %s: %s", path, strerror(errno));
+  if (f == NULL) train_errorf(err, errlen, "cannot open %s: %s", path, strerror(errno));
   return f;
 }
 
@@ -86,15 +82,16 @@ static int read_header(gzFile f, const char* path, uint32_t magic, int ndims, ui
   uint8_t head[16];
   if (read_exact(f, path, head, 4 + 4 * (size_t)ndims, "the header", err, errlen)) return -1;
   if (be32(head) != magic) {
-    return fail(err, errlen, "%s: not an IDX file of this kind (magic 0x%08x, expected 0x%08x)",
-                path, be32(head), magic);
+    return train_errorf(err, errlen,
+                        "%s: not an IDX file of this kind (magic 0x%08x, expected 0x%08x)", path,
+                        be32(head), magic);
   }
   for (int i = 0; i < ndims; i++) dims[i] = be32(head + 4 + 4 * i);
   if (dims[0] == 0 || dims[0] > IDX_MAX_COUNT)
-    return fail(err, errlen, "%s: corrupt header: %u items", path, dims[0]);
+    return train_errorf(err, errlen, "%s: corrupt header: %u items", path, dims[0]);
   for (int i = 1; i < ndims; i++)
     if (dims[i] == 0 || dims[i] > IDX_MAX_SIDE)
-      return fail(err, errlen, "%s: corrupt header: dimension %u", path, dims[i]);
+      return train_errorf(err, errlen, "%s: corrupt header: dimension %u", path, dims[i]);
   return 0;
 }
 
@@ -106,7 +103,7 @@ int idx_load_images(const char* path, idx_set_t* set, char* err, size_t errlen) 
   int rc = read_header(f, path, IDX_MAGIC_UBYTE_3D, 3, dims, err, errlen);
   size_t bytes = (size_t)dims[0] * dims[1] * dims[2];
   if (rc == 0 && (data = malloc(bytes)) == NULL)
-    rc = fail(err, errlen, "%s: cannot allocate %zu bytes", path, bytes);
+    rc = train_errorf(err, errlen, "%s: cannot allocate %zu bytes", path, bytes);
   if (rc == 0) rc = read_exact(f, path, data, bytes, "the pixel data", err, errlen);
   if (rc == 0) rc = expect_end(f, path, err, errlen);
   gzclose(f);
@@ -129,13 +126,13 @@ int idx_load_labels(const char* path, idx_set_t* set, char* err, size_t errlen) 
   uint8_t* data = NULL;
   int rc = read_header(f, path, IDX_MAGIC_UBYTE_1D, 1, &count, err, errlen);
   if (rc == 0 && (data = malloc(count)) == NULL)
-    rc = fail(err, errlen, "%s: cannot allocate %u bytes", path, count);
+    rc = train_errorf(err, errlen, "%s: cannot allocate %u bytes", path, count);
   if (rc == 0) rc = read_exact(f, path, data, count, "the label data", err, errlen);
   if (rc == 0) rc = expect_end(f, path, err, errlen);
   for (uint32_t i = 0; rc == 0 && i < count; i++)
     if (data[i] >= IDX_NUM_CLASSES)
-      rc = fail(err, errlen, "%s: corrupt file: label %u of item %u is not a class 0..%d", path,
-                data[i], i, IDX_NUM_CLASSES - 1);
+      rc = train_errorf(err, errlen, "%s: corrupt file: label %u of item %u is not a class 0..%d",
+                        path, data[i], i, IDX_NUM_CLASSES - 1);
   gzclose(f);
   if (rc != 0) {
     free(data);
@@ -169,8 +166,8 @@ int idx_load_set(const char* dir, const char* prefix, idx_set_t* set, char* err,
     return -1;
   }
   if (set->count != image_count) {
-    fail(err, errlen, "%s has %d images but %s has %d labels", images, image_count, labels,
-         set->count);
+    train_errorf(err, errlen, "%s has %d images but %s has %d labels", images, image_count, labels,
+                 set->count);
     idx_free(set);
     return -1;
   }

@@ -8,20 +8,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int fail(char* err, size_t errlen, const char* fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-  return -1;
-}
+#include "failure.h"
 
 static int push(model_t* m, layer_t* l, char* err, size_t errlen) {
   if (l == NULL)
-    return fail(err, errlen, "cannot build layer %d: bad shape or out of memory", m->nlayers);
+    return train_errorf(err, errlen, "cannot build layer %d: bad shape or out of memory",
+                        m->nlayers);
   if (m->nlayers == MODEL_MAX_LAYERS) {
     l->ops->destroy(l);
-    return fail(err, errlen, "model has more than %d layers", MODEL_MAX_LAYERS);
+    return train_errorf(err, errlen, "model has more than %d layers", MODEL_MAX_LAYERS);
   }
   m->layers[m->nlayers++] = l;
   return 0;
@@ -80,7 +75,7 @@ static int alloc_buffers(model_t* m, char* err, size_t errlen) {
   m->params = calloc(m->nparams ? m->nparams : 1, sizeof(float));
   m->grads = calloc(m->nparams ? m->nparams : 1, sizeof(float));
   if (m->params == NULL || m->grads == NULL)
-    return fail(err, errlen, "out of memory for parameters");
+    return train_errorf(err, errlen, "out of memory for parameters");
   for (int i = 0; i < m->nlayers; i++) {
     layer_t* l = m->layers[i];
     l->params = m->params + l->offset;
@@ -91,7 +86,7 @@ static int alloc_buffers(model_t* m, char* err, size_t errlen) {
     m->acts[i] = calloc(per * m->max_batch, sizeof(float));
     m->dacts[i] = i ? calloc(per * m->max_batch, sizeof(float)) : NULL;
     if (m->acts[i] == NULL || (i && m->dacts[i] == NULL))
-      return fail(err, errlen, "out of memory for activations");
+      return train_errorf(err, errlen, "out of memory for activations");
   }
   return 0;
 }
@@ -105,10 +100,10 @@ int model_build(model_t* m, const model_spec_t* spec, int in_c, int in_h, int in
   int c = in_c, h = in_h, w = in_w, rc = 0;
   if (spec->kind == MODEL_CNN) {
     if (spec->kernel <= 0 || spec->kernel % 2 == 0)
-      rc = fail(err, errlen, "the CNN kernel must be odd, not %d", spec->kernel);
+      rc = train_errorf(err, errlen, "the CNN kernel must be odd, not %d", spec->kernel);
     if (rc == 0) rc = add_conv_stages(m, spec, &c, &h, &w, err, errlen);
     if (rc == 0 && (h < 1 || w < 1))
-      rc = fail(err, errlen, "too many pooling stages for %dx%d inputs", in_h, in_w);
+      rc = train_errorf(err, errlen, "too many pooling stages for %dx%d inputs", in_h, in_w);
   }
   if (rc == 0) rc = add_dense_stages(m, spec, c * h * w, classes, err, errlen);
   if (rc == 0) {
