@@ -121,6 +121,13 @@ kill_leftovers() {
   return 0
 }
 
+# stop_pid PID GRACE_S: TERM, then KILL after the grace period.
+stop_pid() {
+  kill -TERM "$1" 2>/dev/null
+  sleep "$2"
+  kill -KILL "$1" 2>/dev/null
+}
+
 # run_limited LIMIT_S STACKS_FILE CMD...: CMD in the background (so INT/TERM are handled at
 # once), under `timeout` as a backstop; past LIMIT_S the stacks of the ranks still running go to
 # STACKS_FILE and CMD is killed (status 124).
@@ -133,9 +140,7 @@ run_limited() {
   while kill -0 "$bgpid" 2>/dev/null; do
     if [ $(($(date +%s) - t0)) -ge "$limit" ]; then
       dump_stacks >"$stacks" 2>&1
-      kill -TERM "$bgpid" 2>/dev/null
-      sleep 3
-      kill -KILL "$bgpid" 2>/dev/null
+      stop_pid "$bgpid" 3
       wait "$bgpid" 2>/dev/null
       bgpid=""
       kill_leftovers
@@ -335,9 +340,7 @@ link_down_case() {
   done
   if kill -0 "$mpid" 2>/dev/null; then
     lines+=("note: mpirun still running 30 s after the link came back up; killed")
-    kill -TERM "$mpid" 2>/dev/null
-    sleep 2
-    kill -KILL "$mpid" 2>/dev/null
+    stop_pid "$mpid" 2
   fi
   wait "$mpid" 2>/dev/null
   bgpid=""
