@@ -151,7 +151,7 @@ static size_t sink_boundary(void* ctx, size_t offset) {
 }
 
 grad_sink_t buckets_sink(buckets_t* b) {
-  grad_sink_t s = {b, b->overlap ? sink_boundary : NULL, sink_ready};
+  grad_sink_t s = {b, b->overlap ? sink_boundary : NULL, sink_ready, NULL};
   return s;
 }
 

@@ -54,6 +54,10 @@ static void host_share(launch_t* l) {
       env_int("LOCAL_WORLD_SIZE", &local) != 1)
     local = l->world;
   l->local_ranks = local > 0 ? local : 1;
+  int index = 0;
+  if (env_int("OMPI_COMM_WORLD_LOCAL_RANK", &index) != 1 && env_int("LOCAL_RANK", &index) != 1)
+    index = l->rank;
+  l->local_rank = index % l->local_ranks;
   long online = sysconf(_SC_NPROCESSORS_ONLN); /* the host's, whatever a rank is bound to */
   l->cores = online > 0 ? (int)online : 1;
 }

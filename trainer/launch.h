@@ -11,6 +11,7 @@
 typedef struct {
   int rank, world;
   int local_ranks; /* ranks on this host: Open MPI's or LOCAL_WORLD_SIZE, else all of them */
+  int local_rank;  /* this rank's index among them */
   int cores;       /* online cores of this host */
   int mpi;         /* MPI was initialized */
   const char* how; /* "mpirun", "environment" or "single process" */

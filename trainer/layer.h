@@ -17,6 +17,8 @@ typedef struct {
   size_t (*boundary)(void* ctx, size_t offset);
   /* Every gradient before `end` is final for this step. */
   void (*ready)(void* ctx, size_t end);
+  /* When not NULL, called between two pieces of backward work (see cores.h). */
+  void (*turn)(void);
 } grad_sink_t;
 
 typedef struct layer layer_t;

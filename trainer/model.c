@@ -130,8 +130,10 @@ void model_init_params(model_t* m, train_rng_t* rng) {
 }
 
 const float* model_forward(model_t* m, int batch) {
-  for (int i = 0; i < m->nlayers; i++)
+  for (int i = 0; i < m->nlayers; i++) {
+    if (m->turn && i > 0) m->turn();
     m->layers[i]->ops->forward(m->layers[i], m->acts[i], m->acts[i + 1], batch);
+  }
   return m->acts[m->nlayers];
 }
 
@@ -139,8 +141,15 @@ double model_backward(model_t* m, const uint8_t* labels, int batch, const grad_s
                       int* correct) {
   const int top = m->nlayers;
   double loss = loss_softmax_xent(m->acts[top], labels, batch, m->classes, m->dacts[top], correct);
+  grad_sink_t with_turns;
+  if (sink && m->turn) {
+    with_turns = *sink;
+    with_turns.turn = m->turn;
+    sink = &with_turns;
+  }
   for (int i = top - 1; i >= 0; i--) {
     layer_t* l = m->layers[i];
+    if (m->turn) m->turn();
     l->ops->backward(l, m->acts[i], m->acts[i + 1], m->dacts[i + 1], i ? m->dacts[i] : NULL, batch,
                      sink);
   }

@@ -33,6 +33,7 @@ typedef struct {
   float* acts[MODEL_MAX_LAYERS + 1];  /* acts[0] is the input, acts[i+1] layer i's output */
   float* dacts[MODEL_MAX_LAYERS + 1]; /* their gradients (dacts[0] unused) */
   char desc[256];
+  void (*turn)(void); /* when not NULL, called between layers (see cores.h) */
 } model_t;
 
 /* Builds the model for inputs of in_c x in_h x in_w and `classes` outputs. Returns 0, or -1

@@ -82,6 +82,9 @@ static void usage(FILE* out) {
       "                           parameters; 0: at the end of each epoch (default 0)\n"
       "compute\n"
       "  --blas-threads N         OpenBLAS threads per rank (default %d)\n"
+      "  --share-cores auto|on|off   where ranks outnumber this host's cores, pin each rank\n"
+      "                           to one and take turns on it between layers (default auto:\n"
+      "                           when they do; on: always)\n"
       "checkpoints\n"
       "  --checkpoint PATH        write checkpoints to PATH (default: none)\n"
       "  --checkpoint-every K     every K steps; 0: at the end of each epoch (default 0)\n"
@@ -185,6 +188,7 @@ enum {
   OPT_NO_OVERLAP,
   OPT_CHECK_SYNC,
   OPT_BLAS,
+  OPT_SHARE_CORES,
   OPT_CKPT,
   OPT_CKPT_EVERY,
   OPT_RESUME,
@@ -219,6 +223,7 @@ static const struct option kLong[] = {
     {"no-overlap", 0, 0, OPT_NO_OVERLAP},
     {"check-sync", 1, 0, OPT_CHECK_SYNC},
     {"blas-threads", 1, 0, OPT_BLAS},
+    {"share-cores", 1, 0, OPT_SHARE_CORES},
     {"checkpoint", 1, 0, OPT_CKPT},
     {"checkpoint-every", 1, 0, OPT_CKPT_EVERY},
     {"resume", 0, 0, OPT_RESUME},
@@ -251,6 +256,8 @@ static int parse_choice(const char* flag, const char* s, const char* const* name
     }
   return bad(speak, flag, s, want);
 }
+
+static const char* const kShare[] = {"auto", "on", "off"}; /* share_mode_t order */
 
 /* One flag; `hidden_given` tracks whether --hidden overrode the per-model default. */
 static int apply(options_t* o, int opt, const char* v, int* hidden_given, int speak) {
@@ -312,6 +319,10 @@ static int apply(options_t* o, int opt, const char* v, int* hidden_given, int sp
       return parse_int("--check-sync", v, 0, 1 << 30, &o->check_sync, speak);
     case OPT_BLAS:
       return parse_int("--blas-threads", v, 1, 1024, &o->blas_threads, speak);
+    case OPT_SHARE_CORES:
+      rc = parse_choice("--share-cores", v, kShare, 3, &choice, "auto, on or off", speak);
+      o->share_cores = (share_mode_t)choice;
+      return rc;
     case OPT_CKPT:
       return parse_path("--checkpoint", v, o->checkpoint, speak);
     case OPT_CKPT_EVERY:
@@ -389,8 +400,8 @@ void options_print(const options_t* o, FILE* out) {
   options_config_string(o, config, sizeof(config));
   fprintf(out,
           "# %s epochs=%d lr=%g momentum=%g weight-decay=%g warmup-epochs=%g schedule=%s "
-          "seed=%llu blas-threads=%d\n",
+          "seed=%llu blas-threads=%d share-cores=%s\n",
           config, o->epochs, o->optim.lr, o->optim.momentum, o->optim.weight_decay,
           o->optim.warmup_epochs, o->optim.schedule == SCHEDULE_STEP ? "step" : "cosine",
-          (unsigned long long)o->seed, o->blas_threads);
+          (unsigned long long)o->seed, o->blas_threads, kShare[o->share_cores]);
 }

@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "cores.h"
 #include "model.h"
 #include "optim.h"
 
@@ -23,6 +24,7 @@ typedef struct {
   double bucket_mb, first_bucket_mb;
   int overlap;
   int blas_threads;
+  share_mode_t share_cores;
   int check_sync; /* every N steps; 0: at the end of each epoch only */
   char checkpoint[OPT_PATH_MAX];
   int checkpoint_every; /* steps; 0: at the end of each epoch */

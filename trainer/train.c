@@ -13,7 +13,6 @@
 
 #define INIT_PURPOSE 0x494e4954ull /* "INIT": the weight-init stream */
 #define IMAGE_SIDE 28
-#define TRAIN_SPIN_US "1000" /* BRAID_SPIN_US with a core per rank */
 
 /* Every rank learns whether all ranks are fine; the failing one has said why. */
 static void agree_or_stop(trainer_t* t, int ok, const char* what) {
@@ -35,14 +34,6 @@ static void init_comm(trainer_t* t) {
     train_die(t, "ncclCommInitRank (%d ranks) failed: %s (%s)", t->world, ncclGetErrorString(res),
               ncclGetLastError(NULL));
   }
-}
-
-/* With a core per rank, Braid's threads may poll a peer longer before sleeping: the rank's own
- * compute thread is all they delay, and a sleep + wake-up per bucket costs more (2 ranks on 2
- * cores: 0.58x the 1-rank epoch time instead of 0.61x). Where ranks share cores the library's
- * default stays: there a poller would take turns from other ranks. The user's setting wins. */
-static void choose_polling(trainer_t* t) {
-  if (t->launch->local_ranks <= t->launch->cores) setenv("BRAID_SPIN_US", TRAIN_SPIN_US, 0);
 }
 
 static int limit(int have, int want) {
@@ -81,6 +72,7 @@ static int build(trainer_t* t, char* err, size_t errlen) {
   if (model_build(&t->model, &o->model, 1, IMAGE_SIDE, IMAGE_SIDE, IDX_NUM_CLASSES, t->max_local,
                   err, errlen) != 0)
     return -1;
+  if (t->cores.sharing) t->model.turn = cores_turn;
   const size_t n = t->model.nparams;
   t->velocity = calloc(n, sizeof(float));
   t->labels = calloc((size_t)t->max_local, 1);
@@ -208,7 +200,11 @@ static void print_header(const trainer_t* t) {
       o->overlap ? "overlapped with" : "after", t->launch->local_ranks,
       t->launch->local_ranks > 1 ? "s" : "", t->launch->cores);
   const char* spin = getenv("BRAID_SPIN_US");
-  printf("# BRAID_SPIN_US %s\n", spin ? spin : "unset (the library's default)");
+  if (t->cores.sharing)
+    printf("# cores: ranks take turns between layers (rank 0: %s); ", t->cores.note);
+  else
+    printf("# cores: not shared, no turns; ");
+  printf("BRAID_SPIN_US %s\n", spin ? spin : "unset (the library's default)");
   options_print(o, stdout);
 }
 
@@ -222,7 +218,7 @@ void trainer_setup(trainer_t* t, const options_t* o, launch_t* launch) {
   options_config_string(o, t->config, sizeof(t->config));
   if (o->global_batch < t->world)
     train_die(t, "--batch %d is smaller than the %d ranks", o->global_batch, t->world);
-  choose_polling(t);
+  cores_plan(&t->cores, launch, o->share_cores); /* before Braid starts its threads */
   init_comm(t);
   char err[TRAIN_ERR_MAX] = "";
   int ok = load_data(t, err, sizeof(err)) == 0 && build(t, err, sizeof(err)) == 0;

@@ -32,6 +32,7 @@ typedef struct {
   float* velocity;
   uint8_t* labels;
   buckets_t buckets;
+  cores_t cores;
   optim_config_t optim;
   train_rng_t rng;
   char config[CKPT_CONFIG_LEN];

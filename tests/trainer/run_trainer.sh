@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # braid-train end to end on a small slice of Fashion-MNIST, ranks launched with NCCL_COMM_ID
-# (and once under mpirun): 2 ranks end where 1 rank does (to float tolerance), a resumed run
+# (and once under mpirun): 2 ranks end where 1 rank does (to float tolerance), ranks sharing
+# cores end bitwise where ranks that do not, a resumed run
 # ends bitwise where an uninterrupted one does, --check-sync catches a planted divergence, a
 # killed rank makes the others stop with a clear error, bad data stops every rank, and ranks on
 # two emulated hosts train as ranks on one do (where root may make network namespaces).
@@ -91,6 +92,20 @@ run one 1 "${small[@]}" --epochs 2 --checkpoint "$work/one.ckpt" || fail "1-rank
 run two 2 "${small[@]}" --epochs 2 --checkpoint "$work/two.ckpt" --check-sync 1 || fail "2-rank run"
 grep -q "^epoch  2/2" "$work/one.0" || fail "no epoch line from the 1-rank run"
 "$ckdiff" "$work/one.ckpt" "$work/two.ckpt" 1e-5 || fail "2 ranks did not end where 1 rank did"
+
+# 1b. Ranks that share cores (pinned, taking turns between layers) compute exactly what
+#     ranks that do not compute: turns move work in time, never change it (width 128, so
+#     the first layer's weight gradient is cut into turn-sized pieces).
+echo "== shared cores change nothing"
+run shared 3 "${small[@]}" --hidden 128 --epochs 1 --checkpoint "$work/shared.ckpt" \
+  --share-cores on ||
+  fail "run with --share-cores on"
+run alone 3 "${small[@]}" --hidden 128 --epochs 1 --checkpoint "$work/alone.ckpt" \
+  --share-cores off ||
+  fail "run with --share-cores off"
+grep -q "^# cores: ranks take turns between layers (rank 0: pinned to cpu [0-9]*)" \
+  "$work/shared.0" || { show shared; fail "--share-cores on did not pin rank 0 and take turns"; }
+"$ckdiff" "$work/shared.ckpt" "$work/alone.ckpt" 0 || fail "taking turns changed the result"
 
 # 2. Interrupted (a checkpoint every 5 steps, stopped after 23 as if killed) then resumed ends
 #    bitwise where the uninterrupted run ends.

@@ -263,6 +263,12 @@ static void fake_ready(void* ctx, size_t end) {
   f->calls++;
 }
 
+static int g_turns; /* calls of count_turn: a turn has no context by design */
+
+static void count_turn(void) {
+  g_turns++;
+}
+
 static void check_pieces(layer_t* l) {
   rig_t r = rig_new(l, BATCH);
   const size_t np = l->nbias + l->nweight;
@@ -272,10 +278,13 @@ static void check_pieces(layer_t* l) {
   memcpy(whole, r.grads, np * sizeof(float));
   memset(r.grads, 0, np * sizeof(float));
   fake_buckets_t f = {.every = 13};
-  grad_sink_t sink = {&f, fake_boundary, fake_ready};
+  grad_sink_t sink = {&f, fake_boundary, fake_ready, count_turn};
+  g_turns = 0;
   l->ops->backward(l, r.x, r.y, r.dy, r.dx, BATCH, &sink);
   assert_int_equal(f.last_ready, np);
   assert_true(f.calls > 2); /* the weight really came in pieces */
+  /* one ready for the bias, then one per piece; a turn between every two pieces */
+  assert_int_equal(g_turns, f.calls - 2);
   for (size_t i = 0; i < np; i++) expect_close(whole[i], r.grads[i], "piecewise grad", i);
   free(whole);
   rig_free(&r);
@@ -304,6 +313,38 @@ static void test_backward_order(void** state) {
   model_free(&m);
 }
 
+/* Turns between layers (cores.h) change when a rank computes, never what it computes. */
+static void test_turns_keep_results(void** state) {
+  (void)state;
+  model_t m;
+  char err[256];
+  model_spec_t spec = {.kind = MODEL_MLP, .hidden = {8, 5}, .nhidden = 2};
+  assert_int_equal(model_build(&m, &spec, 1, 3, 3, 4, BATCH, err, sizeof(err)), 0);
+  model_init_params(&m, &g_rng);
+  uint8_t labels[BATCH];
+  for (int b = 0; b < BATCH; b++) labels[b] = (uint8_t)(b % 4);
+  for (size_t i = 0; i < (size_t)BATCH * 9; i++) m.acts[0][i] = (float)train_rng_normal(&g_rng);
+  fake_buckets_t f = {.every = 7};
+  grad_sink_t sink = {&f, fake_boundary, fake_ready, NULL};
+  int correct = 0;
+  model_forward(&m, BATCH);
+  double plain = model_backward(&m, labels, BATCH, &sink, &correct);
+  float* grads = malloc(m.nparams * sizeof(float));
+  memcpy(grads, m.grads, m.nparams * sizeof(float));
+  m.turn = count_turn;
+  g_turns = 0;
+  f.last_ready = 0;
+  model_forward(&m, BATCH);
+  const int forward_turns = g_turns;
+  double turned = model_backward(&m, labels, BATCH, &sink, &correct);
+  assert_int_equal(forward_turns, m.nlayers - 1);
+  assert_true(g_turns > forward_turns + m.nlayers); /* every layer, and between pieces */
+  assert_true(plain == turned);
+  assert_memory_equal(grads, m.grads, m.nparams * sizeof(float));
+  free(grads);
+  model_free(&m);
+}
+
 int main(void) {
   train_rng_seed(&g_rng, 12345, 99);
   const struct CMUnitTest tests[] = {
@@ -312,7 +353,7 @@ int main(void) {
       cmocka_unit_test(test_maxpool),        cmocka_unit_test(test_softmax_xent),
       cmocka_unit_test(test_mlp_model),      cmocka_unit_test(test_cnn_model),
       cmocka_unit_test(test_pieces_dense),   cmocka_unit_test(test_pieces_conv),
-      cmocka_unit_test(test_backward_order),
+      cmocka_unit_test(test_backward_order), cmocka_unit_test(test_turns_keep_results),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
