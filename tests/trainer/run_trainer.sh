@@ -194,7 +194,8 @@ fi
 "$bin" --help >"$work/help" || fail "--help exited non-zero"
 for flag in model hidden channels kernel data limit-train limit-test epochs batch lr momentum \
   weight-decay warmup-epochs schedule step-epochs gamma seed bucket-mb first-bucket-mb \
-  no-overlap check-sync blas-threads checkpoint checkpoint-every resume csv plot progress \
+  no-overlap check-sync blas-threads share-cores checkpoint checkpoint-every resume csv plot \
+  progress \
   stop-after-steps inject-divergence; do
   grep -q -- "--$flag " "$work/help" || fail "--help does not document --$flag"
 done
