@@ -195,8 +195,7 @@ fi
 for flag in model hidden channels kernel data limit-train limit-test epochs batch lr momentum \
   weight-decay warmup-epochs schedule step-epochs gamma seed bucket-mb first-bucket-mb \
   no-overlap check-sync blas-threads share-cores checkpoint checkpoint-every resume csv plot \
-  progress \
-  stop-after-steps inject-divergence; do
+  progress stop-after-steps inject-divergence; do
   grep -q -- "--$flag " "$work/help" || fail "--help does not document --$flag"
 done
 
