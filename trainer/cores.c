@@ -50,13 +50,11 @@ static void pin(cores_t* c, const launch_t* l) {
     snprintf(c->note, sizeof(c->note), "pinning to a cpu failed; not pinned");
     return;
   }
-  c->cpu = cpu;
   snprintf(c->note, sizeof(c->note), "pinned to cpu %d", cpu);
 }
 
 void cores_plan(cores_t* c, const launch_t* l, share_mode_t mode) {
   memset(c, 0, sizeof(*c));
-  c->cpu = -1;
   const int crowded = l->local_ranks > l->cores;
   c->sharing = mode == SHARE_ON || (mode == SHARE_AUTO && crowded);
   /* A poller on a shared core would take turns from other ranks; the user's setting wins. */

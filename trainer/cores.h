@@ -19,7 +19,6 @@ typedef enum { SHARE_AUTO, SHARE_ON, SHARE_OFF } share_mode_t; /* --share-cores 
 
 typedef struct {
   int sharing;    /* pinned and taking turns */
-  int cpu;        /* the cpu this rank pinned itself to, or -1 */
   char note[200]; /* what pinning did, when sharing */
 } cores_t;
 

@@ -95,22 +95,33 @@ static int read_header(gzFile f, const char* path, uint32_t magic, int ndims, ui
   return 0;
 }
 
-int idx_load_images(const char* path, idx_set_t* set, char* err, size_t errlen) {
+/* A whole unsigned-byte IDX file of ndims dimensions: *data (malloc'd) holds the product of
+ * dims bytes. Returns 0, or -1 with a message and nothing allocated. */
+static int load_ubyte(const char* path, uint32_t magic, int ndims, uint32_t* dims, const char* what,
+                      uint8_t** data, char* err, size_t errlen) {
   gzFile f = open_idx(path, err, errlen);
   if (f == NULL) return -1;
-  uint32_t dims[3] = {0, 0, 0};
-  uint8_t* data = NULL;
-  int rc = read_header(f, path, IDX_MAGIC_UBYTE_3D, 3, dims, err, errlen);
-  size_t bytes = (size_t)dims[0] * dims[1] * dims[2];
-  if (rc == 0 && (data = malloc(bytes)) == NULL)
+  *data = NULL;
+  int rc = read_header(f, path, magic, ndims, dims, err, errlen);
+  size_t bytes = 1;
+  for (int i = 0; rc == 0 && i < ndims; i++) bytes *= dims[i];
+  if (rc == 0 && (*data = malloc(bytes)) == NULL)
     rc = train_errorf(err, errlen, "%s: cannot allocate %zu bytes", path, bytes);
-  if (rc == 0) rc = read_exact(f, path, data, bytes, "the pixel data", err, errlen);
+  if (rc == 0) rc = read_exact(f, path, *data, bytes, what, err, errlen);
   if (rc == 0) rc = expect_end(f, path, err, errlen);
   gzclose(f);
   if (rc != 0) {
-    free(data);
-    return -1;
+    free(*data);
+    *data = NULL;
   }
+  return rc;
+}
+
+int idx_load_images(const char* path, idx_set_t* set, char* err, size_t errlen) {
+  uint32_t dims[3] = {0, 0, 0};
+  uint8_t* data;
+  if (load_ubyte(path, IDX_MAGIC_UBYTE_3D, 3, dims, "the pixel data", &data, err, errlen) != 0)
+    return -1;
   free(set->images);
   set->images = data;
   set->count = (int)dims[0];
@@ -120,31 +131,24 @@ int idx_load_images(const char* path, idx_set_t* set, char* err, size_t errlen) 
 }
 
 int idx_load_labels(const char* path, idx_set_t* set, char* err, size_t errlen) {
-  gzFile f = open_idx(path, err, errlen);
-  if (f == NULL) return -1;
   uint32_t count = 0;
-  uint8_t* data = NULL;
-  int rc = read_header(f, path, IDX_MAGIC_UBYTE_1D, 1, &count, err, errlen);
-  if (rc == 0 && (data = malloc(count)) == NULL)
-    rc = train_errorf(err, errlen, "%s: cannot allocate %u bytes", path, count);
-  if (rc == 0) rc = read_exact(f, path, data, count, "the label data", err, errlen);
-  if (rc == 0) rc = expect_end(f, path, err, errlen);
-  for (uint32_t i = 0; rc == 0 && i < count; i++)
-    if (data[i] >= IDX_NUM_CLASSES)
-      rc = train_errorf(err, errlen, "%s: corrupt file: label %u of item %u is not a class 0..%d",
-                        path, data[i], i, IDX_NUM_CLASSES - 1);
-  gzclose(f);
-  if (rc != 0) {
-    free(data);
+  uint8_t* data;
+  if (load_ubyte(path, IDX_MAGIC_UBYTE_1D, 1, &count, "the label data", &data, err, errlen) != 0)
     return -1;
-  }
+  for (uint32_t i = 0; i < count; i++)
+    if (data[i] >= IDX_NUM_CLASSES) {
+      train_errorf(err, errlen, "%s: corrupt file: label %u of item %u is not a class 0..%d", path,
+                   data[i], i, IDX_NUM_CLASSES - 1);
+      free(data);
+      return -1;
+    }
   free(set->labels);
   set->labels = data;
   set->count = (int)count;
   return 0;
 }
 
-/* DIR/NAME.gz, or DIR/NAME when only the uncompressed copy exists. */
+/* DIR/NAME when an uncompressed copy exists, else DIR/NAME.gz. */
 static void pick_path(const char* dir, const char* name, char* out, size_t outlen) {
   struct stat st;
   snprintf(out, outlen, "%s/%s", dir, name);
