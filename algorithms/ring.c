@@ -38,11 +38,22 @@ fail:
   return res;
 }
 
+/* The phases below are runs of all-reduce hops (ring_allreduce_hop), so the
+ * pipelined Hier and the plain rings emit the very same steps. */
+ncclResult_t ring_allreduce_hop(struct schedule* s, const struct ring* g, int last, int hop,
+                                size_t from) {
+  int n = g->n;
+  if (hop == 0) return ring_step(s, g, PRIM_SEND, SCHED_PRE, last - 1, from);
+  if (hop < n - 1) return ring_step(s, g, PRIM_RECV_REDUCE_SEND, SCHED_PRE, last - 1 - hop, from);
+  if (hop == n - 1)
+    return ring_step(s, g, PRIM_RECV_REDUCE_COPY_SEND, SCHED_PRE | SCHED_POST, last, from);
+  if (hop < 2 * n - 2) return ring_step(s, g, PRIM_RECV_COPY_SEND, 0, last - (hop - n + 1), from);
+  return ring_step(s, g, PRIM_RECV, 0, last - (n - 1), from);
+}
+
 ncclResult_t ring_reduce_partial(struct schedule* s, const struct ring* g, int last, size_t from) {
   ncclResult_t res = ncclSuccess;
-  CHECK(ring_step(s, g, PRIM_SEND, SCHED_PRE, last - 1, from));
-  for (int st = 1; st < g->n - 1; st++)
-    CHECK(ring_step(s, g, PRIM_RECV_REDUCE_SEND, SCHED_PRE, last - 1 - st, from));
+  for (int hop = 0; hop < g->n - 1; hop++) CHECK(ring_allreduce_hop(s, g, last, hop, from));
 fail:
   return res;
 }
@@ -58,22 +69,10 @@ fail:
 
 ncclResult_t ring_gather_phase(struct schedule* s, const struct ring* g, int first, size_t from) {
   ncclResult_t res = ncclSuccess;
-  for (int t = 1; t < g->n - 1; t++)
-    CHECK(ring_step(s, g, PRIM_RECV_COPY_SEND, 0, first - t, from));
-  CHECK(ring_step(s, g, PRIM_RECV, 0, first - (g->n - 1), from));
+  for (int hop = g->n; hop <= 2 * g->n - 2; hop++)
+    CHECK(ring_allreduce_hop(s, g, first, hop, from));
 fail:
   return res;
-}
-
-ncclResult_t ring_allreduce_hop(struct schedule* s, const struct ring* g, int last, int hop,
-                                size_t from) {
-  int n = g->n;
-  if (hop == 0) return ring_step(s, g, PRIM_SEND, SCHED_PRE, last - 1, from);
-  if (hop < n - 1) return ring_step(s, g, PRIM_RECV_REDUCE_SEND, SCHED_PRE, last - 1 - hop, from);
-  if (hop == n - 1)
-    return ring_step(s, g, PRIM_RECV_REDUCE_COPY_SEND, SCHED_PRE | SCHED_POST, last, from);
-  if (hop < 2 * n - 2) return ring_step(s, g, PRIM_RECV_COPY_SEND, 0, last - (hop - n + 1), from);
-  return ring_step(s, g, PRIM_RECV, 0, last - (n - 1), from);
 }
 
 ncclResult_t ring_send_own(struct schedule* s, const struct ring* g, size_t from) {
