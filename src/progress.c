@@ -64,7 +64,8 @@ void progress_pass_begin(struct progress* p, struct transport_waits* w) {
 static ncclResult_t futex_sleep(struct progress* const* engines, struct transport_waits* const* w,
                                 int n, int timeout_ms) {
   struct futex_waitv v[FUTEX_WAITV_MAX];
-  int m = 0;
+  _Atomic uint32_t* counted[FUTEX_WAITV_MAX]; /* sleeper counts raised, to lower again */
+  int m = 0, nc = 0;
   for (int i = 0; i < n && m < FUTEX_WAITV_MAX; i++)
     v[m++] = (struct futex_waitv){.val = engines[i]->wake_seen,
                                   .uaddr = (uintptr_t)&engines[i]->wake_word,
@@ -72,6 +73,7 @@ static ncclResult_t futex_sleep(struct progress* const* engines, struct transpor
   for (int i = 0; i < n; i++)
     for (int j = 0; j < w[i]->nfutex && m < FUTEX_WAITV_MAX; j++) {
       atomic_fetch_add(w[i]->futex[j].sleepers, 1);
+      counted[nc++] = w[i]->futex[j].sleepers;
       v[m++] = (struct futex_waitv){
           .val = w[i]->futex[j].seen, .uaddr = (uintptr_t)w[i]->futex[j].word, .flags = FUTEX_32};
     }
@@ -82,8 +84,7 @@ static ncclResult_t futex_sleep(struct progress* const* engines, struct transpor
   if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
   long rc = syscall(SYS_futex_waitv, v, (unsigned)m, 0, &ts, CLOCK_MONOTONIC);
   int err = errno;
-  for (int i = 0; i < n; i++)
-    for (int j = 0; j < w[i]->nfutex; j++) atomic_fetch_sub(w[i]->futex[j].sleepers, 1);
+  for (int i = 0; i < nc; i++) atomic_fetch_sub(counted[i], 1);
   if (rc < 0 && err == ENOSYS) { /* kernel before 5.16: nap briefly and poll */
     struct timespec nap = {0, 200000};
     nanosleep(&nap, NULL);
