@@ -58,9 +58,7 @@ static int step_needs_slot(const struct exec_state* ex, const struct sched_step*
   }
 }
 
-/* The schedule a planned call runs. */
-static void exec_key(const struct ncclComm* comm, const struct exec_args* args,
-                     struct sched_key* key) {
+void exec_key(const struct ncclComm* comm, const struct exec_args* args, struct sched_key* key) {
   memset(key, 0, sizeof(*key));
   key->topo = comm->layout.nranks > 0 ? &comm->layout : NULL;
   key->coll = args->coll;

@@ -60,6 +60,8 @@ struct ncclComm;
 ncclResult_t exec_init(struct exec_state* ex, int window, size_t slot_bytes);
 void exec_free(struct exec_state* ex);
 
+/* The schedule key of a call whose algorithm and chunk are chosen. */
+void exec_key(const struct ncclComm* comm, const struct exec_args* args, struct sched_key* key);
 /* Let the tuner choose the algorithm and chunk of a call; fills `key` with
  * the schedule it will run. */
 void exec_plan(struct ncclComm* comm, struct exec_args* args, struct sched_key* key);

@@ -71,12 +71,19 @@ static int log2_ceil(int n) {
   return r;
 }
 
-/* Rounds of recursive doubling over n: log2 of the power of two below,
- * plus the fold-in and hand-back when n is not one. */
+/* Rounds of recursive doubling's power-of-two core over n ranks: log2 of
+ * the power of two below n. */
+static int rd_core_rounds(int n) {
+  int r = 0;
+  while ((2 << r) <= n) r++;
+  return r;
+}
+
+/* All its rounds: the core's plus the fold-in and hand-back when n is not
+ * a power of two. */
 static int rd_rounds(int n) {
-  int r = 0, p2 = 1;
-  while (p2 * 2 <= n) p2 *= 2, r++;
-  return r + (p2 != n ? 2 : 0);
+  int core = rd_core_rounds(n);
+  return core + ((1 << core) != n ? 2 : 0);
 }
 
 static double ring_cost(const struct tuner_model* m, int coll, double kb) {
@@ -105,9 +112,7 @@ static double rd_cost(const struct tuner_model* m, double kb, double slot_kb) {
   int r = rd_rounds(m->nranks);
   if (!rd_uses_halving((size_t)(kb * 1024.0), 1, m->nranks))
     return link_time(l, ALGO_RD, r * slices, r * kb);
-  int p2 = 1, core = 0;
-  while (p2 * 2 <= m->nranks) p2 *= 2, core++;
-  int fold = r - core; /* 0 or 2 */
+  int core = rd_core_rounds(m->nranks), p2 = 1 << core, fold = r - core; /* fold: 0 or 2 */
   double moved = 2.0 * (p2 - 1) / p2 * kb + fold * kb;
   return link_time(l, ALGO_RD, (2 * core + fold) * slices, moved);
 }

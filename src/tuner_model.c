@@ -72,17 +72,17 @@ static int intra_uses_shm(const struct ncclComm* comm) {
   return 1;
 }
 
-/* Whether a large Hier all-reduce on this comm pipelines its rounds. */
+/* Whether a large Hier all-reduce on this comm pipelines its rounds: asked
+ * of the very key the executor would build for one. */
 static int hier_pipelines(const struct ncclComm* comm) {
-  struct sched_key k = {.topo = &comm->layout,
-                        .coll = COLL_ALLREDUCE,
+  struct exec_args a = {.coll = COLL_ALLREDUCE,
                         .algo = ALGO_HIER,
-                        .nranks = comm->nranks,
                         .count = (size_t)64 << 20,
-                        .elem_size = 4,
-                        .chunk_bytes = comm->exec.slot_bytes,
-                        .slices_per_step = MAX(1, comm->exec.window / 2)};
-  return comm->layout.nranks > 0 && hier_allreduce_pipelines(&k);
+                        .type = ncclFloat,
+                        .chunk_bytes = comm->exec.slot_bytes};
+  struct sched_key k;
+  exec_key(comm, &a, &k);
+  return k.topo != NULL && hier_allreduce_pipelines(&k);
 }
 
 ncclResult_t tuner_model_init(struct ncclComm* comm) {
