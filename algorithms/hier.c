@@ -211,18 +211,6 @@ static size_t hier_round_len(const struct hier* h) {
   return h->span * (size_t)h->t->min_ppn;
 }
 
-/* Every round start to finish, one after the other: the link idles while
- * a round is inside the node. */
-static ncclResult_t hier_sequential(struct schedule* s, const struct hier* h) {
-  ncclResult_t res = ncclSuccess;
-  size_t round = hier_round_len(h), count = h->k->count;
-  for (size_t base = 0; base < count; base += round)
-    for (int i = 0; i < hier_nstages(h); i++)
-      CHECK(hier_round_stage(s, h, base, MIN(round, count - base), i));
-fail:
-  return res;
-}
-
 /* Pieces of the segment of `local` on `node` in a round of `len`. */
 static size_t hier_pieces(const struct hier* h, int node, int local, size_t len) {
   int k = sched_topo_node_size(h->t, node);
@@ -250,24 +238,26 @@ static size_t hier_iteration_bound(const struct hier* h) {
   return most;
 }
 
-/* Software pipeline: iteration t runs stage i of round t - i, newest round
- * first. While a rank waits for an older round's inter-node data, newer
- * rounds' sends are already queued on the link, so it stays busy through
- * the shared-memory stages. Every rank emits the same order, so each
- * connection sees its sends and receives in one sequence at both ends. A
- * send is matched about one iteration later at its receiver: with
+/* Rounds in iterations: iteration t runs stage i of round t - skew*i. With
+ * skew 0 every round goes start to finish, one after the other, and the
+ * link idles while a round is inside the node. With skew 1 it is a
+ * software pipeline, newest round first. While a rank waits for an older round's inter-node data,
+ * newer rounds' sends are already queued on the link, so it stays busy through the shared-memory
+ * stages. Every rank emits the same order, so each connection sees its sends and receives in one
+ * sequence at both ends. A send is matched about one iteration later at its receiver: with
  * iterations no longer than the executor window (hier_iteration_bound),
  * the receive is posted in time even on transports that complete a send
  * only once its receive is posted (the fake-transport test runs such
  * windows). */
-static ncclResult_t hier_pipelined(struct schedule* s, const struct hier* h) {
+static ncclResult_t hier_rounds(struct schedule* s, const struct hier* h, size_t skew) {
   ncclResult_t res = ncclSuccess;
   size_t round = hier_round_len(h), count = h->k->count, nrounds = DIV_UP(count, round);
   int nstages = hier_nstages(h);
-  for (size_t t = 0; t < nrounds + (size_t)nstages - 1; t++)
+  for (size_t t = 0; t < nrounds + skew * (size_t)(nstages - 1); t++)
     for (int i = 0; i < nstages; i++) {
-      if (t < (size_t)i || t - (size_t)i >= nrounds) continue;
-      size_t base = (t - (size_t)i) * round;
+      size_t lag = skew * (size_t)i;
+      if (t < lag || t - lag >= nrounds) continue;
+      size_t base = (t - lag) * round;
       CHECK(hier_round_stage(s, h, base, MIN(round, count - base), i));
     }
 fail:
@@ -298,9 +288,9 @@ ncclResult_t hier_schedule_allreduce(struct schedule* s, const struct sched_key*
   if (hier_uses_leaders(k)) return hier_leaders(s, &h);
   /* Pipelined with the widest rounds whose iterations fit the window. */
   size_t span = hier_pipeline_span(&h);
-  if (span == 0) return hier_sequential(s, &h);
+  if (span == 0) return hier_rounds(s, &h, 0);
   h.span = span;
-  return hier_pipelined(s, &h);
+  return hier_rounds(s, &h, 1);
 }
 
 /* All-gather blocks: block j of a ring is rank members[j]'s. */
