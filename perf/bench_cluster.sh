@@ -165,10 +165,6 @@ start() {
   for b in $(printf '%s\n' "${need_bin[@]}" | sort -u); do
     [ -x "$BIN/$b" ] || cannot "$BIN/$b is missing (make all builds it; mpi_* needs mpicc)"
   done
-  declare -gA OOP_ONLY=()
-  for b in all_reduce_perf mpi_allreduce_perf; do
-    [ -x "$BIN/$b" ] && timeout 30 "$BIN/$b" --help 2>/dev/null | grep -q -- --inplace && OOP_ONLY[$b]=1
-  done
   "$CLUSTER" check || cannot "cannot run an emulated cluster here"
   if [ -n "$("$CLUSTER" hosts)" ]; then
     cannot "cluster '$PREFIX' is already up ($("$CLUSTER" hosts | tr '\n' ' ')); another benchmark" \
@@ -220,15 +216,7 @@ run_child() {
 label_of() { [ "$1" = off ] && echo unshaped || echo "$1"; }
 
 # reap: after a failed or timed-out run, end what it left in the cluster's hosts (all started here).
-reap() {
-  local h pids
-  for h in $("$CLUSTER" hosts); do
-    pids=$(ip netns pids "$PREFIX-$h" 2>/dev/null)
-    # shellcheck disable=SC2086 # one pid per word
-    [ -n "$pids" ] && kill -9 $pids 2>/dev/null
-  done
-  return 0
-}
+reap() { "$CLUSTER" kill; }
 
 # ---------------------------------------------------------------- (a) iperf3
 # measure_links CONFIG: every link h(i+1) -> h(i), one pair at a time; sets LINE_MBPS to the minimum.
@@ -285,10 +273,10 @@ cmd_for() {
     *) CMD+=(-x "NCCL_ALGO=$sys") ;;
   esac
   CMD+=("$BIN/$tool" -d float -o sum -c "$CHECK")
-  # Out-of-place only where the tool can: halves the time, and Open MPI 4.1.4's han crashes on
+  # Out-of-place only (both tools take --inplace): halves the time, and Open MPI 4.1.4's han crashes on
   # MPI_IN_PLACE above its 64 KiB segment (it offsets the MPI_IN_PLACE pointer; fixed upstream
   # by open-mpi/ompi#11488, after 4.1.4).
-  if [ "$INPLACE" = 0 ] && [ -n "${OOP_ONLY[$tool]:-}" ]; then CMD+=(--inplace 0); fi
+  if [ "$INPLACE" = 0 ]; then CMD+=(--inplace 0); fi
   return 0
 }
 

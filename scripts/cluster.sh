@@ -7,6 +7,7 @@
 #   scripts/cluster.sh down            removes every namespace, link and qdisc it made
 #   scripts/cluster.sh shape RATE|off  reshapes (or unshapes) the links of the running cluster
 #   scripts/cluster.sh link HOST up|down   takes one host's link down or back up (fault tests)
+#   scripts/cluster.sh kill            ends every process running inside the hosts
 #   scripts/cluster.sh exec HOST CMD...    runs CMD inside HOST (its netns and its hostname)
 #   scripts/cluster.sh agent HOST CMD...   the same, as mpirun's rsh agent calls it:
 #                                      mpirun --mca plm_rsh_agent "scripts/cluster.sh agent" ...
@@ -97,10 +98,19 @@ up() {
   echo "cluster: $n hosts up ($(hosts | tr '\n' ' ')), links ${rate/off/unshaped}, bridge $BRIDGE_ADDR"
 }
 
-down() {
+# Ends every process inside the cluster's hosts (what a failed or timed-out run left).
+kill_all() {
   local h
   for h in $(hosts); do
     ip netns pids "$(ns_of "$h")" 2>/dev/null | xargs -r kill -9 2>/dev/null || true
+  done
+  return 0
+}
+
+down() {
+  local h
+  kill_all
+  for h in $(hosts); do
     ip link del "$(veth_of "$h")" 2>/dev/null || true
     ip netns del "$(ns_of "$h")" 2>/dev/null || true
   done
@@ -165,6 +175,7 @@ case "$cmd" in
     for h in $(hosts); do shape_link "$h" "$1"; done
     ;;
   link) link "$@" ;;
+  kill) kill_all ;;
   exec | agent) run_in "$@" ;;
   hosts) hosts ;;
   mpirun-args) mpirun_args ;;

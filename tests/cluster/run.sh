@@ -113,13 +113,7 @@ dump_stacks() {
 }
 
 # Kill what a run left in the cluster's hosts (every process there was started by this script).
-kill_leftovers() {
-  local h
-  for h in $("$cluster" hosts); do
-    ip netns pids "$BRAID_CLUSTER-$h" 2>/dev/null | xargs -r kill -9 2>/dev/null
-  done
-  return 0
-}
+kill_leftovers() { "$cluster" kill; }
 
 # stop_pid PID GRACE_S: TERM, then KILL after the grace period.
 stop_pid() {
