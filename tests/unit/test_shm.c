@@ -20,7 +20,6 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
-#include <sys/random.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
@@ -66,19 +65,13 @@ static void child_fail(int line, const char* what) {
     if (!(cond)) child_fail(__LINE__, #cond); \
   } while (0)
 
-static uint64_t now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 static void flag_set(int i, int v) {
   atomic_store(&sh->flag[i], v);
 }
 
 static void flag_wait(int i, int v) {
   while (atomic_load(&sh->flag[i]) < v) {
-    CHILD_CHECK(now_ns() < child_deadline);
+    CHILD_CHECK(braid_now_ns() < child_deadline);
     usleep(200);
   }
 }
@@ -91,7 +84,7 @@ static void child_params(const char* nslots, const char* slot_bytes, const char*
 }
 
 static void child_ctx(int rank, struct transport_ctx* ctx) {
-  child_deadline = now_ns() + DEADLINE_MS * 1000000ull;
+  child_deadline = braid_now_ns() + DEADLINE_MS * 1000000ull;
   while (!atomic_load(&sh->table_ready)) usleep(100);
   memset(ctx, 0, sizeof(*ctx));
   ctx->rank = rank;
@@ -114,7 +107,7 @@ static ncclResult_t child_step(struct transport_conn* c, int* progressed) {
   *progressed = 0;
   w->nfutex = w->nfd = 0;
   ncclResult_t r = c->ops->progress(c, progressed);
-  CHILD_CHECK(now_ns() < child_deadline);
+  CHILD_CHECK(braid_now_ns() < child_deadline);
   if (r != ncclSuccess || *progressed) return r;
   if (w->nfutex > 0) {
     struct timespec ts = {child_sleep_ns / 1000000000, child_sleep_ns % 1000000000};
@@ -186,12 +179,6 @@ static ncclResult_t child_connect(struct transport_ctx* ctx, int rank, struct tr
 typedef void (*child_fn)(int rank);
 typedef void (*parent_fn)(pid_t pid[2]);
 
-static uint64_t random_tag(void) {
-  uint64_t v = 0;
-  if (getrandom(&v, sizeof(v), 0) != sizeof(v)) v = now_ns();
-  return v;
-}
-
 /* Wait for a child until the deadline; -1 (after killing it) if it hangs. */
 static int child_wait(pid_t pid, uint64_t deadline) {
   int status;
@@ -199,7 +186,7 @@ static int child_wait(pid_t pid, uint64_t deadline) {
     pid_t r = waitpid(pid, &status, WNOHANG);
     if (r == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     if (r < 0) return -2;
-    if (now_ns() >= deadline) {
+    if (braid_now_ns() >= deadline) {
       kill(pid, SIGKILL);
       waitpid(pid, &status, 0);
       return -1;
@@ -252,11 +239,11 @@ static void pair_run(child_fn sender, child_fn receiver, parent_fn parent, int v
     sh->peers[r].pid = pid[r];
     sh->peers[r].host_hash = 1;
     sh->peers[r].shm_domain = 1;
-    sh->peers[r].shm_tag = random_tag();
+    sh->peers[r].shm_tag = bootstrap_random64();
   }
   atomic_store(&sh->table_ready, 1);
   if (parent) parent(pid);
-  uint64_t deadline = now_ns() + (DEADLINE_MS + 10000) * 1000000ull;
+  uint64_t deadline = braid_now_ns() + (DEADLINE_MS + 10000) * 1000000ull;
   int rc[2] = {0, 0};
   int first = victim == SENDER ? RECEIVER : SENDER;
   rc[first] = child_wait(pid[first], deadline);
@@ -566,8 +553,8 @@ static int kill_victim(void) {
 static void kill_parent(pid_t pid[2]) {
   int victim = kill_victim();
   int flag = g_mode == KILL_BEFORE_ATTACH ? 0 : 1;
-  uint64_t deadline = now_ns() + DEADLINE_MS * 1000000ull;
-  while (atomic_load(&sh->flag[flag]) < 1 && now_ns() < deadline) usleep(200);
+  uint64_t deadline = braid_now_ns() + DEADLINE_MS * 1000000ull;
+  while (atomic_load(&sh->flag[flag]) < 1 && braid_now_ns() < deadline) usleep(200);
   usleep(20000); /* let the survivor settle into its wait */
   kill(pid[victim], SIGKILL);
   /* The receiver-waits case leaves a zombie until the end: the survivor
