@@ -33,7 +33,9 @@ typedef struct {
   int errors, bw_count;
   double bw_sum;
   pthread_t tid;
-  int proc_comm; /* this rank's comm also carries the timings between processes */
+  int proc_comm;          /* timings travel between processes over a comm of this rank's */
+  ncclComm_t timing_comm; /* that comm: split off the measured one, so the barriers and sums
+                           * never replace the schedule the measured calls reuse */
 } perf_rank_t;
 
 static const perf_op_t kNoOp = {"none", NULL, PERF_OP_SUM};
@@ -261,11 +263,15 @@ static void alloc_buffers(perf_rank_t* r) {
 static void* rank_main(void* arg) {
   perf_rank_t* r = arg;
   if (!r->coll->mpi_native) init_comm(r);
-  if (r->proc_comm) perf_team_use_comm(r->comm);
+  if (r->proc_comm) {
+    PERF_NCCL(r, ncclCommSplit(r->comm, 0, r->rank, &r->timing_comm, NULL));
+    perf_team_use_comm(r->timing_comm);
+  }
   alloc_buffers(r);
   run_all(r);
   free(r->send);
   free(r->recv);
+  if (r->proc_comm) PERF_NCCL(r, ncclCommDestroy(r->timing_comm));
   if (!r->coll->mpi_native) PERF_NCCL(r, ncclCommDestroy(r->comm));
   return NULL;
 }
