@@ -106,8 +106,16 @@ TRAIN_CC    := $(if $(HAVE_MPI),$(MPICC) -DTRAIN_HAVE_MPI=1,$(CC))
 TRAIN_TESTS := $(patsubst tests/trainer/%.c,$(TSTDIR)/%,$(wildcard tests/trainer/test_trainer_*.c)) \
                $(TSTDIR)/trainer_ckpt_diff
 
+# OpenBLAS and zlib come with `make deps` (which make test and make run call first); a plain
+# `make` without them still builds the library and the perf tools.
+HAVE_TRAIN_DEPS := $(shell printf '\043include <cblas.h>\n\043include <zlib.h>\n' | \
+                     $(CC) -E -x c - >/dev/null 2>&1 && echo 1)
+ifeq ($(HAVE_TRAIN_DEPS),1)
 tools: $(TRAIN_BIN)
 tests: $(TRAIN_TESTS)
+else
+$(info braid-train skipped: no OpenBLAS/zlib headers (make deps installs them))
+endif
 
 $(TRAIN_BIN): trainer/main.c $(TRAIN_SRCS) $(TRAIN_HDRS) $(STLIB)
 	@mkdir -p $(dir $@)
