@@ -27,59 +27,33 @@ done
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
 
-# mpirun in a container: loopback only for the runtime's own wiring, root allowed when root.
-LAUNCH=(mpirun -np "$NP" --bind-to none --mca oob_tcp_if_include lo)
-if [ "$(id -u)" = 0 ]; then
-  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-  LAUNCH+=(--allow-run-as-root)
-fi
-CORES=$(nproc 2>/dev/null || echo 1)
-if [ "$CORES" -lt "$NP" ]; then
-  LAUNCH+=(--oversubscribe --mca mpi_yield_when_idle 1)
-fi
+# shellcheck source=perf/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+bench_launch "$NP"
 # MPI's own traffic over TCP loopback through ob1: no UCX, no vader/sm shared memory. Braid's run
 # uses MPI only to broadcast the unique id and to aggregate timings; its data takes Braid's transport.
-MPI_NET=(--mca pml ob1 --mca btl "self,tcp" --mca btl_tcp_if_include lo --mca coll "^sm")
-
-run() { # run NAME BINARY ARGS...: prints the output and keeps it in $OUT/NAME
-  local name=$1
-  shift
-  echo "### ${LAUNCH[*]} ${MPI_NET[*]} $*"
-  timeout "$TMO" "${LAUNCH[@]}" "${MPI_NET[@]}" "$@" >"$OUT/$name" 2>&1
-  local rc=$?
-  cat "$OUT/$name"
-  [ "$rc" = 0 ] || echo "### exit status $rc$([ "$rc" = 124 ] && echo " (timed out after ${TMO}s)")"
-  echo
-}
+MPI_ARGS=(--mca pml ob1 --mca btl "self,tcp" --mca btl_tcp_if_include lo --mca coll "^sm")
 
 BW=(-b 64M -e 64M -d float -o sum)
 LAT=(-b 8 -e 1M -f 2 -d float -o sum)
 for rep in $(seq 1 "$REPS"); do
-  run "braid_bw.$rep" "$BIN/all_reduce_perf" "${BW[@]}"
-  run "mpi_bw.$rep" "$BIN/mpi_allreduce_perf" "${BW[@]}"
-  run "braid_lat.$rep" "$BIN/all_reduce_perf" "${LAT[@]}"
-  run "mpi_lat.$rep" "$BIN/mpi_allreduce_perf" "${LAT[@]}"
+  bench_run "braid_bw.$rep" "$BIN/all_reduce_perf" "${BW[@]}"
+  bench_run "mpi_bw.$rep" "$BIN/mpi_allreduce_perf" "${BW[@]}"
+  bench_run "braid_lat.$rep" "$BIN/all_reduce_perf" "${LAT[@]}"
+  bench_run "mpi_lat.$rep" "$BIN/mpi_allreduce_perf" "${LAT[@]}"
 done
 
-# Table rows: size count type redop root time algbw busbw #wrong (out-of-place) time ... (in-place)
-# rows NAME: "size time busbw" per size, the median time and busbw over the rounds.
-rows() {
-  cat "$OUT/$1".* 2>/dev/null | awk '!/^#/ && NF >= 13 { print $1, $6, $8 }' | sort -k1,1n -k2,2g |
-    awk '{ n[$1]++; t[$1, n[$1]] = $2; b[$1, n[$1]] = $3 }
-         END { for (s in n) { m = int((n[s] + 1) / 2); print s, t[s, m], b[s, m] } }' |
-    sort -k1,1n
-}
 
 echo "# Braid vs Open MPI MPI_Allreduce: $NP ranks, float sum, out-of-place time per op, median of $REPS"
 echo "# ratio = braid / MPI time (below 1: Braid is faster)"
 printf "# %10s  %12s  %12s  %8s\n" "size(B)" "braid(us)" "mpi(us)" "ratio"
-join -a1 -a2 -e - -o 0,1.2,2.2 <(rows braid_lat | sort -k1,1) <(rows mpi_lat | sort -k1,1) |
+join -a1 -a2 -e - -o 0,1.2,2.2 <(bench_rows braid_lat | sort -k1,1) <(bench_rows mpi_lat | sort -k1,1) |
   sort -n -k1,1 |
   awk '{ r = ($2 != "-" && $3 != "-" && $3 > 0) ? sprintf("%8.2f", $2 / $3) : "     n/a";
          printf "  %10s  %12s  %12s  %s\n", $1, $2, $3, r }'
 
-bb=$(rows braid_bw | awk 'NR == 1 { print $3 }')
-mb=$(rows mpi_bw | awk 'NR == 1 { print $3 }')
+bb=$(bench_rows braid_bw | awk 'NR == 1 { print $3 }')
+mb=$(bench_rows mpi_bw | awk 'NR == 1 { print $3 }')
 echo "#"
 echo "# 64 MiB busbw (GB/s, out-of-place, median of $REPS): braid ${bb:-n/a}  MPI ${mb:-n/a}  braid/MPI" \
   "$(awk -v a="${bb:-}" -v b="${mb:-}" 'BEGIN { if (a != "" && b + 0 > 0) printf "%.2f", a / b; else print "n/a" }')"

@@ -5,7 +5,7 @@
 # latency at 1 KiB and bus bandwidth at 4 and 64 MiB side by side. Always exits 0.
 #
 # Usage: perf/compare_shm.sh BUILD_DIR   (env: NP=2 ranks, REPS=5 rounds, BENCH_TIMEOUT=600 s per
-# run). Rounds alternate Braid and MPI; the summary takes per-size medians over rounds.
+# run). Rounds alternate Braid and MPI; the summary takes, per size, the median round's figures.
 set -u
 
 BUILD=${1:-build}
@@ -24,47 +24,22 @@ done
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
 
-LAUNCH=(mpirun -np "$NP" --bind-to none --mca oob_tcp_if_include lo)
-if [ "$(id -u)" = 0 ]; then
-  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-  LAUNCH+=(--allow-run-as-root)
-fi
-[ "$(nproc 2>/dev/null || echo 1)" -lt "$NP" ] && LAUNCH+=(--oversubscribe --mca mpi_yield_when_idle 1)
-MPI_SHM=(--mca pml ob1 --mca btl "self,vader")
-
-run() { # run NAME BINARY ARGS...
-  local name=$1
-  shift
-  echo "### ${LAUNCH[*]} ${MPI_SHM[*]} $*"
-  timeout "$TMO" "${LAUNCH[@]}" "${MPI_SHM[@]}" "$@" >"$OUT/$name" 2>&1
-  local rc=$?
-  cat "$OUT/$name"
-  [ "$rc" = 0 ] || echo "### exit status $rc"
-  echo
-}
+# shellcheck source=perf/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+bench_launch "$NP"
+MPI_ARGS=(--mca pml ob1 --mca btl "self,vader")
 
 SWEEP=(-b 1K -e 64M -f 4 -d float -o sum)
 for rep in $(seq 1 "$REPS"); do
-  run "braid.$rep" -x NCCL_TOPO_DUMP_FILE="$OUT/topo.$rep.json" "$BIN/all_reduce_perf" "${SWEEP[@]}"
-  run "mpi.$rep" "$BIN/mpi_allreduce_perf" "${SWEEP[@]}"
+  bench_run "braid.$rep" -x NCCL_TOPO_DUMP_FILE="$OUT/topo.$rep.json" "$BIN/all_reduce_perf" "${SWEEP[@]}"
+  bench_run "mpi.$rep" "$BIN/mpi_allreduce_perf" "${SWEEP[@]}"
 done
 
-# per size: median out-of-place time (us) and busbw (GB/s) over the rounds
-rows() {
-  cat "$OUT/$1".* 2>/dev/null | awk '!/^#/ && NF >= 13 { print $1, $6, $8 }' |
-    awk '{ t[$1] = t[$1] " " $2; b[$1] = b[$1] " " $3 }
-         END { for (s in t) print s, t[s], "|", b[s] }' |
-    while read -r size rest; do
-      tm=$(echo "${rest%%|*}" | tr ' ' '\n' | grep . | sort -g | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }')
-      bw=$(echo "${rest##*|}" | tr ' ' '\n' | grep . | sort -g | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }')
-      echo "$size $tm $bw"
-    done | sort -n
-}
-pick() { awk -v s="$2" -v c="$3" '$1 == s { print $c }' <(rows "$1"); }
+pick() { awk -v s="$2" -v c="$3" '$1 == s { print $c }' <(bench_rows "$1"); }
 
 echo "# Braid (shm) vs Open MPI (btl self,vader): $NP ranks on one node, float sum, out-of-place, median of $REPS"
 printf "# %10s  %10s  %10s  %10s  %10s\n" "size(B)" "braid(us)" "mpi(us)" "braid GB/s" "mpi GB/s"
-join <(rows braid | sort -k1,1) <(rows mpi | sort -k1,1) | sort -n -k1,1 |
+join <(bench_rows braid | sort -k1,1) <(bench_rows mpi | sort -k1,1) | sort -n -k1,1 |
   awk '{ printf "  %10s  %10s  %10s  %10s  %10s\n", $1, $2, $4, $3, $5 }'
 mem=$(cat "$OUT"/topo.*.json 2>/dev/null | sed -n 's/.*"mem_mbps": *\([0-9]*\).*/\1/p' | sort -n |
   awk '{ a[NR] = $1 } END { if (NR) print a[int((NR + 1) / 2)] }')
