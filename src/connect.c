@@ -50,11 +50,18 @@ static ncclResult_t connect_phase(struct work_op* ops, int n, int send) {
   for (int i = 0; i < n; i++) {
     int m = op_peers(&ops[i], peers, sends, recvs);
     for (int j = 0; j < m; j++) {
+      struct transport_ctx* ctx = &ops[i].comm->tctx;
+      const struct transport* t = connect_transport(ops[i].comm, peers[j]);
+      if (t->connect_duplex && sends[j] && recvs[j]) {
+        struct transport_conn **s = conn_slot(&ops[i], peers[j], 1),
+                              **r = conn_slot(&ops[i], peers[j], 0);
+        if (*s == NULL && *r == NULL)
+          CHECK(t->connect_duplex(ctx, peers[j], ops[i].kind != WORK_COLL, send, s, r));
+        continue;
+      }
       if (!(send ? sends[j] : recvs[j])) continue;
       struct transport_conn** slot = conn_slot(&ops[i], peers[j], send);
       if (*slot) continue;
-      struct transport_ctx* ctx = &ops[i].comm->tctx;
-      const struct transport* t = connect_transport(ops[i].comm, peers[j]);
       if (send)
         CHECK(t->connect_send(ctx, peers[j], ops[i].kind != WORK_COLL, slot));
       else

@@ -84,6 +84,14 @@ struct transport {
                                struct transport_conn** out);
   ncclResult_t (*connect_recv)(struct transport_ctx* ctx, int peer, int channel,
                                struct transport_conn** out);
+  /* Optional: both directions with `peer` on `channel` at once, sharing
+   * one link (NULL: use connect_send and connect_recv). Called in the send
+   * phase (send_phase 1) and again in the receive phase; the transport
+   * makes both conns in one of them, in the other it leaves both NULL. It
+   * may wait only in the receive phase, and only for what the peer makes
+   * in its send phase, like connect_recv. */
+  ncclResult_t (*connect_duplex)(struct transport_ctx* ctx, int peer, int channel, int send_phase,
+                                 struct transport_conn** send, struct transport_conn** recv);
   /* Queue one message (send: from buf; receive: into buf). The caller keeps
    * fewer than TRANSPORT_MAX_INFLIGHT messages pending. */
   ncclResult_t (*post)(struct transport_conn* conn, void* buf, size_t bytes);

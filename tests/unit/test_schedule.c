@@ -59,8 +59,11 @@ static void fake_nop(struct transport_conn* c) {
   (void)c;
 }
 
-static const struct transport fake_transport = {"fake",        NULL,     NULL,    fake_post,
-                                                fake_progress, fake_nop, fake_nop};
+static const struct transport fake_transport = {.name = "fake",
+                                                .post = fake_post,
+                                                .progress = fake_progress,
+                                                .shutdown = fake_nop,
+                                                .close = fake_nop};
 
 struct world {
   int n;

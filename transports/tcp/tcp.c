@@ -2,6 +2,13 @@
  * TCP transport: several sockets per peer, large messages striped across
  * them, small ones rotated. Every socket opens with a hello carrying the
  * comm's secret; non-blocking I/O is driven by the progress engine.
+ *
+ * The collective channel is duplex: the lower rank of a pair dials, and
+ * both directions share those sockets. Collectives exchange with every
+ * peer both ways (recursive doubling, trees), so each message's ACK rides
+ * on the data coming back instead of being a packet of its own - half the
+ * packets, and half the kernel work, per small all-reduce. Point-to-point
+ * keeps one connection per direction: its two sides need not both exist.
  */
 #include <errno.h>
 #include <poll.h>
@@ -17,7 +24,7 @@
 #include "transport.h"
 
 #define TCP_MAGIC 0x50435442u /* "BTCP" */
-#define TCP_VERSION 2u
+#define TCP_VERSION 3u        /* 3: the collective channel is duplex */
 #define TCP_MAX_SOCKS 64
 /* Below this many bytes per socket a message travels whole on one socket:
  * striping it would cost more syscalls than it saves. */
@@ -58,6 +65,7 @@ struct tcp_sock {
 struct tcp_conn {
   struct transport_conn base;
   struct transport_waits* waits; /* the comm's: a blocked conn counts itself there */
+  struct tcp_conn* twin;         /* duplex: the other direction on the same sockets */
   int nsocks;
   struct tcp_sock socks[TCP_MAX_SOCKS];
   struct tcp_msg msgs[TRANSPORT_MAX_INFLIGHT];
@@ -118,8 +126,9 @@ static int tcp_nsocks(void) {
   return (int)MAX(1, MIN(n, TCP_MAX_SOCKS));
 }
 
-static ncclResult_t tcp_connect_send(struct transport_ctx* ctx, int peer, int channel,
-                                     struct transport_conn** out) {
+/* Open the sockets to `peer` and say hello on each; `c` is a send conn. */
+static ncclResult_t tcp_dial(struct transport_ctx* ctx, int peer, int channel,
+                             struct tcp_conn** out) {
   ncclResult_t res = ncclSuccess;
   struct tcp_conn* c = NULL;
   union socket_addr addr;
@@ -135,13 +144,22 @@ static ncclResult_t tcp_connect_send(struct transport_ctx* ctx, int peer, int ch
     socket_tune_data(c->socks[s].fd, (int)param_sock_buf());
     CHECK(tcp_register(ctx, c->socks[s].fd));
   }
-  INFO(SUB_NET | SUB_INIT, "Channel %d: connected to rank %d via NET/Socket with %d sockets",
-       channel, peer, ns);
-  *out = &c->base;
+  *out = c;
   return ncclSuccess;
 fail:
   if (c) tcp_transport.close(&c->base);
   return res;
+}
+
+static ncclResult_t tcp_connect_send(struct transport_ctx* ctx, int peer, int channel,
+                                     struct transport_conn** out) {
+  struct tcp_conn* c = NULL;
+  ncclResult_t res = tcp_dial(ctx, peer, channel, &c);
+  if (res != ncclSuccess) return res;
+  INFO(SUB_NET | SUB_INIT, "Channel %d: connected to rank %d via NET/Socket with %d sockets",
+       channel, peer, c->nsocks);
+  *out = &c->base;
+  return ncclSuccess;
 }
 
 static const char* tcp_hello_problem(const struct transport_ctx* ctx, const struct tcp_hello* h) {
@@ -207,8 +225,10 @@ static int tcp_claim_parked(struct transport_ctx* ctx, struct tcp_conn* c, int c
   return have;
 }
 
-static ncclResult_t tcp_connect_recv(struct transport_ctx* ctx, int peer, int channel,
-                                     struct transport_conn** out) {
+/* Take the sockets `peer` dialled, accepting until all have come; `c` is
+ * a receive conn. */
+static ncclResult_t tcp_answer(struct transport_ctx* ctx, int peer, int channel,
+                               struct tcp_conn** out) {
   ncclResult_t res = ncclSuccess;
   struct tcp_conn* c = NULL;
   uint64_t deadline = socket_deadline(ctx->timeout_ms);
@@ -221,9 +241,53 @@ static ncclResult_t tcp_connect_recv(struct transport_ctx* ctx, int peer, int ch
     socket_tune_data(c->socks[s].fd, (int)param_sock_buf());
     CHECK(tcp_register(ctx, c->socks[s].fd));
   }
+  *out = c;
+  return ncclSuccess;
+fail:
+  if (c) tcp_transport.close(&c->base);
+  return res;
+}
+
+static ncclResult_t tcp_connect_recv(struct transport_ctx* ctx, int peer, int channel,
+                                     struct transport_conn** out) {
+  struct tcp_conn* c = NULL;
+  ncclResult_t res = tcp_answer(ctx, peer, channel, &c);
+  if (res != ncclSuccess) return res;
   INFO(SUB_NET | SUB_INIT, "Channel %d: accepted rank %d via NET/Socket with %d sockets", channel,
        peer, c->nsocks);
   *out = &c->base;
+  return ncclSuccess;
+}
+
+/* The other direction over c's sockets; the pair closes them once. */
+static ncclResult_t tcp_twin(struct tcp_conn* c, struct tcp_conn** out) {
+  struct tcp_conn* t = NULL;
+  if (tcp_conn_alloc(c->base.peer, !c->base.is_send, c->nsocks, &t) != ncclSuccess)
+    return ncclSystemError;
+  t->waits = c->waits;
+  for (int s = 0; s < c->nsocks; s++) t->socks[s].fd = c->socks[s].fd;
+  t->twin = c;
+  c->twin = t;
+  *out = t;
+  return ncclSuccess;
+}
+
+/* Both directions with `peer` over one set of sockets. The lower rank
+ * dials in the send phase (never waits); the higher answers in the receive
+ * phase; in the other phase this returns with nothing made. */
+static ncclResult_t tcp_connect_duplex(struct transport_ctx* ctx, int peer, int channel,
+                                       int send_phase, struct transport_conn** send,
+                                       struct transport_conn** recv) {
+  ncclResult_t res = ncclSuccess;
+  struct tcp_conn *c = NULL, *t = NULL;
+  int dial = ctx->rank < peer;
+  if (dial != send_phase) return ncclSuccess;
+  CHECK(dial ? tcp_dial(ctx, peer, channel, &c) : tcp_answer(ctx, peer, channel, &c));
+  CHECK(tcp_twin(c, &t));
+  INFO(SUB_NET | SUB_INIT, "Channel %d: %s rank %d via NET/Socket with %d duplex sockets", channel,
+       dial ? "connected to" : "accepted", peer, c->nsocks);
+  *send = dial ? &c->base : &t->base;
+  *recv = dial ? &t->base : &c->base;
   return ncclSuccess;
 fail:
   if (c) tcp_transport.close(&c->base);
@@ -312,6 +376,11 @@ static void tcp_shutdown(struct transport_conn* base) {
 
 static void tcp_close(struct transport_conn* base) {
   struct tcp_conn* c = (struct tcp_conn*)base;
+  if (c->twin) { /* duplex: the twin still uses the sockets and closes them */
+    c->twin->twin = NULL;
+    free(c);
+    return;
+  }
   for (int s = 0; s < TCP_MAX_SOCKS; s++)
     if (c->socks[s].fd >= 0) close(c->socks[s].fd);
   free(c);
@@ -321,6 +390,7 @@ const struct transport tcp_transport = {
     .name = "NET/Socket",
     .connect_send = tcp_connect_send,
     .connect_recv = tcp_connect_recv,
+    .connect_duplex = tcp_connect_duplex,
     .post = tcp_post,
     .progress = tcp_progress,
     .shutdown = tcp_shutdown,
