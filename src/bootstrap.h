@@ -36,6 +36,8 @@ struct peer_info {
   uint64_t shm_tag;               /* random per rank and comm: names its shm segments */
   uint32_t nic_mbps;              /* speed of the NIC its sockets use, 0 if unknown */
   uint32_t mem_mbps;              /* its host's measured memcpy bandwidth, MB/s */
+  int32_t bell_fd;                /* its progress engine's bell pipe, in its process */
+  uint64_t bell_ino;              /* that pipe's inode, 0 if none */
   struct socket_wire_addr listen; /* where its data listener accepts */
 };
 

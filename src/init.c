@@ -106,6 +106,7 @@ static ncclResult_t comm_create(struct ncclComm** out, int nranks, const ncclUni
   comm->cuda_dev = cuda_dev;
   comm->id = id;
   comm->progress.epoll_fd = comm->progress.wake_fd = comm->tctx.listen_fd = -1;
+  comm->progress.bell_fd[0] = comm->progress.bell_fd[1] = -1;
   pthread_mutex_init(&comm->turn_lock, NULL);
   pthread_cond_init(&comm->turn_cv, NULL);
   CHECK(comm_config_read(config, &comm->config));
@@ -141,6 +142,8 @@ static void comm_describe_self(struct ncclComm* comm, const struct topo_system* 
                              .shm_tag = bootstrap_random64(),
                              .nic_mbps = nic && nic->speed_mbps > 0 ? (uint32_t)nic->speed_mbps : 0,
                              .mem_mbps = sys->mem_mbps,
+                             .bell_fd = comm->progress.bell_fd[0],
+                             .bell_ino = comm->progress.bell_ino,
                              .listen = comm->peers[comm->rank].listen};
 }
 

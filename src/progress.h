@@ -4,7 +4,10 @@
  * sleeps in the kernel instead of spinning, and abort can wake it. When
  * only shared-memory connections are blocked, it sleeps on their futex
  * words instead (all at once, with futex_waitv), plus the comm's own wake
- * word for abort.
+ * word for abort. When sockets and shared memory are both blocked it sleeps
+ * in epoll, and the shared-memory peers ring its bell: a pipe in the epoll
+ * set that peers on the host open through /proc/<pid>/fd (a futex cannot
+ * wake epoll, and a socket cannot wake a futex).
  */
 #ifndef BRAID_PROGRESS_H_
 #define BRAID_PROGRESS_H_
@@ -18,6 +21,8 @@
 struct progress {
   int epoll_fd;
   int wake_fd;
+  int bell_fd[2];             /* pipe: [0] in the epoll set, [1] keeps it open */
+  uint64_t bell_ino;          /* its inode: peers check they opened this pipe */
   _Atomic uint32_t wake_word; /* bumped (and futex-woken) by progress_wake */
   uint32_t wake_seen;         /* its value when the current pass began */
 };

@@ -16,29 +16,35 @@
 /* What the progress calls of one pass found blocked, so that the waiting
  * thread can sleep on exactly those: shared-memory connections name a
  * futex word (with the value they saw, and a sleeper count their peer
- * reads before waking), socket connections only count themselves (their
- * fds are already in the comm's epoll set). Reset before every pass. */
+ * reads before waking; fd_sleepers is the count the peer reads before
+ * ringing the comm's bell pipe instead, NULL if it cannot), socket
+ * connections only count themselves (their fds are already in the comm's
+ * epoll set). Reset before every pass. */
 #define TRANSPORT_WAIT_MAX 32
 struct transport_waits {
   int nfutex;
   struct {
     _Atomic uint32_t* word;
     _Atomic uint32_t* sleepers;
+    _Atomic uint32_t* fd_sleepers;
     uint32_t seen;
   } futex[TRANSPORT_WAIT_MAX];
   int nfd;
+  int npoll; /* blocked on something nothing wakes: the waiter naps */
 };
 
 /* A connection that cannot move now records what would wake it. */
 static inline void transport_wait_on_futex(struct transport_waits* w, _Atomic uint32_t* word,
-                                           _Atomic uint32_t* sleepers, uint32_t seen) {
+                                           _Atomic uint32_t* sleepers,
+                                           _Atomic uint32_t* fd_sleepers, uint32_t seen) {
   if (w == NULL) return;
   if (w->nfutex == TRANSPORT_WAIT_MAX) { /* too many: make the waiter poll */
-    w->nfd++;
+    w->npoll++;
     return;
   }
   w->futex[w->nfutex].word = word;
   w->futex[w->nfutex].sleepers = sleepers;
+  w->futex[w->nfutex].fd_sleepers = fd_sleepers;
   w->futex[w->nfutex].seen = seen;
   w->nfutex++;
 }

@@ -27,7 +27,7 @@
 #include "transport.h"
 
 #define SHM_MAGIC 0x4d485342u /* "BSHM" */
-#define SHM_VERSION 1u
+#define SHM_VERSION 2u        /* 2: fd_sleepers, fd_ringable */
 #define SHM_LINE 64
 #define SHM_PAGE 4096
 #define SHM_NAME_MAX 64
@@ -82,6 +82,11 @@ struct shm_header {
   alignas(SHM_LINE) _Atomic uint64_t tail; /* slots consumed */
   alignas(SHM_LINE) _Atomic uint32_t bell; /* futex word, bumped after every head/tail move */
   _Atomic uint32_t sleepers;               /* threads that may sleep on bell */
+  /* [side]: that side's threads asleep in epoll while blocked here (they
+   * wait for sockets too), and whether the other side can ring their bell
+   * pipe; then it does so after every bump while any sleep there. */
+  _Atomic uint32_t fd_sleepers[2];
+  _Atomic uint32_t fd_ringable[2];
 };
 
 /* What a slot holds; its own cache line so that the sender filling slot k+1
@@ -119,6 +124,7 @@ struct shm_conn {
   size_t direct_min; /* send: 0 = never */
   int direct;        /* send: -1 until the receiver has attached, then its probe result */
   struct transport_waits* waits;
+  int peer_bell;     /* the peer's progress bell pipe, opened for writing; -1 if not */
   uint64_t head;     /* slots produced (the sender's own, the receiver's last look) */
   uint64_t tail;     /* slots consumed (the receiver's own, the sender's last look) */
   uint64_t cur;      /* message now going through the slots */
@@ -199,12 +205,42 @@ static int shm_pid_alive(pid_t pid) {
 }
 
 /* Tell the other side that head or tail moved (or a flag changed). The
- * seq_cst bump before reading `sleepers` pairs with the sleeper's
- * increment before its futex wait: one of the two sees the other. */
-static void shm_bell_ring(struct shm_header* h) {
+ * seq_cst bump before reading the sleeper counts pairs with the sleeper's
+ * increment before its futex wait or its last look before epoll: one of
+ * the two sees the other. A full pipe already holds a ring. */
+static void shm_bell_ring(struct shm_conn* c) {
+  struct shm_header* h = c->hdr;
   atomic_fetch_add(&h->bell, 1);
   if (atomic_load(&h->sleepers) > 0)
     syscall(SYS_futex, (uint32_t*)&h->bell, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+  if (c->peer_bell >= 0 && atomic_load(&h->fd_sleepers[1 - c->side]) > 0) {
+    char one = 1;
+    if (write(c->peer_bell, &one, 1) < 0) { /* EAGAIN: full, the peer wakes anyway */
+    }
+  }
+}
+
+/* Open the peer's bell pipe through /proc, so that we can wake it while it
+ * sleeps in epoll. The inode check makes sure the fd number still names
+ * that pipe. Without it (no /proc, or ptrace rules deny the peer's fds)
+ * the peer naps and looks again instead. */
+static void shm_bell_open(struct transport_ctx* ctx, struct shm_conn* c) {
+  const struct peer_info* p = &ctx->peers[c->base.peer];
+  char path[64];
+  struct stat st;
+  if (p->bell_ino == 0) return;
+  snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)c->peer_pid, (int)p->bell_fd);
+  int fd = open(path, O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd >= 0 && fstat(fd, &st) == 0 && S_ISFIFO(st.st_mode) &&
+      (uint64_t)st.st_ino == p->bell_ino) {
+    c->peer_bell = fd;
+    atomic_store(&c->hdr->fd_ringable[1 - c->side], 1);
+    return;
+  }
+  INFO(SUB_SHM | SUB_INIT,
+       "SHM : cannot open rank %d's bell %s (%s): it naps while it waits for sockets too",
+       c->base.peer, path, fd < 0 ? strerror(errno) : "not its pipe");
+  if (fd >= 0) close(fd);
 }
 
 static ncclResult_t shm_conn_alloc(struct transport_ctx* ctx, int peer, int side, int channel,
@@ -222,6 +258,7 @@ static ncclResult_t shm_conn_alloc(struct transport_ctx* ctx, int peer, int side
   c->peer_pid = ctx->peers[peer].pid;
   c->waits = ctx->waits;
   c->direct = -1;
+  c->peer_bell = -1;
   if (side == SHM_SEND)
     shm_name_make(c->name, &ctx->peers[ctx->rank], peer, channel);
   else
@@ -290,6 +327,7 @@ static ncclResult_t shm_connect_send(struct transport_ctx* ctx, int peer, int ch
   h->sender_addr = (uint64_t)(uintptr_t)h;
   shm_conn_layout(c);
   c->direct_min = (size_t)p->direct_min;
+  shm_bell_open(ctx, c);
   atomic_store_explicit(&h->ready, 1, memory_order_release);
   INFO(SUB_SHM | SUB_INIT, "Channel %d: rank %d -> rank %d via SHM (%u slots x %zu bytes)", channel,
        ctx->rank, peer, c->nslots, c->slot_bytes);
@@ -388,6 +426,7 @@ static ncclResult_t shm_connect_recv(struct transport_ctx* ctx, int peer, int ch
   struct shm_header* h = c->hdr;
   atomic_store_explicit(&h->direct_ok, (uint32_t)shm_direct_probe(c), memory_order_relaxed);
   atomic_store_explicit(&h->receiver_pid, (int32_t)getpid(), memory_order_relaxed);
+  shm_bell_open(ctx, c);
   atomic_store_explicit(&h->attached, 1, memory_order_release);
   /* Both sides have it mapped: nothing needs the name any more. */
   if (shm_unlink(c->name) != 0 && errno != ENOENT)
@@ -482,7 +521,7 @@ static void shm_send_step(struct shm_conn* c, int* moved) {
   }
   c->head += k;
   atomic_store_explicit(&h->head, c->head, memory_order_release);
-  shm_bell_ring(h);
+  shm_bell_ring(c);
   *moved += (int)k;
   shm_send_complete(c, moved);
 }
@@ -569,7 +608,7 @@ static ncclResult_t shm_recv_step(struct shm_conn* c, int* moved) {
   }
   c->tail += k;
   atomic_store_explicit(&h->tail, c->tail, memory_order_release);
-  shm_bell_ring(h);
+  shm_bell_ring(c);
   *moved += (int)k;
   if (c->cur_off >= m->bytes) {
     c->cur++;
@@ -621,7 +660,9 @@ static ncclResult_t shm_progress(struct transport_conn* base, int* progressed) {
       gone = 1;
       continue;
     }
-    transport_wait_on_futex(c->waits, &c->hdr->bell, &c->hdr->sleepers, seen);
+    transport_wait_on_futex(
+        c->waits, &c->hdr->bell, &c->hdr->sleepers,
+        atomic_load(&c->hdr->fd_ringable[c->side]) ? &c->hdr->fd_sleepers[c->side] : NULL, seen);
     return ncclSuccess;
   }
 fail:
@@ -634,16 +675,17 @@ static void shm_shutdown(struct transport_conn* base) {
   c->shut = 1;
   if (c->hdr == NULL) return;
   atomic_store_explicit(&c->hdr->closed[c->side], 1, memory_order_release);
-  shm_bell_ring(c->hdr);
+  shm_bell_ring(c);
 }
 
 static void shm_close(struct transport_conn* base) {
   struct shm_conn* c = (struct shm_conn*)base;
   if (c->hdr) {
     atomic_store_explicit(&c->hdr->closed[c->side], 1, memory_order_release);
-    shm_bell_ring(c->hdr);
+    shm_bell_ring(c);
     munmap(c->hdr, c->map_bytes);
   }
+  if (c->peer_bell >= 0) close(c->peer_bell);
   /* The receiver unlinks when it attaches; this covers one that never did. */
   if (c->named && shm_unlink(c->name) != 0 && errno != ENOENT)
     WARN("SHM : shm_unlink(%s) failed: %s", c->name, strerror(errno));
