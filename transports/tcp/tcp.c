@@ -151,17 +151,6 @@ fail:
   return res;
 }
 
-static ncclResult_t tcp_connect_send(struct transport_ctx* ctx, int peer, int channel,
-                                     struct transport_conn** out) {
-  struct tcp_conn* c = NULL;
-  ncclResult_t res = tcp_dial(ctx, peer, channel, &c);
-  if (res != ncclSuccess) return res;
-  INFO(SUB_NET | SUB_INIT, "Channel %d: connected to rank %d via NET/Socket with %d sockets",
-       channel, peer, c->nsocks);
-  *out = &c->base;
-  return ncclSuccess;
-}
-
 static const char* tcp_hello_problem(const struct transport_ctx* ctx, const struct tcp_hello* h) {
   if (h->magic != TCP_MAGIC || h->version != TCP_VERSION) return "not a Braid connection";
   if (h->secret != ctx->secret) return "wrong secret";
@@ -248,15 +237,26 @@ fail:
   return res;
 }
 
-static ncclResult_t tcp_connect_recv(struct transport_ctx* ctx, int peer, int channel,
-                                     struct transport_conn** out) {
+/* One direction: dial (send) or answer (receive). */
+static ncclResult_t tcp_connect_simplex(struct transport_ctx* ctx, int peer, int channel, int dial,
+                                        struct transport_conn** out) {
   struct tcp_conn* c = NULL;
-  ncclResult_t res = tcp_answer(ctx, peer, channel, &c);
+  ncclResult_t res = dial ? tcp_dial(ctx, peer, channel, &c) : tcp_answer(ctx, peer, channel, &c);
   if (res != ncclSuccess) return res;
-  INFO(SUB_NET | SUB_INIT, "Channel %d: accepted rank %d via NET/Socket with %d sockets", channel,
-       peer, c->nsocks);
+  INFO(SUB_NET | SUB_INIT, "Channel %d: %s rank %d via NET/Socket with %d sockets", channel,
+       dial ? "connected to" : "accepted", peer, c->nsocks);
   *out = &c->base;
   return ncclSuccess;
+}
+
+static ncclResult_t tcp_connect_send(struct transport_ctx* ctx, int peer, int channel,
+                                     struct transport_conn** out) {
+  return tcp_connect_simplex(ctx, peer, channel, 1, out);
+}
+
+static ncclResult_t tcp_connect_recv(struct transport_ctx* ctx, int peer, int channel,
+                                     struct transport_conn** out) {
+  return tcp_connect_simplex(ctx, peer, channel, 0, out);
 }
 
 /* The other direction over c's sockets; the pair closes them once. */
