@@ -188,8 +188,8 @@ fail:
  * on 2 nodes x 4 ranks at 2 Gbit/s, 64 KiB took 0.28-0.29 ms split and
  * 0.39-0.56 ms through leaders, whose node phases wait for the wire (32
  * KiB: 0.14 ms through leaders, 0.17-0.23 ms split). */
-static int hier_uses_leaders(const struct sched_key* k) {
-  return k->count * k->elem_size < k->chunk_bytes;
+int hier_allreduce_uses_leaders(size_t bytes, size_t chunk_bytes) {
+  return bytes < chunk_bytes;
 }
 
 /* Leader variant: reduce to each node's first rank (tree), leaders
@@ -288,7 +288,8 @@ ncclResult_t hier_schedule_allreduce(struct schedule* s, const struct sched_key*
   if (k->count == 0) return ncclSuccess;
   if (k->nranks == 1 || k->topo == NULL) return ring_schedule_allreduce(s, k);
   struct hier h = hier_of(k);
-  if (hier_uses_leaders(k)) return hier_leaders(s, &h);
+  if (hier_allreduce_uses_leaders(k->count * k->elem_size, k->chunk_bytes))
+    return hier_leaders(s, &h);
   /* Pipelined with the widest rounds whose iterations fit the window. */
   size_t span = hier_pipeline_span(&h);
   if (span == 0) return hier_rounds(s, &h, 0);

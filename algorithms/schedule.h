@@ -156,6 +156,9 @@ int rd_peers(int rank, int nranks, int* peers, int max);
  * on, when at least 4 ranks are in its power-of-two core. */
 #define RD_HALVING_MIN_BYTES ((size_t)32 << 10)
 int rd_uses_halving(size_t count, size_t elem_size, int nranks);
+/* Does hierarchical all-reduce of `bytes` take its leader variant with
+ * chunks of `chunk_bytes`? (The tuner models and sizes it by this.) */
+int hier_allreduce_uses_leaders(size_t bytes, size_t chunk_bytes);
 
 /* Ranks a schedule for `key` exchanges data with, in both directions
  * (the relation is symmetric: if p is my peer, I am p's). Returns how many

@@ -26,7 +26,7 @@
 #   SYSTEMS="auto Ring Tree RecDoubling Hier mpi mpi-han"
 #   MINBYTES=8 MAXBYTES=256M SPLIT=1M   sizes (suffix K/M/G = KiB/MiB/GiB)
 #   LAT_MAX=64K LAT_ITERS=1000 LAT_WARMUP=50           latency sweep MINBYTES..LAT_MAX
-#   SMALL_ITERS=50 SMALL_WARMUP=5 REPS=3              small sweep 2xLAT_MAX..SPLIT (both REPS runs)
+#   SMALL_ITERS=50 SMALL_WARMUP=5 REPS=3              small sweep 2xLAT_MAX..SPLIT; REPS rounds of both
 #   LARGE_ITERS=3 LARGE_WARMUP=1 LARGE_REPS=1         large sweep 2xSPLIT..MAXBYTES
 #   SLOW_SYSTEMS="Tree RecDoubling" SLOW_MAX=MAXBYTES  cap the large sweep of these systems
 #   CHECK=0            all_reduce_perf -c (1: verify results; untimed, but slows the run)

@@ -124,7 +124,8 @@ static double hier_cost(const struct tuner_model* m, int coll, double kb, double
   int p = m->max_ppn, nn = m->nnodes;
   double pf = (double)(p - 1) / p, mf = (double)(nn - 1) / nn;
   const struct tuner_link *in = &m->intra, *net = &m->net;
-  if (coll == COLL_ALLREDUCE && kb < slot_kb) /* leaders (hier_uses_leaders) */
+  if (coll == COLL_ALLREDUCE &&
+      hier_allreduce_uses_leaders((size_t)(kb * 1024.0), m->slot_bytes)) /* leaders */
     return link_time(in, ALGO_TREE, 2.0 * log2_ceil(p), 2 * kb) +
            link_time(net, ALGO_RD, rd_rounds(nn), rd_rounds(nn) * kb);
   if (coll == COLL_ALLREDUCE) {
@@ -194,9 +195,9 @@ void tuner_choose(const struct ncclComm* comm, int coll, size_t bytes, int* algo
  * keep every rank busy. */
 size_t tuner_chunk(const struct tuner_model* m, int coll, int algo, size_t bytes) {
   size_t slot = m->slot_bytes, per_rank = bytes / (size_t)MAX(1, m->nranks);
-  /* hierarchical all-reduce takes its leader variant below one chunk: the
-   * model assumes that below one slot */
-  if (coll == COLL_ALLREDUCE && algo == ALGO_HIER && bytes < slot) return slot;
+  /* the leader variant, as the model assumes, needs whole slots */
+  if (coll == COLL_ALLREDUCE && algo == ALGO_HIER && hier_allreduce_uses_leaders(bytes, slot))
+    return slot;
   /* Across nodes every message pays TCP's per-message cost: whole slots
    * (Hier cut to 4 KiB slices made 2x4 ranks' 128 KiB all-reduce 3x slower). */
   if (m->nnodes > 1) return slot;

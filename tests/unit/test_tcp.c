@@ -129,6 +129,22 @@ static void drive_all(void) {
   }
 }
 
+/* One message of `bytes` from rank `from` to the other rank, checked. */
+static void send_one(int from, size_t bytes, unsigned seed) {
+  struct transport_conn *snd = g_side[from].send, *rcv = g_side[1 - from].recv;
+  unsigned char* out = malloc(bytes);
+  unsigned char* in = malloc(bytes);
+  assert_non_null(out);
+  assert_non_null(in);
+  fill(out, bytes, seed);
+  assert_int_equal(snd->ops->post(snd, out, bytes), ncclSuccess);
+  assert_int_equal(rcv->ops->post(rcv, in, bytes), ncclSuccess);
+  drive_all();
+  assert_memory_equal(in, out, bytes);
+  free(out);
+  free(in);
+}
+
 /* Each rank sends `n` messages of the given sizes to the other while it
  * receives the other's: both directions of every socket carry data at
  * once. Small messages rotate over the sockets, large ones are striped. */
@@ -177,12 +193,7 @@ static void test_duplex_shares_and_closes_once(void** state) {
   g_side[1].recv->ops->close(g_side[1].recv);
   g_side[0].send = g_side[1].recv = NULL;
   assert_int_equal(open_fds() - before, NRANKS * per_rank);
-  unsigned char out[3000], in[3000];
-  fill(out, sizeof(out), 5);
-  assert_int_equal(g_side[1].send->ops->post(g_side[1].send, out, sizeof(out)), ncclSuccess);
-  assert_int_equal(g_side[0].recv->ops->post(g_side[0].recv, in, sizeof(in)), ncclSuccess);
-  drive_all();
-  assert_memory_equal(in, out, sizeof(out));
+  send_one(1, 3000, 5);
   g_side[1].send->ops->close(g_side[1].send);
   g_side[0].recv->ops->close(g_side[0].recv);
   g_side[1].send = g_side[0].recv = NULL;
@@ -212,12 +223,7 @@ static void test_p2p_one_way(void** state) {
   (void)state;
   assert_int_equal(tcp_transport.connect_send(&g_side[0].ctx, 1, 1, &g_side[0].send), ncclSuccess);
   assert_int_equal(tcp_transport.connect_recv(&g_side[1].ctx, 0, 1, &g_side[1].recv), ncclSuccess);
-  unsigned char out[5000], in[5000];
-  fill(out, sizeof(out), 9);
-  assert_int_equal(g_side[0].send->ops->post(g_side[0].send, out, sizeof(out)), ncclSuccess);
-  assert_int_equal(g_side[1].recv->ops->post(g_side[1].recv, in, sizeof(in)), ncclSuccess);
-  drive_all();
-  assert_memory_equal(in, out, sizeof(out));
+  send_one(0, 5000, 9);
 }
 
 int main(void) {

@@ -237,16 +237,22 @@ fail:
   return res;
 }
 
-/* One direction: dial (send) or answer (receive). */
+/* Dial (send side) or answer (receive side) the sockets with `peer`. */
+static ncclResult_t tcp_open(struct transport_ctx* ctx, int peer, int channel, int dial, int duplex,
+                             struct tcp_conn** out) {
+  ncclResult_t res = dial ? tcp_dial(ctx, peer, channel, out) : tcp_answer(ctx, peer, channel, out);
+  if (res != ncclSuccess) return res;
+  INFO(SUB_NET | SUB_INIT, "Channel %d: %s rank %d via NET/Socket with %d%s sockets", channel,
+       dial ? "connected to" : "accepted", peer, (*out)->nsocks, duplex ? " duplex" : "");
+  return ncclSuccess;
+}
+
 static ncclResult_t tcp_connect_simplex(struct transport_ctx* ctx, int peer, int channel, int dial,
                                         struct transport_conn** out) {
   struct tcp_conn* c = NULL;
-  ncclResult_t res = dial ? tcp_dial(ctx, peer, channel, &c) : tcp_answer(ctx, peer, channel, &c);
-  if (res != ncclSuccess) return res;
-  INFO(SUB_NET | SUB_INIT, "Channel %d: %s rank %d via NET/Socket with %d sockets", channel,
-       dial ? "connected to" : "accepted", peer, c->nsocks);
-  *out = &c->base;
-  return ncclSuccess;
+  ncclResult_t res = tcp_open(ctx, peer, channel, dial, 0, &c);
+  if (res == ncclSuccess) *out = &c->base;
+  return res;
 }
 
 static ncclResult_t tcp_connect_send(struct transport_ctx* ctx, int peer, int channel,
@@ -282,10 +288,8 @@ static ncclResult_t tcp_connect_duplex(struct transport_ctx* ctx, int peer, int 
   struct tcp_conn *c = NULL, *t = NULL;
   int dial = ctx->rank < peer;
   if (dial != send_phase) return ncclSuccess;
-  CHECK(dial ? tcp_dial(ctx, peer, channel, &c) : tcp_answer(ctx, peer, channel, &c));
+  CHECK(tcp_open(ctx, peer, channel, dial, 1, &c));
   CHECK(tcp_twin(c, &t));
-  INFO(SUB_NET | SUB_INIT, "Channel %d: %s rank %d via NET/Socket with %d duplex sockets", channel,
-       dial ? "connected to" : "accepted", peer, c->nsocks);
   *send = dial ? &c->base : &t->base;
   *recv = dial ? &t->base : &c->base;
   return ncclSuccess;
