@@ -69,11 +69,14 @@ static const char* parse_force(char** w, int nw, struct tuner_model* m) {
   return NULL;
 }
 
+/* strtok_r: ncclCommInitAll reads the file on one thread per rank, and
+ * strtok's hidden cursor made one rank fail on a valid line now and then. */
 static int split_words(char* line, char** w, int max) {
   int n = 0;
-  char* hash = strchr(line, '#');
+  char *hash = strchr(line, '#'), *save = NULL;
   if (hash) *hash = '\0';
-  for (char* tok = strtok(line, " \t\r\n"); tok && n < max; tok = strtok(NULL, " \t\r\n"))
+  for (char* tok = strtok_r(line, " \t\r\n", &save); tok && n < max;
+       tok = strtok_r(NULL, " \t\r\n", &save))
     w[n++] = tok;
   return n;
 }
