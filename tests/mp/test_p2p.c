@@ -564,6 +564,46 @@ static void test_group_two_comms(void** state) {
   assert_int_equal(mp_launch(2, two_comms_body, NULL, NULL), 0);
 }
 
+/* ---- the sender leaves first ---- */
+
+#define LEAVE_BYTES ((size_t)1 << 20)
+
+/* Rank 0's send completes once its bytes are in the transport; it then
+ * destroys its comm and exits before rank 1 even posts the receive. The
+ * bytes must still arrive (shared memory lost them: the sender's close
+ * unlinked a segment the receiver had not mapped yet). */
+static int sender_leaves_body(const mp_env* env) {
+  const int* shm_off = env->arg;
+  ncclComm_t comm = NULL;
+  unsigned char* buf = malloc(LEAVE_BYTES);
+  int bad = 0;
+  if (*shm_off) setenv("NCCL_SHM_DISABLE", "1", 1);
+  if (buf == NULL || mp_comm_init(env, &comm) != 0) return 1;
+  for (size_t i = 0; i < LEAVE_BYTES && env->rank == 0; i++) buf[i] = (unsigned char)(i * 13u);
+  if (env->rank == 0) {
+    bad += mp_expect_rc(env, comm, ncclSend(buf, LEAVE_BYTES, ncclUint8, 1, comm, NULL),
+                        ncclSuccess, "ncclSend");
+  } else {
+    memset(buf, 0, LEAVE_BYTES);
+    mp_sleep_ms(1000); /* rank 0 has destroyed its comm and exited by now */
+    bad += mp_expect_rc(env, comm, ncclRecv(buf, LEAVE_BYTES, ncclUint8, 0, comm, NULL),
+                        ncclSuccess, "ncclRecv after the sender left");
+    for (size_t i = 0; i < LEAVE_BYTES && bad == 0; i++)
+      if (buf[i] != (unsigned char)(i * 13u)) {
+        mp_fail(env, "byte %zu of the message is %u", i, buf[i]);
+        bad++;
+      }
+  }
+  free(buf);
+  return finish(env, comm, bad, 0);
+}
+
+static void test_sender_leaves_first(void** state) {
+  (void)state;
+  for (int shm_off = 0; shm_off < 2; shm_off++)
+    assert_int_equal(mp_launch(2, sender_leaves_body, &shm_off, NULL), 0);
+}
+
 /* ---- bad input ---- */
 
 typedef struct bad_ctx {
@@ -710,7 +750,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_patterns),      cmocka_unit_test(test_group_mixed),
       cmocka_unit_test(test_group_initall), cmocka_unit_test(test_group_two_comms),
-      cmocka_unit_test(test_bad_input),
+      cmocka_unit_test(test_bad_input),     cmocka_unit_test(test_sender_leaves_first),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

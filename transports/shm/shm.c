@@ -115,6 +115,7 @@ struct shm_conn {
   char name[SHM_NAME_MAX];
   int named; /* send: the name may still be in /dev/shm */
   int shut;  /* this side shut the connection down */
+  int64_t timeout_ms;
   struct shm_header* hdr;
   struct shm_slot* slots;
   char* data;
@@ -153,21 +154,11 @@ static pthread_once_t shm_params_once = PTHREAD_ONCE_INIT;
 
 static void shm_params_read(void) {
   struct shm_params* p = &shm_params;
-  p->nslots = param_read_int("BRAID_SHM_NSLOTS", SHM_DEFAULT_NSLOTS);
-  p->slot_bytes = param_read_int("BRAID_SHM_SLOT_BYTES", SHM_DEFAULT_SLOT_BYTES);
-  p->direct_min = param_read_int("BRAID_SHM_DIRECT_MIN", SHM_DEFAULT_DIRECT_MIN);
-  if (p->nslots < 1 || p->nslots > 4096) {
-    WARN("BRAID_SHM_NSLOTS=%lld out of range 1..4096, using %d", (long long)p->nslots,
-         SHM_DEFAULT_NSLOTS);
-    p->nslots = SHM_DEFAULT_NSLOTS;
-  }
-  if (p->slot_bytes < SHM_LINE || p->slot_bytes > (1 << 30)) {
-    WARN("BRAID_SHM_SLOT_BYTES=%lld out of range 64..1G, using %d", (long long)p->slot_bytes,
-         SHM_DEFAULT_SLOT_BYTES);
-    p->slot_bytes = SHM_DEFAULT_SLOT_BYTES;
-  }
+  p->nslots = param_read_range("BRAID_SHM_NSLOTS", SHM_DEFAULT_NSLOTS, 1, 4096);
+  p->slot_bytes =
+      param_read_range("BRAID_SHM_SLOT_BYTES", SHM_DEFAULT_SLOT_BYTES, SHM_PAGE, 1 << 30);
   p->slot_bytes = ALIGN_UP(p->slot_bytes, SHM_LINE); /* keep every slot's data line-aligned */
-  if (p->direct_min < 0) p->direct_min = 0;
+  p->direct_min = param_read_range("BRAID_SHM_DIRECT_MIN", SHM_DEFAULT_DIRECT_MIN, 0, INT64_MAX);
 }
 
 static const struct shm_params* shm_params_get(void) {
@@ -256,6 +247,7 @@ static ncclResult_t shm_conn_alloc(struct transport_ctx* ctx, int peer, int side
   c->side = side;
   c->channel = channel;
   c->peer_pid = ctx->peers[peer].pid;
+  c->timeout_ms = ctx->timeout_ms;
   c->waits = ctx->waits;
   c->direct = -1;
   c->peer_bell = -1;
@@ -678,8 +670,28 @@ static void shm_shutdown(struct transport_conn* base) {
   shm_bell_ring(c);
 }
 
+/* A send is complete once its bytes are in the slots, and the process may
+ * destroy its comm and exit right after: a graceful close (no shutdown
+ * came first) waits until the receiver has taken every slot, or closed, or
+ * died, so nothing sent is lost with the segment. Bounded by the timeout. */
+static void shm_send_drain(struct shm_conn* c) {
+  uint64_t deadline = braid_now_ns() + (uint64_t)c->timeout_ms * 1000000ull;
+  int dead;
+  if (c->side != SHM_SEND || c->shut || c->hdr == NULL) return;
+  while (atomic_load_explicit(&c->hdr->tail, memory_order_acquire) < c->head) {
+    if (shm_peer_gone(c, &dead, 1)) return;
+    if (braid_now_ns() >= deadline) {
+      WARN("SHM : closing with %" PRIu64 " slots rank %d never took (BRAID_TIMEOUT_MS=%lld)",
+           c->head - atomic_load(&c->hdr->tail), c->base.peer, (long long)c->timeout_ms);
+      return;
+    }
+    usleep(SHM_POLL_MAX_US);
+  }
+}
+
 static void shm_close(struct transport_conn* base) {
   struct shm_conn* c = (struct shm_conn*)base;
+  shm_send_drain(c);
   if (c->hdr) {
     atomic_store_explicit(&c->hdr->closed[c->side], 1, memory_order_release);
     shm_bell_ring(c);
