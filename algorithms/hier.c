@@ -305,8 +305,8 @@ struct gather_ctx {
 };
 static struct ring_block gather_block(const void* ctx, int j) {
   const struct gather_ctx* c = ctx;
-  size_t r = (size_t)c->members[(size_t)j * (size_t)c->stride];
-  return (struct ring_block){0, r * c->k->count, c->k->count};
+  int r = c->members[(size_t)j * (size_t)c->stride];
+  return (struct ring_block){0, sched_block_offset(c->k, r), c->k->count};
 }
 
 /* All-gather on an even layout: the ranks with the same local index on
@@ -322,8 +322,8 @@ ncclResult_t hier_schedule_allgather(struct schedule* s, const struct sched_key*
   struct ring inter = column_ring(&h, gather_block, &across);
   for (size_t from = 0; from < k->count; from += h.span) {
     size_t hi = MIN(from + h.span, k->count);
-    CHECK(
-        sched_append(s, PRIM_COPY, 0, -1, -1, from, (size_t)k->rank * k->count + from, hi - from));
+    CHECK(sched_append(s, PRIM_COPY, 0, -1, -1, from, sched_block_offset(k, k->rank) + from,
+                       hi - from));
     if (m > 1) {
       CHECK(ring_send_own(s, &inter, from));
       CHECK(ring_gather_phase(s, &inter, nd, from));
@@ -353,7 +353,7 @@ static ncclResult_t rs_node_step(struct schedule* s, const struct ring* g, const
   ncclResult_t res = ncclSuccess;
   const struct sched_key* k = ((const struct gather_ctx*)g->ctx)->k;
   size_t cnt = k->count, a = MIN(from, cnt), len = MIN(from + g->span, cnt) - a;
-  size_t x = (size_t)owner * cnt + a;
+  size_t x = sched_block_offset(k, owner) + a;
   int m = inter->n, last = st == m - 1;
   if (len == 0) return ncclSuccess;
   if (st > 0) CHECK(sched_append(s, PRIM_RECV_REDUCE_CARRY, SCHED_PRE, inter->prev, -1, x, a, len));

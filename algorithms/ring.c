@@ -93,13 +93,13 @@ static struct ring_block allreduce_block(const void* ctx, int j) {
  * the ring is the rank at ring position j). */
 static struct ring_block allgather_block(const void* ctx, int j) {
   const struct sched_key* k = ctx;
-  return (struct ring_block){0, (size_t)sched_topo_rank(k->topo, j) * k->count, k->count};
+  return (struct ring_block){0, sched_block_offset(k, sched_topo_rank(k->topo, j)), k->count};
 }
 
 /* Reduce-scatter: X holds every block, Y is this rank's. */
 static struct ring_block reducescatter_block(const void* ctx, int j) {
   const struct sched_key* k = ctx;
-  return (struct ring_block){(size_t)sched_topo_rank(k->topo, j) * k->count, 0, k->count};
+  return (struct ring_block){sched_block_offset(k, sched_topo_rank(k->topo, j)), 0, k->count};
 }
 
 /* Elements per slice (whole elements, so no slice outgrows a slot), and per
@@ -150,7 +150,7 @@ ncclResult_t ring_schedule_allgather(struct schedule* s, const struct sched_key*
   size_t niter = ring_iterations(k, k->count);
   for (size_t it = 0; it < niter; it++) {
     size_t from = it * g.span, lo = MIN(from, k->count), hi = MIN(from + g.span, k->count);
-    CHECK(sched_append(s, PRIM_COPY, 0, -1, -1, lo, (size_t)k->rank * k->count + lo, hi - lo));
+    CHECK(sched_append(s, PRIM_COPY, 0, -1, -1, lo, sched_block_offset(k, k->rank) + lo, hi - lo));
     if (g.n == 1) continue;
     CHECK(ring_send_own(s, &g, from));
     CHECK(ring_gather_phase(s, &g, g.pos, from));

@@ -90,8 +90,8 @@ int sched_topo_pos(const struct sched_topo* t, int rank) {
 static int sched_key_equal(const struct sched_key* a, const struct sched_key* b) {
   return a->topo == b->topo && a->coll == b->coll && a->algo == b->algo && a->rank == b->rank &&
          a->nranks == b->nranks && a->root == b->root && a->count == b->count &&
-         a->elem_size == b->elem_size && a->chunk_bytes == b->chunk_bytes &&
-         a->slices_per_step == b->slices_per_step;
+         a->stride == b->stride && a->elem_size == b->elem_size &&
+         a->chunk_bytes == b->chunk_bytes && a->slices_per_step == b->slices_per_step;
 }
 
 typedef ncclResult_t (*sched_builder)(struct schedule*, const struct sched_key*);

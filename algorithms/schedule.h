@@ -89,7 +89,10 @@ const char* sched_algo_name(int algo);
 const char* sched_coll_name(int coll);
 
 /* What a schedule was built for; a comm reuses it when the key matches.
- * `count` is the per-rank block for all-gather and reduce-scatter. */
+ * `count` is the per-rank block for all-gather and reduce-scatter, and
+ * `stride` the distance in elements from one rank's block to the next in
+ * the gathered buffer (0: count, the blocks back to back; more when the
+ * call runs as pieces, each a slice of every block). */
 struct sched_key {
   const struct sched_topo* topo; /* NULL: one node */
   int coll;
@@ -98,10 +101,17 @@ struct sched_key {
   int nranks;
   int root; /* broadcast and reduce */
   size_t count;
+  size_t stride;
   size_t elem_size;
   size_t chunk_bytes;
   int slices_per_step; /* per iteration; at most half the executor window */
 };
+
+/* Where rank `r`'s block starts in the gathered buffer of an all-gather or
+ * reduce-scatter. */
+static inline size_t sched_block_offset(const struct sched_key* k, int r) {
+  return (size_t)r * (k->stride ? k->stride : k->count);
+}
 
 struct schedule {
   struct sched_key key;

@@ -32,11 +32,17 @@ static int coll_writes_recv(const struct coll_call* c, int rank) {
   return c->coll != COLL_REDUCE || rank == c->root;
 }
 
+/* All-gather and reduce-scatter move a block per rank. */
+static size_t coll_blocks(const struct coll_call* c) {
+  return c->coll == COLL_ALLGATHER || c->coll == COLL_REDUCESCATTER ? (size_t)c->comm->nranks : 1;
+}
+
 static ncclResult_t coll_check(const struct coll_call* c) {
   ncclResult_t res = ncclSuccess;
   struct ncclComm* comm = c->comm;
   CHECK(comm_check_call(comm, c->fn));
   CHECK(comm_check_type(c->type, c->fn));
+  CHECK(comm_check_count(c->fn, c->count, kern_type_size(c->type), coll_blocks(c)));
   if (c->root != -1 && (c->root < 0 || c->root >= comm->nranks))
     FAIL(ncclInvalidArgument, "%s : root %d out of range [0,%d)", c->fn, c->root, comm->nranks);
   if (c->count > 0 && coll_reads_send(c, comm->rank) && c->sendbuff == NULL)
@@ -49,7 +55,7 @@ fail:
 
 static ncclResult_t coll_enqueue(const struct coll_call* c) {
   ncclResult_t res = ncclSuccess;
-  struct exec_args a;
+  struct exec_args a = {0};
   CHECK(coll_check(c));
   CHECK(redop_resolve(c->comm, c->op, c->type, c->fn, &a));
   if (!c->has_op) a.pre = a.post = 0;

@@ -41,6 +41,17 @@ ncclResult_t comm_check_type(ncclDataType_t type, const char* fn) {
   return ncclSuccess;
 }
 
+ncclResult_t comm_check_count(const char* fn, size_t count, size_t elem_size, size_t blocks) {
+  if (count <= COMM_MAX_BYTES / elem_size / blocks) return ncclSuccess;
+  if (blocks > 1)
+    WARN("%s : count %zu x %zu ranks x %zu bytes is larger than any buffer can be (2^56 bytes)", fn,
+         count, blocks, elem_size);
+  else
+    WARN("%s : count %zu x %zu bytes is larger than any buffer can be (2^56 bytes)", fn, count,
+         elem_size);
+  return ncclInvalidArgument;
+}
+
 ncclResult_t comm_check_call(const struct ncclComm* comm, const char* fn) {
   ncclResult_t res = comm_check(comm, fn);
   if (res == ncclSuccess && comm->finalized) {

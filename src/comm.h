@@ -82,8 +82,16 @@ void comm_free(struct ncclComm* comm);
 /* A user config read up to the size the caller's header gave it. */
 ncclResult_t comm_config_read(const ncclConfig_t* user, ncclConfig_t* out);
 
-/* A data type argument; a comm a call is issued on (live, not finalized). */
+/* No 64-bit machine addresses more than 2^56 bytes (x86-64 with 5-level
+ * paging; arm64 stops at 2^52): a larger count is a bug, such as a
+ * negative number cast to size_t, never data. */
+#define COMM_MAX_BYTES (SIZE_MAX >> 8)
+
+/* A data type argument; a count of `blocks` blocks of elem_size-byte
+ * elements (no overflow, no impossible buffer); a comm a call is issued on
+ * (live, not finalized). */
 ncclResult_t comm_check_type(ncclDataType_t type, const char* fn);
+ncclResult_t comm_check_count(const char* fn, size_t count, size_t elem_size, size_t blocks);
 ncclResult_t comm_check_call(const struct ncclComm* comm, const char* fn);
 
 /* Validate a comm argument (non-NULL, live). */

@@ -67,6 +67,7 @@ void exec_key(const struct ncclComm* comm, const struct exec_args* args, struct 
   key->nranks = comm->nranks;
   key->root = args->root;
   key->count = args->count;
+  key->stride = args->stride;
   key->elem_size = kern_type_size(args->type);
   key->chunk_bytes = MIN(args->chunk_bytes, comm->exec.slot_bytes);
   key->slices_per_step = MAX(1, comm->exec.window / 2);
@@ -80,25 +81,66 @@ void exec_plan(struct ncclComm* comm, struct exec_args* args, struct sched_key* 
   exec_key(comm, args, key);
 }
 
+/* Elements of each block per piece: EXEC_PIECE_CHUNKS chunks of all the
+ * blocks together. Every rank derives the same from the same call. */
+static size_t exec_piece_count(const struct ncclComm* comm, const struct exec_args* a) {
+  size_t chunk = MIN(a->chunk_bytes, comm->exec.slot_bytes), es = kern_type_size(a->type);
+  int blocked = a->coll == COLL_ALLGATHER || a->coll == COLL_REDUCESCATTER;
+  size_t per = es * (blocked ? (size_t)comm->nranks : 1);
+  return MAX((size_t)1, MAX(chunk, (size_t)1) * EXEC_PIECE_CHUNKS / per);
+}
+
+static const void* exec_shift(const void* p, size_t bytes) {
+  return p ? (const char*)p + bytes : NULL; /* a rank's unused buffer may be NULL */
+}
+
+/* Set up the piece of the call that starts at ex->piece_off: the same
+ * elements of every block, so all-gather and reduce-scatter keep the
+ * whole call's block stride. */
+static ncclResult_t exec_start_piece(struct ncclComm* comm) {
+  struct exec_state* ex = &comm->exec;
+  struct exec_args a = ex->call;
+  struct sched_key key;
+  size_t shift = ex->piece_off * kern_type_size(a.type);
+  a.count = MIN(ex->piece, ex->call.count - ex->piece_off);
+  a.sendbuff = exec_shift(a.sendbuff, shift);
+  a.recvbuff = (void*)exec_shift(a.recvbuff, shift);
+  if (a.coll == COLL_ALLGATHER || a.coll == COLL_REDUCESCATTER)
+    a.stride = ex->call.stride ? ex->call.stride : ex->call.count;
+  exec_key(comm, &a, &key);
+  ncclResult_t res = sched_build(&comm->sched, &key);
+  if (res != ncclSuccess) return res;
+  ex->args = a;
+  ex->next_post = ex->next_compute = ex->retired = 0;
+  ex->carry = -1;
+  return ncclSuccess;
+}
+
 ncclResult_t exec_start(struct ncclComm* comm, const struct exec_args* args) {
   ncclResult_t res = ncclSuccess;
   struct exec_state* ex = &comm->exec;
-  struct sched_key key;
   int err = atomic_load(&comm->error);
   if (err != ncclSuccess) {
     WARN("Rank %d: communicator has failed earlier (%s); abort it", comm->rank,
          ncclGetErrorString((ncclResult_t)err));
     return (ncclResult_t)err;
   }
-  exec_key(comm, args, &key);
-  CHECK(sched_build(&comm->sched, &key));
-  ex->args = *args;
-  ex->next_post = ex->next_compute = ex->retired = 0;
-  ex->carry = -1;
+  ex->call = *args;
+  ex->piece = exec_piece_count(comm, args);
+  ex->piece_off = 0;
+  CHECK(exec_start_piece(comm));
   ex->last_progress_ns = braid_now_ns();
   ex->busy = 1;
 fail:
   return res;
+}
+
+/* The running piece is done: start the next, if any; *done when none. */
+static ncclResult_t exec_next_piece(struct ncclComm* comm, int* done) {
+  struct exec_state* ex = &comm->exec;
+  ex->piece_off += ex->args.count;
+  *done = ex->piece_off >= ex->call.count;
+  return *done ? ncclSuccess : exec_start_piece(comm);
 }
 
 /* Post receives (and an exchange's send) up to the window ahead. An
@@ -292,6 +334,7 @@ ncclResult_t exec_progress(struct ncclComm* comm, int* done, int* progressed) {
   ncclResult_t res = ncclSuccess;
   struct exec_state* ex = &comm->exec;
   int any = 0, moved;
+  *done = 0;
   do {
     moved = 0;
     CHECK(post_steps(comm, &moved));
@@ -299,9 +342,12 @@ ncclResult_t exec_progress(struct ncclComm* comm, int* done, int* progressed) {
     CHECK(compute_ready(comm, &moved));
     retire_done(comm, &moved);
     any |= moved;
-  } while (moved && ex->retired < comm->sched.nsteps);
+    if (ex->retired == comm->sched.nsteps) {
+      CHECK(exec_next_piece(comm, done));
+      moved = !*done;
+    }
+  } while (moved && !*done);
   *progressed = any;
-  *done = ex->retired == comm->sched.nsteps;
   if (*done) {
     ex->busy = 0;
     return ncclSuccess;

@@ -15,14 +15,21 @@
 
 #define EXEC_MAX_WINDOW 32
 
+/* A call runs as pieces of at most this many chunks of data (all ranks'
+ * blocks together), so a schedule's length is bounded whatever the count:
+ * a piece's pipeline drains only once per 8192 chunks. */
+#define EXEC_PIECE_CHUNKS 8192
+
 /* One collective call as the executor sees it. `count` is the per-rank
- * block for all-gather and reduce-scatter, else the whole buffer. */
+ * block for all-gather and reduce-scatter, else the whole buffer; `stride`
+ * (0: count) spaces the blocks of all-gather / reduce-scatter. */
 struct exec_args {
   int coll; /* enum sched_coll */
   int root;
   const void* sendbuff;
   void* recvbuff;
   size_t count;
+  size_t stride;
   ncclDataType_t type;
   struct kern_redop redop;
   unsigned pre;  /* KERN_PRE when every input read is pre-multiplied */
@@ -46,9 +53,12 @@ struct exec_state {
   int free_slots[EXEC_MAX_WINDOW];
   int nfree;
   int window;
-  /* the running call */
+  /* the running call, and the piece of it that runs now (args) */
   int busy;
+  struct exec_args call;
   struct exec_args args;
+  size_t piece;     /* elements per block in every piece but the last */
+  size_t piece_off; /* where in each block the running piece starts */
   size_t next_post, next_compute, retired;
   int carry; /* slot a reduce-carry step left for the next step, -1 if none */
   struct exec_rec recs[EXEC_MAX_WINDOW];

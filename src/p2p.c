@@ -19,6 +19,7 @@ static ncclResult_t p2p_enqueue(const char* fn, int kind, void* buf, size_t coun
   ncclResult_t res = ncclSuccess;
   CHECK(comm_check_call(comm, fn));
   CHECK(comm_check_type(type, fn));
+  CHECK(comm_check_count(fn, count, kern_type_size(type), 1));
   if (peer < 0 || peer >= comm->nranks)
     FAIL(ncclInvalidArgument, "%s : peer %d out of range [0,%d)", fn, peer, comm->nranks);
   if (count > 0 && buf == NULL) FAIL(ncclInvalidArgument, "%s : buffer is NULL", fn);

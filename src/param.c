@@ -59,24 +59,51 @@ int64_t param_read_int(const char* env, int64_t dflt) {
   return v;
 }
 
+/* A knob outside [lo, hi] is clamped to the nearer bound, with a WARN: a
+ * setting that would give wrong data (a 0-byte chunk), hang, or make every
+ * call thousands of times slower (1-byte chunks, 1-byte socket buffers) is
+ * never used as given. */
+int64_t param_clamp(const char* env, int64_t v, int64_t lo, int64_t hi) {
+  if (v >= lo && v <= hi) return v;
+  int64_t c = v < lo ? lo : hi;
+  WARN("%s=%lld is out of range [%lld, %lld]; using %lld", env, (long long)v, (long long)lo,
+       (long long)hi, (long long)c);
+  return c;
+}
+
+int64_t param_read_range(const char* env, int64_t dflt, int64_t lo, int64_t hi) {
+  return param_clamp(env, param_read_int(env, dflt), lo, hi);
+}
+
 /* A cached getter: the first caller reads the environment; a racing second
  * caller reads the same value, so a relaxed atomic is enough. */
-#define PARAM_GETTER(fn, env, dflt)                                 \
+#define PARAM_CACHED(fn, read)                                      \
   int64_t param_##fn(void) {                                        \
     static _Atomic int64_t cache = INT64_MIN;                       \
     int64_t v = atomic_load_explicit(&cache, memory_order_relaxed); \
     if (v == INT64_MIN) {                                           \
-      v = param_read_int(env, dflt);                                \
+      v = (read);                                                   \
       atomic_store_explicit(&cache, v, memory_order_relaxed);       \
     }                                                               \
     return v;                                                       \
   }
+#define PARAM_GETTER(fn, env, dflt, lo, hi) PARAM_CACHED(fn, param_read_range(env, dflt, lo, hi))
 
-PARAM_GETTER(timeout_ms, "BRAID_TIMEOUT_MS", 300000)
-PARAM_GETTER(socket_nthreads, "NCCL_SOCKET_NTHREADS", 1)
-PARAM_GETTER(nsocks_perthread, "NCCL_NSOCKS_PERTHREAD", 2)
-PARAM_GETTER(chunk_size, "BRAID_CHUNK_SIZE", 64 * 1024)
-PARAM_GETTER(nsteps, "BRAID_NSTEPS", 16)
-PARAM_GETTER(spin_us, "BRAID_SPIN_US", 100)
-PARAM_GETTER(sock_buf, "BRAID_SOCKET_BUF", 0)
-PARAM_GETTER(shm_disable, "NCCL_SHM_DISABLE", 0)
+#define KiB (1LL << 10)
+#define MiB (1LL << 20)
+#define GiB (1LL << 30)
+
+PARAM_GETTER(timeout_ms, "BRAID_TIMEOUT_MS", 300000, 100, 1LL << 40)
+PARAM_GETTER(socket_nthreads, "NCCL_SOCKET_NTHREADS", 1, 1, 16)
+PARAM_GETTER(nsocks_perthread, "NCCL_NSOCKS_PERTHREAD", 2, 1, 64)
+PARAM_GETTER(chunk_size, "BRAID_CHUNK_SIZE", 64 * KiB, PARAM_CHUNK_MIN, 64 * MiB)
+PARAM_GETTER(nsteps, "BRAID_NSTEPS", 16, 4, 32)
+PARAM_GETTER(spin_us, "BRAID_SPIN_US", 100, 0, 1000000)
+PARAM_GETTER(shm_disable, "NCCL_SHM_DISABLE", 0, 0, 1)
+
+/* 0 keeps the kernel's autotuning; anything else must be a real buffer. */
+static int64_t read_sock_buf(void) {
+  int64_t v = param_read_range("BRAID_SOCKET_BUF", 0, 0, 1 * GiB);
+  return v == 0 ? 0 : param_clamp("BRAID_SOCKET_BUF", v, 64 * KiB, 1 * GiB);
+}
+PARAM_CACHED(sock_buf, read_sock_buf())

@@ -63,7 +63,8 @@ static const char* parse_force(char** w, int nw, struct tuner_model* m) {
   if ((f.coll = name_index(w[1], sched_coll_name, COLL_COUNT)) < 0) return "unknown collective";
   if (parse_size(w[2], &f.lo) || parse_size(w[3], &f.hi) || f.lo > f.hi) return "bad byte range";
   if ((f.algo = name_index(w[4], sched_algo_name, ALGO_COUNT)) < 0) return "unknown algorithm";
-  if (nw == 6 && (parse_size(w[5], &f.chunk) || f.chunk == 0)) return "bad chunk size";
+  if (nw == 6 && (parse_size(w[5], &f.chunk) || f.chunk < PARAM_CHUNK_MIN))
+    return "bad chunk size (4096 bytes or more)";
   if (m->nforced == TUNER_MAX_FORCED) return "too many force lines";
   m->forced[m->nforced++] = f;
   return NULL;

@@ -319,3 +319,36 @@ int mp_launch(int nranks, mp_body_fn body, void* arg, const mp_opts* opts) {
   munmap((void*)env.shm, MP_SHM_INTS * sizeof(int));
   return bad;
 }
+
+int mp_capture_begin(mp_capture* cap) {
+  snprintf(cap->path, sizeof(cap->path), "/tmp/mp_capture_XXXXXX");
+  int fd = mkstemp(cap->path);
+  if (fd < 0) return -1;
+  fflush(stdout);
+  fflush(stderr);
+  cap->saved[0] = dup(1);
+  cap->saved[1] = dup(2);
+  dup2(fd, 1);
+  dup2(fd, 2);
+  close(fd);
+  return 0;
+}
+
+int mp_capture_end(mp_capture* cap, const char* needle) {
+  char line[1024];
+  int n = 0;
+  fflush(stdout);
+  fflush(stderr);
+  dup2(cap->saved[0], 1);
+  dup2(cap->saved[1], 2);
+  close(cap->saved[0]);
+  close(cap->saved[1]);
+  FILE* f = fopen(cap->path, "r");
+  while (f && fgets(line, sizeof(line), f)) {
+    fputs(line, stderr);
+    n += strstr(line, needle) != NULL;
+  }
+  if (f) fclose(f);
+  unlink(cap->path);
+  return n;
+}

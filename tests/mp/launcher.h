@@ -68,4 +68,16 @@ int mp_wait_flag(volatile int* flag, int timeout_ms);
 /* Sets an environment variable unless the user already set it. */
 void mp_default_env(const char* name, const char* value);
 
+/* This process's stdout and stderr (the library logs to stdout, like
+ * NCCL) captured in a temporary file. */
+typedef struct mp_capture {
+  char path[64];
+  int saved[2];
+} mp_capture;
+/* 0 on success. */
+int mp_capture_begin(mp_capture* cap);
+/* Restores both, echoes what was captured to stderr, and returns how many
+ * captured lines hold `needle`. */
+int mp_capture_end(mp_capture* cap, const char* needle);
+
 #endif /* MP_LAUNCHER_H_ */

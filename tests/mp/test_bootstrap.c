@@ -142,41 +142,6 @@ static int attacker(const mp_env* env, int port) {
   return 0;
 }
 
-/* Sends stdout and stderr (the library logs to stdout, like NCCL) to a
- * temporary file; saved[] receives the original descriptors. 0 on success. */
-static int capture_begin(char* path, int saved[2]) {
-  int fd = mkstemp(path);
-  if (fd < 0) return -1;
-  fflush(stdout);
-  fflush(stderr);
-  saved[0] = dup(1);
-  saved[1] = dup(2);
-  dup2(fd, 1);
-  dup2(fd, 2);
-  close(fd);
-  return 0;
-}
-
-/* Restores both, echoes what was captured, counts lines with needle. */
-static int capture_end(const int saved[2], const char* path, const char* needle) {
-  char line[1024];
-  int n = 0;
-  fflush(stdout);
-  fflush(stderr);
-  dup2(saved[0], 1);
-  dup2(saved[1], 2);
-  close(saved[0]);
-  close(saved[1]);
-  FILE* f = fopen(path, "r");
-  while (f && fgets(line, sizeof(line), f)) {
-    fputs(line, stderr);
-    n += strstr(line, needle) != NULL;
-  }
-  if (f) fclose(f);
-  unlink(path);
-  return n;
-}
-
 static int stray_real_rank(const mp_env* env, const mp_env* real) {
   ncclComm_t comm = NULL;
   if (env->rank != 0 && !mp_wait_flag(&env->shm[0], STRAY_WAIT_MS)) {
@@ -194,11 +159,10 @@ static int stray_body(const mp_env* env) {
   if (env->rank == real.nranks) return attacker(env, a->port);
   set_comm_id(a->host, a->port);
   if (env->rank != 0) return stray_real_rank(env, &real);
-  char path[] = "/tmp/mp_stray_XXXXXX"; /* rank 0 hosts the root: keep its log */
-  int saved[2];
-  if (capture_begin(path, saved) != 0) return stray_real_rank(env, &real);
+  mp_capture cap; /* rank 0 hosts the root: keep its log */
+  if (mp_capture_begin(&cap) != 0) return stray_real_rank(env, &real);
   int bad = stray_real_rank(env, &real);
-  int warned = capture_end(saved, path, "WARN");
+  int warned = mp_capture_end(&cap, "WARN");
   if (warned == 0) mp_fail(env, "the root logged no warning about the stray connections");
   return bad + (warned == 0);
 }

@@ -310,6 +310,80 @@ static const check kWithComm[] = {
 };
 #define NCHECKS(a) (sizeof(a) / sizeof((a)[0]))
 
+/* ---- counts no buffer can hold ---- */
+
+enum {
+  ABS_ALLREDUCE,
+  ABS_BROADCAST,
+  ABS_BCAST,
+  ABS_REDUCE,
+  ABS_ALLGATHER,
+  ABS_REDUCESCATTER,
+  ABS_SEND,
+  ABS_RECV,
+  ABS_GROUPED_P2P,
+  ABS_NCALLS
+};
+static const char* const kAbsNames[ABS_NCALLS] = {
+    "ncclAllReduce", "ncclBroadcast", "ncclBcast",
+    "ncclReduce",    "ncclAllGather", "ncclReduceScatter",
+    "ncclSend",      "ncclRecv",      "grouped ncclSend+ncclRecv"};
+
+/* The call with `count` floats on tiny buffers: it must be refused before
+ * anything reads them. A grouped send/recv reports at ncclGroupEnd too. */
+static ncclResult_t absurd_call(ctx* c, int call, size_t count) {
+  int peer = (c->env->rank + 1) % c->env->nranks;
+  float *s = c->buf, *r = c->buf + 8;
+  switch (call) {
+    case ABS_ALLREDUCE:
+      return ncclAllReduce(s, r, count, ncclFloat, ncclSum, c->comm, NULL);
+    case ABS_BROADCAST:
+      return ncclBroadcast(s, r, count, ncclFloat, 0, c->comm, NULL);
+    case ABS_BCAST:
+      return ncclBcast(r, count, ncclFloat, 0, c->comm, NULL);
+    case ABS_REDUCE:
+      return ncclReduce(s, r, count, ncclFloat, ncclSum, 0, c->comm, NULL);
+    case ABS_ALLGATHER:
+      return ncclAllGather(s, r, count, ncclFloat, c->comm, NULL);
+    case ABS_REDUCESCATTER:
+      return ncclReduceScatter(s, r, count, ncclFloat, ncclSum, c->comm, NULL);
+    case ABS_SEND:
+      return ncclSend(s, count, ncclFloat, peer, c->comm, NULL);
+    case ABS_RECV:
+      return ncclRecv(r, count, ncclFloat, peer, c->comm, NULL);
+    default: {
+      ncclResult_t a, b, e;
+      ncclGroupStart();
+      a = ncclSend(s, count, ncclFloat, peer, c->comm, NULL);
+      b = ncclRecv(r, 8, ncclFloat, peer, c->comm, NULL); /* valid, but its group failed */
+      e = ncclGroupEnd();
+      if (b != ncclSuccess) return b;
+      return a != e ? ncclInternalError : e; /* GroupEnd must report the refused call */
+    }
+  }
+}
+
+/* SIZE_MAX, byte sizes that overflow size_t, and sizes just past what any
+ * machine addresses (2^56 bytes), also only once multiplied by nranks. */
+static int absurd_counts(ctx* c) {
+  size_t n = (size_t)c->env->nranks;
+  const size_t counts[] = {SIZE_MAX, SIZE_MAX / 4 + 1, ((size_t)1 << 54) + 1,
+                           ((size_t)1 << 54) / n + 1};
+  int bad = 0;
+  for (int call = 0; call < ABS_NCALLS; call++)
+    for (size_t i = 0; i < sizeof(counts) / sizeof(counts[0]); i++) {
+      int blocked = call == ABS_ALLGATHER || call == ABS_REDUCESCATTER;
+      if (i == 3 && (!blocked || n == 1)) continue; /* within limits unless times nranks */
+      char what[128];
+      snprintf(what, sizeof(what), "%s(count=%zu floats)", kAbsNames[call], counts[i]);
+      ncclResult_t got = absurd_call(c, call, counts[i]);
+      if (mp_expect_rc(c->env, c->comm, got, ncclInvalidArgument, what) ||
+          mp_expect_last_error(c->env, c->comm, what))
+        bad++;
+    }
+  return bad;
+}
+
 /* A checked all-reduce after rejected call i. -1 when the call failed. */
 static int still_works(ctx* c, size_t i) {
   ar_call call = {.type = (ncclDataType_t)(i % ncclNumTypes),
@@ -356,6 +430,12 @@ static int errors_body(const mp_env* env) {
   for (size_t i = 0; i < NCHECKS(kWithComm) && !fatal; i++) {
     bad += run_check(&c, &kWithComm[i]);
     int r = still_works(&c, i);
+    fatal = r < 0;
+    bad += r > 0;
+  }
+  if (!fatal) bad += absurd_counts(&c);
+  if (!fatal) {
+    int r = still_works(&c, 0);
     fatal = r < 0;
     bad += r > 0;
   }

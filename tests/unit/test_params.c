@@ -49,6 +49,22 @@ static void test_read_int_falls_back(void** state) {
   assert_int_equal(param_read_int("BRAID_TEST_KNOB", 42), 42);
 }
 
+/* Out-of-range knobs are clamped to the nearer bound, never used as given. */
+static void test_read_range_clamps(void** state) {
+  (void)state;
+  static const struct {
+    const char* value;
+    int64_t want;
+  } cases[] = {{"0", 16}, {"-5", 16}, {"1G", 128}, {"100", 100}, {"16", 16}, {"bogus", 64}};
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    setenv("BRAID_TEST_KNOB", cases[i].value, 1);
+    assert_int_equal(param_read_range("BRAID_TEST_KNOB", 64, 16, 128), cases[i].want);
+  }
+  unsetenv("BRAID_TEST_KNOB");
+  assert_int_equal(param_read_range("BRAID_TEST_KNOB", 64, 16, 128), 64);
+  assert_int_equal(param_clamp("BRAID_TEST_KNOB", INT64_MIN, 0, 1), 0);
+}
+
 static void test_debug_level(void** state) {
   (void)state;
   assert_int_equal(debug_parse_level("WARN"), DEBUG_WARN);
@@ -138,10 +154,11 @@ static void test_algo_list(void** state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_parse_int),      cmocka_unit_test(test_read_int_falls_back),
-      cmocka_unit_test(test_debug_level),    cmocka_unit_test(test_debug_subsys),
-      cmocka_unit_test(test_ifname_rules),   cmocka_unit_test(test_hostport),
-      cmocka_unit_test(test_wire_roundtrip), cmocka_unit_test(test_algo_list),
+      cmocka_unit_test(test_parse_int),         cmocka_unit_test(test_read_int_falls_back),
+      cmocka_unit_test(test_read_range_clamps), cmocka_unit_test(test_debug_level),
+      cmocka_unit_test(test_debug_subsys),      cmocka_unit_test(test_ifname_rules),
+      cmocka_unit_test(test_hostport),          cmocka_unit_test(test_wire_roundtrip),
+      cmocka_unit_test(test_algo_list),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
