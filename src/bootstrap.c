@@ -1,13 +1,10 @@
 /*
- * Bootstrap: ids, the root thread and the rank side of the peer-info
- * exchange. The root checks the secret and version of every connection,
- * refuses (and logs) strangers, and gives up at BRAID_TIMEOUT_MS.
+ * Bootstrap: ids and job keys, host identity, and the rank side of the
+ * peer-info exchange (the root is bootstrap_root.c).
  */
 #include "bootstrap.h"
 
 #include <errno.h>
-#include <poll.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,20 +14,6 @@
 
 #include "core.h"
 #include "param.h"
-
-/* A rank's registration message to the root. */
-struct root_hello {
-  uint32_t magic;
-  uint32_t version;
-  uint64_t secret;
-  int32_t rank;
-  int32_t nranks;
-  struct peer_info info;
-};
-
-/* How long the root waits for one connection's hello before refusing it,
- * so a silent stranger cannot stall the ranks behind it for long. */
-#define ROOT_HELLO_MS 2000
 
 _Static_assert(sizeof(struct bootstrap_id) <= NCCL_UNIQUE_ID_BYTES, "id too large");
 
@@ -103,149 +86,37 @@ ncclResult_t bootstrap_id_decode(const ncclUniqueId* in, struct bootstrap_id* id
   return ncclSuccess;
 }
 
-/* ---- root ---- */
+/* ---- ids and job keys ---- */
 
-struct root_state {
-  int listen_fd;
-  uint64_t secret;
-  uint64_t deadline_ns;
-  int nranks; /* learned from the first valid hello */
-  int nregistered;
-  int* fds; /* per rank, -1 until registered */
-  struct peer_info* table;
+/* What tells one job from another that uses the same NCCL_COMM_ID: the
+ * world size and whatever job id its launcher exports (Braid's own, Open
+ * MPI / PMIx, Slurm, torchrun - whose restart count makes each restart a
+ * job of its own, so a straggler of the last attempt cannot join). */
+static const char* const kJobVars[] = {
+    "BRAID_JOB_ID", "WORLD_SIZE",    "OMPI_MCA_ess_base_jobid", "PMIX_NAMESPACE",
+    "SLURM_JOB_ID", "SLURM_STEP_ID", "TORCHELASTIC_RUN_ID",     "TORCHELASTIC_RESTART_COUNT",
 };
 
-static void root_free(struct root_state* st) {
-  if (st->fds)
-    for (int r = 0; r < st->nranks; r++)
-      if (st->fds[r] >= 0) close(st->fds[r]);
-  free(st->fds);
-  free(st->table);
-  if (st->listen_fd >= 0) close(st->listen_fd);
-  free(st);
+/* splitmix64's finalizer: spreads FNV's weak low bits over the word. */
+static uint64_t mix64(uint64_t x) {
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
 }
 
-/* Why a hello is refused, or NULL if it is acceptable. */
-static const char* root_hello_problem(const struct root_state* st, const struct root_hello* h) {
-  if (h->magic != BOOTSTRAP_MAGIC) return "bad magic";
-  if (h->version != BOOTSTRAP_VERSION) return "protocol version mismatch";
-  if (h->secret != st->secret) return "wrong secret";
-  if (h->nranks < 1 || h->nranks > BOOTSTRAP_MAX_RANKS) return "bad nranks";
-  if (st->nranks != 0 && h->nranks != st->nranks) return "nranks differs from other ranks";
-  if (h->rank < 0 || h->rank >= h->nranks) return "rank out of range";
-  if (st->nranks != 0 && st->fds[h->rank] >= 0) return "duplicate rank";
-  return NULL;
-}
-
-static ncclResult_t root_register(struct root_state* st, int fd, const struct root_hello* h) {
-  if (st->nranks == 0) {
-    st->nranks = h->nranks;
-    st->fds = malloc(sizeof(int) * (size_t)h->nranks);
-    st->table = calloc((size_t)h->nranks, sizeof(struct peer_info));
-    if (st->fds == NULL || st->table == NULL) {
-      WARN("Bootstrap root: out of memory for %d ranks", h->nranks);
-      return ncclSystemError;
-    }
-    for (int r = 0; r < h->nranks; r++) st->fds[r] = -1;
+uint64_t bootstrap_job_key(const char* comm_id) {
+  char used[256] = "NCCL_COMM_ID";
+  uint64_t h = hash_bytes(0x84222325cbf29ce4ull, comm_id, strlen(comm_id) + 1);
+  for (size_t i = 0; i < sizeof(kJobVars) / sizeof(kJobVars[0]); i++) {
+    const char* v = getenv(kJobVars[i]);
+    if (v == NULL) continue;
+    h = hash_bytes(h, kJobVars[i], strlen(kJobVars[i]) + 1);
+    h = hash_bytes(h, v, strlen(v) + 1);
+    size_t n = strlen(used);
+    snprintf(used + n, sizeof(used) - n, " + %s", kJobVars[i]);
   }
-  st->fds[h->rank] = fd;
-  st->table[h->rank] = h->info;
-  st->nregistered++;
-  TRACE(SUB_BOOTSTRAP, "Bootstrap root: rank %d/%d registered", h->rank, st->nranks);
-  return ncclSuccess;
-}
-
-/* Accept one connection and read its hello; strangers are logged and closed. */
-static ncclResult_t root_accept_one(struct root_state* st) {
-  struct root_hello h;
-  int fd = accept4(st->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
-  if (fd < 0) return ncclSuccess; /* gone before we got to it */
-  uint64_t dl = MIN(socket_deadline(ROOT_HELLO_MS), st->deadline_ns);
-  const char* why = NULL;
-  if (socket_recv_all(fd, &h, sizeof(h), dl) != ncclSuccess)
-    why = "no complete hello";
-  else
-    why = root_hello_problem(st, &h);
-  if (why) {
-    WARN("Bootstrap root: refused a connection (%s); still serving the others", why);
-    close(fd);
-    return ncclSuccess;
-  }
-  return root_register(st, fd, &h);
-}
-
-/* A registered rank never speaks again before the reply, so readability
- * means it closed: the rank died and the whole bootstrap must fail. */
-static int root_any_rank_gone(struct root_state* st, struct pollfd* p, int n) {
-  for (int i = 1; i < n; i++)
-    if (p[i].revents) return 1;
-  (void)st;
-  return 0;
-}
-
-static ncclResult_t root_wait_all(struct root_state* st) {
-  struct pollfd* p = NULL;
-  ncclResult_t res = ncclSuccess;
-  while (st->nranks == 0 || st->nregistered < st->nranks) {
-    int n = 1;
-    free(p);
-    p = calloc((size_t)st->nregistered + 1, sizeof(*p));
-    if (p == NULL) FAIL(ncclSystemError, "Bootstrap root: out of memory");
-    p[0].fd = st->listen_fd;
-    p[0].events = POLLIN;
-    for (int r = 0; r < st->nranks; r++)
-      if (st->fds[r] >= 0) p[n].fd = st->fds[r], p[n++].events = POLLIN;
-    uint64_t now = braid_now_ns();
-    if (now >= st->deadline_ns)
-      FAIL(ncclSystemError,
-           "Bootstrap root: timeout, %d of %d ranks arrived (BRAID_TIMEOUT_MS=%lld)",
-           st->nregistered, st->nranks, (long long)param_timeout_ms());
-    int ms = (int)MIN((st->deadline_ns - now) / 1000000ull + 1, 1000ull);
-    if (poll(p, (nfds_t)n, ms) < 0 && errno != EINTR)
-      FAIL(ncclSystemError, "Bootstrap root: poll failed: %s", strerror(errno));
-    if (root_any_rank_gone(st, p, n))
-      FAIL(ncclRemoteError, "Bootstrap root: a registered rank closed its connection (died?)");
-    if (p[0].revents & POLLIN) CHECK(root_accept_one(st));
-  }
-fail:
-  free(p);
-  return res;
-}
-
-static void* root_main(void* arg) {
-  struct root_state* st = arg;
-  if (root_wait_all(st) == ncclSuccess) {
-    size_t bytes = sizeof(struct peer_info) * (size_t)st->nranks;
-    for (int r = 0; r < st->nranks; r++)
-      if (socket_send_all(st->fds[r], st->table, bytes, st->deadline_ns) != ncclSuccess)
-        WARN("Bootstrap root: could not send the peer table to rank %d", r);
-    INFO(SUB_BOOTSTRAP, "Bootstrap root: served %d ranks", st->nranks);
-  }
-  root_free(st); /* closing tells waiting ranks that bootstrap failed */
-  return NULL;
-}
-
-static ncclResult_t root_start(union socket_addr* addr, uint64_t secret) {
-  ncclResult_t res = ncclSuccess;
-  pthread_t thread;
-  struct root_state* st = calloc(1, sizeof(*st));
-  if (st == NULL) return ncclSystemError;
-  st->listen_fd = -1;
-  st->secret = secret;
-  st->deadline_ns = socket_deadline(param_timeout_ms());
-  CHECK(socket_listen(addr, &st->listen_fd));
-  if (pthread_create(&thread, NULL, root_main, st) != 0)
-    FAIL(ncclSystemError, "Bootstrap: cannot start the root thread");
-  pthread_detach(thread);
-  return ncclSuccess;
-fail:
-  root_free(st);
-  return res;
-}
-
-/* With NCCL_COMM_ID every rank derives the same secret from the string. */
-static uint64_t comm_id_secret(const char* s) {
-  return hash_bytes(0x84222325cbf29ce4ull, s, strlen(s));
+  INFO(SUB_BOOTSTRAP, "Bootstrap: job key from %s", used);
+  return mix64(h);
 }
 
 ncclResult_t bootstrap_new_root_id(ncclUniqueId* out) {
@@ -257,8 +128,8 @@ ncclResult_t bootstrap_new_root_id(ncclUniqueId* out) {
     addr.sin.sin_port = 0;
   else
     addr.sin6.sin6_port = 0;
-  id.secret = bootstrap_random64();
-  CHECK(root_start(&addr, id.secret));
+  id.key = bootstrap_random64();
+  CHECK(bootstrap_root_start(&addr, id.key, 0, NULL, NULL));
   socket_addr_to_wire(&addr, &id.root);
   bootstrap_id_encode(&id, out);
 fail:
@@ -272,40 +143,98 @@ ncclResult_t bootstrap_get_unique_id(ncclUniqueId* out) {
   const char* env = param_read_str("NCCL_COMM_ID");
   if (env == NULL) return bootstrap_new_root_id(out);
   CHECK(socket_parse_hostport(env, &addr));
-  id.secret = comm_id_secret(env);
+  id.key = bootstrap_job_key(env);
   socket_addr_to_wire(&addr, &id.root);
   bootstrap_id_encode(&id, out);
 fail:
   return res;
 }
 
-ncclResult_t bootstrap_maybe_start_root(const struct bootstrap_id* id, int rank) {
+/* ---- a rank ---- */
+
+/* Send a hello and read the root's reply header; the caller reads the
+ * table that follows an ROOT_OK. */
+static ncclResult_t rank_hello(const union socket_addr* root, const struct root_hello* h, int* fd,
+                               struct root_reply* reply, uint64_t deadline_ns,
+                               _Atomic int* aborted) {
+  ncclResult_t res = ncclSuccess;
+  CHECK(socket_connect(root, deadline_ns, aborted, fd));
+  CHECK(socket_send_all(*fd, h, sizeof(*h), deadline_ns, aborted));
+  CHECK(socket_recv_all(*fd, reply, sizeof(*reply), deadline_ns, aborted));
+  if (reply->magic != BOOTSTRAP_MAGIC)
+    FAIL(ncclSystemError, "Bootstrap: the root's reply is not Braid's");
+fail:
+  return res;
+}
+
+static const char* root_status_str(uint32_t status) {
+  switch (status) {
+    case ROOT_REFUSED:
+      return "refused this rank: its job key or protocol differs (another job on this "
+             "NCCL_COMM_ID? ranks must agree on NCCL_COMM_ID, WORLD_SIZE and the launcher's job "
+             "id; see INFO/BOOTSTRAP)";
+    case ROOT_CONFLICT:
+      return "failed the bootstrap: two jobs use this address and job key, or ranks disagree on "
+             "nranks (set BRAID_JOB_ID per job)";
+    case ROOT_FAILED:
+      return "failed the bootstrap: a rank died, or rank 0 aborted or timed out";
+    default:
+      return "sent an unknown status";
+  }
+}
+
+ncclResult_t bootstrap_maybe_start_root(const struct bootstrap_id* id, int rank, int nranks,
+                                        _Atomic int* aborted, struct bootstrap_root** out) {
+  ncclResult_t res = ncclSuccess;
   const char* env = param_read_str("NCCL_COMM_ID");
   union socket_addr addr;
-  if (env == NULL || rank != 0 || id->secret != comm_id_secret(env)) return ncclSuccess;
+  char buf[SOCKET_ADDR_STRLEN];
+  int fd = -1, err = 0;
+  *out = NULL;
+  if (env == NULL || rank != 0 || id->key != bootstrap_job_key(env)) return ncclSuccess;
   socket_addr_from_wire(&id->root, &addr);
-  return root_start(&addr, id->secret);
+  if (bootstrap_root_start(&addr, id->key, nranks, out, &err) == ncclSuccess) return ncclSuccess;
+  if (err == EADDRINUSE) { /* whoever holds it: if a root of our key, it fails too */
+    struct root_hello h = {BOOTSTRAP_MAGIC, BOOTSTRAP_VERSION,    id->key, 0,
+                           nranks,          ROOT_HELLO_COLLISION, 0,       {0}};
+    struct root_reply r;
+    if (rank_hello(&addr, &h, &fd, &r, socket_deadline(2000), aborted) == ncclSuccess)
+      INFO(SUB_BOOTSTRAP, "Bootstrap: the root at %s was told of the collision",
+           socket_addr_str(&addr, buf, sizeof(buf)));
+  }
+  FAIL(ncclSystemError,
+       "Bootstrap: cannot serve NCCL_COMM_ID=%s: %s (another job, or a stale one, uses this "
+       "address)",
+       env, strerror(err));
+fail:
+  if (fd >= 0) close(fd);
+  return res;
 }
 
 ncclResult_t bootstrap_exchange(const struct bootstrap_id* id, int rank, int nranks,
                                 const struct peer_info* mine, struct peer_info* all,
-                                uint64_t deadline_ns) {
+                                uint64_t* data_secret, uint64_t deadline_ns, _Atomic int* aborted) {
   ncclResult_t res = ncclSuccess;
   union socket_addr root;
   char buf[SOCKET_ADDR_STRLEN];
   int fd = -1;
-  struct root_hello h = {BOOTSTRAP_MAGIC, BOOTSTRAP_VERSION, id->secret, rank, nranks, *mine};
+  struct root_hello h = {BOOTSTRAP_MAGIC, BOOTSTRAP_VERSION, id->key, rank, nranks, 0, 0, *mine};
+  struct root_reply r;
   socket_addr_from_wire(&id->root, &root);
-  CHECK(socket_connect(&root, deadline_ns, &fd));
-  CHECK(socket_send_all(fd, &h, sizeof(h), deadline_ns));
-  res = socket_recv_all(fd, all, sizeof(struct peer_info) * (size_t)nranks, deadline_ns);
+  socket_addr_str(&root, buf, sizeof(buf));
+  res = rank_hello(&root, &h, &fd, &r, deadline_ns, aborted);
   if (res != ncclSuccess)
     FAIL(res,
-         "Bootstrap: rank %d got no peer table from root %s (a rank died, timed out, or ids "
-         "differ)",
-         rank, socket_addr_str(&root, buf, sizeof(buf)));
-  for (int r = 0; r < nranks; r++)
-    if (all[r].rank != r) FAIL(ncclInternalError, "Bootstrap: corrupt peer table entry %d", r);
+         "Bootstrap: rank %d got no answer from root %s (a rank died, timed out, or ids differ)",
+         rank, buf);
+  if (r.status != ROOT_OK)
+    FAIL(ncclInvalidUsage, "Bootstrap: root %s %s", buf, root_status_str(r.status));
+  if (r.nranks != nranks)
+    FAIL(ncclInternalError, "Bootstrap: root %s answered for %d ranks", buf, r.nranks);
+  CHECK(socket_recv_all(fd, all, sizeof(struct peer_info) * (size_t)nranks, deadline_ns, aborted));
+  for (int i = 0; i < nranks; i++)
+    if (all[i].rank != i) FAIL(ncclInternalError, "Bootstrap: corrupt peer table entry %d", i);
+  *data_secret = r.data_secret;
 fail:
   if (fd >= 0) close(fd);
   return res;

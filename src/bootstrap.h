@@ -1,25 +1,33 @@
 /*
- * Bootstrap: the unique id (root address + random secret), the root that
- * collects every rank's peer info and hands back the full table, and the
- * hello that opens every data connection.
+ * Bootstrap: the unique id (root address + job key), the root that
+ * collects every rank's peer info and hands back the full table with the
+ * data plane's secret, and what every rank tells the others about itself.
+ *
+ * Two secrets. The job key authenticates a rank to the root: random in an
+ * id from ncclGetUniqueId, derived from NCCL_COMM_ID and the job's
+ * identity (WORLD_SIZE, the launcher's job id, BRAID_JOB_ID) when every
+ * rank makes its own id. The data secret opens every data connection: the
+ * root draws it at random and hands it only to the ranks it registered, so
+ * it never follows from an address or an environment.
  */
 #ifndef BRAID_BOOTSTRAP_H_
 #define BRAID_BOOTSTRAP_H_
 
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include "nccl.h"
 #include "socket.h"
 
 #define BOOTSTRAP_MAGIC 0x44494152u /* "RAID" little-endian: Braid id */
-#define BOOTSTRAP_VERSION 2u
+#define BOOTSTRAP_VERSION 3u        /* 3: job keys, the root's data secret, refusal replies */
 #define BOOTSTRAP_MAX_RANKS (1 << 20)
 
 /* What a ncclUniqueId holds; the remaining bytes of the 128 are zero. */
 struct bootstrap_id {
   uint32_t magic;
   uint32_t version;
-  uint64_t secret;
+  uint64_t key; /* the job key */
   struct socket_wire_addr root;
 };
 
@@ -41,26 +49,89 @@ struct peer_info {
   struct socket_wire_addr listen; /* where its data listener accepts */
 };
 
+/* ---- the wire between a rank and the root ---- */
+
+/* A rank's registration. */
+struct root_hello {
+  uint32_t magic;
+  uint32_t version;
+  uint64_t key;
+  int32_t rank;
+  int32_t nranks;
+  uint32_t flags;
+  uint32_t reserved;
+  struct peer_info info;
+};
+/* Sent by a rank 0 that could not serve NCCL_COMM_ID's address because
+ * something holds it: if that is a root with our key, two jobs collide. */
+#define ROOT_HELLO_COLLISION 1u
+
+enum root_status {
+  ROOT_OK = 0,       /* the table of nranks peer_infos follows */
+  ROOT_REFUSED = 1,  /* not this job's key or protocol: the rank is a stranger here */
+  ROOT_CONFLICT = 2, /* this job's key, but two jobs use it, or its ranks disagree */
+  ROOT_FAILED = 3    /* a rank died, or the root's own rank aborted or timed out */
+};
+
+/* The root's answer to every hello. */
+struct root_reply {
+  uint32_t magic;
+  uint32_t status; /* enum root_status */
+  uint64_t data_secret;
+  int32_t nranks;
+  int32_t reserved;
+};
+
+/* Why a hello is refused (NULL: it is this job's); a key holder's hello is
+ * then checked against the job by the root. Exposed for the fuzzer. */
+const char* bootstrap_hello_stranger(const struct root_hello* h, uint64_t key);
+
+/* ---- ids ---- */
+
 void bootstrap_id_encode(const struct bootstrap_id* id, ncclUniqueId* out);
 /* ncclInvalidArgument (with a WARN) when the bytes are not a Braid id. */
 ncclResult_t bootstrap_id_decode(const ncclUniqueId* in, struct bootstrap_id* id);
 
-/* ncclGetUniqueId: a fresh secret and a root serving it, or, with
- * NCCL_COMM_ID, that address and a secret derived from it (no root yet). */
+/* ncclGetUniqueId: a fresh key and a root serving it, or, with
+ * NCCL_COMM_ID, that address and the key derived for this job (no root
+ * yet: rank 0 starts it in ncclCommInitRank). */
 ncclResult_t bootstrap_get_unique_id(ncclUniqueId* out);
 
-/* A fresh secret and a root serving it, whatever NCCL_COMM_ID says (for
+/* A fresh key and a root serving it, whatever NCCL_COMM_ID says (for
  * communicators made from others, e.g. by ncclCommSplit). */
 ncclResult_t bootstrap_new_root_id(ncclUniqueId* out);
 
-/* With NCCL_COMM_ID, rank 0 starts the root inside ncclCommInitRank. */
-ncclResult_t bootstrap_maybe_start_root(const struct bootstrap_id* id, int rank);
+/* The job key of NCCL_COMM_ID `comm_id` and this process's environment. */
+uint64_t bootstrap_job_key(const char* comm_id);
+
+/* ---- the root ---- */
+
+struct bootstrap_root;
+
+/* Serve `key` on addr (port 0: any; the port taken is written back) until
+ * nranks ranks (0: as many as the first hello says) have registered, or
+ * the timeout. *out (when not NULL) lets the caller stop it early. When
+ * the address cannot be had, *listen_err (when not NULL: no WARN then)
+ * says why, as an errno value. */
+ncclResult_t bootstrap_root_start(union socket_addr* addr, uint64_t key, int nranks,
+                                  struct bootstrap_root** out, int* listen_err);
+/* Stop waiting for ranks (registered ones are told) and let go of it. */
+void bootstrap_root_release(struct bootstrap_root* root);
+
+/* With NCCL_COMM_ID, rank 0 starts the root inside ncclCommInitRank. A
+ * rank 0 that finds the address taken tells whoever holds it (a root of
+ * another job with our key then fails loudly too) and fails. */
+ncclResult_t bootstrap_maybe_start_root(const struct bootstrap_id* id, int rank, int nranks,
+                                        _Atomic int* aborted, struct bootstrap_root** out);
+
+/* ---- a rank ---- */
 
 /* Register with the root and receive every rank's peer info (nranks
- * entries into `all`). Bounded by `deadline_ns`. */
+ * entries into `all`) and the data secret. Bounded by `deadline_ns`;
+ * *aborted ends it early. */
 ncclResult_t bootstrap_exchange(const struct bootstrap_id* id, int rank, int nranks,
                                 const struct peer_info* mine, struct peer_info* all,
-                                uint64_t deadline_ns);
+                                uint64_t* data_secret, uint64_t deadline_ns, _Atomic int* aborted);
 
 /* Random 64-bit value from the kernel. */
 uint64_t bootstrap_random64(void);

@@ -113,7 +113,7 @@ static ncclResult_t comm_create(struct ncclComm** out, int nranks, const ncclUni
   CHECK(comm_setup_local(comm, &listen));
   comm->tctx = (struct transport_ctx){rank,
                                       nranks,
-                                      id.secret,
+                                      0, /* the data secret: the root hands it out */
                                       comm->peers,
                                       comm->tctx.listen_fd,
                                       comm->progress.epoll_fd,
@@ -172,13 +172,16 @@ static ncclResult_t comm_bootstrap(struct ncclComm* comm) {
   union socket_addr addr;
   char ifname[64] = "";
   struct peer_info mine;
+  struct bootstrap_root* root = NULL;
   debug_set_device(comm->rank);
   CHECK(topo_system_get(&sys));
   CHECK(socket_local_addr(&addr, ifname, sizeof(ifname)));
   comm_describe_self(comm, sys, ifname, &mine);
-  CHECK(bootstrap_maybe_start_root(&comm->id, comm->rank));
-  CHECK(bootstrap_exchange(&comm->id, comm->rank, comm->nranks, &mine, comm->peers,
-                           socket_deadline(param_timeout_ms())));
+  CHECK(bootstrap_maybe_start_root(&comm->id, comm->rank, comm->nranks, &comm->aborted, &root));
+  res = bootstrap_exchange(&comm->id, comm->rank, comm->nranks, &mine, comm->peers,
+                           &comm->tctx.secret, socket_deadline(param_timeout_ms()), &comm->aborted);
+  bootstrap_root_release(root); /* done serving, or its rank failed: it fails the others */
+  CHECK(res);
   CHECK(comm_layout(comm, sys));
   CHECK(tuner_model_init(comm));
   if (comm->internal_stream) /* this thread is the comm's progress thread */

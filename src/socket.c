@@ -226,24 +226,30 @@ void socket_tune_data(int fd, int bufsize) {
   }
 }
 
-ncclResult_t socket_listen(union socket_addr* addr, int* fdp) {
-  ncclResult_t res = ncclSuccess;
-  char buf[SOCKET_ADDR_STRLEN];
+ncclResult_t socket_try_listen(union socket_addr* addr, int* fdp, int* err) {
   int one = 1;
   int fd = socket(addr->sa.sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) FAIL(ncclSystemError, "socket() failed: %s", strerror(errno));
+  if (fd < 0) goto fail;
   setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  if (bind(fd, &addr->sa, socket_addr_len(addr)) != 0)
-    FAIL(ncclSystemError, "bind to %s failed: %s", socket_addr_str(addr, buf, sizeof(buf)),
-         strerror(errno));
-  if (listen(fd, 16384) != 0) FAIL(ncclSystemError, "listen() failed: %s", strerror(errno));
+  if (bind(fd, &addr->sa, socket_addr_len(addr)) != 0 || listen(fd, 16384) != 0) goto fail;
   socklen_t len = sizeof(*addr);
   getsockname(fd, &addr->sa, &len);
   set_nonblock(fd);
   *fdp = fd;
+  *err = 0;
   return ncclSuccess;
 fail:
+  *err = errno;
   if (fd >= 0) close(fd);
+  return ncclSystemError;
+}
+
+ncclResult_t socket_listen(union socket_addr* addr, int* fdp) {
+  char buf[SOCKET_ADDR_STRLEN];
+  int err;
+  ncclResult_t res = socket_try_listen(addr, fdp, &err);
+  if (res != ncclSuccess)
+    WARN("Cannot listen on %s: %s", socket_addr_str(addr, buf, sizeof(buf)), strerror(err));
   return res;
 }
 
@@ -272,7 +278,8 @@ ncclResult_t socket_wait(int fd, short events, uint64_t deadline_ns, _Atomic int
 
 /* A peer may not be listening yet: retry refused connections until the
  * deadline, with a short back-off. */
-ncclResult_t socket_connect(const union socket_addr* addr, uint64_t deadline_ns, int* fdp) {
+ncclResult_t socket_connect(const union socket_addr* addr, uint64_t deadline_ns,
+                            _Atomic int* aborted, int* fdp) {
   ncclResult_t res = ncclSuccess;
   char buf[SOCKET_ADDR_STRLEN];
   int fd = -1;
@@ -281,7 +288,7 @@ ncclResult_t socket_connect(const union socket_addr* addr, uint64_t deadline_ns,
     if (fd < 0) FAIL(ncclSystemError, "socket() failed: %s", strerror(errno));
     int rc = connect(fd, &addr->sa, socket_addr_len(addr));
     if (rc != 0 && errno == EINPROGRESS) {
-      CHECK(socket_wait(fd, POLLOUT, deadline_ns, NULL, "connect"));
+      CHECK(socket_wait(fd, POLLOUT, deadline_ns, aborted, "connect"));
       socklen_t len = sizeof(rc);
       getsockopt(fd, SOL_SOCKET, SO_ERROR, &rc, &len);
       errno = rc;
@@ -295,6 +302,9 @@ ncclResult_t socket_connect(const union socket_addr* addr, uint64_t deadline_ns,
     if (braid_now_ns() >= deadline_ns)
       FAIL(ncclSystemError, "connect to %s timed out: %s", socket_addr_str(addr, buf, sizeof(buf)),
            strerror(errno));
+    if (aborted && atomic_load(aborted))
+      FAIL(ncclSystemError, "Communicator aborted while connecting to %s",
+           socket_addr_str(addr, buf, sizeof(buf)));
     usleep(10000);
   }
   *fdp = fd;
@@ -304,16 +314,17 @@ fail:
   return res;
 }
 
-ncclResult_t socket_send_all(int fd, const void* buf, size_t len, uint64_t deadline_ns) {
+ncclResult_t socket_send_all(int fd, const void* buf, size_t len, uint64_t deadline_ns,
+                             _Atomic int* aborted) {
   ncclResult_t res = ncclSuccess;
   const char* p = buf;
   while (len > 0) {
-    ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
+    ssize_t n = send(fd, p, len, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n > 0) {
       p += n;
       len -= (size_t)n;
     } else if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
-      CHECK(socket_wait(fd, POLLOUT, deadline_ns, NULL, "send"));
+      CHECK(socket_wait(fd, POLLOUT, deadline_ns, aborted, "send"));
     } else {
       FAIL(ncclRemoteError, "send() failed: peer gone (%s)", strerror(errno));
     }
@@ -322,18 +333,19 @@ fail:
   return res;
 }
 
-ncclResult_t socket_recv_all(int fd, void* buf, size_t len, uint64_t deadline_ns) {
+ncclResult_t socket_recv_all(int fd, void* buf, size_t len, uint64_t deadline_ns,
+                             _Atomic int* aborted) {
   ncclResult_t res = ncclSuccess;
   char* p = buf;
   while (len > 0) {
-    ssize_t n = recv(fd, p, len, 0);
+    ssize_t n = recv(fd, p, len, MSG_DONTWAIT);
     if (n > 0) {
       p += n;
       len -= (size_t)n;
     } else if (n == 0) {
       FAIL(ncclRemoteError, "Connection closed by remote peer");
     } else if (errno == EAGAIN || errno == EINTR) {
-      CHECK(socket_wait(fd, POLLIN, deadline_ns, NULL, "receive"));
+      CHECK(socket_wait(fd, POLLIN, deadline_ns, aborted, "receive"));
     } else {
       FAIL(ncclRemoteError, "recv() failed: %s", strerror(errno));
     }

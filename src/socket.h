@@ -46,14 +46,22 @@ ncclResult_t socket_parse_hostport(const char* s, union socket_addr* out);
 /* The address this process uses for bootstrap and data (chosen once). */
 ncclResult_t socket_local_addr(union socket_addr* addr, char* ifname, size_t iflen);
 
+/* A non-blocking listener on addr (port 0: any; the chosen one is written
+ * back). socket_try_listen is quiet and tells why it failed in *err (an
+ * errno value); socket_listen WARNs. */
+ncclResult_t socket_try_listen(union socket_addr* addr, int* fd, int* err);
 ncclResult_t socket_listen(union socket_addr* addr, int* fd);
-ncclResult_t socket_connect(const union socket_addr* addr, uint64_t deadline_ns, int* fd);
-/* Wait until fd is ready for `events`; fails at the deadline, or as soon
- * as *aborted (when given) is set. */
+/* Every wait below fails at the deadline, or as soon as *aborted (when
+ * not NULL) is set: ncclCommAbort reaches them within 0.1 s. */
+ncclResult_t socket_connect(const union socket_addr* addr, uint64_t deadline_ns,
+                            _Atomic int* aborted, int* fd);
+/* Wait until fd is ready for `events`. */
 ncclResult_t socket_wait(int fd, short events, uint64_t deadline_ns, _Atomic int* aborted,
                          const char* what);
-ncclResult_t socket_send_all(int fd, const void* buf, size_t len, uint64_t deadline_ns);
-ncclResult_t socket_recv_all(int fd, void* buf, size_t len, uint64_t deadline_ns);
+ncclResult_t socket_send_all(int fd, const void* buf, size_t len, uint64_t deadline_ns,
+                             _Atomic int* aborted);
+ncclResult_t socket_recv_all(int fd, void* buf, size_t len, uint64_t deadline_ns,
+                             _Atomic int* aborted);
 
 /* Data-path socket options: non-blocking, TCP_NODELAY, buffer sizes. */
 void socket_tune_data(int fd, int bufsize);

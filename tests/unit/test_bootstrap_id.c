@@ -1,6 +1,6 @@
 /*
  * Unique ids: encode/decode round trip, refusal of garbage, and that
- * ncclGetUniqueId yields distinct secrets and a usable root address.
+ * ncclGetUniqueId yields distinct keys and a usable root address.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -59,7 +59,7 @@ static void test_get_unique_id(void** state) {
   assert_int_equal(ncclGetUniqueId(&b), ncclSuccess);
   assert_int_equal(bootstrap_id_decode(&a, &ia), ncclSuccess);
   assert_int_equal(bootstrap_id_decode(&b, &ib), ncclSuccess);
-  assert_true(ia.secret != ib.secret);
+  assert_true(ia.key != ib.key);
   assert_true(ia.root.port != 0 && ia.root.port != ib.root.port);
   assert_int_equal(ncclGetUniqueId(NULL), ncclInvalidArgument);
 }

@@ -139,8 +139,8 @@ static ncclResult_t tcp_dial(struct transport_ctx* ctx, int peer, int channel,
   socket_addr_from_wire(&ctx->peers[peer].listen, &addr);
   for (int s = 0; s < ns; s++) {
     struct tcp_hello h = {TCP_MAGIC, TCP_VERSION, ctx->secret, ctx->rank, peer, s, ns, channel, 0};
-    CHECK(socket_connect(&addr, deadline, &c->socks[s].fd));
-    CHECK(socket_send_all(c->socks[s].fd, &h, sizeof(h), deadline));
+    CHECK(socket_connect(&addr, deadline, ctx->aborted, &c->socks[s].fd));
+    CHECK(socket_send_all(c->socks[s].fd, &h, sizeof(h), deadline, ctx->aborted));
     socket_tune_data(c->socks[s].fd, (int)param_sock_buf());
     CHECK(tcp_register(ctx, c->socks[s].fd));
   }
@@ -173,8 +173,8 @@ static ncclResult_t tcp_accept_one(struct transport_ctx* ctx, uint64_t deadline)
   p = calloc(1, sizeof(*p));
   if (p == NULL) FAIL(ncclSystemError, "NET/Socket : out of memory");
   const char* why = NULL;
-  if (socket_recv_all(fd, &p->hello, sizeof(p->hello),
-                      MIN(deadline, socket_deadline(TCP_HELLO_MS))))
+  if (socket_recv_all(fd, &p->hello, sizeof(p->hello), MIN(deadline, socket_deadline(TCP_HELLO_MS)),
+                      ctx->aborted))
     why = "no complete hello";
   else
     why = tcp_hello_problem(ctx, &p->hello);

@@ -1,0 +1,262 @@
+/*
+ * The bootstrap root: one thread that reads every connection's hello side
+ * by side (hello_pool), registers the ranks that hold the job key, and
+ * when all have come sends each the table and a fresh data secret.
+ *
+ * Whatever makes the job ambiguous fails it loudly for every rank the root
+ * has seen: a rank registering twice (two jobs with one address and key),
+ * a rank 0 that found our address taken (two jobs), ranks that disagree on
+ * nranks, a registered rank that died. After such a failure the root stays
+ * a little (ROOT_LINGER_MS) to tell late ranks so, instead of letting them
+ * wait for the timeout. Hellos without the key are strangers: refused, and
+ * the job goes on.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bootstrap.h"
+#include "core.h"
+#include "hello_pool.h"
+#include "param.h"
+
+/* A connection has this long to send its whole hello. */
+#define ROOT_HELLO_MS 2000
+/* Connections that have not sent a whole hello yet, at most. */
+#define ROOT_MAX_PENDING 64
+/* How long a failed root keeps telling late ranks why. */
+#define ROOT_LINGER_MS 10000
+/* Poll slices: the owner's stop is seen this fast. */
+#define ROOT_SLICE_MS 100
+
+struct bootstrap_root {
+  _Atomic int refs; /* the thread's, and its owner's when it has one */
+  _Atomic int stop; /* the owner let go: stop waiting for ranks */
+  int listen_fd;
+  uint64_t key;
+  uint64_t deadline_ns;
+  int nranks;      /* expected: given, or learned from the first hello */
+  int nregistered; /* ranks whose hello was accepted */
+  int* fds;        /* per rank, -1 until registered */
+  struct peer_info* table;
+  const char* failure; /* set once the job failed: every later hello is told */
+  enum root_status failure_status;
+  struct hello_pool pool;
+  struct pollfd* pfds; /* room for the pool and every rank */
+};
+
+static void root_unref(struct bootstrap_root* st) {
+  if (atomic_fetch_sub(&st->refs, 1) != 1) return;
+  hello_pool_free(&st->pool);
+  if (st->fds)
+    for (int r = 0; r < st->nranks; r++)
+      if (st->fds[r] >= 0) close(st->fds[r]);
+  free(st->fds);
+  free(st->table);
+  free(st->pfds);
+  if (st->listen_fd >= 0) close(st->listen_fd);
+  free(st);
+}
+
+const char* bootstrap_hello_stranger(const struct root_hello* h, uint64_t key) {
+  if (h->magic != BOOTSTRAP_MAGIC) return "not a Braid rank";
+  if (h->version != BOOTSTRAP_VERSION) return "another Braid protocol version";
+  if (h->key != key) return "wrong job key: another job on this address?";
+  return NULL;
+}
+
+/* Why a key holder's hello makes the job ambiguous, or NULL. */
+static const char* root_hello_conflict(const struct bootstrap_root* st,
+                                       const struct root_hello* h) {
+  if (h->flags & ROOT_HELLO_COLLISION)
+    return "another rank 0 with this job's key found the address taken: two jobs share "
+           "NCCL_COMM_ID and job key";
+  if (h->nranks < 1 || h->nranks > BOOTSTRAP_MAX_RANKS) return "a rank claims an impossible nranks";
+  if (st->nranks != 0 && h->nranks != st->nranks) return "ranks disagree on nranks";
+  if (h->rank < 0 || h->rank >= h->nranks) return "a rank claims a rank out of range";
+  if (st->fds && st->fds[h->rank] >= 0)
+    return "a rank registered twice: two jobs share NCCL_COMM_ID and job key";
+  return NULL;
+}
+
+/* Answer one connection and close it (best effort: it may be gone). */
+static void root_reply_close(int fd, enum root_status status) {
+  struct root_reply r = {BOOTSTRAP_MAGIC, (uint32_t)status, 0, 0, 0};
+  if (send(fd, &r, sizeof(r), MSG_NOSIGNAL | MSG_DONTWAIT) < 0) { /* gone: nothing to tell */
+  }
+  close(fd);
+}
+
+/* The job failed: tell every registered rank, and later ones, why. */
+static void root_fail(struct bootstrap_root* st, enum root_status status, const char* why) {
+  if (st->failure) return;
+  st->failure = why;
+  st->failure_status = status;
+  WARN("Bootstrap root: %s; failing the bootstrap of all %d registered ranks", why,
+       st->nregistered);
+  for (int r = 0; st->fds && r < st->nranks; r++)
+    if (st->fds[r] >= 0) root_reply_close(st->fds[r], status), st->fds[r] = -1;
+}
+
+/* The tables for nranks ranks, none registered yet. */
+static ncclResult_t root_size(struct bootstrap_root* st, int nranks) {
+  st->nranks = nranks;
+  st->fds = malloc(sizeof(int) * (size_t)nranks);
+  st->table = calloc((size_t)nranks, sizeof(struct peer_info));
+  st->pfds = calloc(1 + ROOT_MAX_PENDING + (size_t)nranks, sizeof(struct pollfd));
+  if (st->fds == NULL || st->table == NULL || st->pfds == NULL) {
+    WARN("Bootstrap root: out of memory for %d ranks", nranks);
+    return ncclSystemError;
+  }
+  for (int r = 0; r < nranks; r++) st->fds[r] = -1;
+  return ncclSuccess;
+}
+
+static ncclResult_t root_register(struct bootstrap_root* st, int fd, const struct root_hello* h) {
+  if (st->fds == NULL && root_size(st, h->nranks) != ncclSuccess) return ncclSystemError;
+  st->fds[h->rank] = fd;
+  st->table[h->rank] = h->info;
+  st->nregistered++;
+  TRACE(SUB_BOOTSTRAP, "Bootstrap root: rank %d/%d registered", h->rank, st->nranks);
+  return ncclSuccess;
+}
+
+/* A whole hello arrived on fd (hello_pool's callback). */
+static void root_on_hello(void* arg, int fd, const void* bytes) {
+  struct bootstrap_root* st = arg;
+  struct root_hello h;
+  memcpy(&h, bytes, sizeof(h));
+  const char* why = bootstrap_hello_stranger(&h, st->key);
+  if (why) {
+    hello_pool_log_refusal(&st->pool, why);
+    root_reply_close(fd, ROOT_REFUSED);
+    return;
+  }
+  if (st->failure) { /* a late rank of the failed job */
+    root_reply_close(fd, st->failure_status);
+    return;
+  }
+  if ((why = root_hello_conflict(st, &h)) != NULL) {
+    root_reply_close(fd, ROOT_CONFLICT);
+    root_fail(st, ROOT_CONFLICT, why);
+    return;
+  }
+  if (root_register(st, fd, &h) != ncclSuccess) {
+    root_reply_close(fd, ROOT_FAILED);
+    root_fail(st, ROOT_FAILED, "out of memory");
+  }
+}
+
+/* A registered rank never speaks again before the reply, so readability
+ * means it closed: it died, and the job cannot complete. */
+static int root_poll_ranks(struct bootstrap_root* st, struct pollfd* p, int n) {
+  for (int r = 0; st->fds && r < st->nranks; r++)
+    if (st->fds[r] >= 0) p[n++] = (struct pollfd){st->fds[r], POLLIN, 0};
+  return n;
+}
+
+static int root_any_rank_gone(const struct pollfd* p, int from, int n) {
+  for (int i = from; i < n; i++)
+    if (p[i].revents) return 1;
+  return 0;
+}
+
+/* One poll of the listener, the pending hellos and the registered ranks
+ * (before the first hello sizes the tables, a small array serves). */
+static ncclResult_t root_poll_once(struct bootstrap_root* st) {
+  struct pollfd small[1 + ROOT_MAX_PENDING];
+  struct pollfd* p = st->pfds ? st->pfds : small;
+  int n = hello_pool_pollfds(&st->pool, p), npool = n;
+  if (st->failure == NULL) n = root_poll_ranks(st, p, n);
+  if (poll(p, (nfds_t)n, hello_pool_timeout_ms(&st->pool, ROOT_SLICE_MS)) < 0 && errno != EINTR) {
+    WARN("Bootstrap root: poll failed: %s", strerror(errno));
+    return ncclSystemError;
+  }
+  if (root_any_rank_gone(p, npool, n))
+    root_fail(st, ROOT_FAILED, "a registered rank closed its connection (died?)");
+  hello_pool_service(&st->pool, p, npool, root_on_hello, st);
+  return ncclSuccess;
+}
+
+static int root_complete(const struct bootstrap_root* st) {
+  return st->nranks != 0 && st->nregistered == st->nranks && st->failure == NULL;
+}
+
+/* Wait for every rank, or fail; a failed root then lingers for late ranks. */
+static void root_serve(struct bootstrap_root* st) {
+  uint64_t linger_end = 0;
+  for (;;) {
+    uint64_t now = braid_now_ns();
+    if (root_complete(st)) return;
+    if (st->failure == NULL && atomic_load(&st->stop))
+      root_fail(st, ROOT_FAILED, "its own rank left (aborted or failed) before all ranks came");
+    if (st->failure == NULL && now >= st->deadline_ns)
+      root_fail(st, ROOT_FAILED, "timeout before all ranks came (BRAID_TIMEOUT_MS)");
+    if (st->failure && linger_end == 0)
+      linger_end = MIN(st->deadline_ns, now + (uint64_t)ROOT_LINGER_MS * 1000000ull);
+    if (st->failure && now >= linger_end) return;
+    if (root_poll_once(st) != ncclSuccess) root_fail(st, ROOT_FAILED, "poll failed");
+  }
+}
+
+/* Every rank gets the data secret and the table. */
+static void root_send_tables(struct bootstrap_root* st) {
+  struct root_reply r = {BOOTSTRAP_MAGIC, ROOT_OK, bootstrap_random64(), st->nranks, 0};
+  size_t bytes = sizeof(struct peer_info) * (size_t)st->nranks;
+  for (int i = 0; i < st->nranks; i++)
+    if (socket_send_all(st->fds[i], &r, sizeof(r), st->deadline_ns, NULL) != ncclSuccess ||
+        socket_send_all(st->fds[i], st->table, bytes, st->deadline_ns, NULL) != ncclSuccess)
+      WARN("Bootstrap root: could not send the peer table to rank %d", i);
+  INFO(SUB_BOOTSTRAP, "Bootstrap root: served %d ranks", st->nranks);
+}
+
+static void* root_main(void* arg) {
+  struct bootstrap_root* st = arg;
+  root_serve(st);
+  if (root_complete(st)) root_send_tables(st);
+  root_unref(st); /* closing tells ranks still waiting that bootstrap failed */
+  return NULL;
+}
+
+ncclResult_t bootstrap_root_start(union socket_addr* addr, uint64_t key, int nranks,
+                                  struct bootstrap_root** out, int* listen_err) {
+  ncclResult_t res = ncclSuccess;
+  pthread_t thread;
+  struct bootstrap_root* st = NULL;
+  int err = 0;
+  CHECK(braid_calloc(&st, 1, sizeof(*st)));
+  atomic_init(&st->refs, out ? 2 : 1);
+  st->listen_fd = -1;
+  st->key = key;
+  st->deadline_ns = socket_deadline(param_timeout_ms());
+  if (socket_try_listen(addr, &st->listen_fd, &err) != ncclSuccess) {
+    if (listen_err == NULL) {
+      char buf[SOCKET_ADDR_STRLEN];
+      WARN("Bootstrap: cannot listen on %s: %s", socket_addr_str(addr, buf, sizeof(buf)),
+           strerror(err));
+    }
+    res = ncclSystemError;
+    goto fail;
+  }
+  CHECK(hello_pool_init(&st->pool, "Bootstrap root", st->listen_fd, sizeof(struct root_hello),
+                        ROOT_HELLO_MS, ROOT_MAX_PENDING));
+  if (nranks > 0) CHECK(root_size(st, nranks));
+  if (pthread_create(&thread, NULL, root_main, st) != 0)
+    FAIL(ncclSystemError, "Bootstrap: cannot start the root thread");
+  pthread_detach(thread);
+  if (out) *out = st;
+  return ncclSuccess;
+fail:
+  if (listen_err) *listen_err = err;
+  if (st) atomic_store(&st->refs, 1), root_unref(st);
+  return res;
+}
+
+void bootstrap_root_release(struct bootstrap_root* root) {
+  if (root == NULL) return;
+  atomic_store(&root->stop, 1);
+  root_unref(root);
+}
