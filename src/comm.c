@@ -82,7 +82,8 @@ void comm_set_error(struct ncclComm* comm, ncclResult_t err) {
   int expected = ncclSuccess;
   if (err == ncclSuccess) return;
   if (atomic_compare_exchange_strong(&comm->error, &expected, (int)err))
-    WARN("Rank %d: communicator failed (%s); shutting down its connections so peers notice",
+    INFO(SUB_INIT,
+         "Rank %d: communicator failed (%s); shutting down its connections so peers notice",
          comm->rank, ncclGetErrorString(err));
   comm_conns_apply(comm, 0);
 }
@@ -91,7 +92,7 @@ void comm_free(struct ncclComm* comm) {
   if (comm == NULL) return;
   stream_destroy(comm->internal_stream); /* finishes queued work first */
   comm_conns_apply(comm, 1);
-  transport_parked_free(&comm->tctx);
+  transport_accept_free(&comm->tctx);
   if (comm->tctx.listen_fd >= 0) close(comm->tctx.listen_fd);
   progress_destroy(&comm->progress);
   exec_free(&comm->exec);

@@ -126,6 +126,7 @@ ncclResult_t exec_start(struct ncclComm* comm, const struct exec_args* args) {
     return (ncclResult_t)err;
   }
   ex->call = *args;
+  exec_tag_make(comm, args, &ex->tag);
   ex->piece = exec_piece_count(comm, args);
   ex->piece_off = 0;
   CHECK(exec_start_piece(comm));
@@ -163,12 +164,13 @@ static ncclResult_t post_steps(struct ncclComm* comm, int* progressed) {
     if (sched_prim_recvs(st->prim)) {
       struct transport_conn* c = comm->recv_conns[st->recv_peer];
       rec->recv_seq = c->posted;
-      CHECK(c->ops->post(c, rec->slot >= 0 ? slot_ptr(ex, rec->slot) : y, st->count * es));
+      CHECK(
+          c->ops->post(c, rec->slot >= 0 ? slot_ptr(ex, rec->slot) : y, st->count * es, &ex->tag));
     }
     if (st->prim == PRIM_EXCHANGE) {
       struct transport_conn* c = comm->send_conns[st->send_peer];
       rec->send_seq = c->posted;
-      CHECK(c->ops->post(c, y, st->count * es));
+      CHECK(c->ops->post(c, y, st->count * es, &ex->tag));
       CHECK(c->ops->progress(c, progressed));
     }
     ex->next_post++;
@@ -263,7 +265,7 @@ static ncclResult_t compute_ready(struct ncclComm* comm, int* progressed) {
     if (sched_prim_sends(st->prim) && !exchange) {
       struct transport_conn* c = comm->send_conns[st->send_peer];
       rec->send_seq = c->posted;
-      CHECK(c->ops->post(c, (void*)out, st->count * es));
+      CHECK(c->ops->post(c, (void*)out, st->count * es, &ex->tag));
       CHECK(c->ops->progress(c, progressed)); /* start sending now: latency */
     }
     ex->next_compute++;
@@ -356,6 +358,7 @@ ncclResult_t exec_progress(struct ncclComm* comm, int* done, int* progressed) {
   return ncclSuccess;
 fail:
   ex->busy = 0;
+  if (res == ncclInvalidUsage) exec_tag_report(comm, &ex->tag);
   comm_set_error(comm, res);
   return res;
 }

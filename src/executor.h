@@ -12,6 +12,7 @@
 #include "kernels.h"
 #include "nccl.h"
 #include "schedule.h"
+#include "transport.h"
 
 #define EXEC_MAX_WINDOW 32
 
@@ -56,6 +57,7 @@ struct exec_state {
   /* the running call, and the piece of it that runs now (args) */
   int busy;
   struct exec_args call;
+  struct transport_tag tag; /* the call, as every message of it carries it */
   struct exec_args args;
   size_t piece;     /* elements per block in every piece but the last */
   size_t piece_off; /* where in each block the running piece starts */
@@ -75,6 +77,12 @@ void exec_key(const struct ncclComm* comm, const struct exec_args* args, struct 
 /* Let the tuner choose the algorithm and chunk of a call; fills `key` with
  * the schedule it will run. */
 void exec_plan(struct ncclComm* comm, struct exec_args* args, struct sched_key* key);
+
+/* The tag every message of a planned call carries (exec_tag.c), and the
+ * WARN naming both calls when a peer's message carried another. */
+void exec_tag_make(const struct ncclComm* comm, const struct exec_args* args,
+                   struct transport_tag* out);
+void exec_tag_report(const struct ncclComm* comm, const struct transport_tag* mine);
 
 /* Begin a planned call on `comm` (its executor must be idle). */
 ncclResult_t exec_start(struct ncclComm* comm, const struct exec_args* args);

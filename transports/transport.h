@@ -56,15 +56,27 @@ static inline void transport_wait_on_fd(struct transport_waits* w) {
 struct transport_ctx {
   int rank;
   int nranks;
-  uint64_t secret;
+  uint64_t secret;               /* the data secret: every connection opens with it */
   const struct peer_info* peers; /* nranks entries */
   int listen_fd;                 /* this rank's data listener */
   int epoll_fd;                  /* progress engine: register fds here */
   int64_t timeout_ms;
-  struct transport_parked* parked; /* accepted sockets not yet claimed */
+  struct transport_accept* accept; /* incoming connections: pending hellos, unclaimed ones */
   _Atomic int* aborted;            /* set by ncclCommAbort: stop waiting */
   struct transport_waits* waits;   /* the comm's, see above */
 };
+
+/* What call a message belongs to, as its poster describes it: opaque to
+ * transports, which carry it with the message and compare it, byte for
+ * byte, with what the receiver posted. */
+#define TRANSPORT_TAG_BYTES 24
+struct transport_tag {
+  uint8_t b[TRANSPORT_TAG_BYTES];
+};
+
+/* Why a receive failed its check: another call's message, or one of
+ * another size (NCCL's "Message truncated"). */
+enum transport_mismatch { TRANSPORT_MATCH = 0, TRANSPORT_OTHER_CALL, TRANSPORT_OTHER_SIZE };
 
 /* Messages a connection can hold in flight; the executor keeps fewer. */
 #define TRANSPORT_MAX_INFLIGHT 64
@@ -78,7 +90,18 @@ struct transport_conn {
   uint64_t posted;
   uint64_t completed;
   uint64_t stall_pass; /* p2p: the posting pass that found this connection full */
+  /* receive: set with ncclInvalidUsage when a message did not match its
+   * receive, with the tag the peer sent */
+  enum transport_mismatch mismatch;
+  struct transport_tag peer_tag;
 };
+
+/* A received message's (seq, bytes, tag) against what was posted for it:
+ * TRANSPORT_MATCH, or a WARN, conn->mismatch and peer_tag set and
+ * ncclInvalidUsage. Shared by every transport so all report alike. */
+ncclResult_t transport_check_message(struct transport_conn* conn, uint64_t seq, uint64_t bytes,
+                                     const struct transport_tag* tag, uint64_t want_seq,
+                                     uint64_t want_bytes, const struct transport_tag* want_tag);
 
 struct transport {
   const char* name;
@@ -98,9 +121,11 @@ struct transport {
    * in its send phase, like connect_recv. */
   ncclResult_t (*connect_duplex)(struct transport_ctx* ctx, int peer, int channel, int send_phase,
                                  struct transport_conn** send, struct transport_conn** recv);
-  /* Queue one message (send: from buf; receive: into buf). The caller keeps
-   * fewer than TRANSPORT_MAX_INFLIGHT messages pending. */
-  ncclResult_t (*post)(struct transport_conn* conn, void* buf, size_t bytes);
+  /* Queue one message (send: from buf; receive: into buf) of the call
+   * `tag` describes (NULL: none, all zero). The caller keeps fewer than
+   * TRANSPORT_MAX_INFLIGHT messages pending. */
+  ncclResult_t (*post)(struct transport_conn* conn, void* buf, size_t bytes,
+                       const struct transport_tag* tag);
   /* Do the non-blocking I/O that is possible now; *progressed tells if any. */
   ncclResult_t (*progress)(struct transport_conn* conn, int* progressed);
   /* Make the peer see end-of-stream now (error cascade, abort). */
@@ -111,7 +136,7 @@ struct transport {
 extern const struct transport tcp_transport;
 extern const struct transport shm_transport;
 
-/* Accepted-socket parking shared by transports that accept (see tcp). */
-void transport_parked_free(struct transport_ctx* ctx);
+/* Close the incoming connections nobody claimed (see tcp). */
+void transport_accept_free(struct transport_ctx* ctx);
 
 #endif /* BRAID_TRANSPORT_H_ */

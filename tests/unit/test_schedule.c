@@ -29,7 +29,9 @@ struct fake_conn {
   int mismatches;
 };
 
-static ncclResult_t fake_post(struct transport_conn* c, void* buf, size_t bytes) {
+static ncclResult_t fake_post(struct transport_conn* c, void* buf, size_t bytes,
+                              const struct transport_tag* tag) {
+  (void)tag;
   struct fake_conn* f = (struct fake_conn*)c;
   f->bufs[c->posted % TRANSPORT_MAX_INFLIGHT] = buf;
   f->lens[c->posted % TRANSPORT_MAX_INFLIGHT] = bytes;
@@ -82,8 +84,8 @@ static void world_init(struct world* w, int n, size_t slot_bytes, int window,
     for (int b = 0; b < n; b++) {
       struct fake_conn* s = &w->conns[a][b][0];
       struct fake_conn* r = &w->conns[a][b][1];
-      s->base = (struct transport_conn){&fake_transport, b, 1, 0, 0, 0};
-      r->base = (struct transport_conn){&fake_transport, a, 0, 0, 0, 0};
+      s->base = (struct transport_conn){.ops = &fake_transport, .peer = b, .is_send = 1};
+      r->base = (struct transport_conn){.ops = &fake_transport, .peer = a, .is_send = 0};
       s->other = r;
       r->other = s;
       w->send[a][b] = &s->base;

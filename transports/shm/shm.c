@@ -27,7 +27,7 @@
 #include "transport.h"
 
 #define SHM_MAGIC 0x4d485342u /* "BSHM" */
-#define SHM_VERSION 2u        /* 2: fd_sleepers, fd_ringable */
+#define SHM_VERSION 3u        /* 3: slots carry the call; 2: fd_sleepers, fd_ringable */
 #define SHM_LINE 64
 #define SHM_PAGE 4096
 #define SHM_NAME_MAX 64
@@ -93,10 +93,11 @@ struct shm_header {
  * does not disturb the receiver reading slot k. */
 struct shm_slot {
   alignas(SHM_LINE) uint32_t kind;
-  uint32_t bytes;     /* copy: payload in this slot */
-  uint64_t msg_bytes; /* the whole message: checked against what the receiver posted */
-  uint64_t seq;       /* message number */
-  uint64_t addr;      /* direct: the message in the sender's address space */
+  uint32_t bytes;           /* copy: payload in this slot */
+  uint64_t msg_bytes;       /* the whole message: checked against what the receiver posted */
+  uint64_t seq;             /* message number */
+  uint64_t addr;            /* direct: the message in the sender's address space */
+  struct transport_tag tag; /* the call it belongs to: checked too */
 };
 _Static_assert(sizeof(struct shm_slot) == SHM_LINE, "one slot descriptor per cache line");
 
@@ -105,6 +106,7 @@ struct shm_msg {
   size_t bytes;
   int direct;
   uint64_t ack; /* send, direct: complete once the tail reaches this slot count */
+  struct transport_tag tag;
 };
 
 struct shm_conn {
@@ -436,7 +438,8 @@ fail:
   return res;
 }
 
-static ncclResult_t shm_post(struct transport_conn* base, void* buf, size_t bytes) {
+static ncclResult_t shm_post(struct transport_conn* base, void* buf, size_t bytes,
+                             const struct transport_tag* tag) {
   struct shm_conn* c = (struct shm_conn*)base;
   uint64_t seq = base->posted;
   if (seq - base->completed >= TRANSPORT_MAX_INFLIGHT) {
@@ -444,11 +447,20 @@ static ncclResult_t shm_post(struct transport_conn* base, void* buf, size_t byte
          base->peer);
     return ncclInternalError;
   }
+  if (c->side == SHM_SEND &&
+      atomic_load_explicit(&c->hdr->closed[SHM_RECV], memory_order_acquire)) {
+    WARN("SHM : rank %d closed its receiving connection (it failed or aborted)", base->peer);
+    return ncclRemoteError;
+  }
   struct shm_msg* m = &c->msgs[seq % TRANSPORT_MAX_INFLIGHT];
   m->buf = buf;
   m->bytes = bytes;
   m->direct = 0;
   m->ack = 0;
+  if (tag)
+    m->tag = *tag;
+  else
+    memset(&m->tag, 0, sizeof(m->tag));
   base->posted++;
   return ncclSuccess;
 }
@@ -493,7 +505,8 @@ static void shm_send_step(struct shm_conn* c, int* moved) {
   uint32_t k = 1;
   if (c->cur_off == 0) m->direct = shm_send_direct_ok(c, m->bytes);
   if (m->direct) {
-    c->slots[idx] = (struct shm_slot){SHM_SLOT_DIRECT, 0, m->bytes, c->cur, (uintptr_t)m->buf};
+    c->slots[idx] =
+        (struct shm_slot){SHM_SLOT_DIRECT, 0, m->bytes, c->cur, (uintptr_t)m->buf, m->tag};
     m->ack = c->head + 1;
     c->cur_off = m->bytes;
   } else {
@@ -503,7 +516,8 @@ static void shm_send_step(struct shm_conn* c, int* moved) {
     memcpy(c->data + idx * c->slot_bytes, m->buf + c->cur_off, n);
     for (uint32_t j = 0; j < k; j++) { /* a 0-byte message still takes its one slot */
       size_t piece = MIN(c->slot_bytes, n - j * c->slot_bytes);
-      c->slots[idx + j] = (struct shm_slot){SHM_SLOT_COPY, (uint32_t)piece, m->bytes, c->cur, 0};
+      c->slots[idx + j] =
+          (struct shm_slot){SHM_SLOT_COPY, (uint32_t)piece, m->bytes, c->cur, 0, m->tag};
     }
     c->cur_off += n;
   }
@@ -572,18 +586,11 @@ static ncclResult_t shm_recv_step(struct shm_conn* c, int* moved) {
   uint64_t idx = c->tail % c->nslots;
   const struct shm_slot* s = &c->slots[idx];
   uint32_t k = 1;
-  if (s->seq != c->cur || s->msg_bytes != m->bytes) {
-    WARN("SHM : rank %d sent message %" PRIu64 " of %" PRIu64
-         " bytes where this rank posted "
-         "message %" PRIu64 " of %zu bytes (the two schedules disagree)",
-         b->peer, s->seq, s->msg_bytes, c->cur, m->bytes);
-    return ncclInternalError;
-  }
+  ncclResult_t res =
+      transport_check_message(b, s->seq, s->msg_bytes, &s->tag, c->cur, m->bytes, &m->tag);
+  if (res != ncclSuccess) return res;
   if (s->kind == SHM_SLOT_DIRECT) {
-    if (c->cur_off < m->bytes) {
-      ncclResult_t res = shm_recv_direct(c, m, s);
-      if (res != ncclSuccess) return res;
-    }
+    if (c->cur_off < m->bytes && (res = shm_recv_direct(c, m, s)) != ncclSuccess) return res;
     *moved = 1;
     if (c->cur_off < m->bytes) return ncclSuccess; /* the slot stays ours until the last byte */
   } else if (shm_slot_matches(c, idx, m, c->cur, c->cur_off)) {

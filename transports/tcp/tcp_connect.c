@@ -1,0 +1,290 @@
+/*
+ * TCP connection setup. The sender side dials its sockets and says hello
+ * on each; the receiver side takes them from the rank's data listener,
+ * whose incoming connections are read side by side (hello_pool): a socket
+ * whose hello names a peer nobody asked for yet is parked until someone
+ * does, a stranger is refused without delaying anyone.
+ *
+ * The collective channel is duplex: the lower rank of a pair dials, and
+ * both directions share those sockets. Collectives exchange with every
+ * peer both ways (recursive doubling, trees), so each message's ACK rides
+ * on the data coming back instead of being a packet of its own - half the
+ * packets, and half the kernel work, per small all-reduce. Point-to-point
+ * keeps one connection per direction: its two sides need not both exist.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "core.h"
+#include "hello_pool.h"
+#include "param.h"
+#include "socket.h"
+#include "tcp.h"
+
+/* A connection has this long to send its whole hello. */
+#define TCP_HELLO_MS 2000
+/* Incoming connections without a whole hello yet, at most. */
+#define TCP_MAX_PENDING 64
+/* Poll slices while answering: ncclCommAbort is seen this fast. */
+#define TCP_SLICE_MS 100
+
+/* An accepted socket whose hello names a peer nobody asked for yet. */
+struct tcp_parked {
+  int fd;
+  struct tcp_hello hello;
+  struct tcp_parked* next;
+};
+
+struct transport_accept {
+  struct hello_pool pool;
+  struct tcp_parked* parked;
+  const struct transport_ctx* ctx; /* for the hello checks */
+};
+
+static ncclResult_t tcp_register(struct transport_ctx* ctx, int fd) {
+  struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET, .data = {0}};
+  if (epoll_ctl(ctx->epoll_fd, EPOLL_CTL_ADD, fd, &ev) != 0) {
+    WARN("NET/Socket : epoll_ctl failed: %s", strerror(errno));
+    return ncclSystemError;
+  }
+  return ncclSuccess;
+}
+
+ncclResult_t tcp_conn_alloc(int peer, int is_send, int nsocks, struct tcp_conn** out) {
+  struct tcp_conn* c = calloc(1, sizeof(*c));
+  if (c == NULL) {
+    WARN("NET/Socket : out of memory");
+    return ncclSystemError;
+  }
+  c->base.ops = &tcp_transport;
+  c->base.peer = peer;
+  c->base.is_send = is_send;
+  c->nsocks = nsocks;
+  for (int s = 0; s < TCP_MAX_SOCKS; s++) c->socks[s].fd = -1;
+  *out = c;
+  return ncclSuccess;
+}
+
+static int tcp_nsocks(void) {
+  int64_t n = param_socket_nthreads() * param_nsocks_perthread();
+  return (int)MAX(1, MIN(n, TCP_MAX_SOCKS));
+}
+
+/* Open the sockets to `peer` and say hello on each; `c` is a send conn. */
+static ncclResult_t tcp_dial(struct transport_ctx* ctx, int peer, int channel,
+                             struct tcp_conn** out) {
+  ncclResult_t res = ncclSuccess;
+  struct tcp_conn* c = NULL;
+  union socket_addr addr;
+  uint64_t deadline = socket_deadline(ctx->timeout_ms);
+  int ns = tcp_nsocks();
+  CHECK(tcp_conn_alloc(peer, 1, ns, &c));
+  c->waits = ctx->waits;
+  socket_addr_from_wire(&ctx->peers[peer].listen, &addr);
+  for (int s = 0; s < ns; s++) {
+    struct tcp_hello h = {TCP_MAGIC, TCP_VERSION, ctx->secret, ctx->rank, peer, s, ns, channel, 0};
+    CHECK(socket_connect(&addr, deadline, ctx->aborted, &c->socks[s].fd));
+    CHECK(socket_send_all(c->socks[s].fd, &h, sizeof(h), deadline, ctx->aborted));
+    socket_tune_data(c->socks[s].fd, (int)param_sock_buf());
+    CHECK(tcp_register(ctx, c->socks[s].fd));
+  }
+  *out = c;
+  return ncclSuccess;
+fail:
+  if (c) tcp_transport.close(&c->base);
+  return res;
+}
+
+const char* tcp_hello_problem(const struct transport_ctx* ctx, const struct tcp_hello* h) {
+  if (h->magic != TCP_MAGIC) return "not a Braid connection";
+  if (h->version != TCP_VERSION) return "another Braid TCP protocol version";
+  if (h->secret != ctx->secret) return "wrong secret";
+  if (h->to != ctx->rank || h->from < 0 || h->from >= ctx->nranks) return "wrong ranks";
+  if (h->nsocks < 1 || h->nsocks > TCP_MAX_SOCKS || h->sock_idx < 0 || h->sock_idx >= h->nsocks)
+    return "bad socket numbering";
+  if (h->channel < 0 || h->channel > 1) return "bad channel";
+  return NULL;
+}
+
+/* A whole hello arrived (hello_pool's callback): park the socket or refuse it. */
+static void tcp_on_hello(void* arg, int fd, const void* bytes) {
+  struct transport_accept* a = arg;
+  struct tcp_parked* p = calloc(1, sizeof(*p));
+  const char* why = p ? NULL : "out of memory";
+  if (p) memcpy(&p->hello, bytes, sizeof(p->hello));
+  if (why == NULL) why = tcp_hello_problem(a->ctx, &p->hello);
+  if (why) {
+    hello_pool_log_refusal(&a->pool, why);
+    close(fd);
+    free(p);
+    return;
+  }
+  p->fd = fd;
+  p->next = a->parked;
+  a->parked = p;
+}
+
+static ncclResult_t tcp_accept_get(struct transport_ctx* ctx, struct transport_accept** out) {
+  ncclResult_t res = ncclSuccess;
+  struct transport_accept* a = ctx->accept;
+  if (a == NULL) {
+    CHECK(braid_calloc(&a, 1, sizeof(*a)));
+    a->ctx = ctx;
+    res = hello_pool_init(&a->pool, "NET/Socket", ctx->listen_fd, sizeof(struct tcp_hello),
+                          TCP_HELLO_MS, TCP_MAX_PENDING);
+    if (res != ncclSuccess) {
+      free(a);
+      return res;
+    }
+    ctx->accept = a;
+  }
+  *out = a;
+fail:
+  return res;
+}
+
+/* Wait (one slice at most) for incoming connections and read their hellos. */
+static ncclResult_t tcp_accept_some(struct transport_ctx* ctx, struct transport_accept* a,
+                                    uint64_t deadline, int peer) {
+  struct pollfd p[1 + TCP_MAX_PENDING];
+  if (ctx->aborted && atomic_load(ctx->aborted)) {
+    WARN("NET/Socket : communicator aborted while waiting for rank %d's connection", peer);
+    return ncclSystemError;
+  }
+  if (braid_now_ns() >= deadline) {
+    WARN("NET/Socket : timeout waiting for rank %d's connection (BRAID_TIMEOUT_MS=%lld)", peer,
+         (long long)ctx->timeout_ms);
+    return ncclSystemError;
+  }
+  int n = hello_pool_pollfds(&a->pool, p);
+  if (poll(p, (nfds_t)n, hello_pool_timeout_ms(&a->pool, TCP_SLICE_MS)) < 0 && errno != EINTR) {
+    WARN("NET/Socket : poll failed: %s", strerror(errno));
+    return ncclSystemError;
+  }
+  hello_pool_service(&a->pool, p, n, tcp_on_hello, a);
+  return ncclSuccess;
+}
+
+/* Move parked sockets from `peer` into the connection; count what is there. */
+static int tcp_claim_parked(struct transport_accept* a, struct tcp_conn* c, int channel) {
+  struct tcp_parked** pp = &a->parked;
+  while (*pp) {
+    struct tcp_parked* p = *pp;
+    if (p->hello.from == c->base.peer && p->hello.channel == channel &&
+        (c->nsocks == 0 || p->hello.nsocks == c->nsocks) && c->socks[p->hello.sock_idx].fd < 0) {
+      c->nsocks = p->hello.nsocks;
+      c->socks[p->hello.sock_idx].fd = p->fd;
+      *pp = p->next;
+      free(p);
+    } else {
+      pp = &p->next;
+    }
+  }
+  int have = 0;
+  for (int s = 0; s < TCP_MAX_SOCKS; s++) have += c->socks[s].fd >= 0;
+  return have;
+}
+
+/* Take the sockets `peer` dialled, accepting until all have come; `c` is
+ * a receive conn. */
+static ncclResult_t tcp_answer(struct transport_ctx* ctx, int peer, int channel,
+                               struct tcp_conn** out) {
+  ncclResult_t res = ncclSuccess;
+  struct tcp_conn* c = NULL;
+  struct transport_accept* a = NULL;
+  uint64_t deadline = socket_deadline(ctx->timeout_ms);
+  CHECK(tcp_accept_get(ctx, &a));
+  CHECK(tcp_conn_alloc(peer, 0, 0, &c));
+  c->waits = ctx->waits;
+  /* Sockets from this peer may have arrived while we waited for another. */
+  while (tcp_claim_parked(a, c, channel) < c->nsocks || c->nsocks == 0)
+    CHECK(tcp_accept_some(ctx, a, deadline, peer));
+  for (int s = 0; s < c->nsocks; s++) {
+    socket_tune_data(c->socks[s].fd, (int)param_sock_buf());
+    CHECK(tcp_register(ctx, c->socks[s].fd));
+  }
+  *out = c;
+  return ncclSuccess;
+fail:
+  if (c) tcp_transport.close(&c->base);
+  return res;
+}
+
+/* Dial (send side) or answer (receive side) the sockets with `peer`. */
+static ncclResult_t tcp_open(struct transport_ctx* ctx, int peer, int channel, int dial, int duplex,
+                             struct tcp_conn** out) {
+  ncclResult_t res = dial ? tcp_dial(ctx, peer, channel, out) : tcp_answer(ctx, peer, channel, out);
+  if (res != ncclSuccess) return res;
+  INFO(SUB_NET | SUB_INIT, "Channel %d: %s rank %d via NET/Socket with %d%s sockets", channel,
+       dial ? "connected to" : "accepted", peer, (*out)->nsocks, duplex ? " duplex" : "");
+  return ncclSuccess;
+}
+
+static ncclResult_t tcp_connect_simplex(struct transport_ctx* ctx, int peer, int channel, int dial,
+                                        struct transport_conn** out) {
+  struct tcp_conn* c = NULL;
+  ncclResult_t res = tcp_open(ctx, peer, channel, dial, 0, &c);
+  if (res == ncclSuccess) *out = &c->base;
+  return res;
+}
+
+ncclResult_t tcp_connect_send(struct transport_ctx* ctx, int peer, int channel,
+                              struct transport_conn** out) {
+  return tcp_connect_simplex(ctx, peer, channel, 1, out);
+}
+
+ncclResult_t tcp_connect_recv(struct transport_ctx* ctx, int peer, int channel,
+                              struct transport_conn** out) {
+  return tcp_connect_simplex(ctx, peer, channel, 0, out);
+}
+
+/* The other direction over c's sockets; the pair closes them once. */
+static ncclResult_t tcp_twin(struct tcp_conn* c, struct tcp_conn** out) {
+  struct tcp_conn* t = NULL;
+  if (tcp_conn_alloc(c->base.peer, !c->base.is_send, c->nsocks, &t) != ncclSuccess)
+    return ncclSystemError;
+  t->waits = c->waits;
+  for (int s = 0; s < c->nsocks; s++) t->socks[s].fd = c->socks[s].fd;
+  t->twin = c;
+  c->twin = t;
+  *out = t;
+  return ncclSuccess;
+}
+
+/* Both directions with `peer` over one set of sockets. The lower rank
+ * dials in the send phase (never waits); the higher answers in the receive
+ * phase; in the other phase this returns with nothing made. */
+ncclResult_t tcp_connect_duplex(struct transport_ctx* ctx, int peer, int channel, int send_phase,
+                                struct transport_conn** send, struct transport_conn** recv) {
+  ncclResult_t res = ncclSuccess;
+  struct tcp_conn *c = NULL, *t = NULL;
+  int dial = ctx->rank < peer;
+  if (dial != send_phase) return ncclSuccess;
+  CHECK(tcp_open(ctx, peer, channel, dial, 1, &c));
+  CHECK(tcp_twin(c, &t));
+  *send = dial ? &c->base : &t->base;
+  *recv = dial ? &t->base : &c->base;
+  return ncclSuccess;
+fail:
+  if (c) tcp_transport.close(&c->base);
+  return res;
+}
+
+void transport_accept_free(struct transport_ctx* ctx) {
+  struct transport_accept* a = ctx->accept;
+  if (a == NULL) return;
+  while (a->parked) {
+    struct tcp_parked* p = a->parked;
+    a->parked = p->next;
+    close(p->fd);
+    free(p);
+  }
+  hello_pool_free(&a->pool);
+  free(a);
+  ctx->accept = NULL;
+}

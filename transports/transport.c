@@ -1,0 +1,34 @@
+/*
+ * What every transport shares: the check that a received message is the
+ * one its receive was posted for, reported the same way everywhere.
+ */
+#include <inttypes.h>
+#include <string.h>
+
+#include "core.h"
+#include "transport.h"
+
+static const struct transport_tag kNoTag;
+
+ncclResult_t transport_check_message(struct transport_conn* conn, uint64_t seq, uint64_t bytes,
+                                     const struct transport_tag* tag, uint64_t want_seq,
+                                     uint64_t want_bytes, const struct transport_tag* want_tag) {
+  if (tag == NULL) tag = &kNoTag;
+  if (want_tag == NULL) want_tag = &kNoTag;
+  if (seq == want_seq && bytes == want_bytes && memcmp(tag, want_tag, sizeof(*tag)) == 0)
+    return ncclSuccess;
+  conn->peer_tag = *tag;
+  if (seq != want_seq || memcmp(tag, want_tag, sizeof(*tag)) != 0) {
+    conn->mismatch = TRANSPORT_OTHER_CALL;
+    WARN("%s : rank %d sent message %" PRIu64
+         " of another call where this rank posted message %" PRIu64
+         ": the ranks' calls on this communicator differ",
+         conn->ops->name, conn->peer, seq, want_seq);
+  } else {
+    conn->mismatch = TRANSPORT_OTHER_SIZE;
+    WARN("%s : Message truncated : rank %d sent %" PRIu64 " bytes where this rank posted %" PRIu64
+         " (a send and its receive differ in size)",
+         conn->ops->name, conn->peer, bytes, want_bytes);
+  }
+  return ncclInvalidUsage;
+}
