@@ -12,6 +12,7 @@
  * the job goes on.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -35,6 +36,8 @@
 struct bootstrap_root {
   _Atomic int refs; /* the thread's, and its owner's when it has one */
   _Atomic int stop; /* the owner let go: stop waiting for ranks */
+  int wake[2];      /* the owner's stop wakes the thread's poll */
+  pthread_t thread; /* joined by its owner, detached without one */
   int listen_fd;
   uint64_t key;
   uint64_t deadline_ns;
@@ -58,6 +61,8 @@ static void root_unref(struct bootstrap_root* st) {
   free(st->table);
   free(st->pfds);
   if (st->listen_fd >= 0) close(st->listen_fd);
+  for (int i = 0; i < 2; i++)
+    if (st->wake[i] >= 0) close(st->wake[i]);
   free(st);
 }
 
@@ -106,7 +111,7 @@ static ncclResult_t root_size(struct bootstrap_root* st, int nranks) {
   st->nranks = nranks;
   st->fds = malloc(sizeof(int) * (size_t)nranks);
   st->table = calloc((size_t)nranks, sizeof(struct peer_info));
-  st->pfds = calloc(1 + ROOT_MAX_PENDING + (size_t)nranks, sizeof(struct pollfd));
+  st->pfds = calloc(2 + ROOT_MAX_PENDING + (size_t)nranks, sizeof(struct pollfd));
   if (st->fds == NULL || st->table == NULL || st->pfds == NULL) {
     WARN("Bootstrap root: out of memory for %d ranks", nranks);
     return ncclSystemError;
@@ -167,15 +172,16 @@ static int root_any_rank_gone(const struct pollfd* p, int from, int n) {
 /* One poll of the listener, the pending hellos and the registered ranks
  * (before the first hello sizes the tables, a small array serves). */
 static ncclResult_t root_poll_once(struct bootstrap_root* st) {
-  struct pollfd small[1 + ROOT_MAX_PENDING];
+  struct pollfd small[2 + ROOT_MAX_PENDING];
   struct pollfd* p = st->pfds ? st->pfds : small;
   int n = hello_pool_pollfds(&st->pool, p), npool = n;
   if (st->failure == NULL) n = root_poll_ranks(st, p, n);
+  p[n++] = (struct pollfd){st->wake[0], POLLIN, 0};
   if (poll(p, (nfds_t)n, hello_pool_timeout_ms(&st->pool, ROOT_SLICE_MS)) < 0 && errno != EINTR) {
     WARN("Bootstrap root: poll failed: %s", strerror(errno));
     return ncclSystemError;
   }
-  if (root_any_rank_gone(p, npool, n))
+  if (root_any_rank_gone(p, npool, n - 1))
     root_fail(st, ROOT_FAILED, "a registered rank closed its connection (died?)");
   hello_pool_service(&st->pool, p, npool, root_on_hello, st);
   return ncclSuccess;
@@ -191,8 +197,10 @@ static void root_serve(struct bootstrap_root* st) {
   for (;;) {
     uint64_t now = braid_now_ns();
     if (root_complete(st)) return;
-    if (st->failure == NULL && atomic_load(&st->stop))
+    if (atomic_load(&st->stop)) { /* no lingering: the address is free for the next job at once */
       root_fail(st, ROOT_FAILED, "its own rank left (aborted or failed) before all ranks came");
+      return;
+    }
     if (st->failure == NULL && now >= st->deadline_ns)
       root_fail(st, ROOT_FAILED, "timeout before all ranks came (BRAID_TIMEOUT_MS)");
     if (st->failure && linger_end == 0)
@@ -224,12 +232,13 @@ static void* root_main(void* arg) {
 ncclResult_t bootstrap_root_start(union socket_addr* addr, uint64_t key, int nranks,
                                   struct bootstrap_root** out, int* listen_err) {
   ncclResult_t res = ncclSuccess;
-  pthread_t thread;
   struct bootstrap_root* st = NULL;
   int err = 0;
   CHECK(braid_calloc(&st, 1, sizeof(*st)));
   atomic_init(&st->refs, out ? 2 : 1);
-  st->listen_fd = -1;
+  st->listen_fd = st->wake[0] = st->wake[1] = -1;
+  if (pipe2(st->wake, O_CLOEXEC | O_NONBLOCK) != 0)
+    FAIL(ncclSystemError, "Bootstrap: pipe failed: %s", strerror(errno));
   st->key = key;
   st->deadline_ns = socket_deadline(param_timeout_ms());
   if (socket_try_listen(addr, &st->listen_fd, &err) != ncclSuccess) {
@@ -244,9 +253,9 @@ ncclResult_t bootstrap_root_start(union socket_addr* addr, uint64_t key, int nra
   CHECK(hello_pool_init(&st->pool, "Bootstrap root", st->listen_fd, sizeof(struct root_hello),
                         ROOT_HELLO_MS, ROOT_MAX_PENDING));
   if (nranks > 0) CHECK(root_size(st, nranks));
-  if (pthread_create(&thread, NULL, root_main, st) != 0)
+  if (pthread_create(&st->thread, NULL, root_main, st) != 0)
     FAIL(ncclSystemError, "Bootstrap: cannot start the root thread");
-  pthread_detach(thread);
+  if (out == NULL) pthread_detach(st->thread);
   if (out) *out = st;
   return ncclSuccess;
 fail:
@@ -255,8 +264,14 @@ fail:
   return res;
 }
 
+/* Joined, so that when this returns the address is free again: a job
+ * that aborts its init can be started anew on the same NCCL_COMM_ID. */
 void bootstrap_root_release(struct bootstrap_root* root) {
+  char one = 1;
   if (root == NULL) return;
   atomic_store(&root->stop, 1);
+  if (write(root->wake[1], &one, 1) < 0) { /* full: it is awake already */
+  }
+  pthread_join(root->thread, NULL);
   root_unref(root);
 }

@@ -5,6 +5,7 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "comm.h"
@@ -26,7 +27,7 @@ ncclResult_t comm_check(const struct ncclComm* comm, const char* fn) {
     WARN("%s : comm argument is NULL", fn);
     return ncclInvalidArgument;
   }
-  if (comm->magic != COMM_MAGIC) {
+  if (!comm_registry_has(comm) || comm->magic != COMM_MAGIC) {
     WARN("%s : comm %p is not a live communicator (destroyed?)", fn, (const void*)comm);
     return ncclInvalidArgument;
   }
@@ -88,12 +89,27 @@ void comm_set_error(struct ncclComm* comm, ncclResult_t err) {
   comm_conns_apply(comm, 0);
 }
 
+void comm_ref(struct ncclComm* comm) {
+  atomic_fetch_add(&comm->refs, 1);
+}
+
+void comm_unref(struct ncclComm* comm) {
+  if (atomic_fetch_sub(&comm->refs, 1) != 1) return;
+  pthread_mutex_destroy(&comm->turn_lock);
+  pthread_cond_destroy(&comm->turn_cv);
+  comm->magic = 0;
+  free(comm);
+}
+
 void comm_free(struct ncclComm* comm) {
   if (comm == NULL) return;
+  comm_registry_remove(comm);
   stream_destroy(comm->internal_stream); /* finishes queued work first */
+  comm->internal_stream = NULL;
   comm_conns_apply(comm, 1);
   transport_accept_free(&comm->tctx);
   if (comm->tctx.listen_fd >= 0) close(comm->tctx.listen_fd);
+  comm->tctx.listen_fd = -1;
   progress_destroy(&comm->progress);
   exec_free(&comm->exec);
   sched_free(&comm->sched);
@@ -109,10 +125,10 @@ void comm_free(struct ncclComm* comm) {
   free(comm->p2p_send);
   free(comm->p2p_recv);
   free(comm->peers);
-  pthread_mutex_destroy(&comm->turn_lock);
-  pthread_cond_destroy(&comm->turn_cv);
+  comm->send_conns = comm->recv_conns = comm->p2p_send = comm->p2p_recv = NULL;
+  comm->peers = NULL;
   comm->magic = 0;
-  free(comm);
+  comm_unref(comm);
 }
 
 NCCL_API(ncclResult_t, ncclCommFinalize, ncclComm_t comm);
@@ -126,10 +142,28 @@ ncclResult_t ncclCommFinalize(ncclComm_t comm) {
   return res;
 }
 
-/* Wait until every unit issued on the comm (on any stream) has run. */
-static void comm_drain(struct ncclComm* comm) {
+/* Wait until no unit runs on the comm and, with `all_issued`, until every
+ * unit issued on it (on any stream) has run. Units signal turn_cv as they
+ * leave; the timed wait only bounds a missed wake-up. */
+static void comm_wait_units(struct ncclComm* comm, int all_issued) {
   pthread_mutex_lock(&comm->turn_lock);
-  while (comm->serving != comm->next_ticket) pthread_cond_wait(&comm->turn_cv, &comm->turn_lock);
+  while (atomic_load(&comm->active) > 0 || (all_issued && comm->serving != comm->next_ticket)) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += 100 * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+    pthread_cond_timedwait(&comm->turn_cv, &comm->turn_lock, &ts);
+  }
+  pthread_mutex_unlock(&comm->turn_lock);
+}
+
+/* Stop whatever waits on the comm: init, a running call, queued work. */
+static void comm_abort_waits(struct ncclComm* comm) {
+  atomic_store(&comm->aborted, 1);
+  progress_wake(&comm->progress);
+  comm_conns_apply(comm, 0);
+  pthread_mutex_lock(&comm->turn_lock);
+  pthread_cond_broadcast(&comm->turn_cv);
   pthread_mutex_unlock(&comm->turn_lock);
 }
 
@@ -138,7 +172,13 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm) {
   if (comm == NULL) return ncclSuccess;
   ncclResult_t res = comm_check(comm, "ncclCommDestroy");
   if (res != ncclSuccess) return res;
-  comm_drain(comm); /* work still queued on host streams needs the comm */
+  comm_registry_remove(comm);           /* from now on the handle is refused */
+  if (!atomic_load(&comm->init_done)) { /* a non-blocking init still waits for ranks */
+    INFO(SUB_INIT, "comm %p rank %d destroyed before its init completed: init aborted", (void*)comm,
+         comm->rank);
+    comm_abort_waits(comm);
+  }
+  comm_wait_units(comm, 1); /* work still queued on host streams needs the comm */
   INFO(SUB_INIT, "comm %p rank %d nranks %d - Destroy COMPLETE", (void*)comm, comm->rank,
        comm->nranks);
   comm_free(comm);
@@ -150,11 +190,11 @@ ncclResult_t ncclCommAbort(ncclComm_t comm) {
   if (comm == NULL) return ncclSuccess;
   ncclResult_t res = comm_check(comm, "ncclCommAbort");
   if (res != ncclSuccess) return res;
-  atomic_store(&comm->aborted, 1);
-  progress_wake(&comm->progress);
-  comm_conns_apply(comm, 0);
-  /* A thread blocked in a collective wakes on the eventfd and leaves. */
-  while (atomic_load(&comm->active) > 0) usleep(1000);
+  comm_registry_remove(comm);
+  comm_abort_waits(comm);
+  /* A unit running now wakes on the eventfd and leaves; queued ones find
+   * the comm aborted when their turn comes and hold it until then. */
+  comm_wait_units(comm, 0);
   INFO(SUB_INIT, "comm %p rank %d nranks %d - Abort COMPLETE", (void*)comm, comm->rank,
        comm->nranks);
   comm_free(comm);

@@ -72,13 +72,27 @@ struct ncclComm {
   struct braid_stream* internal_stream;
   /* state */
   _Atomic int aborted;
-  _Atomic int error;  /* ncclResult_t of the first failure, 0 if none */
-  _Atomic int active; /* calls currently inside the library on this comm */
+  _Atomic int error;     /* ncclResult_t of the first failure, 0 if none */
+  _Atomic int active;    /* units running on this comm (changed under turn_lock) */
+  _Atomic int refs;      /* the user's handle, and one per unit issued and not yet run */
+  _Atomic int init_done; /* bootstrap completed: destroying it no longer aborts init */
   int finalized;
 };
 
-/* Free a comm and everything it owns (its queued work finishes first). */
+/* Free everything a comm owns (its own stream's queued work finishes
+ * first) and drop the user's reference; the struct itself goes with the
+ * last reference, so work still queued on a host stream can see that the
+ * comm is gone instead of reading freed memory. */
 void comm_free(struct ncclComm* comm);
+void comm_ref(struct ncclComm* comm);
+void comm_unref(struct ncclComm* comm);
+
+/* The live communicators (comm_registry.c): added at creation, removed
+ * when the user destroys or aborts one, so that comm_check refuses a
+ * handle that is gone without reading its memory. */
+ncclResult_t comm_registry_add(const struct ncclComm* comm);
+void comm_registry_remove(const struct ncclComm* comm);
+int comm_registry_has(const struct ncclComm* comm);
 /* A user config read up to the size the caller's header gave it. */
 ncclResult_t comm_config_read(const ncclConfig_t* user, ncclConfig_t* out);
 

@@ -91,13 +91,14 @@ static ncclResult_t work_dispatch(struct work_op* ops, int n, cudaStream_t strea
   struct braid_stream* hs = stream_from_handle(stream);
   ncclResult_t res = work_issue(ops, n);
   if (res != ncclSuccess) return res;
-  if (hs) return stream_submit_ops(hs, ops, n);
-  for (int i = 0; i < n; i++)
-    if (ops[i].comm->internal_stream) {
-      res = stream_submit_ops(ops[i].comm->internal_stream, ops, n);
-      return res == ncclSuccess ? ncclInProgress : res;
-    }
-  return work_run(ops, n);
+  for (int i = 0; i < n && hs == NULL; i++) hs = ops[i].comm->internal_stream;
+  if (hs == NULL) return work_run(ops, n);
+  res = stream_submit_ops(hs, ops, n);
+  if (res != ncclSuccess) { /* never queued: give its turns back, or later work waits forever */
+    work_cancel(ops, n);
+    return res;
+  }
+  return hs == stream_from_handle(stream) ? ncclSuccess : ncclInProgress;
 }
 
 ncclResult_t group_enqueue_op(const struct work_op* op, cudaStream_t stream) {

@@ -100,6 +100,7 @@ static ncclResult_t comm_create(struct ncclComm** out, int nranks, const ncclUni
   CHECK(bootstrap_id_decode(uid, &id));
   log_version_once();
   CHECK(braid_calloc(&comm, 1, sizeof(*comm)));
+  atomic_init(&comm->refs, 1);
   comm->magic = COMM_MAGIC;
   comm->rank = rank;
   comm->nranks = nranks;
@@ -109,6 +110,7 @@ static ncclResult_t comm_create(struct ncclComm** out, int nranks, const ncclUni
   comm->progress.bell_fd[0] = comm->progress.bell_fd[1] = -1;
   pthread_mutex_init(&comm->turn_lock, NULL);
   pthread_cond_init(&comm->turn_cv, NULL);
+  CHECK(comm_registry_add(comm));
   CHECK(comm_config_read(config, &comm->config));
   CHECK(comm_setup_local(comm, &listen));
   comm->tctx = (struct transport_ctx){rank,
@@ -187,6 +189,7 @@ static ncclResult_t comm_bootstrap(struct ncclComm* comm) {
   if (comm->internal_stream) /* this thread is the comm's progress thread */
     CHECK(topo_bind_thread_near(sys, ifname, NULL));
   tuner_log_table(comm);
+  atomic_store(&comm->init_done, 1);
   INFO(SUB_INIT, "comm %p rank %d nranks %d - Init COMPLETE", (void*)comm, comm->rank,
        comm->nranks);
 fail:

@@ -147,6 +147,7 @@ ncclResult_t work_issue(struct work_op* ops, int n) {
   for (int i = 0; i < n; i++) ops[i].ticket = ops[i].comm->next_ticket;
   for (int i = m - 1; i >= 0; i--) {
     comms[i]->next_ticket++;
+    comm_ref(comms[i]); /* the unit's, until it has run: it may wait on a host stream */
     pthread_mutex_unlock(&comms[i]->turn_lock);
   }
   return ncclSuccess;
@@ -171,11 +172,25 @@ static ncclResult_t turn_wait(struct ncclComm* c, uint64_t ticket) {
   return res;
 }
 
-static void turn_pass(struct ncclComm* c) {
+/* The unit is done with `c`: pass the turn on (if it had it), stop
+ * counting as running, and drop the unit's reference - the comm may be
+ * freed now, so this is the unit's last touch of it. */
+static void turn_leave(struct ncclComm* c, int got) {
   pthread_mutex_lock(&c->turn_lock);
-  c->serving++;
+  if (got) c->serving++;
+  atomic_fetch_sub(&c->active, 1);
   pthread_cond_broadcast(&c->turn_cv);
   pthread_mutex_unlock(&c->turn_lock);
+  comm_unref(c);
+}
+
+static int any_aborted(struct ncclComm* const* comms, int m) {
+  for (int i = 0; i < m; i++)
+    if (atomic_load(&comms[i]->aborted)) {
+      WARN("Communicator of rank %d was aborted before this work ran", comms[i]->rank);
+      return 1;
+    }
+  return 0;
 }
 
 /* Take the unit's turn on every comm (each one, even after a failure:
@@ -192,6 +207,8 @@ static ncclResult_t unit_in_turn(struct work_op* ops, int n, int run) {
     got[i] = r == ncclSuccess;
     if (res == ncclSuccess) res = r;
   }
+  /* after `active` went up: an abort either sees us running or we see it */
+  if (res == ncclSuccess && any_aborted(comms, m)) res = ncclSystemError;
   if (run && res == ncclSuccess) {
     for (int i = 0; i < n; i++) ops[i].started = ops[i].done = 0;
     res = work_connect(ops, n);
@@ -200,10 +217,7 @@ static ncclResult_t unit_in_turn(struct work_op* ops, int n, int run) {
     if (res == ncclSuccess) res = p2p_match_self(ops, n);
     if (res == ncclSuccess) res = work_drive(ops, n, comms, m);
   }
-  for (int i = 0; i < m; i++) /* later units fail fast on the comm's error */
-    if (got[i]) turn_pass(comms[i]);
-  for (int i = m - 1; i >= 0; i--)
-    atomic_fetch_sub(&comms[i]->active, 1); /* last: ncclCommAbort may free it now */
+  for (int i = 0; i < m; i++) turn_leave(comms[i], got[i]); /* later units fail fast on errors */
 fail:
   return res;
 }
