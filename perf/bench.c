@@ -47,11 +47,15 @@ static void die(void) {
   _exit(EXIT_FAILURE);
 }
 
+/* Abort (not just exit): the comm's peers hear of it at once, and nothing
+ * of it (a shared-memory segment not yet mapped) is left behind. */
 static void nccl_fail(const perf_rank_t* r, ncclResult_t res, const char* what, int line) {
   char host[256];
   perf_hostname(host, sizeof(host));
   fprintf(stderr, "%s: Test NCCL failure %s:%d rank %d %s '%s / %s'\n", host, __FILE__, line,
           r ? r->rank : -1, what, ncclGetErrorString(res), ncclGetLastError(r ? r->comm : NULL));
+  if (r && r->timing_comm) ncclCommAbort(r->timing_comm);
+  if (r && r->comm) ncclCommAbort(r->comm);
   die();
 }
 

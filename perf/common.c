@@ -380,6 +380,7 @@ static double combine_over_comm(double v, int mode) {
   if (res != ncclSuccess) {
     fprintf(stderr, "perf: combining timings over NCCL failed: %s (%s)\n", ncclGetErrorString(res),
             ncclGetLastError(g_team.comm));
+    ncclCommAbort(g_team.comm); /* its peers hear of it at once; nothing is left behind */
     exit(EXIT_FAILURE);
   }
   return v;

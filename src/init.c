@@ -179,6 +179,7 @@ static ncclResult_t comm_bootstrap(struct ncclComm* comm) {
   CHECK(topo_system_get(&sys));
   CHECK(socket_local_addr(&addr, ifname, sizeof(ifname)));
   comm_describe_self(comm, sys, ifname, &mine);
+  transport_shm_sweep(mine.shm_domain);
   CHECK(bootstrap_maybe_start_root(&comm->id, comm->rank, comm->nranks, &comm->aborted, &root));
   res = bootstrap_exchange(&comm->id, comm->rank, comm->nranks, &mine, comm->peers,
                            &comm->tctx.secret, socket_deadline(param_timeout_ms()), &comm->aborted);

@@ -136,6 +136,11 @@ struct transport {
 extern const struct transport tcp_transport;
 extern const struct transport shm_transport;
 
+/* Remove the shared-memory segments of this host and shared-memory domain
+ * (bootstrap_shm_domain(); 0: shared memory is off) whose creator died
+ * before they were unlinked. Once per process; see shm_names.c. */
+void transport_shm_sweep(uint64_t domain);
+
 /* Close the incoming connections nobody claimed (see tcp). */
 void transport_accept_free(struct transport_ctx* ctx);
 

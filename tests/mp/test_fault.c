@@ -8,7 +8,11 @@
 #include <stdlib.h>
 
 #include <cmocka.h>
+#include <dirent.h>
 #include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
 
 #include "launcher.h"
 
@@ -212,13 +216,93 @@ static void test_abort_from_thread(void** state) {
   assert_int_equal(mp_launch(3, abort_body, NULL, &o), 0);
 }
 
+/* ---- segments of a rank killed during connection setup ---- */
+
+/* A segment of pid in /dev/shm ("braid-<pid>-..."): 1 when there. */
+static int has_segment(int pid) {
+  char prefix[32];
+  int found = 0;
+  snprintf(prefix, sizeof(prefix), "braid-%d-", pid);
+  DIR* d = opendir("/dev/shm");
+  for (struct dirent* e; d && !found && (e = readdir(d)) != NULL;)
+    found = strncmp(e->d_name, prefix, strlen(prefix)) == 0;
+  if (d) closedir(d);
+  return found;
+}
+
+/* Rank 1 sends to rank 0, which never receives: the segment it made is
+ * never mapped, so only its close would unlink it - and rank 1 is
+ * SIGKILLed first. Its pid goes to the launcher's parent through a file. */
+static int stale_body(const mp_env* env) {
+  static char buf[64 << 10];
+  const char* pidfile = env->arg;
+  ncclComm_t comm = NULL;
+  if (mp_comm_init(env, &comm) != 0) return 1;
+  if (env->rank == 0) {
+    mp_wait_flag(&env->shm[1], 30000); /* rank 1's segment exists */
+    return 0;
+  }
+  if (mp_expect_rc(env, comm, ncclSend(buf, sizeof(buf), ncclChar, 0, comm, NULL), ncclSuccess,
+                   "ncclSend into the slots"))
+    return 1;
+  FILE* f = fopen(pidfile, "w");
+  if (!has_segment((int)getpid()) || f == NULL) {
+    mp_fail(env, "no segment of mine in /dev/shm after the send, or no pid file");
+    return 1;
+  }
+  fprintf(f, "%d\n", (int)getpid());
+  fclose(f);
+  __atomic_store_n(&env->shm[1], 1, __ATOMIC_SEQ_CST);
+  mp_notify_parent(); /* SIGKILLed here, with the segment in /dev/shm */
+  mp_sleep_ms(30000);
+  return 1;
+}
+
+/* The next Braid process on the host: its first comm sweeps. */
+static int sweeper_body(const mp_env* env) {
+  const int* victim_pid = env->arg;
+  ncclComm_t comm = NULL;
+  if (!has_segment(*victim_pid)) {
+    mp_fail(env, "the dead rank's segment is not there to sweep: the test proves nothing");
+    return 1;
+  }
+  if (mp_expect_rc(env, NULL, ncclCommInitAll(&comm, 1, NULL), ncclSuccess, "ncclCommInitAll"))
+    return 1;
+  ncclCommDestroy(comm);
+  if (has_segment(*victim_pid)) {
+    mp_fail(env, "segment of dead pid %d still in /dev/shm", *victim_pid);
+    return 1;
+  }
+  return 0;
+}
+
+static void test_stale_segments_swept(void** state) {
+  (void)state;
+  char pidfile[] = "/tmp/mp_stale_XXXXXX";
+  int fd = mkstemp(pidfile), victim_pid = 0;
+  mp_opts o = MP_OPTS_INIT;
+  o.deadline_s = FAULT_DEADLINE_S;
+  o.victim = 1;
+  o.kill_on_notify = 1;
+  assert_true(fd >= 0);
+  close(fd);
+  assert_int_equal(mp_launch(2, stale_body, pidfile, &o), 0);
+  FILE* f = fopen(pidfile, "r");
+  assert_non_null(f);
+  assert_int_equal(fscanf(f, "%d", &victim_pid), 1);
+  fclose(f);
+  unlink(pidfile);
+  assert_int_equal(mp_launch(1, sweeper_body, &victim_pid, NULL), 0);
+}
+
 int main(void) {
   /* before any library call: the library reads it once per process */
   mp_default_env("BRAID_TIMEOUT_MS", TIMEOUT_MS);
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_dies_before_init),    cmocka_unit_test(test_dies_after_init),
-      cmocka_unit_test(test_killed_during_init),  cmocka_unit_test(test_killed_mid_allreduce),
-      cmocka_unit_test(test_raise_mid_allreduce), cmocka_unit_test(test_abort_from_thread),
+      cmocka_unit_test(test_dies_before_init),     cmocka_unit_test(test_dies_after_init),
+      cmocka_unit_test(test_killed_during_init),   cmocka_unit_test(test_killed_mid_allreduce),
+      cmocka_unit_test(test_raise_mid_allreduce),  cmocka_unit_test(test_abort_from_thread),
+      cmocka_unit_test(test_stale_segments_swept),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -24,13 +24,13 @@
 
 #include "core.h"
 #include "param.h"
+#include "shm_names.h"
 #include "transport.h"
 
 #define SHM_MAGIC 0x4d485342u /* "BSHM" */
 #define SHM_VERSION 3u        /* 3: slots carry the call; 2: fd_sleepers, fd_ringable */
 #define SHM_LINE 64
 #define SHM_PAGE 4096
-#define SHM_NAME_MAX 64
 /* Slot data starts half a page past a page boundary. `rep movsb`, which
  * glibc uses for copies below about the L2 size, slows down 3-6x when the
  * destination lies 1-63 bytes after the source modulo 4 KiB (AMD Zen,
@@ -173,28 +173,6 @@ static size_t shm_layout(uint32_t nslots, size_t slot_bytes, size_t* slots_off, 
   *slots_off = ALIGN_UP(sizeof(struct shm_header), SHM_LINE);
   *data_off = ALIGN_UP(*slots_off + nslots * sizeof(struct shm_slot), SHM_PAGE) + SHM_DATA_SKEW;
   return ALIGN_UP(*data_off + (size_t)nslots * slot_bytes, SHM_PAGE);
-}
-
-static void shm_name_make(char* out, const struct peer_info* sender, int receiver, int channel) {
-  snprintf(out, SHM_NAME_MAX, "/braid-%d-%" PRIx64 "-%d-%d", (int)sender->pid, sender->shm_tag,
-           receiver, channel);
-}
-
-/* kill(pid, 0) alone takes a zombie for alive, and a peer that is our own
- * unreaped child (a test, a launcher that is also a rank) would never look
- * dead: /proc tells zombies apart. Unknown means alive. */
-static int shm_pid_alive(pid_t pid) {
-  if (kill(pid, 0) == -1 && errno == ESRCH) return 0;
-  char path[64], buf[512];
-  snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return errno != ENOENT;
-  ssize_t n = read(fd, buf, sizeof(buf) - 1);
-  close(fd);
-  if (n <= 0) return 1;
-  buf[n] = '\0';
-  const char* p = strrchr(buf, ')'); /* the command name may hold anything */
-  return !(p && p[1] == ' ' && (p[2] == 'Z' || p[2] == 'X'));
 }
 
 /* Tell the other side that head or tail moved (or a flag changed). The
