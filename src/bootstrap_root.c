@@ -46,6 +46,7 @@ struct bootstrap_root {
   int* fds;        /* per rank, -1 until registered */
   struct peer_info* table;
   const char* failure; /* set once the job failed: every later hello is told */
+  _Atomic int failed;  /* the same, for the owner */
   enum root_status failure_status;
   struct hello_pool pool;
   struct pollfd* pfds; /* room for the pool and every rank */
@@ -100,6 +101,7 @@ static void root_fail(struct bootstrap_root* st, enum root_status status, const 
   if (st->failure) return;
   st->failure = why;
   st->failure_status = status;
+  atomic_store(&st->failed, 1);
   WARN("Bootstrap root: %s; failing the bootstrap of all %d registered ranks", why,
        st->nregistered);
   for (int r = 0; st->fds && r < st->nranks; r++)
@@ -265,10 +267,16 @@ fail:
 }
 
 /* Joined, so that when this returns the address is free again: a job
- * that aborts its init can be started anew on the same NCCL_COMM_ID. */
+ * that aborts its init can be started anew on the same NCCL_COMM_ID. A
+ * root that failed the job stays, a little, to tell late ranks why. */
 void bootstrap_root_release(struct bootstrap_root* root) {
   char one = 1;
   if (root == NULL) return;
+  if (atomic_load(&root->failed)) {
+    pthread_detach(root->thread);
+    root_unref(root);
+    return;
+  }
   atomic_store(&root->stop, 1);
   if (write(root->wake[1], &one, 1) < 0) { /* full: it is awake already */
   }
