@@ -46,7 +46,10 @@ struct transport_accept {
   const struct transport_ctx* ctx; /* for the hello checks */
 };
 
-static ncclResult_t tcp_register(struct transport_ctx* ctx, int fd) {
+/* A connected socket joins the data path: options, then the progress
+ * engine's epoll set. */
+static ncclResult_t tcp_sock_ready(struct transport_ctx* ctx, int fd) {
+  socket_tune_data(fd, (int)param_sock_buf());
   struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET, .data = {0}};
   if (epoll_ctl(ctx->epoll_fd, EPOLL_CTL_ADD, fd, &ev) != 0) {
     WARN("NET/Socket : epoll_ctl failed: %s", strerror(errno));
@@ -90,8 +93,7 @@ static ncclResult_t tcp_dial(struct transport_ctx* ctx, int peer, int channel,
     struct tcp_hello h = {TCP_MAGIC, TCP_VERSION, ctx->secret, ctx->rank, peer, s, ns, channel, 0};
     CHECK(socket_connect(&addr, deadline, ctx->aborted, &c->socks[s].fd));
     CHECK(socket_send_all(c->socks[s].fd, &h, sizeof(h), deadline, ctx->aborted));
-    socket_tune_data(c->socks[s].fd, (int)param_sock_buf());
-    CHECK(tcp_register(ctx, c->socks[s].fd));
+    CHECK(tcp_sock_ready(ctx, c->socks[s].fd));
   }
   *out = c;
   return ncclSuccess;
@@ -204,10 +206,7 @@ static ncclResult_t tcp_answer(struct transport_ctx* ctx, int peer, int channel,
   /* Sockets from this peer may have arrived while we waited for another. */
   while (tcp_claim_parked(a, c, channel) < c->nsocks || c->nsocks == 0)
     CHECK(tcp_accept_some(ctx, a, deadline, peer));
-  for (int s = 0; s < c->nsocks; s++) {
-    socket_tune_data(c->socks[s].fd, (int)param_sock_buf());
-    CHECK(tcp_register(ctx, c->socks[s].fd));
-  }
+  for (int s = 0; s < c->nsocks; s++) CHECK(tcp_sock_ready(ctx, c->socks[s].fd));
   *out = c;
   return ncclSuccess;
 fail:
