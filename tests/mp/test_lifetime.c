@@ -122,29 +122,36 @@ static void test_destroyed_handle(void** state) {
 
 #define QUEUED 8
 
-/* Rank 1 queues all-reduces that rank 0 never joins, behind a first one
- * that waits for it, and aborts: the queued calls must fail (the stream
- * reports an error), touching nothing of the freed comm. */
+/* On rank 1's host stream an all-reduce on comm B waits for rank 0, which
+ * never joins; behind it QUEUED all-reduces on comm A wait their turn.
+ * Rank 1 aborts A (nothing of A runs: it returns at once), then B: the
+ * stream moves on to A's calls, which must fail without touching A's
+ * freed memory (they ran on it before). */
 static int queued_abort_body(const mp_env* env) {
-  ncclComm_t comm = NULL;
+  ncclComm_t a = NULL, b = NULL;
   cudaStream_t s = NULL;
-  float x[QUEUED][64];
+  static float x[QUEUED + 1][64];
   int bad = 0;
-  if (mp_comm_init(env, &comm) != 0) return 1;
-  if (env->rank == 0) { /* never joins: rank 1's first call waits for it */
+  if (mp_comm_init(env, &a) != 0) return 1;
+  if (mp_expect_rc(env, a, ncclCommSplit(a, 0, env->rank, &b, NULL), ncclSuccess, "ncclCommSplit"))
+    return 1;
+  if (env->rank == 0) { /* never joins: rank 1's call on B waits for it */
     mp_wait_flag(&env->shm[0], 30000);
-    return mp_expect_rc(env, NULL, ncclCommAbort(comm), ncclSuccess, "ncclCommAbort (rank 0)");
+    ncclCommAbort(b);
+    return mp_expect_rc(env, NULL, ncclCommAbort(a), ncclSuccess, "ncclCommAbort (rank 0)");
   }
   bad += mp_expect_rc(env, NULL, braidStreamCreate(&s), ncclSuccess, "braidStreamCreate");
-  for (int i = 0; i < QUEUED && bad == 0; i++)
-    bad += mp_expect_rc(env, comm, ncclAllReduce(x[i], x[i], 64, ncclFloat, ncclSum, comm, s),
-                        ncclSuccess, "ncclAllReduce on a host stream");
+  bad += mp_expect_rc(env, b, ncclAllReduce(x[0], x[0], 64, ncclFloat, ncclSum, b, s), ncclSuccess,
+                      "ncclAllReduce on B");
+  for (int i = 1; i <= QUEUED && bad == 0; i++)
+    bad += mp_expect_rc(env, a, ncclAllReduce(x[i], x[i], 64, ncclFloat, ncclSum, a, s),
+                        ncclSuccess, "ncclAllReduce on A behind it");
   mp_sleep_ms(200);
-  bad +=
-      mp_expect_rc(env, NULL, ncclCommAbort(comm), ncclSuccess, "ncclCommAbort with queued work");
+  bad += mp_expect_rc(env, NULL, ncclCommAbort(a), ncclSuccess, "ncclCommAbort(A), work queued");
+  bad += mp_expect_rc(env, NULL, ncclCommAbort(b), ncclSuccess, "ncclCommAbort(B)");
   ncclResult_t sync = braidStreamSynchronize(s);
   if (sync == ncclSuccess) {
-    mp_fail(env, "the stream's work on the aborted comm reported success");
+    mp_fail(env, "the stream's work on the aborted comms reported success");
     bad++;
   }
   bad += mp_expect_rc(env, NULL, braidStreamDestroy(s), ncclSuccess, "braidStreamDestroy");
