@@ -339,7 +339,7 @@ static void test_forged_data_connection(void** state) {
 
 #define IDLE_CONNS 200
 #define SLOW_CONNS 40
-#define FLOOD_SECONDS 8
+#define FLOOD_SECONDS 50 /* past JOB_TIMEOUT_MS: a root that read hellos one by one times out */
 
 /* IDLE_CONNS connections that never speak and SLOW_CONNS that send a byte
  * a second (reconnecting when dropped) to `port`; *ready once all are
