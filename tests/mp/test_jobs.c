@@ -15,8 +15,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -186,16 +189,21 @@ static void test_other_job_id(void** state) {
 
 /* ---- a stranger who knows the address ---- */
 
-static int connect_loopback(int port) {
+/* A connection to 127.0.0.1:port, retried for up to `seconds`. */
+static int connect_loopback_for(int port, double seconds) {
   struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  for (double end = mp_now() + 10.0; mp_now() < end; mp_sleep_ms(10)) {
+  for (double end = mp_now() + seconds; mp_now() < end; mp_sleep_ms(10)) {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     if (fd < 0) return -1;
     if (connect(fd, (struct sockaddr*)&a, sizeof(a)) == 0) return fd;
     close(fd);
   }
   return -1;
+}
+
+static int connect_loopback(int port) {
+  return connect_loopback_for(port, 10.0);
 }
 
 /* The job key an address-knower can compute: the job's NCCL_COMM_ID and
@@ -346,14 +354,15 @@ static void test_forged_data_connection(void** state) {
  * open; until *stop. */
 static void flood(int port, volatile int* ready, volatile int* stop) {
   int idle[IDLE_CONNS], slow[SLOW_CONNS];
-  for (int i = 0; i < IDLE_CONNS; i++) idle[i] = connect_loopback(port);
-  for (int i = 0; i < SLOW_CONNS; i++) slow[i] = connect_loopback(port);
+  prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlives the rank that forked it */
+  for (int i = 0; i < IDLE_CONNS; i++) idle[i] = connect_loopback_for(port, 1.0);
+  for (int i = 0; i < SLOW_CONNS; i++) slow[i] = connect_loopback_for(port, 1.0);
   __atomic_add_fetch(ready, 1, __ATOMIC_SEQ_CST);
   for (double end = mp_now() + FLOOD_SECONDS; mp_now() < end && !*stop; mp_sleep_ms(1000))
     for (int i = 0; i < SLOW_CONNS; i++)
       if (slow[i] < 0 || send(slow[i], "x", 1, MSG_NOSIGNAL) != 1) {
         if (slow[i] >= 0) close(slow[i]);
-        slow[i] = connect_loopback(port);
+        slow[i] = connect_loopback_for(port, 0.1);
       }
   for (int i = 0; i < IDLE_CONNS; i++) close(idle[i]);
   for (int i = 0; i < SLOW_CONNS; i++) close(slow[i]);
@@ -387,6 +396,8 @@ static int flooder(const mp_env* env, const flood_case* f) {
   __atomic_store_n(&shm[F_LISTENERS_READY], 100, __ATOMIC_SEQ_CST);
   for (double end = mp_now() + 30; mp_now() < end && shm[F_DONE] < 3;) mp_sleep_ms(10);
   __atomic_store_n(&shm[F_STOP], 1, __ATOMIC_SEQ_CST);
+  while (wait(NULL) > 0) { /* the four flooders */
+  }
   return 0;
 }
 
