@@ -45,8 +45,8 @@ struct bootstrap_root {
   int nregistered; /* ranks whose hello was accepted */
   int* fds;        /* per rank, -1 until registered */
   struct peer_info* table;
-  const char* failure; /* set once the job failed: every later hello is told */
-  _Atomic int failed;  /* the same, for the owner */
+  const char* failure;  /* set once the job failed: every later hello is told */
+  _Atomic int conflict; /* the failure was a collision or disagreement, for the owner */
   enum root_status failure_status;
   struct hello_pool pool;
   struct pollfd* pfds; /* room for the pool and every rank */
@@ -101,7 +101,7 @@ static void root_fail(struct bootstrap_root* st, enum root_status status, const 
   if (st->failure) return;
   st->failure = why;
   st->failure_status = status;
-  atomic_store(&st->failed, 1);
+  if (status == ROOT_CONFLICT) atomic_store(&st->conflict, 1);
   WARN("Bootstrap root: %s; failing the bootstrap of all %d registered ranks", why,
        st->nregistered);
   for (int r = 0; st->fds && r < st->nranks; r++)
@@ -212,14 +212,25 @@ static void root_serve(struct bootstrap_root* st) {
   }
 }
 
-/* Every rank gets the data secret and the table. */
+/* Is rank i's process the one the root runs in? */
+static int root_rank_is_here(const struct bootstrap_root* st, int i, uint64_t host) {
+  return st->table[i].pid == (int32_t)getpid() && st->table[i].host_hash == host;
+}
+
+/* Every rank gets the data secret and the table - the ranks of this
+ * process last: once they have theirs, their init returns and the process
+ * may exit, taking the root with it, while others still wait. */
 static void root_send_tables(struct bootstrap_root* st) {
   struct root_reply r = {BOOTSTRAP_MAGIC, ROOT_OK, bootstrap_random64(), st->nranks, 0};
   size_t bytes = sizeof(struct peer_info) * (size_t)st->nranks;
-  for (int i = 0; i < st->nranks; i++)
-    if (socket_send_all(st->fds[i], &r, sizeof(r), st->deadline_ns, NULL) != ncclSuccess ||
-        socket_send_all(st->fds[i], st->table, bytes, st->deadline_ns, NULL) != ncclSuccess)
-      WARN("Bootstrap root: could not send the peer table to rank %d", i);
+  uint64_t host = bootstrap_host_hash();
+  for (int here = 0; here < 2; here++)
+    for (int i = 0; i < st->nranks; i++) {
+      if (root_rank_is_here(st, i, host) != here) continue;
+      if (socket_send_all(st->fds[i], &r, sizeof(r), st->deadline_ns, NULL) != ncclSuccess ||
+          socket_send_all(st->fds[i], st->table, bytes, st->deadline_ns, NULL) != ncclSuccess)
+        WARN("Bootstrap root: could not send the peer table to rank %d", i);
+    }
   INFO(SUB_BOOTSTRAP, "Bootstrap root: served %d ranks", st->nranks);
 }
 
@@ -267,12 +278,13 @@ fail:
 }
 
 /* Joined, so that when this returns the address is free again: a job
- * that aborts its init can be started anew on the same NCCL_COMM_ID. A
- * root that failed the job stays, a little, to tell late ranks why. */
+ * that aborts its init (its own rank closing on the root is part of that)
+ * can be started anew on the same NCCL_COMM_ID. A root that found two
+ * jobs, or ranks that disagree, stays a little to tell late ranks why. */
 void bootstrap_root_release(struct bootstrap_root* root) {
   char one = 1;
   if (root == NULL) return;
-  if (atomic_load(&root->failed)) {
+  if (atomic_load(&root->conflict)) {
     pthread_detach(root->thread);
     root_unref(root);
     return;
