@@ -22,6 +22,15 @@ ncclResult_t braid_calloc(void* ptrp, size_t nelem, size_t elem_size) {
   return ncclSuccess;
 }
 
+void braid_cond_wait_ms(pthread_cond_t* cond, pthread_mutex_t* mutex, int ms) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  ts.tv_sec += ms / 1000;
+  ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+  if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+  pthread_cond_timedwait(cond, mutex, &ts);
+}
+
 ncclResult_t comm_check(const struct ncclComm* comm, const char* fn) {
   if (comm == NULL) {
     WARN("%s : comm argument is NULL", fn);
@@ -147,13 +156,8 @@ ncclResult_t ncclCommFinalize(ncclComm_t comm) {
  * leave; the timed wait only bounds a missed wake-up. */
 static void comm_wait_units(struct ncclComm* comm, int all_issued) {
   pthread_mutex_lock(&comm->turn_lock);
-  while (atomic_load(&comm->active) > 0 || (all_issued && comm->serving != comm->next_ticket)) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_nsec += 100 * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
-    pthread_cond_timedwait(&comm->turn_cv, &comm->turn_lock, &ts);
-  }
+  while (atomic_load(&comm->active) > 0 || (all_issued && comm->serving != comm->next_ticket))
+    braid_cond_wait_ms(&comm->turn_cv, &comm->turn_lock, 100);
   pthread_mutex_unlock(&comm->turn_lock);
 }
 

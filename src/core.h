@@ -5,6 +5,7 @@
 #ifndef BRAID_CORE_H_
 #define BRAID_CORE_H_
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -44,6 +45,10 @@
 
 /* calloc that logs and reports ncclSystemError on failure. */
 ncclResult_t braid_calloc(void* ptrp, size_t nelem, size_t elem_size);
+
+/* pthread_cond_timedwait for at most `ms` milliseconds (waits that must
+ * also notice an abort flag, or outlive a missed signal). */
+void braid_cond_wait_ms(pthread_cond_t* cond, pthread_mutex_t* mutex, int ms);
 
 /* Monotonic clock in nanoseconds. */
 uint64_t braid_now_ns(void);

@@ -8,7 +8,6 @@
 #include "work.h"
 
 #include <sched.h>
-#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -157,13 +156,8 @@ ncclResult_t work_issue(struct work_op* ops, int n) {
 static ncclResult_t turn_wait(struct ncclComm* c, uint64_t ticket) {
   ncclResult_t res = ncclSuccess;
   pthread_mutex_lock(&c->turn_lock);
-  while (c->serving != ticket && !atomic_load(&c->aborted)) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_nsec += 100 * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
-    pthread_cond_timedwait(&c->turn_cv, &c->turn_lock, &ts);
-  }
+  while (c->serving != ticket && !atomic_load(&c->aborted))
+    braid_cond_wait_ms(&c->turn_cv, &c->turn_lock, 100);
   if (c->serving != ticket) {
     WARN("Communicator aborted while rank %d waited for its turn", c->rank);
     res = ncclSystemError;
