@@ -9,6 +9,7 @@ CFLAGS_BASE := -std=c11 -O2 -g -Wall -Wextra -fPIC -fvisibility=hidden \
                -D_GNU_SOURCE -ffp-contract=off -pthread \
                -Iinclude -Isrc -Itransports -Ialgorithms -Ikernels
 CFLAGS ?=
+LDFLAGS ?=
 ALL_CFLAGS := $(CFLAGS_BASE) $(CFLAGS)
 LDLIBS := -pthread -lm -lhwloc
 
@@ -41,12 +42,14 @@ MP_COMMON  := $(filter-out tests/mp/test_%.c,$(wildcard tests/mp/*.c))
 MP_SRCS    := $(wildcard tests/mp/test_*.c)
 MP_BINS    := $(patsubst tests/mp/%.c,$(TSTDIR)/mp_%,$(MP_SRCS))
 
-.PHONY: all lib tools tests test run bench bench-shm bench-cluster install clean deps format
+.PHONY: all lib tools tests unit-mp-tests test run bench bench-shm bench-cluster install clean deps format
 all: lib tools
 
 lib: $(SHLIB) $(STLIB) $(NCCLSO) $(LIBDIR)/libnccl.so
 tools: $(PERF_BINS) $(MPI_PERF)
 tests: $(UNIT_BINS) $(MP_BINS)
+# The sanitizer builds (scripts/test-sanitize.sh) need only these two kinds.
+unit-mp-tests: $(UNIT_BINS) $(MP_BINS)
 
 $(BUILD)/obj/%_avx2.o: %_avx2.c $(HDRS)
 	@mkdir -p $(dir $@)
@@ -62,12 +65,12 @@ $(BUILD)/obj/%.o: %.c $(HDRS)
 
 $(SHLIB): $(LIB_OBJS)
 	@mkdir -p $(dir $@)
-	$(CC) -shared -Wl,-soname,libbraid.so -o $@ $(LIB_OBJS) $(LDLIBS)
+	$(CC) $(LDFLAGS) -shared -Wl,-soname,libbraid.so -o $@ $(LIB_OBJS) $(LDLIBS)
 
 # The same objects again, named as NCCL so existing binaries load Braid.
 $(NCCLSO): $(LIB_OBJS)
 	@mkdir -p $(dir $@)
-	$(CC) -shared -Wl,-soname,libnccl.so.2 -o $@ $(LIB_OBJS) $(LDLIBS)
+	$(CC) $(LDFLAGS) -shared -Wl,-soname,libnccl.so.2 -o $@ $(LIB_OBJS) $(LDLIBS)
 
 $(LIBDIR)/libnccl.so: $(NCCLSO)
 	ln -sf libnccl.so.2 $@
@@ -82,15 +85,15 @@ PERF_CC    := $(if $(HAVE_MPI),$(MPICC) -DPERF_HAVE_MPI=1,$(CC))
 
 $(BINDIR)/%_perf: perf/%_perf.c $(PERF_COMMON) perf/*.h $(STLIB)
 	@mkdir -p $(dir $@)
-	$(PERF_CC) $(ALL_CFLAGS) -fvisibility=default $< $(PERF_COMMON) -o $@ $(STLIB) $(LDLIBS)
+	$(PERF_CC) $(ALL_CFLAGS) $(LDFLAGS) -fvisibility=default $< $(PERF_COMMON) -o $@ $(STLIB) $(LDLIBS)
 
 $(TSTDIR)/test_%: tests/unit/test_%.c $(STLIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -Itests $< -o $@ $(STLIB) -lcmocka -ldl $(LDLIBS)
+	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -Itests $< -o $@ $(STLIB) -lcmocka -ldl $(LDLIBS)
 
 $(TSTDIR)/mp_test_%: tests/mp/test_%.c $(MP_COMMON) tests/mp/*.h $(STLIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -Itests -Itests/mp $< $(MP_COMMON) -o $@ $(STLIB) -lcmocka $(LDLIBS)
+	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -Itests -Itests/mp $< $(MP_COMMON) -o $@ $(STLIB) -lcmocka $(LDLIBS)
 
 # ---------------------------------------------------------------- braid-train (trainer/)
 # Data-parallel SGD on Fashion-MNIST. Built with mpicc when Open MPI is present: under mpirun
@@ -119,15 +122,15 @@ endif
 
 $(TRAIN_BIN): trainer/main.c $(TRAIN_SRCS) $(TRAIN_HDRS) $(STLIB)
 	@mkdir -p $(dir $@)
-	$(TRAIN_CC) $(TRAIN_FLAGS) trainer/main.c $(TRAIN_SRCS) -o $@ $(STLIB) $(TRAIN_LIBS) $(LDLIBS)
+	$(TRAIN_CC) $(TRAIN_FLAGS) $(LDFLAGS) trainer/main.c $(TRAIN_SRCS) -o $@ $(STLIB) $(TRAIN_LIBS) $(LDLIBS)
 
 $(TSTDIR)/test_trainer_%: tests/trainer/test_trainer_%.c $(TRAIN_SRCS) $(TRAIN_HDRS) $(STLIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(TRAIN_FLAGS) $< $(TRAIN_SRCS) -o $@ $(STLIB) -lcmocka $(TRAIN_LIBS) $(LDLIBS)
+	$(CC) $(TRAIN_FLAGS) $(LDFLAGS) $< $(TRAIN_SRCS) -o $@ $(STLIB) -lcmocka $(TRAIN_LIBS) $(LDLIBS)
 
 $(TSTDIR)/trainer_ckpt_diff: tests/trainer/ckpt_diff.c trainer/checkpoint.c $(TRAIN_HDRS)
 	@mkdir -p $(dir $@)
-	$(CC) $(TRAIN_FLAGS) $< trainer/checkpoint.c -o $@
+	$(CC) $(TRAIN_FLAGS) $(LDFLAGS) $< trainer/checkpoint.c -o $@
 # ---------------------------------------------------------------- end of braid-train
 
 deps:
