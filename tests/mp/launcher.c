@@ -33,6 +33,19 @@
 #include <time.h>
 #include <unistd.h>
 
+/* Under AddressSanitizer a rank checks for leaks before it _exits (which
+ * skips LeakSanitizer's atexit check): a rank is where comms live and die. */
+#if defined(__SANITIZE_ADDRESS__) /* gcc */
+#define MP_LEAK_CHECK 1
+#elif defined(__has_feature) /* clang */
+#if __has_feature(address_sanitizer)
+#define MP_LEAK_CHECK 1
+#endif
+#endif
+#ifdef MP_LEAK_CHECK
+#include <sanitizer/lsan_interface.h>
+#endif
+
 static int g_notify_fd = -1;
 static int g_rank = -1;
 static int g_hold_fd = -1; /* the root holder lives until this closes */
@@ -176,6 +189,9 @@ __attribute__((noreturn)) static void child_main(mp_env env, int rank, mp_body_f
   g_rank = rank;
   env.rank = rank;
   int rc = body(&env);
+#ifdef MP_LEAK_CHECK
+  if (__lsan_do_recoverable_leak_check() != 0 && rc == 0) rc = 1;
+#endif
   fflush(stdout);
   fflush(stderr);
   _exit(rc == 0 ? 0 : 1);
