@@ -42,7 +42,8 @@ MP_COMMON  := $(filter-out tests/mp/test_%.c,$(wildcard tests/mp/*.c))
 MP_SRCS    := $(wildcard tests/mp/test_*.c)
 MP_BINS    := $(patsubst tests/mp/%.c,$(TSTDIR)/mp_%,$(MP_SRCS))
 
-.PHONY: all lib tools tests unit-mp-tests test run bench bench-shm bench-cluster install clean deps format
+.PHONY: all lib tools tests unit-mp-tests test run bench bench-shm bench-cluster install clean \
+        deps format test-sanitize
 all: lib tools
 
 lib: $(SHLIB) $(STLIB) $(NCCLSO) $(LIBDIR)/libnccl.so
@@ -165,8 +166,19 @@ install: all
 	install -m 755 $(PERF_BINS) $(MPI_PERF) $(DESTDIR)$(PREFIX)/bin/
 	install -m 755 $(TRAIN_BIN) $(DESTDIR)$(PREFIX)/bin/
 
+# ---------------------------------------------------------------- sanitizers
+# Not part of `make test`: the unit and mp tests under ASan+UBSan and under
+# TSan, built with clang in build-asan/ and build-tsan/ (clang, compiler-rt and
+# llvm-symbolizer are installed first when missing). What runs: README
+# "Sanitizers and fuzzing", scripts/test-sanitize.sh.
+SAN_PKGS := clang libclang-rt-dev llvm
+
+test-sanitize:
+	@scripts/deps.sh $(SAN_PKGS)
+	@MAKE="$(MAKE)" scripts/test-sanitize.sh
+
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h')
 
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) build-asan build-tsan

@@ -136,6 +136,14 @@ int mp_wait_flag(volatile int* flag, int timeout_ms) {
   return v;
 }
 
+size_t mp_big_count(size_t dflt) {
+  const char* v = getenv("MP_BIG_COUNT");
+  char* end;
+  if (v == NULL || *v == '\0') return dflt;
+  unsigned long long n = strtoull(v, &end, 10);
+  return *end == '\0' && n >= 1 && n < dflt ? (size_t)n : dflt;
+}
+
 void mp_default_env(const char* name, const char* value) {
   setenv(name, value, 0);
 }

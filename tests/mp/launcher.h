@@ -75,6 +75,10 @@ void mp_sleep_ms(int ms);
 int mp_free_port(int family);
 /* Waits until *flag != 0 or timeout_ms passes; returns the flag's value. */
 int mp_wait_flag(volatile int* flag, int timeout_ms);
+/* The largest count of a matrix test: dflt, or MP_BIG_COUNT when that is set
+ * and smaller (make test-sanitize lowers it under ThreadSanitizer, which
+ * instruments every element a kernel touches). */
+size_t mp_big_count(size_t dflt);
 /* Sets an environment variable unless the user already set it. */
 void mp_default_env(const char* name, const char* value);
 
