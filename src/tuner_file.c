@@ -81,12 +81,10 @@ static int split_words(char* line, char** w, int max) {
   return n;
 }
 
-ncclResult_t tuner_file_read(const char* path, struct tuner_model* m) {
+ncclResult_t tuner_file_parse(FILE* f, const char* name, struct tuner_model* m) {
   ncclResult_t res = ncclSuccess;
   char line[512], *w[8];
   int lineno = 0;
-  FILE* f = fopen(path, "r");
-  if (f == NULL) FAIL(ncclInvalidArgument, "BRAID_TUNE_FILE %s: cannot open it", path);
   while (fgets(line, sizeof(line), f)) {
     lineno++;
     int nw = split_words(line, w, 8);
@@ -98,9 +96,18 @@ ncclResult_t tuner_file_read(const char* path, struct tuner_model* m) {
       bad = parse_force(w, nw, m);
     else
       bad = "a line starts with link or force";
-    if (bad) FAIL(ncclInvalidArgument, "BRAID_TUNE_FILE %s, line %d: %s", path, lineno, bad);
+    if (bad) FAIL(ncclInvalidArgument, "BRAID_TUNE_FILE %s, line %d: %s", name, lineno, bad);
   }
-  INFO(SUB_TUNING, "Tuner: read %s (%d forced ranges)", path, m->nforced);
+  INFO(SUB_TUNING, "Tuner: read %s (%d forced ranges)", name, m->nforced);
+fail:
+  return res;
+}
+
+ncclResult_t tuner_file_read(const char* path, struct tuner_model* m) {
+  ncclResult_t res = ncclSuccess;
+  FILE* f = fopen(path, "r");
+  if (f == NULL) FAIL(ncclInvalidArgument, "BRAID_TUNE_FILE %s: cannot open it", path);
+  res = tuner_file_parse(f, path, m);
 fail:
   if (f) fclose(f);
   return res;
