@@ -89,25 +89,34 @@ static int split_words(char* line, char** w, int max) {
   return n;
 }
 
+/* getline, not a fixed buffer: fgets into 512 bytes cut a longer line (a
+ * long comment, say) in two and parsed the rest as a line of its own. */
 ncclResult_t tuner_file_parse(FILE* f, const char* name, struct tuner_model* m) {
   ncclResult_t res = ncclSuccess;
-  char line[512], *w[8];
+  char *line = NULL, *w[8];
+  size_t cap = 0;
+  ssize_t len;
   int lineno = 0;
-  while (fgets(line, sizeof(line), f)) {
+  while ((len = getline(&line, &cap, f)) >= 0) {
     lineno++;
-    int nw = split_words(line, w, 8);
     const char* bad = NULL;
-    if (nw == 0) continue;
-    if (strcasecmp(w[0], "link") == 0)
-      bad = parse_link(w, nw, m);
-    else if (strcasecmp(w[0], "force") == 0)
-      bad = parse_force(w, nw, m);
-    else
-      bad = "a line starts with link or force";
+    if (strlen(line) != (size_t)len) {
+      bad = "a NUL byte in the line";
+    } else {
+      int nw = split_words(line, w, 8);
+      if (nw == 0) continue;
+      if (strcasecmp(w[0], "link") == 0)
+        bad = parse_link(w, nw, m);
+      else if (strcasecmp(w[0], "force") == 0)
+        bad = parse_force(w, nw, m);
+      else
+        bad = "a line starts with link or force";
+    }
     if (bad) FAIL(ncclInvalidArgument, "BRAID_TUNE_FILE %s, line %d: %s", name, lineno, bad);
   }
   INFO(SUB_TUNING, "Tuner: read %s (%d forced ranges)", name, m->nforced);
 fail:
+  free(line);
   return res;
 }
 

@@ -160,6 +160,14 @@ static void test_tune_file_lines(void** state) {
   assert_true(m.intra.alpha_us[ALGO_RING] == 1.5 && m.net.beta_us_per_kb[ALGO_HIER] == 1e-3);
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
     assert_int_equal(tune_text(bad[i], &m), ncclInvalidArgument);
+  /* a line longer than any fixed buffer is one line */
+  char text[1024];
+  snprintf(text, sizeof(text), "# %0700d\nforce AllReduce 0 1K Tree\n", 7);
+  assert_int_equal(tune_text(text, &m), ncclSuccess);
+  assert_int_equal(m.nforced, 1);
+  snprintf(text, sizeof(text), "force AllReduce 0 1K Tree %700s\n", "4K");
+  assert_int_equal(tune_text(text, &m), ncclSuccess);
+  assert_true(m.nforced == 1 && m.forced[0].chunk == 4096);
 }
 
 int main(void) {
