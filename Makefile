@@ -43,7 +43,7 @@ MP_SRCS    := $(wildcard tests/mp/test_*.c)
 MP_BINS    := $(patsubst tests/mp/%.c,$(TSTDIR)/mp_%,$(MP_SRCS))
 
 .PHONY: all lib tools tests unit-mp-tests test run bench bench-shm bench-cluster install clean \
-        deps format test-sanitize
+        deps format test-sanitize fuzz fuzz-targets
 all: lib tools
 
 lib: $(SHLIB) $(STLIB) $(NCCLSO) $(LIBDIR)/libnccl.so
@@ -166,19 +166,36 @@ install: all
 	install -m 755 $(PERF_BINS) $(MPI_PERF) $(DESTDIR)$(PREFIX)/bin/
 	install -m 755 $(TRAIN_BIN) $(DESTDIR)$(PREFIX)/bin/
 
-# ---------------------------------------------------------------- sanitizers
-# Not part of `make test`: the unit and mp tests under ASan+UBSan and under
-# TSan, built with clang in build-asan/ and build-tsan/ (clang, compiler-rt and
-# llvm-symbolizer are installed first when missing). What runs: README
-# "Sanitizers and fuzzing", scripts/test-sanitize.sh.
-SAN_PKGS := clang libclang-rt-dev llvm
+# ---------------------------------------------------------------- sanitizers and fuzzing
+# Neither is part of `make test`; both build with clang into their own build
+# dirs (build-asan/, build-tsan/, build-fuzz/) and install clang, compiler-rt
+# and llvm-symbolizer first when missing. What runs: README "Sanitizers and
+# fuzzing", scripts/test-sanitize.sh, scripts/fuzz.sh.
+SAN_PKGS  := clang libclang-rt-dev llvm
+FUZZ_SRCS := $(wildcard tests/fuzz/fuzz_*.c)
+FUZZ_BINS := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/%,$(FUZZ_SRCS))
 
 test-sanitize:
 	@scripts/deps.sh $(SAN_PKGS)
 	@MAKE="$(MAKE)" scripts/test-sanitize.sh
 
+fuzz:
+	@scripts/deps.sh $(SAN_PKGS)
+	@MAKE="$(MAKE)" scripts/fuzz.sh
+
+# A fuzz target is one file, tests/fuzz/fuzz_<name>.c (seeds in
+# tests/fuzz/corpus/<name>/, a dictionary in tests/fuzz/<name>.dict, both
+# optional). scripts/fuzz.sh builds them with BUILD=build-fuzz CC=clang and the
+# fuzzer's flags; every target resolves numeric addresses only (common.c).
+fuzz-targets: $(FUZZ_BINS)
+
+$(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/common.c tests/fuzz/fuzz.h $(STLIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -Itests/fuzz $< tests/fuzz/common.c -o $@ $(STLIB) \
+	  -Wl,--wrap=getaddrinfo $(LDLIBS)
+
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h')
 
 clean:
-	rm -rf $(BUILD) build-asan build-tsan
+	rm -rf $(BUILD) build-asan build-tsan build-fuzz
