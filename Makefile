@@ -9,6 +9,7 @@ CFLAGS_BASE := -std=c11 -O2 -g -Wall -Wextra -fPIC -fvisibility=hidden \
                -D_GNU_SOURCE -ffp-contract=off -pthread \
                -Iinclude -Isrc -Itransports -Ialgorithms -Ikernels
 CFLAGS ?=
+LDFLAGS ?=
 ALL_CFLAGS := $(CFLAGS_BASE) $(CFLAGS)
 LDLIBS := -pthread -lm -lhwloc
 
@@ -41,12 +42,15 @@ MP_COMMON  := $(filter-out tests/mp/test_%.c,$(wildcard tests/mp/*.c))
 MP_SRCS    := $(wildcard tests/mp/test_*.c)
 MP_BINS    := $(patsubst tests/mp/%.c,$(TSTDIR)/mp_%,$(MP_SRCS))
 
-.PHONY: all lib tools tests test run bench bench-shm bench-cluster install clean deps format
+.PHONY: all lib tools tests unit-mp-tests test run bench bench-shm bench-cluster install clean \
+        deps format test-sanitize fuzz fuzz-targets
 all: lib tools
 
 lib: $(SHLIB) $(STLIB) $(NCCLSO) $(LIBDIR)/libnccl.so
 tools: $(PERF_BINS) $(MPI_PERF)
 tests: $(UNIT_BINS) $(MP_BINS)
+# The sanitizer builds (scripts/test-sanitize.sh) need only these two kinds.
+unit-mp-tests: $(UNIT_BINS) $(MP_BINS)
 
 $(BUILD)/obj/%_avx2.o: %_avx2.c $(HDRS)
 	@mkdir -p $(dir $@)
@@ -62,12 +66,12 @@ $(BUILD)/obj/%.o: %.c $(HDRS)
 
 $(SHLIB): $(LIB_OBJS)
 	@mkdir -p $(dir $@)
-	$(CC) -shared -Wl,-soname,libbraid.so -o $@ $(LIB_OBJS) $(LDLIBS)
+	$(CC) $(LDFLAGS) -shared -Wl,-soname,libbraid.so -o $@ $(LIB_OBJS) $(LDLIBS)
 
 # The same objects again, named as NCCL so existing binaries load Braid.
 $(NCCLSO): $(LIB_OBJS)
 	@mkdir -p $(dir $@)
-	$(CC) -shared -Wl,-soname,libnccl.so.2 -o $@ $(LIB_OBJS) $(LDLIBS)
+	$(CC) $(LDFLAGS) -shared -Wl,-soname,libnccl.so.2 -o $@ $(LIB_OBJS) $(LDLIBS)
 
 $(LIBDIR)/libnccl.so: $(NCCLSO)
 	ln -sf libnccl.so.2 $@
@@ -82,15 +86,15 @@ PERF_CC    := $(if $(HAVE_MPI),$(MPICC) -DPERF_HAVE_MPI=1,$(CC))
 
 $(BINDIR)/%_perf: perf/%_perf.c $(PERF_COMMON) perf/*.h $(STLIB)
 	@mkdir -p $(dir $@)
-	$(PERF_CC) $(ALL_CFLAGS) -fvisibility=default $< $(PERF_COMMON) -o $@ $(STLIB) $(LDLIBS)
+	$(PERF_CC) $(ALL_CFLAGS) $(LDFLAGS) -fvisibility=default $< $(PERF_COMMON) -o $@ $(STLIB) $(LDLIBS)
 
 $(TSTDIR)/test_%: tests/unit/test_%.c $(STLIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -Itests $< -o $@ $(STLIB) -lcmocka -ldl $(LDLIBS)
+	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -Itests $< -o $@ $(STLIB) -lcmocka -ldl $(LDLIBS)
 
 $(TSTDIR)/mp_test_%: tests/mp/test_%.c $(MP_COMMON) tests/mp/*.h $(STLIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -Itests -Itests/mp $< $(MP_COMMON) -o $@ $(STLIB) -lcmocka $(LDLIBS)
+	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -Itests -Itests/mp $< $(MP_COMMON) -o $@ $(STLIB) -lcmocka $(LDLIBS)
 
 # ---------------------------------------------------------------- braid-train (trainer/)
 # Data-parallel SGD on Fashion-MNIST. Built with mpicc when Open MPI is present: under mpirun
@@ -119,15 +123,15 @@ endif
 
 $(TRAIN_BIN): trainer/main.c $(TRAIN_SRCS) $(TRAIN_HDRS) $(STLIB)
 	@mkdir -p $(dir $@)
-	$(TRAIN_CC) $(TRAIN_FLAGS) trainer/main.c $(TRAIN_SRCS) -o $@ $(STLIB) $(TRAIN_LIBS) $(LDLIBS)
+	$(TRAIN_CC) $(TRAIN_FLAGS) $(LDFLAGS) trainer/main.c $(TRAIN_SRCS) -o $@ $(STLIB) $(TRAIN_LIBS) $(LDLIBS)
 
 $(TSTDIR)/test_trainer_%: tests/trainer/test_trainer_%.c $(TRAIN_SRCS) $(TRAIN_HDRS) $(STLIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(TRAIN_FLAGS) $< $(TRAIN_SRCS) -o $@ $(STLIB) -lcmocka $(TRAIN_LIBS) $(LDLIBS)
+	$(CC) $(TRAIN_FLAGS) $(LDFLAGS) $< $(TRAIN_SRCS) -o $@ $(STLIB) -lcmocka $(TRAIN_LIBS) $(LDLIBS)
 
 $(TSTDIR)/trainer_ckpt_diff: tests/trainer/ckpt_diff.c trainer/checkpoint.c $(TRAIN_HDRS)
 	@mkdir -p $(dir $@)
-	$(CC) $(TRAIN_FLAGS) $< trainer/checkpoint.c -o $@
+	$(CC) $(TRAIN_FLAGS) $(LDFLAGS) $< trainer/checkpoint.c -o $@
 # ---------------------------------------------------------------- end of braid-train
 
 deps:
@@ -162,8 +166,36 @@ install: all
 	install -m 755 $(PERF_BINS) $(MPI_PERF) $(DESTDIR)$(PREFIX)/bin/
 	install -m 755 $(TRAIN_BIN) $(DESTDIR)$(PREFIX)/bin/
 
+# ---------------------------------------------------------------- sanitizers and fuzzing
+# Neither is part of `make test`; both build with clang into their own build
+# dirs (build-asan/, build-tsan/, build-fuzz/) and install clang, compiler-rt
+# and llvm-symbolizer first when missing. What runs: README "Sanitizers and
+# fuzzing", scripts/test-sanitize.sh, scripts/fuzz.sh.
+SAN_PKGS  := clang libclang-rt-dev llvm
+FUZZ_SRCS := $(wildcard tests/fuzz/fuzz_*.c)
+FUZZ_BINS := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/%,$(FUZZ_SRCS))
+
+test-sanitize:
+	@scripts/deps.sh $(SAN_PKGS)
+	@MAKE="$(MAKE)" scripts/test-sanitize.sh
+
+fuzz:
+	@scripts/deps.sh $(SAN_PKGS)
+	@MAKE="$(MAKE)" scripts/fuzz.sh
+
+# A fuzz target is one file, tests/fuzz/fuzz_<name>.c (seeds in
+# tests/fuzz/corpus/<name>/, a dictionary in tests/fuzz/<name>.dict, both
+# optional). scripts/fuzz.sh builds them with BUILD=build-fuzz CC=clang and the
+# fuzzer's flags; every target resolves numeric addresses only (common.c).
+fuzz-targets: $(FUZZ_BINS)
+
+$(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/common.c tests/fuzz/fuzz.h $(STLIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -Itests/fuzz $< tests/fuzz/common.c -o $@ $(STLIB) \
+	  -Wl,--wrap=getaddrinfo $(LDLIBS)
+
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h')
 
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) build-asan build-tsan build-fuzz

@@ -59,6 +59,10 @@ ncclResult_t topo_system_get(const struct topo_system** out);
 ncclResult_t topo_detect(struct topo_system* sys);
 ncclResult_t topo_write_file(const struct topo_system* sys, const char* path);
 ncclResult_t topo_read_file(const char* path, struct topo_system* sys);
+/* The parser of topo_read_file on len bytes of text (no NUL needed); `name`
+ * names the text in WARNs. All or nothing: sys is zeroed on failure. */
+ncclResult_t topo_parse_text(const char* name, const char* text, size_t len,
+                             struct topo_system* sys);
 
 /* The NIC named `ifname`, or NULL. */
 const struct topo_nic* topo_nic_find(const struct topo_system* sys, const char* ifname);

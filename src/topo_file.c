@@ -457,6 +457,23 @@ fail:
   return res;
 }
 
+ncclResult_t topo_parse_text(const char* name, const char* text, size_t len,
+                             struct topo_system* sys) {
+  ncclResult_t res = ncclSuccess;
+  if (name == NULL || text == NULL || sys == NULL)
+    FAIL(ncclInvalidArgument, "topo_parse_text: name, text or sys is NULL");
+  memset(sys, 0, sizeof(*sys));
+  struct topo_parser p = {name, text, len, 0};
+  CHECK(topo_parse_object(&p, topo_system_fields, TOPO_NFIELDS(topo_system_fields), (char*)sys,
+                          "the top-level object"));
+  topo_parse_peek(&p);
+  if (p.pos < p.len) PARSE_FAIL(&p, "unexpected data after the top-level object");
+  return ncclSuccess;
+fail:
+  if (sys != NULL) memset(sys, 0, sizeof(*sys)); /* never half a topology */
+  return res;
+}
+
 ncclResult_t topo_read_file(const char* path, struct topo_system* sys) {
   ncclResult_t res = ncclSuccess;
   char* text = NULL;
@@ -465,15 +482,8 @@ ncclResult_t topo_read_file(const char* path, struct topo_system* sys) {
     FAIL(ncclInvalidArgument, "topo_read_file: %s is NULL", path ? "sys" : "path");
   memset(sys, 0, sizeof(*sys));
   CHECK(topo_file_slurp(path, &text, &len));
-  struct topo_parser p = {path, text, len, 0};
-  CHECK(topo_parse_object(&p, topo_system_fields, TOPO_NFIELDS(topo_system_fields), (char*)sys,
-                          "the top-level object"));
-  topo_parse_peek(&p);
-  if (p.pos < p.len) PARSE_FAIL(&p, "unexpected data after the top-level object");
-  free(text);
-  return ncclSuccess;
+  res = topo_parse_text(path, text, len, sys);
 fail:
-  if (sys != NULL) memset(sys, 0, sizeof(*sys)); /* never half a topology */
   free(text);
   return res;
 }

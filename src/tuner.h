@@ -8,6 +8,7 @@
 #define BRAID_TUNER_H_
 
 #include <stddef.h>
+#include <stdio.h>
 
 #include "nccl.h"
 #include "schedule.h"
@@ -53,6 +54,8 @@ size_t tuner_chunk(const struct tuner_model* m, int coll, int algo, size_t bytes
 /* Tune file (tuner_file.c): parse into the model; and the forced choice
  * for a call, if a line covers it and NCCL_ALGO allows it. */
 ncclResult_t tuner_file_read(const char* path, struct tuner_model* m);
+/* The same on an open stream; `name` names it in WARNs. */
+ncclResult_t tuner_file_parse(FILE* f, const char* name, struct tuner_model* m);
 int tuner_file_choice(const struct tuner_model* m, int coll, size_t bytes, unsigned allowed,
                       int* algo, size_t* chunk);
 

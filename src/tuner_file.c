@@ -14,6 +14,7 @@
  * A malformed line fails communicator creation with ncclInvalidArgument
  * and a WARN naming the file and line.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,10 +37,19 @@ static int parse_size(const char* s, size_t* out) {
   return 0;
 }
 
+/* A cost: a finite number >= 0. strtod also takes "nan" and "inf" and turns
+ * 1e999 into inf; any of those made the model's times meaningless. */
+static int parse_cost(const char* s, double* out) {
+  char* end;
+  double v = strtod(s, &end);
+  if (end == s || *end != '\0' || !isfinite(v) || v < 0) return -1;
+  *out = v;
+  return 0;
+}
+
 /* "link" line: words[1..4]. Returns NULL or what is wrong. */
 static const char* parse_link(char** w, int nw, struct tuner_model* m) {
   double alpha, beta;
-  char* end;
   if (nw != 5) return "expected: link <intra|net> <algorithm|all> <alpha_us> <beta_us_per_KB>";
   struct tuner_link* l = strcasecmp(w[1], "intra") == 0 ? &m->intra
                          : strcasecmp(w[1], "net") == 0 ? &m->net
@@ -47,10 +57,8 @@ static const char* parse_link(char** w, int nw, struct tuner_model* m) {
   if (l == NULL) return "link must be intra or net";
   int algo = strcasecmp(w[2], "all") == 0 ? -2 : name_index(w[2], sched_algo_name, ALGO_COUNT);
   if (algo == -1) return "unknown algorithm";
-  alpha = strtod(w[3], &end);
-  if (*end || alpha < 0) return "alpha must be a number >= 0";
-  beta = strtod(w[4], &end);
-  if (*end || beta < 0) return "beta must be a number >= 0";
+  if (parse_cost(w[3], &alpha)) return "alpha must be a finite number >= 0";
+  if (parse_cost(w[4], &beta)) return "beta must be a finite number >= 0";
   for (int a = 0; a < ALGO_COUNT; a++)
     if (algo == -2 || algo == a) l->alpha_us[a] = alpha, l->beta_us_per_kb[a] = beta;
   return NULL;
@@ -82,26 +90,42 @@ static int split_words(char* line, char** w, int max) {
   return n;
 }
 
+/* getline, not a fixed buffer: fgets into 512 bytes cut a longer line (a
+ * long comment, say) in two and parsed the rest as a line of its own. */
+ncclResult_t tuner_file_parse(FILE* f, const char* name, struct tuner_model* m) {
+  ncclResult_t res = ncclSuccess;
+  char *line = NULL, *w[8];
+  size_t cap = 0;
+  ssize_t len;
+  int lineno = 0;
+  while ((len = getline(&line, &cap, f)) >= 0) {
+    lineno++;
+    const char* bad = NULL;
+    if (strlen(line) != (size_t)len) {
+      bad = "a NUL byte in the line";
+    } else {
+      int nw = split_words(line, w, 8);
+      if (nw == 0) continue;
+      if (strcasecmp(w[0], "link") == 0)
+        bad = parse_link(w, nw, m);
+      else if (strcasecmp(w[0], "force") == 0)
+        bad = parse_force(w, nw, m);
+      else
+        bad = "a line starts with link or force";
+    }
+    if (bad) FAIL(ncclInvalidArgument, "BRAID_TUNE_FILE %s, line %d: %s", name, lineno, bad);
+  }
+  INFO(SUB_TUNING, "Tuner: read %s (%d forced ranges)", name, m->nforced);
+fail:
+  free(line);
+  return res;
+}
+
 ncclResult_t tuner_file_read(const char* path, struct tuner_model* m) {
   ncclResult_t res = ncclSuccess;
-  char line[512], *w[8];
-  int lineno = 0;
   FILE* f = fopen(path, "r");
   if (f == NULL) FAIL(ncclInvalidArgument, "BRAID_TUNE_FILE %s: cannot open it", path);
-  while (fgets(line, sizeof(line), f)) {
-    lineno++;
-    int nw = split_words(line, w, 8);
-    const char* bad = NULL;
-    if (nw == 0) continue;
-    if (strcasecmp(w[0], "link") == 0)
-      bad = parse_link(w, nw, m);
-    else if (strcasecmp(w[0], "force") == 0)
-      bad = parse_force(w, nw, m);
-    else
-      bad = "a line starts with link or force";
-    if (bad) FAIL(ncclInvalidArgument, "BRAID_TUNE_FILE %s, line %d: %s", path, lineno, bad);
-  }
-  INFO(SUB_TUNING, "Tuner: read %s (%d forced ranges)", path, m->nforced);
+  res = tuner_file_parse(f, path, m);
 fail:
   if (f) fclose(f);
   return res;

@@ -1,8 +1,22 @@
 /* Multi-process tests: the fork launcher. Children never return into cmocka:
- * each runs its body and _exits; the parent reaps them under a deadline. */
+ * each runs its body and _exits; the parent reaps them under a deadline.
+ *
+ * Every fork happens in a process with one thread. A fork copies the locks
+ * that other threads hold at that instant and none of those threads, so the
+ * child waits on them forever. ncclGetUniqueId starts a root thread that
+ * accepts, allocates and logs while later ranks are forked (and, when ranks
+ * never arrive, until BRAID_TIMEOUT_MS, through later tests); under ASan
+ * (clang 14, whose allocator takes no lock around fork) a rank forked while
+ * that thread was refilling a size class hung in its first allocation of
+ * that class, e.g. in pthread_create, and its peers timed out. With plain
+ * glibc the same can happen on the library's own log mutex. So the ids come
+ * from a root holder process forked first, which keeps its root threads
+ * until the ranks are reaped, and the launcher refuses to fork from a
+ * process that has other threads. */
 #include "launcher.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -19,8 +33,22 @@
 #include <time.h>
 #include <unistd.h>
 
+/* Under AddressSanitizer a rank checks for leaks before it _exits (which
+ * skips LeakSanitizer's atexit check): a rank is where comms live and die. */
+#if defined(__SANITIZE_ADDRESS__) /* gcc */
+#define MP_LEAK_CHECK 1
+#elif defined(__has_feature) /* clang */
+#if __has_feature(address_sanitizer)
+#define MP_LEAK_CHECK 1
+#endif
+#endif
+#ifdef MP_LEAK_CHECK
+#include <sanitizer/lsan_interface.h>
+#endif
+
 static int g_notify_fd = -1;
 static int g_rank = -1;
+static int g_hold_fd = -1; /* the root holder lives until this closes */
 
 double mp_now(void) {
   struct timespec ts;
@@ -108,6 +136,14 @@ int mp_wait_flag(volatile int* flag, int timeout_ms) {
   return v;
 }
 
+size_t mp_big_count(size_t dflt) {
+  const char* v = getenv("MP_BIG_COUNT");
+  char* end;
+  if (v == NULL || *v == '\0') return dflt;
+  unsigned long long n = strtoull(v, &end, 10);
+  return *end == '\0' && n >= 1 && n < dflt ? (size_t)n : dflt;
+}
+
 void mp_default_env(const char* name, const char* value) {
   setenv(name, value, 0);
 }
@@ -155,11 +191,15 @@ __attribute__((noreturn)) static void child_main(mp_env env, int rank, mp_body_f
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != parent) _exit(98);
   close(rfd);
+  if (g_hold_fd >= 0) close(g_hold_fd);
   close_inherited_sockets(wfd);
   g_notify_fd = wfd;
   g_rank = rank;
   env.rank = rank;
   int rc = body(&env);
+#ifdef MP_LEAK_CHECK
+  if (__lsan_do_recoverable_leak_check() != 0 && rc == 0) rc = 1;
+#endif
   fflush(stdout);
   fflush(stderr);
   _exit(rc == 0 ? 0 : 1);
@@ -271,18 +311,115 @@ static int spawn(reaper* rp, mp_env* env, mp_body_fn body, int pfd[2]) {
   return 0;
 }
 
-static int prepare_env(mp_env* env, int nranks, void* arg, const mp_opts* o) {
+/* Threads of this process (/proc/self/task entries); -1 if unknown. */
+static int thread_count(void) {
+  DIR* d = opendir("/proc/self/task");
+  if (d == NULL) return -1;
+  int n = 0;
+  for (struct dirent* e; (e = readdir(d)) != NULL;)
+    if (e->d_name[0] != '.') n++;
+  closedir(d);
+  return n;
+}
+
+static int single_threaded(void) {
+  int n = thread_count();
+  if (n <= 1) return 1;
+  fprintf(stderr,
+          "[launcher] this process has %d threads: a rank forked now would inherit the locks "
+          "they hold; make library calls in rank bodies, and ask for ids with mp_opts.nids\n",
+          n);
+  return 0;
+}
+
+static int read_full(int fd, void* buf, size_t len) {
+  size_t got = 0;
+  while (got < len) {
+    ssize_t n = read(fd, (char*)buf + got, len - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return -1;
+    got += (size_t)n;
+  }
+  return 0;
+}
+
+/* The root holder: calls ncclGetUniqueId nids times, sends the ids up and
+ * waits, its root threads serving the bootstrap, until the launcher closes
+ * the hold pipe. Then _exit: the roots have nothing left to serve. */
+__attribute__((noreturn)) static void holder_main(int nids, int idfd, int holdfd, pid_t parent) {
+  ncclUniqueId ids[MP_MAX_IDS];
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() != parent) _exit(98);
+  close_inherited_sockets(-1);
+  for (int i = 0; i < nids; i++) {
+    ncclResult_t rc = ncclGetUniqueId(&ids[i]);
+    if (rc != ncclSuccess) {
+      fprintf(stderr, "[launcher] ncclGetUniqueId returned %d (%s): %s\n", (int)rc,
+              ncclGetErrorString(rc), ncclGetLastError(NULL));
+      _exit(1);
+    }
+  }
+  size_t len = sizeof(ncclUniqueId) * (size_t)nids, off = 0;
+  while (off < len) {
+    ssize_t n = write(idfd, (const char*)ids + off, len - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) _exit(1);
+    off += (size_t)n;
+  }
+  close(idfd);
+  char c;
+  while (read(holdfd, &c, 1) < 0 && errno == EINTR) {
+  }
+  _exit(0);
+}
+
+/* Forks the root holder and reads its ids into env; g_hold_fd keeps it. */
+static int holder_start(mp_env* env, int nids, pid_t* pid) {
+  int idp[2], holdp[2];
+  if (pipe(idp) != 0) return -1;
+  if (pipe(holdp) != 0) {
+    close(idp[0]);
+    close(idp[1]);
+    return -1;
+  }
+  pid_t parent = getpid();
+  fflush(stdout);
+  fflush(stderr);
+  *pid = fork();
+  if (*pid == 0) {
+    close(idp[0]);
+    close(holdp[1]);
+    holder_main(nids, idp[1], holdp[0], parent);
+  }
+  close(idp[1]);
+  close(holdp[0]);
+  int ok = *pid > 0 && read_full(idp[0], env->ids, sizeof(ncclUniqueId) * (size_t)nids) == 0;
+  close(idp[0]);
+  if (*pid < 0) perror("[launcher] fork (root holder)");
+  g_hold_fd = holdp[1];
+  if (ok) return 0;
+  fprintf(stderr, "[launcher] the root holder sent no unique ids\n");
+  return -1;
+}
+
+/* Lets the root holder go and reaps it. */
+static void holder_stop(pid_t pid) {
+  if (g_hold_fd >= 0) close(g_hold_fd);
+  g_hold_fd = -1;
+  if (pid <= 0) return;
+  int st;
+  while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+  }
+}
+
+static int prepare_env(mp_env* env, int nranks, void* arg, const mp_opts* o, pid_t* holder) {
   memset(env, 0, sizeof(*env));
   env->rank = -1;
   env->nranks = nranks;
   env->arg = arg;
   if (!o->no_id) {
-    ncclResult_t rc = ncclGetUniqueId(&env->id);
-    if (rc != ncclSuccess) {
-      fprintf(stderr, "[launcher] ncclGetUniqueId returned %d (%s): %s\n", (int)rc,
-              ncclGetErrorString(rc), ncclGetLastError(NULL));
-      return -1;
-    }
+    if (holder_start(env, o->nids, holder) != 0) return -1;
+    env->id = env->ids[0];
     env->has_id = 1;
   }
   void* shm = mmap(NULL, MP_SHM_INTS * sizeof(int), PROT_READ | PROT_WRITE,
@@ -296,11 +433,20 @@ int mp_launch(int nranks, mp_body_fn body, void* arg, const mp_opts* opts) {
   mp_opts o = MP_OPTS_INIT;
   if (opts) o = *opts;
   if (o.deadline_s <= 0) o.deadline_s = MP_DEFAULT_DEADLINE_S;
-  if (nranks < 1 || nranks > MP_MAX_RANKS) return 1;
+  if (o.nids <= 0) o.nids = 1;
+  if (nranks < 1 || nranks > MP_MAX_RANKS || o.nids > MP_MAX_IDS) return 1;
+  if (!single_threaded()) return nranks;
   mp_env env;
-  if (prepare_env(&env, nranks, arg, &o) != 0) return nranks;
+  pid_t holder = -1;
+  if (prepare_env(&env, nranks, arg, &o, &holder) != 0) {
+    holder_stop(holder);
+    return nranks;
+  }
   int pfd[2];
-  if (pipe(pfd) != 0) return nranks;
+  if (pipe(pfd) != 0) {
+    holder_stop(holder);
+    return nranks;
+  }
   reaper rp;
   memset(&rp, 0, sizeof(rp));
   rp.n = nranks;
@@ -313,6 +459,7 @@ int mp_launch(int nranks, mp_body_fn body, void* arg, const mp_opts* opts) {
     bad = 0;
     for (int r = 0; r < nranks; r++) bad += judge(&rp, &o, r);
   }
+  holder_stop(holder);
   fprintf(stderr, "[launcher] %d ranks done in %.2f s, %d failed\n", nranks, mp_now() - t0, bad);
   close(pfd[0]);
   if (pfd[1] >= 0) close(pfd[1]);

@@ -10,14 +10,17 @@
 #define MP_MAX_RANKS 64
 #define MP_DEFAULT_DEADLINE_S 120
 #define MP_SHM_INTS 1024
+#define MP_MAX_IDS 4
 
-/* What a rank body sees. `id` is valid when has_id (the parent called
- * ncclGetUniqueId before forking; its root thread serves the bootstrap). */
+/* What a rank body sees. `id` (= ids[0]) and ids[0..nids) are valid when
+ * has_id: a root holder process forked before the ranks called
+ * ncclGetUniqueId nids times, and its root threads serve the bootstrap. */
 typedef struct mp_env {
   int rank;
   int nranks;
   int has_id;
   ncclUniqueId id;
+  ncclUniqueId ids[MP_MAX_IDS];
   void* arg;
   volatile int* shm; /* MP_SHM_INTS ints shared by all ranks, zeroed */
 } mp_env;
@@ -27,16 +30,23 @@ typedef int (*mp_body_fn)(const mp_env* env);
 
 typedef struct mp_opts {
   int deadline_s;     /* children still alive after this are SIGKILLed */
-  int no_id;          /* 1: do not call ncclGetUniqueId in the parent */
+  int no_id;          /* 1: no unique id for the ranks (no root holder) */
   int victim;         /* this rank must die by SIGKILL; -1: none */
   int kill_on_notify; /* parent SIGKILLs the victim when it calls mp_notify_parent */
+  int nids;           /* unique ids in env->ids, 1..MP_MAX_IDS; 0 means 1 */
 } mp_opts;
 
 #define MP_OPTS_INIT \
-  { MP_DEFAULT_DEADLINE_S, 0, -1, 0 }
+  { MP_DEFAULT_DEADLINE_S, 0, -1, 0, 0 }
 
 /* Parent side: forks nranks children running body; returns the number of
- * ranks that failed (bad exit, unexpected signal, deadline). */
+ * ranks that failed (bad exit, unexpected signal, deadline). The calling
+ * process must have no thread but its own (it is checked): a fork copies
+ * every lock another thread holds at that instant, allocator locks included,
+ * and the child would wait on them forever. So nothing in the test process
+ * itself may start library threads (ncclGetUniqueId's root, comms): the
+ * unique ids come from a root holder process, and library calls belong in
+ * rank bodies. */
 int mp_launch(int nranks, mp_body_fn body, void* arg, const mp_opts* opts);
 
 /* Child side: tells the parent this rank reached its kill point. */
@@ -65,6 +75,10 @@ void mp_sleep_ms(int ms);
 int mp_free_port(int family);
 /* Waits until *flag != 0 or timeout_ms passes; returns the flag's value. */
 int mp_wait_flag(volatile int* flag, int timeout_ms);
+/* The largest count of a matrix test: dflt, or MP_BIG_COUNT when that is set
+ * and smaller (make test-sanitize lowers it under ThreadSanitizer, which
+ * instruments every element a kernel touches). */
+size_t mp_big_count(size_t dflt);
 /* Sets an environment variable unless the user already set it. */
 void mp_default_env(const char* name, const char* value);
 

@@ -85,11 +85,12 @@ static int small_matrix(matrix_state* s) {
 /* Big counts: every collective and placement, kinds and roots rotating. */
 static int big_matrix(matrix_state* s) {
   int roots[3], nroots = roots_of(s->env->nranks, roots), i = 0;
+  size_t big = mp_big_count(BIG_COUNT);
   for (int coll = 0; coll < CC_NCOLLS; coll++)
     for (size_t t = 0; t < NBIGTYPES; t++)
       for (int ip = coll == CC_BCAST; ip < 2; ip++, i++) {
         int kind = cc_is_reduction(coll) ? (i * 5 + coll) % AR_NKINDS : AR_SUM;
-        if (one(s, coll, kBigTypes[t], kind, BIG_COUNT, roots[i % nroots], ip) < 0) return -1;
+        if (one(s, coll, kBigTypes[t], kind, big, roots[i % nroots], ip) < 0) return -1;
       }
   return 0;
 }

@@ -377,7 +377,6 @@ static void test_mem_register(void** state) {
 typedef struct scalable_arg {
   int nid;
   int blocking;
-  ncclUniqueId ids[4];
 } scalable_arg;
 
 static int scalable_body(const mp_env* env) {
@@ -389,7 +388,9 @@ static int scalable_body(const mp_env* env) {
   char what[96];
   snprintf(what, sizeof(what), "ncclCommInitRankScalable(nId=%d, blocking=%d)", a->nid,
            a->blocking);
-  ncclResult_t rc = ncclCommInitRankScalable(&comm, env->nranks, env->rank, a->nid, a->ids, &cfg);
+  ncclUniqueId ids[MP_MAX_IDS];
+  memcpy(ids, env->ids, sizeof(ids));
+  ncclResult_t rc = ncclCommInitRankScalable(&comm, env->nranks, env->rank, a->nid, ids, &cfg);
   if (a->blocking) {
     if (mp_expect_rc(env, NULL, rc, ncclSuccess, what)) return 1;
   } else if (rc != ncclSuccess && rc != ncclInProgress) {
@@ -423,11 +424,12 @@ static int scalable_body(const mp_env* env) {
   return mp_expect_rc(env, comm, ncclCommDestroy(comm), ncclSuccess, "ncclCommDestroy");
 }
 
+/* The ids come from the launcher's root holder: this process must not start
+ * the root threads itself (see mp_launch). */
 static void run_scalable(int nranks, int nid, int blocking) {
   scalable_arg a = {.nid = nid, .blocking = blocking};
-  for (int i = 0; i < nid; i++) assert_int_equal(ncclGetUniqueId(&a.ids[i]), ncclSuccess);
   mp_opts o = MP_OPTS_INIT;
-  o.no_id = 1;
+  o.nids = nid;
   assert_int_equal(mp_launch(nranks, scalable_body, &a, &o), 0);
 }
 
@@ -441,23 +443,23 @@ static void test_scalable(void** state) {
 }
 
 static int scalable_bad_body(const mp_env* env) {
-  scalable_arg* a = env->arg;
+  ncclUniqueId ids[1] = {env->id};
   ncclComm_t comm = NULL;
   int n = env->nranks, r = env->rank, bad = 0;
-  bad += expect_arg_error(env, NULL, ncclCommInitRankScalable(&comm, n, r, 0, a->ids, NULL),
+  bad += expect_arg_error(env, NULL, ncclCommInitRankScalable(&comm, n, r, 0, ids, NULL),
                           "ncclCommInitRankScalable(nId=0)");
-  bad += expect_arg_error(env, NULL, ncclCommInitRankScalable(&comm, n, r, -1, a->ids, NULL),
+  bad += expect_arg_error(env, NULL, ncclCommInitRankScalable(&comm, n, r, -1, ids, NULL),
                           "ncclCommInitRankScalable(nId=-1)");
   bad += expect_arg_error(env, NULL, ncclCommInitRankScalable(&comm, n, r, 1, NULL, NULL),
                           "ncclCommInitRankScalable(commIds=NULL)");
-  bad += expect_arg_error(env, NULL, ncclCommInitRankScalable(NULL, n, r, 1, a->ids, NULL),
+  bad += expect_arg_error(env, NULL, ncclCommInitRankScalable(NULL, n, r, 1, ids, NULL),
                           "ncclCommInitRankScalable(newcomm=NULL)");
-  bad += expect_arg_error(env, NULL, ncclCommInitRankScalable(&comm, n, n, 1, a->ids, NULL),
+  bad += expect_arg_error(env, NULL, ncclCommInitRankScalable(&comm, n, n, 1, ids, NULL),
                           "ncclCommInitRankScalable(myrank=nranks)");
-  bad += expect_arg_error(env, NULL, ncclCommInitRankScalable(&comm, 0, 0, 1, a->ids, NULL),
+  bad += expect_arg_error(env, NULL, ncclCommInitRankScalable(&comm, 0, 0, 1, ids, NULL),
                           "ncclCommInitRankScalable(nranks=0)");
   /* the ids are still good after all that */
-  ncclResult_t rc = ncclCommInitRankScalable(&comm, n, r, 1, a->ids, NULL);
+  ncclResult_t rc = ncclCommInitRankScalable(&comm, n, r, 1, ids, NULL);
   if (mp_expect_rc(env, NULL, rc, ncclSuccess, "ncclCommInitRankScalable after bad calls"))
     return 1;
   cc_call c = {.coll = CC_ALLREDUCE, .type = ncclFloat64, .kind = AR_AVG, .count = 777, .salt = 1};
@@ -469,11 +471,7 @@ static int scalable_bad_body(const mp_env* env) {
 
 static void test_scalable_bad(void** state) {
   (void)state;
-  scalable_arg a = {.nid = 1};
-  assert_int_equal(ncclGetUniqueId(&a.ids[0]), ncclSuccess);
-  mp_opts o = MP_OPTS_INIT;
-  o.no_id = 1;
-  assert_int_equal(mp_launch(2, scalable_bad_body, &a, &o), 0);
+  assert_int_equal(mp_launch(2, scalable_bad_body, NULL, NULL), 0);
 }
 
 /* ---- GetAsyncError on a blocking comm, bad config ---- */

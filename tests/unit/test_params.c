@@ -1,6 +1,7 @@
 /*
  * Parsers of the environment knobs: sizes with suffixes, NCCL_DEBUG levels
- * and subsystem masks, NCCL_SOCKET_IFNAME rules and NCCL_COMM_ID addresses.
+ * and subsystem masks, NCCL_SOCKET_IFNAME rules, NCCL_COMM_ID addresses,
+ * NCCL_ALGO lists and BRAID_TUNE_FILE lines.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -8,6 +9,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 #include <arpa/inet.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,6 +17,7 @@
 #include "debug.h"
 #include "param.h"
 #include "socket.h"
+#include "tuner.h"
 
 static void test_parse_int(void** state) {
   (void)state;
@@ -152,13 +155,44 @@ static void test_algo_list(void** state) {
   assert_int_equal(tuner_parse_algos("Tre"), 0);
 }
 
+/* text as a tune file, into a zeroed model. */
+static ncclResult_t tune_text(const char* text, struct tuner_model* m) {
+  FILE* f = fmemopen((void*)text, strlen(text), "r");
+  assert_non_null(f);
+  memset(m, 0, sizeof(*m));
+  ncclResult_t r = tuner_file_parse(f, "test", m);
+  fclose(f);
+  return r;
+}
+
+static void test_tune_file_lines(void** state) {
+  (void)state;
+  struct tuner_model m;
+  static const char* bad[] = {"link net Ring nan 1\n",  "link net Ring inf 1\n",
+                              "link net all 1 1e999\n", "link net Ring -1 1\n",
+                              "link net Ring 1 0x\n",   "force AllReduce 2K 1K Ring\n"};
+  assert_int_equal(tune_text("link intra Ring 1.5 0.02 # ok\nlink net all 0 1e-3\n", &m),
+                   ncclSuccess);
+  assert_true(m.intra.alpha_us[ALGO_RING] == 1.5 && m.net.beta_us_per_kb[ALGO_HIER] == 1e-3);
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+    assert_int_equal(tune_text(bad[i], &m), ncclInvalidArgument);
+  /* a line longer than any fixed buffer is one line */
+  char text[1024];
+  snprintf(text, sizeof(text), "# %0700d\nforce AllReduce 0 1K Tree\n", 7);
+  assert_int_equal(tune_text(text, &m), ncclSuccess);
+  assert_int_equal(m.nforced, 1);
+  snprintf(text, sizeof(text), "force AllReduce 0 1K Tree %700s\n", "4K");
+  assert_int_equal(tune_text(text, &m), ncclSuccess);
+  assert_true(m.nforced == 1 && m.forced[0].chunk == 4096);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_parse_int),         cmocka_unit_test(test_read_int_falls_back),
       cmocka_unit_test(test_read_range_clamps), cmocka_unit_test(test_debug_level),
       cmocka_unit_test(test_debug_subsys),      cmocka_unit_test(test_ifname_rules),
       cmocka_unit_test(test_hostport),          cmocka_unit_test(test_wire_roundtrip),
-      cmocka_unit_test(test_algo_list),
+      cmocka_unit_test(test_algo_list),         cmocka_unit_test(test_tune_file_lines),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

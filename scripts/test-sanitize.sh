@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# make test-sanitize: the library and its unit (tests/unit) and multi-process
+# (tests/mp) tests built twice with clang, AddressSanitizer + UndefinedBehavior-
+# Sanitizer into build-asan/ and ThreadSanitizer into build-tsan/, and every one
+# of those test binaries run under a wall-clock limit; a summary at the end,
+# non-zero when any binary failed. Not the abi, trainer or cluster scripts.
+#
+#   scripts/test-sanitize.sh [asan] [tsan]      (both when none is named)
+#
+# SAN_CC (clang), SAN_TEST_LIMIT_S (600 per binary), SAN_TSAN_BIG_COUNT
+# (131075: MP_BIG_COUNT for the TSan run, the big count of the all-reduce and
+# collective matrices, 1M+3 otherwise; ThreadSanitizer instruments every
+# element a reduction touches, and those two matrices took most of its time).
+set -uo pipefail
+top=$(cd "$(dirname "$0")/.." && pwd)
+cd "$top" || exit 1
+cc=${SAN_CC:-clang}
+limit=${SAN_TEST_LIMIT_S:-600}
+tsan_big=${SAN_TSAN_BIG_COUNT:-131075}
+configs=("$@")
+[ ${#configs[@]} -eq 0 ] && configs=(asan tsan)
+make_cmd=${MAKE:-make}
+# Under `make -jN` the sub-make shares its job slots; alone, one job per core.
+jobs=()
+case " ${MAKEFLAGS:-} " in
+  *jobserver* | *" -j"*) ;;
+  *) jobs=(-j"$(nproc)") ;;
+esac
+
+supp=$top/tests/sanitize
+# ASan: leaks too (LSan: the test process at exit, every mp rank before it
+# _exits, see tests/mp/launcher.c); full malloc stacks, so that a suppression
+# can name a function below a library built without frame pointers.
+asan_options="halt_on_error=1:abort_on_error=0:detect_leaks=1:fast_unwind_on_malloc=0"
+asan_options+=":detect_stack_use_after_return=1:strict_string_checks=1:check_initialization_order=1"
+lsan_options="suppressions=$supp/lsan.supp:print_suppressions=0"
+ubsan_options="print_stacktrace=1:halt_on_error=1"
+tsan_options="halt_on_error=1:second_deadlock_stack=1:report_signal_unsafe=1"
+
+flags_asan="-O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
+flags_tsan="-O1 -g -fsanitize=thread -fno-omit-frame-pointer"
+
+units=() mps=()
+for f in tests/unit/test_*.c; do units+=("$(basename "$f" .c)"); done
+for f in tests/mp/test_*.c; do mps+=("mp_$(basename "$f" .c)"); done
+
+pass=0 fail=0 failed=() start=$(date +%s)
+
+# Runs prefix... binary args... with the limit; counts and prints the result.
+run_one() {
+  local label=$1
+  shift
+  local t0 rc
+  t0=$(date +%s)
+  echo "=== $label"
+  timeout -k 10 "$limit" "$@"
+  rc=$?
+  if [ $rc -eq 0 ]; then
+    pass=$((pass + 1))
+    echo "=== $label ok ($(($(date +%s) - t0)) s)"
+  else
+    fail=$((fail + 1))
+    failed+=("$label")
+    local why=""
+    [ $rc -eq 124 ] || [ $rc -eq 137 ] && why=", over the ${limit} s limit"
+    echo "=== $label FAILED rc=$rc$why ($(($(date +%s) - t0)) s)"
+  fi
+}
+
+# ThreadSanitizer of clang 14 wants the old 28-bit mmap randomization; where
+# the kernel randomizes more (vm.mmap_rnd_bits=32 on newer distributions) it
+# dies with "unexpected memory mapping": run its binaries without ASLR then.
+tsan_prefix() {
+  local probe=build-tsan/tsan-probe
+  printf 'int main(void) { return 0; }\n' | "$cc" -fsanitize=thread -x c - -o "$probe" || return 1
+  if "$probe" >/dev/null 2>&1; then
+    prefix=()
+  elif setarch "$(uname -m)" -R "$probe" >/dev/null 2>&1; then
+    echo "ThreadSanitizer needs ASLR off on this kernel: running under setarch -R"
+    prefix=(setarch "$(uname -m)" -R)
+  else
+    echo "a ThreadSanitizer program does not run here:"
+    "$probe"
+    return 1
+  fi
+}
+
+for cfg in "${configs[@]}"; do
+  build=build-$cfg
+  case $cfg in
+    asan) flags=$flags_asan ;;
+    tsan) flags=$flags_tsan ;;
+    *)
+      echo "unknown configuration $cfg (asan, tsan)"
+      exit 2
+      ;;
+  esac
+  echo "##### $cfg: $cc $flags -> $build/"
+  "$cc" --version | head -1
+  t0=$(date +%s)
+  if ! "$make_cmd" --no-print-directory "${jobs[@]}" BUILD="$build" CC="$cc" CFLAGS="$flags" \
+    LDFLAGS="$flags" lib unit-mp-tests; then
+    fail=$((fail + 1))
+    failed+=("$cfg:build")
+    echo "=== $cfg build FAILED"
+    continue
+  fi
+  echo "=== $cfg build ok ($(($(date +%s) - t0)) s)"
+  prefix=()
+  if [ "$cfg" = tsan ]; then
+    if ! tsan_prefix; then
+      fail=$((fail + 1))
+      failed+=("$cfg:runtime")
+      continue
+    fi
+  fi
+  for b in "${units[@]}" "${mps[@]}"; do
+    args=()
+    [ "$b" = test_abi ] && args=("$build/lib/libnccl.so.2")
+    if [ "$cfg" = asan ]; then
+      ASAN_OPTIONS=$asan_options LSAN_OPTIONS=$lsan_options UBSAN_OPTIONS=$ubsan_options \
+        run_one "$cfg/$b" "$build/tests/$b" "${args[@]}"
+    else
+      TSAN_OPTIONS=$tsan_options MP_BIG_COUNT=$tsan_big \
+        run_one "$cfg/$b" "${prefix[@]}" "$build/tests/$b" "${args[@]}"
+    fi
+  done
+done
+
+echo
+echo "sanitizer test binaries: ${#failed[@]} failed: ${failed[*]:-none}; total $(($(date +%s) - start)) s"
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
