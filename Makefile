@@ -137,9 +137,13 @@ $(TSTDIR)/trainer_ckpt_diff: tests/trainer/ckpt_diff.c trainer/checkpoint.c $(TR
 deps:
 	@scripts/deps.sh
 
+# The lifetime tests (destroy and abort with work still queued) run a second
+# time under AddressSanitizer, built with the system compiler in build-asan/.
+LIFETIME_ASAN_TESTS := mp_test_lifetime mp_test_streams
 test: deps
 	@$(MAKE) --no-print-directory all tests
 	@scripts/run-tests.sh $(BUILD)
+	@SAN_CC=$(CC) SAN_TESTS="$(LIFETIME_ASAN_TESTS)" MAKE="$(MAKE)" scripts/test-sanitize.sh asan
 
 run: deps
 	@$(MAKE) --no-print-directory all

@@ -7,6 +7,8 @@
 #
 #   scripts/test-sanitize.sh [asan] [tsan]      (both when none is named)
 #
+# SAN_TESTS="mp_test_lifetime ..." builds and runs only those binaries (make
+# test runs its lifetime tests so under ASan with the system compiler).
 # SAN_CC (clang), SAN_TEST_LIMIT_S (600 per binary), SAN_TSAN_BIG_COUNT
 # (131075: MP_BIG_COUNT for the TSan run, the big count of the all-reduce and
 # collective matrices, 1M+3 otherwise; ThreadSanitizer instruments every
@@ -41,8 +43,12 @@ flags_asan="-O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-o
 flags_tsan="-O1 -g -fsanitize=thread -fno-omit-frame-pointer"
 
 units=() mps=()
-for f in tests/unit/test_*.c; do units+=("$(basename "$f" .c)"); done
-for f in tests/mp/test_*.c; do mps+=("mp_$(basename "$f" .c)"); done
+if [ -n "${SAN_TESTS:-}" ]; then
+  read -r -a units <<<"$SAN_TESTS"
+else
+  for f in tests/unit/test_*.c; do units+=("$(basename "$f" .c)"); done
+  for f in tests/mp/test_*.c; do mps+=("mp_$(basename "$f" .c)"); done
+fi
 
 pass=0 fail=0 failed=() start=$(date +%s)
 
@@ -98,8 +104,10 @@ for cfg in "${configs[@]}"; do
   echo "##### $cfg: $cc $flags -> $build/"
   "$cc" --version | head -1
   t0=$(date +%s)
+  targets=(lib unit-mp-tests)
+  [ -n "${SAN_TESTS:-}" ] && targets=("${units[@]/#/$build/tests/}")
   if ! "$make_cmd" --no-print-directory "${jobs[@]}" BUILD="$build" CC="$cc" CFLAGS="$flags" \
-    LDFLAGS="$flags" lib unit-mp-tests; then
+    LDFLAGS="$flags" "${targets[@]}"; then
     fail=$((fail + 1))
     failed+=("$cfg:build")
     echo "=== $cfg build FAILED"

@@ -3,6 +3,7 @@
  * cascade, finalize/destroy/abort, the small queries, buffer registration
  * and ncclMemAlloc.
  */
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -219,31 +220,33 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError) {
   return ncclSuccess;
 }
 
-/* The three queries share one shape: check, then read one field. */
-static ncclResult_t comm_query(const struct ncclComm* comm, int* out, const char* fn, int value) {
+/* The three queries share one shape: check, then read one int field (at
+ * `field`, an offset: a refused handle may be freed memory, never read). */
+static ncclResult_t comm_query(const struct ncclComm* comm, int* out, const char* fn,
+                               size_t field) {
   ncclResult_t res = comm_check(comm, fn);
   if (res != ncclSuccess) return res;
   if (out == NULL) {
     WARN("%s : output pointer is NULL", fn);
     return ncclInvalidArgument;
   }
-  *out = value;
+  memcpy(out, (const char*)comm + field, sizeof(*out));
   return ncclSuccess;
 }
 
 NCCL_API(ncclResult_t, ncclCommCount, const ncclComm_t comm, int* count);
 ncclResult_t ncclCommCount(const ncclComm_t comm, int* count) {
-  return comm_query(comm, count, "ncclCommCount", comm ? comm->nranks : 0);
+  return comm_query(comm, count, "ncclCommCount", offsetof(struct ncclComm, nranks));
 }
 
 NCCL_API(ncclResult_t, ncclCommUserRank, const ncclComm_t comm, int* rank);
 ncclResult_t ncclCommUserRank(const ncclComm_t comm, int* rank) {
-  return comm_query(comm, rank, "ncclCommUserRank", comm ? comm->rank : 0);
+  return comm_query(comm, rank, "ncclCommUserRank", offsetof(struct ncclComm, rank));
 }
 
 NCCL_API(ncclResult_t, ncclCommCuDevice, const ncclComm_t comm, int* device);
 ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int* device) {
-  return comm_query(comm, device, "ncclCommCuDevice", comm ? comm->cuda_dev : 0);
+  return comm_query(comm, device, "ncclCommCuDevice", offsetof(struct ncclComm, cuda_dev));
 }
 
 /* Registration: the TCP transport already moves data straight between user

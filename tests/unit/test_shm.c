@@ -195,7 +195,9 @@ static int child_wait(pid_t pid, uint64_t deadline) {
   }
 }
 
-/* Our segments left in /dev/shm: names start with "braid-<sender pid>-". */
+/* Our segments left in /dev/shm: names start with "braid-<creator pid>-"
+ * and the tag of shm_domain 1 (transports/shm/shm_names.c), so that a
+ * stranger's segment whose creator had one of our pids does not count. */
 static int shm_leftovers(pid_t pid[2]) {
   int n = 0;
   DIR* d = opendir("/dev/shm");
@@ -204,7 +206,7 @@ static int shm_leftovers(pid_t pid[2]) {
   while ((e = readdir(d)) != NULL)
     for (int r = 0; r < 2; r++) {
       char prefix[32];
-      snprintf(prefix, sizeof(prefix), "braid-%d-", (int)pid[r]);
+      snprintf(prefix, sizeof(prefix), "braid-%d-00000001-", (int)pid[r]);
       if (strncmp(e->d_name, prefix, strlen(prefix)) == 0) {
         fprintf(stderr, "left behind: /dev/shm/%s\n", e->d_name);
         n++;
