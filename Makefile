@@ -171,7 +171,8 @@ install: all
 	install -m 755 $(TRAIN_BIN) $(DESTDIR)$(PREFIX)/bin/
 
 # ---------------------------------------------------------------- sanitizers and fuzzing
-# Neither is part of `make test`; both build with clang into their own build
+# Neither is part of `make test` (but for its ASan run of LIFETIME_ASAN_TESTS,
+# with the system compiler); both build with clang into their own build
 # dirs (build-asan/, build-tsan/, build-fuzz/) and install clang, compiler-rt
 # and llvm-symbolizer first when missing. What runs: README "Sanitizers and
 # fuzzing", scripts/test-sanitize.sh, scripts/fuzz.sh.
