@@ -138,12 +138,13 @@ deps:
 	@scripts/deps.sh
 
 # The lifetime tests (destroy and abort with work still queued) run a second
-# time under AddressSanitizer, built with the system compiler in build-asan/.
+# time under AddressSanitizer, built with the system compiler in $(BUILD)/san-asan/.
 LIFETIME_ASAN_TESTS := mp_test_lifetime mp_test_streams
 test: deps
 	@$(MAKE) --no-print-directory all tests
 	@scripts/run-tests.sh $(BUILD)
-	@SAN_CC=$(CC) SAN_TESTS="$(LIFETIME_ASAN_TESTS)" MAKE="$(MAKE)" scripts/test-sanitize.sh asan
+	@SAN_CC=$(CC) SAN_BUILD_PREFIX=$(BUILD)/san SAN_TESTS="$(LIFETIME_ASAN_TESTS)" MAKE="$(MAKE)" \
+	  scripts/test-sanitize.sh asan
 
 run: deps
 	@$(MAKE) --no-print-directory all

@@ -8,7 +8,9 @@
 #   scripts/test-sanitize.sh [asan] [tsan]      (both when none is named)
 #
 # SAN_TESTS="mp_test_lifetime ..." builds and runs only those binaries (make
-# test runs its lifetime tests so under ASan with the system compiler).
+# test runs its lifetime tests so under ASan with the system compiler);
+# SAN_BUILD_PREFIX (build) names the build dirs, <prefix>-asan and
+# <prefix>-tsan: objects of two compilers must never meet in one.
 # SAN_CC (clang), SAN_TEST_LIMIT_S (600 per binary), SAN_TSAN_BIG_COUNT
 # (131075: MP_BIG_COUNT for the TSan run, the big count of the all-reduce and
 # collective matrices, 1M+3 otherwise; ThreadSanitizer instruments every
@@ -77,7 +79,7 @@ run_one() {
 # the kernel randomizes more (vm.mmap_rnd_bits=32 on newer distributions) it
 # dies with "unexpected memory mapping": run its binaries without ASLR then.
 tsan_prefix() {
-  local probe=build-tsan/tsan-probe
+  local probe=$build/tsan-probe
   printf 'int main(void) { return 0; }\n' | "$cc" -fsanitize=thread -x c - -o "$probe" || return 1
   if "$probe" >/dev/null 2>&1; then
     prefix=()
@@ -92,7 +94,7 @@ tsan_prefix() {
 }
 
 for cfg in "${configs[@]}"; do
-  build=build-$cfg
+  build=${SAN_BUILD_PREFIX:-build}-$cfg
   case $cfg in
     asan) flags=$flags_asan ;;
     tsan) flags=$flags_tsan ;;
