@@ -266,10 +266,17 @@ ncclResult_t bootstrap_root_start(union socket_addr* addr, uint64_t key, int nra
   CHECK(hello_pool_init(&st->pool, "Bootstrap root", st->listen_fd, sizeof(struct root_hello),
                         ROOT_HELLO_MS, ROOT_MAX_PENDING));
   if (nranks > 0) CHECK(root_size(st, nranks));
-  if (pthread_create(&st->thread, NULL, root_main, st) != 0)
+  /* Without `out` the thread holds the only reference and may free st at
+   * once: its id goes to a local, never through st. */
+  pthread_t thread;
+  if (pthread_create(&thread, NULL, root_main, st) != 0)
     FAIL(ncclSystemError, "Bootstrap: cannot start the root thread");
-  if (out == NULL) pthread_detach(st->thread);
-  if (out) *out = st;
+  if (out == NULL) {
+    pthread_detach(thread);
+    return ncclSuccess;
+  }
+  st->thread = thread;
+  *out = st;
   return ncclSuccess;
 fail:
   if (listen_err) *listen_err = err;

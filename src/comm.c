@@ -78,7 +78,7 @@ static void comm_conns_apply(struct ncclComm* comm, int close_them) {
                                        comm->p2p_recv};
   for (int t = 0; t < 4; t++)
     for (int p = 0; tables[t] && p < comm->nranks; p++) {
-      struct transport_conn* c = tables[t][p];
+      struct transport_conn* c = __atomic_load_n(&tables[t][p], __ATOMIC_ACQUIRE); /* connect.c */
       if (c == NULL) continue;
       if (close_them) {
         c->ops->close(c);

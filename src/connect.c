@@ -44,6 +44,13 @@ static const struct transport* connect_transport(const struct ncclComm* c, int p
   return &shm_transport;
 }
 
+/* A new connection enters the comm's tables with a release store: an
+ * ncclCommAbort on another thread reads them (comm_conns_apply) while a
+ * call connects, and must see each connection whole or not at all. */
+static void conn_publish(struct transport_conn** slot, struct transport_conn* c) {
+  if (c) __atomic_store_n(slot, c, __ATOMIC_RELEASE);
+}
+
 static ncclResult_t connect_phase(struct work_op* ops, int n, int send) {
   ncclResult_t res = ncclSuccess;
   int peers[CONNECT_MAX_PEERS], sends[CONNECT_MAX_PEERS], recvs[CONNECT_MAX_PEERS];
@@ -55,17 +62,24 @@ static ncclResult_t connect_phase(struct work_op* ops, int n, int send) {
       if (t->connect_duplex && sends[j] && recvs[j]) {
         struct transport_conn **s = conn_slot(&ops[i], peers[j], 1),
                               **r = conn_slot(&ops[i], peers[j], 0);
+        struct transport_conn *got_s = NULL, *got_r = NULL;
         if (*s == NULL && *r == NULL)
-          CHECK(t->connect_duplex(ctx, peers[j], ops[i].kind != WORK_COLL, send, s, r));
+          res = t->connect_duplex(ctx, peers[j], ops[i].kind != WORK_COLL, send, &got_s, &got_r);
+        conn_publish(s, got_s);
+        conn_publish(r, got_r);
+        CHECK(res);
         continue;
       }
       if (!(send ? sends[j] : recvs[j])) continue;
       struct transport_conn** slot = conn_slot(&ops[i], peers[j], send);
+      struct transport_conn* got = NULL;
       if (*slot) continue;
       if (send)
-        CHECK(t->connect_send(ctx, peers[j], ops[i].kind != WORK_COLL, slot));
+        res = t->connect_send(ctx, peers[j], ops[i].kind != WORK_COLL, &got);
       else
-        CHECK(t->connect_recv(ctx, peers[j], ops[i].kind != WORK_COLL, slot));
+        res = t->connect_recv(ctx, peers[j], ops[i].kind != WORK_COLL, &got);
+      conn_publish(slot, got);
+      CHECK(res);
     }
   }
 fail:

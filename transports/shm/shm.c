@@ -115,8 +115,8 @@ struct shm_conn {
   int channel;
   pid_t peer_pid;
   char name[SHM_NAME_MAX];
-  int named; /* send: the name may still be in /dev/shm */
-  int shut;  /* this side shut the connection down */
+  int named;        /* send: the name may still be in /dev/shm */
+  _Atomic int shut; /* this side shut the connection down (maybe from an abort's thread) */
   int64_t timeout_ms;
   struct shm_header* hdr;
   struct shm_slot* slots;
@@ -245,7 +245,7 @@ static ncclResult_t shm_conn_map(struct shm_conn* c, int fd, size_t bytes) {
     WARN("SHM : mmap of %s (%zu bytes) failed: %s", c->name, bytes, strerror(errno));
     return ncclSystemError;
   }
-  c->hdr = p;
+  __atomic_store_n(&c->hdr, p, __ATOMIC_RELEASE); /* shm_shutdown may read it from another thread */
   c->map_bytes = bytes;
   return ncclSuccess;
 }
@@ -649,9 +649,10 @@ fail:
 /* The peer sees the flag at its next blocked look, woken by the bell. */
 static void shm_shutdown(struct transport_conn* base) {
   struct shm_conn* c = (struct shm_conn*)base;
-  c->shut = 1;
-  if (c->hdr == NULL) return;
-  atomic_store_explicit(&c->hdr->closed[c->side], 1, memory_order_release);
+  struct shm_header* hdr = __atomic_load_n(&c->hdr, __ATOMIC_ACQUIRE);
+  atomic_store(&c->shut, 1);
+  if (hdr == NULL) return;
+  atomic_store_explicit(&hdr->closed[c->side], 1, memory_order_release);
   shm_bell_ring(c);
 }
 
