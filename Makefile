@@ -7,7 +7,7 @@ MPICC  ?= mpicc
 
 CFLAGS_BASE := -std=c11 -O2 -g -Wall -Wextra -fPIC -fvisibility=hidden \
                -D_GNU_SOURCE -ffp-contract=off -pthread \
-               -Iinclude -Isrc -Itransports -Ialgorithms -Ikernels
+               -Iinclude -Icommon -Isrc -Itransports -Ialgorithms -Ikernels
 CFLAGS ?=
 LDFLAGS ?=
 ALL_CFLAGS := $(CFLAGS_BASE) $(CFLAGS)
@@ -17,10 +17,10 @@ LDLIBS := -pthread -lm -lhwloc
 ISA_avx2   := -mavx2 -mf16c -mfma
 ISA_avx512 := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mf16c -mfma
 
-LIB_SRCS := $(wildcard src/*.c) $(wildcard transports/*.c) $(wildcard transports/*/*.c) \
+LIB_SRCS := $(wildcard common/*.c) $(wildcard src/*.c) $(wildcard transports/*.c) $(wildcard transports/*/*.c) \
             $(wildcard algorithms/*.c) $(wildcard kernels/cpu/*.c)
 LIB_OBJS := $(patsubst %.c,$(BUILD)/obj/%.o,$(LIB_SRCS))
-HDRS     := $(wildcard include/*.h src/*.h transports/*.h transports/*/*.h algorithms/*.h kernels/*.h kernels/cpu/*.h)
+HDRS     := $(wildcard include/*.h common/*.h src/*.h transports/*.h transports/*/*.h algorithms/*.h kernels/*.h kernels/cpu/*.h)
 
 LIBDIR := $(BUILD)/lib
 BINDIR := $(BUILD)/bin

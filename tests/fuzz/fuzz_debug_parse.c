@@ -1,5 +1,5 @@
 /* NCCL_DEBUG and NCCL_DEBUG_SUBSYS (debug_parse_level, debug_parse_subsys,
- * src/debug.c). Properties: a level is one of the enum; a leading '^' gives
+ * common/debug.c). Properties: a level is one of the enum; a leading '^' gives
  * the complement of the subsystems. */
 #include "debug.h"
 #include "fuzz.h"

@@ -1,4 +1,4 @@
-/* NCCL_COMM_ID's "host:port" (socket_parse_hostport, src/socket.c), numeric
+/* NCCL_COMM_ID's "host:port" (socket_parse_hostport, common/socket.c), numeric
  * hosts only (common.c wraps getaddrinfo). Property: an address that parses
  * has a port and survives the wire format the unique id carries. */
 #include <string.h>

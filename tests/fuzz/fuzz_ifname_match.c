@@ -1,4 +1,4 @@
-/* NCCL_SOCKET_IFNAME rules (socket_ifname_match, src/socket.c): input is
+/* NCCL_SOCKET_IFNAME rules (socket_ifname_match, common/socket.c): input is
  * "spec\0ifname". Property: a leading '^' inverts the answer. */
 #include <string.h>
 

@@ -1,4 +1,4 @@
-/* Integer knobs with K/M/G suffixes (param_parse_int, src/param.c). Property:
+/* Integer knobs with K/M/G suffixes (param_parse_int, common/param.c). Property:
  * a value that parses prints back, with its suffix, to the same value. */
 #include <inttypes.h>
 #include <string.h>
