@@ -1,6 +1,7 @@
 /*
  * Core conventions shared by every layer: the CHECK macro for ncclResult_t
- * propagation, the exported-API macro, and small helpers.
+ * propagation, the exported-API macro, and small helpers (common/core.c):
+ * allocation, the clock, bounded condition waits.
  */
 #ifndef BRAID_CORE_H_
 #define BRAID_CORE_H_
@@ -43,8 +44,13 @@
 #define MAX(a, b) ((a) > (b) ? (a) : (b))
 #define ALIGN_UP(x, a) (DIV_UP((x), (a)) * (a))
 
-/* calloc that logs and reports ncclSystemError on failure. */
+/* calloc that logs and reports ncclSystemError on failure: the one way the
+ * library allocates (ptrp is the address of the pointer to set). */
 ncclResult_t braid_calloc(void* ptrp, size_t nelem, size_t elem_size);
+
+/* realloc of *ptrp to nelem x elem_size bytes, checked for overflow; on
+ * failure it logs, reports ncclSystemError and leaves *ptrp unchanged. */
+ncclResult_t braid_realloc(void* ptrp, size_t nelem, size_t elem_size);
 
 /* pthread_cond_timedwait for at most `ms` milliseconds (waits that must
  * also notice an abort flag, or outlive a missed signal). */

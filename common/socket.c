@@ -18,17 +18,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "core.h"
 #include "param.h"
-
-uint64_t braid_now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 uint64_t socket_deadline(int64_t ms) {
   return braid_now_ns() + (uint64_t)ms * 1000000ull;

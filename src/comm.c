@@ -6,31 +6,11 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "comm.h"
 #include "core.h"
 #include "stream.h"
-
-ncclResult_t braid_calloc(void* ptrp, size_t nelem, size_t elem_size) {
-  void* p = calloc(nelem ? nelem : 1, elem_size);
-  if (p == NULL) {
-    WARN("Out of memory allocating %zu x %zu bytes", nelem, elem_size);
-    return ncclSystemError;
-  }
-  *(void**)ptrp = p;
-  return ncclSuccess;
-}
-
-void braid_cond_wait_ms(pthread_cond_t* cond, pthread_mutex_t* mutex, int ms) {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  ts.tv_sec += ms / 1000;
-  ts.tv_nsec += (long)(ms % 1000) * 1000000L;
-  if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
-  pthread_cond_timedwait(cond, mutex, &ts);
-}
 
 ncclResult_t comm_check(const struct ncclComm* comm, const char* fn) {
   if (comm == NULL) {
