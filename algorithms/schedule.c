@@ -48,14 +48,9 @@ const char* sched_coll_name(int coll) {
 
 ncclResult_t sched_reserve(struct schedule* s, size_t n) {
   if (n <= s->capacity) return ncclSuccess;
-  struct sched_step* steps = realloc(s->steps, n * sizeof(*steps));
-  if (steps == NULL) {
-    WARN("Out of memory for a schedule of %zu steps", n);
-    return ncclSystemError;
-  }
-  s->steps = steps;
-  s->capacity = n;
-  return ncclSuccess;
+  ncclResult_t res = braid_realloc(&s->steps, n, sizeof(*s->steps));
+  if (res == ncclSuccess) s->capacity = n;
+  return res;
 }
 
 ncclResult_t sched_append(struct schedule* s, enum sched_prim prim, unsigned flags, int recv_peer,

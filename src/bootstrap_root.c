@@ -108,18 +108,25 @@ static void root_fail(struct bootstrap_root* st, enum root_status status, const 
     if (st->fds[r] >= 0) root_reply_close(st->fds[r], status), st->fds[r] = -1;
 }
 
-/* The tables for nranks ranks, none registered yet. */
+/* The tables for nranks ranks, none registered yet. All or nothing: the
+ * root sizes itself at the first hello when fds is still NULL. */
 static ncclResult_t root_size(struct bootstrap_root* st, int nranks) {
+  ncclResult_t res = ncclSuccess;
+  int* fds = NULL;
+  CHECK(braid_calloc(&fds, (size_t)nranks, sizeof(*fds)));
+  CHECK(braid_calloc(&st->table, (size_t)nranks, sizeof(*st->table)));
+  CHECK(braid_calloc(&st->pfds, 2 + ROOT_MAX_PENDING + (size_t)nranks, sizeof(*st->pfds)));
+  for (int r = 0; r < nranks; r++) fds[r] = -1;
+  st->fds = fds;
   st->nranks = nranks;
-  st->fds = malloc(sizeof(int) * (size_t)nranks);
-  st->table = calloc((size_t)nranks, sizeof(struct peer_info));
-  st->pfds = calloc(2 + ROOT_MAX_PENDING + (size_t)nranks, sizeof(struct pollfd));
-  if (st->fds == NULL || st->table == NULL || st->pfds == NULL) {
-    WARN("Bootstrap root: out of memory for %d ranks", nranks);
-    return ncclSystemError;
-  }
-  for (int r = 0; r < nranks; r++) st->fds[r] = -1;
   return ncclSuccess;
+fail:
+  free(fds);
+  free(st->table);
+  free(st->pfds);
+  st->table = NULL;
+  st->pfds = NULL;
+  return res;
 }
 
 static ncclResult_t root_register(struct bootstrap_root* st, int fd, const struct root_hello* h) {

@@ -270,6 +270,8 @@ ncclResult_t ncclMemAlloc(void** ptr, size_t size) {
     WARN("ncclMemAlloc : ptr %p size %zu", (void*)ptr, size);
     return ncclInvalidArgument;
   }
+  /* Not braid_calloc: page-aligned and unzeroed, as cudaMalloc'd memory is
+   * (a transport may map or pin it whole); the failure is logged below. */
   *ptr = aligned_alloc(4096, ALIGN_UP(size, 4096));
   if (*ptr == NULL) {
     WARN("ncclMemAlloc : out of memory for %zu bytes", size);

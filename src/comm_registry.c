@@ -43,11 +43,9 @@ static ncclResult_t registry_grow(void) {
   uintptr_t* old = g_registry.slots;
   for (size_t i = 0; i < old_cap; i++) live += old[i] > REGISTRY_TOMB;
   size_t cap = old_cap == 0 ? 64 : 4 * (live + 1) > old_cap ? 2 * old_cap : old_cap;
-  uintptr_t* slots = calloc(cap, sizeof(*slots));
-  if (slots == NULL) {
-    WARN("Out of memory for the communicator registry (%zu entries)", cap);
-    return ncclSystemError;
-  }
+  uintptr_t* slots = NULL;
+  ncclResult_t res = braid_calloc(&slots, cap, sizeof(*slots));
+  if (res != ncclSuccess) return res;
   g_registry.slots = slots;
   g_registry.cap = cap;
   g_registry.used = 0;

@@ -46,21 +46,16 @@ static ncclResult_t grow(void** arr, int* cap, int need, size_t elem) {
   if (need <= *cap) return ncclSuccess;
   int n = *cap ? 2 * *cap : 16;
   while (n < need) n *= 2;
-  void* p = realloc(*arr, (size_t)n * elem);
-  if (p == NULL) {
-    WARN("Out of memory queueing group operations");
-    return ncclSystemError;
-  }
-  *arr = p;
-  *cap = n;
-  return ncclSuccess;
+  ncclResult_t res = braid_realloc(arr, (size_t)n, elem);
+  if (res == ncclSuccess) *cap = n;
+  return res;
 }
 
 ncclResult_t group_add_job(ncclResult_t (*fn)(void*), void* arg) {
   ncclResult_t res = ncclSuccess;
   CHECK(
       grow((void**)&t_group.jobs, &t_group.cap_jobs, t_group.njobs + 1, sizeof(struct group_job)));
-  t_group.jobs[t_group.njobs++] = (struct group_job){fn, arg, 0, ncclSuccess};
+  t_group.jobs[t_group.njobs++] = (struct group_job){.fn = fn, .arg = arg, .result = ncclSuccess};
 fail:
   return res;
 }

@@ -19,14 +19,10 @@ static ncclResult_t redop_slot(struct ncclComm* comm, int* idx) {
     WARN("ncclRedOpCreatePreMulSum : too many operators");
     return ncclInvalidUsage;
   }
-  struct comm_redop* t = realloc(comm->redops, (size_t)n * sizeof(*t));
-  if (t == NULL) {
-    WARN("ncclRedOpCreatePreMulSum : out of memory");
-    return ncclSystemError;
-  }
-  memset(t + comm->nredops, 0, (size_t)(n - comm->nredops) * sizeof(*t));
+  ncclResult_t res = braid_realloc(&comm->redops, (size_t)n, sizeof(*comm->redops));
+  if (res != ncclSuccess) return res;
+  memset(comm->redops + comm->nredops, 0, (size_t)(n - comm->nredops) * sizeof(*comm->redops));
   *idx = comm->nredops;
-  comm->redops = t;
   comm->nredops = n;
   return ncclSuccess;
 }

@@ -77,11 +77,9 @@ static void* stream_main(void* p) {
 }
 
 ncclResult_t stream_create(struct braid_stream** out) {
-  struct braid_stream* s = calloc(1, sizeof(*s));
-  if (s == NULL) {
-    WARN("braidStreamCreate : out of memory");
-    return ncclSystemError;
-  }
+  struct braid_stream* s = NULL;
+  ncclResult_t res = braid_calloc(&s, 1, sizeof(*s));
+  if (res != ncclSuccess) return res;
   s->magic = STREAM_MAGIC;
   pthread_mutex_init(&s->lock, NULL);
   pthread_cond_init(&s->wake, NULL);
@@ -119,15 +117,13 @@ void stream_destroy(struct braid_stream* s) {
 static struct stream_item* item_get(struct braid_stream* s, int n) {
   struct stream_item* it = s->free_items;
   if (it) s->free_items = it->next;
-  if (it == NULL && (it = calloc(1, sizeof(*it))) == NULL) return NULL;
+  if (it == NULL && braid_calloc(&it, 1, sizeof(*it)) != ncclSuccess) return NULL;
   if (n > it->cap) {
-    struct work_op* ops = realloc(it->ops, (size_t)n * sizeof(*ops));
-    if (ops == NULL) {
+    if (braid_realloc(&it->ops, (size_t)n, sizeof(*it->ops)) != ncclSuccess) {
       it->next = s->free_items;
       s->free_items = it;
       return NULL;
     }
-    it->ops = ops;
     it->cap = n;
   }
   it->nops = 0;

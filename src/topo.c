@@ -129,10 +129,11 @@ static int topo_name_cmp(const void* a, const void* b) {
 /* Interfaces hwloc did not report: hwloc only lists devices with a PCI
  * parent, and the emulated cluster runs over veth pairs and bridges. */
 static void topo_sysfs_nics_add(struct topo_system* sys) {
-  char(*names)[TOPO_NAME_LEN] = calloc(TOPO_MAX_IFACES, TOPO_NAME_LEN);
-  DIR* dir = opendir(TOPO_SYSFS_NET);
+  char(*names)[TOPO_NAME_LEN] = NULL;
+  DIR* dir = NULL;
   int n = 0;
-  if (names == NULL || dir == NULL) {
+  if (braid_calloc(&names, TOPO_MAX_IFACES, TOPO_NAME_LEN) != ncclSuccess) goto done;
+  if ((dir = opendir(TOPO_SYSFS_NET)) == NULL) {
     INFO(TOPO_LOG_SUB, "Topology: cannot list " TOPO_SYSFS_NET ": %s", strerror(errno));
     goto done;
   }
@@ -298,10 +299,10 @@ static void topo_fallback_fill(struct topo_system* sys) {
 /* One thread, 64 MiB, best of 3: the tuner's bound for a copy step. Both
  * buffers are touched first so the timing sees copies, not page faults. */
 static uint32_t topo_memcpy_mbps_measure(void) {
-  char* src = malloc(TOPO_BENCH_BYTES);
-  char* dst = malloc(TOPO_BENCH_BYTES);
+  char *src = NULL, *dst = NULL;
   uint64_t best = UINT64_MAX;
-  if (src == NULL || dst == NULL) {
+  if (braid_calloc(&src, 1, TOPO_BENCH_BYTES) != ncclSuccess ||
+      braid_calloc(&dst, 1, TOPO_BENCH_BYTES) != ncclSuccess) {
     INFO(TOPO_LOG_SUB, "Topology: no memory for the memcpy probe, bandwidth unknown");
     goto done;
   }

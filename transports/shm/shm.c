@@ -216,11 +216,9 @@ static void shm_bell_open(struct transport_ctx* ctx, struct shm_conn* c) {
 
 static ncclResult_t shm_conn_alloc(struct transport_ctx* ctx, int peer, int side, int channel,
                                    struct shm_conn** out) {
-  struct shm_conn* c = calloc(1, sizeof(*c));
-  if (c == NULL) {
-    WARN("SHM : out of memory");
-    return ncclSystemError;
-  }
+  struct shm_conn* c = NULL;
+  ncclResult_t res = braid_calloc(&c, 1, sizeof(*c));
+  if (res != ncclSuccess) return res;
   c->base.ops = &shm_transport;
   c->base.peer = peer;
   c->base.is_send = side == SHM_SEND;

@@ -59,11 +59,9 @@ static ncclResult_t tcp_sock_ready(struct transport_ctx* ctx, int fd) {
 }
 
 ncclResult_t tcp_conn_alloc(int peer, int is_send, int nsocks, struct tcp_conn** out) {
-  struct tcp_conn* c = calloc(1, sizeof(*c));
-  if (c == NULL) {
-    WARN("NET/Socket : out of memory");
-    return ncclSystemError;
-  }
+  struct tcp_conn* c = NULL;
+  ncclResult_t res = braid_calloc(&c, 1, sizeof(*c));
+  if (res != ncclSuccess) return res;
   c->base.ops = &tcp_transport;
   c->base.peer = peer;
   c->base.is_send = is_send;
@@ -116,8 +114,8 @@ const char* tcp_hello_problem(const struct transport_ctx* ctx, const struct tcp_
 /* A whole hello arrived (hello_pool's callback): park the socket or refuse it. */
 static void tcp_on_hello(void* arg, int fd, const void* bytes) {
   struct transport_accept* a = arg;
-  struct tcp_parked* p = calloc(1, sizeof(*p));
-  const char* why = p ? NULL : "out of memory";
+  struct tcp_parked* p = NULL;
+  const char* why = braid_calloc(&p, 1, sizeof(*p)) == ncclSuccess ? NULL : "out of memory";
   if (p) memcpy(&p->hello, bytes, sizeof(p->hello));
   if (why == NULL) why = tcp_hello_problem(a->ctx, &p->hello);
   if (why) {
