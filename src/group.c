@@ -19,7 +19,8 @@
 struct group_job {
   ncclResult_t (*fn)(void*);
   void* arg;
-  pthread_t thread;
+  pthread_t thread; /* valid only when started: pthread_t has no "none" value */
+  int started;
   ncclResult_t result;
 };
 
@@ -68,14 +69,15 @@ static void* job_main(void* p) {
 
 static ncclResult_t run_jobs(struct group_job* jobs, int n) {
   ncclResult_t first = ncclSuccess;
-  for (int i = 0; i < n; i++)
-    if (pthread_create(&jobs[i].thread, NULL, job_main, &jobs[i]) != 0) {
+  for (int i = 0; i < n; i++) {
+    jobs[i].started = pthread_create(&jobs[i].thread, NULL, job_main, &jobs[i]) == 0;
+    if (!jobs[i].started) {
       WARN("Cannot start a thread for a grouped operation");
       jobs[i].result = jobs[i].fn(jobs[i].arg); /* run it here instead */
-      jobs[i].thread = 0;
     }
+  }
   for (int i = 0; i < n; i++) {
-    if (jobs[i].thread) pthread_join(jobs[i].thread, NULL);
+    if (jobs[i].started) pthread_join(jobs[i].thread, NULL);
     if (first == ncclSuccess) first = jobs[i].result;
   }
   return first;

@@ -276,6 +276,8 @@ struct init_all_arg {
   int ndev, rank, dev;
   const ncclUniqueId* id;
   ncclResult_t result;
+  pthread_t thread; /* valid only when started: pthread_t has no "none" value */
+  int started;
 };
 
 static void* init_all_main(void* p) {
@@ -288,28 +290,27 @@ NCCL_API(ncclResult_t, ncclCommInitAll, ncclComm_t* comms, int ndev, const int* 
 ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int* devlist) {
   ncclResult_t res = ncclSuccess;
   struct init_all_arg* args = NULL;
-  pthread_t* threads = NULL;
   ncclUniqueId id;
   if (comms == NULL) FAIL(ncclInvalidArgument, "ncclCommInitAll : comms is NULL");
   if (ndev < 1) FAIL(ncclInvalidArgument, "ncclCommInitAll : invalid ndev %d", ndev);
   CHECK(ncclGetUniqueId(&id));
   CHECK(braid_calloc(&args, (size_t)ndev, sizeof(*args)));
-  CHECK(braid_calloc(&threads, (size_t)ndev, sizeof(*threads)));
   for (int i = 0; i < ndev; i++) {
-    args[i] = (struct init_all_arg){&comms[i], ndev, i, devlist ? devlist[i] : i, &id, ncclSuccess};
-    if (pthread_create(&threads[i], NULL, init_all_main, &args[i]) != 0)
-      FAIL(ncclSystemError, "ncclCommInitAll : cannot create thread %d", i);
+    args[i] = (struct init_all_arg){
+        .out = &comms[i], .ndev = ndev, .rank = i, .dev = devlist ? devlist[i] : i, .id = &id};
+    args[i].started = pthread_create(&args[i].thread, NULL, init_all_main, &args[i]) == 0;
+    if (!args[i].started) FAIL(ncclSystemError, "ncclCommInitAll : cannot create thread %d", i);
   }
 fail:
-  for (int i = 0; threads && args && i < ndev; i++) {
-    if (threads[i]) pthread_join(threads[i], NULL);
+  for (int i = 0; args && i < ndev; i++) {
+    if (args[i].started) pthread_join(args[i].thread, NULL);
     if (res == ncclSuccess) res = args[i].result;
   }
   if (res != ncclSuccess && comms && args)
     for (int i = 0; i < ndev; i++)
-      if (args[i].result == ncclSuccess && comms[i]) ncclCommDestroy(comms[i]), comms[i] = NULL;
+      if (args[i].started && args[i].result == ncclSuccess && comms[i])
+        ncclCommDestroy(comms[i]), comms[i] = NULL;
   free(args);
-  free(threads);
   return res;
 }
 
