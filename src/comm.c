@@ -133,12 +133,13 @@ ncclResult_t ncclCommFinalize(ncclComm_t comm) {
 }
 
 /* Wait until no unit runs on the comm and, with `all_issued`, until every
- * unit issued on it (on any stream) has run. Units signal turn_cv as they
- * leave; the timed wait only bounds a missed wake-up. */
+ * unit issued on it (on any stream) has run. No wake-up can be missed, so
+ * the wait is untimed: a unit lowers `active` and raises `serving` only in
+ * turn_leave, under turn_lock, and broadcasts turn_cv there. */
 static void comm_wait_units(struct ncclComm* comm, int all_issued) {
   pthread_mutex_lock(&comm->turn_lock);
   while (atomic_load(&comm->active) > 0 || (all_issued && comm->serving != comm->next_ticket))
-    braid_cond_wait_ms(&comm->turn_cv, &comm->turn_lock, 100);
+    pthread_cond_wait(&comm->turn_cv, &comm->turn_lock);
   pthread_mutex_unlock(&comm->turn_lock);
 }
 
