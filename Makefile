@@ -5,22 +5,83 @@ BUILD  ?= build
 CC     ?= cc
 MPICC  ?= mpicc
 
+# ---------------------------------------------------------------- layers
+# The folders each top-level folder may include from (DESIGN.md, "Layout").
+# A source is compiled with only its own folder's list on the include path,
+# so a forbidden include does not compile; scripts/check-layers.sh (part of
+# make test) checks every #include "..." against the same lists, printed by
+# `make print-layers`, and names the rule a crossing breaks.
+LAYERS           := common kernels algorithms transports src perf trainer tests
+LAYER_common     := include common
+LAYER_kernels    := include common kernels
+LAYER_algorithms := include common algorithms
+LAYER_transports := include common src transports
+LAYER_src        := include common kernels algorithms transports src
+LAYER_perf       := include perf
+LAYER_trainer    := include trainer
+LAYER_tests      := include common kernels algorithms transports src tests
+# -I flags for the source $(1): its top folder's list.
+layer_inc = $(addprefix -I,$(LAYER_$(firstword $(subst /, ,$(1)))))
+TEST_INC := $(call layer_inc,tests/)
+
+# ---------------------------------------------------------------- optional parts
+# Probed once; a plain `make` needs only a C compiler. Override on the
+# command line (make HAVE_CUDA=0) to build without a part that is present.
+CUDA_HOME ?= /usr/local/cuda
+ifeq ($(origin NVCC),undefined)
+NVCC := $(shell command -v nvcc 2>/dev/null || \
+          { test -x '$(CUDA_HOME)/bin/nvcc' && echo '$(CUDA_HOME)/bin/nvcc'; })
+endif
+ifeq ($(origin HAVE_CUDA),undefined)
+HAVE_CUDA := $(if $(NVCC),1,0)
+endif
+ifeq ($(origin HAVE_IBVERBS),undefined) # libibverbs is dlopen'ed: its header is all we need
+HAVE_IBVERBS := $(shell printf '\043include <infiniband/verbs.h>\n' | \
+                  $(CC) -E -x c - >/dev/null 2>&1 && echo 1 || echo 0)
+endif
+
 CFLAGS_BASE := -std=c11 -O2 -g -Wall -Wextra -fPIC -fvisibility=hidden \
                -D_GNU_SOURCE -ffp-contract=off -pthread \
-               -Iinclude -Icommon -Isrc -Itransports -Ialgorithms -Ikernels
+               $(if $(filter 1,$(HAVE_CUDA)),-DBRAID_HAVE_CUDA=1) \
+               $(if $(filter 1,$(HAVE_IBVERBS)),-DBRAID_HAVE_IBVERBS=1)
 CFLAGS ?=
 LDFLAGS ?=
 ALL_CFLAGS := $(CFLAGS_BASE) $(CFLAGS)
 LDLIBS := -pthread -lm -lhwloc
+# Objects list the headers they include (-MMD) and survive a header's
+# removal (-MP), instead of every object depending on every header.
+DEPFLAGS := -MMD -MP
 
 # Per-file ISA flags: the dispatcher picks these at run time.
 ISA_avx2   := -mavx2 -mf16c -mfma
 ISA_avx512 := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mf16c -mfma
 
-LIB_SRCS := $(wildcard common/*.c) $(wildcard src/*.c) $(wildcard transports/*.c) $(wildcard transports/*/*.c) \
+# Folders that join the library only when their dependency is present.
+CUDA_DIRS := src/cuda kernels/cuda transports/cudaipc
+IB_DIRS   := transports/ib
+CUDA_SRCS := $(wildcard src/cuda/*.c kernels/cuda/*.c transports/cudaipc/*.c)
+CUDA_CU   := $(wildcard kernels/cuda/*.cu)
+IB_SRCS   := $(wildcard transports/ib/*.c)
+
+LIB_SRCS := $(wildcard common/*.c) $(wildcard src/*.c) $(wildcard transports/*.c) \
+            $(filter-out $(addsuffix /%,$(CUDA_DIRS) $(IB_DIRS)),$(wildcard transports/*/*.c)) \
             $(wildcard algorithms/*.c) $(wildcard kernels/cpu/*.c)
+ifeq ($(HAVE_CUDA),1)
+LIB_SRCS += $(CUDA_SRCS)
+else ifneq ($(strip $(CUDA_SRCS) $(CUDA_CU)),)
+$(info CUDA parts skipped ($(CUDA_DIRS)): no nvcc on PATH or in CUDA_HOME=$(CUDA_HOME))
+endif
+ifeq ($(HAVE_IBVERBS),1)
+LIB_SRCS += $(IB_SRCS)
+else ifneq ($(strip $(IB_SRCS)),)
+$(info InfiniBand transport skipped ($(IB_DIRS)): no <infiniband/verbs.h> (libibverbs-dev))
+endif
 LIB_OBJS := $(patsubst %.c,$(BUILD)/obj/%.o,$(LIB_SRCS))
-HDRS     := $(wildcard include/*.h common/*.h src/*.h transports/*.h transports/*/*.h algorithms/*.h kernels/*.h kernels/cpu/*.h)
+# CUDA kernels: each .cu becomes a fatbin embedded as a byte array (the
+# library loads it through the driver; it links no CUDA library).
+ifeq ($(HAVE_CUDA),1)
+LIB_OBJS += $(patsubst %.cu,$(BUILD)/obj/%.fatbin.o,$(CUDA_CU))
+endif
 
 LIBDIR := $(BUILD)/lib
 BINDIR := $(BUILD)/bin
@@ -43,7 +104,7 @@ MP_SRCS    := $(wildcard tests/mp/test_*.c)
 MP_BINS    := $(patsubst tests/mp/%.c,$(TSTDIR)/mp_%,$(MP_SRCS))
 
 .PHONY: all lib tools tests unit-mp-tests test run bench bench-shm bench-cluster install clean \
-        deps format test-sanitize fuzz fuzz-targets
+        deps format test-sanitize fuzz fuzz-targets check-layers print-layers
 all: lib tools
 
 lib: $(SHLIB) $(STLIB) $(NCCLSO) $(LIBDIR)/libnccl.so
@@ -52,17 +113,29 @@ tests: $(UNIT_BINS) $(MP_BINS)
 # The sanitizer builds (scripts/test-sanitize.sh) need only these two kinds.
 unit-mp-tests: $(UNIT_BINS) $(MP_BINS)
 
-$(BUILD)/obj/%_avx2.o: %_avx2.c $(HDRS)
+$(BUILD)/obj/%_avx2.o: %_avx2.c
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) $(ISA_avx2) -c $< -o $@
+	$(CC) $(ALL_CFLAGS) $(call layer_inc,$<) $(DEPFLAGS) $(ISA_avx2) -c $< -o $@
 
-$(BUILD)/obj/%_avx512.o: %_avx512.c $(HDRS)
+$(BUILD)/obj/%_avx512.o: %_avx512.c
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) $(ISA_avx512) -c $< -o $@
+	$(CC) $(ALL_CFLAGS) $(call layer_inc,$<) $(DEPFLAGS) $(ISA_avx512) -c $< -o $@
 
-$(BUILD)/obj/%.o: %.c $(HDRS)
+$(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -c $< -o $@
+	$(CC) $(ALL_CFLAGS) $(call layer_inc,$<) $(DEPFLAGS) -c $< -o $@
+
+NVCC_FLAGS ?= -O3
+$(BUILD)/obj/%.fatbin: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCC_FLAGS) $(call layer_inc,$<) -MMD -MP -MF $(@:.fatbin=.d) --fatbin $< -o $@
+
+# kernels/cuda/reduce.cu -> braid_fatbin_reduce[] and braid_fatbin_reduce_len
+$(BUILD)/obj/%.fatbin.o: $(BUILD)/obj/%.fatbin
+	$(dir $(NVCC))bin2c --name braid_fatbin_$(notdir $*) --const --length --alignment 8 $< > $@.c
+	$(CC) $(ALL_CFLAGS) -c $@.c -o $@
+
+-include $(LIB_OBJS:.o=.d) $(patsubst %.cu,$(BUILD)/obj/%.d,$(CUDA_CU))
 
 $(SHLIB): $(LIB_OBJS)
 	@mkdir -p $(dir $@)
@@ -86,15 +159,16 @@ PERF_CC    := $(if $(HAVE_MPI),$(MPICC) -DPERF_HAVE_MPI=1,$(CC))
 
 $(BINDIR)/%_perf: perf/%_perf.c $(PERF_COMMON) perf/*.h $(STLIB)
 	@mkdir -p $(dir $@)
-	$(PERF_CC) $(ALL_CFLAGS) $(LDFLAGS) -fvisibility=default $< $(PERF_COMMON) -o $@ $(STLIB) $(LDLIBS)
+	$(PERF_CC) $(ALL_CFLAGS) $(call layer_inc,$<) $(LDFLAGS) -fvisibility=default $< $(PERF_COMMON) \
+	  -o $@ $(STLIB) $(LDLIBS)
 
 $(TSTDIR)/test_%: tests/unit/test_%.c $(STLIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -Itests $< -o $@ $(STLIB) -lcmocka -ldl $(LDLIBS)
+	$(CC) $(ALL_CFLAGS) $(TEST_INC) $(LDFLAGS) $< -o $@ $(STLIB) -lcmocka -ldl $(LDLIBS)
 
 $(TSTDIR)/mp_test_%: tests/mp/test_%.c $(MP_COMMON) tests/mp/*.h $(STLIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -Itests -Itests/mp $< $(MP_COMMON) -o $@ $(STLIB) -lcmocka $(LDLIBS)
+	$(CC) $(ALL_CFLAGS) $(TEST_INC) $(LDFLAGS) -Itests/mp $< $(MP_COMMON) -o $@ $(STLIB) -lcmocka $(LDLIBS)
 
 # ---------------------------------------------------------------- braid-train (trainer/)
 # Data-parallel SGD on Fashion-MNIST. Built with mpicc when Open MPI is present: under mpirun
@@ -105,7 +179,8 @@ TRAIN_SRCS  := $(filter-out trainer/main.c,$(wildcard trainer/*.c))
 TRAIN_HDRS  := $(wildcard trainer/*.h)
 TRAIN_BIN   := $(BINDIR)/braid-train
 TRAIN_LIBS  := -lopenblas -lz
-TRAIN_FLAGS := $(ALL_CFLAGS) -O3 -Itrainer # -O3: the element-wise loops vectorize (exactly)
+# -O3: the element-wise loops vectorize (exactly)
+TRAIN_FLAGS := $(ALL_CFLAGS) -O3 $(call layer_inc,trainer/)
 TRAIN_CC    := $(if $(HAVE_MPI),$(MPICC) -DTRAIN_HAVE_MPI=1,$(CC))
 TRAIN_TESTS := $(patsubst tests/trainer/%.c,$(TSTDIR)/%,$(wildcard tests/trainer/test_trainer_*.c)) \
                $(TSTDIR)/trainer_ckpt_diff
@@ -140,7 +215,7 @@ deps:
 # The lifetime tests (destroy and abort with work still queued) run a second
 # time under AddressSanitizer, built with the system compiler in $(BUILD)/san-asan/.
 LIFETIME_ASAN_TESTS := mp_test_lifetime mp_test_streams
-test: deps
+test: deps check-layers
 	@$(MAKE) --no-print-directory all tests
 	@scripts/run-tests.sh $(BUILD)
 	@SAN_CC=$(CC) SAN_BUILD_PREFIX=$(BUILD)/san SAN_TESTS="$(LIFETIME_ASAN_TESTS)" MAKE="$(MAKE)" \
@@ -197,11 +272,18 @@ fuzz-targets: $(FUZZ_BINS)
 
 $(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/common.c tests/fuzz/fuzz.h $(STLIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -Itests/fuzz $< tests/fuzz/common.c -o $@ $(STLIB) \
+	$(CC) $(ALL_CFLAGS) $(TEST_INC) $(LDFLAGS) -Itests/fuzz $< tests/fuzz/common.c -o $@ $(STLIB) \
 	  -Wl,--wrap=getaddrinfo $(LDLIBS)
 
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h')
+
+# One line per folder: "layer <folder>: <folders it may include from>".
+print-layers:
+	@$(foreach l,$(LAYERS),echo 'layer $(l): $(LAYER_$(l))';)
+
+check-layers:
+	@MAKE="$(MAKE)" scripts/check-layers.sh
 
 clean:
 	rm -rf $(BUILD) build-asan build-tsan build-fuzz
