@@ -69,12 +69,12 @@ LIB_SRCS := $(wildcard common/*.c) $(wildcard src/*.c) $(wildcard transports/*.c
 ifeq ($(HAVE_CUDA),1)
 LIB_SRCS += $(CUDA_SRCS)
 else ifneq ($(strip $(CUDA_SRCS) $(CUDA_CU)),)
-$(info CUDA parts skipped ($(CUDA_DIRS)): no nvcc on PATH or in CUDA_HOME=$(CUDA_HOME))
+$(info CUDA parts skipped ($(CUDA_DIRS)): HAVE_CUDA=$(HAVE_CUDA), no nvcc on PATH or in CUDA_HOME=$(CUDA_HOME))
 endif
 ifeq ($(HAVE_IBVERBS),1)
 LIB_SRCS += $(IB_SRCS)
 else ifneq ($(strip $(IB_SRCS)),)
-$(info InfiniBand transport skipped ($(IB_DIRS)): no <infiniband/verbs.h> (libibverbs-dev))
+$(info InfiniBand transport skipped ($(IB_DIRS)): HAVE_IBVERBS=$(HAVE_IBVERBS), <infiniband/verbs.h> does not preprocess (libibverbs-dev))
 endif
 LIB_OBJS := $(patsubst %.c,$(BUILD)/obj/%.o,$(LIB_SRCS))
 # CUDA kernels: each .cu becomes a fatbin embedded as a byte array (the
@@ -130,10 +130,17 @@ $(BUILD)/obj/%.fatbin: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCC_FLAGS) $(call layer_inc,$<) -MMD -MP -MF $(@:.fatbin=.d) --fatbin $< -o $@
 
-# kernels/cuda/reduce.cu -> braid_fatbin_reduce[] and braid_fatbin_reduce_len
-$(BUILD)/obj/%.fatbin.o: $(BUILD)/obj/%.fatbin
-	$(dir $(NVCC))bin2c --name braid_fatbin_$(notdir $*) --const --length --alignment 8 $< > $@.c
-	$(CC) $(ALL_CFLAGS) -c $@.c -o $@
+# kernels/cuda/reduce.cu -> braid_fatbin_reduce[] and braid_fatbin_reduce_len (od, not
+# bin2c: its aligned output needs CUDA's headers)
+$(BUILD)/obj/%.fatbin.c: $(BUILD)/obj/%.fatbin
+	@n=braid_fatbin_$(notdir $*); \
+	{ echo "__attribute__((aligned(8))) const unsigned char $$n[] = {"; \
+	  od -An -v -tx1 $< | sed 's/\([0-9a-f][0-9a-f]\)/0x\1,/g'; \
+	  echo "};"; echo "const unsigned long $${n}_len = sizeof($$n);"; } > $@
+
+$(BUILD)/obj/%.fatbin.o: $(BUILD)/obj/%.fatbin.c
+	$(CC) $(ALL_CFLAGS) -c $< -o $@
+.PRECIOUS: $(BUILD)/obj/%.fatbin $(BUILD)/obj/%.fatbin.c
 
 -include $(LIB_OBJS:.o=.d) $(patsubst %.cu,$(BUILD)/obj/%.d,$(CUDA_CU))
 
