@@ -6,6 +6,7 @@
 
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,17 +14,20 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "param.h"
+
 #define LAST_ERROR_LEN 1024
 
 static struct {
   pthread_once_t once;
+  _Atomic int announced; /* the settings' own "set by environment" lines */
   enum debug_level level;
   uint32_t subsys;
   FILE* out;
   char host[64];
   pthread_mutex_t lock; /* guards last_error and whole-line writes */
   char last_error[LAST_ERROR_LEN];
-} g_debug = {PTHREAD_ONCE_INIT, DEBUG_NONE, 0, NULL, "", PTHREAD_MUTEX_INITIALIZER, ""};
+} g_debug = {PTHREAD_ONCE_INIT, 0, DEBUG_NONE, 0, NULL, "", PTHREAD_MUTEX_INITIALIZER, ""};
 
 static __thread char t_last_error[LAST_ERROR_LEN];
 
@@ -99,27 +103,37 @@ static FILE* open_debug_file(const char* pattern) {
   return f;
 }
 
+/* Reads the PARAM_EARLY rows: they log nothing, since logging is what is
+ * being set up here (a log line now would wait on this once). */
 static void debug_init(void) {
   gethostname(g_debug.host, sizeof(g_debug.host) - 1);
   char* dot = strchr(g_debug.host, '.');
   if (dot) *dot = '\0';
-  g_debug.level = debug_parse_level(getenv("NCCL_DEBUG"));
-  g_debug.subsys = debug_parse_subsys(getenv("NCCL_DEBUG_SUBSYS"));
+  g_debug.level = debug_parse_level(param_debug());
+  g_debug.subsys = debug_parse_subsys(param_debug_subsys());
   g_debug.out = stdout;
-  const char* file = getenv("NCCL_DEBUG_FILE");
+  const char* file = param_debug_file();
   if (file && g_debug.level > DEBUG_VERSION) {
     FILE* f = open_debug_file(file);
     if (f) g_debug.out = f;
   }
 }
 
-enum debug_level debug_level(void) {
+/* Logging is set up; the first caller past that logs the settings it came
+ * from, as every other parameter is logged (its lines find `announced` set). */
+static void debug_ready(void) {
   pthread_once(&g_debug.once, debug_init);
+  if (atomic_load_explicit(&g_debug.announced, memory_order_relaxed)) return;
+  if (atomic_exchange(&g_debug.announced, 1) == 0) param_log_early();
+}
+
+enum debug_level debug_level(void) {
+  debug_ready();
   return g_debug.level;
 }
 
 int debug_enabled(enum debug_level level, uint32_t subsys) {
-  pthread_once(&g_debug.once, debug_init);
+  debug_ready();
   return g_debug.level >= level && (g_debug.subsys & subsys);
 }
 
@@ -130,7 +144,7 @@ void debug_set_device(int dev) {
 
 void debug_log(enum debug_level level, uint32_t subsys, const char* file, int line, const char* fmt,
                ...) {
-  pthread_once(&g_debug.once, debug_init);
+  debug_ready();
   char msg[LAST_ERROR_LEN];
   va_list ap;
   va_start(ap, fmt);

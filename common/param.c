@@ -1,12 +1,15 @@
 /*
- * Environment parameters: parsing with size suffixes, and one cached getter
- * per knob so each variable is read exactly once per process.
+ * Environment parameters: parsing with size suffixes, the table's rows
+ * (param_table.h), and one cached getter per row, so each variable is read
+ * once per process and logged once when set.
  */
 #include "param.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "debug.h"
 
@@ -42,10 +45,17 @@ int param_parse_int(const char* s, int64_t* out) {
   return 0;
 }
 
-const char* param_read_str(const char* env) {
+/* The environment's value, NULL when unset or empty (NCCL ignores empty
+ * variables too); the one getenv of the library. */
+static const char* env_value(const char* env) {
   const char* v = getenv(env);
-  if (v && *v) INFO(SUB_ENV, "%s set by environment to %s", env, v);
   return (v && *v) ? v : NULL;
+}
+
+static const char* param_read_str(const char* env) {
+  const char* v = env_value(env);
+  if (v) INFO(SUB_ENV, "%s set by environment to %s", env, v);
+  return v;
 }
 
 int64_t param_read_int(const char* env, int64_t dflt) {
@@ -75,35 +85,103 @@ int64_t param_read_range(const char* env, int64_t dflt, int64_t lo, int64_t hi) 
   return param_clamp(env, param_read_int(env, dflt), lo, hi);
 }
 
-/* A cached getter: the first caller reads the environment; a racing second
- * caller reads the same value, so a relaxed atomic is enough. */
-#define PARAM_CACHED(fn, read)                                      \
-  int64_t param_##fn(void) {                                        \
-    static _Atomic int64_t cache = INT64_MIN;                       \
-    int64_t v = atomic_load_explicit(&cache, memory_order_relaxed); \
-    if (v == INT64_MIN) {                                           \
-      v = (read);                                                   \
-      atomic_store_explicit(&cache, v, memory_order_relaxed);       \
-    }                                                               \
-    return v;                                                       \
-  }
-#define PARAM_GETTER(fn, env, dflt, lo, hi) PARAM_CACHED(fn, param_read_range(env, dflt, lo, hi))
+/* ---- the table ---- */
 
-#define KiB (1LL << 10)
-#define MiB (1LL << 20)
-#define GiB (1LL << 30)
+#define PARAM_ID(fn, ...) PARAM_ID_##fn,
+enum param_id { PARAM_TABLE(PARAM_ID, PARAM_ID) PARAM_COUNT };
 
-PARAM_GETTER(timeout_ms, "BRAID_TIMEOUT_MS", 300000, 100, 1LL << 40)
-PARAM_GETTER(socket_nthreads, "NCCL_SOCKET_NTHREADS", 1, 1, 16)
-PARAM_GETTER(nsocks_perthread, "NCCL_NSOCKS_PERTHREAD", 2, 1, 64)
-PARAM_GETTER(chunk_size, "BRAID_CHUNK_SIZE", 64 * KiB, PARAM_CHUNK_MIN, 64 * MiB)
-PARAM_GETTER(nsteps, "BRAID_NSTEPS", 16, 4, 32)
-PARAM_GETTER(spin_us, "BRAID_SPIN_US", 100, 0, 1000000)
-PARAM_GETTER(shm_disable, "NCCL_SHM_DISABLE", 0, 0, 1)
+#define PARAM_ROW_INT(fn, env, dflt, lo, hi, flags, doc) \
+  {env, PARAM_INT, dflt, lo, hi, NULL, NULL, flags, doc},
+#define PARAM_ROW_STR(fn, env, dflt, shown, flags, doc) \
+  {env, PARAM_STR, 0, 0, 0, dflt, shown, flags, doc},
+static const struct param_row k_rows[PARAM_COUNT] = {PARAM_TABLE(PARAM_ROW_INT, PARAM_ROW_STR)};
 
-/* 0 keeps the kernel's autotuning; anything else must be a real buffer. */
-static int64_t read_sock_buf(void) {
-  int64_t v = param_read_range("BRAID_SOCKET_BUF", 0, 0, 1 * GiB);
-  return v == 0 ? 0 : param_clamp("BRAID_SOCKET_BUF", v, 64 * KiB, 1 * GiB);
+const struct param_row* param_rows(int* n) {
+  *n = PARAM_COUNT;
+  return k_rows;
 }
-PARAM_CACHED(sock_buf, read_sock_buf())
+
+/* The values read so far. A getter's first callers may race: each reads
+ * and logs, the first to take the lock publishes, and all return that. */
+static struct {
+  pthread_mutex_t lock;
+  struct {
+    _Atomic int ready;
+    int64_t i; /* PARAM_INT */
+    char* s;   /* PARAM_STR: the environment's value (a copy), NULL when unset */
+  } v[PARAM_COUNT];
+} g_params = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static int64_t row_read_int(const struct param_row* r) {
+  if (!(r->flags & PARAM_ZERO_OFF)) return param_read_range(r->name, r->dflt, r->lo, r->hi);
+  int64_t v = param_read_range(r->name, r->dflt, 0, r->hi);
+  return v == 0 ? 0 : param_clamp(r->name, v, r->lo, r->hi);
+}
+
+/* strdup, not braid_calloc: the logger's own rows are copied while logging
+ * is being set up, where a WARN would wait for itself. */
+static char* row_read_str(const struct param_row* r) {
+  int early = (r->flags & PARAM_EARLY) != 0;
+  const char* v = early ? env_value(r->name) : param_read_str(r->name);
+  char* copy = v ? strdup(v) : NULL;
+  if (v && copy == NULL && !early) WARN("Out of memory copying %s; treating it as unset", r->name);
+  return copy;
+}
+
+static int64_t param_int(enum param_id id) {
+  if (atomic_load_explicit(&g_params.v[id].ready, memory_order_acquire)) return g_params.v[id].i;
+  int64_t v = row_read_int(&k_rows[id]);
+  pthread_mutex_lock(&g_params.lock);
+  if (!atomic_load_explicit(&g_params.v[id].ready, memory_order_relaxed)) {
+    g_params.v[id].i = v;
+    atomic_store_explicit(&g_params.v[id].ready, 1, memory_order_release);
+  }
+  v = g_params.v[id].i;
+  pthread_mutex_unlock(&g_params.lock);
+  return v;
+}
+
+static const char* param_str(enum param_id id) {
+  if (!atomic_load_explicit(&g_params.v[id].ready, memory_order_acquire)) {
+    char* s = row_read_str(&k_rows[id]);
+    pthread_mutex_lock(&g_params.lock);
+    if (!atomic_load_explicit(&g_params.v[id].ready, memory_order_relaxed)) {
+      g_params.v[id].s = s;
+      s = NULL;
+      atomic_store_explicit(&g_params.v[id].ready, 1, memory_order_release);
+    }
+    pthread_mutex_unlock(&g_params.lock);
+    free(s); /* another caller published first */
+  }
+  return g_params.v[id].s ? g_params.v[id].s : k_rows[id].dflt_str;
+}
+
+#define PARAM_DEFINE_INT(fn, ...)    \
+  int64_t param_##fn(void) {         \
+    return param_int(PARAM_ID_##fn); \
+  }
+#define PARAM_DEFINE_STR(fn, ...)    \
+  const char* param_##fn(void) {     \
+    return param_str(PARAM_ID_##fn); \
+  }
+PARAM_TABLE(PARAM_DEFINE_INT, PARAM_DEFINE_STR)
+
+void param_log_early(void) {
+  for (int id = 0; id < PARAM_COUNT; id++) {
+    const struct param_row* r = &k_rows[id];
+    if (!(r->flags & PARAM_EARLY) || r->type != PARAM_STR) continue;
+    param_str((enum param_id)id); /* read already, unless logging never asked */
+    if (g_params.v[id].s) INFO(SUB_ENV, "%s set by environment to %s", r->name, g_params.v[id].s);
+  }
+}
+
+void param_cache_reset(void) {
+  pthread_mutex_lock(&g_params.lock);
+  for (int id = 0; id < PARAM_COUNT; id++) {
+    free(g_params.v[id].s);
+    g_params.v[id].s = NULL;
+    g_params.v[id].i = 0;
+    atomic_store_explicit(&g_params.v[id].ready, 0, memory_order_release);
+  }
+  pthread_mutex_unlock(&g_params.lock);
+}

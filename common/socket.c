@@ -166,8 +166,8 @@ static int parse_family(const char* s) {
 }
 
 static void choose_local_addr(void) {
-  const char* spec = param_read_str("NCCL_SOCKET_IFNAME");
-  int family = parse_family(param_read_str("NCCL_SOCKET_FAMILY"));
+  const char* spec = param_socket_ifname();
+  int family = parse_family(param_socket_family());
   char* ifn = g_local.ifname;
   size_t n = sizeof(g_local.ifname);
   int ok;
@@ -181,7 +181,7 @@ static void choose_local_addr(void) {
   }
   if (!ok) {
     WARN("No usable network interface found (NCCL_SOCKET_IFNAME=%s, NCCL_SOCKET_FAMILY=%s)",
-         spec ? spec : "", getenv("NCCL_SOCKET_FAMILY") ? getenv("NCCL_SOCKET_FAMILY") : "");
+         spec ? spec : "", param_socket_family() ? param_socket_family() : "");
     g_local.res = ncclSystemError;
     return;
   }

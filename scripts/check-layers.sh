@@ -6,6 +6,11 @@
 #           everything) must resolve in its own directory or in a folder its
 #           top folder may include from. The lists are the Makefile's, the
 #           same ones the compiler gets as -I flags (make print-layers).
+#  env:     library code reads the environment only through the table of
+#           common/param_table.h, so every knob is a row with a default the
+#           README is checked against: getenv( or an uncached param_read_int(
+#           / param_read_range( outside common/param.[ch] must say why on its
+#           line with "not-a-param".
 #
 # Prints one line per violation (file:line, what, which rule) and exits 1
 # when there is any. Run by make test; alone: scripts/check-layers.sh.
@@ -91,11 +96,23 @@ check_includes() {
     sed -E 's/^([0-9]+):[^"]*"([^"]+)".*/\1:\2/')
 }
 
+check_env() {
+  local file=$1
+  local lineno text
+  case "$file" in common/param.[ch] | perf/* | trainer/*) return ;; esac # tools: not the library
+  while IFS=: read -r lineno text; do
+    case "$text" in *not-a-param*) continue ;; esac
+    violation "$file:$lineno reads the environment itself: rule: the library reads it only" \
+      "through the rows of common/param_table.h (or says why on the line: not-a-param)"
+  done < <(grep -nE '\b((secure_)?getenv|param_read_int|param_read_range)[[:space:]]*\(' "$file")
+}
+
 nfiles=0
 while IFS= read -r -d '' f; do
   f=${f#./}
   nfiles=$((nfiles + 1))
   check_includes "$f"
+  check_env "$f"
 done < <(find "${checked[@]}" -type f \( -name '*.c' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' \) \
   -print0 2>/dev/null | sort -z)
 
@@ -103,4 +120,4 @@ if [ "$bad" -ne 0 ]; then
   echo "check-layers: $bad violation(s) in $nfiles files (rules: DESIGN.md \"Layout\", make print-layers)"
   exit 1
 fi
-echo "check-layers: $nfiles files, every include within its layer"
+echo "check-layers: $nfiles files, every include within its layer, no stray getenv"

@@ -31,7 +31,7 @@ static uint64_t hash_bytes(uint64_t h, const void* data, size_t len) {
 }
 
 uint64_t bootstrap_host_hash(void) {
-  const char* forced = getenv("NCCL_HOSTID");
+  const char* forced = param_hostid();
   char buf[512] = {0};
   if (forced) return hash_bytes(0xcbf29ce484222325ull, forced, strlen(forced));
   gethostname(buf, 255);
@@ -91,11 +91,19 @@ ncclResult_t bootstrap_id_decode(const ncclUniqueId* in, struct bootstrap_id* id
 /* What tells one job from another that uses the same NCCL_COMM_ID: the
  * world size and whatever job id its launcher exports (Braid's own, Open
  * MPI / PMIx, Slurm, torchrun - whose restart count makes each restart a
- * job of its own, so a straggler of the last attempt cannot join). */
+ * job of its own, so a straggler of the last attempt cannot join). Braid's
+ * own is a row of the parameter table; the launchers' are read with getenv:
+ * they are not Braid's knobs, have no default, and their launchers
+ * document them. */
 static const char* const kJobVars[] = {
     "BRAID_JOB_ID", "WORLD_SIZE",    "OMPI_MCA_ess_base_jobid", "PMIX_NAMESPACE",
     "SLURM_JOB_ID", "SLURM_STEP_ID", "TORCHELASTIC_RUN_ID",     "TORCHELASTIC_RESTART_COUNT",
 };
+
+static const char* job_var(size_t i) {
+  if (i == 0) return param_job_id();
+  return getenv(kJobVars[i]); /* not-a-param: the launcher's, see kJobVars */
+}
 
 /* splitmix64's finalizer: spreads FNV's weak low bits over the word. */
 static uint64_t mix64(uint64_t x) {
@@ -108,7 +116,7 @@ uint64_t bootstrap_job_key(const char* comm_id) {
   char used[256] = "NCCL_COMM_ID";
   uint64_t h = hash_bytes(0x84222325cbf29ce4ull, comm_id, strlen(comm_id) + 1);
   for (size_t i = 0; i < sizeof(kJobVars) / sizeof(kJobVars[0]); i++) {
-    const char* v = getenv(kJobVars[i]);
+    const char* v = job_var(i);
     if (v == NULL) continue;
     h = hash_bytes(h, kJobVars[i], strlen(kJobVars[i]) + 1);
     h = hash_bytes(h, v, strlen(v) + 1);
@@ -140,7 +148,7 @@ ncclResult_t bootstrap_get_unique_id(ncclUniqueId* out) {
   ncclResult_t res = ncclSuccess;
   struct bootstrap_id id = {BOOTSTRAP_MAGIC, BOOTSTRAP_VERSION, 0, {0}};
   union socket_addr addr;
-  const char* env = param_read_str("NCCL_COMM_ID");
+  const char* env = param_comm_id();
   if (env == NULL) return bootstrap_new_root_id(out);
   CHECK(socket_parse_hostport(env, &addr));
   id.key = bootstrap_job_key(env);
@@ -186,7 +194,7 @@ static const char* root_status_str(uint32_t status) {
 ncclResult_t bootstrap_maybe_start_root(const struct bootstrap_id* id, int rank, int nranks,
                                         _Atomic int* aborted, struct bootstrap_root** out) {
   ncclResult_t res = ncclSuccess;
-  const char* env = param_read_str("NCCL_COMM_ID");
+  const char* env = param_comm_id();
   union socket_addr addr;
   char buf[SOCKET_ADDR_STRLEN];
   int fd = -1, err = 0;

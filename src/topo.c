@@ -344,7 +344,7 @@ ncclResult_t topo_detect(struct topo_system* sys) {
 /* ---- the process-wide copy ---- */
 
 static ncclResult_t topo_system_load(struct topo_system* sys) {
-  const char* path = param_read_str("NCCL_TOPO_FILE");
+  const char* path = param_topo_file();
   if (path != NULL) {
     if (topo_read_file(path, sys) == ncclSuccess) {
       sys->from_file = 1;
@@ -358,7 +358,7 @@ static ncclResult_t topo_system_load(struct topo_system* sys) {
 
 /* A dump is a diagnostic: failing to write one must not fail the caller. */
 static void topo_system_dump(const struct topo_system* sys) {
-  const char* path = param_read_str("NCCL_TOPO_DUMP_FILE");
+  const char* path = param_topo_dump_file();
   if (path != NULL && topo_write_file(sys, path) == ncclSuccess)
     INFO(TOPO_LOG_SUB, "Topology: written to NCCL_TOPO_DUMP_FILE %s", path);
 }

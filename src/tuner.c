@@ -44,7 +44,7 @@ static unsigned tuner_allowed(void) {
   static _Atomic int cached = -1;
   int v = atomic_load_explicit(&cached, memory_order_relaxed);
   if (v >= 0) return (unsigned)v;
-  const char* s = param_read_str("NCCL_ALGO");
+  const char* s = param_algo();
   unsigned mask = tuner_parse_algos(s);
   if (mask == 0) {
     WARN("NCCL_ALGO=%s names no algorithm (Ring, Tree, RecDoubling, Hier); using all", s);

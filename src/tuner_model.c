@@ -89,7 +89,7 @@ ncclResult_t tuner_model_init(struct ncclComm* comm) {
   ncclResult_t res = ncclSuccess;
   struct tuner_model* m = &comm->tune;
   const struct sched_topo* t = &comm->layout;
-  const char* file = param_read_str("BRAID_TUNE_FILE");
+  const char* file = param_tune_file();
   double f = 0;
   memset(m, 0, sizeof(*m));
   m->nranks = comm->nranks, m->nnodes = t->nnodes;

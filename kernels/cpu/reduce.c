@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "kern_dispatch.h"
+#include "param.h" /* common/: kernels may read their knob from the one table */
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
@@ -88,7 +89,7 @@ static void isa_init(void) {
     if (isa_avail & (1u << i)) isa_best = i;
   int cur = isa_best;
   /* An unknown name, or a path this CPU lacks, keeps the best one. */
-  const char* env = getenv("BRAID_KERNEL_ISA");
+  const char* env = param_kernel_isa();
   int want = env ? isa_lookup(env) : -1;
   if (want >= 0 && (isa_avail & (1u << want))) cur = want;
   atomic_store_explicit(&isa_cur, cur, memory_order_relaxed);

@@ -1,7 +1,8 @@
 /*
  * Parsers of the environment knobs: sizes with suffixes, NCCL_DEBUG levels
  * and subsystem masks, NCCL_SOCKET_IFNAME rules, NCCL_COMM_ID addresses,
- * NCCL_ALGO lists and BRAID_TUNE_FILE lines.
+ * NCCL_ALGO lists and BRAID_TUNE_FILE lines; the parameter table against
+ * README.md's, and its getters (read once, logged once).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -12,6 +13,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "comm.h"
 #include "debug.h"
@@ -186,13 +189,239 @@ static void test_tune_file_lines(void** state) {
   assert_true(m.nforced == 1 && m.forced[0].chunk == 4096);
 }
 
-int main(void) {
+/* ---- the parameter table and README.md ---- */
+
+/* README.md from the source tree: __FILE__ is this file's path as the
+ * Makefile passed it, relative to the directory make ran in. */
+static void readme_path(char* buf, size_t len) {
+  const char* me = __FILE__;
+  const char* tail = strstr(me, "tests/unit/test_params.c");
+  snprintf(buf, len, "%.*sREADME.md", tail ? (int)(tail - me) : 0, me);
+}
+
+struct readme_row {
+  char name[64];
+  char dflt[128];
+  int line;
+};
+
+/* Copy a table cell without its backticks and surrounding blanks. */
+static void cell_copy(char* out, size_t len, const char* cell, size_t n) {
+  size_t o = 0;
+  while (n > 0 && (*cell == ' ')) cell++, n--;
+  while (n > 0 && cell[n - 1] == ' ') n--;
+  for (size_t i = 0; i < n && o + 1 < len; i++)
+    if (cell[i] != '`') out[o++] = cell[i];
+  out[o] = '\0';
+}
+
+/* The rows of the tables in README's "## Environment" section whose first
+ * cell names an NCCL_ or BRAID_ variable. Returns how many. */
+static int readme_env_rows(struct readme_row* rows, int max) {
+  char path[512], line[1024];
+  readme_path(path, sizeof(path));
+  FILE* f = fopen(path, "r");
+  if (f == NULL) fail_msg("cannot open %s (run from the source tree)", path);
+  int n = 0, in_env = 0, lineno = 0;
+  while (fgets(line, sizeof(line), f)) {
+    lineno++;
+    if (strncmp(line, "## ", 3) == 0) in_env = strncmp(line, "## Environment", 14) == 0;
+    if (!in_env || line[0] != '|') continue;
+    const char* c1 = line + 1;
+    const char* c2 = strchr(c1, '|');
+    const char* c3 = c2 ? strchr(c2 + 1, '|') : NULL;
+    if (c3 == NULL) continue;
+    struct readme_row r = {.line = lineno};
+    cell_copy(r.name, sizeof(r.name), c1, (size_t)(c2 - c1));
+    cell_copy(r.dflt, sizeof(r.dflt), c2 + 1, (size_t)(c3 - c2 - 1));
+    if (strncmp(r.name, "NCCL_", 5) != 0 && strncmp(r.name, "BRAID_", 6) != 0) continue;
+    assert_true(n < max);
+    rows[n++] = r;
+  }
+  fclose(f);
+  return n;
+}
+
+/* What README's default column must say for a row. */
+static int row_default_matches(const struct param_row* p, const char* text) {
+  if (p->type == PARAM_INT) {
+    int64_t v;
+    return param_parse_int(text, &v) == 0 && v == p->dflt;
+  }
+  return strcmp(text, p->dflt_str ? p->dflt_str : p->shown) == 0;
+}
+
+/* Both ways: every row is in README with its default, and every variable
+ * README lists is a row. All disagreements are printed before failing. */
+static void test_table_matches_readme(void** state) {
+  (void)state;
+  struct readme_row doc[128];
+  int ndoc = readme_env_rows(doc, 128), nrows, bad = 0;
+  const struct param_row* rows = param_rows(&nrows);
+  assert_true(ndoc > 0);
+  for (int i = 0; i < nrows; i++) {
+    int found = 0;
+    for (int j = 0; j < ndoc; j++) {
+      if (strcmp(doc[j].name, rows[i].name) != 0) continue;
+      found++;
+      if (!row_default_matches(&rows[i], doc[j].dflt)) {
+        if (rows[i].type == PARAM_INT)
+          print_error("README.md:%d: %s default \"%s\", the table's is %lld\n", doc[j].line,
+                      rows[i].name, doc[j].dflt, (long long)rows[i].dflt);
+        else
+          print_error("README.md:%d: %s default \"%s\", the table's is \"%s\"\n", doc[j].line,
+                      rows[i].name, doc[j].dflt,
+                      rows[i].dflt_str ? rows[i].dflt_str : rows[i].shown);
+        bad++;
+      }
+    }
+    if (found != 1) {
+      print_error("README.md: %s is listed %d times, once expected\n", rows[i].name, found);
+      bad++;
+    }
+  }
+  for (int j = 0; j < ndoc; j++) {
+    int found = 0;
+    for (int i = 0; i < nrows && !found; i++) found = strcmp(doc[j].name, rows[i].name) == 0;
+    if (!found) {
+      print_error("README.md:%d: %s is not a row of common/param_table.h\n", doc[j].line,
+                  doc[j].name);
+      bad++;
+    }
+  }
+  assert_int_equal(bad, 0);
+}
+
+/* Rows are well formed: defaults inside their ranges, shown text for every
+ * string without a default value, and the logger's default mask the same
+ * whether it comes from the row or from the parser's own fallback. */
+static void test_table_rows(void** state) {
+  (void)state;
+  int n;
+  const struct param_row* rows = param_rows(&n);
+  for (int i = 0; i < n; i++) {
+    const struct param_row* r = &rows[i];
+    assert_true(strncmp(r->name, "NCCL_", 5) == 0 || strncmp(r->name, "BRAID_", 6) == 0);
+    assert_non_null(r->doc);
+    if (r->type == PARAM_INT) {
+      assert_true(r->lo <= r->hi);
+      assert_true((r->dflt >= r->lo && r->dflt <= r->hi) ||
+                  (r->dflt == 0 && (r->flags & PARAM_ZERO_OFF)));
+    } else {
+      assert_true(r->dflt_str != NULL || r->shown != NULL);
+    }
+    for (int j = 0; j < i; j++) assert_string_not_equal(r->name, rows[j].name);
+    if (strcmp(r->name, "NCCL_DEBUG_SUBSYS") == 0)
+      assert_int_equal(debug_parse_subsys(r->dflt_str), debug_parse_subsys(NULL));
+  }
+}
+
+/* A getter reads its variable once: later changes are not seen until the
+ * cache is reset (as in a fresh process). Clamping and the ZERO_OFF rule
+ * apply to rows as they did to the old getters. */
+static void test_getters_cached(void** state) {
+  (void)state;
+  setenv("BRAID_NSTEPS", "8", 1);
+  setenv("NCCL_ALGO", "Ring", 1);
+  param_cache_reset();
+  assert_int_equal(param_nsteps(), 8);
+  assert_string_equal(param_algo(), "Ring");
+  setenv("BRAID_NSTEPS", "12", 1);
+  setenv("NCCL_ALGO", "Tree", 1);
+  assert_int_equal(param_nsteps(), 8);
+  assert_string_equal(param_algo(), "Ring");
+  param_cache_reset();
+  assert_int_equal(param_nsteps(), 12);
+  assert_string_equal(param_algo(), "Tree");
+  setenv("BRAID_NSTEPS", "1000", 1);  /* clamped to 32 */
+  setenv("BRAID_SOCKET_BUF", "0", 1); /* 0 stays off */
+  unsetenv("NCCL_ALGO");
+  setenv("NCCL_DEBUG_SUBSYS", "", 1); /* empty reads as unset: the default */
+  param_cache_reset();
+  assert_int_equal(param_nsteps(), 32);
+  assert_int_equal(param_sock_buf(), 0);
+  assert_null(param_algo());
+  assert_string_equal(param_debug_subsys(), "INIT,BOOTSTRAP,ENV");
+  setenv("BRAID_SOCKET_BUF", "1", 1); /* 1 byte: clamped up to 64K */
+  param_cache_reset();
+  assert_int_equal(param_sock_buf(), 64 * 1024);
+  unsetenv("BRAID_NSTEPS");
+  unsetenv("BRAID_SOCKET_BUF");
+  unsetenv("NCCL_DEBUG_SUBSYS");
+  param_cache_reset();
+}
+
+#define LOG_CHILD_ARG "--log-child"
+
+/* In a fresh process (exec'ed, so logging is set up from this environment):
+ * read two knobs twice each; the log must say each was set, once. */
+static int log_child(void) {
+  int bad = 0;
+  for (int i = 0; i < 2; i++) {
+    const char* ifname = param_socket_ifname();
+    bad += ifname == NULL || strcmp(ifname, "lo") != 0;
+    bad += param_chunk_size() != 128 * 1024;
+  }
+  return bad;
+}
+
+static int count_lines(const char* path, const char* needle) {
+  char line[1024];
+  int n = 0;
+  FILE* f = fopen(path, "r");
+  if (f == NULL) return -1;
+  while (fgets(line, sizeof(line), f))
+    if (strstr(line, needle)) n++;
+  fclose(f);
+  return n;
+}
+
+static void test_logged_once(void** state) {
+  (void)state;
+  char path[128], want[256];
+  snprintf(path, sizeof(path), "/tmp/braid_test_params.%d.log", (int)getpid());
+  fflush(NULL);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    setenv("NCCL_DEBUG", "INFO", 1);
+    setenv("NCCL_DEBUG_SUBSYS", "ENV", 1);
+    setenv("NCCL_DEBUG_FILE", path, 1);
+    setenv("NCCL_SOCKET_IFNAME", "lo", 1);
+    setenv("BRAID_CHUNK_SIZE", "128K", 1);
+    execl("/proc/self/exe", "test_params", LOG_CHILD_ARG, (char*)NULL);
+    _exit(127);
+  }
+  int status = 0;
+  assert_int_equal(waitpid(pid, &status, 0), pid);
+  assert_true(WIFEXITED(status));
+  assert_int_equal(WEXITSTATUS(status), 0);
+  assert_int_equal(count_lines(path, "NCCL INFO NCCL_SOCKET_IFNAME set by environment to lo"), 1);
+  assert_int_equal(count_lines(path, "NCCL INFO BRAID_CHUNK_SIZE set by environment to 128K"), 1);
+  /* the logger's own settings, read before logging existed, are logged too */
+  assert_int_equal(count_lines(path, "NCCL INFO NCCL_DEBUG set by environment to INFO"), 1);
+  snprintf(want, sizeof(want), "NCCL INFO NCCL_DEBUG_FILE set by environment to %s", path);
+  assert_int_equal(count_lines(path, want), 1);
+  unlink(path);
+}
+
+int main(int argc, char** argv) {
+  if (argc > 1 && strcmp(argv[1], LOG_CHILD_ARG) == 0) return log_child();
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_parse_int),         cmocka_unit_test(test_read_int_falls_back),
-      cmocka_unit_test(test_read_range_clamps), cmocka_unit_test(test_debug_level),
-      cmocka_unit_test(test_debug_subsys),      cmocka_unit_test(test_ifname_rules),
-      cmocka_unit_test(test_hostport),          cmocka_unit_test(test_wire_roundtrip),
-      cmocka_unit_test(test_algo_list),         cmocka_unit_test(test_tune_file_lines),
+      cmocka_unit_test(test_parse_int),
+      cmocka_unit_test(test_read_int_falls_back),
+      cmocka_unit_test(test_read_range_clamps),
+      cmocka_unit_test(test_debug_level),
+      cmocka_unit_test(test_debug_subsys),
+      cmocka_unit_test(test_ifname_rules),
+      cmocka_unit_test(test_hostport),
+      cmocka_unit_test(test_wire_roundtrip),
+      cmocka_unit_test(test_algo_list),
+      cmocka_unit_test(test_tune_file_lines),
+      cmocka_unit_test(test_table_matches_readme),
+      cmocka_unit_test(test_table_rows),
+      cmocka_unit_test(test_getters_cached),
+      cmocka_unit_test(test_logged_once),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

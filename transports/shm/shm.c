@@ -142,25 +142,20 @@ struct shm_params {
   int64_t direct_min;
 };
 
-/* Defaults measured on a 2-core VM (README, "Shared memory"): 32 slots keep
- * 64 KiB pipeline chunks flowing (2-4x the throughput of 4-8 slots), and
- * with copies batched up to SHM_COPY_BATCH, large messages go as fast as
- * through 1 MiB slots. Direct reads are off: process_vm_readv moves about
- * 5 GB/s there against 10-15 GB/s for the two pipelined copies. */
-#define SHM_DEFAULT_NSLOTS 32
-#define SHM_DEFAULT_SLOT_BYTES (128 * 1024)
-#define SHM_DEFAULT_DIRECT_MIN 0
-
+/* The defaults (common/param_table.h) were measured on a 2-core VM
+ * (README, "Shared memory"): 32 slots keep 64 KiB pipeline chunks flowing
+ * (2-4x the throughput of 4-8 slots), and with copies batched up to
+ * SHM_COPY_BATCH, large messages go as fast as through 1 MiB slots. Direct
+ * reads are off: process_vm_readv moves about 5 GB/s there against 10-15
+ * GB/s for the two pipelined copies. */
 static struct shm_params shm_params;
 static pthread_once_t shm_params_once = PTHREAD_ONCE_INIT;
 
 static void shm_params_read(void) {
   struct shm_params* p = &shm_params;
-  p->nslots = param_read_range("BRAID_SHM_NSLOTS", SHM_DEFAULT_NSLOTS, 1, 4096);
-  p->slot_bytes =
-      param_read_range("BRAID_SHM_SLOT_BYTES", SHM_DEFAULT_SLOT_BYTES, SHM_PAGE, 1 << 30);
-  p->slot_bytes = ALIGN_UP(p->slot_bytes, SHM_LINE); /* keep every slot's data line-aligned */
-  p->direct_min = param_read_range("BRAID_SHM_DIRECT_MIN", SHM_DEFAULT_DIRECT_MIN, 0, INT64_MAX);
+  p->nslots = param_shm_nslots();
+  p->slot_bytes = ALIGN_UP(param_shm_slot_bytes(), SHM_LINE); /* every slot's data line-aligned */
+  p->direct_min = param_shm_direct_min();
 }
 
 static const struct shm_params* shm_params_get(void) {
