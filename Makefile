@@ -35,7 +35,8 @@ endif
 ifeq ($(origin HAVE_CUDA),undefined)
 HAVE_CUDA := $(if $(NVCC),1,0)
 endif
-ifeq ($(origin HAVE_IBVERBS),undefined) # libibverbs is dlopen'ed: its header is all we need
+# libibverbs is dlopen'ed (DESIGN.md): its header is all the build needs.
+ifeq ($(origin HAVE_IBVERBS),undefined)
 HAVE_IBVERBS := $(shell printf '\043include <infiniband/verbs.h>\n' | \
                   $(CC) -E -x c - >/dev/null 2>&1 && echo 1 || echo 0)
 endif
