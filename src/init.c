@@ -76,6 +76,7 @@ static ncclResult_t comm_setup_local(struct ncclComm* comm, union socket_addr* l
   CHECK(braid_calloc(&comm->recv_conns, (size_t)comm->nranks, sizeof(struct transport_conn*)));
   CHECK(braid_calloc(&comm->p2p_send, (size_t)comm->nranks, sizeof(struct transport_conn*)));
   CHECK(braid_calloc(&comm->p2p_recv, (size_t)comm->nranks, sizeof(struct transport_conn*)));
+  CHECK(braid_calloc(&comm->peer_transport, (size_t)comm->nranks, sizeof(struct transport*)));
   CHECK(socket_local_addr(listen, NULL, 0));
   if (listen->sa.sa_family == AF_INET)
     listen->sin.sin_port = 0;
@@ -113,16 +114,19 @@ static ncclResult_t comm_create(struct ncclComm** out, int nranks, const ncclUni
   CHECK(comm_registry_add(comm));
   CHECK(comm_config_read(config, &comm->config));
   CHECK(comm_setup_local(comm, &listen));
-  comm->tctx = (struct transport_ctx){rank,
-                                      nranks,
-                                      0, /* the data secret: the root hands it out */
-                                      comm->peers,
-                                      comm->tctx.listen_fd,
-                                      comm->progress.epoll_fd,
-                                      param_timeout_ms(),
-                                      NULL,
-                                      &comm->aborted,
-                                      &comm->waits};
+  comm->tctx = (struct transport_ctx){
+      .rank = rank,
+      .nranks = nranks,
+      .secret = 0, /* the data secret: the root hands it out */
+      .peers = comm->peers,
+      .listen_fd = comm->tctx.listen_fd,
+      .epoll_fd = comm->progress.epoll_fd,
+      .timeout_ms = param_timeout_ms(),
+      .aborted = &comm->aborted,
+      .waits = &comm->waits,
+      .chosen = comm->peer_transport,
+  };
+  CHECK(transport_table_init(&comm->tctx));
   socket_addr_to_wire(&listen, &comm->peers[rank].listen);
   *out = comm;
   return ncclSuccess;

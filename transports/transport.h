@@ -52,6 +52,8 @@ static inline void transport_wait_on_fd(struct transport_waits* w) {
   if (w) w->nfd++;
 }
 
+struct transport;
+
 /* What a transport may know of its communicator. */
 struct transport_ctx {
   int rank;
@@ -64,6 +66,10 @@ struct transport_ctx {
   struct transport_accept* accept; /* incoming connections: pending hellos, unclaimed ones */
   _Atomic int* aborted;            /* set by ncclCommAbort: stop waiting */
   struct transport_waits* waits;   /* the comm's, see above */
+  /* per peer: the transport that carries the pair, chosen at first need
+   * (transport_for_peer), NULL until then */
+  const struct transport** chosen;
+  const struct transport* net; /* the network NCCL_NET names */
 };
 
 /* What call a message belongs to, as its poster describes it: opaque to
@@ -103,8 +109,25 @@ ncclResult_t transport_check_message(struct transport_conn* conn, uint64_t seq, 
                                      const struct transport_tag* tag, uint64_t want_seq,
                                      uint64_t want_bytes, const struct transport_tag* want_tag);
 
+/* The transports of the table (transport_table.c), in the order a pair of
+ * ranks tries them. The tuner keeps one link cost per id. */
+enum transport_id { TRANSPORT_SHM = 0, TRANSPORT_NET_SOCKET, TRANSPORT_COUNT };
+
+/* Capabilities: the memory kinds a transport moves, and what wakes a rank
+ * that sleeps on one of its connections (transport_waits). */
+#define TRANSPORT_CAP_HOST_MEM 0x1u     /* host (pageable) memory */
+#define TRANSPORT_CAP_DEVICE_MEM 0x2u   /* CUDA device memory */
+#define TRANSPORT_CAP_WAKE_FD 0x100u    /* its fds in the comm's epoll set */
+#define TRANSPORT_CAP_WAKE_FUTEX 0x200u /* a futex word in shared memory */
+
 struct transport {
   const char* name;
+  enum transport_id id;
+  unsigned caps; /* TRANSPORT_CAP_* */
+  /* Whether this transport can join ranks a and b. Decided from the peer
+   * table alone, so that both ends of a pair, and the tuner of every rank
+   * (which asks about pairs it is not part of), get the same answer. */
+  int (*can_connect)(const struct transport_ctx* ctx, int a, int b);
   /* Connect to `peer` for sending / accept from `peer` for receiving, on
    * `channel` (0: collectives, 1: point-to-point; each pair of ranks has
    * one connection per channel and direction). A rank connects all its
@@ -135,6 +158,24 @@ struct transport {
 
 extern const struct transport tcp_transport;
 extern const struct transport shm_transport;
+
+/* ---- the transport table (transport_table.c) ---- */
+
+/* Read the table's knobs into ctx: NCCL_NET must name a network this
+ * build has (ncclInvalidArgument with a WARN otherwise). */
+ncclResult_t transport_table_init(struct transport_ctx* ctx);
+
+/* The network transport NCCL_NET named (Socket when unset). */
+const struct transport* transport_network(const struct transport_ctx* ctx);
+
+/* The first transport of the table that joins ranks a and b and moves
+ * `mem_caps` (TRANSPORT_CAP_*_MEM), or NULL. Pure on the peer table. */
+const struct transport* transport_select(const struct transport_ctx* ctx, int a, int b,
+                                         unsigned mem_caps);
+
+/* The transport this rank uses with `peer` (host memory), chosen once and
+ * logged at INFO; ncclSystemError with a WARN if none can join them. */
+ncclResult_t transport_for_peer(struct transport_ctx* ctx, int peer, const struct transport** out);
 
 /* Remove the shared-memory segments of this host and shared-memory domain
  * (bootstrap_shm_domain(); 0: shared memory is off) whose creator died

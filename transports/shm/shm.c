@@ -689,8 +689,18 @@ static void shm_close(struct transport_conn* base) {
   free(c);
 }
 
+/* Ranks of one host and shared-memory domain (the same /dev/shm and pid
+ * namespace); a rank with NCCL_SHM_DISABLE=1 announced domain 0. */
+static int shm_can_connect(const struct transport_ctx* ctx, int a, int b) {
+  const struct peer_info *pa = &ctx->peers[a], *pb = &ctx->peers[b];
+  return pa->shm_domain != 0 && pa->host_hash == pb->host_hash && pa->shm_domain == pb->shm_domain;
+}
+
 const struct transport shm_transport = {
     .name = "SHM",
+    .id = TRANSPORT_SHM,
+    .caps = TRANSPORT_CAP_HOST_MEM | TRANSPORT_CAP_WAKE_FUTEX,
+    .can_connect = shm_can_connect,
     .connect_send = shm_connect_send,
     .connect_recv = shm_connect_recv,
     .post = shm_post,

@@ -169,8 +169,17 @@ static void tcp_close(struct transport_conn* base) {
   free(c);
 }
 
+/* Sockets reach every rank: each announced where its listener accepts. */
+static int tcp_can_connect(const struct transport_ctx* ctx, int a, int b) {
+  (void)ctx, (void)a, (void)b;
+  return 1;
+}
+
 const struct transport tcp_transport = {
     .name = "NET/Socket",
+    .id = TRANSPORT_NET_SOCKET,
+    .caps = TRANSPORT_CAP_HOST_MEM | TRANSPORT_CAP_WAKE_FD,
+    .can_connect = tcp_can_connect,
     .connect_send = tcp_connect_send,
     .connect_recv = tcp_connect_recv,
     .connect_duplex = tcp_connect_duplex,
