@@ -127,7 +127,6 @@ static ncclResult_t comm_create(struct ncclComm** out, int nranks, const ncclUni
       .chosen = comm->peer_transport,
   };
   CHECK(transport_table_init(&comm->tctx));
-  socket_addr_to_wire(&listen, &comm->peers[rank].listen);
   *out = comm;
   return ncclSuccess;
 fail:
@@ -144,13 +143,10 @@ static void comm_describe_self(struct ncclComm* comm, const struct topo_system* 
                              .host_hash = bootstrap_host_hash(),
                              .cuda_dev = comm->cuda_dev,
                              .ncpus = sys->ncores > 0 ? sys->ncores : sys->npus,
-                             .shm_domain = param_shm_disable() ? 0 : bootstrap_shm_domain(),
-                             .shm_tag = bootstrap_random64(),
                              .nic_mbps = nic && nic->speed_mbps > 0 ? (uint32_t)nic->speed_mbps : 0,
                              .mem_mbps = sys->mem_mbps,
                              .bell_fd = comm->progress.bell_fd[0],
-                             .bell_ino = comm->progress.bell_ino,
-                             .listen = comm->peers[comm->rank].listen};
+                             .bell_ino = comm->progress.bell_ino};
 }
 
 /* Nodes from the peers' host hashes; the first rank of each node logs
@@ -183,7 +179,7 @@ static ncclResult_t comm_bootstrap(struct ncclComm* comm) {
   CHECK(topo_system_get(&sys));
   CHECK(socket_local_addr(&addr, ifname, sizeof(ifname)));
   comm_describe_self(comm, sys, ifname, &mine);
-  transport_shm_sweep(mine.shm_domain);
+  CHECK(transport_blobs_make(&comm->tctx, &mine));
   CHECK(bootstrap_maybe_start_root(&comm->id, comm->rank, comm->nranks, &comm->aborted, &root));
   res = bootstrap_exchange(&comm->id, comm->rank, comm->nranks, &mine, comm->peers,
                            &comm->tctx.secret, socket_deadline(param_timeout_ms()), &comm->aborted);

@@ -128,6 +128,11 @@ struct transport {
    * table alone, so that both ends of a pair, and the tuner of every rank
    * (which asks about pairs it is not part of), get the same answer. */
   int (*can_connect)(const struct transport_ctx* ctx, int a, int b);
+  /* This rank's blob (blob_bytes, at most PEER_BLOB_BYTES for all
+   * transports together), filled at init into its peer_info before the
+   * bootstrap exchange; a peer's is transport_peer_blob(). */
+  size_t blob_bytes;
+  ncclResult_t (*blob_make)(struct transport_ctx* ctx, void* blob);
   /* Connect to `peer` for sending / accept from `peer` for receiving, on
    * `channel` (0: collectives, 1: point-to-point; each pair of ranks has
    * one connection per channel and direction). A rank connects all its
@@ -164,6 +169,14 @@ extern const struct transport shm_transport;
 /* Read the table's knobs into ctx: NCCL_NET must name a network this
  * build has (ncclInvalidArgument with a WARN otherwise). */
 ncclResult_t transport_table_init(struct transport_ctx* ctx);
+
+/* Every transport's blob for this rank, into `mine` (its peer_info). */
+ncclResult_t transport_blobs_make(struct transport_ctx* ctx, struct peer_info* mine);
+
+/* Where transport t's blob lives in a peer_info. */
+void* transport_blob_in(struct peer_info* p, const struct transport* t);
+const void* transport_peer_blob(const struct transport_ctx* ctx, const struct transport* t,
+                                int rank);
 
 /* The network transport NCCL_NET named (Socket when unset). */
 const struct transport* transport_network(const struct transport_ctx* ctx);

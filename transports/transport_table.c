@@ -1,8 +1,10 @@
 /*
- * The transport table: which transport carries a pair of ranks. Every
- * transport says which pairs it can join (can_connect) and what it moves
- * (caps); a pair takes the first that fits, in the order below: the most
- * direct path first, the network last. NCCL's knobs steer the choice:
+ * The transport table: which transport carries a pair of ranks, and what
+ * each publishes about its rank. Every transport says which pairs it can
+ * join (can_connect) and what it moves (caps); a pair takes the first that
+ * fits, in the order below: the most direct path first, the network last.
+ * Each transport's blob (where it listens, what names its segments) has a
+ * slice of peer_info.blobs, in the same order. NCCL's knobs steer the choice:
  * NCCL_SHM_DISABLE (a rank announces no shared-memory domain, so no pair
  * with it passes shm's check) and NCCL_NET, which names the network.
  */
@@ -20,6 +22,35 @@ static const struct transport* const k_table[] = {&shm_transport, &tcp_transport
 static const struct transport* net_named(const char* name) {
   if (name == NULL || strcasecmp(name, "Socket") == 0) return &tcp_transport;
   return NULL;
+}
+
+/* Each transport's blob follows those of the transports before it. */
+static size_t blob_offset(const struct transport* t) {
+  size_t off = 0;
+  for (size_t i = 0; i < TABLE_SIZE && k_table[i] != t; i++) off += k_table[i]->blob_bytes;
+  return off;
+}
+
+void* transport_blob_in(struct peer_info* p, const struct transport* t) {
+  return p->blobs + blob_offset(t);
+}
+
+const void* transport_peer_blob(const struct transport_ctx* ctx, const struct transport* t,
+                                int rank) {
+  return ctx->peers[rank].blobs + blob_offset(t);
+}
+
+ncclResult_t transport_blobs_make(struct transport_ctx* ctx, struct peer_info* mine) {
+  ncclResult_t res = ncclSuccess;
+  size_t total = 0;
+  for (size_t i = 0; i < TABLE_SIZE; i++) total += k_table[i]->blob_bytes;
+  if (total > PEER_BLOB_BYTES)
+    FAIL(ncclInternalError, "transport blobs need %zu bytes, the peer table has %d", total,
+         PEER_BLOB_BYTES);
+  for (size_t i = 0; i < TABLE_SIZE; i++)
+    CHECK(k_table[i]->blob_make(ctx, transport_blob_in(mine, k_table[i])));
+fail:
+  return res;
 }
 
 static int is_network(const struct transport* t) {

@@ -19,6 +19,7 @@
 
 #include "core.h"
 #include "progress.h"
+#include "shm/shm_names.h"
 #include "transport.h"
 
 /* A wake that never comes fails the test after this long instead of
@@ -55,10 +56,10 @@ static int setup(void** state) {
     g_peers[r] = (struct peer_info){.rank = r,
                                     .pid = (int32_t)getpid(),
                                     .host_hash = 1,
-                                    .shm_domain = 1,
-                                    .shm_tag = 0xb0b0 + (uint64_t)r,
                                     .bell_fd = s->engine.bell_fd[0],
                                     .bell_ino = s->engine.bell_ino};
+    *(struct shm_blob*)transport_blob_in(&g_peers[r], &shm_transport) =
+        (struct shm_blob){.domain = 1, .tag = 0xb0b0 + (uint64_t)r};
     s->ctx = (struct transport_ctx){.rank = r,
                                     .nranks = 2,
                                     .secret = 0xbe11,

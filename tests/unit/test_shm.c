@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "core.h"
+#include "shm/shm_names.h"
 #include "transport.h"
 
 /* No wait in these tests lasts longer: a hang fails instead of stalling. */
@@ -196,7 +197,7 @@ static int child_wait(pid_t pid, uint64_t deadline) {
 }
 
 /* Our segments left in /dev/shm: names start with "braid-<creator pid>-"
- * and the tag of shm_domain 1 (transports/shm/shm_names.c), so that a
+ * and the tag of shm domain 1 (transports/shm/shm_names.c), so that a
  * stranger's segment whose creator had one of our pids does not count. */
 static int shm_leftovers(pid_t pid[2]) {
   int n = 0;
@@ -240,8 +241,8 @@ static void pair_run(child_fn sender, child_fn receiver, parent_fn parent, int v
     sh->peers[r].rank = r;
     sh->peers[r].pid = pid[r];
     sh->peers[r].host_hash = 1;
-    sh->peers[r].shm_domain = 1;
-    sh->peers[r].shm_tag = bootstrap_random64();
+    *(struct shm_blob*)transport_blob_in(&sh->peers[r], &shm_transport) =
+        (struct shm_blob){.domain = 1, .tag = bootstrap_random64()};
   }
   atomic_store(&sh->table_ready, 1);
   if (parent) parent(pid);

@@ -18,6 +18,7 @@
 
 #include "core.h"
 #include "socket.h"
+#include "tcp/tcp.h"
 #include "transport.h"
 
 #define DEADLINE_MS 20000
@@ -56,7 +57,8 @@ static int setup(void** state) {
     if (socket_local_addr(&addr, NULL, 0) != ncclSuccess) return -1;
     addr.sin.sin_port = 0;
     if (socket_listen(&addr, &s->ctx.listen_fd) != ncclSuccess) return -1;
-    socket_addr_to_wire(&addr, &g_peers[r].listen);
+    struct tcp_blob* b = transport_blob_in(&g_peers[r], &tcp_transport);
+    socket_addr_to_wire(&addr, &b->listen);
     g_peers[r].rank = r;
     s->ctx.rank = r;
     s->ctx.nranks = NRANKS;

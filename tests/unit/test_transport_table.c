@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "shm/shm_names.h"
 #include "transport.h"
 
 #define NPEERS 5
@@ -23,11 +24,17 @@
 static struct peer_info g_peers[NPEERS];
 static const struct transport* g_chosen[NPEERS];
 
+static struct shm_blob* shm_of(int r) {
+  return transport_blob_in(&g_peers[r], &shm_transport);
+}
+
 static void table_ctx(struct transport_ctx* ctx, int rank) {
   static const uint64_t hosts[NPEERS] = {HOST_A, HOST_A, HOST_B, HOST_A, HOST_A};
   static const uint64_t domains[NPEERS] = {DOMAIN, DOMAIN, DOMAIN, 0, DOMAIN + 1};
-  for (int r = 0; r < NPEERS; r++)
-    g_peers[r] = (struct peer_info){.rank = r, .host_hash = hosts[r], .shm_domain = domains[r]};
+  for (int r = 0; r < NPEERS; r++) {
+    g_peers[r] = (struct peer_info){.rank = r, .host_hash = hosts[r]};
+    shm_of(r)->domain = domains[r];
+  }
   memset(g_chosen, 0, sizeof(g_chosen));
   memset(ctx, 0, sizeof(*ctx));
   ctx->rank = rank;
@@ -64,7 +71,7 @@ static void test_chosen_once(void** state) {
   assert_int_equal(transport_for_peer(&ctx, 0, &t), ncclSuccess);
   assert_ptr_equal(t, &shm_transport);
   assert_ptr_equal(g_chosen[0], &shm_transport);
-  g_peers[0].shm_domain = 0; /* would now choose sockets: the kept choice wins */
+  shm_of(0)->domain = 0; /* would now choose sockets: the kept choice wins */
   assert_int_equal(transport_for_peer(&ctx, 0, &t), ncclSuccess);
   assert_ptr_equal(t, &shm_transport);
   assert_int_equal(transport_for_peer(&ctx, 2, &t), ncclSuccess);
