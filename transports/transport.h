@@ -84,6 +84,17 @@ struct transport_tag {
  * another size (NCCL's "Message truncated"). */
 enum transport_mismatch { TRANSPORT_MATCH = 0, TRANSPORT_OTHER_CALL, TRANSPORT_OTHER_SIZE };
 
+/* A message's buffer as its poster describes it: where, how long, which
+ * kind of memory (one TRANSPORT_CAP_*_MEM bit), and the registration that
+ * covers it for transports that need one (NULL: none). A transport keeps
+ * what it needs of it: the descriptor itself may live on the stack. */
+struct transport_buf {
+  void* ptr;
+  size_t bytes;
+  unsigned mem;
+  void* reg;
+};
+
 /* Messages a connection can hold in flight; the executor keeps fewer. */
 #define TRANSPORT_MAX_INFLIGHT 64
 
@@ -151,8 +162,9 @@ struct transport {
                                  struct transport_conn** send, struct transport_conn** recv);
   /* Queue one message (send: from buf; receive: into buf) of the call
    * `tag` describes (NULL: none, all zero). The caller keeps fewer than
-   * TRANSPORT_MAX_INFLIGHT messages pending. */
-  ncclResult_t (*post)(struct transport_conn* conn, void* buf, size_t bytes,
+   * TRANSPORT_MAX_INFLIGHT messages pending, and posts only memory kinds
+   * the transport's caps name (the table chose it for them). */
+  ncclResult_t (*post)(struct transport_conn* conn, const struct transport_buf* buf,
                        const struct transport_tag* tag);
   /* Do the non-blocking I/O that is possible now; *progressed tells if any. */
   ncclResult_t (*progress)(struct transport_conn* conn, int* progressed);
@@ -160,6 +172,21 @@ struct transport {
   void (*shutdown)(struct transport_conn* conn);
   void (*close)(struct transport_conn* conn);
 };
+
+/* Whether conn's transport moves the memory kind of b; a WARN if not
+ * (the table never picks such a transport: this catches a caller's bug). */
+int transport_moves(const struct transport_conn* conn, const struct transport_buf* b);
+
+/* Post `bytes` at `ptr`, memory of kind `mem` (TRANSPORT_CAP_*_MEM). */
+static inline ncclResult_t transport_post(struct transport_conn* c, void* ptr, size_t bytes,
+                                          unsigned mem, const struct transport_tag* tag) {
+  struct transport_buf b = {ptr, bytes, mem, NULL};
+  return c->ops->post(c, &b, tag);
+}
+static inline ncclResult_t transport_post_host(struct transport_conn* c, void* ptr, size_t bytes,
+                                               const struct transport_tag* tag) {
+  return transport_post(c, ptr, bytes, TRANSPORT_CAP_HOST_MEM, tag);
+}
 
 extern const struct transport tcp_transport;
 extern const struct transport shm_transport;

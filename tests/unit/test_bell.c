@@ -98,7 +98,7 @@ static void connect_pair(void) {
  * so that the wait takes the epoll path. */
 static void receiver_block(char* buf, size_t bytes) {
   struct rank_side* s = &g_side[RECEIVER];
-  assert_int_equal(s->conn->ops->post(s->conn, buf, bytes, NULL), ncclSuccess);
+  assert_int_equal(transport_post_host(s->conn, buf, bytes, NULL), ncclSuccess);
   for (int i = 0; i < 8 && s->waits.nfutex == 0; i++) {
     int progressed = 0;
     progress_pass_begin(&s->engine, &s->waits);
@@ -119,7 +119,7 @@ static void* sleeper_main(void* arg) {
 
 static void sender_send(const char* buf, size_t bytes) {
   struct rank_side* s = &g_side[SENDER];
-  assert_int_equal(s->conn->ops->post(s->conn, (void*)buf, bytes, NULL), ncclSuccess);
+  assert_int_equal(transport_post_host(s->conn, (void*)buf, bytes, NULL), ncclSuccess);
   while (s->conn->completed < s->conn->posted) {
     int progressed = 0;
     assert_int_equal(s->conn->ops->progress(s->conn, &progressed), ncclSuccess);

@@ -90,11 +90,27 @@ static void test_net_knob(void** state) {
   unsetenv("NCCL_NET");
 }
 
+/* A buffer of a kind the transport does not move is refused at post. */
+static void test_memory_kinds(void** state) {
+  (void)state;
+  struct transport_conn c = {.ops = &shm_transport, .peer = 1};
+  struct transport_buf host = {NULL, 8, TRANSPORT_CAP_HOST_MEM, NULL};
+  struct transport_buf device = {NULL, 8, TRANSPORT_CAP_DEVICE_MEM, NULL};
+  struct transport_buf none = {NULL, 8, 0, NULL};
+  assert_true(transport_moves(&c, &host));
+  assert_false(transport_moves(&c, &device));
+  assert_false(transport_moves(&c, &none));
+  c.ops = &tcp_transport;
+  assert_true(transport_moves(&c, &host));
+  assert_false(transport_moves(&c, &device));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_pairs),
       cmocka_unit_test(test_chosen_once),
       cmocka_unit_test(test_net_knob),
+      cmocka_unit_test(test_memory_kinds),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

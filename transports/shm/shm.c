@@ -415,10 +415,11 @@ fail:
   return res;
 }
 
-static ncclResult_t shm_post(struct transport_conn* base, void* buf, size_t bytes,
+static ncclResult_t shm_post(struct transport_conn* base, const struct transport_buf* b,
                              const struct transport_tag* tag) {
   struct shm_conn* c = (struct shm_conn*)base;
   uint64_t seq = base->posted;
+  if (!transport_moves(base, b)) return ncclInternalError;
   if (seq - base->completed >= TRANSPORT_MAX_INFLIGHT) {
     WARN("SHM : too many messages in flight %s rank %d", c->side == SHM_SEND ? "to" : "from",
          base->peer);
@@ -430,8 +431,8 @@ static ncclResult_t shm_post(struct transport_conn* base, void* buf, size_t byte
     return ncclRemoteError;
   }
   struct shm_msg* m = &c->msgs[seq % TRANSPORT_MAX_INFLIGHT];
-  m->buf = buf;
-  m->bytes = bytes;
+  m->buf = b->ptr;
+  m->bytes = b->bytes;
   m->direct = 0;
   m->ack = 0;
   if (tag)

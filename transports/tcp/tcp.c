@@ -59,10 +59,11 @@ static int tcp_receiver_gone(const struct tcp_conn* c, uint64_t seq) {
   return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
 }
 
-static ncclResult_t tcp_post(struct transport_conn* base, void* buf, size_t bytes,
+static ncclResult_t tcp_post(struct transport_conn* base, const struct transport_buf* b,
                              const struct transport_tag* tag) {
   struct tcp_conn* c = (struct tcp_conn*)base;
   uint64_t seq = base->posted;
+  size_t bytes = b->bytes;
   struct tcp_msg* m = &c->msgs[seq % TRANSPORT_MAX_INFLIGHT];
   if (seq - base->completed >= TRANSPORT_MAX_INFLIGHT) {
     WARN("NET/Socket : too many messages in flight to rank %d", base->peer);
@@ -72,7 +73,8 @@ static ncclResult_t tcp_post(struct transport_conn* base, void* buf, size_t byte
     WARN("NET/Socket : rank %d closed its connection (it failed, aborted or died)", base->peer);
     return ncclRemoteError;
   }
-  m->buf = buf;
+  if (!transport_moves(base, b)) return ncclInternalError;
+  m->buf = b->ptr;
   m->bytes = bytes;
   m->parts_left = tcp_nparts(c, seq, bytes);
   if (tag)
