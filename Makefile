@@ -114,15 +114,17 @@ tests: $(UNIT_BINS) $(MP_BINS)
 # The sanitizer builds (scripts/test-sanitize.sh) need only these two kinds.
 unit-mp-tests: $(UNIT_BINS) $(MP_BINS)
 
-$(BUILD)/obj/%_avx2.o: %_avx2.c
+$(BUILD)/obj/%_avx2.o: %_avx2.c Makefile
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(call layer_inc,$<) $(DEPFLAGS) $(ISA_avx2) -c $< -o $@
 
-$(BUILD)/obj/%_avx512.o: %_avx512.c
+$(BUILD)/obj/%_avx512.o: %_avx512.c Makefile
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(call layer_inc,$<) $(DEPFLAGS) $(ISA_avx512) -c $< -o $@
 
-$(BUILD)/obj/%.o: %.c
+# Objects depend on the Makefile too: its flags and include rules are part
+# of every compile (and an object from before -MMD has no .d to go by).
+$(BUILD)/obj/%.o: %.c Makefile
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(call layer_inc,$<) $(DEPFLAGS) -c $< -o $@
 

@@ -20,7 +20,7 @@
 #include "socket.h"
 
 #define BOOTSTRAP_MAGIC 0x44494152u /* "RAID" little-endian: Braid id */
-#define BOOTSTRAP_VERSION 3u        /* 3: job keys, the root's data secret, refusal replies */
+#define BOOTSTRAP_VERSION 4u /* 3: job keys, the root's data secret, refusal replies; 4: blobs */
 #define BOOTSTRAP_MAX_RANKS (1 << 20)
 
 /* What a ncclUniqueId holds; the remaining bytes of the 128 are zero. */
@@ -32,21 +32,22 @@ struct bootstrap_id {
 };
 
 /* What every rank tells every other rank at init. */
+#define PEER_BLOB_BYTES 64
+
 struct peer_info {
   int32_t rank;
   int32_t pid;
   uint64_t host_hash; /* hostname + boot id, or NCCL_HOSTID */
   int32_t cuda_dev;
-  int32_t ncpus; /* online cores of its host (topology) */
-  /* Ranks with the same host_hash and shm_domain share /dev/shm and a pid
-   * namespace: the shared-memory transport can join them. */
-  uint64_t shm_domain;
-  uint64_t shm_tag;               /* random per rank and comm: names its shm segments */
-  uint32_t nic_mbps;              /* speed of the NIC its sockets use, 0 if unknown */
-  uint32_t mem_mbps;              /* its host's measured memcpy bandwidth, MB/s */
-  int32_t bell_fd;                /* its progress engine's bell pipe, in its process */
-  uint64_t bell_ino;              /* that pipe's inode, 0 if none */
-  struct socket_wire_addr listen; /* where its data listener accepts */
+  int32_t ncpus;     /* online cores of its host (topology) */
+  uint32_t nic_mbps; /* speed of the NIC its sockets use, 0 if unknown */
+  uint32_t mem_mbps; /* its host's measured memcpy bandwidth, MB/s */
+  int32_t bell_fd;   /* its progress engine's bell pipe, in its process */
+  uint64_t bell_ino; /* that pipe's inode, 0 if none */
+  /* What each transport publishes about this rank (where it listens, what
+   * names its segments), opaque here: the table (transports/transport.h)
+   * gives each its slice, and the root's exchange carries them. */
+  uint8_t blobs[PEER_BLOB_BYTES];
 };
 
 /* ---- the wire between a rank and the root ---- */

@@ -115,6 +115,8 @@ void comm_free(struct ncclComm* comm) {
   free(comm->p2p_send);
   free(comm->p2p_recv);
   free(comm->peers);
+  free(comm->peer_transport);
+  comm->peer_transport = NULL;
   comm->send_conns = comm->recv_conns = comm->p2p_send = comm->p2p_recv = NULL;
   comm->peers = NULL;
   comm->magic = 0;

@@ -53,6 +53,7 @@ struct ncclComm {
   struct transport_conn** recv_conns;
   struct transport_conn** p2p_send; /* send/recv: their own connections */
   struct transport_conn** p2p_recv;
+  const struct transport** peer_transport; /* per peer, chosen at first need */
   /* Work runs in the order it was issued, whichever thread or stream runs
    * it: issue takes a ticket, running waits for its turn. */
   pthread_mutex_t turn_lock;

@@ -11,13 +11,11 @@
 
 #define CONNECT_MAX_PEERS 64
 
-/* The peers an operation talks to, and whether it sends/receives to each;
- * collectives plan their algorithm here. */
+/* The peers an operation talks to, and whether it sends/receives to each:
+ * a collective's, from the schedule work_plan chose. */
 static int op_peers(struct work_op* op, int* peers, int* sends, int* recvs) {
   if (op->kind == WORK_COLL) {
-    struct sched_key key;
-    exec_plan(op->comm, &op->args, &key);
-    int m = sched_peers(&key, peers, CONNECT_MAX_PEERS);
+    int m = sched_peers(&op->key, peers, CONNECT_MAX_PEERS);
     for (int i = 0; i < m; i++) sends[i] = recvs[i] = 1;
     return m;
   }
@@ -34,16 +32,6 @@ static struct transport_conn** conn_slot(struct work_op* op, int peer, int send)
   return send ? &c->p2p_send[peer] : &c->p2p_recv[peer];
 }
 
-/* Shared memory to peers on this node (same host and shm domain), TCP to
- * everyone else. A rank with NCCL_SHM_DISABLE=1 announced domain 0, so
- * both ends of every pair agree. */
-static const struct transport* connect_transport(const struct ncclComm* c, int peer) {
-  const struct peer_info *me = &c->peers[c->rank], *p = &c->peers[peer];
-  if (p->shm_domain == 0 || p->host_hash != me->host_hash || p->shm_domain != me->shm_domain)
-    return &tcp_transport;
-  return &shm_transport;
-}
-
 /* A new connection enters the comm's tables with a release store: an
  * ncclCommAbort on another thread reads them (comm_conns_apply) while a
  * call connects, and must see each connection whole or not at all. */
@@ -58,7 +46,8 @@ static ncclResult_t connect_phase(struct work_op* ops, int n, int send) {
     int m = op_peers(&ops[i], peers, sends, recvs);
     for (int j = 0; j < m; j++) {
       struct transport_ctx* ctx = &ops[i].comm->tctx;
-      const struct transport* t = connect_transport(ops[i].comm, peers[j]);
+      const struct transport* t;
+      CHECK(transport_for_peer(ctx, peers[j], &t));
       if (t->connect_duplex && sends[j] && recvs[j]) {
         struct transport_conn **s = conn_slot(&ops[i], peers[j], 1),
                               **r = conn_slot(&ops[i], peers[j], 0);

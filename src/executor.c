@@ -164,13 +164,13 @@ static ncclResult_t post_steps(struct ncclComm* comm, int* progressed) {
     if (sched_prim_recvs(st->prim)) {
       struct transport_conn* c = comm->recv_conns[st->recv_peer];
       rec->recv_seq = c->posted;
-      CHECK(
-          c->ops->post(c, rec->slot >= 0 ? slot_ptr(ex, rec->slot) : y, st->count * es, &ex->tag));
+      CHECK(transport_post_host(c, rec->slot >= 0 ? slot_ptr(ex, rec->slot) : y, st->count * es,
+                                &ex->tag));
     }
     if (st->prim == PRIM_EXCHANGE) {
       struct transport_conn* c = comm->send_conns[st->send_peer];
       rec->send_seq = c->posted;
-      CHECK(c->ops->post(c, y, st->count * es, &ex->tag));
+      CHECK(transport_post_host(c, y, st->count * es, &ex->tag));
       CHECK(c->ops->progress(c, progressed));
     }
     ex->next_post++;
@@ -265,7 +265,7 @@ static ncclResult_t compute_ready(struct ncclComm* comm, int* progressed) {
     if (sched_prim_sends(st->prim) && !exchange) {
       struct transport_conn* c = comm->send_conns[st->send_peer];
       rec->send_seq = c->posted;
-      CHECK(c->ops->post(c, (void*)out, st->count * es, &ex->tag));
+      CHECK(transport_post_host(c, (void*)out, st->count * es, &ex->tag));
       CHECK(c->ops->progress(c, progressed)); /* start sending now: latency */
     }
     ex->next_compute++;

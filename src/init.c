@@ -76,6 +76,7 @@ static ncclResult_t comm_setup_local(struct ncclComm* comm, union socket_addr* l
   CHECK(braid_calloc(&comm->recv_conns, (size_t)comm->nranks, sizeof(struct transport_conn*)));
   CHECK(braid_calloc(&comm->p2p_send, (size_t)comm->nranks, sizeof(struct transport_conn*)));
   CHECK(braid_calloc(&comm->p2p_recv, (size_t)comm->nranks, sizeof(struct transport_conn*)));
+  CHECK(braid_calloc(&comm->peer_transport, (size_t)comm->nranks, sizeof(struct transport*)));
   CHECK(socket_local_addr(listen, NULL, 0));
   if (listen->sa.sa_family == AF_INET)
     listen->sin.sin_port = 0;
@@ -113,17 +114,19 @@ static ncclResult_t comm_create(struct ncclComm** out, int nranks, const ncclUni
   CHECK(comm_registry_add(comm));
   CHECK(comm_config_read(config, &comm->config));
   CHECK(comm_setup_local(comm, &listen));
-  comm->tctx = (struct transport_ctx){rank,
-                                      nranks,
-                                      0, /* the data secret: the root hands it out */
-                                      comm->peers,
-                                      comm->tctx.listen_fd,
-                                      comm->progress.epoll_fd,
-                                      param_timeout_ms(),
-                                      NULL,
-                                      &comm->aborted,
-                                      &comm->waits};
-  socket_addr_to_wire(&listen, &comm->peers[rank].listen);
+  comm->tctx = (struct transport_ctx){
+      .rank = rank,
+      .nranks = nranks,
+      .secret = 0, /* the data secret: the root hands it out */
+      .peers = comm->peers,
+      .listen_fd = comm->tctx.listen_fd,
+      .epoll_fd = comm->progress.epoll_fd,
+      .timeout_ms = param_timeout_ms(),
+      .aborted = &comm->aborted,
+      .waits = &comm->waits,
+      .chosen = comm->peer_transport,
+  };
+  CHECK(transport_table_init(&comm->tctx));
   *out = comm;
   return ncclSuccess;
 fail:
@@ -140,13 +143,10 @@ static void comm_describe_self(struct ncclComm* comm, const struct topo_system* 
                              .host_hash = bootstrap_host_hash(),
                              .cuda_dev = comm->cuda_dev,
                              .ncpus = sys->ncores > 0 ? sys->ncores : sys->npus,
-                             .shm_domain = param_shm_disable() ? 0 : bootstrap_shm_domain(),
-                             .shm_tag = bootstrap_random64(),
                              .nic_mbps = nic && nic->speed_mbps > 0 ? (uint32_t)nic->speed_mbps : 0,
                              .mem_mbps = sys->mem_mbps,
                              .bell_fd = comm->progress.bell_fd[0],
-                             .bell_ino = comm->progress.bell_ino,
-                             .listen = comm->peers[comm->rank].listen};
+                             .bell_ino = comm->progress.bell_ino};
 }
 
 /* Nodes from the peers' host hashes; the first rank of each node logs
@@ -179,7 +179,7 @@ static ncclResult_t comm_bootstrap(struct ncclComm* comm) {
   CHECK(topo_system_get(&sys));
   CHECK(socket_local_addr(&addr, ifname, sizeof(ifname)));
   comm_describe_self(comm, sys, ifname, &mine);
-  transport_shm_sweep(mine.shm_domain);
+  CHECK(transport_blobs_make(&comm->tctx, &mine));
   CHECK(bootstrap_maybe_start_root(&comm->id, comm->rank, comm->nranks, &comm->aborted, &root));
   res = bootstrap_exchange(&comm->id, comm->rank, comm->nranks, &mine, comm->peers,
                            &comm->tctx.secret, socket_deadline(param_timeout_ms()), &comm->aborted);

@@ -99,7 +99,7 @@ ncclResult_t p2p_step(struct work_op* op, uint64_t pass, int* progressed) {
       return ncclSuccess;
     }
     op->seq = c->posted;
-    CHECK(c->ops->post(c, op->buf, op->bytes, NULL));
+    CHECK(transport_post_host(c, op->buf, op->bytes, NULL));
     op->started = 1;
     *progressed = 1;
   }

@@ -201,7 +201,7 @@ size_t tuner_chunk(const struct tuner_model* m, int coll, int algo, size_t bytes
   /* Across nodes every message pays TCP's per-message cost: whole slots
    * (Hier cut to 4 KiB slices made 2x4 ranks' 128 KiB all-reduce 3x slower). */
   if (m->nnodes > 1) return slot;
-  if (!m->intra_is_shm || per_rank >= 4 * slot) return slot;
+  if (m->intra_transport->id != TRANSPORT_SHM || per_rank >= 4 * slot) return slot;
   return MAX((size_t)4096, MIN(slot, ALIGN_UP(per_rank / 4, 4096)));
 }
 
@@ -213,7 +213,7 @@ void tuner_log_table(const struct ncclComm* comm) {
   INFO(SUB_TUNING,
        "Tuner model: %d nodes, %d-%d ranks/node, %.2f ranks/core; intra %s ring alpha %.1f us "
        "beta %.4f us/KB; net (%u Mb/s) ring alpha %.1f us beta %.4f us/KB",
-       m->nnodes, m->min_ppn, m->max_ppn, m->oversub, m->intra_is_shm ? "shm" : "tcp",
+       m->nnodes, m->min_ppn, m->max_ppn, m->oversub, m->intra_transport->name,
        m->intra.alpha_us[ALGO_RING], m->intra.beta_us_per_kb[ALGO_RING], m->nic_mbps,
        m->net.alpha_us[ALGO_RING], m->net.beta_us_per_kb[ALGO_RING]);
   for (int c = 0; c < COLL_COUNT; c++)

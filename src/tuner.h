@@ -1,7 +1,7 @@
 /*
- * The tuner's cost model of one communicator: its links (inside a node:
- * shared memory, or loopback TCP when shared memory is off; between
- * nodes: the network), the layout, and the choices a tune file forces.
+ * The tuner's cost model of one communicator: its links (inside a node and
+ * between nodes, each the cost of the transport the table picks there),
+ * the layout, and the choices a tune file forces.
  * Built once at init from the peer table, so every rank holds the same.
  */
 #ifndef BRAID_TUNER_H_
@@ -12,6 +12,7 @@
 
 #include "nccl.h"
 #include "schedule.h"
+#include "transport.h"
 
 /* time = hops * alpha + KB moved * beta, per algorithm over this link. */
 struct tuner_link {
@@ -29,7 +30,10 @@ struct tuner_forced {
 
 struct tuner_model {
   int nranks, nnodes, min_ppn, max_ppn, tree_depth;
-  int intra_is_shm;
+  /* the transports that join ranks inside a node and across nodes (the
+   * table's choice, transports/transport.h); their link costs below */
+  const struct transport* intra_transport;
+  const struct transport* net_transport;
   double oversub;              /* most ranks per core on any node */
   uint32_t nic_mbps, mem_mbps; /* slowest rank's; 0: unknown */
   size_t slot_bytes;

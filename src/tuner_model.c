@@ -45,31 +45,47 @@ static void link_from_lines(struct tuner_link* l, const struct link_line* lines,
   }
 }
 
-/* Shared memory: the same for every algorithm. */
-static void link_shm(struct tuner_link* l, double f, uint32_t mem_mbps) {
-  double copy_us_per_kb = 1024.0 / (double)(mem_mbps ? mem_mbps : 5000); /* MB/s = B/us */
+/* Shared memory: the same for every algorithm, a copy at the host's
+ * measured memcpy speed per byte. */
+static void link_shm(struct tuner_link* l, const struct tuner_model* m, double f, int across) {
+  (void)across; /* shared memory never joins two nodes */
+  double copy_us_per_kb = 1024.0 / (double)(m->mem_mbps ? m->mem_mbps : 5000); /* MB/s = B/us */
   for (int a = 0; a < ALGO_COUNT; a++) {
     l->alpha_us[a] = k_shm.alpha0 + k_shm.alpha_f * f;
     l->beta_us_per_kb[a] = SHM_COPIES_PER_BYTE * copy_us_per_kb * f * k_shm_beta_scale[a];
   }
 }
 
-/* The network: loopback TCP's costs, and never faster than the NIC. */
-static void link_net(struct tuner_link* l, double f, uint32_t nic_mbps) {
+/* Sockets: loopback TCP's costs; across nodes never faster than the NIC. */
+static void link_socket(struct tuner_link* l, const struct tuner_model* m, double f, int across) {
   link_from_lines(l, k_tcp, f);
-  if (nic_mbps == 0) return;
-  double wire = 8192.0 / (double)nic_mbps; /* us per KB at line rate */
+  if (!across || m->nic_mbps == 0) return;
+  double wire = 8192.0 / (double)m->nic_mbps; /* us per KB at line rate */
   for (int a = 0; a < ALGO_COUNT; a++) l->beta_us_per_kb[a] = MAX(l->beta_us_per_kb[a], wire);
 }
 
-/* Shared memory joins a node's ranks only if all of them can use it. */
-static int intra_uses_shm(const struct ncclComm* comm) {
+/* The link costs of each transport of the table (transports/transport.h),
+ * from the topology (ranks per core, NIC speed) and measurement (memcpy). */
+typedef void (*link_fill_fn)(struct tuner_link* l, const struct tuner_model* m, double f,
+                             int across_nodes);
+static const link_fill_fn k_link_fill[TRANSPORT_COUNT] = {
+    [TRANSPORT_SHM] = link_shm,
+    [TRANSPORT_NET_SOCKET] = link_socket,
+};
+
+/* The transport that joins the ranks of every node: what each rank pairs
+ * with its node's first rank through (itself included, so that a rank
+ * without shared memory counts); the network when they differ. */
+static const struct transport* intra_transport(const struct ncclComm* comm) {
   const struct sched_topo* t = &comm->layout;
+  const struct transport* common = NULL;
   for (int r = 0; r < comm->nranks; r++) {
-    const struct peer_info* first = &comm->peers[t->order[t->node_start[t->node_of[r]]]];
-    if (comm->peers[r].shm_domain == 0 || comm->peers[r].shm_domain != first->shm_domain) return 0;
+    int first = t->order[t->node_start[t->node_of[r]]];
+    const struct transport* x = transport_select(&comm->tctx, first, r, TRANSPORT_CAP_HOST_MEM);
+    if (x == NULL || (common != NULL && x != common)) return transport_network(&comm->tctx);
+    common = x;
   }
-  return 1;
+  return common ? common : transport_network(&comm->tctx);
 }
 
 /* Whether a large Hier all-reduce on this comm pipelines its rounds: asked
@@ -97,7 +113,8 @@ ncclResult_t tuner_model_init(struct ncclComm* comm) {
   m->tree_depth = tree_depth(comm->nranks);
   m->slot_bytes = comm->exec.slot_bytes;
   m->hier_pipelined = hier_pipelines(comm);
-  m->intra_is_shm = intra_uses_shm(comm);
+  m->intra_transport = intra_transport(comm);
+  m->net_transport = transport_network(&comm->tctx);
   m->nic_mbps = UINT32_MAX, m->mem_mbps = UINT32_MAX;
   for (int r = 0; r < comm->nranks; r++) {
     const struct peer_info* p = &comm->peers[r];
@@ -108,11 +125,8 @@ ncclResult_t tuner_model_init(struct ncclComm* comm) {
   }
   m->oversub = f;
   f = MAX(1.0, f);
-  link_net(&m->net, f, m->nic_mbps);
-  if (m->intra_is_shm)
-    link_shm(&m->intra, f, m->mem_mbps);
-  else
-    link_from_lines(&m->intra, k_tcp, f);
+  k_link_fill[m->intra_transport->id](&m->intra, m, f, 0);
+  k_link_fill[m->net_transport->id](&m->net, m, f, 1);
   if (file) CHECK(tuner_file_read(file, m));
 fail:
   return res;

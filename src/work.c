@@ -205,6 +205,7 @@ static ncclResult_t unit_in_turn(struct work_op* ops, int n, int run) {
   if (res == ncclSuccess && any_aborted(comms, m)) res = ncclSystemError;
   if (run && res == ncclSuccess) {
     for (int i = 0; i < n; i++) ops[i].started = ops[i].done = 0;
+    work_plan(ops, n);
     res = work_connect(ops, n);
     if (res != ncclSuccess) /* peers waiting for our connections must hear of it */
       for (int i = 0; i < m; i++) comm_set_error(comms[i], res);

@@ -19,6 +19,7 @@ struct work_op {
   struct ncclComm* comm;
   int kind;
   struct exec_args args; /* WORK_COLL */
+  struct sched_key key;  /* WORK_COLL: the schedule work_plan chose */
   int peer;              /* WORK_SEND / WORK_RECV */
   void* buf;
   size_t bytes;
@@ -45,6 +46,12 @@ ncclResult_t work_cancel(struct work_op* ops, int n);
  * post what the connection has room for, check completion. */
 ncclResult_t p2p_match_self(struct work_op* ops, int n);
 ncclResult_t p2p_step(struct work_op* op, uint64_t pass, int* progressed);
+
+/* A unit runs in three steps. Plan (plan.c): the tuner picks each
+ * collective's algorithm and chunk, which fixes its schedule and so the
+ * peers it talks to. Connect (connect.c): every connection those need.
+ * Drive (work.c): the executor and the p2p lane until every op is done. */
+void work_plan(struct work_op* ops, int n);
 
 /* Connections (connect.c): make every connection the operations need, all
  * sends first, then all receives, so that ranks (or one thread driving many

@@ -1,6 +1,7 @@
 /*
  * What every transport shares: the check that a received message is the
- * one its receive was posted for, reported the same way everywhere.
+ * one its receive was posted for, reported the same way everywhere, and
+ * that a posted buffer is memory the transport moves.
  */
 #include <inttypes.h>
 #include <string.h>
@@ -31,4 +32,12 @@ ncclResult_t transport_check_message(struct transport_conn* conn, uint64_t seq, 
          conn->ops->name, conn->peer, bytes, want_bytes);
   }
   return ncclInvalidUsage;
+}
+
+int transport_moves(const struct transport_conn* conn, const struct transport_buf* b) {
+  const unsigned kinds = TRANSPORT_CAP_HOST_MEM | TRANSPORT_CAP_DEVICE_MEM;
+  if (b->mem != 0 && (b->mem & ~kinds) == 0 && (b->mem & ~conn->ops->caps) == 0) return 1;
+  WARN("%s : posted memory of kind %#x to rank %d; it moves %#x", conn->ops->name, b->mem,
+       conn->peer, conn->ops->caps & kinds);
+  return 0;
 }

@@ -52,6 +52,8 @@ static inline void transport_wait_on_fd(struct transport_waits* w) {
   if (w) w->nfd++;
 }
 
+struct transport;
+
 /* What a transport may know of its communicator. */
 struct transport_ctx {
   int rank;
@@ -64,6 +66,10 @@ struct transport_ctx {
   struct transport_accept* accept; /* incoming connections: pending hellos, unclaimed ones */
   _Atomic int* aborted;            /* set by ncclCommAbort: stop waiting */
   struct transport_waits* waits;   /* the comm's, see above */
+  /* per peer: the transport that carries the pair, chosen at first need
+   * (transport_for_peer), NULL until then */
+  const struct transport** chosen;
+  const struct transport* net; /* the network NCCL_NET names */
 };
 
 /* What call a message belongs to, as its poster describes it: opaque to
@@ -77,6 +83,17 @@ struct transport_tag {
 /* Why a receive failed its check: another call's message, or one of
  * another size (NCCL's "Message truncated"). */
 enum transport_mismatch { TRANSPORT_MATCH = 0, TRANSPORT_OTHER_CALL, TRANSPORT_OTHER_SIZE };
+
+/* A message's buffer as its poster describes it: where, how long, which
+ * kind of memory (one TRANSPORT_CAP_*_MEM bit), and the registration that
+ * covers it for transports that need one (NULL: none). A transport keeps
+ * what it needs of it: the descriptor itself may live on the stack. */
+struct transport_buf {
+  void* ptr;
+  size_t bytes;
+  unsigned mem;
+  void* reg;
+};
 
 /* Messages a connection can hold in flight; the executor keeps fewer. */
 #define TRANSPORT_MAX_INFLIGHT 64
@@ -103,8 +120,30 @@ ncclResult_t transport_check_message(struct transport_conn* conn, uint64_t seq, 
                                      const struct transport_tag* tag, uint64_t want_seq,
                                      uint64_t want_bytes, const struct transport_tag* want_tag);
 
+/* The transports of the table (transport_table.c), in the order a pair of
+ * ranks tries them. The tuner keeps one link cost per id. */
+enum transport_id { TRANSPORT_SHM = 0, TRANSPORT_NET_SOCKET, TRANSPORT_COUNT };
+
+/* Capabilities: the memory kinds a transport moves, and what wakes a rank
+ * that sleeps on one of its connections (transport_waits). */
+#define TRANSPORT_CAP_HOST_MEM 0x1u     /* host (pageable) memory */
+#define TRANSPORT_CAP_DEVICE_MEM 0x2u   /* CUDA device memory */
+#define TRANSPORT_CAP_WAKE_FD 0x100u    /* its fds in the comm's epoll set */
+#define TRANSPORT_CAP_WAKE_FUTEX 0x200u /* a futex word in shared memory */
+
 struct transport {
   const char* name;
+  enum transport_id id;
+  unsigned caps; /* TRANSPORT_CAP_* */
+  /* Whether this transport can join ranks a and b. Decided from the peer
+   * table alone, so that both ends of a pair, and the tuner of every rank
+   * (which asks about pairs it is not part of), get the same answer. */
+  int (*can_connect)(const struct transport_ctx* ctx, int a, int b);
+  /* This rank's blob (blob_bytes, at most PEER_BLOB_BYTES for all
+   * transports together), filled at init into its peer_info before the
+   * bootstrap exchange; a peer's is transport_peer_blob(). */
+  size_t blob_bytes;
+  ncclResult_t (*blob_make)(struct transport_ctx* ctx, void* blob);
   /* Connect to `peer` for sending / accept from `peer` for receiving, on
    * `channel` (0: collectives, 1: point-to-point; each pair of ranks has
    * one connection per channel and direction). A rank connects all its
@@ -123,8 +162,9 @@ struct transport {
                                  struct transport_conn** send, struct transport_conn** recv);
   /* Queue one message (send: from buf; receive: into buf) of the call
    * `tag` describes (NULL: none, all zero). The caller keeps fewer than
-   * TRANSPORT_MAX_INFLIGHT messages pending. */
-  ncclResult_t (*post)(struct transport_conn* conn, void* buf, size_t bytes,
+   * TRANSPORT_MAX_INFLIGHT messages pending, and posts only memory kinds
+   * the transport's caps name (the table chose it for them). */
+  ncclResult_t (*post)(struct transport_conn* conn, const struct transport_buf* buf,
                        const struct transport_tag* tag);
   /* Do the non-blocking I/O that is possible now; *progressed tells if any. */
   ncclResult_t (*progress)(struct transport_conn* conn, int* progressed);
@@ -133,8 +173,49 @@ struct transport {
   void (*close)(struct transport_conn* conn);
 };
 
+/* Whether conn's transport moves the memory kind of b; a WARN if not
+ * (the table never picks such a transport: this catches a caller's bug). */
+int transport_moves(const struct transport_conn* conn, const struct transport_buf* b);
+
+/* Post `bytes` at `ptr`, memory of kind `mem` (TRANSPORT_CAP_*_MEM). */
+static inline ncclResult_t transport_post(struct transport_conn* c, void* ptr, size_t bytes,
+                                          unsigned mem, const struct transport_tag* tag) {
+  struct transport_buf b = {ptr, bytes, mem, NULL};
+  return c->ops->post(c, &b, tag);
+}
+static inline ncclResult_t transport_post_host(struct transport_conn* c, void* ptr, size_t bytes,
+                                               const struct transport_tag* tag) {
+  return transport_post(c, ptr, bytes, TRANSPORT_CAP_HOST_MEM, tag);
+}
+
 extern const struct transport tcp_transport;
 extern const struct transport shm_transport;
+
+/* ---- the transport table (transport_table.c) ---- */
+
+/* Read the table's knobs into ctx: NCCL_NET must name a network this
+ * build has (ncclInvalidArgument with a WARN otherwise). */
+ncclResult_t transport_table_init(struct transport_ctx* ctx);
+
+/* Every transport's blob for this rank, into `mine` (its peer_info). */
+ncclResult_t transport_blobs_make(struct transport_ctx* ctx, struct peer_info* mine);
+
+/* Where transport t's blob lives in a peer_info. */
+void* transport_blob_in(struct peer_info* p, const struct transport* t);
+const void* transport_peer_blob(const struct transport_ctx* ctx, const struct transport* t,
+                                int rank);
+
+/* The network transport NCCL_NET named (Socket when unset). */
+const struct transport* transport_network(const struct transport_ctx* ctx);
+
+/* The first transport of the table that joins ranks a and b and moves
+ * `mem_caps` (TRANSPORT_CAP_*_MEM), or NULL. Pure on the peer table. */
+const struct transport* transport_select(const struct transport_ctx* ctx, int a, int b,
+                                         unsigned mem_caps);
+
+/* The transport this rank uses with `peer` (host memory), chosen once and
+ * logged at INFO; ncclSystemError with a WARN if none can join them. */
+ncclResult_t transport_for_peer(struct transport_ctx* ctx, int peer, const struct transport** out);
 
 /* Remove the shared-memory segments of this host and shared-memory domain
  * (bootstrap_shm_domain(); 0: shared memory is off) whose creator died

@@ -51,7 +51,7 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (int i = 0; i < nmsgs; i++) {
     sizes[i] = (size_t)data[1 + i] * FUZZ_SIZE_UNIT;
     bufs[i] = malloc(sizes[i] ? sizes[i] : 1);
-    FUZZ_ASSERT(tcp_transport.post(&c->base, bufs[i], sizes[i], NULL) == ncclSuccess);
+    FUZZ_ASSERT(transport_post_host(&c->base, bufs[i], sizes[i], NULL) == ncclSuccess);
   }
   FUZZ_ASSERT(write(sv[1], stream, n) == (ssize_t)n); /* fits: inputs stay small */
   shutdown(sv[1], SHUT_WR);

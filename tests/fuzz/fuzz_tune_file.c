@@ -12,7 +12,8 @@
 static void model_init(struct tuner_model* m) {
   memset(m, 0, sizeof(*m));
   m->nranks = 8, m->nnodes = 2, m->min_ppn = 4, m->max_ppn = 4, m->tree_depth = 4;
-  m->intra_is_shm = 1, m->oversub = 1.0, m->nic_mbps = 10000, m->mem_mbps = 20000;
+  m->intra_transport = &shm_transport, m->net_transport = &tcp_transport;
+  m->oversub = 1.0, m->nic_mbps = 10000, m->mem_mbps = 20000;
   m->slot_bytes = 64 << 10, m->hier_pipelined = 1;
   for (int a = 0; a < ALGO_COUNT; a++) {
     m->intra.alpha_us[a] = 2, m->intra.beta_us_per_kb[a] = 0.05;

@@ -481,6 +481,22 @@ int mp_capture_begin(mp_capture* cap) {
   return 0;
 }
 
+/* Whether `line` holds the parts of `pattern` between its '*'s, in order. */
+static int line_matches(const char* line, const char* pattern) {
+  char part[256];
+  while (*pattern) {
+    size_t n = strcspn(pattern, "*");
+    if (n >= sizeof(part)) return 0;
+    memcpy(part, pattern, n);
+    part[n] = '\0';
+    const char* at = strstr(line, part);
+    if (at == NULL) return 0;
+    line = at + n;
+    pattern += n + (pattern[n] == '*');
+  }
+  return 1;
+}
+
 int mp_capture_end(mp_capture* cap, const char* needle) {
   char line[1024];
   int n = 0;
@@ -493,7 +509,7 @@ int mp_capture_end(mp_capture* cap, const char* needle) {
   FILE* f = fopen(cap->path, "r");
   while (f && fgets(line, sizeof(line), f)) {
     fputs(line, stderr);
-    n += strstr(line, needle) != NULL;
+    n += line_matches(line, needle);
   }
   if (f) fclose(f);
   unlink(cap->path);

@@ -91,7 +91,7 @@ typedef struct mp_capture {
 /* 0 on success. */
 int mp_capture_begin(mp_capture* cap);
 /* Restores both, echoes what was captured to stderr, and returns how many
- * captured lines hold `needle`. */
+ * captured lines hold `needle` ("a*b": a, then later b). */
 int mp_capture_end(mp_capture* cap, const char* needle);
 
 #endif /* MP_LAUNCHER_H_ */

@@ -140,6 +140,61 @@ static void test_pieces(void** state) {
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) run_case(4, &cases[i]);
 }
 
+/* The transport table's choice, as the log tells it (one line per peer):
+ * both peers of each rank of a 3-rank comm on one host via SHM, or via
+ * NET/Socket with NCCL_SHM_DISABLE=1; NCCL_NET naming a network this
+ * build lacks fails init with ncclInvalidArgument on every rank. */
+typedef struct choice_case {
+  const char* var;  /* set on every rank, or NULL */
+  const char* want; /* "via ..." expected for every peer */
+} choice_case;
+
+static int choice_body(const mp_env* env) {
+  const choice_case* k = env->arg;
+  ncclComm_t comm = NULL;
+  float x[64] = {0};
+  if (k->var) putenv((char*)k->var);
+  setenv("NCCL_DEBUG", "INFO", 1);
+  setenv("NCCL_DEBUG_SUBSYS", "INIT", 1);
+  mp_capture cap, cap2;
+  if (mp_capture_begin(&cap) != 0) return 1;
+  int bad = mp_comm_init(env, &comm);
+  if (bad == 0)
+    bad += mp_expect_rc(env, comm, ncclAllReduce(x, x, 64, ncclFloat, ncclSum, comm, NULL),
+                        ncclSuccess, "ncclAllReduce");
+  int want = mp_capture_end(&cap, k->want);
+  if (mp_capture_begin(&cap2) != 0) return 1;
+  if (comm) bad += mp_expect_rc(env, comm, ncclCommDestroy(comm), ncclSuccess, "ncclCommDestroy");
+  mp_capture_end(&cap2, "");
+  if (want != env->nranks - 1) { /* a ring of 3 ranks talks to both others */
+    mp_fail(env, "%d lines \"%s\", expected %d", want, k->want, env->nranks - 1);
+    bad++;
+  }
+  return bad != 0;
+}
+
+static int bad_net_body(const mp_env* env) {
+  ncclComm_t comm = NULL;
+  setenv("NCCL_NET", "IB", 1);
+  return mp_expect_rc(env, NULL, ncclCommInitRank(&comm, env->nranks, env->id, env->rank),
+                      ncclInvalidArgument, "ncclCommInitRank with NCCL_NET=IB");
+}
+
+static void test_transport_choice(void** state) {
+  (void)state;
+  static const choice_case cases[] = {
+      {NULL, ": peer * via SHM"},
+      {"NCCL_SHM_DISABLE=1", ": peer * via NET/Socket"},
+      {"NCCL_NET=socket", ": peer * via SHM"},
+  };
+  mp_opts o = MP_OPTS_INIT;
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    fprintf(stderr, "case: %s\n", cases[i].var ? cases[i].var : "(defaults)");
+    assert_int_equal(mp_launch(3, choice_body, (void*)&cases[i], &o), 0);
+  }
+  assert_int_equal(mp_launch(2, bad_net_body, NULL, &o), 0);
+}
+
 int main(void) {
   mp_default_env("BRAID_TIMEOUT_MS", "30000");
   mp_default_env("NCCL_DEBUG", "WARN"); /* the clamps are checked in the log */
@@ -147,6 +202,7 @@ int main(void) {
       cmocka_unit_test(test_chunk_size),
       cmocka_unit_test(test_transport_knobs),
       cmocka_unit_test(test_pieces),
+      cmocka_unit_test(test_transport_choice),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

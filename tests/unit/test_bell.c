@@ -19,6 +19,7 @@
 
 #include "core.h"
 #include "progress.h"
+#include "shm/shm_names.h"
 #include "transport.h"
 
 /* A wake that never comes fails the test after this long instead of
@@ -55,10 +56,10 @@ static int setup(void** state) {
     g_peers[r] = (struct peer_info){.rank = r,
                                     .pid = (int32_t)getpid(),
                                     .host_hash = 1,
-                                    .shm_domain = 1,
-                                    .shm_tag = 0xb0b0 + (uint64_t)r,
                                     .bell_fd = s->engine.bell_fd[0],
                                     .bell_ino = s->engine.bell_ino};
+    *(struct shm_blob*)transport_blob_in(&g_peers[r], &shm_transport) =
+        (struct shm_blob){.domain = 1, .tag = 0xb0b0 + (uint64_t)r};
     s->ctx = (struct transport_ctx){.rank = r,
                                     .nranks = 2,
                                     .secret = 0xbe11,
@@ -97,7 +98,7 @@ static void connect_pair(void) {
  * so that the wait takes the epoll path. */
 static void receiver_block(char* buf, size_t bytes) {
   struct rank_side* s = &g_side[RECEIVER];
-  assert_int_equal(s->conn->ops->post(s->conn, buf, bytes, NULL), ncclSuccess);
+  assert_int_equal(transport_post_host(s->conn, buf, bytes, NULL), ncclSuccess);
   for (int i = 0; i < 8 && s->waits.nfutex == 0; i++) {
     int progressed = 0;
     progress_pass_begin(&s->engine, &s->waits);
@@ -118,7 +119,7 @@ static void* sleeper_main(void* arg) {
 
 static void sender_send(const char* buf, size_t bytes) {
   struct rank_side* s = &g_side[SENDER];
-  assert_int_equal(s->conn->ops->post(s->conn, (void*)buf, bytes, NULL), ncclSuccess);
+  assert_int_equal(transport_post_host(s->conn, (void*)buf, bytes, NULL), ncclSuccess);
   while (s->conn->completed < s->conn->posted) {
     int progressed = 0;
     assert_int_equal(s->conn->ops->progress(s->conn, &progressed), ncclSuccess);

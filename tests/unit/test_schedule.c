@@ -29,12 +29,12 @@ struct fake_conn {
   int mismatches;
 };
 
-static ncclResult_t fake_post(struct transport_conn* c, void* buf, size_t bytes,
+static ncclResult_t fake_post(struct transport_conn* c, const struct transport_buf* b,
                               const struct transport_tag* tag) {
   (void)tag;
   struct fake_conn* f = (struct fake_conn*)c;
-  f->bufs[c->posted % TRANSPORT_MAX_INFLIGHT] = buf;
-  f->lens[c->posted % TRANSPORT_MAX_INFLIGHT] = bytes;
+  f->bufs[c->posted % TRANSPORT_MAX_INFLIGHT] = b->ptr;
+  f->lens[c->posted % TRANSPORT_MAX_INFLIGHT] = b->bytes;
   c->posted++;
   return ncclSuccess;
 }
@@ -62,6 +62,7 @@ static void fake_nop(struct transport_conn* c) {
 }
 
 static const struct transport fake_transport = {.name = "fake",
+                                                .caps = TRANSPORT_CAP_HOST_MEM,
                                                 .post = fake_post,
                                                 .progress = fake_progress,
                                                 .shutdown = fake_nop,

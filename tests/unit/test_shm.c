@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "core.h"
+#include "shm/shm_names.h"
 #include "transport.h"
 
 /* No wait in these tests lasts longer: a hang fails instead of stalling. */
@@ -159,7 +160,7 @@ static void child_stream(struct transport_conn* c, int is_send, uint64_t n,
         fill(b, bytes, next);
       else
         memset(b, 0xEE, cap + 1);
-      CHILD_CHECK(c->ops->post(c, b, bytes, NULL) == ncclSuccess);
+      CHILD_CHECK(transport_post_host(c, b, bytes, NULL) == ncclSuccess);
       next++;
     }
     CHILD_CHECK(child_step(c, NULL) == ncclSuccess);
@@ -196,7 +197,7 @@ static int child_wait(pid_t pid, uint64_t deadline) {
 }
 
 /* Our segments left in /dev/shm: names start with "braid-<creator pid>-"
- * and the tag of shm_domain 1 (transports/shm/shm_names.c), so that a
+ * and the tag of shm domain 1 (transports/shm/shm_names.c), so that a
  * stranger's segment whose creator had one of our pids does not count. */
 static int shm_leftovers(pid_t pid[2]) {
   int n = 0;
@@ -240,8 +241,8 @@ static void pair_run(child_fn sender, child_fn receiver, parent_fn parent, int v
     sh->peers[r].rank = r;
     sh->peers[r].pid = pid[r];
     sh->peers[r].host_hash = 1;
-    sh->peers[r].shm_domain = 1;
-    sh->peers[r].shm_tag = bootstrap_random64();
+    *(struct shm_blob*)transport_blob_in(&sh->peers[r], &shm_transport) =
+        (struct shm_blob){.domain = 1, .tag = bootstrap_random64()};
   }
   atomic_store(&sh->table_ready, 1);
   if (parent) parent(pid);
@@ -296,7 +297,7 @@ static void credit_sender(int rank) {
   CHILD_CHECK(child_connect(&ctx, rank, &c) == ncclSuccess);
   for (uint64_t i = 0; i < 16; i++) {
     fill(bufs[i], credit_size(i), i);
-    CHILD_CHECK(c->ops->post(c, bufs[i], credit_size(i), NULL) == ncclSuccess);
+    CHILD_CHECK(transport_post_host(c, bufs[i], credit_size(i), NULL) == ncclSuccess);
   }
   /* 4 slots: message 0 (3 slots) fits, message 1 gets one slot in. */
   int progressed = 1;
@@ -378,7 +379,7 @@ static void direct_child(int rank) {
      * read waits for the receiver, which does not read yet. */
     static unsigned char b[128 << 10];
     fill(b, sizeof(b), 0);
-    CHILD_CHECK(c->ops->post(c, b, sizeof(b), NULL) == ncclSuccess);
+    CHILD_CHECK(transport_post_host(c, b, sizeof(b), NULL) == ncclSuccess);
     child_sleep_ns = 1000 * 1000;
     for (int pass = 0; pass < 100; pass++) CHILD_CHECK(child_step(c, NULL) == ncclSuccess);
     child_sleep_ns = 20 * 1000 * 1000;
@@ -392,7 +393,7 @@ static void direct_child(int rank) {
   if (rank == RECEIVER) {
     static unsigned char b[(128 << 10) + 1];
     memset(b, 0xEE, sizeof(b));
-    CHILD_CHECK(c->ops->post(c, b, 128 << 10, NULL) == ncclSuccess);
+    CHILD_CHECK(transport_post_host(c, b, 128 << 10, NULL) == ncclSuccess);
     CHILD_CHECK(child_drive(c) == ncclSuccess);
     verify(b, 128 << 10, sizeof(b), 0);
   } else {
@@ -436,7 +437,8 @@ static void shutdown_child(int rank) {
     /* Receiver: one message arrives, the next never will. Sender: more
      * messages than the ring holds. Either way: blocked, no error yet. */
     int n = rank == RECEIVER ? 2 : 6;
-    for (int i = 0; i < n; i++) CHILD_CHECK(c->ops->post(c, b[i], SLOT, NULL) == ncclSuccess);
+    for (int i = 0; i < n; i++)
+      CHILD_CHECK(transport_post_host(c, b[i], SLOT, NULL) == ncclSuccess);
     while (c->completed < (rank == RECEIVER ? 1u : 2u))
       CHILD_CHECK(child_step(c, NULL) == ncclSuccess);
     for (int pass = 0; pass < 20; pass++) CHILD_CHECK(child_step(c, NULL) == ncclSuccess);
@@ -446,7 +448,7 @@ static void shutdown_child(int rank) {
     flag_set(1, 1);
   } else {
     if (rank == SENDER) {
-      CHILD_CHECK(c->ops->post(c, b[0], SLOT, NULL) == ncclSuccess);
+      CHILD_CHECK(transport_post_host(c, b[0], SLOT, NULL) == ncclSuccess);
       CHILD_CHECK(child_drive(c) == ncclSuccess);
     }
     flag_wait(0, 1);
@@ -493,7 +495,7 @@ static void kill_sender(int rank) {
   switch (g_mode) {
     case KILL_RECV_WAITS:
     case KILL_BEFORE_ATTACH:
-      CHILD_CHECK(c->ops->post(c, b[0], SLOT, NULL) == ncclSuccess);
+      CHILD_CHECK(transport_post_host(c, b[0], SLOT, NULL) == ncclSuccess);
       CHILD_CHECK(child_drive(c) == ncclSuccess);
       flag_set(0, 1);
       child_pause();
@@ -502,8 +504,8 @@ static void kill_sender(int rank) {
     case KILL_SEND_DIRECT:
       if (g_mode == KILL_SEND_DIRECT) flag_wait(0, 1); /* attached: direct allowed now */
       for (int i = 0; i < 8; i++)
-        CHILD_CHECK(c->ops->post(c, b[i], g_mode == KILL_SEND_DIRECT ? sizeof(b[i]) : SLOT, NULL) ==
-                    ncclSuccess);
+        CHILD_CHECK(transport_post_host(c, b[i], g_mode == KILL_SEND_DIRECT ? sizeof(b[i]) : SLOT,
+                                        NULL) == ncclSuccess);
       for (int pass = 0; pass < 20; pass++) CHILD_CHECK(child_step(c, NULL) == ncclSuccess);
       CHILD_CHECK(c->completed < 8);
       flag_set(1, 1);
@@ -532,8 +534,8 @@ static void kill_receiver(int rank) {
     case KILL_BEFORE_ATTACH:
       /* What the sender wrote before it died still arrives. */
       memset(b, 0xEE, sizeof(b));
-      CHILD_CHECK(c->ops->post(c, b[0], SLOT, NULL) == ncclSuccess);
-      CHILD_CHECK(c->ops->post(c, b[1], SLOT, NULL) == ncclSuccess);
+      CHILD_CHECK(transport_post_host(c, b[0], SLOT, NULL) == ncclSuccess);
+      CHILD_CHECK(transport_post_host(c, b[1], SLOT, NULL) == ncclSuccess);
       while (c->completed < 1) CHILD_CHECK(child_step(c, NULL) == ncclSuccess);
       verify(b[0], SLOT, SLOT + 1, 0);
       flag_set(1, 1);
@@ -609,7 +611,7 @@ static void misc_sender(int rank) {
   c->ops->close(c);
   /* 100 bytes where the receiver posts 200. */
   CHILD_CHECK(child_connect(&ctx, rank, &c) == ncclSuccess);
-  CHILD_CHECK(c->ops->post(c, b, sizeof(b), NULL) == ncclSuccess);
+  CHILD_CHECK(transport_post_host(c, b, sizeof(b), NULL) == ncclSuccess);
   CHILD_CHECK(child_drive(c) == ncclSuccess);
   flag_wait(0, 1);
   c->ops->close(c);
@@ -622,7 +624,7 @@ static void misc_receiver(int rank) {
   child_params("4", "4096", "0");
   child_ctx(rank, &ctx);
   CHILD_CHECK(child_connect(&ctx, rank, &c) == ncclSuccess);
-  CHILD_CHECK(c->ops->post(c, b, sizeof(b), NULL) == ncclSuccess);
+  CHILD_CHECK(transport_post_host(c, b, sizeof(b), NULL) == ncclSuccess);
   CHILD_CHECK(child_drive(c) == ncclInvalidUsage); /* "Message truncated", not internal */
   CHILD_CHECK(c->mismatch == TRANSPORT_OTHER_SIZE);
   c->ops->close(c);

@@ -18,6 +18,7 @@
 
 #include "core.h"
 #include "socket.h"
+#include "tcp/tcp.h"
 #include "transport.h"
 
 #define DEADLINE_MS 20000
@@ -56,7 +57,8 @@ static int setup(void** state) {
     if (socket_local_addr(&addr, NULL, 0) != ncclSuccess) return -1;
     addr.sin.sin_port = 0;
     if (socket_listen(&addr, &s->ctx.listen_fd) != ncclSuccess) return -1;
-    socket_addr_to_wire(&addr, &g_peers[r].listen);
+    struct tcp_blob* b = transport_blob_in(&g_peers[r], &tcp_transport);
+    socket_addr_to_wire(&addr, &b->listen);
     g_peers[r].rank = r;
     s->ctx.rank = r;
     s->ctx.nranks = NRANKS;
@@ -137,8 +139,8 @@ static void send_one(int from, size_t bytes, unsigned seed) {
   assert_non_null(out);
   assert_non_null(in);
   fill(out, bytes, seed);
-  assert_int_equal(snd->ops->post(snd, out, bytes, NULL), ncclSuccess);
-  assert_int_equal(rcv->ops->post(rcv, in, bytes, NULL), ncclSuccess);
+  assert_int_equal(transport_post_host(snd, out, bytes, NULL), ncclSuccess);
+  assert_int_equal(transport_post_host(rcv, in, bytes, NULL), ncclSuccess);
   drive_all();
   assert_memory_equal(in, out, bytes);
   free(out);
@@ -159,10 +161,8 @@ static void exchange(const size_t* sizes, int n) {
       assert_non_null(in[r][i]);
       fill(out[r][i], sizes[i], (unsigned)(r * MAX_MSGS + i));
       memset(in[r][i], 0xEE, sizes[i] + 1);
-      assert_int_equal(g_side[r].send->ops->post(g_side[r].send, out[r][i], sizes[i], NULL),
-                       ncclSuccess);
-      assert_int_equal(g_side[r].recv->ops->post(g_side[r].recv, in[r][i], sizes[i], NULL),
-                       ncclSuccess);
+      assert_int_equal(transport_post_host(g_side[r].send, out[r][i], sizes[i], NULL), ncclSuccess);
+      assert_int_equal(transport_post_host(g_side[r].recv, in[r][i], sizes[i], NULL), ncclSuccess);
     }
   drive_all();
   for (int r = 0; r < NRANKS; r++)
@@ -209,7 +209,7 @@ static void test_duplex_shutdown_reaches_peer(void** state) {
   unsigned char buf[64];
   connect_duplex_pair();
   g_side[0].send->ops->shutdown(g_side[0].send);
-  assert_int_equal(g_side[1].recv->ops->post(g_side[1].recv, buf, sizeof(buf), NULL), ncclSuccess);
+  assert_int_equal(transport_post_host(g_side[1].recv, buf, sizeof(buf), NULL), ncclSuccess);
   uint64_t deadline = braid_now_ns() + (uint64_t)DEADLINE_MS * 1000000ull;
   ncclResult_t res = ncclSuccess;
   while (res == ncclSuccess && braid_now_ns() < deadline) {

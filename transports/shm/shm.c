@@ -224,10 +224,9 @@ static ncclResult_t shm_conn_alloc(struct transport_ctx* ctx, int peer, int side
   c->waits = ctx->waits;
   c->direct = -1;
   c->peer_bell = -1;
-  if (side == SHM_SEND)
-    shm_name_make(c->name, &ctx->peers[ctx->rank], peer, channel);
-  else
-    shm_name_make(c->name, &ctx->peers[peer], ctx->rank, channel);
+  int sender = side == SHM_SEND ? ctx->rank : peer;
+  shm_name_make(c->name, ctx->peers[sender].pid, transport_peer_blob(ctx, &shm_transport, sender),
+                side == SHM_SEND ? peer : ctx->rank, channel);
   *out = c;
   return ncclSuccess;
 }
@@ -409,10 +408,11 @@ fail:
   return res;
 }
 
-static ncclResult_t shm_post(struct transport_conn* base, void* buf, size_t bytes,
+static ncclResult_t shm_post(struct transport_conn* base, const struct transport_buf* b,
                              const struct transport_tag* tag) {
   struct shm_conn* c = (struct shm_conn*)base;
   uint64_t seq = base->posted;
+  if (!transport_moves(base, b)) return ncclInternalError;
   if (seq - base->completed >= TRANSPORT_MAX_INFLIGHT) {
     WARN("SHM : too many messages in flight %s rank %d", c->side == SHM_SEND ? "to" : "from",
          base->peer);
@@ -424,8 +424,8 @@ static ncclResult_t shm_post(struct transport_conn* base, void* buf, size_t byte
     return ncclRemoteError;
   }
   struct shm_msg* m = &c->msgs[seq % TRANSPORT_MAX_INFLIGHT];
-  m->buf = buf;
-  m->bytes = bytes;
+  m->buf = b->ptr;
+  m->bytes = b->bytes;
   m->direct = 0;
   m->ack = 0;
   if (tag)
@@ -683,8 +683,33 @@ static void shm_close(struct transport_conn* base) {
   free(c);
 }
 
+/* Ranks of one host and shared-memory domain (the same /dev/shm and pid
+ * namespace); a rank with NCCL_SHM_DISABLE=1 announced domain 0. */
+static int shm_can_connect(const struct transport_ctx* ctx, int a, int b) {
+  const struct shm_blob *ba = transport_peer_blob(ctx, &shm_transport, a),
+                        *bb = transport_peer_blob(ctx, &shm_transport, b);
+  return ba->domain != 0 && ctx->peers[a].host_hash == ctx->peers[b].host_hash &&
+         ba->domain == bb->domain;
+}
+
+/* This rank's domain and segment tag; its first comm also sweeps what
+ * dead processes of the domain left in /dev/shm. */
+static ncclResult_t shm_blob_make(struct transport_ctx* ctx, void* blob) {
+  struct shm_blob* b = blob;
+  (void)ctx;
+  b->domain = param_shm_disable() ? 0 : bootstrap_shm_domain();
+  b->tag = bootstrap_random64();
+  transport_shm_sweep(b->domain);
+  return ncclSuccess;
+}
+
 const struct transport shm_transport = {
     .name = "SHM",
+    .id = TRANSPORT_SHM,
+    .caps = TRANSPORT_CAP_HOST_MEM | TRANSPORT_CAP_WAKE_FUTEX,
+    .can_connect = shm_can_connect,
+    .blob_bytes = sizeof(struct shm_blob),
+    .blob_make = shm_blob_make,
     .connect_send = shm_connect_send,
     .connect_recv = shm_connect_recv,
     .post = shm_post,

@@ -28,9 +28,10 @@ static uint32_t shm_domain_tag(uint64_t domain) {
   return (uint32_t)(domain ^ (domain >> 32));
 }
 
-void shm_name_make(char* out, const struct peer_info* sender, int receiver, int channel) {
-  snprintf(out, SHM_NAME_MAX, "/braid-%d-%08" PRIx32 "-%" PRIx64 "-%d-%d", (int)sender->pid,
-           shm_domain_tag(sender->shm_domain), sender->shm_tag, receiver, channel);
+void shm_name_make(char* out, pid_t sender_pid, const struct shm_blob* sender, int receiver,
+                   int channel) {
+  snprintf(out, SHM_NAME_MAX, "/braid-%d-%08" PRIx32 "-%" PRIx64 "-%d-%d", (int)sender_pid,
+           shm_domain_tag(sender->domain), sender->tag, receiver, channel);
 }
 
 /* kill(pid, 0) alone takes a zombie for alive, and a peer that is our own

@@ -13,8 +13,18 @@
 
 #define SHM_NAME_MAX 96
 
-/* "/braid-<pid>-<domain>-<tag>-<receiver>-<channel>". */
-void shm_name_make(char* out, const struct peer_info* sender, int receiver, int channel);
+/* What shared memory publishes about a rank (its transport blob). Ranks
+ * with the same host_hash and domain share /dev/shm and a pid namespace;
+ * domain 0: this rank does not use shared memory (NCCL_SHM_DISABLE). */
+struct shm_blob {
+  uint64_t domain;
+  uint64_t tag; /* random per rank and comm: names its segments */
+};
+
+/* "/braid-<pid>-<domain>-<tag>-<receiver>-<channel>": the segment a
+ * sender (pid, blob) creates for `receiver`. */
+void shm_name_make(char* out, pid_t sender_pid, const struct shm_blob* sender, int receiver,
+                   int channel);
 
 /* 0 when pid has exited (or is a zombie); unknown means alive. */
 int shm_pid_alive(pid_t pid);

@@ -59,10 +59,11 @@ static int tcp_receiver_gone(const struct tcp_conn* c, uint64_t seq) {
   return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
 }
 
-static ncclResult_t tcp_post(struct transport_conn* base, void* buf, size_t bytes,
+static ncclResult_t tcp_post(struct transport_conn* base, const struct transport_buf* b,
                              const struct transport_tag* tag) {
   struct tcp_conn* c = (struct tcp_conn*)base;
   uint64_t seq = base->posted;
+  size_t bytes = b->bytes;
   struct tcp_msg* m = &c->msgs[seq % TRANSPORT_MAX_INFLIGHT];
   if (seq - base->completed >= TRANSPORT_MAX_INFLIGHT) {
     WARN("NET/Socket : too many messages in flight to rank %d", base->peer);
@@ -72,7 +73,8 @@ static ncclResult_t tcp_post(struct transport_conn* base, void* buf, size_t byte
     WARN("NET/Socket : rank %d closed its connection (it failed, aborted or died)", base->peer);
     return ncclRemoteError;
   }
-  m->buf = buf;
+  if (!transport_moves(base, b)) return ncclInternalError;
+  m->buf = b->ptr;
   m->bytes = bytes;
   m->parts_left = tcp_nparts(c, seq, bytes);
   if (tag)
@@ -169,8 +171,19 @@ static void tcp_close(struct transport_conn* base) {
   free(c);
 }
 
+/* Sockets reach every rank: each announced where its listener accepts. */
+static int tcp_can_connect(const struct transport_ctx* ctx, int a, int b) {
+  (void)ctx, (void)a, (void)b;
+  return 1;
+}
+
 const struct transport tcp_transport = {
     .name = "NET/Socket",
+    .id = TRANSPORT_NET_SOCKET,
+    .caps = TRANSPORT_CAP_HOST_MEM | TRANSPORT_CAP_WAKE_FD,
+    .can_connect = tcp_can_connect,
+    .blob_bytes = sizeof(struct tcp_blob),
+    .blob_make = tcp_blob_make,
     .connect_send = tcp_connect_send,
     .connect_recv = tcp_connect_recv,
     .connect_duplex = tcp_connect_duplex,

@@ -23,6 +23,12 @@
  * striping it would cost more syscalls than it saves. */
 #define TCP_STRIPE_MIN (64 * 1024)
 
+/* What TCP publishes about a rank (its transport blob). */
+struct tcp_blob {
+  struct socket_wire_addr listen; /* where its data listener accepts */
+};
+ncclResult_t tcp_blob_make(struct transport_ctx* ctx, void* blob);
+
 /* The first bytes on every socket. */
 struct tcp_hello {
   uint32_t magic;

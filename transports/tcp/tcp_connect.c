@@ -76,6 +76,20 @@ static int tcp_nsocks(void) {
   return (int)MAX(1, MIN(n, TCP_MAX_SOCKS));
 }
 
+/* The address our data listener is bound to: what peers dial. */
+ncclResult_t tcp_blob_make(struct transport_ctx* ctx, void* blob) {
+  struct tcp_blob* b = blob;
+  union socket_addr addr;
+  socklen_t len = sizeof(addr);
+  memset(&addr, 0, sizeof(addr));
+  if (getsockname(ctx->listen_fd, &addr.sa, &len) != 0) {
+    WARN("NET/Socket : getsockname on the data listener failed: %s", strerror(errno));
+    return ncclSystemError;
+  }
+  socket_addr_to_wire(&addr, &b->listen);
+  return ncclSuccess;
+}
+
 /* Open the sockets to `peer` and say hello on each; `c` is a send conn. */
 static ncclResult_t tcp_dial(struct transport_ctx* ctx, int peer, int channel,
                              struct tcp_conn** out) {
@@ -86,7 +100,8 @@ static ncclResult_t tcp_dial(struct transport_ctx* ctx, int peer, int channel,
   int ns = tcp_nsocks();
   CHECK(tcp_conn_alloc(peer, 1, ns, &c));
   c->waits = ctx->waits;
-  socket_addr_from_wire(&ctx->peers[peer].listen, &addr);
+  const struct tcp_blob* b = transport_peer_blob(ctx, &tcp_transport, peer);
+  socket_addr_from_wire(&b->listen, &addr);
   for (int s = 0; s < ns; s++) {
     struct tcp_hello h = {TCP_MAGIC, TCP_VERSION, ctx->secret, ctx->rank, peer, s, ns, channel, 0};
     CHECK(socket_connect(&addr, deadline, ctx->aborted, &c->socks[s].fd));

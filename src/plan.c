@@ -1,0 +1,13 @@
+/*
+ * Plan, the first of a unit's three steps (work.h): each collective gets
+ * its algorithm and chunk from the tuner, and with them the schedule key
+ * that fixes which peers it talks to. Nothing is connected or sent here,
+ * so a plan can be logged or simulated on its own.
+ */
+#include "comm.h"
+#include "work.h"
+
+void work_plan(struct work_op* ops, int n) {
+  for (int i = 0; i < n; i++)
+    if (ops[i].kind == WORK_COLL) exec_plan(ops[i].comm, &ops[i].args, &ops[i].key);
+}

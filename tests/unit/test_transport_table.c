@@ -1,0 +1,120 @@
+/*
+ * The transport table (transports/transport_table.c): which transport
+ * joins a pair of ranks, from the peer table alone; NCCL_NET steering
+ * the network; the per-peer choice made once.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "param.h"
+#include "shm/shm_names.h"
+#include "transport.h"
+
+#define NPEERS 5
+#define HOST_A 0xa11ull
+#define HOST_B 0xb22ull
+#define DOMAIN 0xd0d0ull
+
+/* Ranks 0, 1 on host A sharing memory; 2 on host B; 3 on host A with
+ * NCCL_SHM_DISABLE (no domain); 4 on host A in another container. */
+static struct peer_info g_peers[NPEERS];
+static const struct transport* g_chosen[NPEERS];
+
+static struct shm_blob* shm_of(int r) {
+  return transport_blob_in(&g_peers[r], &shm_transport);
+}
+
+static void table_ctx(struct transport_ctx* ctx, int rank) {
+  static const uint64_t hosts[NPEERS] = {HOST_A, HOST_A, HOST_B, HOST_A, HOST_A};
+  static const uint64_t domains[NPEERS] = {DOMAIN, DOMAIN, DOMAIN, 0, DOMAIN + 1};
+  for (int r = 0; r < NPEERS; r++) {
+    g_peers[r] = (struct peer_info){.rank = r, .host_hash = hosts[r]};
+    shm_of(r)->domain = domains[r];
+  }
+  memset(g_chosen, 0, sizeof(g_chosen));
+  memset(ctx, 0, sizeof(*ctx));
+  ctx->rank = rank;
+  ctx->nranks = NPEERS;
+  ctx->peers = g_peers;
+  ctx->chosen = g_chosen;
+}
+
+static void test_pairs(void** state) {
+  (void)state;
+  struct transport_ctx ctx;
+  unsetenv("NCCL_NET");
+  table_ctx(&ctx, 0);
+  assert_int_equal(transport_table_init(&ctx), ncclSuccess);
+  assert_ptr_equal(transport_select(&ctx, 0, 1, TRANSPORT_CAP_HOST_MEM), &shm_transport);
+  assert_ptr_equal(transport_select(&ctx, 1, 0, TRANSPORT_CAP_HOST_MEM), &shm_transport);
+  assert_ptr_equal(transport_select(&ctx, 0, 2, TRANSPORT_CAP_HOST_MEM), &tcp_transport);
+  assert_ptr_equal(transport_select(&ctx, 0, 3, TRANSPORT_CAP_HOST_MEM), &tcp_transport);
+  assert_ptr_equal(transport_select(&ctx, 3, 0, TRANSPORT_CAP_HOST_MEM), &tcp_transport);
+  assert_ptr_equal(transport_select(&ctx, 0, 4, TRANSPORT_CAP_HOST_MEM), &tcp_transport);
+  /* device memory: nothing in this build moves it */
+  assert_null(transport_select(&ctx, 0, 1, TRANSPORT_CAP_DEVICE_MEM));
+  assert_ptr_equal(transport_network(&ctx), &tcp_transport);
+}
+
+/* The choice is made once per peer and kept, whatever the table says later. */
+static void test_chosen_once(void** state) {
+  (void)state;
+  struct transport_ctx ctx;
+  const struct transport* t = NULL;
+  unsetenv("NCCL_NET");
+  table_ctx(&ctx, 1);
+  assert_int_equal(transport_table_init(&ctx), ncclSuccess);
+  assert_int_equal(transport_for_peer(&ctx, 0, &t), ncclSuccess);
+  assert_ptr_equal(t, &shm_transport);
+  assert_ptr_equal(g_chosen[0], &shm_transport);
+  shm_of(0)->domain = 0; /* would now choose sockets: the kept choice wins */
+  assert_int_equal(transport_for_peer(&ctx, 0, &t), ncclSuccess);
+  assert_ptr_equal(t, &shm_transport);
+  assert_int_equal(transport_for_peer(&ctx, 2, &t), ncclSuccess);
+  assert_ptr_equal(t, &tcp_transport);
+}
+
+static void test_net_knob(void** state) {
+  (void)state;
+  struct transport_ctx ctx;
+  table_ctx(&ctx, 0);
+  setenv("NCCL_NET", "socket", 1); /* NCCL compares without case */
+  param_cache_reset();              /* parameters are read once per process */
+  assert_int_equal(transport_table_init(&ctx), ncclSuccess);
+  assert_ptr_equal(transport_select(&ctx, 0, 2, TRANSPORT_CAP_HOST_MEM), &tcp_transport);
+  setenv("NCCL_NET", "IB", 1); /* no verbs transport in this build */
+  param_cache_reset();
+  assert_int_equal(transport_table_init(&ctx), ncclInvalidArgument);
+  unsetenv("NCCL_NET");
+  param_cache_reset();
+}
+
+/* A buffer of a kind the transport does not move is refused at post. */
+static void test_memory_kinds(void** state) {
+  (void)state;
+  struct transport_conn c = {.ops = &shm_transport, .peer = 1};
+  struct transport_buf host = {NULL, 8, TRANSPORT_CAP_HOST_MEM, NULL};
+  struct transport_buf device = {NULL, 8, TRANSPORT_CAP_DEVICE_MEM, NULL};
+  struct transport_buf none = {NULL, 8, 0, NULL};
+  assert_true(transport_moves(&c, &host));
+  assert_false(transport_moves(&c, &device));
+  assert_false(transport_moves(&c, &none));
+  c.ops = &tcp_transport;
+  assert_true(transport_moves(&c, &host));
+  assert_false(transport_moves(&c, &device));
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_pairs),
+      cmocka_unit_test(test_chosen_once),
+      cmocka_unit_test(test_net_knob),
+      cmocka_unit_test(test_memory_kinds),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,96 @@
+/*
+ * The transport table: which transport carries a pair of ranks, and what
+ * each publishes about its rank. Every transport says which pairs it can
+ * join (can_connect) and what it moves (caps); a pair takes the first that
+ * fits, in the order below: the most direct path first, the network last.
+ * Each transport's blob (where it listens, what names its segments) has a
+ * slice of peer_info.blobs, in the same order. NCCL's knobs steer the choice:
+ * NCCL_SHM_DISABLE (a rank announces no shared-memory domain, so no pair
+ * with it passes shm's check) and NCCL_NET, which names the network.
+ */
+#include <strings.h>
+
+#include "core.h"
+#include "param.h"
+#include "transport.h"
+
+static const struct transport* const k_table[] = {&shm_transport, &tcp_transport};
+#define TABLE_SIZE (sizeof(k_table) / sizeof(k_table[0]))
+
+/* Networks by NCCL_NET's names. Only Socket is built here; "IB" joins
+ * with the verbs transport. */
+static const struct transport* net_named(const char* name) {
+  if (name == NULL || strcasecmp(name, "Socket") == 0) return &tcp_transport;
+  return NULL;
+}
+
+/* Each transport's blob follows those of the transports before it. */
+static size_t blob_offset(const struct transport* t) {
+  size_t off = 0;
+  for (size_t i = 0; i < TABLE_SIZE && k_table[i] != t; i++) off += k_table[i]->blob_bytes;
+  return off;
+}
+
+void* transport_blob_in(struct peer_info* p, const struct transport* t) {
+  return p->blobs + blob_offset(t);
+}
+
+const void* transport_peer_blob(const struct transport_ctx* ctx, const struct transport* t,
+                                int rank) {
+  return ctx->peers[rank].blobs + blob_offset(t);
+}
+
+ncclResult_t transport_blobs_make(struct transport_ctx* ctx, struct peer_info* mine) {
+  ncclResult_t res = ncclSuccess;
+  size_t total = 0;
+  for (size_t i = 0; i < TABLE_SIZE; i++) total += k_table[i]->blob_bytes;
+  if (total > PEER_BLOB_BYTES)
+    FAIL(ncclInternalError, "transport blobs need %zu bytes, the peer table has %d", total,
+         PEER_BLOB_BYTES);
+  for (size_t i = 0; i < TABLE_SIZE; i++)
+    CHECK(k_table[i]->blob_make(ctx, transport_blob_in(mine, k_table[i])));
+fail:
+  return res;
+}
+
+static int is_network(const struct transport* t) {
+  return t->id == TRANSPORT_NET_SOCKET;
+}
+
+ncclResult_t transport_table_init(struct transport_ctx* ctx) {
+  const char* net = param_net();
+  ctx->net = net_named(net);
+  if (ctx->net != NULL) return ncclSuccess;
+  WARN("NCCL_NET=%s : no such network in this build (Socket)", net);
+  return ncclInvalidArgument;
+}
+
+const struct transport* transport_network(const struct transport_ctx* ctx) {
+  return ctx->net ? ctx->net : &tcp_transport;
+}
+
+const struct transport* transport_select(const struct transport_ctx* ctx, int a, int b,
+                                         unsigned mem_caps) {
+  for (size_t i = 0; i < TABLE_SIZE; i++) {
+    const struct transport* t = k_table[i];
+    if ((t->caps & mem_caps) != mem_caps) continue;
+    if (is_network(t) && t != transport_network(ctx)) continue; /* not NCCL_NET's */
+    if (t->can_connect(ctx, a, b)) return t;
+  }
+  return NULL;
+}
+
+ncclResult_t transport_for_peer(struct transport_ctx* ctx, int peer, const struct transport** out) {
+  const struct transport* t = ctx->chosen[peer];
+  if (t == NULL) {
+    t = transport_select(ctx, ctx->rank, peer, TRANSPORT_CAP_HOST_MEM);
+    if (t == NULL) {
+      WARN("Rank %d: no transport of this build can reach rank %d", ctx->rank, peer);
+      return ncclSystemError;
+    }
+    ctx->chosen[peer] = t;
+    INFO(SUB_INIT, "Rank %d: peer %d via %s", ctx->rank, peer, t->name);
+  }
+  *out = t;
+  return ncclSuccess;
+}
