@@ -184,10 +184,9 @@ fail:
 }
 
 /* Buffers below one chunk take the leader variant: the leaders' exchange
- * is latency-bound. From one chunk on the node's ranks share the wire:
- * on 2 nodes x 4 ranks at 2 Gbit/s, 64 KiB took 0.28-0.29 ms split and
- * 0.39-0.56 ms through leaders, whose node phases wait for the wire (32
- * KiB: 0.14 ms through leaders, 0.17-0.23 ms split). */
+ * is latency-bound. From one chunk on the node's ranks share the wire,
+ * while the leaders' node phases would wait for it (README, "Measurements
+ * behind the defaults", has the 2x4 timings). */
 int hier_allreduce_uses_leaders(size_t bytes, size_t chunk_bytes) {
   return bytes < chunk_bytes;
 }

@@ -188,18 +188,17 @@ void tuner_choose(const struct ncclComm* comm, int coll, size_t bytes, int* algo
        tuner_cost(&comm->tune, coll, *algo, (double)bytes));
 }
 
-/* Whole slots by default: on 4 ranks over TCP, cutting a 64 KiB ring
- * segment into 4 slices made 256 KiB all-reduces 2x slower (per-message
- * costs outweigh the deeper pipeline). Shared memory's per-message cost is
- * small, so there a block smaller than a few slots is cut into 4 slices to
- * keep every rank busy. */
+/* Whole slots by default: over TCP per-message costs outweigh a deeper
+ * pipeline (README, "Measurements behind the defaults"). Shared memory's
+ * per-message cost is small, so there a block smaller than a few slots is
+ * cut into 4 slices to keep every rank busy. */
 size_t tuner_chunk(const struct tuner_model* m, int coll, int algo, size_t bytes) {
   size_t slot = m->slot_bytes, per_rank = bytes / (size_t)MAX(1, m->nranks);
   /* the leader variant, as the model assumes, needs whole slots */
   if (coll == COLL_ALLREDUCE && algo == ALGO_HIER && hier_allreduce_uses_leaders(bytes, slot))
     return slot;
-  /* Across nodes every message pays TCP's per-message cost: whole slots
-   * (Hier cut to 4 KiB slices made 2x4 ranks' 128 KiB all-reduce 3x slower). */
+  /* Across nodes every message pays the network's per-message cost: whole
+   * slots, for Hier too (README, "Measurements behind the defaults"). */
   if (m->nnodes > 1) return slot;
   if (m->intra_transport->id != TRANSPORT_SHM || per_rank >= 4 * slot) return slot;
   return MAX((size_t)4096, MIN(slot, ALIGN_UP(per_rank / 4, 4096)));

@@ -17,8 +17,9 @@ struct link_line {
   double alpha0, alpha_f, beta0, beta_f;
 };
 
-/* Loopback TCP: fitted to medians measured on a 2-core VM at 4 and 8
- * ranks (f = 2, 4; perf/algo_compare.sh), clamped at f = 1. */
+/* Loopback TCP: lines fitted to perf/algo_compare.sh's medians at 4 and 8
+ * ranks (f = 2, 4), clamped at f = 1 (README, "Measurements behind the
+ * defaults", has the figures). */
 static const struct link_line k_tcp[ALGO_COUNT] = {
     [ALGO_RING] = {-1.0, 9.0, -0.274, 0.466},
     [ALGO_TREE] = {7.0, 2.5, -0.44, 0.695},
@@ -26,15 +27,14 @@ static const struct link_line k_tcp[ALGO_COUNT] = {
     [ALGO_HIER] = {-1.0, 9.0, -0.274, 0.466},
 };
 
-/* Shared memory: a hop costs about 1.7 us and a KB moved one memcpy of it
- * (the copies in and out of the FIFO overlap on two cores), both growing
- * with f. Fitted to perf/algo_compare.sh at 4 ranks on a 2-core VM
- * (ring 10.7 us at 8 B over 6 hops, 2.6 GB/s bus bandwidth at 4 MiB) and
- * to 2 ranks' 5.5 GB/s at 64 MiB. */
+/* Shared memory: a hop's cost and one memcpy per KB moved (the copies in
+ * and out of the FIFO overlap), both growing with f; fitted to
+ * perf/algo_compare.sh at 4 ranks and to make bench-shm at 2 (README,
+ * "Measurements behind the defaults"). */
 static const struct link_line k_shm = {0.5, 0.6, 0.0, 0.0};
 #define SHM_COPIES_PER_BYTE 1.0
-/* Per KB, the tree and recursive doubling measured 2x and 2.5x the ring
- * over shared memory at 32-512 KiB (their steps wait for whole sends). */
+/* Per KB, the tree and recursive doubling cost more than the ring over
+ * shared memory (their steps wait for whole sends): measured ratios. */
 static const double k_shm_beta_scale[ALGO_COUNT] = {
     [ALGO_RING] = 1.0, [ALGO_TREE] = 2.0, [ALGO_RD] = 2.5, [ALGO_HIER] = 1.0};
 

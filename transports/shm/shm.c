@@ -142,12 +142,11 @@ struct shm_params {
   int64_t direct_min;
 };
 
-/* The defaults (common/param_table.h) were measured on a 2-core VM
- * (README, "Shared memory"): 32 slots keep 64 KiB pipeline chunks flowing
- * (2-4x the throughput of 4-8 slots), and with copies batched up to
- * SHM_COPY_BATCH, large messages go as fast as through 1 MiB slots. Direct
- * reads are off: process_vm_readv moves about 5 GB/s there against 10-15
- * GB/s for the two pipelined copies. */
+/* The defaults (common/param_table.h) come from measurements (README,
+ * "Shared memory" and "Measurements behind the defaults"): enough slots to
+ * keep 64 KiB pipeline chunks flowing, copies batched up to SHM_COPY_BATCH
+ * so large messages need no larger slots, and direct reads off, since
+ * process_vm_readv was slower than the two pipelined copies. */
 static struct shm_params shm_params;
 static pthread_once_t shm_params_once = PTHREAD_ONCE_INIT;
 
