@@ -46,7 +46,7 @@
   STR(hostid, "NCCL_HOSTID", NULL, "hostname + boot id", 0, "host identity that groups ranks")   \
   INT(timeout_ms, "BRAID_TIMEOUT_MS", 300000, 100, 1LL << 40, 0,                                 \
       "bootstrap waits and stalled calls fail after this")                                       \
-  /* the transport table (transports/transport_table.c) */                                      \
+  /* the transport table (transports/transport_table.c) */                                       \
   STR(net, "NCCL_NET", NULL, "Socket", 0, "network between hosts: Socket (only one built)")      \
   /* shared memory (transports/shm) */                                                           \
   INT(shm_disable, "NCCL_SHM_DISABLE", 0, 0, 1, 0, "1: ranks of one node talk TCP")              \

@@ -84,7 +84,7 @@ static void test_net_knob(void** state) {
   struct transport_ctx ctx;
   table_ctx(&ctx, 0);
   setenv("NCCL_NET", "socket", 1); /* NCCL compares without case */
-  param_cache_reset();              /* parameters are read once per process */
+  param_cache_reset();             /* parameters are read once per process */
   assert_int_equal(transport_table_init(&ctx), ncclSuccess);
   assert_ptr_equal(transport_select(&ctx, 0, 2, TRANSPORT_CAP_HOST_MEM), &tcp_transport);
   setenv("NCCL_NET", "IB", 1); /* no verbs transport in this build */
