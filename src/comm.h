@@ -11,6 +11,7 @@
 
 #include "bootstrap.h"
 #include "executor.h"
+#include "mem.h"
 #include "nccl.h"
 #include "progress.h"
 #include "schedule.h"
@@ -26,13 +27,6 @@ struct comm_redop {
   ncclScalarResidence_t residence;
   uint64_t scalar;        /* host-immediate value, in the type's encoding */
   const void* scalar_ptr; /* read at each call for ncclScalarDevice */
-};
-
-/* A registered buffer (ncclCommRegister). */
-struct comm_reg {
-  void* buff;
-  size_t size;
-  struct comm_reg* next;
 };
 
 struct braid_stream;
@@ -67,7 +61,7 @@ struct ncclComm {
   struct comm_redop* redops;
   int nredops;
   /* ncclCommRegister'ed buffers */
-  struct comm_reg* regs;
+  struct mem_regs regs;
   /* non-blocking comm (config.blocking == 0): its work runs on this stream */
   struct braid_stream* internal_stream;
   /* state */

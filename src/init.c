@@ -110,6 +110,7 @@ static ncclResult_t comm_create(struct ncclComm** out, int nranks, const ncclUni
   comm->progress.bell_fd[0] = comm->progress.bell_fd[1] = -1;
   pthread_mutex_init(&comm->turn_lock, NULL);
   pthread_cond_init(&comm->turn_cv, NULL);
+  mem_regs_init(&comm->regs);
   CHECK(comm_registry_add(comm));
   CHECK(comm_config_read(config, &comm->config));
   CHECK(comm_setup_local(comm, &listen));

@@ -9,6 +9,7 @@
 #include "comm.h"
 #include "core.h"
 #include "kernels.h"
+#include "mem.h"
 
 /* Find a free table slot, growing the table when full (creation time only). */
 static ncclResult_t redop_slot(struct ncclComm* comm, int* idx) {
@@ -50,7 +51,8 @@ ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t* op, void* scalar, ncclDataTyp
   r->residence = residence;
   r->scalar = 0;
   r->scalar_ptr = scalar;
-  if (residence == ncclScalarHostImmediate) memcpy(&r->scalar, scalar, kern_type_size(datatype));
+  if (residence == ncclScalarHostImmediate)
+    CHECK(mem_copy(&r->scalar, scalar, kern_type_size(datatype)));
   *op = (ncclRedOp_t)(ncclNumOps + idx);
 fail:
   return res;
@@ -96,8 +98,8 @@ ncclResult_t redop_resolve(struct ncclComm* comm, ncclRedOp_t op, ncclDataType_t
          (int)r->type, (int)type);
   a->redop.op = KERN_SUM;
   a->redop.scalar = r->scalar;
-  if (r->residence == ncclScalarDevice)
-    memcpy(&a->redop.scalar, r->scalar_ptr, kern_type_size(type));
+  if (r->residence == ncclScalarDevice) /* read at every call: the user may change it */
+    CHECK(mem_copy(&a->redop.scalar, r->scalar_ptr, kern_type_size(type)));
   a->pre = KERN_PRE;
 fail:
   return res;
