@@ -92,6 +92,13 @@ $(TSTDIR)/test_%: tests/unit/test_%.c $(STLIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -Itests $< -o $@ $(STLIB) -lcmocka -ldl $(LDLIBS)
 
+# The unit tests that run executors over the fake transport link tests/common.
+UNIT_COMMON := $(wildcard tests/common/*.c)
+FAKE_TESTS  := $(TSTDIR)/test_schedule $(TSTDIR)/test_executor
+$(FAKE_TESTS): $(TSTDIR)/test_%: tests/unit/test_%.c $(UNIT_COMMON) tests/common/*.h $(STLIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -Itests $< $(UNIT_COMMON) -o $@ $(STLIB) -lcmocka -ldl $(LDLIBS)
+
 $(TSTDIR)/mp_test_%: tests/mp/test_%.c $(MP_COMMON) tests/mp/*.h $(STLIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -Itests -Itests/mp $< $(MP_COMMON) -o $@ $(STLIB) -lcmocka $(LDLIBS)

@@ -122,7 +122,6 @@ void comm_free(struct ncclComm* comm) {
   comm->tctx.listen_fd = -1;
   progress_destroy(&comm->progress);
   exec_free(&comm->exec);
-  sched_free(&comm->sched);
   sched_topo_free(&comm->layout);
   redop_free_all(comm);
   mem_regs_free(&comm->regs);

@@ -55,8 +55,7 @@ struct ncclComm {
   uint64_t serving;     /* under turn_lock */
   struct progress progress;
   struct transport_waits waits; /* what the last pass of progress found blocked */
-  struct exec_state exec;
-  struct schedule sched;
+  struct exec_ctx exec;         /* its connections are send_conns/recv_conns */
   /* user reduction operators */
   struct comm_redop* redops;
   int nredops;
@@ -109,6 +108,8 @@ ncclResult_t comm_check(const struct ncclComm* comm, const char* fn);
  * connections) so nobody waits for us. */
 void comm_set_error(struct ncclComm* comm, ncclResult_t err);
 
+/* A built-in op (op < ncclNumOps) in the executor's form on `nranks` ranks. */
+void redop_builtin(ncclRedOp_t op, ncclDataType_t type, int nranks, struct exec_args* args);
 /* Turn a user op into the executor's form; ncclInvalidArgument if unknown. */
 ncclResult_t redop_resolve(struct ncclComm* comm, ncclRedOp_t op, ncclDataType_t type,
                            const char* fn, struct exec_args* args);

@@ -72,22 +72,29 @@ fail:
   return res;
 }
 
+void redop_builtin(ncclRedOp_t op, ncclDataType_t type, int nranks, struct exec_args* a) {
+  static const enum kern_op builtin[] = {KERN_SUM, KERN_PROD, KERN_MAX, KERN_MIN, KERN_SUM};
+  memset(&a->redop, 0, sizeof(a->redop));
+  a->redop.type = type;
+  a->redop.op = builtin[op];
+  a->pre = a->post = 0;
+  if (op == ncclAvg && nranks > 1) {
+    a->redop.postdiv = (uint32_t)nranks;
+    a->post = KERN_POST;
+  }
+}
+
 ncclResult_t redop_resolve(struct ncclComm* comm, ncclRedOp_t op, ncclDataType_t type,
                            const char* fn, struct exec_args* a) {
   ncclResult_t res = ncclSuccess;
-  static const enum kern_op builtin[] = {KERN_SUM, KERN_PROD, KERN_MAX, KERN_MIN, KERN_SUM};
   CHECK(comm_check_type(type, fn));
+  if ((int)op >= 0 && op < ncclNumOps) {
+    redop_builtin(op, type, comm->nranks, a);
+    return ncclSuccess;
+  }
   memset(&a->redop, 0, sizeof(a->redop));
   a->redop.type = type;
   a->pre = a->post = 0;
-  if ((int)op >= 0 && op < ncclNumOps) {
-    a->redop.op = builtin[op];
-    if (op == ncclAvg && comm->nranks > 1) {
-      a->redop.postdiv = (uint32_t)comm->nranks;
-      a->post = KERN_POST;
-    }
-    return ncclSuccess;
-  }
   int idx = (int)op - ncclNumOps;
   if ((int)op < 0 || idx >= comm->nredops || !comm->redops[idx].in_use)
     FAIL(ncclInvalidArgument,
