@@ -31,8 +31,9 @@ struct kern_call {
   unsigned pre;
   int ns, nd;
   size_t n;
-  const char* src[KERN_TASK_MAX_SRCS];
-  char* dst[KERN_TASK_MAX_DSTS];
+  size_t es; /* bytes per element */
+  const void* const* src;
+  void* const* dst;
 };
 
 /* The shapes the paths compile separately, so that the two everyday ones
@@ -48,13 +49,6 @@ static inline enum kern_shape kern_call_shape(const struct kern_call* c) {
   if (c->nd == 1 && c->ns == 1) return KERN_SHAPE_UNARY;
   if (c->nd == 1 && c->ns == 2 && !(c->pre & 1u)) return KERN_SHAPE_PAIR;
   return KERN_SHAPE_MULTI;
-}
-
-/* The call's sources and destinations moved `off` elements on. */
-static inline void kern_call_at(const struct kern_call* c, size_t off, const char** s, char** d) {
-  size_t b = off * kern_type_size(c->r->type);
-  for (int k = 0; k < c->ns; k++) s[k] = c->src[k] + b;
-  for (int j = 0; j < c->nd; j++) d[j] = c->dst[j] + b;
 }
 
 /* Portable C path over elements [off, off + n) of the call. */

@@ -244,34 +244,38 @@ DEF_INT_EXPR(expr_u64, uint64_t, uint64_t, uint64_t)
   KERN_INLINE T NAME##_first(T x, unsigned f0, SC s, DV dv) {                                  \
     return f0 ? (T)ST(EXPR(LD(x), LD(x), KERN_OP_COPY, f0, s, dv)) : x;                        \
   }                                                                                            \
-  KERN_INLINE size_t NAME(int op, unsigned fl, int ns, int nd, unsigned pre, char* const* dp,  \
-                          const char* const* sp, size_t n, SC s, DV dv) {                      \
+  KERN_INLINE size_t NAME(int op, unsigned fl, int ns, int nd, unsigned pre, void* const* dp,  \
+                          const void* const* sp, size_t off, size_t n, SC s, DV dv) {          \
     enum { B = 64 / sizeof(T) };                                                               \
+    const char* src[KERN_TASK_MAX_SRCS];                                                       \
+    char* dst[KERN_TASK_MAX_DSTS];                                                             \
+    for (int k = 0; k < ns; k++) src[k] = (const char*)sp[k] + off * sizeof(T);                \
+    for (int k = 0; k < nd; k++) dst[k] = (char*)dp[k] + off * sizeof(T);                      \
     unsigned pm = (fl & KERN_PRE) ? pre : 0u, post = fl & KERN_POST;                           \
     unsigned f0 = ((pm & 1u) ? KERN_PRE : 0u) | (ns == 1 ? post : 0u);                         \
     size_t i = 0;                                                                              \
     for (; i + B <= n; i += B) {                                                               \
       T acc[B], tb[B];                                                                         \
-      memcpy(acc, sp[0] + i * sizeof(T), sizeof acc);                                          \
+      memcpy(acc, src[0] + i * sizeof(T), sizeof acc);                                         \
       if (f0)                                                                                  \
         for (size_t j = 0; j < B; j++) acc[j] = NAME##_first(acc[j], f0, s, dv);               \
       for (int k = 1; k < ns; k++) {                                                           \
         unsigned f = (((pm >> k) & 1u) ? KERN_PRE : 0u) | (k == ns - 1 ? post : 0u);           \
-        memcpy(tb, sp[k] + i * sizeof(T), sizeof tb);                                          \
+        memcpy(tb, src[k] + i * sizeof(T), sizeof tb);                                         \
         for (size_t j = 0; j < B; j++) acc[j] = ST(EXPR(LD(acc[j]), LD(tb[j]), op, f, s, dv)); \
       }                                                                                        \
-      for (int d = 0; d < nd; d++) memcpy(dp[d] + i * sizeof(T), acc, sizeof acc);             \
+      for (int d = 0; d < nd; d++) memcpy(dst[d] + i * sizeof(T), acc, sizeof acc);            \
     }                                                                                          \
     for (; i < n; i++) {                                                                       \
       T x, y;                                                                                  \
-      memcpy(&x, sp[0] + i * sizeof(T), sizeof x);                                             \
+      memcpy(&x, src[0] + i * sizeof(T), sizeof x);                                            \
       x = NAME##_first(x, f0, s, dv);                                                          \
       for (int k = 1; k < ns; k++) {                                                           \
         unsigned f = (((pm >> k) & 1u) ? KERN_PRE : 0u) | (k == ns - 1 ? post : 0u);           \
-        memcpy(&y, sp[k] + i * sizeof(T), sizeof y);                                           \
+        memcpy(&y, src[k] + i * sizeof(T), sizeof y);                                          \
         x = ST(EXPR(LD(x), LD(y), op, f, s, dv));                                              \
       }                                                                                        \
-      for (int d = 0; d < nd; d++) memcpy(dp[d] + i * sizeof(T), &x, sizeof x);                \
+      for (int d = 0; d < nd; d++) memcpy(dst[d] + i * sizeof(T), &x, sizeof x);               \
     }                                                                                          \
     return n;                                                                                  \
   }
@@ -291,25 +295,22 @@ DEF_PORTABLE(loop_e5m2, uint8_t, float, float, LD_E5M2, kern_float_to_e5m2, expr
 
 /* One case of kern_portable for an integer type: the scalar is the type's
  * own bytes. */
-#define INT_CASE(TYPE, LOOP, T, DV)                        \
-  case TYPE: {                                             \
-    T sc;                                                  \
-    memcpy(&sc, &c->r->scalar, sizeof sc);                 \
-    KERN_SPEC_SHAPES(done, c, LOOP, d, s, n, sc, (DV)div); \
-    break;                                                 \
+#define INT_CASE(TYPE, LOOP, T, DV)                                       \
+  case TYPE: {                                                            \
+    T sc;                                                                 \
+    memcpy(&sc, &c->r->scalar, sizeof sc);                                \
+    KERN_SPEC_SHAPES(done, c, LOOP, c->dst, c->src, off, n, sc, (DV)div); \
+    break;                                                                \
   }
 
-#define F32_CASE(TYPE, LOOP)                                                     \
-  case TYPE:                                                                     \
-    KERN_SPEC_SHAPES(done, c, LOOP, d, s, n, kern_scalar_f32(c->r), (float)div); \
+#define F32_CASE(TYPE, LOOP)                                                                    \
+  case TYPE:                                                                                    \
+    KERN_SPEC_SHAPES(done, c, LOOP, c->dst, c->src, off, n, kern_scalar_f32(c->r), (float)div); \
     break;
 
 void kern_portable(const struct kern_call* c, size_t off, size_t n) {
-  const char* s[KERN_TASK_MAX_SRCS];
-  char* d[KERN_TASK_MAX_DSTS];
   uint32_t div = kern_divisor(c->r);
   size_t done = 0;
-  kern_call_at(c, off, s, d);
   switch (c->r->type) {
     INT_CASE(ncclInt8, loop_i8, int8_t, int64_t)
     INT_CASE(ncclUint8, loop_u8, uint8_t, uint32_t)
@@ -323,7 +324,8 @@ void kern_portable(const struct kern_call* c, size_t off, size_t n) {
     F32_CASE(ncclFloat8e4m3, loop_e4m3)
     F32_CASE(ncclFloat8e5m2, loop_e5m2)
     case ncclFloat64:
-      KERN_SPEC_SHAPES(done, c, loop_f64, d, s, n, kern_scalar_f64(c->r), (double)div);
+      KERN_SPEC_SHAPES(done, c, loop_f64, c->dst, c->src, off, n, kern_scalar_f64(c->r),
+                       (double)div);
       break;
     default:
       break;
@@ -344,10 +346,10 @@ static int call_in_place(const struct kern_call* c) {
 }
 
 static void run(const struct kern_call* c) {
-  size_t size = kern_type_size(c->r->type), done = 0;
+  size_t done = 0;
   int isa = isa_get();
-  int nt =
-      !call_in_place(c) && c->n * size >= atomic_load_explicit(&nt_threshold, memory_order_relaxed);
+  int nt = !call_in_place(c) &&
+           c->n * c->es >= atomic_load_explicit(&nt_threshold, memory_order_relaxed);
   if (isa == ISA_AVX512) done = kern_simd_avx512(c, nt);
   if (isa == ISA_AVX2) done = kern_simd_avx2(c, nt);
   if (done < c->n) kern_portable(c, done, c->n - done);
@@ -355,27 +357,22 @@ static void run(const struct kern_call* c) {
 
 void kern_reduce(const struct kern_redop* r, unsigned flags, void* dst, const void* a,
                  const void* b, size_t n) {
-  struct kern_call c;
-  if (!r || n == 0 || kern_type_size(r->type) == 0) return;
-  if ((unsigned)r->op > KERN_MIN) return;
-  c.r = r, c.op = (int)r->op, c.fl = flags & KERN_FLAG_MASK, c.pre = 2u;
-  c.ns = 2, c.nd = 1, c.n = n;
-  c.src[0] = a, c.src[1] = b, c.dst[0] = dst;
+  size_t es = r ? kern_type_size(r->type) : 0;
+  if (n == 0 || es == 0 || (unsigned)r->op > KERN_MIN) return;
+  const void* src[2] = {a, b};
+  struct kern_call c = {r, (int)r->op, flags & KERN_FLAG_MASK, 2u, 2, 1, n, es, src, &dst};
   run(&c);
 }
 
 void kern_unary(const struct kern_redop* r, unsigned flags, void* dst, const void* src, size_t n) {
-  struct kern_call c;
-  size_t size = r ? kern_type_size(r->type) : 0;
-  if (n == 0 || size == 0) return;
+  size_t es = r ? kern_type_size(r->type) : 0;
+  if (n == 0 || es == 0) return;
   flags &= KERN_FLAG_MASK;
   if (flags == 0) {
-    if (dst != src) memcpy(dst, src, n * size);
+    if (dst != src) memcpy(dst, src, n * es);
     return;
   }
-  c.r = r, c.op = KERN_OP_COPY, c.fl = flags, c.pre = 1u;
-  c.ns = 1, c.nd = 1, c.n = n;
-  c.src[0] = src, c.dst[0] = dst;
+  struct kern_call c = {r, KERN_OP_COPY, flags, 1u, 1, 1, n, es, &src, &dst};
   run(&c);
 }
 
@@ -387,18 +384,20 @@ static int task_valid(const struct kern_task* t) {
 }
 
 void kern_task_run(const struct kern_task* t) {
-  struct kern_call c;
   if (!t || t->n == 0 || !task_valid(t)) return;
-  c.r = &t->redop;
-  c.ns = t->nsrcs, c.nd = t->ndsts, c.n = t->n;
-  c.pre = t->pre & ((1u << c.ns) - 1u);
-  c.fl = (t->flags & KERN_POST) | (c.pre ? KERN_PRE : 0u);
-  c.op = c.ns == 1 ? KERN_OP_COPY : (int)t->redop.op;
-  for (int k = 0; k < c.ns; k++) c.src[k] = t->srcs[k];
-  for (int j = 0; j < c.nd; j++) c.dst[j] = t->dsts[j];
+  unsigned pre = t->pre & ((1u << t->nsrcs) - 1u);
+  struct kern_call c = {&t->redop,
+                        t->nsrcs == 1 ? KERN_OP_COPY : (int)t->redop.op,
+                        (t->flags & KERN_POST) | (pre ? KERN_PRE : 0u),
+                        pre,
+                        t->nsrcs,
+                        t->ndsts,
+                        t->n,
+                        kern_type_size(t->redop.type),
+                        t->srcs,
+                        t->dsts};
   if (c.ns == 1 && c.fl == 0) { /* a copy: bits as they are, never through float */
-    if (c.nd == 1 && c.dst[0] != c.src[0])
-      memcpy(c.dst[0], c.src[0], c.n * kern_type_size(c.r->type));
+    if (c.nd == 1 && c.dst[0] != c.src[0]) memcpy(c.dst[0], c.src[0], c.n * c.es);
     if (c.nd > 1) kern_portable(&c, 0, c.n); /* a block at a time to every destination */
     return;
   }

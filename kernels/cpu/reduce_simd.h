@@ -60,13 +60,14 @@ KERN_INLINE vd_t vd_premul(vd_t x, vd_t s) {
 /* Float and double need no rounding between the steps of a chain. */
 #define SIMD_RT_NONE(v) (v)
 
-/* The sources and destinations of a call, in locals: the stores (through
- * char pointers) then cannot make the compiler reload them. */
-#define SIMD_LOCAL_PTRS                             \
-  const char* src[KERN_TASK_MAX_SRCS];              \
-  char* dst[KERN_TASK_MAX_DSTS];                    \
-  for (int k_ = 0; k_ < ns; k_++) src[k_] = sp[k_]; \
-  for (int j_ = 0; j_ < nd; j_++) dst[j_] = dp[j_]
+/* The sources and destinations of a call from element `off` on, in
+ * locals: the stores (through char pointers) then cannot make the compiler
+ * reload them. ES is the element size. */
+#define SIMD_LOCAL_PTRS(ES)                                                           \
+  const char* src[KERN_TASK_MAX_SRCS];                                                \
+  char* dst[KERN_TASK_MAX_DSTS];                                                      \
+  for (int k_ = 0; k_ < ns; k_++) src[k_] = (const char*)sp[k_] + off * (size_t)(ES); \
+  for (int j_ = 0; j_ < nd; j_++) dst[j_] = (char*)dp[j_] + off * (size_t)(ES)
 
 /*
  * Whole vectors of a float-computed type, all sources in one pass: the
@@ -77,9 +78,9 @@ KERN_INLINE vd_t vd_premul(vd_t x, vd_t s) {
  * the pair shape is exactly EXPR(LOAD(a), LOAD(b), op, fl).
  */
 #define SIMD_FP_LOOP(NAME, V, P, N, ES, LOAD, STORE, RT)                                      \
-  KERN_INLINE size_t NAME(int op, unsigned fl, int ns, int nd, unsigned pre, char* const* dp, \
-                          const char* const* sp, size_t n, V s, V dv) {                       \
-    SIMD_LOCAL_PTRS;                                                                          \
+  KERN_INLINE size_t NAME(int op, unsigned fl, int ns, int nd, unsigned pre, void* const* dp, \
+                          const void* const* sp, size_t off, size_t n, V s, V dv) {           \
+    SIMD_LOCAL_PTRS(ES);                                                                      \
     unsigned pm = (fl & KERN_PRE) ? pre : 0u;                                                 \
     size_t i = 0;                                                                             \
     for (; i + (N) <= n; i += (N)) {                                                          \
@@ -130,9 +131,9 @@ SIMD_FP_LOOP(loop_f64_nt, vd_t, vd, VD_N, 8, vd_load, vd_stream, SIMD_RT_NONE)
  * integer shuffles that work best on full registers. Every source is
  * widened with the same lane order, so the chain pairs the right lanes. */
 #define SIMD_BF16_LOOP(NAME, STORE)                                                           \
-  KERN_INLINE size_t NAME(int op, unsigned fl, int ns, int nd, unsigned pre, char* const* dp, \
-                          const char* const* sp, size_t n, vf_t s, vf_t dv) {                 \
-    SIMD_LOCAL_PTRS;                                                                          \
+  KERN_INLINE size_t NAME(int op, unsigned fl, int ns, int nd, unsigned pre, void* const* dp, \
+                          const void* const* sp, size_t off, size_t n, vf_t s, vf_t dv) {     \
+    SIMD_LOCAL_PTRS(2);                                                                       \
     unsigned pm = (fl & KERN_PRE) ? pre : 0u;                                                 \
     size_t i = 0;                                                                             \
     for (; i + 2 * VF_N <= n; i += 2 * VF_N) {                                                \
@@ -162,10 +163,10 @@ SIMD_BF16_LOOP(loop_bf16_nt, vi_stream)
   }
 
 #define SIMD_INT_LOOP(NAME, ES_, ADD, MAX, MIN)                                                   \
-  KERN_INLINE size_t NAME(int op, int nt, int ns, int nd, char* const* dp, const char* const* sp, \
-                          size_t n) {                                                             \
+  KERN_INLINE size_t NAME(int op, int nt, int ns, int nd, void* const* dp, const void* const* sp, \
+                          size_t off, size_t n) {                                                 \
     enum { ES = ES_ };                                                                            \
-    SIMD_LOCAL_PTRS;                                                                              \
+    SIMD_LOCAL_PTRS(ES);                                                                          \
     size_t i = 0;                                                                                 \
     if (op == KERN_SUM && nt) SIMD_INT_BODY(ADD, vi_stream);                                      \
     if (op == KERN_SUM && !nt) SIMD_INT_BODY(ADD, vi_store);                                      \
@@ -184,42 +185,39 @@ SIMD_INT_LOOP(int_i64, 8, vi_add64, vi_max_s64, vi_min_s64)
 SIMD_INT_LOOP(int_u64, 8, vi_add64, vi_max_u64, vi_min_u64)
 
 /* Inlined twice: with the pair's counts as constants, and as they come. */
-KERN_INLINE size_t simd_int(ncclDataType_t type, int op, int nt, int ns, int nd, char* const* d,
-                            const char* const* s, size_t n) {
+KERN_INLINE size_t simd_int(ncclDataType_t type, int op, int nt, int ns, int nd, void* const* d,
+                            const void* const* s, size_t off, size_t n) {
   switch (type) {
     case ncclInt8:
-      return int_i8(op, nt, ns, nd, d, s, n);
+      return int_i8(op, nt, ns, nd, d, s, off, n);
     case ncclUint8:
-      return int_u8(op, nt, ns, nd, d, s, n);
+      return int_u8(op, nt, ns, nd, d, s, off, n);
     case ncclInt32:
-      return int_i32(op, nt, ns, nd, d, s, n);
+      return int_i32(op, nt, ns, nd, d, s, off, n);
     case ncclUint32:
-      return int_u32(op, nt, ns, nd, d, s, n);
+      return int_u32(op, nt, ns, nd, d, s, off, n);
     case ncclInt64:
-      return int_i64(op, nt, ns, nd, d, s, n);
+      return int_i64(op, nt, ns, nd, d, s, off, n);
     case ncclUint64:
-      return int_u64(op, nt, ns, nd, d, s, n);
+      return int_u64(op, nt, ns, nd, d, s, off, n);
     default:
       return 0;
   }
 }
 
 /* The float-computed loops of one type, plain or streaming stores. */
-#define SIMD_FP_RUN(LOOP)                                    \
-  do {                                                       \
-    if (nt)                                                  \
-      KERN_SPEC_SHAPES(done, c, LOOP##_nt, d, s, n, sc, dv); \
-    else                                                     \
-      KERN_SPEC_SHAPES(done, c, LOOP, d, s, n, sc, dv);      \
+#define SIMD_FP_RUN(LOOP)                                                   \
+  do {                                                                      \
+    if (nt)                                                                 \
+      KERN_SPEC_SHAPES(done, c, LOOP##_nt, c->dst, c->src, off, n, sc, dv); \
+    else                                                                    \
+      KERN_SPEC_SHAPES(done, c, LOOP, c->dst, c->src, off, n, sc, dv);      \
   } while (0)
 
 /* Elements [off, n) of the call; returns how many from `off` it computed. */
 static size_t simd_body(const struct kern_call* c, int nt, size_t off) {
   const struct kern_redop* r = c->r;
-  const char* s[KERN_TASK_MAX_SRCS];
-  char* d[KERN_TASK_MAX_DSTS];
   size_t n = c->n - off, done = 0;
-  kern_call_at(c, off, s, d);
   if (r->type == ncclFloat64) {
     vd_t sc = vd_set1(kern_scalar_f64(r)), dv = vd_set1((double)kern_divisor(r));
     SIMD_FP_RUN(loop_f64);
@@ -233,8 +231,9 @@ static size_t simd_body(const struct kern_call* c, int nt, size_t off) {
     return done;
   }
   if (c->fl != 0 || c->op == KERN_PROD || c->op > KERN_MIN) return 0;
-  if (kern_call_shape(c) == KERN_SHAPE_PAIR) return simd_int(r->type, c->op, nt, 2, 1, d, s, n);
-  return simd_int(r->type, c->op, nt, c->ns, c->nd, d, s, n);
+  if (kern_call_shape(c) == KERN_SHAPE_PAIR)
+    return simd_int(r->type, c->op, nt, 2, 1, c->dst, c->src, off, n);
+  return simd_int(r->type, c->op, nt, c->ns, c->nd, c->dst, c->src, off, n);
 }
 
 /* Streaming stores need dst aligned: whole cache lines also let the
@@ -242,7 +241,7 @@ static size_t simd_body(const struct kern_call* c, int nt, size_t off) {
 #define SIMD_ALIGN 64
 
 size_t SIMD_ENTRY(const struct kern_call* c, int nt) {
-  size_t z = kern_type_size(c->r->type), head = 0;
+  size_t z = c->es, head = 0;
   uintptr_t mis = (uintptr_t)c->dst[0] % SIMD_ALIGN;
   /* One head aligns every destination only if they are all as misaligned;
    * a dst off the element grid can never be aligned: plain stores then. */
