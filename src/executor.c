@@ -149,8 +149,8 @@ static int spans_overlap(const void* a, size_t na, const void* b, size_t nb) {
   return na > 0 && nb > 0 && pa < pb + nb && pb < pa + na;
 }
 
-/* Whether the pending task `t` writes [p, p + bytes), or with `write` reads
- * it. */
+/* Whether an access to [p, p + bytes) conflicts with the pending task `t`:
+ * t writes those bytes, or the access is a write (`write`) and t reads them. */
 static int task_touches(const struct kern_task* t, size_t es, const void* p, size_t bytes,
                         int write) {
   for (int j = 0; j < t->ndsts; j++)
