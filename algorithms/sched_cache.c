@@ -5,8 +5,11 @@
  */
 #include "schedule.h"
 
-/* The entry holding `key`, or -1. */
+/* The entry holding `key`, or -1; the last one used first: a loop of one
+ * call finds it there. */
 static int cache_find(const struct sched_cache* c, const struct sched_key* key) {
+  const struct schedule* last = &c->entries[c->last];
+  if (last->valid && sched_key_equal(&last->key, key)) return c->last;
   for (int i = 0; i < SCHED_CACHE_SIZE; i++)
     if (c->entries[i].valid && sched_key_equal(&c->entries[i].key, key)) return i;
   return -1;
@@ -33,6 +36,7 @@ ncclResult_t sched_cache_get(struct sched_cache* c, const struct sched_key* key,
     c->builds++;
   }
   c->used[i] = ++c->clock;
+  c->last = i;
   *out = &c->entries[i];
   return res;
 }
@@ -40,4 +44,5 @@ ncclResult_t sched_cache_get(struct sched_cache* c, const struct sched_key* key,
 void sched_cache_free(struct sched_cache* c) {
   for (int i = 0; i < SCHED_CACHE_SIZE; i++) sched_free(&c->entries[i]);
   c->clock = c->builds = 0;
+  c->last = 0;
 }

@@ -215,6 +215,7 @@ struct sched_cache {
   struct schedule entries[SCHED_CACHE_SIZE];
   uint64_t used[SCHED_CACHE_SIZE]; /* `clock` at the entry's last use */
   uint64_t clock;
+  int last;        /* the entry used last */
   uint64_t builds; /* schedules built since init: tests watch it stop growing */
 };
 

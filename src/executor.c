@@ -42,10 +42,6 @@ static char* slot_ptr(const struct exec_ctx* ex, int slot) {
   return ex->slot_mem + (size_t)slot * ex->slot_bytes;
 }
 
-static size_t elem_bytes(const struct exec_ctx* ex) {
-  return kern_type_size(ex->args.type);
-}
-
 /* Receives into a slot when the received data must be combined first; a
  * pre-multiplied send stages its scaled copy in a slot too. */
 static int step_needs_slot(const struct exec_ctx* ex, const struct sched_step* st) {
@@ -115,6 +111,7 @@ static ncclResult_t exec_start_piece(struct exec_ctx* ex) {
   exec_ctx_key(ex, &a, &key);
   CHECK(sched_cache_get(&ex->cache, &key, &ex->sched));
   ex->args = a;
+  ex->es = kern_type_size(a.type);
   ex->next_post = ex->next_compute = ex->next_finish = ex->retired = 0;
   ex->carry = -1;
 fail:
@@ -164,7 +161,7 @@ static int task_touches(const struct kern_task* t, size_t es, const void* p, siz
  * a computed step that has not finished: its task still in flight, or its
  * send, which reads what it sends when posted, not yet posted. */
 static int exec_hazard(const struct exec_ctx* ex, const void* p, size_t bytes, int write) {
-  size_t es = elem_bytes(ex);
+  size_t es = ex->es;
   for (size_t i = ex->next_finish; i < ex->next_compute; i++) {
     const struct exec_rec* u = &ex->recs[i % (size_t)ex->window];
     if (u->pending && task_touches(&u->task, es, p, bytes, write)) return 1;
@@ -175,7 +172,7 @@ static int exec_hazard(const struct exec_ctx* ex, const void* p, size_t bytes, i
 }
 
 static int task_hazard(const struct exec_ctx* ex, const struct kern_task* t) {
-  size_t bytes = t->n * elem_bytes(ex);
+  size_t bytes = t->n * ex->es;
   if (ex->next_finish == ex->next_compute) return 0; /* nothing unfinished: the usual case */
   for (int k = 0; k < t->nsrcs; k++)
     if (exec_hazard(ex, t->srcs[k], bytes, 0)) return 1;
@@ -193,7 +190,7 @@ static int task_hazard(const struct exec_ctx* ex, const struct kern_task* t) {
 static ncclResult_t post_steps(struct exec_ctx* ex, int* progressed) {
   ncclResult_t res = ncclSuccess;
   const struct schedule* s = ex->sched;
-  size_t es = elem_bytes(ex);
+  size_t es = ex->es;
   while (ex->next_post < s->nsteps && ex->next_post - ex->retired < (size_t)ex->window) {
     const struct sched_step* st = &s->steps[ex->next_post];
     struct exec_rec* rec = &ex->recs[ex->next_post % (size_t)ex->window];
@@ -259,7 +256,7 @@ static int task_pair(struct kern_task* t, const struct exec_args* a, unsigned fl
  * the caller may find the task must wait, and plan it again later. */
 static int step_plan(const struct exec_ctx* ex, const struct sched_step* st, struct exec_rec* rec) {
   const struct exec_args* a = &ex->args;
-  size_t es = kern_type_size(a->type), n = st->count;
+  size_t es = ex->es, n = st->count;
   const char* x = (const char*)a->sendbuff + st->xoff * es;
   char* y = (char*)a->recvbuff + st->yoff * es;
   char* slot = rec->slot >= 0 ? slot_ptr(ex, rec->slot) : NULL;
@@ -325,39 +322,48 @@ static void step_inputs_done(struct exec_ctx* ex, const struct sched_step* st,
     release_slot(ex, &rec->slot);
 }
 
-/* Finish computed steps in order: a step sends only once its task is done
- * (what it sends is that task's output), and in step order, which is the
- * message order on every connection. */
+/* Finish the first unfinished step if its task is done (*finished then):
+ * it sends only now, what it sends being that task's output. */
+static ncclResult_t finish_step(struct exec_ctx* ex, int* progressed, int* finished) {
+  ncclResult_t res = ncclSuccess;
+  const struct sched_step* st = &ex->sched->steps[ex->next_finish];
+  struct exec_rec* rec = &ex->recs[ex->next_finish % (size_t)ex->window];
+  *finished = 0;
+  if (rec->pending) {
+    int done = 0;
+    CHECK(ex->conf.backend->test(ex->conf.backend_state, rec->ticket, &done));
+    if (!done) return ncclSuccess;
+    rec->pending = 0;
+  }
+  step_inputs_done(ex, st, rec);
+  if (rec->out) {
+    struct transport_conn* c = ex->conf.send_conns[st->send_peer];
+    rec->send_seq = c->posted;
+    CHECK(c->ops->post(c, (void*)rec->out, st->count * ex->es, &ex->tag));
+    CHECK(c->ops->progress(c, progressed)); /* start sending now: latency */
+    rec->out = NULL;
+  }
+  ex->next_finish++;
+  *progressed = *finished = 1;
+fail:
+  return res;
+}
+
+/* Finish computed steps in order, which is the message order on every
+ * connection, as far as their tasks are done. */
 static ncclResult_t finish_ready(struct exec_ctx* ex, int* progressed) {
   ncclResult_t res = ncclSuccess;
-  const struct schedule* s = ex->sched;
-  while (ex->next_finish < ex->next_compute) {
-    const struct sched_step* st = &s->steps[ex->next_finish];
-    struct exec_rec* rec = &ex->recs[ex->next_finish % (size_t)ex->window];
-    if (rec->pending) {
-      int done = 0;
-      CHECK(ex->conf.backend->test(ex->conf.backend_state, rec->ticket, &done));
-      if (!done) break;
-      rec->pending = 0;
-    }
-    step_inputs_done(ex, st, rec);
-    if (rec->out) {
-      struct transport_conn* c = ex->conf.send_conns[st->send_peer];
-      rec->send_seq = c->posted;
-      CHECK(c->ops->post(c, (void*)rec->out, st->count * elem_bytes(ex), &ex->tag));
-      CHECK(c->ops->progress(c, progressed)); /* start sending now: latency */
-      rec->out = NULL;
-    }
-    ex->next_finish++;
-    *progressed = 1;
-  }
+  int finished = 1;
+  while (finished && ex->next_finish < ex->next_compute)
+    CHECK(finish_step(ex, progressed, &finished));
 fail:
   return res;
 }
 
 /* Compute steps in order once their data is in: post their tasks, unless
- * one must wait for an unfinished step it races; finish what it can at
- * once (the CPU backend's tasks are done when posted). */
+ * one must wait for an unfinished step it races; a step that is first in
+ * line finishes at once if it can (the CPU backend's tasks are done when
+ * posted), so it sends before the next step computes. */
 static ncclResult_t compute_ready(struct exec_ctx* ex, int* progressed) {
   ncclResult_t res = ncclSuccess;
   const struct schedule* s = ex->sched;
@@ -378,7 +384,10 @@ static ncclResult_t compute_ready(struct exec_ctx* ex, int* progressed) {
     }
     ex->next_compute++;
     *progressed = 1;
-    CHECK(finish_ready(ex, progressed));
+    if (ex->next_finish + 1 == ex->next_compute) { /* the first unfinished step */
+      int finished;
+      CHECK(finish_step(ex, progressed, &finished));
+    }
   }
 fail:
   return res;
@@ -460,7 +469,7 @@ ncclResult_t exec_progress(struct exec_ctx* ex, int* done, int* progressed) {
     CHECK(post_steps(ex, &moved));
     CHECK(pump(ex, &moved));
     CHECK(compute_ready(ex, &moved));
-    CHECK(finish_ready(ex, &moved));
+    if (ex->next_finish < ex->next_compute) CHECK(finish_ready(ex, &moved));
     retire_done(ex, &moved);
     any |= moved;
     if (ex->retired == ex->sched->nsteps) {

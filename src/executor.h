@@ -106,6 +106,7 @@ struct exec_ctx {
   struct exec_args call;
   struct transport_tag tag; /* the call, as every message of it carries it */
   struct exec_args args;
+  size_t es;        /* bytes per element */
   size_t piece;     /* elements per block in every piece but the last */
   size_t piece_off; /* where in each block the running piece starts */
   size_t next_post, next_compute, next_finish, retired;

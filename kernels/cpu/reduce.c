@@ -376,15 +376,17 @@ void kern_unary(const struct kern_redop* r, unsigned flags, void* dst, const voi
   run(&c);
 }
 
-static int task_valid(const struct kern_task* t) {
+/* Bytes per element of a valid task, 0 for an invalid one. */
+static size_t task_elem_bytes(const struct kern_task* t) {
   if (t->nsrcs < 1 || t->nsrcs > KERN_TASK_MAX_SRCS) return 0;
   if (t->ndsts < 1 || t->ndsts > KERN_TASK_MAX_DSTS) return 0;
-  if (kern_type_size(t->redop.type) == 0) return 0;
-  return t->nsrcs == 1 || (unsigned)t->redop.op <= KERN_MIN;
+  if (t->nsrcs > 1 && (unsigned)t->redop.op > KERN_MIN) return 0;
+  return kern_type_size(t->redop.type);
 }
 
 void kern_task_run(const struct kern_task* t) {
-  if (!t || t->n == 0 || !task_valid(t)) return;
+  size_t es = t ? task_elem_bytes(t) : 0;
+  if (es == 0 || t->n == 0) return;
   unsigned pre = t->pre & ((1u << t->nsrcs) - 1u);
   struct kern_call c = {&t->redop,
                         t->nsrcs == 1 ? KERN_OP_COPY : (int)t->redop.op,
@@ -393,7 +395,7 @@ void kern_task_run(const struct kern_task* t) {
                         t->nsrcs,
                         t->ndsts,
                         t->n,
-                        kern_type_size(t->redop.type),
+                        es,
                         t->srcs,
                         t->dsts};
   if (c.ns == 1 && c.fl == 0) { /* a copy: bits as they are, never through float */
