@@ -176,6 +176,15 @@ $(TSTDIR)/test_%: tests/unit/test_%.c $(STLIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(TEST_INC) $(LDFLAGS) $< -o $@ $(STLIB) -lcmocka -ldl $(LDLIBS)
 
+# The unit tests that run executors over the fake transport link tests/common
+# (included as "common/fake_transport.h": tests/ is on their path, the
+# repository root is not, so the name cannot reach the bottom common/).
+UNIT_COMMON := $(wildcard tests/common/*.c)
+FAKE_TESTS  := $(TSTDIR)/test_schedule $(TSTDIR)/test_executor
+$(FAKE_TESTS): $(TSTDIR)/test_%: tests/unit/test_%.c $(UNIT_COMMON) tests/common/*.h $(STLIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(TEST_INC) $(LDFLAGS) $< $(UNIT_COMMON) -o $@ $(STLIB) -lcmocka -ldl $(LDLIBS)
+
 $(TSTDIR)/mp_test_%: tests/mp/test_%.c $(MP_COMMON) tests/mp/*.h $(STLIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(TEST_INC) $(LDFLAGS) -Itests/mp $< $(MP_COMMON) -o $@ $(STLIB) -lcmocka $(LDLIBS)

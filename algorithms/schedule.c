@@ -82,7 +82,7 @@ int sched_topo_pos(const struct sched_topo* t, int rank) {
   return t ? t->pos_of[rank] : rank;
 }
 
-static int sched_key_equal(const struct sched_key* a, const struct sched_key* b) {
+int sched_key_equal(const struct sched_key* a, const struct sched_key* b) {
   return a->topo == b->topo && a->coll == b->coll && a->algo == b->algo && a->rank == b->rank &&
          a->nranks == b->nranks && a->root == b->root && a->count == b->count &&
          a->stride == b->stride && a->elem_size == b->elem_size &&

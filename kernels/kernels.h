@@ -47,6 +47,36 @@ void kern_reduce(const struct kern_redop* r, unsigned flags, void* dst, const vo
  * premultiplied first send). dst may equal src. */
 void kern_unary(const struct kern_redop* r, unsigned flags, void* dst, const void* src, size_t n);
 
+/* A fused reduce-copy: up to KERN_TASK_MAX_SRCS sources combined, the
+ * result written to up to KERN_TASK_MAX_DSTS destinations, in one pass over
+ * memory (each source read once, each destination written once). */
+#define KERN_TASK_MAX_SRCS 8
+#define KERN_TASK_MAX_DSTS 8
+
+struct kern_task {
+  struct kern_redop redop;
+  unsigned pre;   /* bit k: source k is read pre-multiplied (KERN_PRE on it) */
+  unsigned flags; /* KERN_POST: the result is divided; other bits are ignored */
+  int nsrcs;      /* 1 .. KERN_TASK_MAX_SRCS */
+  int ndsts;      /* 1 .. KERN_TASK_MAX_DSTS */
+  size_t n;       /* elements */
+  const void* srcs[KERN_TASK_MAX_SRCS];
+  void* dsts[KERN_TASK_MAX_DSTS];
+};
+
+/*
+ * Every destination gets, bit for bit, what this chain of pairwise calls
+ * leaves in a buffer t of the type (so half, bf16 and fp8 round after
+ * every step, as a chain of ranks does):
+ *   t = s0, or kern_unary(PRE if pre bit 0 | POST if nsrcs == 1, t, s0)
+ *   t = kern_reduce(PRE if pre bit k | POST if k == nsrcs - 1, t, t, sk)
+ *       for k = 1 .. nsrcs - 1
+ * One source without flags is a plain copy. A destination may equal a
+ * source (exactly, not partially overlapping). An invalid task (counts out
+ * of range, bad type, or with two or more sources a bad op) does nothing.
+ */
+void kern_task_run(const struct kern_task* t);
+
 /* Bytes per element, 0 for an invalid type. */
 size_t kern_type_size(ncclDataType_t type);
 

@@ -8,6 +8,7 @@
 #include "core.h"
 #include "group.h"
 #include "kernels.h"
+#include "mem.h"
 
 /* One collective call as the user made it. */
 struct coll_call {
@@ -65,6 +66,7 @@ static ncclResult_t coll_enqueue(const struct coll_call* c) {
   a.recvbuff = c->recvbuff;
   a.count = c->count;
   a.type = c->type;
+  a.mem = mem_query(c->recvbuff ? c->recvbuff : c->sendbuff);
   INFO(SUB_COLL,
        "%s: sendbuff %p recvbuff %p count %zu datatype %d op %d root %d comm %p "
        "[nranks=%d] stream %p",

@@ -1,7 +1,7 @@
 /*
  * Communicator state after init: argument checks, the error state and its
- * cascade, finalize/destroy/abort, the small queries, buffer registration
- * and ncclMemAlloc.
+ * cascade, finalize/destroy/abort and the small queries. (Buffer
+ * registration and ncclMemAlloc are in mem.c.)
  */
 #include <stddef.h>
 #include <stdlib.h>
@@ -102,14 +102,9 @@ void comm_free(struct ncclComm* comm) {
   comm->tctx.listen_fd = -1;
   progress_destroy(&comm->progress);
   exec_free(&comm->exec);
-  sched_free(&comm->sched);
   sched_topo_free(&comm->layout);
   redop_free_all(comm);
-  while (comm->regs) {
-    struct comm_reg* r = comm->regs;
-    comm->regs = r->next;
-    free(r);
-  }
+  mem_regs_free(&comm->regs);
   free(comm->send_conns);
   free(comm->recv_conns);
   free(comm->p2p_send);
@@ -230,61 +225,4 @@ ncclResult_t ncclCommUserRank(const ncclComm_t comm, int* rank) {
 NCCL_API(ncclResult_t, ncclCommCuDevice, const ncclComm_t comm, int* device);
 ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int* device) {
   return comm_query(comm, device, "ncclCommCuDevice", offsetof(struct ncclComm, cuda_dev));
-}
-
-/* Registration: the TCP transport already moves data straight between user
- * buffers and sockets, so there is no copy to skip; the registration is
- * kept (and checked) for transports that map or pin memory. */
-NCCL_API(ncclResult_t, ncclCommRegister, const ncclComm_t comm, void* buff, size_t size,
-         void** handle);
-ncclResult_t ncclCommRegister(const ncclComm_t comm, void* buff, size_t size, void** handle) {
-  ncclResult_t res = ncclSuccess;
-  struct comm_reg* r = NULL;
-  CHECK(comm_check(comm, "ncclCommRegister"));
-  if (buff == NULL || size == 0 || handle == NULL)
-    FAIL(ncclInvalidArgument, "ncclCommRegister : buff %p size %zu handle %p", buff, size,
-         (void*)handle);
-  CHECK(braid_calloc(&r, 1, sizeof(*r)));
-  *r = (struct comm_reg){buff, size, comm->regs};
-  comm->regs = r;
-  *handle = r;
-fail:
-  return res;
-}
-
-NCCL_API(ncclResult_t, ncclCommDeregister, const ncclComm_t comm, void* handle);
-ncclResult_t ncclCommDeregister(const ncclComm_t comm, void* handle) {
-  ncclResult_t res = ncclSuccess;
-  CHECK(comm_check(comm, "ncclCommDeregister"));
-  for (struct comm_reg** pp = &comm->regs; *pp; pp = &(*pp)->next)
-    if (*pp == handle) {
-      *pp = (*pp)->next;
-      free(handle);
-      return ncclSuccess;
-    }
-  FAIL(ncclInvalidArgument, "ncclCommDeregister : %p is not a registration of this comm", handle);
-fail:
-  return res;
-}
-
-NCCL_API(ncclResult_t, ncclMemAlloc, void** ptr, size_t size);
-ncclResult_t ncclMemAlloc(void** ptr, size_t size) {
-  if (ptr == NULL || size == 0) {
-    WARN("ncclMemAlloc : ptr %p size %zu", (void*)ptr, size);
-    return ncclInvalidArgument;
-  }
-  /* Not braid_calloc: page-aligned and unzeroed, as cudaMalloc'd memory is
-   * (a transport may map or pin it whole); the failure is logged below. */
-  *ptr = aligned_alloc(4096, ALIGN_UP(size, 4096));
-  if (*ptr == NULL) {
-    WARN("ncclMemAlloc : out of memory for %zu bytes", size);
-    return ncclSystemError;
-  }
-  return ncclSuccess;
-}
-
-NCCL_API(ncclResult_t, ncclMemFree, void* ptr);
-ncclResult_t ncclMemFree(void* ptr) {
-  free(ptr);
-  return ncclSuccess;
 }

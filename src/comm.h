@@ -11,6 +11,7 @@
 
 #include "bootstrap.h"
 #include "executor.h"
+#include "mem.h"
 #include "nccl.h"
 #include "progress.h"
 #include "schedule.h"
@@ -26,13 +27,6 @@ struct comm_redop {
   ncclScalarResidence_t residence;
   uint64_t scalar;        /* host-immediate value, in the type's encoding */
   const void* scalar_ptr; /* read at each call for ncclScalarDevice */
-};
-
-/* A registered buffer (ncclCommRegister). */
-struct comm_reg {
-  void* buff;
-  size_t size;
-  struct comm_reg* next;
 };
 
 struct braid_stream;
@@ -62,13 +56,12 @@ struct ncclComm {
   uint64_t serving;     /* under turn_lock */
   struct progress progress;
   struct transport_waits waits; /* what the last pass of progress found blocked */
-  struct exec_state exec;
-  struct schedule sched;
+  struct exec_ctx exec;         /* its connections are send_conns/recv_conns */
   /* user reduction operators */
   struct comm_redop* redops;
   int nredops;
   /* ncclCommRegister'ed buffers */
-  struct comm_reg* regs;
+  struct mem_regs regs;
   /* non-blocking comm (config.blocking == 0): its work runs on this stream */
   struct braid_stream* internal_stream;
   /* state */
@@ -116,6 +109,8 @@ ncclResult_t comm_check(const struct ncclComm* comm, const char* fn);
  * connections) so nobody waits for us. */
 void comm_set_error(struct ncclComm* comm, ncclResult_t err);
 
+/* A built-in op (op < ncclNumOps) in the executor's form on `nranks` ranks. */
+void redop_builtin(ncclRedOp_t op, ncclDataType_t type, int nranks, struct exec_args* args);
 /* Turn a user op into the executor's form; ncclInvalidArgument if unknown. */
 ncclResult_t redop_resolve(struct ncclComm* comm, ncclRedOp_t op, ncclDataType_t type,
                            const char* fn, struct exec_args* args);

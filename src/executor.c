@@ -1,27 +1,27 @@
 /*
- * Host executor: posts receives up to a window ahead, computes steps in
- * order (CPU kernels), posts sends, and retires steps whose sends are out.
- * Partials land in staging slots; final data is received straight into the
- * user's output buffer, so all-gather steps copy nothing.
+ * Executor: posts receives up to a window ahead, posts each step's
+ * reduction or copy to the backend as a task once its data is in, posts
+ * the step's send once that task is done, and retires steps whose sends
+ * are out. Partials land in staging slots; final data is received straight
+ * into the user's output buffer, so all-gather steps copy nothing.
  */
 #include "executor.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm.h"
 #include "core.h"
-#include "param.h"
 
-ncclResult_t exec_init(struct exec_state* ex, int window, size_t slot_bytes) {
+ncclResult_t exec_init(struct exec_ctx* ex, const struct exec_conf* conf) {
   memset(ex, 0, sizeof(*ex));
+  ex->conf = *conf;
   /* Rendezvous transports (a send completes once the peer posted the
    * receive) need slack: with one step in flight the ring deadlocks, with
    * two the double tree's leaf-first order does (the fake-transport test
    * finds both); four is the floor. */
-  ex->window = MAX(4, MIN(window, EXEC_MAX_WINDOW));
+  ex->window = MAX(4, MIN(conf->window, EXEC_MAX_WINDOW));
   ex->nslots = ex->window;
-  ex->slot_bytes = ALIGN_UP(slot_bytes, 4096);
+  ex->slot_bytes = ALIGN_UP(conf->slot_bytes, 4096);
   ex->slot_mem = aligned_alloc(4096, ex->slot_bytes * (size_t)ex->nslots);
   if (ex->slot_mem == NULL) {
     WARN("Out of memory for %d staging slots of %zu bytes", ex->nslots, ex->slot_bytes);
@@ -32,18 +32,30 @@ ncclResult_t exec_init(struct exec_state* ex, int window, size_t slot_bytes) {
   return ncclSuccess;
 }
 
-void exec_free(struct exec_state* ex) {
+void exec_free(struct exec_ctx* ex) {
   free(ex->slot_mem);
   ex->slot_mem = NULL;
+  sched_cache_free(&ex->cache);
 }
 
-static char* slot_ptr(struct exec_state* ex, int slot) {
+static char* slot_ptr(const struct exec_ctx* ex, int slot) {
   return ex->slot_mem + (size_t)slot * ex->slot_bytes;
+}
+
+/* Post one message of the running call. The staging slots are host memory;
+ * anything else is the user's, of the kind the plan found. */
+static ncclResult_t post_msg(struct exec_ctx* ex, struct transport_conn* c, void* ptr,
+                             size_t bytes) {
+  const char* p = ptr;
+  int in_slots = p >= ex->slot_mem && p < ex->slot_mem + (size_t)ex->nslots * ex->slot_bytes;
+  unsigned mem =
+      in_slots || ex->args.mem == MEM_HOST ? TRANSPORT_CAP_HOST_MEM : TRANSPORT_CAP_DEVICE_MEM;
+  return transport_post(c, ptr, bytes, mem, &ex->tag);
 }
 
 /* Receives into a slot when the received data must be combined first; a
  * pre-multiplied send stages its scaled copy in a slot too. */
-static int step_needs_slot(const struct exec_state* ex, const struct sched_step* st) {
+static int step_needs_slot(const struct exec_ctx* ex, const struct sched_step* st) {
   switch (st->prim) {
     case PRIM_RECV_REDUCE_SEND:
     case PRIM_RECV_REDUCE_COPY_SEND:
@@ -58,35 +70,35 @@ static int step_needs_slot(const struct exec_state* ex, const struct sched_step*
   }
 }
 
-void exec_key(const struct ncclComm* comm, const struct exec_args* args, struct sched_key* key) {
+/* The primitives whose reduction reads the local operand (X, Y or the
+ * carry). */
+static int prim_reads_local(enum sched_prim p) {
+  return p == PRIM_RECV_REDUCE_SEND || p == PRIM_RECV_REDUCE_CARRY ||
+         p == PRIM_RECV_REDUCE_COPY_SEND || p == PRIM_RECV_REDUCE_COPY;
+}
+
+void exec_ctx_key(const struct exec_ctx* ex, const struct exec_args* args, struct sched_key* key) {
+  const struct sched_topo* t = ex->conf.topo;
   memset(key, 0, sizeof(*key));
-  key->topo = comm->layout.nranks > 0 ? &comm->layout : NULL;
+  key->topo = t && t->nranks > 0 ? t : NULL;
   key->coll = args->coll;
   key->algo = args->algo;
-  key->rank = comm->rank;
-  key->nranks = comm->nranks;
+  key->rank = ex->conf.rank;
+  key->nranks = ex->conf.nranks;
   key->root = args->root;
   key->count = args->count;
   key->stride = args->stride;
   key->elem_size = kern_type_size(args->type);
-  key->chunk_bytes = MIN(args->chunk_bytes, comm->exec.slot_bytes);
-  key->slices_per_step = MAX(1, comm->exec.window / 2);
-}
-
-void exec_plan(struct ncclComm* comm, struct exec_args* args, struct sched_key* key) {
-  size_t total = args->count * kern_type_size(args->type);
-  if (args->coll == COLL_ALLGATHER || args->coll == COLL_REDUCESCATTER)
-    total *= (size_t)comm->nranks;
-  tuner_choose(comm, args->coll, total, &args->algo, &args->chunk_bytes);
-  exec_key(comm, args, key);
+  key->chunk_bytes = MIN(args->chunk_bytes, ex->slot_bytes);
+  key->slices_per_step = MAX(1, ex->window / 2);
 }
 
 /* Elements of each block per piece: EXEC_PIECE_CHUNKS chunks of all the
  * blocks together. Every rank derives the same from the same call. */
-static size_t exec_piece_count(const struct ncclComm* comm, const struct exec_args* a) {
-  size_t chunk = MIN(a->chunk_bytes, comm->exec.slot_bytes), es = kern_type_size(a->type);
+static size_t exec_piece_count(const struct exec_ctx* ex, const struct exec_args* a) {
+  size_t chunk = MIN(a->chunk_bytes, ex->slot_bytes), es = kern_type_size(a->type);
   int blocked = a->coll == COLL_ALLGATHER || a->coll == COLL_REDUCESCATTER;
-  size_t per = es * (blocked ? (size_t)comm->nranks : 1);
+  size_t per = es * (blocked ? (size_t)ex->conf.nranks : 1);
   return MAX((size_t)1, MAX(chunk, (size_t)1) * EXEC_PIECE_CHUNKS / per);
 }
 
@@ -97,8 +109,8 @@ static const void* exec_shift(const void* p, size_t bytes) {
 /* Set up the piece of the call that starts at ex->piece_off: the same
  * elements of every block, so all-gather and reduce-scatter keep the
  * whole call's block stride. */
-static ncclResult_t exec_start_piece(struct ncclComm* comm) {
-  struct exec_state* ex = &comm->exec;
+static ncclResult_t exec_start_piece(struct exec_ctx* ex) {
+  ncclResult_t res = ncclSuccess;
   struct exec_args a = ex->call;
   struct sched_key key;
   size_t shift = ex->piece_off * kern_type_size(a.type);
@@ -107,29 +119,24 @@ static ncclResult_t exec_start_piece(struct ncclComm* comm) {
   a.recvbuff = (void*)exec_shift(a.recvbuff, shift);
   if (a.coll == COLL_ALLGATHER || a.coll == COLL_REDUCESCATTER)
     a.stride = ex->call.stride ? ex->call.stride : ex->call.count;
-  exec_key(comm, &a, &key);
-  ncclResult_t res = sched_build(&comm->sched, &key);
-  if (res != ncclSuccess) return res;
+  exec_ctx_key(ex, &a, &key);
+  CHECK(sched_cache_get(&ex->cache, &key, &ex->sched));
   ex->args = a;
-  ex->next_post = ex->next_compute = ex->retired = 0;
+  ex->es = kern_type_size(a.type);
+  ex->next_post = ex->next_compute = ex->next_finish = ex->retired = 0;
   ex->carry = -1;
-  return ncclSuccess;
+fail:
+  return res;
 }
 
-ncclResult_t exec_start(struct ncclComm* comm, const struct exec_args* args) {
+ncclResult_t exec_start(struct exec_ctx* ex, const struct exec_args* args,
+                        const struct transport_tag* tag) {
   ncclResult_t res = ncclSuccess;
-  struct exec_state* ex = &comm->exec;
-  int err = atomic_load(&comm->error);
-  if (err != ncclSuccess) {
-    WARN("Rank %d: communicator has failed earlier (%s); abort it", comm->rank,
-         ncclGetErrorString((ncclResult_t)err));
-    return (ncclResult_t)err;
-  }
   ex->call = *args;
-  exec_tag_make(comm, args, &ex->tag);
-  ex->piece = exec_piece_count(comm, args);
+  ex->tag = *tag;
+  ex->piece = exec_piece_count(ex, args);
   ex->piece_off = 0;
-  CHECK(exec_start_piece(comm));
+  CHECK(exec_start_piece(ex));
   ex->last_progress_ns = braid_now_ns();
   ex->busy = 1;
 fail:
@@ -137,40 +144,85 @@ fail:
 }
 
 /* The running piece is done: start the next, if any; *done when none. */
-static ncclResult_t exec_next_piece(struct ncclComm* comm, int* done) {
-  struct exec_state* ex = &comm->exec;
+static ncclResult_t exec_next_piece(struct exec_ctx* ex, int* done) {
   ex->piece_off += ex->args.count;
   *done = ex->piece_off >= ex->call.count;
-  return *done ? ncclSuccess : exec_start_piece(comm);
+  return *done ? ncclSuccess : exec_start_piece(ex);
 }
 
+/* ---- Hazards between steps in flight ---- */
+
+static int spans_overlap(const void* a, size_t na, const void* b, size_t nb) {
+  const char *pa = a, *pb = b;
+  return na > 0 && nb > 0 && pa < pb + nb && pb < pa + na;
+}
+
+/* Whether an access to [p, p + bytes) conflicts with the pending task `t`:
+ * t writes those bytes, or the access is a write (`write`) and t reads them. */
+static int task_touches(const struct kern_task* t, size_t es, const void* p, size_t bytes,
+                        int write) {
+  for (int j = 0; j < t->ndsts; j++)
+    if (spans_overlap(t->dsts[j], t->n * es, p, bytes)) return 1;
+  for (int k = 0; write && k < t->nsrcs; k++)
+    if (spans_overlap(t->srcs[k], t->n * es, p, bytes)) return 1;
+  return 0;
+}
+
+/* Whether reading (or with `write`, writing) [p, p + bytes) now could race
+ * a computed step that has not finished: its task still in flight, or its
+ * send, which reads what it sends when posted, not yet posted. */
+static int exec_hazard(const struct exec_ctx* ex, const void* p, size_t bytes, int write) {
+  size_t es = ex->es;
+  for (size_t i = ex->next_finish; i < ex->next_compute; i++) {
+    const struct exec_rec* u = &ex->recs[i % (size_t)ex->window];
+    if (u->pending && task_touches(&u->task, es, p, bytes, write)) return 1;
+    if (write && u->out && spans_overlap(u->out, ex->sched->steps[i].count * es, p, bytes))
+      return 1;
+  }
+  return 0;
+}
+
+static int task_hazard(const struct exec_ctx* ex, const struct kern_task* t) {
+  size_t bytes = t->n * ex->es;
+  if (ex->next_finish == ex->next_compute) return 0; /* nothing unfinished: the usual case */
+  for (int k = 0; k < t->nsrcs; k++)
+    if (exec_hazard(ex, t->srcs[k], bytes, 0)) return 1;
+  for (int j = 0; j < t->ndsts; j++)
+    if (exec_hazard(ex, t->dsts[j], bytes, 1)) return 1;
+  return 0;
+}
+
+/* ---- Posting ---- */
+
 /* Post receives (and an exchange's send) up to the window ahead. An
- * exchange sends Y, which earlier steps write, so it waits its turn. */
-static ncclResult_t post_steps(struct ncclComm* comm, int* progressed) {
+ * exchange sends Y, which earlier steps write, so it waits until they have
+ * finished; a receive straight into Y waits for unfinished steps that
+ * touch the same bytes. */
+static ncclResult_t post_steps(struct exec_ctx* ex, int* progressed) {
   ncclResult_t res = ncclSuccess;
-  struct exec_state* ex = &comm->exec;
-  const struct schedule* s = &comm->sched;
-  size_t es = kern_type_size(ex->args.type);
+  const struct schedule* s = ex->sched;
+  size_t es = ex->es;
   while (ex->next_post < s->nsteps && ex->next_post - ex->retired < (size_t)ex->window) {
     const struct sched_step* st = &s->steps[ex->next_post];
     struct exec_rec* rec = &ex->recs[ex->next_post % (size_t)ex->window];
     char* y = (char*)ex->args.recvbuff + st->yoff * es;
-    if (st->prim == PRIM_EXCHANGE && ex->next_compute != ex->next_post) break;
-    rec->slot = -1;
-    if (step_needs_slot(ex, st)) {
-      if (ex->nfree == 0) break;
-      rec->slot = ex->free_slots[--ex->nfree];
-    }
-    if (sched_prim_recvs(st->prim)) {
-      struct transport_conn* c = comm->recv_conns[st->recv_peer];
+    int recvs = sched_prim_recvs(st->prim), needs_slot = step_needs_slot(ex, st);
+    if (st->prim == PRIM_EXCHANGE && ex->next_finish != ex->next_post) break;
+    if (recvs && !needs_slot && exec_hazard(ex, y, st->count * es, 1)) break;
+    if (needs_slot && ex->nfree == 0) break;
+    rec->slot = needs_slot ? ex->free_slots[--ex->nfree] : -1;
+    rec->carry_in = -1;
+    rec->pending = 0;
+    rec->out = NULL;
+    if (recvs) {
+      struct transport_conn* c = ex->conf.recv_conns[st->recv_peer];
       rec->recv_seq = c->posted;
-      CHECK(transport_post_host(c, rec->slot >= 0 ? slot_ptr(ex, rec->slot) : y, st->count * es,
-                                &ex->tag));
+      CHECK(post_msg(ex, c, needs_slot ? slot_ptr(ex, rec->slot) : y, st->count * es));
     }
     if (st->prim == PRIM_EXCHANGE) {
-      struct transport_conn* c = comm->send_conns[st->send_peer];
+      struct transport_conn* c = ex->conf.send_conns[st->send_peer];
       rec->send_seq = c->posted;
-      CHECK(transport_post_host(c, y, st->count * es, &ex->tag));
+      CHECK(post_msg(ex, c, y, st->count * es));
       CHECK(c->ops->progress(c, progressed));
     }
     ex->next_post++;
@@ -179,27 +231,43 @@ fail:
   return res;
 }
 
-static void release_slot(struct exec_state* ex, struct exec_rec* rec) {
-  if (rec->slot < 0) return;
-  ex->free_slots[ex->nfree++] = rec->slot;
-  rec->slot = -1;
+static void release_slot(struct exec_ctx* ex, int* slot) {
+  if (*slot < 0) return;
+  ex->free_slots[ex->nfree++] = *slot;
+  *slot = -1;
 }
 
-/* Hand a step's slot over as the carry, or give the carry back. */
-static void carry_take(struct exec_state* ex, struct exec_rec* rec) {
-  ex->carry = rec->slot;
-  rec->slot = -1;
-}
-static void carry_release(struct exec_state* ex) {
-  if (ex->carry >= 0) ex->free_slots[ex->nfree++] = ex->carry;
-  ex->carry = -1;
+/* ---- Computing: a step's task ---- */
+
+/* t = the one-source task dst = POST(PRE(src)), as kern_unary. */
+static int task_unary(struct kern_task* t, const struct exec_args* a, unsigned flags, void* dst,
+                      const void* src, size_t n) {
+  t->redop = a->redop;
+  t->pre = (flags & KERN_PRE) ? 1u : 0u;
+  t->flags = flags & KERN_POST;
+  t->nsrcs = t->ndsts = 1;
+  t->n = n;
+  t->srcs[0] = src;
+  t->dsts[0] = dst;
+  return 1;
 }
 
-/* Run the local part of one step; returns the buffer it sends, if any. */
-static const void* compute_step(struct exec_state* ex, const struct sched_step* st,
-                                struct exec_rec* rec) {
+/* t = the two-source task dst = POST(s0 OP PRE(s1)), as kern_reduce. */
+static int task_pair(struct kern_task* t, const struct exec_args* a, unsigned flags, void* dst,
+                     const void* s0, const void* s1, size_t n) {
+  task_unary(t, a, flags & KERN_POST, dst, s0, n);
+  t->pre = (flags & KERN_PRE) ? 2u : 0u;
+  t->nsrcs = 2;
+  t->srcs[1] = s1;
+  return 1;
+}
+
+/* What step `st` computes, into rec->task (returns 0 when it computes
+ * nothing), and what it then sends, into rec->out. Changes nothing else:
+ * the caller may find the task must wait, and plan it again later. */
+static int step_plan(const struct exec_ctx* ex, const struct sched_step* st, struct exec_rec* rec) {
   const struct exec_args* a = &ex->args;
-  size_t es = kern_type_size(a->type);
+  size_t es = ex->es, n = st->count;
   const char* x = (const char*)a->sendbuff + st->xoff * es;
   char* y = (char*)a->recvbuff + st->yoff * es;
   char* slot = rec->slot >= 0 ? slot_ptr(ex, rec->slot) : NULL;
@@ -208,103 +276,164 @@ static const void* compute_step(struct exec_state* ex, const struct sched_step* 
   const char* local = use_carry ? slot_ptr(ex, ex->carry) : src;
   unsigned pre = (st->flags & SCHED_PRE) ? a->pre : 0;
   unsigned post = (st->flags & SCHED_POST) ? a->post : 0;
-  const void* out = NULL;
+  struct kern_task* t = &rec->task;
+  rec->out = NULL;
   switch ((enum sched_prim)st->prim) {
     case PRIM_SEND:
-      if (!pre) return src;
-      kern_unary(&a->redop, pre, slot, src, st->count);
-      return slot;
+      rec->out = pre ? slot : src;
+      return pre ? task_unary(t, a, pre, slot, src, n) : 0;
     case PRIM_RECV_REDUCE_SEND:
-      kern_reduce(&a->redop, pre, slot, slot, local, st->count);
-      out = slot;
-      break;
+      rec->out = slot;
+      return task_pair(t, a, pre, slot, slot, local, n);
     case PRIM_RECV_REDUCE_CARRY:
-      kern_reduce(&a->redop, pre, slot, slot, local, st->count);
-      carry_take(ex, rec);
-      return NULL;
+      return task_pair(t, a, pre, slot, slot, local, n);
     case PRIM_RECV_REDUCE_COPY_SEND:
+      rec->out = y;
+      return task_pair(t, a, pre | post, y, slot, local, n);
     case PRIM_RECV_REDUCE_COPY:
-      kern_reduce(&a->redop, pre | post, y, slot, local, st->count);
-      release_slot(ex, rec);
-      out = st->prim == PRIM_RECV_REDUCE_COPY_SEND ? y : NULL;
-      break;
+      return task_pair(t, a, pre | post, y, slot, local, n);
     case PRIM_RECV_COPY_SEND:
     case PRIM_SEND_OUT:
-      return y;
+      rec->out = y;
+      return 0;
     case PRIM_COPY:
-      if ((pre | post) || src != y) kern_unary(&a->redop, pre | post, y, src, st->count);
-      return NULL;
-    case PRIM_EXCHANGE:
-      if (st->flags & SCHED_SWAP)
-        kern_reduce(&a->redop, post, y, slot, y, st->count);
-      else
-        kern_reduce(&a->redop, post, y, y, slot, st->count);
-      release_slot(ex, rec);
-      return NULL;
+      return (pre | post) || src != y ? task_unary(t, a, pre | post, y, src, n) : 0;
+    case PRIM_EXCHANGE: /* its send went out at post time */
+      if (st->flags & SCHED_SWAP) return task_pair(t, a, post, y, slot, y, n);
+      return task_pair(t, a, post, y, y, slot, n);
     default:
-      return NULL;
+      return 0;
   }
-  if (use_carry) carry_release(ex);
-  return out;
 }
 
-static ncclResult_t compute_ready(struct ncclComm* comm, int* progressed) {
+/* The planned step goes ahead: a reduction takes the carry it read (freed
+ * when its task is done), a reduce-carry step hands its slot over as the
+ * next carry. */
+static void step_commit_carry(struct exec_ctx* ex, const struct sched_step* st,
+                              struct exec_rec* rec) {
+  if (!prim_reads_local(st->prim)) return;
+  if ((st->flags & SCHED_LOCAL_CARRY) && ex->carry >= 0) {
+    rec->carry_in = ex->carry;
+    ex->carry = -1;
+  }
+  if (st->prim == PRIM_RECV_REDUCE_CARRY) {
+    ex->carry = rec->slot;
+    rec->slot = -1;
+  }
+}
+
+/* ---- Finishing: a step's send once its task is done ---- */
+
+/* The step's task is done: free what it read and will not send. */
+static void step_inputs_done(struct exec_ctx* ex, const struct sched_step* st,
+                             struct exec_rec* rec) {
+  release_slot(ex, &rec->carry_in);
+  if (st->prim == PRIM_RECV_REDUCE_COPY_SEND || st->prim == PRIM_RECV_REDUCE_COPY ||
+      st->prim == PRIM_EXCHANGE)
+    release_slot(ex, &rec->slot);
+}
+
+/* Finish the first unfinished step if its task is done (*finished then):
+ * it sends only now, what it sends being that task's output. */
+static ncclResult_t finish_step(struct exec_ctx* ex, int* progressed, int* finished) {
   ncclResult_t res = ncclSuccess;
-  struct exec_state* ex = &comm->exec;
-  const struct schedule* s = &comm->sched;
-  size_t es = kern_type_size(ex->args.type);
+  const struct sched_step* st = &ex->sched->steps[ex->next_finish];
+  struct exec_rec* rec = &ex->recs[ex->next_finish % (size_t)ex->window];
+  *finished = 0;
+  if (rec->pending) {
+    int done = 0;
+    CHECK(ex->conf.backend->test(ex->conf.backend_state, rec->ticket, &done));
+    if (!done) return ncclSuccess;
+    rec->pending = 0;
+  }
+  step_inputs_done(ex, st, rec);
+  if (rec->out) {
+    struct transport_conn* c = ex->conf.send_conns[st->send_peer];
+    rec->send_seq = c->posted;
+    CHECK(post_msg(ex, c, (void*)rec->out, st->count * ex->es));
+    CHECK(c->ops->progress(c, progressed)); /* start sending now: latency */
+    rec->out = NULL;
+  }
+  ex->next_finish++;
+  *progressed = *finished = 1;
+fail:
+  return res;
+}
+
+/* Finish computed steps in order, which is the message order on every
+ * connection, as far as their tasks are done. */
+static ncclResult_t finish_ready(struct exec_ctx* ex, int* progressed) {
+  ncclResult_t res = ncclSuccess;
+  int finished = 1;
+  while (finished && ex->next_finish < ex->next_compute)
+    CHECK(finish_step(ex, progressed, &finished));
+fail:
+  return res;
+}
+
+/* Compute steps in order once their data is in: post their tasks, unless
+ * one must wait for an unfinished step it races; a step that is first in
+ * line finishes at once if it can (the CPU backend's tasks are done when
+ * posted), so it sends before the next step computes. */
+static ncclResult_t compute_ready(struct exec_ctx* ex, int* progressed) {
+  ncclResult_t res = ncclSuccess;
+  const struct schedule* s = ex->sched;
   while (ex->next_compute < ex->next_post) {
     const struct sched_step* st = &s->steps[ex->next_compute];
     struct exec_rec* rec = &ex->recs[ex->next_compute % (size_t)ex->window];
-    if (sched_prim_recvs(st->prim) && comm->recv_conns[st->recv_peer]->completed <= rec->recv_seq)
+    if (sched_prim_recvs(st->prim) &&
+        ex->conf.recv_conns[st->recv_peer]->completed <= rec->recv_seq)
       break;
-    int exchange = st->prim == PRIM_EXCHANGE;
-    if (exchange && comm->send_conns[st->send_peer]->completed <= rec->send_seq)
+    if (st->prim == PRIM_EXCHANGE && ex->conf.send_conns[st->send_peer]->completed <= rec->send_seq)
       break; /* Y is still going out: overwrite it only once sent */
-    const void* out = compute_step(ex, st, rec);
-    if (sched_prim_sends(st->prim) && !exchange) {
-      struct transport_conn* c = comm->send_conns[st->send_peer];
-      rec->send_seq = c->posted;
-      CHECK(transport_post_host(c, (void*)out, st->count * es, &ex->tag));
-      CHECK(c->ops->progress(c, progressed)); /* start sending now: latency */
+    int has_task = step_plan(ex, st, rec);
+    if (has_task && task_hazard(ex, &rec->task)) break;
+    step_commit_carry(ex, st, rec);
+    if (has_task) {
+      int done = 0;
+      CHECK(ex->conf.backend->post(ex->conf.backend_state, &rec->task, &rec->ticket, &done));
+      rec->pending = !done;
     }
     ex->next_compute++;
     *progressed = 1;
+    if (ex->next_finish + 1 == ex->next_compute) { /* the first unfinished step */
+      int finished;
+      CHECK(finish_step(ex, progressed, &finished));
+    }
   }
 fail:
   return res;
 }
 
-static void retire_done(struct ncclComm* comm, int* progressed) {
-  struct exec_state* ex = &comm->exec;
-  const struct schedule* s = &comm->sched;
-  while (ex->retired < ex->next_compute) {
+static void retire_done(struct exec_ctx* ex, int* progressed) {
+  const struct schedule* s = ex->sched;
+  while (ex->retired < ex->next_finish) {
     const struct sched_step* st = &s->steps[ex->retired];
     struct exec_rec* rec = &ex->recs[ex->retired % (size_t)ex->window];
-    if (sched_prim_sends(st->prim) && comm->send_conns[st->send_peer]->completed <= rec->send_seq)
+    if (sched_prim_sends(st->prim) &&
+        ex->conf.send_conns[st->send_peer]->completed <= rec->send_seq)
       break;
-    release_slot(ex, rec);
+    release_slot(ex, &rec->slot);
     ex->retired++;
     *progressed = 1;
   }
 }
 
 /* Drive the I/O of every connection the running step window touches. */
-static ncclResult_t pump(struct ncclComm* comm, int* progressed) {
+static ncclResult_t pump(struct exec_ctx* ex, int* progressed) {
   ncclResult_t res = ncclSuccess;
-  struct exec_state* ex = &comm->exec;
-  const struct schedule* s = &comm->sched;
+  const struct schedule* s = ex->sched;
   size_t end = MIN(ex->next_post + 1, s->nsteps);
   int last_r = -1, last_s = -1;
   for (size_t i = ex->retired; i < end; i++) {
     const struct sched_step* st = &s->steps[i];
     if (st->recv_peer >= 0 && st->recv_peer != last_r) {
-      struct transport_conn* c = comm->recv_conns[st->recv_peer];
+      struct transport_conn* c = ex->conf.recv_conns[st->recv_peer];
       CHECK(c->ops->progress(c, progressed));
       last_r = st->recv_peer;
     }
     if (st->send_peer >= 0 && st->send_peer != last_s) {
-      struct transport_conn* c = comm->send_conns[st->send_peer];
+      struct transport_conn* c = ex->conf.send_conns[st->send_peer];
       CHECK(c->ops->progress(c, progressed));
       last_s = st->send_peer;
     }
@@ -313,39 +442,50 @@ fail:
   return res;
 }
 
-static ncclResult_t check_alive(struct ncclComm* comm, int progressed) {
-  struct exec_state* ex = &comm->exec;
-  if (atomic_load(&comm->aborted)) {
-    WARN("Communicator aborted while rank %d was in a collective", comm->rank);
+static ncclResult_t check_alive(struct exec_ctx* ex, int progressed) {
+  if (atomic_load(ex->conf.aborted)) {
+    WARN("Communicator aborted while rank %d was in a collective", ex->conf.rank);
     return ncclSystemError;
   }
   uint64_t now = braid_now_ns();
   if (progressed) {
     ex->last_progress_ns = now;
-  } else if (now - ex->last_progress_ns > (uint64_t)comm->tctx.timeout_ms * 1000000ull) {
+  } else if (now - ex->last_progress_ns > (uint64_t)ex->conf.timeout_ms * 1000000ull) {
     WARN(
         "Rank %d: collective made no progress for %lld ms (BRAID_TIMEOUT_MS); a peer is gone "
         "or stuck",
-        comm->rank, (long long)comm->tctx.timeout_ms);
+        ex->conf.rank, (long long)ex->conf.timeout_ms);
     return ncclSystemError;
   }
   return ncclSuccess;
 }
 
-ncclResult_t exec_progress(struct ncclComm* comm, int* done, int* progressed) {
+/* A failed call leaves no task running: the slots it writes are reused
+ * and the user's buffers are the user's again once the call returns. */
+static void exec_drain(struct exec_ctx* ex) {
+  for (size_t i = ex->next_finish; ex->sched && i < ex->next_compute; i++) {
+    struct exec_rec* rec = &ex->recs[i % (size_t)ex->window];
+    int done = 0;
+    while (rec->pending && !done)
+      if (ex->conf.backend->test(ex->conf.backend_state, rec->ticket, &done) != ncclSuccess) break;
+    rec->pending = 0;
+  }
+}
+
+ncclResult_t exec_progress(struct exec_ctx* ex, int* done, int* progressed) {
   ncclResult_t res = ncclSuccess;
-  struct exec_state* ex = &comm->exec;
   int any = 0, moved;
   *done = 0;
   do {
     moved = 0;
-    CHECK(post_steps(comm, &moved));
-    CHECK(pump(comm, &moved));
-    CHECK(compute_ready(comm, &moved));
-    retire_done(comm, &moved);
+    CHECK(post_steps(ex, &moved));
+    CHECK(pump(ex, &moved));
+    CHECK(compute_ready(ex, &moved));
+    if (ex->next_finish < ex->next_compute) CHECK(finish_ready(ex, &moved));
+    retire_done(ex, &moved);
     any |= moved;
-    if (ex->retired == comm->sched.nsteps) {
-      CHECK(exec_next_piece(comm, done));
+    if (ex->retired == ex->sched->nsteps) {
+      CHECK(exec_next_piece(ex, done));
       moved = !*done;
     }
   } while (moved && !*done);
@@ -354,11 +494,10 @@ ncclResult_t exec_progress(struct ncclComm* comm, int* done, int* progressed) {
     ex->busy = 0;
     return ncclSuccess;
   }
-  CHECK(check_alive(comm, any));
+  CHECK(check_alive(ex, any));
   return ncclSuccess;
 fail:
+  exec_drain(ex);
   ex->busy = 0;
-  if (res == ncclInvalidUsage) exec_tag_report(comm, &ex->tag);
-  comm_set_error(comm, res);
   return res;
 }

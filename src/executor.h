@@ -1,15 +1,19 @@
 /*
- * Host executor: runs one schedule at a time per comm on host memory with a
- * window of steps in flight, staging slots for received partials, and the
- * CPU kernels for every reduction.
+ * Executor: runs one schedule at a time with a window of steps in flight,
+ * staging slots for received partials, and a backend that runs its
+ * reductions and copies as tasks. It sees an executor context, not a comm:
+ * the comm owns one and plans calls for it (exec_plan.c); tests build their
+ * own around fake transports and backends.
  */
 #ifndef BRAID_EXECUTOR_H_
 #define BRAID_EXECUTOR_H_
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "kernels.h"
+#include "mem.h"
 #include "nccl.h"
 #include "schedule.h"
 #include "transport.h"
@@ -33,20 +37,62 @@ struct exec_args {
   size_t stride;
   ncclDataType_t type;
   struct kern_redop redop;
-  unsigned pre;  /* KERN_PRE when every input read is pre-multiplied */
-  unsigned post; /* KERN_POST when every final result is divided */
-  int algo;      /* enum sched_algo, from exec_plan */
+  unsigned pre;      /* KERN_PRE when every input read is pre-multiplied */
+  unsigned post;     /* KERN_POST when every final result is divided */
+  enum mem_kind mem; /* of the user's buffers (mem_query): picks the backend */
+  int algo;          /* enum sched_algo, from exec_plan */
   size_t chunk_bytes;
+};
+
+/*
+ * Where tasks run. post() starts one (a kern_task: the backend copies what
+ * it needs) and names it by a ticket, setting *done when it already
+ * completed (a synchronous backend, then never asked again); test() sets
+ * *done once it completed, its destinations written. The executor touches nothing a task reads or
+ * writes until test() said so, and never has two tasks in flight where one
+ * writes bytes the other touches: a backend may run them in any order.
+ */
+struct exec_backend {
+  const char* name;
+  ncclResult_t (*post)(void* state, const struct kern_task* task, uint64_t* ticket, int* done);
+  ncclResult_t (*test)(void* state, uint64_t ticket, int* done);
+};
+
+/* Host memory: the CPU kernels at post time (exec_cpu.c). */
+extern const struct exec_backend exec_backend_cpu;
+
+/* What the owner gives an executor context, once. */
+struct exec_conf {
+  int rank;
+  int nranks;
+  const struct sched_topo* topo;      /* NULL or empty: one node */
+  struct transport_conn** send_conns; /* per peer, filled before a call needs them */
+  struct transport_conn** recv_conns;
+  const struct exec_backend* backend;
+  void* backend_state;
+  _Atomic int* aborted; /* set: the running call fails at once */
+  int64_t timeout_ms;   /* no progress for this long fails the call */
+  int window;           /* steps in flight (raised to at least 4) */
+  size_t slot_bytes;    /* staging slot size, the largest chunk */
 };
 
 /* Runtime record of one in-flight step. */
 struct exec_rec {
   int slot;          /* staging slot, -1 if none */
+  int carry_in;      /* the carry slot its task reads, freed when the task is done; -1 */
+  int pending;       /* its task is posted and not yet seen complete */
   uint64_t recv_seq; /* message number on the receive connection */
   uint64_t send_seq; /* message number on the send connection */
+  uint64_t ticket;   /* its task, as the backend named it */
+  const void* out;   /* what it sends, once computed (NULL: nothing, or sent at post) */
+  struct kern_task task;
 };
 
-struct exec_state {
+/* Step i of the running piece goes through, in order: posted (receive
+ * posted, a slot taken), computed (its task posted), finished (task done,
+ * send posted), retired (send done, slot free). */
+struct exec_ctx {
+  struct exec_conf conf;
   /* slots: fixed at init, reused by every call */
   char* slot_mem;
   size_t slot_bytes;
@@ -54,25 +100,40 @@ struct exec_state {
   int free_slots[EXEC_MAX_WINDOW];
   int nfree;
   int window;
+  struct sched_cache cache;
+  const struct schedule* sched; /* the running piece's, from the cache */
   /* the running call, and the piece of it that runs now (args) */
   int busy;
   struct exec_args call;
   struct transport_tag tag; /* the call, as every message of it carries it */
   struct exec_args args;
+  size_t es;        /* bytes per element */
   size_t piece;     /* elements per block in every piece but the last */
   size_t piece_off; /* where in each block the running piece starts */
-  size_t next_post, next_compute, retired;
+  size_t next_post, next_compute, next_finish, retired;
   int carry; /* slot a reduce-carry step left for the next step, -1 if none */
   struct exec_rec recs[EXEC_MAX_WINDOW];
   uint64_t last_progress_ns;
 };
 
-struct ncclComm;
-
-ncclResult_t exec_init(struct exec_state* ex, int window, size_t slot_bytes);
-void exec_free(struct exec_state* ex);
+ncclResult_t exec_init(struct exec_ctx* ex, const struct exec_conf* conf);
+void exec_free(struct exec_ctx* ex);
 
 /* The schedule key of a call whose algorithm and chunk are chosen. */
+void exec_ctx_key(const struct exec_ctx* ex, const struct exec_args* args, struct sched_key* key);
+
+/* Begin a call (the context must be idle); every message carries `tag`. */
+ncclResult_t exec_start(struct exec_ctx* ex, const struct exec_args* args,
+                        const struct transport_tag* tag);
+/* Advance without blocking; *done when finished, *progressed when anything
+ * moved. After an error the context is idle again (no task in flight). */
+ncclResult_t exec_progress(struct exec_ctx* ex, int* done, int* progressed);
+
+/* ---- The comm's side (exec_plan.c, exec_tag.c) ---- */
+
+struct ncclComm;
+
+/* exec_ctx_key on the comm's context. */
 void exec_key(const struct ncclComm* comm, const struct exec_args* args, struct sched_key* key);
 /* Let the tuner choose the algorithm and chunk of a call; fills `key` with
  * the schedule it will run. */
@@ -84,10 +145,9 @@ void exec_tag_make(const struct ncclComm* comm, const struct exec_args* args,
                    struct transport_tag* out);
 void exec_tag_report(const struct ncclComm* comm, const struct transport_tag* mine);
 
-/* Begin a planned call on `comm` (its executor must be idle). */
-ncclResult_t exec_start(struct ncclComm* comm, const struct exec_args* args);
-/* Advance without blocking; *done when finished, *progressed when anything
- * moved. On error the comm is put in its error state. */
-ncclResult_t exec_progress(struct ncclComm* comm, int* done, int* progressed);
+/* Run a planned call on the comm's context: the comm's error state is
+ * checked first, and an error puts the comm in its error state. */
+ncclResult_t exec_comm_start(struct ncclComm* comm, const struct exec_args* args);
+ncclResult_t exec_comm_progress(struct ncclComm* comm, int* done, int* progressed);
 
 #endif /* BRAID_EXECUTOR_H_ */

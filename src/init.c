@@ -67,16 +67,32 @@ ncclResult_t comm_config_read(const ncclConfig_t* user, ncclConfig_t* out) {
   return ncclSuccess;
 }
 
+/* The comm's executor context: its collective connections, its layout
+ * (filled in at bootstrap; the key reads it per call) and abort flag. */
+static ncclResult_t comm_exec_init(struct ncclComm* comm) {
+  struct exec_conf conf = {.rank = comm->rank,
+                           .nranks = comm->nranks,
+                           .topo = &comm->layout,
+                           .send_conns = comm->send_conns,
+                           .recv_conns = comm->recv_conns,
+                           .backend = &exec_backend_cpu,
+                           .aborted = &comm->aborted,
+                           .timeout_ms = param_timeout_ms(),
+                           .window = (int)param_nsteps(),
+                           .slot_bytes = (size_t)param_chunk_size()};
+  return exec_init(&comm->exec, &conf);
+}
+
 static ncclResult_t comm_setup_local(struct ncclComm* comm, union socket_addr* listen) {
   ncclResult_t res = ncclSuccess;
   CHECK(progress_init(&comm->progress));
-  CHECK(exec_init(&comm->exec, (int)param_nsteps(), (size_t)param_chunk_size()));
   CHECK(braid_calloc(&comm->peers, (size_t)comm->nranks, sizeof(struct peer_info)));
   CHECK(braid_calloc(&comm->send_conns, (size_t)comm->nranks, sizeof(struct transport_conn*)));
   CHECK(braid_calloc(&comm->recv_conns, (size_t)comm->nranks, sizeof(struct transport_conn*)));
   CHECK(braid_calloc(&comm->p2p_send, (size_t)comm->nranks, sizeof(struct transport_conn*)));
   CHECK(braid_calloc(&comm->p2p_recv, (size_t)comm->nranks, sizeof(struct transport_conn*)));
   CHECK(braid_calloc(&comm->peer_transport, (size_t)comm->nranks, sizeof(struct transport*)));
+  CHECK(comm_exec_init(comm));
   CHECK(socket_local_addr(listen, NULL, 0));
   if (listen->sa.sa_family == AF_INET)
     listen->sin.sin_port = 0;
@@ -111,6 +127,7 @@ static ncclResult_t comm_create(struct ncclComm** out, int nranks, const ncclUni
   comm->progress.bell_fd[0] = comm->progress.bell_fd[1] = -1;
   pthread_mutex_init(&comm->turn_lock, NULL);
   pthread_cond_init(&comm->turn_cv, NULL);
+  mem_regs_init(&comm->regs);
   CHECK(comm_registry_add(comm));
   CHECK(comm_config_read(config, &comm->config));
   CHECK(comm_setup_local(comm, &listen));

@@ -11,6 +11,7 @@
 #include "core.h"
 #include "group.h"
 #include "kernels.h"
+#include "mem.h"
 #include "work.h"
 
 static ncclResult_t p2p_enqueue(const char* fn, int kind, void* buf, size_t count,
@@ -73,7 +74,8 @@ ncclResult_t p2p_match_self(struct work_op* ops, int n) {
           s->bytes);
       return ncclInvalidUsage;
     }
-    if (r->buf != s->buf) memmove(r->buf, s->buf, s->bytes);
+    ncclResult_t res = mem_copy(r->buf, s->buf, s->bytes); /* either may be device memory */
+    if (res != ncclSuccess) return res;
     s->done = s->started = r->done = r->started = 1;
   }
   for (int i = 0; i < n; i++)

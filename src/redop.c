@@ -9,6 +9,7 @@
 #include "comm.h"
 #include "core.h"
 #include "kernels.h"
+#include "mem.h"
 
 /* Find a free table slot, growing the table when full (creation time only). */
 static ncclResult_t redop_slot(struct ncclComm* comm, int* idx) {
@@ -46,7 +47,8 @@ ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t* op, void* scalar, ncclDataTyp
   r->residence = residence;
   r->scalar = 0;
   r->scalar_ptr = scalar;
-  if (residence == ncclScalarHostImmediate) memcpy(&r->scalar, scalar, kern_type_size(datatype));
+  if (residence == ncclScalarHostImmediate)
+    CHECK(mem_copy(&r->scalar, scalar, kern_type_size(datatype)));
   *op = (ncclRedOp_t)(ncclNumOps + idx);
 fail:
   return res;
@@ -66,22 +68,29 @@ fail:
   return res;
 }
 
+void redop_builtin(ncclRedOp_t op, ncclDataType_t type, int nranks, struct exec_args* a) {
+  static const enum kern_op builtin[] = {KERN_SUM, KERN_PROD, KERN_MAX, KERN_MIN, KERN_SUM};
+  memset(&a->redop, 0, sizeof(a->redop));
+  a->redop.type = type;
+  a->redop.op = builtin[op];
+  a->pre = a->post = 0;
+  if (op == ncclAvg && nranks > 1) {
+    a->redop.postdiv = (uint32_t)nranks;
+    a->post = KERN_POST;
+  }
+}
+
 ncclResult_t redop_resolve(struct ncclComm* comm, ncclRedOp_t op, ncclDataType_t type,
                            const char* fn, struct exec_args* a) {
   ncclResult_t res = ncclSuccess;
-  static const enum kern_op builtin[] = {KERN_SUM, KERN_PROD, KERN_MAX, KERN_MIN, KERN_SUM};
   CHECK(comm_check_type(type, fn));
+  if ((int)op >= 0 && op < ncclNumOps) {
+    redop_builtin(op, type, comm->nranks, a);
+    return ncclSuccess;
+  }
   memset(&a->redop, 0, sizeof(a->redop));
   a->redop.type = type;
   a->pre = a->post = 0;
-  if ((int)op >= 0 && op < ncclNumOps) {
-    a->redop.op = builtin[op];
-    if (op == ncclAvg && comm->nranks > 1) {
-      a->redop.postdiv = (uint32_t)comm->nranks;
-      a->post = KERN_POST;
-    }
-    return ncclSuccess;
-  }
   int idx = (int)op - ncclNumOps;
   if ((int)op < 0 || idx >= comm->nredops || !comm->redops[idx].in_use)
     FAIL(ncclInvalidArgument,
@@ -92,8 +101,8 @@ ncclResult_t redop_resolve(struct ncclComm* comm, ncclRedOp_t op, ncclDataType_t
          (int)r->type, (int)type);
   a->redop.op = KERN_SUM;
   a->redop.scalar = r->scalar;
-  if (r->residence == ncclScalarDevice)
-    memcpy(&a->redop.scalar, r->scalar_ptr, kern_type_size(type));
+  if (r->residence == ncclScalarDevice) /* read at every call: the user may change it */
+    CHECK(mem_copy(&a->redop.scalar, r->scalar_ptr, kern_type_size(type)));
   a->pre = KERN_PRE;
 fail:
   return res;

@@ -80,10 +80,10 @@ static ncclResult_t op_step(struct work_op* op, uint64_t pass, uint64_t last_pro
   }
   if (!op->started) {
     if (op->comm->exec.busy) return ncclSuccess; /* an earlier collective of this comm runs */
-    if ((res = exec_start(op->comm, &op->args)) != ncclSuccess) return res;
+    if ((res = exec_comm_start(op->comm, &op->args)) != ncclSuccess) return res;
     op->started = 1;
   }
-  return exec_progress(op->comm, &op->done, progressed);
+  return exec_comm_progress(op->comm, &op->done, progressed);
 }
 
 static ncclResult_t work_drive(struct work_op* ops, int n, struct ncclComm* const* comms, int m) {

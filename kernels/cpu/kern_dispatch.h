@@ -17,19 +17,50 @@
 /* The flags the kernels understand; other bits are ignored. */
 #define KERN_FLAG_MASK (KERN_PRE | KERN_POST)
 
-/* Portable C path over the whole range; op is a kern_op or KERN_OP_COPY. */
-void kern_portable(const struct kern_redop* r, int op, unsigned flags, void* dst, const void* a,
-                   const void* b, size_t n);
+/*
+ * One kernel call as every path sees it: kern_reduce, kern_unary and
+ * kern_task_run all come here. The result is the chain of kernels.h over
+ * the sources. `op` is a kern_op, or KERN_OP_COPY with one source; in `fl`
+ * KERN_PRE says some source is pre-multiplied (`pre` says which: bit k for
+ * source k) and KERN_POST divides the result.
+ */
+struct kern_call {
+  const struct kern_redop* r;
+  int op;
+  unsigned fl;
+  unsigned pre;
+  int ns, nd;
+  size_t n;
+  size_t es; /* bytes per element */
+  const void* const* src;
+  void* const* dst;
+};
 
-/* SIMD paths: each computes a prefix of the range and returns its length (0
+/* The shapes the paths compile separately, so that the two everyday ones
+ * (kern_unary and kern_reduce) run loops with the source and destination
+ * counts folded in, as fast as loops written for them alone. */
+enum kern_shape {
+  KERN_SHAPE_UNARY, /* one source, one destination */
+  KERN_SHAPE_PAIR,  /* two sources (only the second pre-multiplied), one destination */
+  KERN_SHAPE_MULTI  /* anything else */
+};
+
+static inline enum kern_shape kern_call_shape(const struct kern_call* c) {
+  if (c->nd == 1 && c->ns == 1) return KERN_SHAPE_UNARY;
+  if (c->nd == 1 && c->ns == 2 && !(c->pre & 1u)) return KERN_SHAPE_PAIR;
+  return KERN_SHAPE_MULTI;
+}
+
+/* Portable C path over elements [off, off + n) of the call. */
+void kern_portable(const struct kern_call* c, size_t off, size_t n);
+
+/* SIMD paths: each computes a prefix of the call and returns its length (0
  * for cases it leaves alone); the dispatcher finishes with kern_portable.
  * nt asks for non-temporal stores (large ranges that cannot stay in cache);
- * the path then aligns dst itself and may compute a short head with
- * kern_portable. Results are the same bits either way. */
-size_t kern_simd_avx2(const struct kern_redop* r, int op, unsigned flags, int nt, void* dst,
-                      const void* a, const void* b, size_t n);
-size_t kern_simd_avx512(const struct kern_redop* r, int op, unsigned flags, int nt, void* dst,
-                        const void* a, const void* b, size_t n);
+ * the path then aligns the destinations itself and may compute a short
+ * head with kern_portable. Results are the same bits either way. */
+size_t kern_simd_avx2(const struct kern_call* c, int nt);
+size_t kern_simd_avx512(const struct kern_call* c, int nt);
 
 /* Test hook: destination sizes (bytes) from which the SIMD paths use
  * non-temporal stores; returns the previous value. */
@@ -58,7 +89,9 @@ static inline uint32_t kern_divisor(const struct kern_redop* r) {
 /*
  * Calls done = FN(OP, FL, ...) with OP and FL as literal constants, one call
  * per (op, flags) pair, so that every inlined loop is compiled without
- * run-time tests of the operator or flags inside it.
+ * run-time tests of the operator or flags inside it. KERN_SPEC_FLAGS fixes
+ * the operator, KERN_SPEC_REDUCE takes the four reduction operators and
+ * KERN_SPECIALIZE adds KERN_OP_COPY.
  */
 #define KERN_SPEC4_(done, OP, FN, ...)                \
   case (OP)*4 + 0:                                    \
@@ -74,16 +107,51 @@ static inline uint32_t kern_divisor(const struct kern_redop* r) {
     done = FN(OP, KERN_PRE | KERN_POST, __VA_ARGS__); \
     break;
 
-#define KERN_SPECIALIZE(done, op, flags, FN, ...)    \
-  switch ((op)*4 + (int)((flags)&KERN_FLAG_MASK)) {  \
-    KERN_SPEC4_(done, KERN_SUM, FN, __VA_ARGS__)     \
-    KERN_SPEC4_(done, KERN_PROD, FN, __VA_ARGS__)    \
-    KERN_SPEC4_(done, KERN_MAX, FN, __VA_ARGS__)     \
-    KERN_SPEC4_(done, KERN_MIN, FN, __VA_ARGS__)     \
-    KERN_SPEC4_(done, KERN_OP_COPY, FN, __VA_ARGS__) \
-    default:                                         \
-      break;                                         \
+#define KERN_SPEC_FLAGS(done, OP, flags, FN, ...)   \
+  switch ((OP)*4 + (int)((flags)&KERN_FLAG_MASK)) { \
+    KERN_SPEC4_(done, OP, FN, __VA_ARGS__)          \
+    default:                                        \
+      break;                                        \
   }
+
+#define KERN_SPEC_REDUCE(done, op, flags, FN, ...)  \
+  switch ((op)*4 + (int)((flags)&KERN_FLAG_MASK)) { \
+    KERN_SPEC4_(done, KERN_SUM, FN, __VA_ARGS__)    \
+    KERN_SPEC4_(done, KERN_PROD, FN, __VA_ARGS__)   \
+    KERN_SPEC4_(done, KERN_MAX, FN, __VA_ARGS__)    \
+    KERN_SPEC4_(done, KERN_MIN, FN, __VA_ARGS__)    \
+    default:                                        \
+      break;                                        \
+  }
+
+#define KERN_SPECIALIZE(done, op, flags, FN, ...)                 \
+  do {                                                            \
+    if ((op) == KERN_OP_COPY)                                     \
+      KERN_SPEC_FLAGS(done, KERN_OP_COPY, flags, FN, __VA_ARGS__) \
+    else                                                          \
+      KERN_SPEC_REDUCE(done, op, flags, FN, __VA_ARGS__)          \
+  } while (0)
+
+/*
+ * The three shapes of one call, each specialized on (op, flags): FN(OP,
+ * FL, ns, nd, pre, ...) with the counts and the pre-multiplied source
+ * constant for the unary and pair shapes. The pair's pre mask is bit 1
+ * (FN only looks at it under KERN_PRE).
+ */
+#define KERN_SPEC_SHAPES(done, c, FN, ...)                                                    \
+  do {                                                                                        \
+    switch (kern_call_shape(c)) {                                                             \
+      case KERN_SHAPE_UNARY:                                                                  \
+        KERN_SPEC_FLAGS(done, KERN_OP_COPY, (c)->fl, FN, 1, 1, 1u, __VA_ARGS__)               \
+        break;                                                                                \
+      case KERN_SHAPE_PAIR:                                                                   \
+        KERN_SPEC_REDUCE(done, (c)->op, (c)->fl, FN, 2, 1, 2u, __VA_ARGS__)                   \
+        break;                                                                                \
+      default:                                                                                \
+        KERN_SPECIALIZE(done, (c)->op, (c)->fl, FN, (c)->ns, (c)->nd, (c)->pre, __VA_ARGS__); \
+        break;                                                                                \
+    }                                                                                         \
+  } while (0)
 
 /* Forces inlining so the constant op/flags above fold away. */
 #define KERN_INLINE static inline __attribute__((always_inline))

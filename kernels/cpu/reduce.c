@@ -231,32 +231,54 @@ DEF_INT_EXPR(expr_u64, uint64_t, uint64_t, uint64_t)
 #define LD_E5M2(v) lut_e5m2[v]
 
 /*
- * The portable loop for storage type T: blocks of 64 bytes are copied into
- * local arrays, so the compiler sees no aliasing between dst and the inputs
- * (dst may equal a or b) and vectorizes the fixed-size inner loop; memcpy
- * also makes any byte alignment of the buffers legal. The rest goes one
- * element at a time.
+ * The portable loop for storage type T: blocks of 64 bytes of every source
+ * are copied into local arrays, so the compiler sees no aliasing between the
+ * destinations and the sources (a destination may equal a source) and
+ * vectorizes the fixed-size inner loops; memcpy also makes any byte
+ * alignment of the buffers legal. The chain of kernels.h runs on the block
+ * (stored as T after every step: that is the rounding of a chain), then the
+ * block goes to every destination. The rest goes one element at a time.
+ * With ns, nd and pre constant (KERN_SPEC_SHAPES) the source loop folds
+ * away; the pair shape is exactly dst = EXPR(a, b, op, fl).
  */
-#define DEF_PORTABLE(NAME, T, SC, DV, LD, ST, EXPR)                                             \
-  KERN_INLINE size_t NAME(int op, unsigned fl, char* d, const char* a, const char* b, size_t n, \
-                          SC s, DV dv) {                                                        \
-    enum { B = 64 / sizeof(T) };                                                                \
-    size_t i = 0;                                                                               \
-    for (; i + B <= n; i += B) {                                                                \
-      T ta[B], tb[B], td[B];                                                                    \
-      memcpy(ta, a + i * sizeof(T), sizeof ta);                                                 \
-      memcpy(tb, b + i * sizeof(T), sizeof tb);                                                 \
-      for (size_t j = 0; j < B; j++) td[j] = ST(EXPR(LD(ta[j]), LD(tb[j]), op, fl, s, dv));     \
-      memcpy(d + i * sizeof(T), td, sizeof td);                                                 \
-    }                                                                                           \
-    for (; i < n; i++) {                                                                        \
-      T x, y, z;                                                                                \
-      memcpy(&x, a + i * sizeof(T), sizeof x);                                                  \
-      memcpy(&y, b + i * sizeof(T), sizeof y);                                                  \
-      z = ST(EXPR(LD(x), LD(y), op, fl, s, dv));                                                \
-      memcpy(d + i * sizeof(T), &z, sizeof z);                                                  \
-    }                                                                                           \
-    return n;                                                                                   \
+#define DEF_PORTABLE(NAME, T, SC, DV, LD, ST, EXPR)                                            \
+  KERN_INLINE T NAME##_first(T x, unsigned f0, SC s, DV dv) {                                  \
+    return f0 ? (T)ST(EXPR(LD(x), LD(x), KERN_OP_COPY, f0, s, dv)) : x;                        \
+  }                                                                                            \
+  KERN_INLINE size_t NAME(int op, unsigned fl, int ns, int nd, unsigned pre, void* const* dp,  \
+                          const void* const* sp, size_t off, size_t n, SC s, DV dv) {          \
+    enum { B = 64 / sizeof(T) };                                                               \
+    const char* src[KERN_TASK_MAX_SRCS];                                                       \
+    char* dst[KERN_TASK_MAX_DSTS];                                                             \
+    for (int k = 0; k < ns; k++) src[k] = (const char*)sp[k] + off * sizeof(T);                \
+    for (int k = 0; k < nd; k++) dst[k] = (char*)dp[k] + off * sizeof(T);                      \
+    unsigned pm = (fl & KERN_PRE) ? pre : 0u, post = fl & KERN_POST;                           \
+    unsigned f0 = ((pm & 1u) ? KERN_PRE : 0u) | (ns == 1 ? post : 0u);                         \
+    size_t i = 0;                                                                              \
+    for (; i + B <= n; i += B) {                                                               \
+      T acc[B], tb[B];                                                                         \
+      memcpy(acc, src[0] + i * sizeof(T), sizeof acc);                                         \
+      if (f0)                                                                                  \
+        for (size_t j = 0; j < B; j++) acc[j] = NAME##_first(acc[j], f0, s, dv);               \
+      for (int k = 1; k < ns; k++) {                                                           \
+        unsigned f = (((pm >> k) & 1u) ? KERN_PRE : 0u) | (k == ns - 1 ? post : 0u);           \
+        memcpy(tb, src[k] + i * sizeof(T), sizeof tb);                                         \
+        for (size_t j = 0; j < B; j++) acc[j] = ST(EXPR(LD(acc[j]), LD(tb[j]), op, f, s, dv)); \
+      }                                                                                        \
+      for (int d = 0; d < nd; d++) memcpy(dst[d] + i * sizeof(T), acc, sizeof acc);            \
+    }                                                                                          \
+    for (; i < n; i++) {                                                                       \
+      T x, y;                                                                                  \
+      memcpy(&x, src[0] + i * sizeof(T), sizeof x);                                            \
+      x = NAME##_first(x, f0, s, dv);                                                          \
+      for (int k = 1; k < ns; k++) {                                                           \
+        unsigned f = (((pm >> k) & 1u) ? KERN_PRE : 0u) | (k == ns - 1 ? post : 0u);           \
+        memcpy(&y, src[k] + i * sizeof(T), sizeof y);                                          \
+        x = ST(EXPR(LD(x), LD(y), op, f, s, dv));                                              \
+      }                                                                                        \
+      for (int d = 0; d < nd; d++) memcpy(dst[d] + i * sizeof(T), &x, sizeof x);               \
+    }                                                                                          \
+    return n;                                                                                  \
   }
 
 DEF_PORTABLE(loop_i8, int8_t, int8_t, int64_t, LD_ID, ST_ID, expr_i8)
@@ -274,26 +296,23 @@ DEF_PORTABLE(loop_e5m2, uint8_t, float, float, LD_E5M2, kern_float_to_e5m2, expr
 
 /* One case of kern_portable for an integer type: the scalar is the type's
  * own bytes. */
-#define INT_CASE(TYPE, LOOP, T, DV)                                   \
-  case TYPE: {                                                        \
-    T s;                                                              \
-    memcpy(&s, &r->scalar, sizeof s);                                 \
-    KERN_SPECIALIZE(done, op, flags, LOOP, d, pa, pb, n, s, (DV)div); \
-    break;                                                            \
+#define INT_CASE(TYPE, LOOP, T, DV)                                       \
+  case TYPE: {                                                            \
+    T sc;                                                                 \
+    memcpy(&sc, &c->r->scalar, sizeof sc);                                \
+    KERN_SPEC_SHAPES(done, c, LOOP, c->dst, c->src, off, n, sc, (DV)div); \
+    break;                                                                \
   }
 
-#define F32_CASE(TYPE, LOOP)                                                              \
-  case TYPE:                                                                              \
-    KERN_SPECIALIZE(done, op, flags, LOOP, d, pa, pb, n, kern_scalar_f32(r), (float)div); \
+#define F32_CASE(TYPE, LOOP)                                                                    \
+  case TYPE:                                                                                    \
+    KERN_SPEC_SHAPES(done, c, LOOP, c->dst, c->src, off, n, kern_scalar_f32(c->r), (float)div); \
     break;
 
-void kern_portable(const struct kern_redop* r, int op, unsigned flags, void* dst, const void* a,
-                   const void* b, size_t n) {
-  char* d = dst;
-  const char *pa = a, *pb = b;
-  uint32_t div = kern_divisor(r);
+void kern_portable(const struct kern_call* c, size_t off, size_t n) {
+  uint32_t div = kern_divisor(c->r);
   size_t done = 0;
-  switch (r->type) {
+  switch (c->r->type) {
     INT_CASE(ncclInt8, loop_i8, int8_t, int64_t)
     INT_CASE(ncclUint8, loop_u8, uint8_t, uint32_t)
     INT_CASE(ncclInt32, loop_i32, int32_t, int64_t)
@@ -306,7 +325,8 @@ void kern_portable(const struct kern_redop* r, int op, unsigned flags, void* dst
     F32_CASE(ncclFloat8e4m3, loop_e4m3)
     F32_CASE(ncclFloat8e5m2, loop_e5m2)
     case ncclFloat64:
-      KERN_SPECIALIZE(done, op, flags, loop_f64, d, pa, pb, n, kern_scalar_f64(r), (double)div);
+      KERN_SPEC_SHAPES(done, c, loop_f64, c->dst, c->src, off, n, kern_scalar_f64(c->r),
+                       (double)div);
       break;
     default:
       break;
@@ -316,37 +336,73 @@ void kern_portable(const struct kern_redop* r, int op, unsigned flags, void* dst
 
 /* ---- Dispatch ------------------------------------------------------------- */
 
-static void run(const struct kern_redop* r, int op, unsigned fl, void* dst, const void* a,
-                const void* b, size_t n) {
-  size_t size = kern_type_size(r->type), done = 0;
+/* In place (a destination is a source) the lines are in cache already
+ * (just read): streaming them out costs more than writing them back, so
+ * only out-of-place calls stream. */
+static int call_in_place(const struct kern_call* c) {
+  for (int j = 0; j < c->nd; j++)
+    for (int k = 0; k < c->ns; k++)
+      if (c->dst[j] == c->src[k]) return 1;
+  return 0;
+}
+
+static void run(const struct kern_call* c) {
+  size_t done = 0;
   int isa = isa_get();
-  /* In place the lines are in cache already (just read): streaming them out
-   * costs more than writing them back, so only out-of-place calls stream. */
-  int nt =
-      dst != a && dst != b && n * size >= atomic_load_explicit(&nt_threshold, memory_order_relaxed);
-  if (isa == ISA_AVX512) done = kern_simd_avx512(r, op, fl, nt, dst, a, b, n);
-  if (isa == ISA_AVX2) done = kern_simd_avx2(r, op, fl, nt, dst, a, b, n);
-  if (done < n) {
-    size_t off = done * size;
-    kern_portable(r, op, fl, (char*)dst + off, (const char*)a + off, (const char*)b + off,
-                  n - done);
-  }
+  int nt = !call_in_place(c) &&
+           c->n * c->es >= atomic_load_explicit(&nt_threshold, memory_order_relaxed);
+  if (isa == ISA_AVX512) done = kern_simd_avx512(c, nt);
+  if (isa == ISA_AVX2) done = kern_simd_avx2(c, nt);
+  if (done < c->n) kern_portable(c, done, c->n - done);
 }
 
 void kern_reduce(const struct kern_redop* r, unsigned flags, void* dst, const void* a,
                  const void* b, size_t n) {
-  if (!r || n == 0 || kern_type_size(r->type) == 0) return;
-  if ((unsigned)r->op > KERN_MIN) return;
-  run(r, (int)r->op, flags & KERN_FLAG_MASK, dst, a, b, n);
+  size_t es = r ? kern_type_size(r->type) : 0;
+  if (n == 0 || es == 0 || (unsigned)r->op > KERN_MIN) return;
+  const void* src[2] = {a, b};
+  struct kern_call c = {r, (int)r->op, flags & KERN_FLAG_MASK, 2u, 2, 1, n, es, src, &dst};
+  run(&c);
 }
 
 void kern_unary(const struct kern_redop* r, unsigned flags, void* dst, const void* src, size_t n) {
-  size_t size = r ? kern_type_size(r->type) : 0;
-  if (n == 0 || size == 0) return;
+  size_t es = r ? kern_type_size(r->type) : 0;
+  if (n == 0 || es == 0) return;
   flags &= KERN_FLAG_MASK;
   if (flags == 0) {
-    if (dst != src) memcpy(dst, src, n * size);
+    if (dst != src) memcpy(dst, src, n * es);
     return;
   }
-  run(r, KERN_OP_COPY, flags, dst, src, src, n);
+  struct kern_call c = {r, KERN_OP_COPY, flags, 1u, 1, 1, n, es, &src, &dst};
+  run(&c);
+}
+
+/* Bytes per element of a valid task, 0 for an invalid one. */
+static size_t task_elem_bytes(const struct kern_task* t) {
+  if (t->nsrcs < 1 || t->nsrcs > KERN_TASK_MAX_SRCS) return 0;
+  if (t->ndsts < 1 || t->ndsts > KERN_TASK_MAX_DSTS) return 0;
+  if (t->nsrcs > 1 && (unsigned)t->redop.op > KERN_MIN) return 0;
+  return kern_type_size(t->redop.type);
+}
+
+void kern_task_run(const struct kern_task* t) {
+  size_t es = t ? task_elem_bytes(t) : 0;
+  if (es == 0 || t->n == 0) return;
+  unsigned pre = t->pre & ((1u << t->nsrcs) - 1u);
+  struct kern_call c = {&t->redop,
+                        t->nsrcs == 1 ? KERN_OP_COPY : (int)t->redop.op,
+                        (t->flags & KERN_POST) | (pre ? KERN_PRE : 0u),
+                        pre,
+                        t->nsrcs,
+                        t->ndsts,
+                        t->n,
+                        es,
+                        t->srcs,
+                        t->dsts};
+  if (c.ns == 1 && c.fl == 0) { /* a copy: bits as they are, never through float */
+    if (c.nd == 1 && c.dst[0] != c.src[0]) memcpy(c.dst[0], c.src[0], c.n * c.es);
+    if (c.nd > 1) kern_portable(&c, 0, c.n); /* a block at a time to every destination */
+    return;
+  }
+  run(&c);
 }

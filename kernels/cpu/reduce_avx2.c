@@ -55,6 +55,9 @@ KERN_INLINE vf_t vf_load_f16(const char* p) {
 KERN_INLINE vh_t vf_to_f16(vf_t v) {
   return _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT);
 }
+KERN_INLINE vf_t vf_rt_f16(vf_t v) {
+  return _mm256_cvtph_ps(vf_to_f16(v));
+}
 
 /* bf16 is the top half of a float. A whole vector of bf16 is widened by
  * interleaving with zeros; the lanes come out permuted within each 128-bit
@@ -81,6 +84,10 @@ KERN_INLINE vi_t bf16_round(vf_t v) {
 /* Lanes are <= 0xffff, so the saturating pack just narrows. */
 KERN_INLINE vi_t vf_to_bf16x2(vf_t lo, vf_t hi) {
   return _mm256_packus_epi32(bf16_round(lo), bf16_round(hi));
+}
+/* The rounded bf16 widened back in place: a float whose low half is zero. */
+KERN_INLINE vf_t vf_rt_bf16(vf_t v) {
+  return _mm256_castsi256_ps(_mm256_slli_epi32(bf16_round(v), 16));
 }
 KERN_INLINE void vh_store(char* p, vh_t h) {
   _mm_storeu_si128((__m128i*)(void*)p, h);

@@ -19,8 +19,11 @@
  *   vf_nansel(x, r)       x is NaN ? x + x (x quieted) : r
  *   vf_load_f16, vf_to_f16: VF_N halves widened from / rounded (RNE, NaN
  *                         quieted) to a vh_t; vh_store
+ *   vf_rt_f16(x)          x rounded to half and widened back (what storing
+ *                         and reloading a half gives)
  *   vf_bf16_lo, vf_bf16_hi, vf_to_bf16x2: a vi_t of 2 * VF_N bf16 widened
  *                         to two float vectors (in any lane order) and back
+ *   vf_rt_bf16(x)         x rounded to bf16 and widened back, lane by lane
  *   vd_*                  as vf_* for double
  *   vi_load, vi_store, vi_add{8,32,64}, vi_{max,min}_{s,u}{8,32,64}
  */
@@ -46,16 +49,54 @@
 SIMD_FP_EXPR(vf_expr, vf_t, vf)
 SIMD_FP_EXPR(vd_expr, vd_t, vd)
 
-/* Whole vectors of a float-computed type; ES is the stored element size.
- * With op and fl constant (KERN_SPECIALIZE) the branches above fold away,
- * and for KERN_OP_COPY the unused loads of `a` vanish. */
-#define SIMD_FP_LOOP(NAME, V, N, ES, LOAD, STORE, EXPR)                                         \
-  KERN_INLINE size_t NAME(int op, unsigned fl, char* d, const char* a, const char* b, size_t n, \
-                          V s, V dv) {                                                          \
-    size_t i = 0;                                                                               \
-    for (; i + (N) <= n; i += (N))                                                              \
-      STORE(d + i * (ES), EXPR(LOAD(a + i * (ES)), LOAD(b + i * (ES)), op, fl, s, dv));         \
-    return i;                                                                                   \
+/* A source's pre-multiplication, as the expressions above do it. */
+KERN_INLINE vf_t vf_premul(vf_t x, vf_t s) {
+  return vf_nansel(x, vf_mul(x, s));
+}
+KERN_INLINE vd_t vd_premul(vd_t x, vd_t s) {
+  return vd_nansel(x, vd_mul(x, s));
+}
+
+/* Float and double need no rounding between the steps of a chain. */
+#define SIMD_RT_NONE(v) (v)
+
+/* The sources and destinations of a call from element `off` on, in
+ * locals: the stores (through char pointers) then cannot make the compiler
+ * reload them. ES is the element size. */
+#define SIMD_LOCAL_PTRS(ES)                                                           \
+  const char* src[KERN_TASK_MAX_SRCS];                                                \
+  char* dst[KERN_TASK_MAX_DSTS];                                                      \
+  for (int k_ = 0; k_ < ns; k_++) src[k_] = (const char*)sp[k_] + off * (size_t)(ES); \
+  for (int j_ = 0; j_ < nd; j_++) dst[j_] = (char*)dp[j_] + off * (size_t)(ES)
+
+/*
+ * Whole vectors of a float-computed type, all sources in one pass: the
+ * chain of kernels.h held in a register, rounded to the type (RT) between
+ * steps where a chain of stored results would round, and stored once per
+ * destination. ES is the stored element size. With op, fl, ns, nd and pre
+ * constant (KERN_SPEC_SHAPES) the branches and the source loop fold away:
+ * the pair shape is exactly EXPR(LOAD(a), LOAD(b), op, fl).
+ */
+#define SIMD_FP_LOOP(NAME, V, P, N, ES, LOAD, STORE, RT)                                      \
+  KERN_INLINE size_t NAME(int op, unsigned fl, int ns, int nd, unsigned pre, void* const* dp, \
+                          const void* const* sp, size_t off, size_t n, V s, V dv) {           \
+    SIMD_LOCAL_PTRS(ES);                                                                      \
+    unsigned pm = (fl & KERN_PRE) ? pre : 0u;                                                 \
+    size_t i = 0;                                                                             \
+    for (; i + (N) <= n; i += (N)) {                                                          \
+      V acc = LOAD(src[0] + i * (ES));                                                        \
+      if (pm & 1u) acc = P##_premul(acc, s);                                                  \
+      if ((pm & 1u) && ns > 1) acc = RT(acc);                                                 \
+      for (int k = 1; k < ns; k++) {                                                          \
+        V y = LOAD(src[k] + i * (ES));                                                        \
+        if ((pm >> k) & 1u) y = P##_premul(y, s);                                             \
+        acc = P##_expr(acc, y, op, 0u, s, dv);                                                \
+        if (k < ns - 1) acc = RT(acc);                                                        \
+      }                                                                                       \
+      if (fl & KERN_POST) acc = P##_div(acc, dv);                                             \
+      for (int j = 0; j < nd; j++) STORE(dst[j] + i * (ES), acc);                             \
+    }                                                                                         \
+    return i;                                                                                 \
   }
 
 /* Stores of the narrow types, plain and streaming. */
@@ -66,49 +107,74 @@ KERN_INLINE void st_f16_nt(char* p, vf_t v) {
   vh_stream(p, vf_to_f16(v));
 }
 
-SIMD_FP_LOOP(loop_f32, vf_t, VF_N, 4, vf_load, vf_store, vf_expr)
-SIMD_FP_LOOP(loop_f32_nt, vf_t, VF_N, 4, vf_load, vf_stream, vf_expr)
-SIMD_FP_LOOP(loop_f16, vf_t, VF_N, 2, vf_load_f16, st_f16, vf_expr)
-SIMD_FP_LOOP(loop_f16_nt, vf_t, VF_N, 2, vf_load_f16, st_f16_nt, vf_expr)
-SIMD_FP_LOOP(loop_f64, vd_t, VD_N, 8, vd_load, vd_store, vd_expr)
-SIMD_FP_LOOP(loop_f64_nt, vd_t, VD_N, 8, vd_load, vd_stream, vd_expr)
+SIMD_FP_LOOP(loop_f32, vf_t, vf, VF_N, 4, vf_load, vf_store, SIMD_RT_NONE)
+SIMD_FP_LOOP(loop_f32_nt, vf_t, vf, VF_N, 4, vf_load, vf_stream, SIMD_RT_NONE)
+SIMD_FP_LOOP(loop_f16, vf_t, vf, VF_N, 2, vf_load_f16, st_f16, vf_rt_f16)
+SIMD_FP_LOOP(loop_f16_nt, vf_t, vf, VF_N, 2, vf_load_f16, st_f16_nt, vf_rt_f16)
+SIMD_FP_LOOP(loop_f64, vd_t, vd, VD_N, 8, vd_load, vd_store, SIMD_RT_NONE)
+SIMD_FP_LOOP(loop_f64_nt, vd_t, vd, VD_N, 8, vd_load, vd_stream, SIMD_RT_NONE)
+
+/* One bf16 source step on both halves of a vector. */
+#define SIMD_BF16_STEP(lo, hi, w, k)                            \
+  do {                                                          \
+    vf_t ylo = vf_bf16_lo(w), yhi = vf_bf16_hi(w);              \
+    if ((pm >> (k)) & 1u) {                                     \
+      ylo = vf_premul(ylo, s);                                  \
+      yhi = vf_premul(yhi, s);                                  \
+    }                                                           \
+    lo = vf_expr(lo, ylo, op, 0u, s, dv);                       \
+    hi = vf_expr(hi, yhi, op, 0u, s, dv);                       \
+    if ((k) < ns - 1) lo = vf_rt_bf16(lo), hi = vf_rt_bf16(hi); \
+  } while (0)
 
 /* bf16 goes a whole integer vector at a time: widening and narrowing are
- * integer shuffles that work best on full registers. */
-#define SIMD_BF16_LOOP(NAME, STORE)                                                             \
-  KERN_INLINE size_t NAME(int op, unsigned fl, char* d, const char* a, const char* b, size_t n, \
-                          vf_t s, vf_t dv) {                                                    \
-    size_t i = 0;                                                                               \
-    for (; i + 2 * VF_N <= n; i += 2 * VF_N) {                                                  \
-      vi_t x = vi_load(a + 2 * i), y = vi_load(b + 2 * i);                                      \
-      vf_t lo = vf_expr(vf_bf16_lo(x), vf_bf16_lo(y), op, fl, s, dv);                           \
-      vf_t hi = vf_expr(vf_bf16_hi(x), vf_bf16_hi(y), op, fl, s, dv);                           \
-      STORE(d + 2 * i, vf_to_bf16x2(lo, hi));                                                   \
-    }                                                                                           \
-    return i;                                                                                   \
+ * integer shuffles that work best on full registers. Every source is
+ * widened with the same lane order, so the chain pairs the right lanes. */
+#define SIMD_BF16_LOOP(NAME, STORE)                                                           \
+  KERN_INLINE size_t NAME(int op, unsigned fl, int ns, int nd, unsigned pre, void* const* dp, \
+                          const void* const* sp, size_t off, size_t n, vf_t s, vf_t dv) {     \
+    SIMD_LOCAL_PTRS(2);                                                                       \
+    unsigned pm = (fl & KERN_PRE) ? pre : 0u;                                                 \
+    size_t i = 0;                                                                             \
+    for (; i + 2 * VF_N <= n; i += 2 * VF_N) {                                                \
+      vi_t x = vi_load(src[0] + 2 * i);                                                       \
+      vf_t lo = vf_bf16_lo(x), hi = vf_bf16_hi(x);                                            \
+      if (pm & 1u) lo = vf_premul(lo, s), hi = vf_premul(hi, s);                              \
+      if ((pm & 1u) && ns > 1) lo = vf_rt_bf16(lo), hi = vf_rt_bf16(hi);                      \
+      for (int k = 1; k < ns; k++) SIMD_BF16_STEP(lo, hi, vi_load(src[k] + 2 * i), k);        \
+      if (fl & KERN_POST) lo = vf_div(lo, dv), hi = vf_div(hi, dv);                           \
+      vi_t out = vf_to_bf16x2(lo, hi);                                                        \
+      for (int j = 0; j < nd; j++) STORE(dst[j] + 2 * i, out);                                \
+    }                                                                                         \
+    return i;                                                                                 \
   }
 
 SIMD_BF16_LOOP(loop_bf16, vi_store)
 SIMD_BF16_LOOP(loop_bf16_nt, vi_stream)
 
 /* Integer loops cover sum/max/min without flags: products, premul and the
- * (scalar-only) division stay on the portable path. */
-#define SIMD_INT_BODY(F, STORE)                                           \
-  for (; i + VI_BYTES / (ES) <= n; i += VI_BYTES / (ES)) {                \
-    STORE(d + i * (ES), F(vi_load(a + i * (ES)), vi_load(b + i * (ES)))); \
+ * (scalar-only) division stay on the portable path. All sources in one
+ * pass, as above. */
+#define SIMD_INT_BODY(F, STORE)                                            \
+  for (; i + VI_BYTES / (ES) <= n; i += VI_BYTES / (ES)) {                 \
+    vi_t acc = vi_load(src[0] + i * (ES));                                 \
+    for (int k = 1; k < ns; k++) acc = F(acc, vi_load(src[k] + i * (ES))); \
+    for (int j = 0; j < nd; j++) STORE(dst[j] + i * (ES), acc);            \
   }
 
-#define SIMD_INT_LOOP(NAME, ES_, ADD, MAX, MIN)                                         \
-  static size_t NAME(int op, int nt, char* d, const char* a, const char* b, size_t n) { \
-    enum { ES = ES_ };                                                                  \
-    size_t i = 0;                                                                       \
-    if (op == KERN_SUM && nt) SIMD_INT_BODY(ADD, vi_stream);                            \
-    if (op == KERN_SUM && !nt) SIMD_INT_BODY(ADD, vi_store);                            \
-    if (op == KERN_MAX && nt) SIMD_INT_BODY(MAX, vi_stream);                            \
-    if (op == KERN_MAX && !nt) SIMD_INT_BODY(MAX, vi_store);                            \
-    if (op == KERN_MIN && nt) SIMD_INT_BODY(MIN, vi_stream);                            \
-    if (op == KERN_MIN && !nt) SIMD_INT_BODY(MIN, vi_store);                            \
-    return i;                                                                           \
+#define SIMD_INT_LOOP(NAME, ES_, ADD, MAX, MIN)                                                   \
+  KERN_INLINE size_t NAME(int op, int nt, int ns, int nd, void* const* dp, const void* const* sp, \
+                          size_t off, size_t n) {                                                 \
+    enum { ES = ES_ };                                                                            \
+    SIMD_LOCAL_PTRS(ES);                                                                          \
+    size_t i = 0;                                                                                 \
+    if (op == KERN_SUM && nt) SIMD_INT_BODY(ADD, vi_stream);                                      \
+    if (op == KERN_SUM && !nt) SIMD_INT_BODY(ADD, vi_store);                                      \
+    if (op == KERN_MAX && nt) SIMD_INT_BODY(MAX, vi_stream);                                      \
+    if (op == KERN_MAX && !nt) SIMD_INT_BODY(MAX, vi_store);                                      \
+    if (op == KERN_MIN && nt) SIMD_INT_BODY(MIN, vi_stream);                                      \
+    if (op == KERN_MIN && !nt) SIMD_INT_BODY(MIN, vi_store);                                      \
+    return i;                                                                                     \
   }
 
 SIMD_INT_LOOP(int_i8, 1, vi_add8, vi_max_s8, vi_min_s8)
@@ -118,74 +184,76 @@ SIMD_INT_LOOP(int_u32, 4, vi_add32, vi_max_u32, vi_min_u32)
 SIMD_INT_LOOP(int_i64, 8, vi_add64, vi_max_s64, vi_min_s64)
 SIMD_INT_LOOP(int_u64, 8, vi_add64, vi_max_u64, vi_min_u64)
 
-static size_t simd_int(ncclDataType_t type, int op, int nt, char* d, const char* a, const char* b,
-                       size_t n) {
+/* Inlined twice: with the pair's counts as constants, and as they come. */
+KERN_INLINE size_t simd_int(ncclDataType_t type, int op, int nt, int ns, int nd, void* const* d,
+                            const void* const* s, size_t off, size_t n) {
   switch (type) {
     case ncclInt8:
-      return int_i8(op, nt, d, a, b, n);
+      return int_i8(op, nt, ns, nd, d, s, off, n);
     case ncclUint8:
-      return int_u8(op, nt, d, a, b, n);
+      return int_u8(op, nt, ns, nd, d, s, off, n);
     case ncclInt32:
-      return int_i32(op, nt, d, a, b, n);
+      return int_i32(op, nt, ns, nd, d, s, off, n);
     case ncclUint32:
-      return int_u32(op, nt, d, a, b, n);
+      return int_u32(op, nt, ns, nd, d, s, off, n);
     case ncclInt64:
-      return int_i64(op, nt, d, a, b, n);
+      return int_i64(op, nt, ns, nd, d, s, off, n);
     case ncclUint64:
-      return int_u64(op, nt, d, a, b, n);
+      return int_u64(op, nt, ns, nd, d, s, off, n);
     default:
       return 0;
   }
 }
 
 /* The float-computed loops of one type, plain or streaming stores. */
-#define SIMD_FP_RUN(LOOP)                                         \
-  do {                                                            \
-    if (nt) {                                                     \
-      KERN_SPECIALIZE(done, op, fl, LOOP##_nt, d, a, b, n, s, dv) \
-    } else {                                                      \
-      KERN_SPECIALIZE(done, op, fl, LOOP, d, a, b, n, s, dv)      \
-    }                                                             \
+#define SIMD_FP_RUN(LOOP)                                                   \
+  do {                                                                      \
+    if (nt)                                                                 \
+      KERN_SPEC_SHAPES(done, c, LOOP##_nt, c->dst, c->src, off, n, sc, dv); \
+    else                                                                    \
+      KERN_SPEC_SHAPES(done, c, LOOP, c->dst, c->src, off, n, sc, dv);      \
   } while (0)
 
-static size_t simd_body(const struct kern_redop* r, int op, unsigned fl, int nt, char* d,
-                        const char* a, const char* b, size_t n) {
-  size_t done = 0;
+/* Elements [off, n) of the call; returns how many from `off` it computed. */
+static size_t simd_body(const struct kern_call* c, int nt, size_t off) {
+  const struct kern_redop* r = c->r;
+  size_t n = c->n - off, done = 0;
   if (r->type == ncclFloat64) {
-    vd_t s = vd_set1(kern_scalar_f64(r)), dv = vd_set1((double)kern_divisor(r));
+    vd_t sc = vd_set1(kern_scalar_f64(r)), dv = vd_set1((double)kern_divisor(r));
     SIMD_FP_RUN(loop_f64);
     return done;
   }
   if (r->type == ncclFloat32 || r->type == ncclFloat16 || r->type == ncclBfloat16) {
-    vf_t s = vf_set1(kern_scalar_f32(r)), dv = vf_set1((float)kern_divisor(r));
+    vf_t sc = vf_set1(kern_scalar_f32(r)), dv = vf_set1((float)kern_divisor(r));
     if (r->type == ncclFloat32) SIMD_FP_RUN(loop_f32);
     if (r->type == ncclFloat16) SIMD_FP_RUN(loop_f16);
     if (r->type == ncclBfloat16) SIMD_FP_RUN(loop_bf16);
     return done;
   }
-  if (fl != 0 || op == KERN_PROD || op > KERN_MIN) return 0;
-  return simd_int(r->type, op, nt, d, a, b, n);
+  if (c->fl != 0 || c->op == KERN_PROD || c->op > KERN_MIN) return 0;
+  if (kern_call_shape(c) == KERN_SHAPE_PAIR)
+    return simd_int(r->type, c->op, nt, 2, 1, c->dst, c->src, off, n);
+  return simd_int(r->type, c->op, nt, c->ns, c->nd, c->dst, c->src, off, n);
 }
 
 /* Streaming stores need dst aligned: whole cache lines also let the
  * write-combining buffers go out without reading memory. */
 #define SIMD_ALIGN 64
 
-size_t SIMD_ENTRY(const struct kern_redop* r, int op, unsigned fl, int nt, void* dst, const void* a,
-                  const void* b, size_t n) {
-  size_t z = kern_type_size(r->type), head = 0;
-  uintptr_t mis = (uintptr_t)dst % SIMD_ALIGN;
-  fl &= KERN_FLAG_MASK;
-  /* A dst off the element grid can never be aligned: plain stores then. */
+size_t SIMD_ENTRY(const struct kern_call* c, int nt) {
+  size_t z = c->es, head = 0;
+  uintptr_t mis = (uintptr_t)c->dst[0] % SIMD_ALIGN;
+  /* One head aligns every destination only if they are all as misaligned;
+   * a dst off the element grid can never be aligned: plain stores then. */
+  for (int j = 1; j < c->nd; j++)
+    if ((uintptr_t)c->dst[j] % SIMD_ALIGN != mis) nt = 0;
   if (nt && mis % z == 0)
     head = (SIMD_ALIGN - mis) % SIMD_ALIGN / z;
   else
     nt = 0;
-  if (head >= n) return 0;
-  if (head) kern_portable(r, op, fl, dst, a, b, head); /* up to the first line */
-  size_t off = head * z;
-  size_t done = simd_body(r, op, fl, nt, (char*)dst + off, (const char*)a + off,
-                          (const char*)b + off, n - head);
+  if (head >= c->n) return 0;
+  if (head) kern_portable(c, 0, head); /* up to the first line */
+  size_t done = simd_body(c, nt, head);
   if (nt) _mm_sfence(); /* order the streamed lines before later stores */
   return head + done;
 }

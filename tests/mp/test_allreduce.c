@@ -9,6 +9,7 @@
 #include <cmocka.h>
 
 #include "archeck.h"
+#include "comm.h" /* the schedule cache's build counter */
 #include "dtypes.h"
 #include "launcher.h"
 
@@ -146,6 +147,43 @@ static void test_reuse_sizes(void** state) {
   assert_int_equal(mp_launch(3, reuse_body, NULL, NULL), 0);
 }
 
+/* Calls that alternate three sizes and types on one comm build their
+ * schedules in the first round and none after: the comm's schedule cache
+ * (read through the internal header) holds all of them. */
+static int cache_body(const mp_env* env) {
+  static const ar_call kinds[] = {{.type = ncclFloat32, .kind = AR_SUM, .count = 100003},
+                                  {.type = ncclInt8, .kind = AR_MAX, .count = 7},
+                                  {.type = ncclFloat16, .kind = AR_AVG, .count = 4099}};
+  ncclComm_t comm;
+  uint64_t first = 0;
+  if (mp_comm_init(env, &comm) != 0) return 1;
+  int bad = 0, fatal = 0;
+  for (int round = 0; round < 4 && !fatal; round++) {
+    for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]) && !fatal; i++) {
+      ar_call c = kinds[i];
+      c.inplace = round & 1;
+      c.salt = 2000u + (uint64_t)(round * 10) + i;
+      fatal = ar_op_create(env, comm, c.type, c.kind, &c.op) != 0 || ar_alloc(&c) != 0;
+      int r = fatal ? -1 : ar_run(&c, env, comm);
+      fatal = r < 0;
+      bad += r > 0;
+    }
+    uint64_t builds = comm->exec.cache.builds;
+    if (round == 0) first = builds;
+    if (!fatal && (builds != first || first == 0)) {
+      mp_fail(env, "round %d: %llu schedules built so far, %llu after the first round", round,
+              (unsigned long long)builds, (unsigned long long)first);
+      bad++;
+    }
+  }
+  return finish(env, comm, fatal) + (bad != 0);
+}
+
+static void test_schedule_cache(void** state) {
+  (void)state;
+  assert_int_equal(mp_launch(3, cache_body, NULL, NULL), 0);
+}
+
 typedef struct group_spec {
   ncclDataType_t type;
   int kind;
@@ -257,6 +295,7 @@ int main(void) {
       cmocka_unit_test_prestate(test_matrix, (void*)&k_ranks[4]),
       cmocka_unit_test_prestate(test_matrix, (void*)&k_ranks[5]),
       cmocka_unit_test(test_reuse_sizes),
+      cmocka_unit_test(test_schedule_cache),
       cmocka_unit_test(test_group_same_comm),
       cmocka_unit_test(test_group_nested),
   };

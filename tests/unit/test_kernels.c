@@ -622,6 +622,228 @@ static void test_path_avx512_nt(void** state) {
   run_path("avx512", 1);
 }
 
+/* ======================= the task form ======================= */
+
+/* kern_task_run against the chain of pairwise calls that kernels.h says it
+ * equals, on the same path (the pairwise calls are checked against the
+ * scalar reference above): every type x op, 1..8 sources, 1..8
+ * destinations, every way of pre-multiplying, odd lengths, misaligned and
+ * in-place buffers. */
+
+#define TMAX 8 /* sources and destinations in these tests */
+
+struct tctx {
+  const char* path;
+  const char* mode;
+  const struct tinfo* t;
+  uint8_t* S[TMAX];  /* the sources' data at offset 0 */
+  uint8_t* bs[TMAX]; /* source work buffers */
+  uint8_t* bd[TMAX]; /* destination work buffers */
+  uint8_t* E;        /* the chain's result */
+};
+
+/* What kernels.h promises: the pairwise chain in one buffer of the type. */
+static void chain_ref(const struct kern_task* k, void* out, size_t z) {
+  unsigned post = k->flags & KERN_POST;
+  unsigned f0 = ((k->pre & 1u) ? KERN_PRE : 0u) | (k->nsrcs == 1 ? post : 0u);
+  if (f0)
+    kern_unary(&k->redop, f0, out, k->srcs[0], k->n);
+  else
+    memcpy(out, k->srcs[0], k->n * z);
+  for (int i = 1; i < k->nsrcs; i++) {
+    unsigned f = (((k->pre >> i) & 1u) ? KERN_PRE : 0u) | (i == k->nsrcs - 1 ? post : 0u);
+    kern_reduce(&k->redop, f, out, out, k->srcs[i], k->n);
+  }
+}
+
+/* Pre-multiplication patterns over the sources. */
+static unsigned pre_mask(int mode, int ns) {
+  unsigned all = (1u << ns) - 1u;
+  static const unsigned pats[] = {0u, ~0u, 1u, 0x80u, 0x55u, 0xaau};
+  unsigned m = mode == 3 ? 1u << (ns - 1) : pats[mode];
+  return m & all;
+}
+#define NPRE 6
+
+/* Byte offsets of the buffers: variant 0 aligned alike, 1 misaligned by
+ * elements, 2 by bytes (off the element grid), 3 destinations alike but
+ * off the sources, 4 in place (destination 0 is source ns - 1, the last
+ * destination is source 0). */
+static size_t task_off(int var, int idx, int is_dst, size_t z) {
+  switch (var) {
+    case 1:
+      return (size_t)(idx % 4 + is_dst) * z;
+    case 2:
+      return (size_t)(idx * 3 + is_dst) % 7;
+    case 3:
+      return is_dst ? 5 * z : (size_t)idx * z;
+    default:
+      return 0;
+  }
+}
+#define NTVAR 5
+
+static void task_check(const struct tctx* c, const struct kern_task* k, uint8_t* const* dst,
+                       const size_t* doff, int nd, int var, int pmode) {
+  size_t z = c->t->size, bytes = k->n * z;
+  for (int j = 0; j < nd; j++) {
+    if (dst[j] != c->bd[j] + doff[j]) continue; /* in place: a source buffer */
+    for (size_t i = 0; i < doff[j]; i++)
+      if (c->bd[j][i] != FILL) fail_msg("%s task: wrote before dst %d", c->path, j);
+    for (size_t i = 0; i < GUARD; i++)
+      if (c->bd[j][doff[j] + bytes + i] != FILL)
+        fail_msg("%s/%s task %s ns=%d nd=%d len=%zu: wrote past dst %d", c->path, c->mode,
+                 c->t->name, k->nsrcs, nd, k->n, j);
+  }
+  for (int j = 0; j < nd; j++) {
+    if (memcmp(dst[j], c->E, bytes) == 0) continue;
+    size_t i = 0;
+    while (memcmp(dst[j] + i * z, c->E + i * z, z) == 0) i++;
+    char sg[64], sw[64];
+    describe(sg, sizeof sg, c->t, dst[j] + i * z);
+    describe(sw, sizeof sw, c->t, c->E + i * z);
+    fail_msg(
+        "TASK MISMATCH path=%s/%s type=%s op=%s ns=%d nd=%d pre=0x%x(mode %d) flags=%u len=%zu "
+        "variant=%d dst %d index %zu: got=%s want=%s",
+        c->path, c->mode, c->t->name, op_names[k->redop.op], k->nsrcs, nd, k->pre, pmode, k->flags,
+        k->n, var, j, i, sg, sw);
+  }
+}
+
+/* One task on fresh buffers: the sources copied in at their offsets, the
+ * destinations filled, then kern_task_run against chain_ref. */
+static void task_case(const struct tctx* c, struct kern_task* k, int var, int pmode) {
+  size_t z = c->t->size, bytes = k->n * z, doff[TMAX];
+  uint8_t* dst[TMAX];
+  int ns = k->nsrcs, nd = k->ndsts;
+  for (int i = 0; i < ns; i++) {
+    size_t o = task_off(var, i, 0, z);
+    memcpy(c->bs[i] + o, c->S[i], bytes);
+    k->srcs[i] = c->bs[i] + o;
+  }
+  chain_ref(k, c->E, z); /* before the in-place variant aliases anything */
+  for (int j = 0; j < nd; j++) {
+    doff[j] = task_off(var, j, 1, z);
+    memset(c->bd[j], FILL, doff[j] + bytes + GUARD);
+    dst[j] = c->bd[j] + doff[j];
+  }
+  if (var == 4) {
+    dst[0] = (uint8_t*)k->srcs[ns - 1];
+    if (nd > 1) dst[nd - 1] = (uint8_t*)k->srcs[0];
+  }
+  for (int j = 0; j < nd; j++) k->dsts[j] = dst[j];
+  kern_task_run(k);
+  task_check(c, k, dst, doff, nd, var, pmode);
+}
+
+static void task_type(struct tctx* c) {
+  static const size_t tlens[] = {1, 2, 7, 33, 255, 1001, MAXN};
+  static const int nss[] = {1, 2, 3, 5, 8}, nds[] = {1, 2, 3, 8};
+  size_t z = c->t->size;
+  rng_state = 0x51ED270B27A3C0DEull ^ (uint64_t)c->t->type;
+  for (int i = 0; i < TMAX; i++)
+    for (size_t e = 0; e < MAXN; e++) {
+      uint64_t v = gen_elem(c->t, i ? c->S[i - 1] : NULL, e);
+      memcpy(c->S[i] + e * z, &v, z);
+    }
+  unsigned turn = 0;
+  for (int op = KERN_SUM; op <= KERN_MIN; op++)
+    for (size_t a = 0; a < sizeof nss / sizeof nss[0]; a++)
+      for (size_t b = 0; b < sizeof nds / sizeof nds[0]; b++) {
+        if (nss[a] == 1 && op != KERN_SUM) continue; /* one source: the op is not used */
+        for (int pmode = 0; pmode < NPRE; pmode++)
+          for (unsigned post = 0; post <= KERN_POST; post += KERN_POST)
+            for (size_t li = 0; li < sizeof tlens / sizeof tlens[0]; li++, turn++) {
+              struct kern_task k;
+              memset(&k, 0, sizeof k);
+              k.redop = (struct kern_redop){c->t->type, (enum kern_op)op, pick_scalar(c->t, turn),
+                                            divisors[turn % 8]};
+              k.nsrcs = nss[a], k.ndsts = nds[b], k.n = tlens[li];
+              k.pre = pre_mask(pmode, k.nsrcs);
+              k.flags = post;
+              task_case(c, &k, (int)(turn % NTVAR), pmode);
+            }
+      }
+}
+
+static void run_task_path(const char* isa, int nt) {
+  if (!kern_force_isa(isa)) {
+    print_message("path %s not available on this CPU\n", isa);
+    skip();
+  }
+  size_t old_nt = kern_set_nt_threshold(nt ? 1 : SIZE_MAX);
+  size_t cap = (MAXN * 8 + PAD + 63) / 64 * 64;
+  struct tctx c = {.path = isa, .mode = nt ? "nt" : "plain"};
+  c.E = aligned_alloc(64, cap);
+  assert_non_null(c.E);
+  for (int i = 0; i < TMAX; i++) {
+    c.S[i] = aligned_alloc(64, cap);
+    c.bs[i] = aligned_alloc(64, cap);
+    c.bd[i] = aligned_alloc(64, cap);
+    assert_true(c.S[i] && c.bs[i] && c.bd[i]);
+  }
+  for (size_t t = 0; t < NTYPES; t++) {
+    c.t = &types[t];
+    task_type(&c);
+  }
+  for (int i = 0; i < TMAX; i++) free(c.S[i]), free(c.bs[i]), free(c.bd[i]);
+  free(c.E);
+  kern_set_nt_threshold(old_nt);
+  kern_force_isa(NULL);
+}
+
+static void test_task_portable(void** state) {
+  (void)state;
+  run_task_path("portable", 0);
+}
+static void test_task_avx2(void** state) {
+  (void)state;
+  run_task_path("avx2", 0);
+}
+static void test_task_avx2_nt(void** state) {
+  (void)state;
+  run_task_path("avx2", 1);
+}
+static void test_task_avx512(void** state) {
+  (void)state;
+  run_task_path("avx512", 0);
+}
+static void test_task_avx512_nt(void** state) {
+  (void)state;
+  run_task_path("avx512", 1);
+}
+
+/* The task's edges: invalid tasks do nothing; a one-source task without
+ * flags copies bits as they are (NaN payloads of the narrow types too, which
+ * a trip through float would quiet) to every destination. */
+static void test_task_edges(void** state) {
+  (void)state;
+  uint16_t src[5] = {0x7d01, 0xfc01, 1, 2, 3}, d0[5], d1[5], keep[5] = {7, 7, 7, 7, 7};
+  struct kern_task k;
+  memset(&k, 0, sizeof k);
+  k.redop = (struct kern_redop){ncclFloat16, KERN_SUM, 0, 1};
+  k.nsrcs = 1, k.ndsts = 2, k.n = 5;
+  k.srcs[0] = src, k.dsts[0] = d0, k.dsts[1] = d1;
+  kern_task_run(&k);
+  assert_memory_equal(d0, src, sizeof src);
+  assert_memory_equal(d1, src, sizeof src);
+  memcpy(d0, keep, sizeof keep);
+  k.ndsts = 1;
+  int bad[][2] = {{0, 1}, {KERN_TASK_MAX_SRCS + 1, 1}, {1, 0}, {1, KERN_TASK_MAX_DSTS + 1}};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    k.nsrcs = bad[i][0], k.ndsts = bad[i][1];
+    kern_task_run(&k);
+    assert_memory_equal(d0, keep, sizeof keep);
+  }
+  k.nsrcs = 2, k.ndsts = 1, k.srcs[1] = src;
+  k.redop.op = (enum kern_op)9; /* a bad op with two sources */
+  kern_task_run(&k);
+  k.redop.op = KERN_SUM, k.redop.type = (ncclDataType_t)ncclNumTypes;
+  kern_task_run(&k);
+  assert_memory_equal(d0, keep, sizeof keep);
+  kern_task_run(NULL);
+}
+
 /* ======================= dispatch and API edges ======================= */
 
 static const char* expected_best(void) {
@@ -677,7 +899,10 @@ int main(void) {
       cmocka_unit_test(test_fp8_all),         cmocka_unit_test(test_narrow_rne),
       cmocka_unit_test(test_path_portable),   cmocka_unit_test(test_path_avx2),
       cmocka_unit_test(test_path_avx2_nt),    cmocka_unit_test(test_path_avx512),
-      cmocka_unit_test(test_path_avx512_nt),
+      cmocka_unit_test(test_path_avx512_nt),  cmocka_unit_test(test_task_edges),
+      cmocka_unit_test(test_task_portable),   cmocka_unit_test(test_task_avx2),
+      cmocka_unit_test(test_task_avx2_nt),    cmocka_unit_test(test_task_avx512),
+      cmocka_unit_test(test_task_avx512_nt),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

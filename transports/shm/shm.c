@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "core.h"
+#include "mem.h"
 #include "param.h"
 #include "shm_names.h"
 #include "transport.h"
@@ -463,12 +464,13 @@ static uint32_t shm_copy_span(const struct shm_conn* c, uint64_t avail, uint64_t
 }
 
 /* One move of the sending side: complete what is done, then fill slots. */
-static void shm_send_step(struct shm_conn* c, int* moved) {
+static ncclResult_t shm_send_step(struct shm_conn* c, int* moved) {
+  ncclResult_t res = ncclSuccess;
   struct shm_header* h = c->hdr;
   c->tail = atomic_load_explicit(&h->tail, memory_order_acquire);
   shm_send_complete(c, moved);
   uint64_t nfree = c->nslots - (c->head - c->tail);
-  if (c->cur == c->base.posted || nfree == 0) return;
+  if (c->cur == c->base.posted || nfree == 0) return ncclSuccess;
 
   struct shm_msg* m = &c->msgs[c->cur % TRANSPORT_MAX_INFLIGHT];
   uint64_t idx = c->head % c->nslots;
@@ -483,7 +485,7 @@ static void shm_send_step(struct shm_conn* c, int* moved) {
     size_t left = m->bytes - c->cur_off;
     k = shm_copy_span(c, nfree, idx, left);
     size_t n = MIN(left, (size_t)k * c->slot_bytes);
-    memcpy(c->data + idx * c->slot_bytes, m->buf + c->cur_off, n);
+    CHECK(mem_copy(c->data + idx * c->slot_bytes, m->buf + c->cur_off, n));
     for (uint32_t j = 0; j < k; j++) { /* a 0-byte message still takes its one slot */
       size_t piece = MIN(c->slot_bytes, n - j * c->slot_bytes);
       c->slots[idx + j] =
@@ -500,6 +502,8 @@ static void shm_send_step(struct shm_conn* c, int* moved) {
   shm_bell_ring(c);
   *moved += (int)k;
   shm_send_complete(c, moved);
+fail:
+  return res;
 }
 
 /* Has the peer shut down, closed, or died? Unless forced, its death is
@@ -568,7 +572,8 @@ static ncclResult_t shm_recv_step(struct shm_conn* c, int* moved) {
     size_t n = s->bytes;
     while (k < span && shm_slot_matches(c, idx + k, m, c->cur, c->cur_off + n))
       n += c->slots[idx + k++].bytes;
-    memcpy(m->buf + c->cur_off, c->data + idx * c->slot_bytes, n);
+    if ((res = mem_copy(m->buf + c->cur_off, c->data + idx * c->slot_bytes, n)) != ncclSuccess)
+      return res;
     c->cur_off += n;
   } else {
     WARN("SHM : bad slot from rank %d (kind %u, %u bytes at offset %zu of a %zu-byte message)",
@@ -597,7 +602,7 @@ static ncclResult_t shm_progress(struct transport_conn* base, int* progressed) {
   for (;;) {
     int moved = 0;
     if (c->side == SHM_SEND)
-      shm_send_step(c, &moved);
+      CHECK(shm_send_step(c, &moved));
     else
       CHECK(shm_recv_step(c, &moved));
     if (moved) {

@@ -1,0 +1,45 @@
+/*
+ * The comm's side of the executor: the schedule key of a call on this comm,
+ * the tuner's choice of algorithm and chunk, and running a call on the
+ * comm's executor context with the comm's error state around it.
+ */
+#include "comm.h"
+#include "core.h"
+#include "executor.h"
+
+void exec_key(const struct ncclComm* comm, const struct exec_args* args, struct sched_key* key) {
+  exec_ctx_key(&comm->exec, args, key);
+}
+
+void exec_plan(struct ncclComm* comm, struct exec_args* args, struct sched_key* key) {
+  size_t total = args->count * kern_type_size(args->type);
+  if (args->coll == COLL_ALLGATHER || args->coll == COLL_REDUCESCATTER)
+    total *= (size_t)comm->nranks;
+  tuner_choose(comm, args->coll, total, &args->algo, &args->chunk_bytes);
+  exec_key(comm, args, key);
+}
+
+ncclResult_t exec_comm_start(struct ncclComm* comm, const struct exec_args* args) {
+  struct transport_tag tag;
+  int err = atomic_load(&comm->error);
+  if (err != ncclSuccess) {
+    WARN("Rank %d: communicator has failed earlier (%s); abort it", comm->rank,
+         ncclGetErrorString((ncclResult_t)err));
+    return (ncclResult_t)err;
+  }
+  if (args->mem != MEM_HOST) { /* the device backend comes with the CUDA driver shim */
+    WARN("Rank %d: %s on %s memory: this build runs collectives on host memory only", comm->rank,
+         sched_coll_name(args->coll), mem_kind_name(args->mem));
+    return ncclInvalidArgument;
+  }
+  exec_tag_make(comm, args, &tag);
+  return exec_start(&comm->exec, args, &tag);
+}
+
+ncclResult_t exec_comm_progress(struct ncclComm* comm, int* done, int* progressed) {
+  ncclResult_t res = exec_progress(&comm->exec, done, progressed);
+  if (res == ncclSuccess) return res;
+  if (res == ncclInvalidUsage) exec_tag_report(comm, &comm->exec.tag);
+  comm_set_error(comm, res);
+  return res;
+}

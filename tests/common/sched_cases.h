@@ -1,0 +1,61 @@
+/*
+ * The schedule cases test_schedule checks on the fake transport, as data:
+ * every collective x algorithm x rank count x layout it runs, and running
+ * one case with its expected output checked. test_executor runs the same
+ * cases again on a backend that completes tasks late and out of order.
+ */
+#ifndef BRAID_TESTS_SCHED_CASES_H_
+#define BRAID_TESTS_SCHED_CASES_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fake_transport.h"
+
+struct sched_case {
+  const uint64_t* hosts; /* NULL: one node */
+  int coll, algo, n;
+  size_t count;
+  ncclDataType_t type; /* ncclFloat, ncclInt32 or ncclDouble */
+  ncclRedOp_t op;      /* ncclSum, ncclMax or ncclAvg */
+  int root, inplace;
+  size_t chunk;
+  int window;
+};
+
+typedef void (*sched_case_fn)(const struct sched_case* c, void* arg);
+
+/* The matrices, one per test of test_schedule. */
+void sched_cases_allreduce(sched_case_fn fn, void* arg);
+void sched_cases_collectives(sched_case_fn fn, void* arg);
+void sched_cases_windows(sched_case_fn fn, void* arg);
+void sched_cases_layouts(sched_case_fn fn, void* arg);
+
+/* Node layouts the issue names, plus ranks placed round-robin over nodes
+ * (so ring order differs from rank order). */
+struct sched_layout {
+  int n;
+  uint64_t hosts[FAKE_MAXR];
+};
+extern const struct sched_layout sched_layouts[];
+extern const size_t sched_nlayouts;
+
+/* The buffers of one run: what each rank's output holds afterwards. */
+struct sched_run {
+  int n;
+  void* mem[FAKE_MAXR];
+  void* send[FAKE_MAXR];
+  void* recv[FAKE_MAXR];
+  size_t recv_bytes;
+};
+
+/* Run `c` on a fresh world whose tasks run on `backend` (per-rank states,
+ * may be NULL) and check every output element against its expected value;
+ * the outputs stay in `run` until sched_run_free. */
+void sched_case_run(const struct sched_case* c, const struct exec_backend* backend,
+                    void* const* states, struct sched_run* run);
+void sched_run_free(struct sched_run* run);
+/* A line naming the case, for failure messages. */
+void sched_case_describe(const struct sched_case* c, char* buf, size_t len);
+
+#endif /* BRAID_TESTS_SCHED_CASES_H_ */
