@@ -96,6 +96,7 @@ void comm_free(struct ncclComm* comm) {
   comm_registry_remove(comm);
   stream_destroy(comm->internal_stream); /* finishes queued work first */
   comm->internal_stream = NULL;
+  mem_regs_free(&comm->regs); /* while the transports that pinned them are up */
   comm_conns_apply(comm, 1);
   transport_accept_free(&comm->tctx);
   if (comm->tctx.listen_fd >= 0) close(comm->tctx.listen_fd);
@@ -104,7 +105,6 @@ void comm_free(struct ncclComm* comm) {
   exec_free(&comm->exec);
   sched_topo_free(&comm->layout);
   redop_free_all(comm);
-  mem_regs_free(&comm->regs);
   free(comm->send_conns);
   free(comm->recv_conns);
   free(comm->p2p_send);

@@ -11,11 +11,21 @@ void exec_key(const struct ncclComm* comm, const struct exec_args* args, struct 
   exec_ctx_key(&comm->exec, args, key);
 }
 
+/* Bytes of the send and the receive buffer a call touches on this rank. */
+static void exec_extents(const struct exec_args* a, int nranks, size_t* send, size_t* recv) {
+  size_t es = kern_type_size(a->type), block = a->count * es;
+  size_t stride = a->stride ? a->stride : a->count;
+  size_t blocks = ((size_t)(nranks - 1) * stride + a->count) * es;
+  *send = a->coll == COLL_REDUCESCATTER ? blocks : block;
+  *recv = a->coll == COLL_ALLGATHER ? blocks : block;
+}
+
 void exec_plan(struct ncclComm* comm, struct exec_args* args, struct sched_key* key) {
-  size_t total = args->count * kern_type_size(args->type);
-  if (args->coll == COLL_ALLGATHER || args->coll == COLL_REDUCESCATTER)
-    total *= (size_t)comm->nranks;
-  tuner_choose(comm, args->coll, total, &args->algo, &args->chunk_bytes);
+  size_t send_bytes, recv_bytes;
+  exec_extents(args, comm->nranks, &send_bytes, &recv_bytes);
+  tuner_choose(comm, args->coll, MAX(send_bytes, recv_bytes), &args->algo, &args->chunk_bytes);
+  args->sendreg = args->sendbuff ? mem_reg_find(&comm->regs, args->sendbuff, send_bytes) : NULL;
+  args->recvreg = args->recvbuff ? mem_reg_find(&comm->regs, args->recvbuff, recv_bytes) : NULL;
   exec_key(comm, args, key);
 }
 

@@ -43,14 +43,20 @@ static char* slot_ptr(const struct exec_ctx* ex, int slot) {
 }
 
 /* Post one message of the running call. The staging slots are host memory;
- * anything else is the user's, of the kind the plan found. */
+ * anything else is the user's, of the kind the plan found, maybe inside a
+ * registration (of the receive buffer, else of the send buffer). */
 static ncclResult_t post_msg(struct exec_ctx* ex, struct transport_conn* c, void* ptr,
                              size_t bytes) {
   const char* p = ptr;
-  int in_slots = p >= ex->slot_mem && p < ex->slot_mem + (size_t)ex->nslots * ex->slot_bytes;
-  unsigned mem =
-      in_slots || ex->args.mem == MEM_HOST ? TRANSPORT_CAP_HOST_MEM : TRANSPORT_CAP_DEVICE_MEM;
-  return transport_post(c, ptr, bytes, mem, &ex->tag);
+  const struct exec_args* a = &ex->args;
+  struct transport_buf b;
+  if (p >= ex->slot_mem && p < ex->slot_mem + (size_t)ex->nslots * ex->slot_bytes)
+    b = mem_transport_buf(ptr, bytes, MEM_HOST, NULL, c->ops);
+  else {
+    b = mem_transport_buf(ptr, bytes, a->mem, a->recvreg, c->ops);
+    if (b.reg == NULL) b = mem_transport_buf(ptr, bytes, a->mem, a->sendreg, c->ops);
+  }
+  return c->ops->post(c, &b, &ex->tag);
 }
 
 /* Receives into a slot when the received data must be combined first; a

@@ -40,7 +40,10 @@ struct exec_args {
   unsigned pre;      /* KERN_PRE when every input read is pre-multiplied */
   unsigned post;     /* KERN_POST when every final result is divided */
   enum mem_kind mem; /* of the user's buffers (mem_query): picks the backend */
-  int algo;          /* enum sched_algo, from exec_plan */
+  /* the ncclCommRegister'ed ranges holding them (exec_plan), NULL: none */
+  const struct mem_reg* sendreg;
+  const struct mem_reg* recvreg;
+  int algo; /* enum sched_algo, from exec_plan */
   size_t chunk_bytes;
 };
 

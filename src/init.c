@@ -67,6 +67,15 @@ ncclResult_t comm_config_read(const ncclConfig_t* user, ncclConfig_t* out) {
   return ncclSuccess;
 }
 
+/* ncclCommRegister'ed ranges reach the transports that pin or map memory. */
+static ncclResult_t regs_attach(void* tctx, struct mem_reg* reg) {
+  return transport_register(tctx, reg->base, reg->size, reg->handles);
+}
+
+static void regs_detach(void* tctx, struct mem_reg* reg) {
+  transport_deregister(tctx, reg->handles);
+}
+
 /* The comm's executor context: its collective connections, its layout
  * (filled in at bootstrap; the key reads it per call) and abort flag. */
 static ncclResult_t comm_exec_init(struct ncclComm* comm) {
@@ -127,7 +136,7 @@ static ncclResult_t comm_create(struct ncclComm** out, int nranks, const ncclUni
   comm->progress.bell_fd[0] = comm->progress.bell_fd[1] = -1;
   pthread_mutex_init(&comm->turn_lock, NULL);
   pthread_cond_init(&comm->turn_cv, NULL);
-  mem_regs_init(&comm->regs);
+  mem_regs_init(&comm->regs, &(struct mem_reg_hooks){regs_attach, regs_detach, &comm->tctx});
   CHECK(comm_registry_add(comm));
   CHECK(comm_config_read(config, &comm->config));
   CHECK(comm_setup_local(comm, &listen));

@@ -25,17 +25,25 @@ ncclResult_t mem_copy(void* dst, const void* src, size_t bytes) {
   return ncclSuccess;
 }
 
-void mem_regs_init(struct mem_regs* regs) {
+void mem_regs_init(struct mem_regs* regs, const struct mem_reg_hooks* hooks) {
   pthread_mutex_init(&regs->lock, NULL);
   regs->head = NULL;
+  atomic_init(&regs->count, 0);
+  regs->hooks = hooks ? *hooks : (struct mem_reg_hooks){0};
+}
+
+static void reg_drop(struct mem_regs* regs, struct mem_reg* r) {
+  if (regs->hooks.detach) regs->hooks.detach(regs->hooks.arg, r);
+  free(r);
 }
 
 void mem_regs_free(struct mem_regs* regs) {
   while (regs->head) {
     struct mem_reg* r = regs->head;
     regs->head = r->next;
-    free(r);
+    reg_drop(regs, r);
   }
+  atomic_store(&regs->count, 0);
   pthread_mutex_destroy(&regs->lock);
 }
 
@@ -43,12 +51,18 @@ ncclResult_t mem_reg_add(struct mem_regs* regs, void* base, size_t size, struct 
   ncclResult_t res = ncclSuccess;
   struct mem_reg* r = NULL;
   CHECK(braid_calloc(&r, 1, sizeof(*r)));
+  r->base = base;
+  r->size = size;
+  if (regs->hooks.attach) CHECK(regs->hooks.attach(regs->hooks.arg, r));
   pthread_mutex_lock(&regs->lock);
-  *r = (struct mem_reg){base, size, regs->head};
+  r->next = regs->head;
   regs->head = r;
+  atomic_fetch_add(&regs->count, 1);
   pthread_mutex_unlock(&regs->lock);
   *out = r;
+  return ncclSuccess;
 fail:
+  free(r);
   return res;
 }
 
@@ -60,21 +74,33 @@ ncclResult_t mem_reg_remove(struct mem_regs* regs, struct mem_reg* reg) {
       found = *pp;
       *pp = found->next;
     }
+  if (found) atomic_fetch_sub(&regs->count, 1);
   pthread_mutex_unlock(&regs->lock);
-  free(found);
+  if (found) reg_drop(regs, found);
   return found ? ncclSuccess : ncclInvalidArgument;
+}
+
+/* Whether all of [ptr, ptr + bytes) lies in r (no overflow near the top). */
+static int reg_covers(const struct mem_reg* r, const void* ptr, size_t bytes) {
+  uintptr_t p = (uintptr_t)ptr, base = (uintptr_t)r->base;
+  return p >= base && p - base <= r->size && bytes <= r->size - (p - base);
 }
 
 const struct mem_reg* mem_reg_find(struct mem_regs* regs, const void* ptr, size_t bytes) {
   const struct mem_reg* hit = NULL;
-  uintptr_t lo = (uintptr_t)ptr;
+  if (atomic_load_explicit(&regs->count, memory_order_relaxed) == 0) return NULL;
   pthread_mutex_lock(&regs->lock);
-  for (const struct mem_reg* r = regs->head; r && !hit; r = r->next) {
-    uintptr_t base = (uintptr_t)r->base;
-    if (lo >= base && lo - base <= r->size && bytes <= r->size - (lo - base)) hit = r;
-  }
+  for (const struct mem_reg* r = regs->head; r && !hit; r = r->next)
+    if (reg_covers(r, ptr, bytes)) hit = r;
   pthread_mutex_unlock(&regs->lock);
   return hit;
+}
+
+struct transport_buf mem_transport_buf(void* ptr, size_t bytes, enum mem_kind kind,
+                                       const struct mem_reg* reg, const struct transport* t) {
+  int inside = reg && reg_covers(reg, ptr, bytes);
+  unsigned mem = kind == MEM_HOST ? TRANSPORT_CAP_HOST_MEM : TRANSPORT_CAP_DEVICE_MEM;
+  return (struct transport_buf){ptr, bytes, mem, inside ? reg->handles[t->id] : NULL};
 }
 
 /* Registration: the TCP transport already moves data straight between user

@@ -7,9 +7,11 @@
 #define BRAID_MEM_H_
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
 
 #include "nccl.h"
+#include "transport.h"
 
 /* Where a buffer lives. Only host memory exists until the CUDA driver
  * shim lands; then mem_query tells device and managed memory apart. */
@@ -22,21 +24,39 @@ const char* mem_kind_name(enum mem_kind kind);
  * overlap (memmove's rule). */
 ncclResult_t mem_copy(void* dst, const void* src, size_t bytes);
 
+/* Handles a registration keeps for those who pin or map it: one per
+ * transport id (TRANSPORT_COUNT fits, transport_table.c checks). */
+#define MEM_REG_HANDLES 8
+
 /* One ncclCommRegister'ed range; the handle the user gets back. */
 struct mem_reg {
   void* base;
   size_t size;
+  void* handles[MEM_REG_HANDLES]; /* the attach hook's, by transport id */
   struct mem_reg* next;
 };
 
+/* Who else prepares a registered range: a comm's transports. attach runs
+ * before a registration is listed (its failure fails the register), detach
+ * after it is unlisted. */
+struct mem_reg_hooks {
+  ncclResult_t (*attach)(void* arg, struct mem_reg* reg);
+  void (*detach)(void* arg, struct mem_reg* reg);
+  void* arg;
+};
+
 /* A comm's registrations. Register and deregister come from user threads
- * while the comm's work runs elsewhere: the lock covers the list. */
+ * while the comm's work runs elsewhere: the lock covers the list; `count`
+ * lets a call without registrations skip the lookup and the lock. */
 struct mem_regs {
   pthread_mutex_t lock;
   struct mem_reg* head;
+  _Atomic int count;
+  struct mem_reg_hooks hooks;
 };
 
-void mem_regs_init(struct mem_regs* regs);
+/* hooks: NULL when nothing else registers memory. */
+void mem_regs_init(struct mem_regs* regs, const struct mem_reg_hooks* hooks);
 /* Drop every registration left (the user need not deregister first). */
 void mem_regs_free(struct mem_regs* regs);
 ncclResult_t mem_reg_add(struct mem_regs* regs, void* base, size_t size, struct mem_reg** out);
@@ -47,5 +67,11 @@ ncclResult_t mem_reg_remove(struct mem_regs* regs, struct mem_reg* reg);
  * stays valid until the user deregisters it, which must not overlap a call
  * that uses the buffer (NCCL's rule too). */
 const struct mem_reg* mem_reg_find(struct mem_regs* regs, const void* ptr, size_t bytes);
+
+/* What transport t is told of `bytes` at ptr, memory of `kind`: the
+ * TRANSPORT_CAP_*_MEM bit, and t's handle from `reg` (NULL: none) when the
+ * bytes lie inside it. */
+struct transport_buf mem_transport_buf(void* ptr, size_t bytes, enum mem_kind kind,
+                                       const struct mem_reg* reg, const struct transport* t);
 
 #endif /* BRAID_MEM_H_ */

@@ -34,6 +34,7 @@ static ncclResult_t p2p_enqueue(const char* fn, int kind, void* buf, size_t coun
   op.peer = peer;
   op.buf = buf;
   op.bytes = count * kern_type_size(type);
+  op.mem = mem_query(buf);
   CHECK(group_enqueue_op(&op, stream));
   return ncclSuccess;
 fail:
@@ -101,7 +102,8 @@ ncclResult_t p2p_step(struct work_op* op, uint64_t pass, int* progressed) {
       return ncclSuccess;
     }
     op->seq = c->posted;
-    CHECK(transport_post_host(c, op->buf, op->bytes, NULL));
+    struct transport_buf b = mem_transport_buf(op->buf, op->bytes, op->mem, op->reg, c->ops);
+    CHECK(c->ops->post(c, &b, NULL));
     op->started = 1;
     *progressed = 1;
   }

@@ -8,6 +8,11 @@
 #include "work.h"
 
 void work_plan(struct work_op* ops, int n) {
-  for (int i = 0; i < n; i++)
-    if (ops[i].kind == WORK_COLL) exec_plan(ops[i].comm, &ops[i].args, &ops[i].key);
+  for (int i = 0; i < n; i++) {
+    struct work_op* op = &ops[i];
+    if (op->kind == WORK_COLL)
+      exec_plan(op->comm, &op->args, &op->key);
+    else
+      op->reg = op->buf ? mem_reg_find(&op->comm->regs, op->buf, op->bytes) : NULL;
+  }
 }

@@ -23,6 +23,8 @@ struct work_op {
   int peer;              /* WORK_SEND / WORK_RECV */
   void* buf;
   size_t bytes;
+  enum mem_kind mem;         /* p2p: of buf (mem_query) */
+  const struct mem_reg* reg; /* p2p: the registration holding buf (work_plan), NULL: none */
   /* progress of this run */
   int started;
   int done;

@@ -1,7 +1,8 @@
 /*
  * What every transport shares: the check that a received message is the
- * one its receive was posted for, reported the same way everywhere, and
- * that a posted buffer is memory the transport moves.
+ * one its receive was posted for, reported the same way everywhere, that a
+ * posted buffer is memory the transport moves, and registering a user
+ * range with the transports that pin or map memory.
  */
 #include <inttypes.h>
 #include <string.h>
@@ -40,4 +41,29 @@ int transport_moves(const struct transport_conn* conn, const struct transport_bu
   WARN("%s : posted memory of kind %#x to rank %d; it moves %#x", conn->ops->name, b->mem,
        conn->peer, conn->ops->caps & kinds);
   return 0;
+}
+
+ncclResult_t transport_register_each(const struct transport* const* list, size_t n,
+                                     struct transport_ctx* ctx, void* base, size_t size,
+                                     void** handles) {
+  ncclResult_t res = ncclSuccess;
+  size_t i = 0;
+  for (; i < n; i++) {
+    if (list[i]->reg == NULL) continue;
+    res = list[i]->reg(ctx, base, size, &handles[list[i]->id]);
+    if (res != ncclSuccess) break;
+  }
+  if (res == ncclSuccess) return res;
+  WARN("%s : cannot register %zu bytes at %p", list[i]->name, size, base);
+  transport_deregister_each(list, i, ctx, handles);
+  return res;
+}
+
+void transport_deregister_each(const struct transport* const* list, size_t n,
+                               struct transport_ctx* ctx, void** handles) {
+  for (size_t i = 0; i < n; i++) {
+    if (list[i]->dereg == NULL || handles[list[i]->id] == NULL) continue;
+    list[i]->dereg(ctx, handles[list[i]->id]);
+    handles[list[i]->id] = NULL;
+  }
 }

@@ -160,6 +160,12 @@ struct transport {
    * in its send phase, like connect_recv. */
   ncclResult_t (*connect_duplex)(struct transport_ctx* ctx, int peer, int channel, int send_phase,
                                  struct transport_conn** send, struct transport_conn** recv);
+  /* Optional (NULL: it moves any buffer as it is): prepare a user range
+   * that ncclCommRegister names, pinning or mapping it; *handle comes back
+   * in transport_buf.reg when a message lies in the range. dereg undoes it,
+   * after the last call that used the range. */
+  ncclResult_t (*reg)(struct transport_ctx* ctx, void* base, size_t size, void** handle);
+  void (*dereg)(struct transport_ctx* ctx, void* handle);
   /* Queue one message (send: from buf; receive: into buf) of the call
    * `tag` describes (NULL: none, all zero). The caller keeps fewer than
    * TRANSPORT_MAX_INFLIGHT messages pending, and posts only memory kinds
@@ -204,6 +210,17 @@ ncclResult_t transport_blobs_make(struct transport_ctx* ctx, struct peer_info* m
 void* transport_blob_in(struct peer_info* p, const struct transport* t);
 const void* transport_peer_blob(const struct transport_ctx* ctx, const struct transport* t,
                                 int rank);
+
+/* Register [base, base + size) with every transport in `list` that has a
+ * reg hook, handles[t->id] getting its handle: all or none (a failure
+ * undoes those done). transport_register uses the table. */
+ncclResult_t transport_register_each(const struct transport* const* list, size_t n,
+                                     struct transport_ctx* ctx, void* base, size_t size,
+                                     void** handles);
+void transport_deregister_each(const struct transport* const* list, size_t n,
+                               struct transport_ctx* ctx, void** handles);
+ncclResult_t transport_register(struct transport_ctx* ctx, void* base, size_t size, void** handles);
+void transport_deregister(struct transport_ctx* ctx, void** handles);
 
 /* The network transport NCCL_NET named (Socket when unset). */
 const struct transport* transport_network(const struct transport_ctx* ctx);

@@ -11,11 +11,13 @@
 #include <strings.h>
 
 #include "core.h"
+#include "mem.h"
 #include "param.h"
 #include "transport.h"
 
 static const struct transport* const k_table[] = {&shm_transport, &tcp_transport};
 #define TABLE_SIZE (sizeof(k_table) / sizeof(k_table[0]))
+_Static_assert(TRANSPORT_COUNT <= MEM_REG_HANDLES, "a registration keeps a handle per transport");
 
 /* Networks by NCCL_NET's names. Only Socket is built here; "IB" joins
  * with the verbs transport. */
@@ -51,6 +53,15 @@ ncclResult_t transport_blobs_make(struct transport_ctx* ctx, struct peer_info* m
     CHECK(k_table[i]->blob_make(ctx, transport_blob_in(mine, k_table[i])));
 fail:
   return res;
+}
+
+ncclResult_t transport_register(struct transport_ctx* ctx, void* base, size_t size,
+                                void** handles) {
+  return transport_register_each(k_table, TABLE_SIZE, ctx, base, size, handles);
+}
+
+void transport_deregister(struct transport_ctx* ctx, void** handles) {
+  transport_deregister_each(k_table, TABLE_SIZE, ctx, handles);
 }
 
 static int is_network(const struct transport* t) {

@@ -20,6 +20,7 @@ static ncclResult_t fake_post(struct transport_conn* c, const struct transport_b
   if (!transport_moves(c, b)) return ncclInternalError;
   f->bufs[c->posted % TRANSPORT_MAX_INFLIGHT] = b->ptr;
   f->lens[c->posted % TRANSPORT_MAX_INFLIGHT] = b->bytes;
+  f->regs[c->posted % TRANSPORT_MAX_INFLIGHT] = b->reg;
   c->posted++;
   return ncclSuccess;
 }

@@ -24,7 +24,8 @@ struct fake_conn {
   struct fake_conn* other;
   void* bufs[TRANSPORT_MAX_INFLIGHT];
   size_t lens[TRANSPORT_MAX_INFLIGHT];
-  int mismatches; /* messages whose sizes differed at both ends */
+  void* regs[TRANSPORT_MAX_INFLIGHT]; /* each message's registration handle */
+  int mismatches;                     /* messages whose sizes differed at both ends */
 };
 
 extern const struct transport fake_transport;

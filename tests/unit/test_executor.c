@@ -197,11 +197,78 @@ static void test_schedule_cache(void** state) {
   free(w);
 }
 
+/* ---- Registrations reach the transport ---- */
+
+/* Count rank r's messages by the handle they carried, checking each
+ * against where its buffer lies: in the receive buffer, the receive
+ * registration's; in the send buffer, the send one's; in a slot, none. */
+static void count_regs(struct fake_world* w, int r, const char* send, const char* recv,
+                       size_t bytes, void* send_h, void* recv_h, int counts[3]) {
+  for (int p = 0; p < w->n; p++)
+    for (int dir = 0; dir < 2; dir++) {
+      const struct fake_conn* f = dir ? &w->conns[p][r][1] : &w->conns[r][p][0];
+      for (uint64_t k = 0; k < f->base.posted; k++) {
+        const char* buf = f->bufs[k];
+        void* h = f->regs[k];
+        if (buf >= recv && buf < recv + bytes) {
+          assert_ptr_equal(h, recv_h);
+          counts[1]++;
+        } else if (buf >= send && buf < send + bytes) {
+          assert_ptr_equal(h, send_h);
+          counts[0]++;
+        } else {
+          assert_null(h);
+          counts[2]++;
+        }
+      }
+    }
+}
+
+/* An all-reduce whose buffers are registered: every message posted from
+ * or into them carries the transport's handle of that registration, and
+ * messages through the staging slots carry none. */
+static void test_registered_buffers(void** state) {
+  (void)state;
+  enum { N = 2, COUNT = 4096 };
+  struct fake_world* w = calloc(1, sizeof(*w));
+  float* mem = calloc((size_t)N * 2 * COUNT, sizeof(float));
+  struct mem_reg regs[N][2];
+  struct exec_args args[N];
+  int counts[3] = {0};
+  memset(regs, 0, sizeof(regs));
+  fake_world_init(w, N, 4096, 4, NULL, &exec_backend_cpu, NULL);
+  for (int r = 0; r < N; r++) {
+    float* send = mem + (size_t)r * 2 * COUNT;
+    for (int i = 0; i < COUNT; i++) send[i] = (float)(r + i);
+    fake_args(&args[r], N, COLL_ALLREDUCE, ALGO_RING, 0, send, send + COUNT, COUNT, ncclFloat,
+              ncclSum, 4096);
+    for (int k = 0; k < 2; k++) {
+      regs[r][k].base = send + k * COUNT;
+      regs[r][k].size = COUNT * sizeof(float);
+      regs[r][k].handles[fake_transport.id] = &regs[r][k]; /* a handle unique to it */
+    }
+    args[r].sendreg = &regs[r][0];
+    args[r].recvreg = &regs[r][1];
+  }
+  fake_world_run(w, args);
+  for (int r = 0; r < N; r++) {
+    const char* send = (const char*)(mem + (size_t)r * 2 * COUNT);
+    count_regs(w, r, send, send + COUNT * sizeof(float), COUNT * sizeof(float), &regs[r][0],
+               &regs[r][1], counts);
+    for (int i = 0; i < COUNT; i++)
+      assert_true(mem[(size_t)r * 2 * COUNT + COUNT + i] == 1 + 2 * i);
+  }
+  assert_true(counts[0] > 0 && counts[1] > 0 && counts[2] > 0); /* all three kinds seen */
+  fake_world_free(w);
+  free(mem);
+  free(w);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_schedule_cache),   cmocka_unit_test(test_late_allreduce),
       cmocka_unit_test(test_late_collectives), cmocka_unit_test(test_late_windows),
-      cmocka_unit_test(test_late_layouts),
+      cmocka_unit_test(test_late_layouts),     cmocka_unit_test(test_registered_buffers),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,7 +1,8 @@
 /*
  * The transport table (transports/transport_table.c): which transport
  * joins a pair of ranks, from the peer table alone; NCCL_NET steering
- * the network; the per-peer choice made once.
+ * the network; the per-peer choice made once; registering a range with
+ * the transports that have a reg hook, all or none.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -109,12 +110,65 @@ static void test_memory_kinds(void** state) {
   assert_false(transport_moves(&c, &device));
 }
 
+/* ---- Registration: two transports that pin memory, one without ---- */
+
+static int g_reg_calls, g_dereg_calls, g_fail_second;
+static char g_handle_a, g_handle_b;
+
+static ncclResult_t reg_a(struct transport_ctx* ctx, void* base, size_t size, void** handle) {
+  (void)ctx, (void)base, (void)size;
+  g_reg_calls++;
+  *handle = &g_handle_a;
+  return ncclSuccess;
+}
+
+static ncclResult_t reg_b(struct transport_ctx* ctx, void* base, size_t size, void** handle) {
+  (void)ctx, (void)base, (void)size;
+  g_reg_calls++;
+  if (g_fail_second) return ncclSystemError;
+  *handle = &g_handle_b;
+  return ncclSuccess;
+}
+
+static void dereg_any(struct transport_ctx* ctx, void* handle) {
+  (void)ctx;
+  assert_true(handle == &g_handle_a || handle == &g_handle_b);
+  g_dereg_calls++;
+}
+
+static void test_register_each(void** state) {
+  (void)state;
+  const struct transport pin_a = {.name = "pinA", .id = 0, .reg = reg_a, .dereg = dereg_any};
+  const struct transport plain = {.name = "plain", .id = 1};
+  const struct transport pin_b = {.name = "pinB", .id = 2, .reg = reg_b, .dereg = dereg_any};
+  const struct transport* const list[] = {&pin_a, &plain, &pin_b};
+  struct transport_ctx ctx = {0};
+  void* handles[3] = {0};
+  char buf[64];
+  g_reg_calls = g_dereg_calls = g_fail_second = 0;
+  assert_int_equal(transport_register_each(list, 3, &ctx, buf, sizeof(buf), handles), ncclSuccess);
+  assert_ptr_equal(handles[0], &g_handle_a);
+  assert_null(handles[1]); /* nothing to pin: no hook, no handle */
+  assert_ptr_equal(handles[2], &g_handle_b);
+  transport_deregister_each(list, 3, &ctx, handles);
+  assert_int_equal(g_dereg_calls, 2);
+  assert_true(handles[0] == NULL && handles[2] == NULL);
+
+  /* The second pin fails: the first is undone, the error comes back. */
+  g_reg_calls = g_dereg_calls = 0;
+  g_fail_second = 1;
+  assert_int_equal(transport_register_each(list, 3, &ctx, buf, sizeof(buf), handles),
+                   ncclSystemError);
+  assert_int_equal(g_reg_calls, 2);
+  assert_int_equal(g_dereg_calls, 1);
+  assert_true(handles[0] == NULL && handles[1] == NULL && handles[2] == NULL);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_pairs),
-      cmocka_unit_test(test_chosen_once),
-      cmocka_unit_test(test_net_knob),
-      cmocka_unit_test(test_memory_kinds),
+      cmocka_unit_test(test_pairs),         cmocka_unit_test(test_chosen_once),
+      cmocka_unit_test(test_net_knob),      cmocka_unit_test(test_memory_kinds),
+      cmocka_unit_test(test_register_each),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
