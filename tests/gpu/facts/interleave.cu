@@ -89,8 +89,8 @@ __global__ void pingpong(volatile unsigned long long* mine, volatile unsigned lo
   *out = gtime() - t0;
 }
 
-static double median_launch(cudaStream_t s, int n) {
-  double* t = (double*)malloc(n * sizeof(double));
+/* t[i] = microseconds of the i-th empty launch + sync on s. */
+static void time_launches(cudaStream_t s, double* t, int n) {
   for (int i = 0; i < n; i++) {
     double t0 = now_us();
     empty_kernel<<<1, 32, 0, s>>>();
@@ -98,6 +98,11 @@ static double median_launch(cudaStream_t s, int n) {
     t[i] = now_us() - t0;
   }
   LAUNCHED();
+}
+
+static double median_launch(cudaStream_t s, int n) {
+  double* t = (double*)malloc(n * sizeof(double));
+  time_launches(s, t, n);
   qsort(t, n, sizeof *t, cmp_double);
   double m = t[n / 2];
   free(t);
@@ -191,13 +196,7 @@ static void run(int me, int sms) {
     usleep(20000);
     int n = 40;
     double t[40];
-    for (int i = 0; i < n; i++) {
-      double t0 = now_us();
-      empty_kernel<<<1, 32, 0, s>>>();
-      RT(cudaStreamSynchronize(s));
-      t[i] = now_us() - t0;
-    }
-    LAUNCHED();
+    time_launches(s, t, n);
     fact_times("B's empty launch+sync while A's kernel is busy 300 ms on every SM", t, n);
   } else {
     RT(cudaStreamSynchronize(s));

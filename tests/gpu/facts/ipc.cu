@@ -26,22 +26,31 @@ struct msg {
   CUipcEventHandle ev;
 };
 
+/* A message header over one struct msg, with room for one descriptor. */
+static void msg_header(struct msghdr* h, struct iovec* iov, char* ctl, size_t ctl_len) {
+  memset(h, 0, sizeof *h);
+  memset(ctl, 0, ctl_len);
+  h->msg_iov = iov;
+  h->msg_iovlen = 1;
+  h->msg_control = ctl;
+  h->msg_controllen = ctl_len;
+}
+
+/* Sends m, and fd with it (SCM_RIGHTS) when fd >= 0. */
 static void send_msg(int sock, const struct msg* m, int fd) {
   struct iovec iov = {(void*)m, sizeof *m};
   char ctl[CMSG_SPACE(sizeof(int))];
   struct msghdr h;
-  memset(&h, 0, sizeof h);
-  h.msg_iov = &iov;
-  h.msg_iovlen = 1;
+  msg_header(&h, &iov, ctl, sizeof ctl);
   if (fd >= 0) {
-    memset(ctl, 0, sizeof ctl);
-    h.msg_control = ctl;
-    h.msg_controllen = sizeof ctl;
     struct cmsghdr* c = CMSG_FIRSTHDR(&h);
     c->cmsg_level = SOL_SOCKET;
     c->cmsg_type = SCM_RIGHTS;
     c->cmsg_len = CMSG_LEN(sizeof(int));
     memcpy(CMSG_DATA(c), &fd, sizeof fd);
+  } else {
+    h.msg_control = NULL;
+    h.msg_controllen = 0;
   }
   if (sendmsg(sock, &h, 0) != (ssize_t)sizeof *m) {
     perror("sendmsg");
@@ -49,15 +58,12 @@ static void send_msg(int sock, const struct msg* m, int fd) {
   }
 }
 
+/* Receives one message; returns the descriptor that came with it, or -1. */
 static int recv_msg(int sock, struct msg* m) {
   struct iovec iov = {(void*)m, sizeof *m};
   char ctl[CMSG_SPACE(sizeof(int))];
   struct msghdr h;
-  memset(&h, 0, sizeof h);
-  h.msg_iov = &iov;
-  h.msg_iovlen = 1;
-  h.msg_control = ctl;
-  h.msg_controllen = sizeof ctl;
+  msg_header(&h, &iov, ctl, sizeof ctl);
   if (recvmsg(sock, &h, MSG_WAITALL) != (ssize_t)sizeof *m) {
     perror("recvmsg");
     exit(2);
