@@ -48,7 +48,7 @@ CFLAGS_BASE := -std=c11 -O2 -g -Wall -Wextra -fPIC -fvisibility=hidden \
 CFLAGS ?=
 LDFLAGS ?=
 ALL_CFLAGS := $(CFLAGS_BASE) $(CFLAGS)
-LDLIBS := -pthread -lm -lhwloc
+LDLIBS := -pthread -lm
 # Objects list the headers they include (-MMD) and survive a header's
 # removal (-MP), instead of every object depending on every header.
 DEPFLAGS := -MMD -MP
@@ -175,6 +175,10 @@ $(BINDIR)/%_perf: perf/%_perf.c $(PERF_COMMON) perf/*.h $(STLIB)
 $(TSTDIR)/test_%: tests/unit/test_%.c $(STLIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(TEST_INC) $(LDFLAGS) $< -o $@ $(STLIB) -lcmocka -ldl $(LDLIBS)
+
+# test_topo checks detection against hwloc itself; the library opens hwloc
+# at run time and links nothing of it.
+$(TSTDIR)/test_topo: LDLIBS += -lhwloc
 
 # The unit tests that run executors over the fake transport link tests/common
 # (included as "common/fake_transport.h": tests/ is on their path, the

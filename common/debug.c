@@ -105,10 +105,7 @@ static FILE* open_debug_file(const char* pattern) {
 
 /* Reads the PARAM_EARLY rows: they log nothing, since logging is what is
  * being set up here (a log line now would wait on this once). */
-static void debug_init(void) {
-  gethostname(g_debug.host, sizeof(g_debug.host) - 1);
-  char* dot = strchr(g_debug.host, '.');
-  if (dot) *dot = '\0';
+static void debug_read_settings(void) {
   g_debug.level = debug_parse_level(param_debug());
   g_debug.subsys = debug_parse_subsys(param_debug_subsys());
   g_debug.out = stdout;
@@ -117,6 +114,26 @@ static void debug_init(void) {
     FILE* f = open_debug_file(file);
     if (f) g_debug.out = f;
   }
+}
+
+static void debug_init(void) {
+  gethostname(g_debug.host, sizeof(g_debug.host) - 1);
+  char* dot = strchr(g_debug.host, '.');
+  if (dot) *dot = '\0';
+  debug_read_settings();
+}
+
+/* ncclResetDebugInit: NCCL_DEBUG, NCCL_DEBUG_SUBSYS and NCCL_DEBUG_FILE are
+ * read again now (a program may change them between phases). A log file
+ * of the old settings is closed; lines being written wait on the lock. */
+void debug_reset(void) {
+  pthread_once(&g_debug.once, debug_init);
+  pthread_mutex_lock(&g_debug.lock);
+  FILE* old = g_debug.out;
+  param_forget_early();
+  debug_read_settings();
+  if (old != NULL && old != stdout && old != g_debug.out) fclose(old);
+  pthread_mutex_unlock(&g_debug.lock);
 }
 
 /* Logging is set up; the first caller past that logs the settings it came

@@ -49,6 +49,8 @@ uint32_t debug_parse_subsys(const char* s);
 
 /* The text of the last WARN issued by this thread ("" if none). */
 const char* debug_last_error(void);
+/* Read the NCCL_DEBUG* settings again (ncclResetDebugInit). */
+void debug_reset(void);
 
 /* Device number shown in this thread's log lines (the rank for host comms). */
 void debug_set_device(int dev);

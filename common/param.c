@@ -175,13 +175,39 @@ void param_log_early(void) {
   }
 }
 
-void param_cache_reset(void) {
+/* Forget the rows `only` selects (all when 0): their next getter reads the
+ * environment again. */
+static void forget_rows(unsigned only) {
   pthread_mutex_lock(&g_params.lock);
   for (int id = 0; id < PARAM_COUNT; id++) {
+    if (only && !(k_rows[id].flags & only)) continue;
     free(g_params.v[id].s);
     g_params.v[id].s = NULL;
     g_params.v[id].i = 0;
     atomic_store_explicit(&g_params.v[id].ready, 0, memory_order_release);
   }
   pthread_mutex_unlock(&g_params.lock);
+}
+
+void param_cache_reset(void) {
+  forget_rows(0);
+}
+
+void param_forget_early(void) {
+  forget_rows(PARAM_EARLY);
+}
+
+int param_find(const char* name) {
+  for (int id = 0; name != NULL && id < PARAM_COUNT; id++)
+    if (strcmp(k_rows[id].name, name) == 0) return id;
+  return -1;
+}
+
+void param_value_at(int id, int64_t* iv, const char** sv) {
+  *iv = 0;
+  *sv = NULL;
+  if (k_rows[id].type == PARAM_INT)
+    *iv = param_int((enum param_id)id);
+  else
+    *sv = param_str((enum param_id)id);
 }

@@ -45,6 +45,16 @@ void param_log_early(void);
  * getters running concurrently, nor while a string from one is in use. */
 void param_cache_reset(void);
 
+/* ncclResetDebugInit: the logger's own rows (PARAM_EARLY) are read again
+ * on next use. The caller (debug.c) holds no string from them. */
+void param_forget_early(void);
+
+/* By name, for the ncclParam* API: the row index of `name` (-1: none), and
+ * row `id`'s value as the library uses it (*iv for PARAM_INT rows, *sv for
+ * PARAM_STR rows, NULL when unset with no default). */
+int param_find(const char* name);
+void param_value_at(int id, int64_t* iv, const char** sv);
+
 /* The primitives under the rows. Parse "123", "64K", "8M", "1G" (powers of
  * 1024); returns 0 on success. */
 int param_parse_int(const char* s, int64_t* out);

@@ -58,6 +58,8 @@
   /* the engine and the tuner (src/) */                                                          \
   STR(algo, "NCCL_ALGO", NULL, "tuner", 0, "algorithms allowed: list, ^ excludes")               \
   STR(tune_file, "BRAID_TUNE_FILE", NULL, "unset", 0, "tuner overrides")                         \
+  STR(hwloc_lib, "BRAID_HWLOC_LIB", "libhwloc.so.15", NULL, 0,                                   \
+      "hwloc library opened for topology detection; none: use sysfs and sysconf")                \
   STR(topo_file, "NCCL_TOPO_FILE", NULL, "unset", 0, "topology to use instead of detecting it")  \
   STR(topo_dump_file, "NCCL_TOPO_DUMP_FILE", NULL, "unset", 0, "write the topology in use here") \
   INT(chunk_size, "BRAID_CHUNK_SIZE", 64 * PARAM_KIB, PARAM_CHUNK_MIN, 64 * PARAM_MIB, 0,        \

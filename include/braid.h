@@ -12,6 +12,14 @@ extern "C" {
 #endif
 
 /*
+ * The NCCL release whose host calls all work in this Braid, which is what
+ * ncclGetVersion reports (clients such as nccl-tests switch features on by
+ * it). nccl.h declares the 2.32 API; calls newer than this level return
+ * ncclInvalidUsage until they are implemented (README, "API coverage").
+ */
+#define BRAID_NCCL_LEVEL NCCL_VERSION(2, 26, 2)
+
+/*
  * Host streams: an in-order queue of Braid work on host memory, executed by
  * a thread of the library while the caller goes on computing.
  *

@@ -1,6 +1,6 @@
 /*
- * Error strings (NCCL's wording) and ncclGetLastError, which returns the
- * text of the most recent WARN.
+ * Diagnostics: error strings (NCCL's wording), ncclGetLastError (the text
+ * of the most recent WARN) and ncclResetDebugInit.
  */
 #include "core.h"
 
@@ -23,6 +23,8 @@ const char* ncclGetErrorString(ncclResult_t code) {
       return "remote process exited or there was a network error";
     case ncclInProgress:
       return "NCCL operation in progress";
+    case ncclTimeout:
+      return "operation timed out";
     default:
       return "unknown result code";
   }
@@ -32,4 +34,15 @@ NCCL_API(const char*, ncclGetLastError, ncclComm_t comm);
 const char* ncclGetLastError(ncclComm_t comm) {
   (void)comm; /* NCCL keeps one last error per process; so do we (per thread first) */
   return debug_last_error();
+}
+
+NCCL_API(void, ncclResetDebugInit, void);
+void ncclResetDebugInit(void) {
+  debug_reset();
+}
+
+/* NCCL exports this name too (without a pnccl alias); same effect. */
+BRAID_API(void, ncclResetDebugInitInternal, void);
+void ncclResetDebugInitInternal(void) {
+  debug_reset();
 }

@@ -8,11 +8,13 @@
 #include "group.h"
 
 #include <pthread.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "comm.h"
 #include "core.h"
+#include "kernels.h"
 #include "stream.h"
 #include "work.h"
 
@@ -148,6 +150,62 @@ ncclResult_t ncclGroupEnd(void) {
     return queued;
   }
   if (nops) res = work_dispatch(t_group.ops, nops, t_group.stream);
+fail:
+  return res;
+}
+
+/* Modelled time (us) of one queued operation: a collective's under the
+ * algorithm the tuner would pick, a send or receive's over the link to its
+ * peer (one message: the link's ring alpha and beta). */
+static double op_estimate(struct work_op* op) {
+  struct ncclComm* comm = op->comm;
+  if (op->kind == WORK_COLL) {
+    struct sched_key key;
+    exec_plan(comm, &op->args, &key);
+    return tuner_cost(&comm->tune, op->args.coll, op->args.algo,
+                      (double)(op->args.count * kern_type_size(op->args.type)));
+  }
+  if (op->peer == comm->rank) return 0;
+  const int* node = comm->layout.node_of;
+  int same = node == NULL || node[op->peer] == node[comm->rank];
+  const struct tuner_link* l = same ? &comm->tune.intra : &comm->tune.net;
+  return l->alpha_us[ALGO_RING] + (double)op->bytes / 1024.0 * l->beta_us_per_kb[ALGO_RING];
+}
+
+/* Ends the outermost group like ncclGroupEnd, but runs none of its calls:
+ * their modelled times add up in simInfo->estimatedTime (the calls of a
+ * group run one after another on each comm). Deferred inits still run:
+ * they own their arguments. */
+NCCL_API(ncclResult_t, ncclGroupSimulateEnd, ncclSimInfo_t* simInfo);
+ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t* simInfo) {
+  ncclResult_t res = ncclSuccess;
+  if (t_group.depth == 0) {
+    WARN("ncclGroupSimulateEnd: not in a group call (missing ncclGroupStart)");
+    return ncclInvalidUsage;
+  }
+  if (simInfo == NULL || simInfo->magic != 0x74685283u ||
+      simInfo->size < offsetof(ncclSimInfo_t, estimatedTime) + sizeof(float)) {
+    WARN("ncclGroupSimulateEnd: simInfo was not initialized with NCCL_SIM_INFO_INITIALIZER");
+    return ncclInvalidArgument;
+  }
+  if (t_group.depth > 1) {
+    WARN("ncclGroupSimulateEnd: must end the outermost group (depth %d)", t_group.depth);
+    return ncclInvalidUsage;
+  }
+  t_group.depth = 0;
+  int njobs = t_group.njobs, nops = t_group.nops;
+  t_group.njobs = t_group.nops = 0;
+  ncclResult_t queued = t_group.error;
+  t_group.error = ncclSuccess;
+  if (njobs) CHECK(run_jobs(t_group.jobs, njobs));
+  if (queued != ncclSuccess) {
+    WARN("ncclGroupSimulateEnd: a call inside the group failed");
+    return queued;
+  }
+  double us = 0;
+  for (int i = 0; i < nops; i++) us += op_estimate(&t_group.ops[i]);
+  simInfo->estimatedTime = (float)us;
+  INFO(SUB_TUNING, "ncclGroupSimulateEnd: %d calls, %.1f us modelled", nops, us);
 fail:
   return res;
 }

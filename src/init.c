@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "braid.h"
 #include "comm.h"
 #include "core.h"
 #include "group.h"
@@ -24,13 +25,17 @@ ncclResult_t ncclGetVersion(int* version) {
     WARN("ncclGetVersion : version is NULL");
     return ncclInvalidArgument;
   }
-  *version = NCCL_VERSION_CODE;
+  *version = BRAID_NCCL_LEVEL;
   return ncclSuccess;
 }
 
+/* NCCL's banner, with Braid's mark where NVIDIA's names its CUDA: the
+ * level ncclGetVersion reports, then the API of the header. */
 static void print_version(void) {
-  debug_log(DEBUG_VERSION, SUB_ALL, __FILE__, __LINE__, "Braid version %d.%d.%d (NCCL API)",
-            NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH);
+  debug_log(DEBUG_VERSION, SUB_ALL, __FILE__, __LINE__,
+            "NCCL version %d.%d.%d+braid (Braid: the NCCL %d.%d.%d API)", BRAID_NCCL_LEVEL / 10000,
+            BRAID_NCCL_LEVEL / 100 % 100, BRAID_NCCL_LEVEL % 100, NCCL_MAJOR, NCCL_MINOR,
+            NCCL_PATCH);
 }
 
 static void log_version_once(void) {

@@ -14,9 +14,8 @@
 #include "mem.h"
 #include "work.h"
 
-static ncclResult_t p2p_enqueue(const char* fn, int kind, void* buf, size_t count,
-                                ncclDataType_t type, int peer, ncclComm_t comm,
-                                cudaStream_t stream) {
+ncclResult_t p2p_enqueue(const char* fn, int kind, void* buf, size_t count, ncclDataType_t type,
+                         int peer, ncclComm_t comm, cudaStream_t stream) {
   ncclResult_t res = ncclSuccess;
   CHECK(comm_check_call(comm, fn));
   CHECK(comm_check_type(type, fn));

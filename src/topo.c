@@ -1,13 +1,14 @@
 /*
- * Topology detection: hwloc's view of this host plus the network interfaces
- * only sysfs knows (veth, bridges, lo), and a memcpy bandwidth probe; cached
- * once per process. The NCCL_TOPO_FILE format lives in topo_file.c.
+ * Topology detection: hwloc's view of this host (topo_hwloc.c, when the
+ * library can be opened) or sysconf's and sysfs's, plus the network
+ * interfaces only sysfs knows (veth, bridges, lo), and a memcpy bandwidth
+ * probe; cached once per process. The NCCL_TOPO_FILE format lives in
+ * topo_file.c.
  */
 #include "topo.h"
 
 #include <dirent.h>
 #include <errno.h>
-#include <hwloc.h>
 #include <limits.h>
 #include <pthread.h>
 #include <sched.h>
@@ -24,7 +25,6 @@
 #define TOPO_BENCH_REPS 3
 #define TOPO_SYSFS_NET "/sys/class/net"
 #define TOPO_MAX_IFACES 1024 /* names read from sysfs before the TOPO_MAX_NICS cut */
-#define TOPO_LOG_SUB (SUB_INIT | SUB_GRAPH)
 
 static struct {
   pthread_once_t once;
@@ -80,7 +80,7 @@ const struct topo_nic* topo_nic_find(const struct topo_system* sys, const char* 
   return NULL;
 }
 
-static struct topo_nic* topo_nic_add(struct topo_system* sys, const char* ifname) {
+struct topo_nic* topo_nic_add(struct topo_system* sys, const char* ifname) {
   if (sys->nnics >= TOPO_MAX_NICS) {
     INFO(TOPO_LOG_SUB, "Topology: more than %d NICs, leaving out %s", TOPO_MAX_NICS, ifname);
     return NULL;
@@ -152,118 +152,6 @@ static void topo_sysfs_nics_add(struct topo_system* sys) {
 done:
   if (dir != NULL) closedir(dir);
   free(names);
-}
-
-/* ---- hwloc discovery ---- */
-
-static uint64_t topo_hwloc_cache_max(hwloc_topology_t t, hwloc_obj_type_t type) {
-  uint64_t best = 0;
-  int n = hwloc_get_nbobjs_by_type(t, type);
-  for (int i = 0; i < n; i++) {
-    hwloc_obj_t c = hwloc_get_obj_by_type(t, type, (unsigned)i);
-    if (c->attr->cache.type != HWLOC_OBJ_CACHE_INSTRUCTION) best = MAX(best, c->attr->cache.size);
-  }
-  return best;
-}
-
-static int topo_hwloc_count_in(hwloc_topology_t t, hwloc_const_cpuset_t set, hwloc_obj_type_t ty) {
-  int n = hwloc_get_nbobjs_inside_cpuset_by_type(t, set, ty);
-  return n > 0 ? n : 0;
-}
-
-static void topo_hwloc_numa_fill(hwloc_topology_t t, struct topo_system* sys) {
-  int n = hwloc_get_nbobjs_by_type(t, HWLOC_OBJ_NUMANODE);
-  if (n > TOPO_MAX_NUMA)
-    INFO(TOPO_LOG_SUB, "Topology: %d NUMA nodes, keeping the first %d", n, TOPO_MAX_NUMA);
-  for (int i = 0; i < n && sys->nnuma < TOPO_MAX_NUMA; i++) {
-    hwloc_obj_t node = hwloc_get_obj_by_type(t, HWLOC_OBJ_NUMANODE, (unsigned)i);
-    struct topo_numa* nm = &sys->numa[sys->nnuma++];
-    nm->os_index = (int)node->os_index;
-    nm->ncores = topo_hwloc_count_in(t, node->cpuset, HWLOC_OBJ_CORE);
-    nm->npus = topo_hwloc_count_in(t, node->cpuset, HWLOC_OBJ_PU);
-    nm->mem_bytes = node->attr->numanode.local_memory;
-    if (hwloc_bitmap_list_snprintf(nm->cpuset, sizeof(nm->cpuset), node->cpuset) < 0)
-      nm->cpuset[0] = '\0';
-  }
-}
-
-/* The node nearest an I/O object: the one its first non-I/O ancestor lies
- * in. An ancestor spanning several nodes (the machine root) names none. */
-static int topo_hwloc_numa_of(hwloc_topology_t t, hwloc_obj_t obj) {
-  hwloc_obj_t anc = hwloc_get_non_io_ancestor_obj(t, obj);
-  if (anc == NULL || anc->nodeset == NULL || hwloc_bitmap_weight(anc->nodeset) != 1) return -1;
-  return hwloc_bitmap_first(anc->nodeset);
-}
-
-static void topo_hwloc_pci_str(hwloc_obj_t pci, char* out, size_t cap) {
-  snprintf(out, cap, "%04x:%02x:%02x.%x", pci->attr->pcidev.domain, pci->attr->pcidev.bus,
-           pci->attr->pcidev.dev, pci->attr->pcidev.func);
-}
-
-/* The PCI device an OS device hangs off, NULL for one without (virtual). */
-static hwloc_obj_t topo_hwloc_pci_parent(hwloc_obj_t obj) {
-  for (obj = obj->parent; obj != NULL && hwloc_obj_type_is_io(obj->type); obj = obj->parent)
-    if (obj->type == HWLOC_OBJ_PCI_DEVICE) return obj;
-  return NULL;
-}
-
-static void topo_hwloc_nics_fill(hwloc_topology_t t, struct topo_system* sys) {
-  for (hwloc_obj_t o = hwloc_get_next_osdev(t, NULL); o != NULL; o = hwloc_get_next_osdev(t, o)) {
-    if (o->attr->osdev.type != HWLOC_OBJ_OSDEV_NETWORK || o->name == NULL) continue;
-    struct topo_nic* nic = topo_nic_add(sys, o->name);
-    if (nic == NULL) return;
-    hwloc_obj_t pci = topo_hwloc_pci_parent(o);
-    if (pci != NULL) topo_hwloc_pci_str(pci, nic->pci, sizeof(nic->pci));
-    nic->numa = topo_hwloc_numa_of(t, o);
-  }
-}
-
-/* An NVIDIA display or 3D controller, or any PCI device carrying a CUDA OS
- * device (hwloc's cuda plugin, where built). */
-static int topo_hwloc_is_gpu(hwloc_obj_t pci) {
-  const struct hwloc_pcidev_attr_s* a = &pci->attr->pcidev;
-  if (a->vendor_id == 0x10de && (a->class_id == 0x0300 || a->class_id == 0x0302)) return 1;
-  for (hwloc_obj_t c = pci->io_first_child; c != NULL; c = c->next_sibling)
-    if (c->type == HWLOC_OBJ_OS_DEVICE && c->subtype && strcmp(c->subtype, "CUDA") == 0) return 1;
-  return 0;
-}
-
-/* In PCI bus order, which is CUDA's order under CUDA_DEVICE_ORDER=PCI_BUS_ID. */
-static void topo_hwloc_gpus_fill(hwloc_topology_t t, struct topo_system* sys) {
-  for (hwloc_obj_t p = hwloc_get_next_pcidev(t, NULL); p != NULL; p = hwloc_get_next_pcidev(t, p)) {
-    if (!topo_hwloc_is_gpu(p)) continue;
-    if (sys->ngpus >= TOPO_MAX_GPUS) {
-      INFO(TOPO_LOG_SUB, "Topology: more than %d GPUs, leaving the rest out", TOPO_MAX_GPUS);
-      return;
-    }
-    struct topo_gpu* gpu = &sys->gpus[sys->ngpus++];
-    topo_hwloc_pci_str(p, gpu->pci, sizeof(gpu->pci));
-    gpu->numa = topo_hwloc_numa_of(t, p);
-  }
-}
-
-static ncclResult_t topo_hwloc_fill(struct topo_system* sys) {
-  ncclResult_t res = ncclSuccess;
-  hwloc_topology_t t;
-  if (hwloc_topology_init(&t) != 0)
-    FAIL(ncclSystemError, "Topology: hwloc_topology_init failed: %s", strerror(errno));
-  if (hwloc_topology_set_io_types_filter(t, HWLOC_TYPE_FILTER_KEEP_IMPORTANT) != 0 ||
-      hwloc_topology_load(t) != 0) {
-    int err = errno;
-    hwloc_topology_destroy(t);
-    FAIL(ncclSystemError, "Topology: hwloc discovery failed: %s", strerror(err));
-  }
-  sys->ncores = hwloc_get_nbobjs_by_type(t, HWLOC_OBJ_CORE);
-  sys->npus = hwloc_get_nbobjs_by_type(t, HWLOC_OBJ_PU);
-  sys->l1d_bytes = topo_hwloc_cache_max(t, HWLOC_OBJ_L1CACHE);
-  sys->l2_bytes = topo_hwloc_cache_max(t, HWLOC_OBJ_L2CACHE);
-  sys->l3_bytes = topo_hwloc_cache_max(t, HWLOC_OBJ_L3CACHE);
-  topo_hwloc_numa_fill(t, sys);
-  topo_hwloc_nics_fill(t, sys);
-  topo_hwloc_gpus_fill(t, sys);
-  hwloc_topology_destroy(t);
-fail:
-  return res;
 }
 
 /* ---- fallback without hwloc ---- */

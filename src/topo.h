@@ -64,6 +64,18 @@ ncclResult_t topo_read_file(const char* path, struct topo_system* sys);
 ncclResult_t topo_parse_text(const char* name, const char* text, size_t len,
                              struct topo_system* sys);
 
+/* Where topology detection logs. */
+#define TOPO_LOG_SUB (SUB_INIT | SUB_GRAPH)
+
+/* hwloc's view of this host (topo_hwloc.c): cores, PUs, caches, NUMA
+ * nodes, PCI NICs and GPUs. ncclSystemError, with sys untouched, when
+ * libhwloc cannot be opened (BRAID_HWLOC_LIB) or fails. */
+ncclResult_t topo_hwloc_fill(struct topo_system* sys);
+
+/* Append a NIC named `ifname` (its speed read from sysfs); NULL when the
+ * table is full. */
+struct topo_nic* topo_nic_add(struct topo_system* sys, const char* ifname);
+
 /* The NIC named `ifname`, or NULL. */
 const struct topo_nic* topo_nic_find(const struct topo_system* sys, const char* ifname);
 

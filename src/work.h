@@ -44,8 +44,12 @@ ncclResult_t work_run(struct work_op* ops, int n);
  * its turns and pass them on, so later work on its comms is not stuck. */
 ncclResult_t work_cancel(struct work_op* ops, int n);
 
-/* The p2p lane (p2p.c): match sends to self with receives from self,
- * post what the connection has room for, check completion. */
+/* The p2p lane (p2p.c): queue a send (WORK_SEND) or receive (WORK_RECV)
+ * after checking it (fn names the API call in messages), match sends to
+ * self with receives from self, post what the connection has room for,
+ * check completion. */
+ncclResult_t p2p_enqueue(const char* fn, int kind, void* buf, size_t count, ncclDataType_t type,
+                         int peer, ncclComm_t comm, cudaStream_t stream);
 ncclResult_t p2p_match_self(struct work_op* ops, int n);
 ncclResult_t p2p_step(struct work_op* op, uint64_t pass, int* progressed);
 

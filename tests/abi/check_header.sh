@@ -9,9 +9,14 @@ cat >"$tmp/use.c" <<'SRC'
 #include "nccl.h"
 int braid_header_check(ncclComm_t comm, cudaStream_t stream) {
   ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  ncclCollConfig_t coll = NCCL_COLLCONFIG_INITIALIZER;
+  ncclSimInfo_t sim = NCCL_SIM_INFO_INITIALIZER;
+  ncclEncryptionConfig_t enc = NCCL_ENCRYPTION_CONFIG_INITIALIZER;
+  ncclWindow_t win = NULL;
+  uint64_t stat = 0;
   float x = 0;
-  (void)cfg;
-  return (int)ncclAllReduce(&x, &x, 1, ncclFloat, ncclSum, comm, stream);
+  (void)cfg, (void)sim, (void)enc, (void)win, (void)stat;
+  return (int)ncclAllReduceConfig(&x, &x, 1, ncclFloat, ncclSum, comm, stream, &coll);
 }
 SRC
 cp "$tmp/use.c" "$tmp/use.cpp"

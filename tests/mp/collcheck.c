@@ -17,7 +17,8 @@
 #define CC_ID_INTS (1 + (int)(sizeof(ncclUniqueId) / sizeof(int)))
 
 static const char* const kCollNames[CC_NCOLLS] = {"allreduce", "broadcast", "bcast",
-                                                  "reduce",    "allgather", "reducescatter"};
+                                                  "reduce",    "allgather", "reducescatter",
+                                                  "alltoall",  "gather",    "scatter"};
 
 const char* cc_coll_name(int coll) {
   return coll >= 0 && coll < CC_NCOLLS ? kCollNames[coll] : "?";
@@ -28,11 +29,12 @@ int cc_is_reduction(int coll) {
 }
 
 int cc_has_root(int coll) {
-  return coll == CC_BROADCAST || coll == CC_BCAST || coll == CC_REDUCE;
+  return coll == CC_BROADCAST || coll == CC_BCAST || coll == CC_REDUCE || coll == CC_GATHER ||
+         coll == CC_SCATTER;
 }
 
 static int is_inplace(const cc_call* c) {
-  return c->inplace || c->coll == CC_BCAST;
+  return (c->inplace && c->coll != CC_ALLTOALL) || c->coll == CC_BCAST;
 }
 
 void cc_describe(const cc_call* c, char* buf, size_t n) {
@@ -92,7 +94,8 @@ static size_t esize(const cc_call* c) {
 /* Input elements of this rank: the count of the reduced vector (reductions)
  * or of its own send block. */
 static size_t input_elems(const cc_call* c) {
-  return c->coll == CC_REDUCESCATTER ? (size_t)c->nranks * c->count : c->count;
+  int whole = c->coll == CC_REDUCESCATTER || c->coll == CC_ALLTOALL || c->coll == CC_SCATTER;
+  return whole ? (size_t)c->nranks * c->count : c->count;
 }
 
 static void fill_input(const cc_call* c, unsigned char* out) {
@@ -100,17 +103,22 @@ static void fill_input(const cc_call* c, unsigned char* out) {
     ar_expect_fill(&c->ref, 0, 0, input_elems(c), out);
     return;
   }
+  if (c->coll == CC_SCATTER && c->rank != c->root) { /* its sendbuff is not read */
+    memset(out, CC_POISON, input_elems(c) * esize(c));
+    return;
+  }
   int who = c->rank;
   if (c->coll == CC_BROADCAST || c->coll == CC_BCAST)
     who = c->rank == c->root ? c->root : -1 - c->rank;
-  pattern(c, who, 0, c->count, out);
+  pattern(c, who, 0, input_elems(c), out);
 }
 
 static int layout(cc_call* c) {
   size_t n = (size_t)c->nranks, e = esize(c), cnt = c->count;
   size_t send = cnt, recv = cnt;
-  if (c->coll == CC_ALLGATHER) recv = n * cnt;
-  if (c->coll == CC_REDUCESCATTER) send = n * cnt;
+  if (c->coll == CC_ALLGATHER || c->coll == CC_GATHER) recv = n * cnt;
+  if (c->coll == CC_REDUCESCATTER || c->coll == CC_SCATTER) send = n * cnt;
+  if (c->coll == CC_ALLTOALL) send = recv = n * cnt;
   if (is_inplace(c)) {
     c->relems = send > recv ? send : recv;
     c->selems = 0;
@@ -120,6 +128,9 @@ static int layout(cc_call* c) {
     c->send = c->recv = c->rbase;
     if (c->coll == CC_ALLGATHER) c->send = c->rbase + (size_t)c->rank * cnt * e;
     if (c->coll == CC_REDUCESCATTER) c->recv = c->rbase + (size_t)c->rank * cnt * e;
+    /* in place on root: its own block already where the result puts it */
+    if (c->coll == CC_GATHER) c->send = c->rbase + (size_t)c->rank * cnt * e;
+    if (c->coll == CC_SCATTER) c->recv = c->rbase + (size_t)c->rank * cnt * e;
     return 0;
   }
   c->selems = send;
@@ -230,6 +241,27 @@ static void expected_recv(const cc_call* c, unsigned char* want) {
     case CC_ALLGATHER:
       for (size_t r = 0; r < n; r++) pattern(c, (int)r, 0, c->count, want + r * c->count * e);
       break;
+    case CC_ALLTOALL: /* block r: rank r's block for this rank */
+      for (size_t r = 0; r < n; r++)
+        pattern(c, (int)r, (size_t)c->rank * c->count, c->count, want + r * c->count * e);
+      break;
+    case CC_GATHER:
+      if (c->rank == c->root) {
+        for (size_t r = 0; r < n; r++) pattern(c, (int)r, 0, c->count, want + r * c->count * e);
+      } else {
+        memset(want, CC_POISON, n * c->count * e); /* never written */
+        if (is_inplace(c)) pattern(c, c->rank, 0, c->count, want + (size_t)c->rank * c->count * e);
+      }
+      break;
+    case CC_SCATTER:
+      if (is_inplace(c)) {
+        fill_input(c, want); /* root: its input, unchanged; others: untouched */
+        pattern(c, c->root, (size_t)c->rank * c->count, c->count,
+                want + (size_t)c->rank * c->count * e);
+      } else {
+        pattern(c, c->root, (size_t)c->rank * c->count, c->count, want);
+      }
+      break;
     case CC_REDUCESCATTER:
       if (is_inplace(c)) {
         ar_expect_fill(&c->ref, 0, 0, n * c->count, want); /* other blocks: the input */
@@ -243,7 +275,7 @@ static void expected_recv(const cc_call* c, unsigned char* want) {
 }
 
 static const char* recv_name(const cc_call* c) {
-  if (c->coll == CC_REDUCE && c->rank != c->root)
+  if ((c->coll == CC_REDUCE || c->coll == CC_GATHER) && c->rank != c->root)
     return is_inplace(c) ? "buffer of a non-root (must stay unchanged)"
                          : "recvbuff of a non-root (must not be written)";
   if (is_inplace(c) && c->coll == CC_REDUCESCATTER)

@@ -18,12 +18,16 @@ enum cc_coll {
   CC_REDUCE,
   CC_ALLGATHER,
   CC_REDUCESCATTER,
+  CC_ALLTOALL, /* never in place: NCCL leaves that undefined (the flag is ignored) */
+  CC_GATHER,
+  CC_SCATTER,
   CC_NCOLLS
 };
 
 /* One collective. The caller fills coll..op; count is NCCL's count argument
- * (sendcount for all-gather, recvcount for reduce-scatter); kind/op matter
- * for reductions only, root for broadcast/reduce only. cc_prepare fills the
+ * (sendcount for all-gather, recvcount for reduce-scatter, the block for
+ * all-to-all, gather and scatter); kind/op matter for reductions only, root
+ * for broadcast, reduce, gather and scatter only. cc_prepare fills the
  * rest: send/recv are what the call gets, both inside guarded allocations. */
 typedef struct cc_call {
   int coll;
@@ -76,6 +80,12 @@ static inline ncclResult_t cc_issue(const cc_call* c, ncclComm_t comm, cudaStrea
       return ncclAllGather(c->send, c->recv, c->count, c->type, comm, stream);
     case CC_REDUCESCATTER:
       return ncclReduceScatter(c->send, c->recv, c->count, c->type, c->op, comm, stream);
+    case CC_ALLTOALL:
+      return ncclAlltoAll(c->send, c->recv, c->count, c->type, comm, stream);
+    case CC_GATHER:
+      return ncclGather(c->send, c->recv, c->count, c->type, c->root, comm, stream);
+    case CC_SCATTER:
+      return ncclScatter(c->send, c->recv, c->count, c->type, c->root, comm, stream);
     default:
       return ncclInvalidArgument;
   }

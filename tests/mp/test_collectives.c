@@ -118,11 +118,14 @@ static int matrix_body(const mp_env* env) {
   if (env->rank == 0 || s.wrong || fatal)
     mp_log(env,
            "matrix: %d calls (allreduce %d, broadcast %d, bcast %d, reduce %d, allgather %d, "
-           "reducescatter %d), %d wrong%s; small %.1f s, big %.1f s",
+           "reducescatter %d, alltoall %d, gather %d, scatter %d), %d wrong%s; small %.1f s, "
+           "big %.1f s",
            s.calls, s.ncalls_per_coll[CC_ALLREDUCE], s.ncalls_per_coll[CC_BROADCAST],
            s.ncalls_per_coll[CC_BCAST], s.ncalls_per_coll[CC_REDUCE],
-           s.ncalls_per_coll[CC_ALLGATHER], s.ncalls_per_coll[CC_REDUCESCATTER], s.wrong,
-           fatal ? ", stopped by a failed call" : "", t1 - t0, mp_now() - t1);
+           s.ncalls_per_coll[CC_ALLGATHER], s.ncalls_per_coll[CC_REDUCESCATTER],
+           s.ncalls_per_coll[CC_ALLTOALL], s.ncalls_per_coll[CC_GATHER],
+           s.ncalls_per_coll[CC_SCATTER], s.wrong, fatal ? ", stopped by a failed call" : "",
+           t1 - t0, mp_now() - t1);
   return finish(env, s.comm, fatal) + (s.wrong != 0);
 }
 

@@ -55,7 +55,8 @@ static int p2p_ring(const mp_env* env, ncclComm_t comm) {
 static int big_calls(const mp_env* env, ncclComm_t comm) {
   int bad = 0;
   for (int coll = 0; coll < CC_NCOLLS; coll++) {
-    int blocked = coll == CC_ALLGATHER || coll == CC_REDUCESCATTER;
+    int blocked = coll == CC_ALLGATHER || coll == CC_REDUCESCATTER || coll == CC_ALLTOALL ||
+                  coll == CC_GATHER || coll == CC_SCATTER;
     cc_call c = {.coll = coll,
                  .type = ncclFloat32,
                  .kind = AR_SUM,

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "debug.h"
+#include "param.h"
 #include "topo.h"
 
 static char g_dir[] = "/tmp/braid_test_topo_XXXXXX";
@@ -150,6 +151,40 @@ static void test_detect(void** state) {
   if (CPU_COUNT(&mine) == online) assert_int_equal(s.npus, online);
   assert_true(s.npus <= online);
   topo_log_summary(&s);
+}
+
+/* With libhwloc out of reach (BRAID_HWLOC_LIB names no library), detection
+ * takes sysconf and sysfs and reaches the decisions hwloc's view gives on
+ * this machine: the cores a rank reports (with one thread per core), the
+ * NUMA nodes, every interface and its speed. In a child that detects
+ * first: the library is opened, or not, once per process. */
+static void test_detect_hwloc_hidden(void** state) {
+  (void)state;
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    static struct topo_system s, hw;
+    setenv("BRAID_HWLOC_LIB", "/nonexistent/libhwloc.so.15", 1);
+    param_cache_reset();
+    if (topo_hwloc_fill(&hw) != ncclSystemError) _exit(2);
+    if (topo_detect(&s) != ncclSuccess) _exit(3);
+    hwloc_topology_t t;
+    if (hwloc_topology_init(&t) != 0 || hwloc_topology_load(t) != 0) _exit(4);
+    int cores = hwloc_get_nbobjs_by_type(t, HWLOC_OBJ_CORE);
+    int pus = hwloc_get_nbobjs_by_type(t, HWLOC_OBJ_PU);
+    int nodes = hwloc_get_nbobjs_by_type(t, HWLOC_OBJ_NUMANODE);
+    hwloc_topology_destroy(t);
+    if (s.npus != pus) _exit(5);
+    if (cores == pus && s.ncores != cores) _exit(6); /* no SMT: the same cores */
+    if (nodes == 1 && s.nnuma != 1) _exit(7);
+    for (int i = 0; i < s.nnics; i++)
+      if (s.nics[i].speed_mbps < 0) _exit(8);
+    _exit(0);
+  }
+  int st = 0;
+  assert_int_equal(waitpid(pid, &st, 0), pid);
+  assert_true(WIFEXITED(st));
+  assert_int_equal(WEXITSTATUS(st), 0);
 }
 
 /* HWLOC_COMPONENTS=stop makes hwloc_topology_load fail. */
@@ -568,6 +603,7 @@ static int dir_teardown(void** state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_detect_hwloc_hidden),
       cmocka_unit_test(test_detect),
       cmocka_unit_test(test_detect_without_hwloc),
       cmocka_unit_test(test_detect_hwloc_xml),

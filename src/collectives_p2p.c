@@ -1,0 +1,158 @@
+/*
+ * The collectives NCCL defines as patterns of sends and receives:
+ * all-to-all, gather and scatter. Each checks its arguments whole, then
+ * queues its sends and receives as one group on the comm's p2p lane (so
+ * they run side by side with the comm's other work, in issue order), and
+ * copies the rank's own block directly (skipped when in place).
+ */
+#include "comm.h"
+#include "core.h"
+#include "kernels.h"
+#include "work.h"
+
+/* What one of these calls is, as the user made it. */
+struct p2p_coll {
+  const char* fn;
+  int rooted;     /* gather, scatter */
+  int root_sends; /* scatter (only root reads sendbuff); else gather (only root writes recvbuff) */
+  const void* sendbuff;
+  void* recvbuff;
+  size_t count; /* elements per block */
+  ncclDataType_t type;
+  int root; /* rooted calls only */
+  ncclComm_t comm;
+  cudaStream_t stream;
+};
+
+static ncclResult_t p2p_coll_check(const struct p2p_coll* c) {
+  ncclResult_t res = ncclSuccess;
+  CHECK(comm_check_call(c->comm, c->fn));
+  CHECK(comm_check_type(c->type, c->fn));
+  CHECK(comm_check_count(c->fn, c->count, kern_type_size(c->type), (size_t)c->comm->nranks));
+  if (c->rooted && (c->root < 0 || c->root >= c->comm->nranks))
+    FAIL(ncclInvalidArgument, "%s : root %d out of range [0,%d)", c->fn, c->root, c->comm->nranks);
+  int is_root = c->rooted && c->comm->rank == c->root;
+  int reads_send = !c->rooted || !c->root_sends || is_root;
+  int writes_recv = !c->rooted || c->root_sends || is_root;
+  if (c->count > 0 && reads_send && c->sendbuff == NULL)
+    FAIL(ncclInvalidArgument, "%s : sendbuff is NULL", c->fn);
+  if (c->count > 0 && writes_recv && c->recvbuff == NULL)
+    FAIL(ncclInvalidArgument, "%s : recvbuff is NULL", c->fn);
+fail:
+  return res;
+}
+
+static char* block_of(const void* buf, size_t block_bytes, int i) {
+  return (char*)buf + (size_t)i * block_bytes;
+}
+
+static ncclResult_t send_block(const struct p2p_coll* c, const void* buf, int peer) {
+  return p2p_enqueue(c->fn, WORK_SEND, (void*)buf, c->count, c->type, peer, c->comm, c->stream);
+}
+
+static ncclResult_t recv_block(const struct p2p_coll* c, void* buf, int peer) {
+  return p2p_enqueue(c->fn, WORK_RECV, buf, c->count, c->type, peer, c->comm, c->stream);
+}
+
+/* The own block: a send to self and a receive from self (a copy when the
+ * group runs), nothing when it already lies in place. */
+static ncclResult_t own_block(const struct p2p_coll* c, const void* src, void* dst) {
+  ncclResult_t res = ncclSuccess;
+  if (src == dst) return ncclSuccess;
+  CHECK(send_block(c, src, c->comm->rank));
+  CHECK(recv_block(c, dst, c->comm->rank));
+fail:
+  return res;
+}
+
+/* Peers in the order rank+1, rank+2, ...: ranks do not all start on the
+ * same peer. */
+static int peer_at(const struct ncclComm* comm, int k) {
+  return (comm->rank + k) % comm->nranks;
+}
+
+static ncclResult_t alltoall_queue(const struct p2p_coll* c, size_t block) {
+  ncclResult_t res = ncclSuccess;
+  struct ncclComm* comm = c->comm;
+  CHECK(own_block(c, block_of(c->sendbuff, block, comm->rank),
+                  block_of(c->recvbuff, block, comm->rank)));
+  for (int k = 1; k < comm->nranks; k++) {
+    int to = peer_at(comm, k), from = peer_at(comm, comm->nranks - k);
+    CHECK(send_block(c, block_of(c->sendbuff, block, to), to));
+    CHECK(recv_block(c, block_of(c->recvbuff, block, from), from));
+  }
+fail:
+  return res;
+}
+
+static ncclResult_t gather_queue(const struct p2p_coll* c, size_t block) {
+  ncclResult_t res = ncclSuccess;
+  struct ncclComm* comm = c->comm;
+  if (comm->rank != c->root) return send_block(c, c->sendbuff, c->root);
+  CHECK(own_block(c, c->sendbuff, block_of(c->recvbuff, block, c->root)));
+  for (int k = 1; k < comm->nranks; k++) {
+    int from = peer_at(comm, k);
+    CHECK(recv_block(c, block_of(c->recvbuff, block, from), from));
+  }
+fail:
+  return res;
+}
+
+static ncclResult_t scatter_queue(const struct p2p_coll* c, size_t block) {
+  ncclResult_t res = ncclSuccess;
+  struct ncclComm* comm = c->comm;
+  if (comm->rank != c->root) return recv_block(c, c->recvbuff, c->root);
+  CHECK(own_block(c, block_of(c->sendbuff, block, c->root), c->recvbuff));
+  for (int k = 1; k < comm->nranks; k++) {
+    int to = peer_at(comm, k);
+    CHECK(send_block(c, block_of(c->sendbuff, block, to), to));
+  }
+fail:
+  return res;
+}
+
+/* Check, then queue everything inside one group: a failure while queueing
+ * (memory) drops the whole group and comes back from its end. */
+static ncclResult_t p2p_coll_run(const struct p2p_coll* c,
+                                 ncclResult_t (*queue)(const struct p2p_coll*, size_t)) {
+  ncclResult_t res = p2p_coll_check(c);
+  if (res != ncclSuccess) return res;
+  INFO(SUB_COLL,
+       "%s: sendbuff %p recvbuff %p count %zu datatype %d root %d comm %p [nranks=%d] stream %p",
+       c->fn + 4, c->sendbuff, c->recvbuff, c->count, (int)c->type, c->root, (void*)c->comm,
+       c->comm->nranks, (void*)c->stream);
+  CHECK(ncclGroupStart());
+  res = queue(c, c->count * kern_type_size(c->type));
+  ncclResult_t end = ncclGroupEnd();
+  return res != ncclSuccess ? res : end;
+fail:
+  return res;
+}
+
+/* In place (sendbuff == recvbuff) is not defined by NCCL: every rank's own
+ * block stays, the others are overwritten while being sent, so the result
+ * is undefined; it runs, since nccl-tests calls it and checks nothing. */
+NCCL_API(ncclResult_t, ncclAlltoAll, const void* sendbuff, void* recvbuff, size_t count,
+         ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t ncclAlltoAll(const void* sendbuff, void* recvbuff, size_t count,
+                          ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
+  struct p2p_coll c = {"ncclAlltoAll", 0, 0, sendbuff, recvbuff, count, datatype, -1, comm, stream};
+  return p2p_coll_run(&c, alltoall_queue);
+}
+
+NCCL_API(ncclResult_t, ncclGather, const void* sendbuff, void* recvbuff, size_t count,
+         ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t ncclGather(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+                        int root, ncclComm_t comm, cudaStream_t stream) {
+  struct p2p_coll c = {"ncclGather", 1, 0, sendbuff, recvbuff, count, datatype, root, comm, stream};
+  return p2p_coll_run(&c, gather_queue);
+}
+
+NCCL_API(ncclResult_t, ncclScatter, const void* sendbuff, void* recvbuff, size_t count,
+         ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t ncclScatter(const void* sendbuff, void* recvbuff, size_t count,
+                         ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream) {
+  struct p2p_coll c = {"ncclScatter", 1,        1,    sendbuff, recvbuff,
+                       count,         datatype, root, comm,     stream};
+  return p2p_coll_run(&c, scatter_queue);
+}
