@@ -1,5 +1,5 @@
-/* alltoall_perf: nccl-tests' alltoall_perf for Braid (host buffers, NULL stream), as grouped
- * ncclSend/ncclRecv: block p of each rank's input goes to rank p, into block <sender>. */
+/* alltoall_perf: nccl-tests' alltoall_perf for Braid (host buffers, NULL stream), through
+ * ncclAlltoAll: block p of each rank's input goes to rank p, into block <sender>. */
 #include "common.h"
 
 /* count / nranks elements (whole 16 bytes) per peer; the size column is the whole buffer. */
@@ -17,17 +17,7 @@ static int expect(const perf_test_t* t, size_t i, perf_val_t* out) {
 }
 
 static ncclResult_t run(const perf_test_t* t, const void* send, void* recv) {
-  size_t block = t->n.param * t->type->size;
-  ncclResult_t res = ncclGroupStart();
-  if (res != ncclSuccess) return res;
-  for (int p = 0; p < t->nranks && res == ncclSuccess; p++) {
-    res = ncclSend((const char*)send + (size_t)p * block, t->n.param, t->type->type, p, t->comm,
-                   NULL);
-    if (res == ncclSuccess)
-      res = ncclRecv((char*)recv + (size_t)p * block, t->n.param, t->type->type, p, t->comm, NULL);
-  }
-  ncclResult_t end = ncclGroupEnd();
-  return res != ncclSuccess ? res : end;
+  return ncclAlltoAll(send, recv, t->n.param, t->type->type, t->comm, NULL);
 }
 
 /* In place (send == recv) the result is undefined: timed, not checked, as in nccl-tests. */
