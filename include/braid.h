@@ -14,10 +14,11 @@ extern "C" {
 /*
  * The NCCL release whose host calls all work in this Braid, which is what
  * ncclGetVersion reports (clients such as nccl-tests switch features on by
- * it). nccl.h declares the 2.32 API; calls newer than this level return
- * ncclInvalidUsage until they are implemented (README, "API coverage").
+ * it). The calls Braid answers with ncclInvalidUsage by design (the
+ * device-side API, one-sided signals, encryption) do not count against it
+ * (README, "API coverage").
  */
-#define BRAID_NCCL_LEVEL NCCL_VERSION(2, 26, 2)
+#define BRAID_NCCL_LEVEL NCCL_VERSION(2, 32, 3)
 
 /*
  * Host streams: an in-order queue of Braid work on host memory, executed by

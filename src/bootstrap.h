@@ -20,7 +20,8 @@
 #include "socket.h"
 
 #define BOOTSTRAP_MAGIC 0x44494152u /* "RAID" little-endian: Braid id */
-#define BOOTSTRAP_VERSION 4u /* 3: job keys, the root's data secret, refusal replies; 4: blobs */
+/* 3: job keys, the root's data secret, refusal replies; 4: blobs; 5: control addresses */
+#define BOOTSTRAP_VERSION 5u
 #define BOOTSTRAP_MAX_RANKS (1 << 20)
 
 /* What a ncclUniqueId holds; the remaining bytes of the 128 are zero. */
@@ -39,11 +40,12 @@ struct peer_info {
   int32_t pid;
   uint64_t host_hash; /* hostname + boot id, or NCCL_HOSTID */
   int32_t cuda_dev;
-  int32_t ncpus;     /* online cores of its host (topology) */
-  uint32_t nic_mbps; /* speed of the NIC its sockets use, 0 if unknown */
-  uint32_t mem_mbps; /* its host's measured memcpy bandwidth, MB/s */
-  int32_t bell_fd;   /* its progress engine's bell pipe, in its process */
-  uint64_t bell_ino; /* that pipe's inode, 0 if none */
+  int32_t ncpus;                /* online cores of its host (topology) */
+  uint32_t nic_mbps;            /* speed of the NIC its sockets use, 0 if unknown */
+  uint32_t mem_mbps;            /* its host's measured memcpy bandwidth, MB/s */
+  int32_t bell_fd;              /* its progress engine's bell pipe, in its process */
+  uint64_t bell_ino;            /* that pipe's inode, 0 if none */
+  struct socket_wire_addr ctrl; /* its comm's control listener (comm_ctrl.h) */
   /* What each transport publishes about this rank (where it listens, what
    * names its segments), opaque here: the table (transports/transport.h)
    * gives each its slice, and the root's exchange carries them. */

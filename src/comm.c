@@ -48,6 +48,13 @@ ncclResult_t comm_check_call(const struct ncclComm* comm, const char* fn) {
   if (res == ncclSuccess && comm->finalized) {
     WARN("%s : comm %p is finalized", fn, (const void*)comm);
     res = ncclInvalidUsage;
+  } else if (res == ncclSuccess && atomic_load(&comm->suspended)) {
+    WARN("%s : comm %p is suspended (ncclCommResume first)", fn, (const void*)comm);
+    res = ncclInvalidUsage;
+  } else if (res == ncclSuccess && atomic_load(&comm->revoked)) {
+    WARN("%s : comm %p is revoked (ncclCommRevoke or an aborting shrink): destroy or shrink it", fn,
+         (const void*)comm);
+    res = ncclInvalidUsage;
   }
   return res;
 }
@@ -100,7 +107,8 @@ void comm_free(struct ncclComm* comm) {
   comm_conns_apply(comm, 1);
   transport_accept_free(&comm->tctx);
   if (comm->tctx.listen_fd >= 0) close(comm->tctx.listen_fd);
-  comm->tctx.listen_fd = -1;
+  if (comm->ctrl_fd >= 0) close(comm->ctrl_fd);
+  comm->tctx.listen_fd = comm->ctrl_fd = -1;
   progress_destroy(&comm->progress);
   exec_free(&comm->exec);
   sched_topo_free(&comm->layout);
@@ -182,6 +190,29 @@ ncclResult_t ncclCommAbort(ncclComm_t comm) {
        comm->nranks);
   comm_free(comm);
   return ncclSuccess;
+}
+
+/* Stop the comm's work in flight and refuse new calls; the comm stays for
+ * destroy, abort or shrink. Running units wake and leave with an error,
+ * queued ones find the comm aborted when their turn comes. */
+ncclResult_t comm_revoke(struct ncclComm* comm) {
+  atomic_store(&comm->revoked, 1);
+  comm_abort_waits(comm);
+  comm_wait_units(comm, 0);
+  INFO(SUB_INIT, "comm %p rank %d nranks %d - Revoke COMPLETE", (void*)comm, comm->rank,
+       comm->nranks);
+  return ncclSuccess;
+}
+
+NCCL_API(ncclResult_t, ncclCommRevoke, ncclComm_t comm, int revokeFlags);
+ncclResult_t ncclCommRevoke(ncclComm_t comm, int revokeFlags) {
+  ncclResult_t res = comm_check(comm, "ncclCommRevoke");
+  if (res != ncclSuccess) return res;
+  if (revokeFlags != NCCL_REVOKE_DEFAULT) {
+    WARN("ncclCommRevoke : unknown flags 0x%x (only NCCL_REVOKE_DEFAULT)", revokeFlags);
+    return ncclInvalidArgument;
+  }
+  return comm_revoke(comm);
 }
 
 NCCL_API(ncclResult_t, ncclCommGetAsyncError, ncclComm_t comm, ncclResult_t* asyncError);

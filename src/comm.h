@@ -70,8 +70,20 @@ struct ncclComm {
   _Atomic int active;    /* units running on this comm (changed under turn_lock) */
   _Atomic int refs;      /* the user's handle, and one per unit issued and not yet run */
   _Atomic int init_done; /* bootstrap completed: destroying it no longer aborts init */
+  _Atomic int revoked;   /* ncclCommRevoke (or a shrink that aborted it): no new calls */
+  _Atomic int suspended; /* ncclCommSuspend until ncclCommResume: no new calls */
   int finalized;
+  /* the control channel (comm_ctrl.h) and how many shrinks it has served */
+  int ctrl_fd;
+  struct socket_wire_addr ctrl_addr;
+  uint64_t shrink_epoch;
+  uint64_t grow_epoch;
+  int grow_id_pending; /* ncclCommGetUniqueId made grow_id; ncclCommGrow consumes it */
+  ncclUniqueId grow_id;
 };
+
+/* ncclCommRevoke's work: stop what runs, refuse new calls, keep the comm. */
+ncclResult_t comm_revoke(struct ncclComm* comm);
 
 /* Free everything a comm owns (its own stream's queued work finishes
  * first) and drop the user's reference; the struct itself goes with the

@@ -10,6 +10,7 @@
 
 #include "braid.h"
 #include "comm.h"
+#include "comm_ctrl.h"
 #include "core.h"
 #include "group.h"
 #include "param.h"
@@ -113,6 +114,9 @@ static ncclResult_t comm_setup_local(struct ncclComm* comm, union socket_addr* l
   else
     listen->sin6.sin6_port = 0;
   CHECK(socket_listen(listen, &comm->tctx.listen_fd));
+  union socket_addr ctrl = *listen;
+  CHECK(ctrl_listen(comm, &ctrl));
+  socket_addr_to_wire(&ctrl, &comm->ctrl_addr);
 fail:
   return res;
 }
@@ -137,7 +141,7 @@ static ncclResult_t comm_create(struct ncclComm** out, int nranks, const ncclUni
   comm->nranks = nranks;
   comm->cuda_dev = cuda_dev;
   comm->id = id;
-  comm->progress.epoll_fd = comm->progress.wake_fd = comm->tctx.listen_fd = -1;
+  comm->progress.epoll_fd = comm->progress.wake_fd = comm->tctx.listen_fd = comm->ctrl_fd = -1;
   comm->progress.bell_fd[0] = comm->progress.bell_fd[1] = -1;
   pthread_mutex_init(&comm->turn_lock, NULL);
   pthread_cond_init(&comm->turn_cv, NULL);
@@ -177,7 +181,8 @@ static void comm_describe_self(struct ncclComm* comm, const struct topo_system* 
                              .nic_mbps = nic && nic->speed_mbps > 0 ? (uint32_t)nic->speed_mbps : 0,
                              .mem_mbps = sys->mem_mbps,
                              .bell_fd = comm->progress.bell_fd[0],
-                             .bell_ino = comm->progress.bell_ino};
+                             .bell_ino = comm->progress.bell_ino,
+                             .ctrl = comm->ctrl_addr};
 }
 
 /* Nodes from the peers' host hashes; the first rank of each node logs

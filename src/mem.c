@@ -47,12 +47,16 @@ void mem_regs_free(struct mem_regs* regs) {
   pthread_mutex_destroy(&regs->lock);
 }
 
-ncclResult_t mem_reg_add(struct mem_regs* regs, void* base, size_t size, struct mem_reg** out) {
+/* Listed only once complete, so a lookup never sees half a registration. */
+static ncclResult_t reg_add(struct mem_regs* regs, void* base, size_t size, int window,
+                            int win_flags, struct mem_reg** out) {
   ncclResult_t res = ncclSuccess;
   struct mem_reg* r = NULL;
   CHECK(braid_calloc(&r, 1, sizeof(*r)));
   r->base = base;
   r->size = size;
+  r->window = window;
+  r->win_flags = win_flags;
   if (regs->hooks.attach) CHECK(regs->hooks.attach(regs->hooks.arg, r));
   pthread_mutex_lock(&regs->lock);
   r->next = regs->head;
@@ -64,6 +68,15 @@ ncclResult_t mem_reg_add(struct mem_regs* regs, void* base, size_t size, struct 
 fail:
   free(r);
   return res;
+}
+
+ncclResult_t mem_reg_add(struct mem_regs* regs, void* base, size_t size, struct mem_reg** out) {
+  return reg_add(regs, base, size, 0, 0, out);
+}
+
+ncclResult_t mem_window_add(struct mem_regs* regs, void* base, size_t size, int flags,
+                            struct mem_reg** out) {
+  return reg_add(regs, base, size, 1, flags, out);
 }
 
 ncclResult_t mem_reg_remove(struct mem_regs* regs, struct mem_reg* reg) {
@@ -78,6 +91,15 @@ ncclResult_t mem_reg_remove(struct mem_regs* regs, struct mem_reg* reg) {
   pthread_mutex_unlock(&regs->lock);
   if (found) reg_drop(regs, found);
   return found ? ncclSuccess : ncclInvalidArgument;
+}
+
+int mem_reg_is(struct mem_regs* regs, const struct mem_reg* reg, int window) {
+  int found = 0;
+  pthread_mutex_lock(&regs->lock);
+  for (const struct mem_reg* r = regs->head; r && !found; r = r->next)
+    found = r == reg && r->window == window;
+  pthread_mutex_unlock(&regs->lock);
+  return found;
 }
 
 /* Whether all of [ptr, ptr + bytes) lies in r (no overflow near the top). */
@@ -125,7 +147,7 @@ NCCL_API(ncclResult_t, ncclCommDeregister, const ncclComm_t comm, void* handle);
 ncclResult_t ncclCommDeregister(const ncclComm_t comm, void* handle) {
   ncclResult_t res = ncclSuccess;
   CHECK(comm_check(comm, "ncclCommDeregister"));
-  if (mem_reg_remove(&comm->regs, handle) != ncclSuccess)
+  if (!mem_reg_is(&comm->regs, handle, 0) || mem_reg_remove(&comm->regs, handle) != ncclSuccess)
     FAIL(ncclInvalidArgument, "ncclCommDeregister : %p is not a registration of this comm", handle);
 fail:
   return res;

@@ -28,10 +28,13 @@ ncclResult_t mem_copy(void* dst, const void* src, size_t bytes);
  * transport id (TRANSPORT_COUNT fits, transport_table.c checks). */
 #define MEM_REG_HANDLES 8
 
-/* One ncclCommRegister'ed range; the handle the user gets back. */
+/* One ncclCommRegister'ed range, or a window (ncclCommWindowRegister);
+ * the handle the user gets back. */
 struct mem_reg {
   void* base;
   size_t size;
+  int window; /* 1: a window, with its flags in win_flags */
+  int win_flags;
   void* handles[MEM_REG_HANDLES]; /* the attach hook's, by transport id */
   struct mem_reg* next;
 };
@@ -60,8 +63,14 @@ void mem_regs_init(struct mem_regs* regs, const struct mem_reg_hooks* hooks);
 /* Drop every registration left (the user need not deregister first). */
 void mem_regs_free(struct mem_regs* regs);
 ncclResult_t mem_reg_add(struct mem_regs* regs, void* base, size_t size, struct mem_reg** out);
+/* The same for a window with its NCCL_WIN_* flags. */
+ncclResult_t mem_window_add(struct mem_regs* regs, void* base, size_t size, int flags,
+                            struct mem_reg** out);
 /* ncclInvalidArgument when `reg` is not one of these registrations. */
 ncclResult_t mem_reg_remove(struct mem_regs* regs, struct mem_reg* reg);
+/* Whether `reg` is one of these registrations, a window (window 1) or a
+ * plain one (window 0). */
+int mem_reg_is(struct mem_regs* regs, const struct mem_reg* reg, int window);
 /* The registration covering all of [ptr, ptr + bytes), if any: what a
  * transport that maps or pins memory looks up before moving a buffer. It
  * stays valid until the user deregisters it, which must not overlap a call

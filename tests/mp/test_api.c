@@ -137,6 +137,103 @@ static void test_group_simulate(void** state) {
   assert_int_equal(mp_launch(3, simulate_body, NULL, NULL), 0);
 }
 
+/* ncclCommProperties_t as NCCL 2.32's nccl_device/host.h lays it out. */
+typedef struct {
+  size_t size;
+  unsigned int magic, version;
+  int rank, nRanks, cudaDev, nvmlDev;
+  _Bool deviceApiSupport, multimemSupport;
+  int ginType, nLsaTeams;
+  _Bool hostRmaSupport;
+  int railedGinType;
+  uint64_t commHash;
+  int ginMinStride, ginConnectionType;
+  _Bool ginSupport[64];
+  size_t devCommRuntimeVersionSize;
+  _Bool cftSupport, cftMulticastSupport, cftCountedSupport;
+} comm_properties;
+ncclResult_t ncclCommQueryProperties(ncclComm_t comm, comm_properties* props);
+
+/* Properties (honest: no device API), windows, memory statistics and
+ * suspend/resume on a live comm. */
+static int comm_state_body(const mp_env* env) {
+  ncclComm_t comm = NULL;
+  if (mp_comm_init(env, &comm) != 0) return 1;
+  int bad = 0;
+  comm_properties p;
+  memset(&p, 0x7f, sizeof(p));
+  p.size = sizeof(p);
+  p.magic = NCCL_API_MAGIC;
+  p.version = NCCL_VERSION_CODE;
+  bad += mp_expect_rc(env, comm, ncclCommQueryProperties(comm, &p), ncclSuccess,
+                      "ncclCommQueryProperties");
+  if (p.rank != env->rank || p.nRanks != env->nranks || p.deviceApiSupport || p.multimemSupport ||
+      p.hostRmaSupport || p.ginType != 0 || p.ginSupport[2] || p.cftCountedSupport)
+    mp_fail(env, "properties: rank %d of %d, device API %d multimem %d", p.rank, p.nRanks,
+            p.deviceApiSupport, p.multimemSupport),
+        bad++;
+  comm_properties short_props;
+  memset(&short_props, 0x7f, sizeof(short_props));
+  short_props.size = 24; /* a header that knew rank and nRanks only */
+  short_props.magic = NCCL_API_MAGIC;
+  bad += mp_expect_rc(env, comm, ncclCommQueryProperties(comm, &short_props), ncclSuccess,
+                      "ncclCommQueryProperties(24 bytes)");
+  if (short_props.nRanks != env->nranks || short_props.cudaDev != 0x7f7f7f7f)
+    mp_fail(env, "a 24-byte properties struct was not filled up to its size and no further"), bad++;
+  /* a window: registered, found, used, refused as a plain registration */
+  float* buf = malloc(sizeof(float) * 8192);
+  for (int i = 0; i < 8192; i++) buf[i] = (float)(env->rank + 1);
+  ncclWindow_t win = NULL;
+  void* user = NULL;
+  bad += mp_expect_rc(
+      env, comm,
+      ncclCommWindowRegister(comm, buf, 8192 * sizeof(float), &win, NCCL_WIN_COLL_SYMMETRIC),
+      ncclSuccess, "ncclCommWindowRegister");
+  bad += mp_expect_rc(env, comm, ncclWinGetUserPtr(comm, win, &user), ncclSuccess,
+                      "ncclWinGetUserPtr");
+  if (user != buf) mp_fail(env, "ncclWinGetUserPtr gave %p, not %p", user, (void*)buf), bad++;
+  bad += mp_expect_rc(env, comm, ncclAllReduce(buf, buf, 8192, ncclFloat, ncclSum, comm, NULL),
+                      ncclSuccess, "ncclAllReduce in a window");
+  if (buf[8191] != (float)(env->nranks * (env->nranks + 1) / 2))
+    mp_fail(env, "window all-reduce: %g", buf[8191]), bad++;
+  bad += mp_expect_rc(env, comm, ncclCommDeregister(comm, win), ncclInvalidArgument,
+                      "ncclCommDeregister(a window)");
+  bad += mp_expect_rc(env, comm, ncclCommWindowDeregister(comm, win), ncclSuccess,
+                      "ncclCommWindowDeregister");
+  bad += mp_expect_rc(env, comm, ncclCommWindowDeregister(comm, win), ncclInvalidArgument,
+                      "ncclCommWindowDeregister twice");
+  bad += mp_expect_rc(env, comm, ncclCommWindowRegister(comm, buf, 64, &win, 0x100),
+                      ncclInvalidArgument, "ncclCommWindowRegister(flags 0x100)");
+  /* memory statistics and suspend/resume */
+  uint64_t v = 7;
+  bad += mp_expect_rc(env, comm, ncclCommMemStats(comm, ncclStatGpuMemTotal, &v), ncclSuccess,
+                      "ncclCommMemStats");
+  if (v != 0) mp_fail(env, "GPU memory of a host comm: %llu bytes", (unsigned long long)v), bad++;
+  bad += mp_expect_rc(env, comm, ncclCommSuspend(comm, NCCL_SUSPEND_MEM), ncclSuccess,
+                      "ncclCommSuspend");
+  bad += mp_expect_rc(env, comm, ncclCommMemStats(comm, ncclStatGpuMemSuspended, &v), ncclSuccess,
+                      "ncclCommMemStats(suspended)");
+  if (v != 1) mp_fail(env, "suspended reads %llu", (unsigned long long)v), bad++;
+  bad += mp_expect_rc(env, comm, ncclAllReduce(buf, buf, 1, ncclFloat, ncclSum, comm, NULL),
+                      ncclInvalidUsage, "ncclAllReduce while suspended");
+  bad += mp_expect_rc(env, comm, ncclCommResume(comm), ncclSuccess, "ncclCommResume");
+  bad += mp_expect_rc(env, comm, ncclCommResume(comm), ncclInvalidUsage, "ncclCommResume twice");
+  bad += mp_expect_rc(env, comm, ncclCommMemStats(comm, (ncclCommMemStat_t)9, &v),
+                      ncclInvalidArgument, "ncclCommMemStats(9)");
+  for (int i = 0; i < 8192; i++) buf[i] = 1.0f;
+  bad += mp_expect_rc(env, comm, ncclAllReduce(buf, buf, 8192, ncclFloat, ncclSum, comm, NULL),
+                      ncclSuccess, "ncclAllReduce after resume");
+  if (buf[0] != (float)env->nranks) mp_fail(env, "all-reduce after resume: %g", buf[0]), bad++;
+  free(buf);
+  bad += mp_expect_rc(env, comm, ncclCommDestroy(comm), ncclSuccess, "ncclCommDestroy");
+  return bad != 0;
+}
+
+static void test_comm_state(void** state) {
+  (void)state;
+  assert_int_equal(mp_launch(3, comm_state_body, NULL, NULL), 0);
+}
+
 /* The parameter API reads the same table the library runs on. */
 static int param_body(const mp_env* env) {
   int bad = 0;
@@ -265,7 +362,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_config_exact), cmocka_unit_test(test_group_simulate),
       cmocka_unit_test(test_params),       cmocka_unit_test(test_reset_debug_init),
-      cmocka_unit_test(test_refusals),
+      cmocka_unit_test(test_refusals),     cmocka_unit_test(test_comm_state),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,48 @@
+/*
+ * A comm's control channel: a listener of its own, opened at init, whose
+ * address every rank publishes with its peer info. It carries messages
+ * that must reach some ranks without the others, such as the id of the
+ * communicator ncclCommShrink makes for the survivors of a failure: the
+ * comm's data connections may be broken and its collectives need the
+ * excluded ranks. A message is one fixed-size hello on a fresh connection,
+ * vouched for by the comm's data secret.
+ */
+#ifndef BRAID_COMM_CTRL_H_
+#define BRAID_COMM_CTRL_H_
+
+#include <stdint.h>
+
+#include "nccl.h"
+
+struct ncclComm;
+union socket_addr;
+
+#define CTRL_MAGIC 0x4c525443u /* "CTRL" */
+
+enum ctrl_kind { CTRL_SHRINK = 1, CTRL_GROW = 2 };
+
+struct ctrl_msg {
+  uint32_t magic;
+  uint32_t kind;   /* enum ctrl_kind */
+  uint64_t secret; /* the comm's data secret */
+  uint64_t epoch;  /* which use of this kind on the comm (its ranks count alike) */
+  int32_t from;    /* sender's rank in the comm */
+  int32_t reserved;
+  ncclUniqueId id; /* the new comm's id */
+};
+
+/* Open the comm's listener on `where` (port 0: any; the port is written
+ * back) into comm->ctrl_fd. */
+ncclResult_t ctrl_listen(struct ncclComm* comm, union socket_addr* where);
+
+/* Send one message to `peer` (a fresh connection, closed after). */
+ncclResult_t ctrl_send(struct ncclComm* comm, int peer, const struct ctrl_msg* msg,
+                       uint64_t deadline_ns);
+
+/* Wait for the message of `kind` and `epoch` from rank `from` (-1: any
+ * rank of the comm); messages
+ * that are not it (a stranger, an old epoch) are dropped with a log line. */
+ncclResult_t ctrl_recv(struct ncclComm* comm, uint32_t kind, uint64_t epoch, int from,
+                       struct ctrl_msg* out, uint64_t deadline_ns);
+
+#endif /* BRAID_COMM_CTRL_H_ */

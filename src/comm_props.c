@@ -1,0 +1,91 @@
+/*
+ * What a comm says of itself beyond its rank and size: ncclCommQueryProperties
+ * (an honest "no" to every device-side capability: Braid provides no device
+ * API, no GIN, no multimem, no CFT) and ncclCommMemStats (the GPU memory the
+ * comm holds: none on the host path).
+ */
+#include <stdbool.h>
+#include <stddef.h>
+#include <string.h>
+
+#include "comm.h"
+#include "core.h"
+
+/* ncclCommProperties_t of NCCL 2.32's nccl_device/host.h (152 bytes; its
+ * layout is ABI). Older headers made prefixes; fields past the caller's
+ * size are not written. */
+struct comm_properties {
+  size_t size;
+  unsigned int magic;
+  unsigned int version;
+  int rank;
+  int nRanks;
+  int cudaDev;
+  int nvmlDev;
+  bool deviceApiSupport;
+  bool multimemSupport;
+  int ginType; /* ncclGinType_t: NCCL_GIN_TYPE_NONE = 0 */
+  int nLsaTeams;
+  bool hostRmaSupport;
+  int railedGinType;
+  uint64_t commHash;
+  int ginMinStride;
+  int ginConnectionType; /* NCCL_GIN_CONNECTION_NONE = 0 */
+  bool ginSupport[64];
+  size_t devCommRuntimeVersionSize;
+  bool cftSupport;
+  bool cftMulticastSupport;
+  bool cftCountedSupport;
+};
+
+_Static_assert(sizeof(struct comm_properties) == 152, "ncclCommProperties_t is 152 bytes");
+_Static_assert(offsetof(struct comm_properties, commHash) == 56, "ncclCommProperties_t layout");
+_Static_assert(offsetof(struct comm_properties, cftSupport) == 144, "ncclCommProperties_t layout");
+
+NCCL_API(ncclResult_t, ncclCommQueryProperties, ncclComm_t comm, void* props);
+ncclResult_t ncclCommQueryProperties(ncclComm_t comm, void* props) {
+  ncclResult_t res = ncclSuccess;
+  struct comm_properties* user = props;
+  CHECK(comm_check(comm, "ncclCommQueryProperties"));
+  if (user == NULL || user->magic != NCCL_API_MAGIC ||
+      user->size < offsetof(struct comm_properties, rank))
+    FAIL(ncclInvalidArgument,
+         "ncclCommQueryProperties : props not initialized with NCCL_COMM_PROPERTIES_INITIALIZER");
+  struct comm_properties p;
+  memset(&p, 0, sizeof(p));
+  p.size = user->size;
+  p.magic = user->magic;
+  p.version = user->version;
+  p.rank = comm->rank;
+  p.nRanks = comm->nranks;
+  p.cudaDev = comm->cuda_dev;
+  p.nvmlDev = comm->cuda_dev;
+  p.nLsaTeams = 0; /* no rank reaches another's memory by load and store */
+  p.commHash = comm->id.key;
+  memcpy((char*)user + offsetof(struct comm_properties, rank),
+         (const char*)&p + offsetof(struct comm_properties, rank),
+         MIN(user->size, sizeof(p)) - offsetof(struct comm_properties, rank));
+fail:
+  return res;
+}
+
+NCCL_API(ncclResult_t, ncclCommMemStats, ncclComm_t comm, ncclCommMemStat_t stat, uint64_t* value);
+ncclResult_t ncclCommMemStats(ncclComm_t comm, ncclCommMemStat_t stat, uint64_t* value) {
+  ncclResult_t res = ncclSuccess;
+  CHECK(comm_check(comm, "ncclCommMemStats"));
+  if (value == NULL) FAIL(ncclInvalidArgument, "ncclCommMemStats : value is NULL");
+  switch (stat) {
+    case ncclStatGpuMemSuspended:
+      *value = (uint64_t)atomic_load(&comm->suspended);
+      break;
+    case ncclStatGpuMemSuspend: /* the host path allocates no GPU memory */
+    case ncclStatGpuMemPersist:
+    case ncclStatGpuMemTotal:
+      *value = 0;
+      break;
+    default:
+      FAIL(ncclInvalidArgument, "ncclCommMemStats : unknown statistic %d", (int)stat);
+  }
+fail:
+  return res;
+}

@@ -1,0 +1,87 @@
+/*
+ * ncclCommGrow: a new communicator of the parent's ranks (same ranks) and
+ * new ranks after them. One parent rank makes the id (ncclCommGetUniqueId:
+ * a bootstrap root in its process) and hands it to the new ranks its own
+ * way; in ncclCommGrow it passes the id and sends it to the other parent
+ * ranks over the control channel (comm_ctrl.h), which they wait for. Then
+ * all initialize the new comm with it.
+ */
+#include <string.h>
+
+#include "comm.h"
+#include "comm_ctrl.h"
+#include "core.h"
+#include "param.h"
+#include "socket.h"
+
+NCCL_API(ncclResult_t, ncclCommGetUniqueId, ncclComm_t comm, ncclUniqueId* uniqueId);
+ncclResult_t ncclCommGetUniqueId(ncclComm_t comm, ncclUniqueId* uniqueId) {
+  ncclResult_t res = ncclSuccess;
+  CHECK(comm_check_call(comm, "ncclCommGetUniqueId"));
+  if (uniqueId == NULL) FAIL(ncclInvalidArgument, "ncclCommGetUniqueId : uniqueId is NULL");
+  if (comm->grow_id_pending)
+    FAIL(ncclInvalidUsage,
+         "ncclCommGetUniqueId : the previous id was not consumed by ncclCommGrow");
+  CHECK(bootstrap_new_root_id(&comm->grow_id));
+  comm->grow_id_pending = 1;
+  *uniqueId = comm->grow_id;
+fail:
+  return res;
+}
+
+/* A parent rank: the id from the rank that made it (sent to the others
+ * when it is this one), then this rank's old place in the new comm. */
+static ncclResult_t grow_parent_id(struct ncclComm* comm, const ncclUniqueId* given,
+                                   ncclUniqueId* id) {
+  ncclResult_t res = ncclSuccess;
+  struct ctrl_msg m;
+  uint64_t epoch = ++comm->grow_epoch, deadline = socket_deadline(param_timeout_ms());
+  if (given == NULL) {
+    CHECK(ctrl_recv(comm, CTRL_GROW, epoch, -1, &m, deadline));
+    *id = m.id;
+    return ncclSuccess;
+  }
+  if (!comm->grow_id_pending || memcmp(given, &comm->grow_id, sizeof(*given)) != 0)
+    FAIL(ncclInvalidArgument,
+         "ncclCommGrow : the id is not this rank's unconsumed ncclCommGetUniqueId (other parent "
+         "ranks pass NULL)");
+  comm->grow_id_pending = 0;
+  *id = *given;
+  memset(&m, 0, sizeof(m));
+  m = (struct ctrl_msg){CTRL_MAGIC, CTRL_GROW, comm->tctx.secret, epoch, comm->rank, 0, *id};
+  for (int r = 0; r < comm->nranks; r++)
+    if (r != comm->rank) CHECK(ctrl_send(comm, r, &m, deadline));
+fail:
+  return res;
+}
+
+NCCL_API(ncclResult_t, ncclCommGrow, ncclComm_t comm, int nRanks, const ncclUniqueId* uniqueId,
+         int rank, ncclComm_t* newcomm, ncclConfig_t* config);
+ncclResult_t ncclCommGrow(ncclComm_t comm, int nRanks, const ncclUniqueId* uniqueId, int rank,
+                          ncclComm_t* newcomm, ncclConfig_t* config) {
+  ncclResult_t res = ncclSuccess;
+  ncclUniqueId id;
+  if (newcomm == NULL) FAIL(ncclInvalidArgument, "ncclCommGrow : newcomm is NULL");
+  *newcomm = NULL;
+  if (comm == NULL) { /* a new rank */
+    if (uniqueId == NULL || rank < 0 || rank >= nRanks)
+      FAIL(ncclInvalidArgument,
+           "ncclCommGrow : a new rank needs the id and a rank in [0,%d), got %d", nRanks, rank);
+    return ncclCommInitRankConfig(newcomm, nRanks, *uniqueId, rank, config);
+  }
+  CHECK(comm_check_call(comm, "ncclCommGrow"));
+  if (rank != -1 || nRanks <= comm->nranks)
+    FAIL(ncclInvalidArgument,
+         "ncclCommGrow : a parent rank passes rank -1 (got %d) and more than its %d ranks (got %d)",
+         rank, comm->nranks, nRanks);
+  ncclConfig_t cfg = comm->config;
+  if (config) CHECK(comm_config_read(config, &cfg));
+  CHECK(grow_parent_id(comm, uniqueId, &id));
+  INFO(SUB_INIT, "Grow: rank %d of %d joins a comm of %d", comm->rank, comm->nranks, nRanks);
+  res = ncclCommInitRankConfig(newcomm, nRanks, id, comm->rank, &cfg);
+  if (res == ncclInProgress) goto done;
+  CHECK(res);
+done:
+fail:
+  return res;
+}

@@ -1,0 +1,113 @@
+/*
+ * ncclCommShrink: a new communicator of the parent's ranks minus an
+ * excluded list, made without the excluded ranks, which may be dead. The
+ * survivors keep their order; the first of them (the leader) makes a fresh
+ * bootstrap id and hands it to each other survivor over the parent's
+ * control channel (comm_ctrl.h), then all initialize the new comm with it.
+ * NCCL_SHRINK_ABORT first revokes the parent's work in flight (the way
+ * out after a failure); the default waits for it to finish.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm.h"
+#include "comm_ctrl.h"
+#include "core.h"
+#include "param.h"
+#include "socket.h"
+#include "stream.h"
+
+/* The exclude list as a per-rank mask: every entry a rank of the parent,
+ * none twice, not the caller. */
+static ncclResult_t shrink_mask(const struct ncclComm* comm, const int* list, int n,
+                                unsigned char* excluded) {
+  if (n < 0 || n >= comm->nranks || (n > 0 && list == NULL)) {
+    WARN("ncclCommShrink : %d ranks to exclude of %d (list %p)", n, comm->nranks,
+         (const void*)list);
+    return ncclInvalidArgument;
+  }
+  for (int i = 0; i < n; i++) {
+    int r = list[i];
+    if (r < 0 || r >= comm->nranks || excluded[r]) {
+      WARN("ncclCommShrink : excluded rank %d is out of range [0,%d) or listed twice", r,
+           comm->nranks);
+      return ncclInvalidArgument;
+    }
+    excluded[r] = 1;
+  }
+  if (excluded[comm->rank]) {
+    WARN("ncclCommShrink : rank %d is in its own exclude list (excluded ranks do not call)",
+         comm->rank);
+    return ncclInvalidArgument;
+  }
+  return ncclSuccess;
+}
+
+/* The leader's side: a fresh id to every other survivor. Its root serves
+ * in this process until the new comm's ranks have all registered. */
+static ncclResult_t shrink_send_ids(struct ncclComm* comm, const unsigned char* excluded,
+                                    uint64_t epoch, ncclUniqueId* id) {
+  ncclResult_t res = ncclSuccess;
+  struct ctrl_msg m;
+  memset(&m, 0, sizeof(m));
+  CHECK(bootstrap_new_root_id(id));
+  m = (struct ctrl_msg){CTRL_MAGIC, CTRL_SHRINK, comm->tctx.secret, epoch, comm->rank, 0, *id};
+  uint64_t deadline = socket_deadline(param_timeout_ms());
+  for (int r = 0; r < comm->nranks; r++)
+    if (!excluded[r] && r != comm->rank) CHECK(ctrl_send(comm, r, &m, deadline));
+fail:
+  return res;
+}
+
+/* Let the parent's work end: revoked (abort), or run to completion. */
+static ncclResult_t shrink_quiesce(struct ncclComm* comm, int flags) {
+  if (flags & NCCL_SHRINK_ABORT) return comm_revoke(comm);
+  if (atomic_load(&comm->error) != ncclSuccess) {
+    WARN("ncclCommShrink : the communicator has failed; shrink it with NCCL_SHRINK_ABORT");
+    return ncclInvalidUsage;
+  }
+  return comm->internal_stream ? stream_sync(comm->internal_stream) : ncclSuccess;
+}
+
+NCCL_API(ncclResult_t, ncclCommShrink, ncclComm_t comm, int* excludeRanksList,
+         int excludeRanksCount, ncclComm_t* newcomm, ncclConfig_t* config, int shrinkFlags);
+ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksList, int excludeRanksCount,
+                            ncclComm_t* newcomm, ncclConfig_t* config, int shrinkFlags) {
+  ncclResult_t res = ncclSuccess;
+  unsigned char* excluded = NULL;
+  ncclUniqueId id;
+  struct ctrl_msg m;
+  CHECK(comm_check(comm, "ncclCommShrink"));
+  if (newcomm == NULL) FAIL(ncclInvalidArgument, "ncclCommShrink : newcomm is NULL");
+  *newcomm = NULL;
+  if (shrinkFlags & ~NCCL_SHRINK_ABORT)
+    FAIL(ncclInvalidArgument, "ncclCommShrink : unknown flags 0x%x", shrinkFlags);
+  CHECK(braid_calloc(&excluded, (size_t)comm->nranks, 1));
+  CHECK(shrink_mask(comm, excludeRanksList, excludeRanksCount, excluded));
+  int newrank = 0, leader = -1;
+  for (int r = 0; r < comm->nranks; r++) {
+    if (excluded[r]) continue;
+    if (leader < 0) leader = r;
+    newrank += r < comm->rank;
+  }
+  ncclConfig_t cfg = comm->config;
+  if (config) CHECK(comm_config_read(config, &cfg));
+  CHECK(shrink_quiesce(comm, shrinkFlags));
+  uint64_t epoch = ++comm->shrink_epoch;
+  INFO(SUB_INIT, "Shrink: rank %d -> rank %d of %d (%d excluded%s), leader rank %d", comm->rank,
+       newrank, comm->nranks - excludeRanksCount, excludeRanksCount,
+       (shrinkFlags & NCCL_SHRINK_ABORT) ? ", parent revoked" : "", leader);
+  if (comm->rank == leader) {
+    CHECK(shrink_send_ids(comm, excluded, epoch, &id));
+  } else {
+    CHECK(ctrl_recv(comm, CTRL_SHRINK, epoch, leader, &m, socket_deadline(param_timeout_ms())));
+    id = m.id;
+  }
+  res = ncclCommInitRankConfig(newcomm, comm->nranks - excludeRanksCount, id, newrank, &cfg);
+  if (res == ncclInProgress) goto done;
+  CHECK(res);
+done:
+fail:
+  free(excluded);
+  return res;
+}
