@@ -154,7 +154,7 @@ done:
   free(names);
 }
 
-/* ---- fallback without hwloc ---- */
+/* ---- the last resort: one node of every online CPU ---- */
 
 static void topo_fallback_numa_fill(struct topo_system* sys) {
   struct topo_numa* nm = &sys->numa[0];
@@ -168,18 +168,6 @@ static void topo_fallback_numa_fill(struct topo_system* sys) {
     snprintf(nm->cpuset, sizeof(nm->cpuset), "0-%d", sys->npus - 1);
   if (f != NULL) fclose(f);
   nm->cpuset[strcspn(nm->cpuset, "\n")] = '\0';
-}
-
-/* Without hwloc, SMT siblings are not told apart: every PU counts as a core,
- * and the host is one NUMA node. Good enough for a cost model. */
-static void topo_fallback_fill(struct topo_system* sys) {
-  long n = sysconf(_SC_NPROCESSORS_ONLN);
-  sys->npus = n > 0 && n <= INT_MAX ? (int)n : 1;
-  sys->ncores = sys->npus;
-  sys->l1d_bytes = topo_sysconf_u64(_SC_LEVEL1_DCACHE_SIZE);
-  sys->l2_bytes = topo_sysconf_u64(_SC_LEVEL2_CACHE_SIZE);
-  sys->l3_bytes = topo_sysconf_u64(_SC_LEVEL3_CACHE_SIZE);
-  topo_fallback_numa_fill(sys);
 }
 
 /* ---- memcpy bandwidth ---- */
@@ -220,7 +208,7 @@ ncclResult_t topo_detect(struct topo_system* sys) {
   topo_hostname_read(sys->hostname, sizeof(sys->hostname));
   if (topo_hwloc_fill(sys) != ncclSuccess) {
     INFO(TOPO_LOG_SUB, "Topology: using sysconf/sysfs instead of hwloc");
-    topo_fallback_fill(sys); /* hwloc wrote nothing: it fails only before filling */
+    topo_sysfs_fill(sys); /* hwloc wrote nothing: it fails only before filling */
   }
   if (sys->ncores <= 0) sys->ncores = sys->npus; /* some VMs show hwloc no cores */
   if (sys->nnuma == 0) topo_fallback_numa_fill(sys);
@@ -348,7 +336,7 @@ void topo_log_summary(const struct topo_system* sys) {
 
 /* "0-3,8-11" into a cpu_set_t: the kernel's list format, as hwloc writes it.
  * Returns 0, or -1 when malformed or naming a CPU past CPU_SETSIZE. */
-static int topo_cpuset_parse(const char* list, cpu_set_t* set) {
+int topo_cpuset_parse(const char* list, cpu_set_t* set) {
   const char* s = list;
   CPU_ZERO(set);
   while (*s) {

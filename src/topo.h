@@ -7,6 +7,7 @@
 #ifndef BRAID_TOPO_H_
 #define BRAID_TOPO_H_
 
+#include <sched.h>
 #include <stdint.h>
 
 #include "nccl.h"
@@ -71,6 +72,16 @@ ncclResult_t topo_parse_text(const char* name, const char* text, size_t len,
  * nodes, PCI NICs and GPUs. ncclSystemError, with sys untouched, when
  * libhwloc cannot be opened (BRAID_HWLOC_LIB) or fails. */
 ncclResult_t topo_hwloc_fill(struct topo_system* sys);
+
+/* The same from sysfs and sysconf (topo_sysfs.c), when hwloc is not there:
+ * cores, PUs, caches, NUMA nodes (none when sysfs lists none) and GPUs. */
+void topo_sysfs_fill(struct topo_system* sys);
+/* The same under `root` instead of / (tests give it a made-up tree). */
+void topo_sysfs_fill_at(struct topo_system* sys, const char* root);
+
+/* "0-3,8-11" (the kernel's list format) into a set; 0, or -1 when
+ * malformed or naming a CPU past CPU_SETSIZE. */
+int topo_cpuset_parse(const char* list, cpu_set_t* set);
 
 /* Append a NIC named `ifname` (its speed read from sysfs); NULL when the
  * table is full. */

@@ -33,12 +33,14 @@ for nv in /usr/local/cuda/lib64/libnccl.so.2 /usr/lib/x86_64-linux-gnu/libnccl.s
   fi
 done
 
-needed=$(readelf -d "$lib" | awk '/NEEDED/ {gsub(/[\[\]]/, "", $5); print $5}')
-for n in $needed; do
-  case "$n" in
-    libc.so.* | libm.so.* | libpthread.so.* | libdl.so.* | librt.so.* | ld-linux*) ;;
-    *) echo "NEEDED beyond the C runtime: $n"; fail=1 ;;
-  esac
+for l in "$lib" "$build/lib/libbraid.so"; do
+  needed=$(readelf -d "$l" | awk '/NEEDED/ {gsub(/[\[\]]/, "", $5); print $5}')
+  for n in $needed; do
+    case "$n" in
+      libc.so.* | libm.so.* | libpthread.so.* | libdl.so.* | librt.so.* | ld-linux*) ;;
+      *) echo "$(basename "$l") NEEDs beyond the C runtime: $n"; fail=1 ;;
+    esac
+  done
+  echo "$(basename "$l") NEEDED: $(echo $needed)"
 done
-echo "NEEDED: $(echo $needed)"
 exit $fail

@@ -154,37 +154,106 @@ static void test_detect(void** state) {
 }
 
 /* With libhwloc out of reach (BRAID_HWLOC_LIB names no library), detection
- * takes sysconf and sysfs and reaches the decisions hwloc's view gives on
- * this machine: the cores a rank reports (with one thread per core), the
- * NUMA nodes, every interface and its speed. In a child that detects
- * first: the library is opened, or not, once per process. */
+ * reads sysfs and reaches what hwloc's view gives on this machine: cores,
+ * PUs, NUMA nodes with their CPUs, GPUs; the NICs come from sysfs either
+ * way. In a child that detects first: the library is opened, or not, once
+ * per process. */
+static int hidden_child(void) {
+  static struct topo_system s, hw;
+  setenv("BRAID_HWLOC_LIB", "/nonexistent/libhwloc.so.15", 1);
+  param_cache_reset();
+  if (topo_hwloc_fill(&hw) != ncclSystemError) return 2;
+  if (topo_detect(&s) != ncclSuccess) return 3;
+  hwloc_topology_t t;
+  if (hwloc_topology_init(&t) != 0 ||
+      hwloc_topology_set_io_types_filter(t, HWLOC_TYPE_FILTER_KEEP_IMPORTANT) != 0 ||
+      hwloc_topology_load(t) != 0)
+    return 4;
+  int cores = hwloc_get_nbobjs_by_type(t, HWLOC_OBJ_CORE);
+  int pus = hwloc_get_nbobjs_by_type(t, HWLOC_OBJ_PU);
+  int nodes = hwloc_get_nbobjs_by_type(t, HWLOC_OBJ_NUMANODE);
+  int bad = s.npus != pus ? 5 : s.ncores != cores ? 6 : s.nnuma != nodes ? 7 : 0;
+  for (int i = 0; !bad && i < nodes && i < TOPO_MAX_NUMA; i++) {
+    hwloc_obj_t n = hwloc_get_obj_by_type(t, HWLOC_OBJ_NUMANODE, (unsigned)i);
+    if (s.numa[i].os_index != (int)n->os_index ||
+        s.numa[i].npus != hwloc_get_nbobjs_inside_cpuset_by_type(t, n->cpuset, HWLOC_OBJ_PU))
+      bad = 8;
+  }
+  int gpus = 0;
+  for (hwloc_obj_t p = hwloc_get_next_pcidev(t, NULL); p; p = hwloc_get_next_pcidev(t, p))
+    gpus += p->attr->pcidev.vendor_id == 0x10de &&
+            (p->attr->pcidev.class_id == 0x0300 || p->attr->pcidev.class_id == 0x0302);
+  if (!bad && s.ngpus != gpus) bad = 9;
+  hwloc_topology_destroy(t);
+  if (bad)
+    fprintf(stderr, "sysfs: %d cores %d PUs %d nodes %d GPUs; hwloc: %d %d %d %d\n", s.ncores,
+            s.npus, s.nnuma, s.ngpus, cores, pus, nodes, gpus);
+  return bad;
+}
+
 static void test_detect_hwloc_hidden(void** state) {
   (void)state;
   pid_t pid = fork();
   assert_true(pid >= 0);
-  if (pid == 0) {
-    static struct topo_system s, hw;
-    setenv("BRAID_HWLOC_LIB", "/nonexistent/libhwloc.so.15", 1);
-    param_cache_reset();
-    if (topo_hwloc_fill(&hw) != ncclSystemError) _exit(2);
-    if (topo_detect(&s) != ncclSuccess) _exit(3);
-    hwloc_topology_t t;
-    if (hwloc_topology_init(&t) != 0 || hwloc_topology_load(t) != 0) _exit(4);
-    int cores = hwloc_get_nbobjs_by_type(t, HWLOC_OBJ_CORE);
-    int pus = hwloc_get_nbobjs_by_type(t, HWLOC_OBJ_PU);
-    int nodes = hwloc_get_nbobjs_by_type(t, HWLOC_OBJ_NUMANODE);
-    hwloc_topology_destroy(t);
-    if (s.npus != pus) _exit(5);
-    if (cores == pus && s.ncores != cores) _exit(6); /* no SMT: the same cores */
-    if (nodes == 1 && s.nnuma != 1) _exit(7);
-    for (int i = 0; i < s.nnics; i++)
-      if (s.nics[i].speed_mbps < 0) _exit(8);
-    _exit(0);
-  }
+  if (pid == 0) _exit(hidden_child());
   int st = 0;
   assert_int_equal(waitpid(pid, &st, 0), pid);
   assert_true(WIFEXITED(st));
   assert_int_equal(WEXITSTATUS(st), 0);
+}
+
+/* A made-up sysfs: 8 online CPUs in 2 packages of 2 cores with 2 threads
+ * each, one node per package, and on the PCI bus an NVIDIA 3D controller on
+ * node 1, an NVIDIA audio function and an Intel VGA device. */
+static void fake_file(const char* root, const char* rel, const char* text) {
+  char path[PATH_MAX], cmd[PATH_MAX + 32];
+  snprintf(path, sizeof(path), "%s/%s", root, rel);
+  snprintf(cmd, sizeof(cmd), "mkdir -p \"$(dirname '%s')\"", path);
+  assert_int_equal(system(cmd), 0);
+  FILE* f = fopen(path, "w");
+  assert_non_null(f);
+  fputs(text, f);
+  fclose(f);
+}
+
+static void test_sysfs_fake_tree(void** state) {
+  (void)state;
+  char root[PATH_MAX], rel[128], text[64];
+  snprintf(root, sizeof(root), "%s/sysfs", g_dir);
+  fake_file(root, "sys/devices/system/cpu/online", "0-7\n");
+  for (int c = 0; c < 8; c++) { /* cpu c: package c / 4, core (c / 2) % 2 */
+    snprintf(rel, sizeof(rel), "sys/devices/system/cpu/cpu%d/topology/physical_package_id", c);
+    snprintf(text, sizeof(text), "%d\n", c / 4);
+    fake_file(root, rel, text);
+    snprintf(rel, sizeof(rel), "sys/devices/system/cpu/cpu%d/topology/core_id", c);
+    snprintf(text, sizeof(text), "%d\n", (c / 2) % 2);
+    fake_file(root, rel, text);
+  }
+  fake_file(root, "sys/devices/system/node/node0/cpulist", "0-3\n");
+  fake_file(root, "sys/devices/system/node/node1/cpulist", "4-7\n");
+  fake_file(root, "sys/devices/system/node/node1/meminfo", "Node 1 MemTotal:  2048 kB\n");
+  fake_file(root, "sys/devices/system/node/node2/cpulist", "\n"); /* memory only */
+  fake_file(root, "sys/bus/pci/devices/0000:81:00.0/vendor", "0x10de\n");
+  fake_file(root, "sys/bus/pci/devices/0000:81:00.0/class", "0x030200\n");
+  fake_file(root, "sys/bus/pci/devices/0000:81:00.0/numa_node", "1\n");
+  fake_file(root, "sys/bus/pci/devices/0000:81:00.1/vendor", "0x10de\n");
+  fake_file(root, "sys/bus/pci/devices/0000:81:00.1/class", "0x040300\n");
+  fake_file(root, "sys/bus/pci/devices/0000:00:02.0/vendor", "0x8086\n");
+  fake_file(root, "sys/bus/pci/devices/0000:00:02.0/class", "0x030000\n");
+  static struct topo_system s;
+  memset(&s, 0, sizeof(s));
+  topo_sysfs_fill_at(&s, root);
+  assert_int_equal(s.npus, 8);
+  assert_int_equal(s.ncores, 4);
+  assert_int_equal(s.nnuma, 2);
+  assert_int_equal(s.numa[1].os_index, 1);
+  assert_int_equal(s.numa[1].npus, 4);
+  assert_int_equal(s.numa[1].ncores, 2);
+  assert_int_equal(s.numa[1].mem_bytes, 2048 * 1024);
+  assert_string_equal(s.numa[0].cpuset, "0-3");
+  assert_int_equal(s.ngpus, 1);
+  assert_string_equal(s.gpus[0].pci, "0000:81:00.0");
+  assert_int_equal(s.gpus[0].numa, 1);
 }
 
 /* HWLOC_COMPONENTS=stop makes hwloc_topology_load fail. */
@@ -606,6 +675,7 @@ int main(void) {
       cmocka_unit_test(test_detect_hwloc_hidden),
       cmocka_unit_test(test_detect),
       cmocka_unit_test(test_detect_without_hwloc),
+      cmocka_unit_test(test_sysfs_fake_tree),
       cmocka_unit_test(test_detect_hwloc_xml),
       cmocka_unit_test(test_roundtrip),
       cmocka_unit_test(test_whitespace),
