@@ -172,8 +172,9 @@ typedef struct ncclConfigExt {
 
 /*
  * Per-call configuration of the nccl*Config collectives. NULL means the
- * plain call. Braid honours algSelection (an algorithm name, as
- * NCCL_ALGO takes) and ignores the GPU scheduling fields.
+ * plain call. Braid checks the magic and accepts every field, using none:
+ * they steer GPU scheduling, and NCCL_ALGO (not algSelection) chooses
+ * Braid's algorithm.
  */
 typedef struct ncclCollConfig_v23200 {
   size_t size;
