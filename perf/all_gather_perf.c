@@ -2,15 +2,6 @@
  * block lands at r * sendcount of every receive buffer; the size column is the received bytes. */
 #include "common.h"
 
-/* Per-rank blocks of whole 16 bytes; in place, rank r's input sits at its block of recvbuff. */
-static void counts(size_t count, size_t elt_size, int nranks, perf_counts_t* out) {
-  size_t base = perf_block_count(count, elt_size, nranks);
-  out->send = out->param = base;
-  out->recv = base * (size_t)nranks;
-  out->send_inplace = base;
-  out->recv_inplace = 0;
-}
-
 /* Receive element i is element i % sendcount of rank i / sendcount's input. */
 static int expect(const perf_test_t* t, size_t i, perf_val_t* out) {
   size_t base = t->n.param;
@@ -25,7 +16,7 @@ static ncclResult_t run(const perf_test_t* t, const void* send, void* recv) {
 static const perf_coll_t kAllGather = {
     .name = "AllGather",
     .moves_only = 1,
-    .counts = counts,
+    .counts = perf_counts_gathered,
     .bus_factor = perf_bus_ring,
     .alg_bytes = perf_alg_bytes_nranks,
     .init = perf_init_own,

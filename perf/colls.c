@@ -9,6 +9,22 @@ void perf_counts_flat(size_t count, size_t elt_size, int nranks, perf_counts_t* 
   out->send_inplace = out->recv_inplace = 0;
 }
 
+void perf_counts_gathered(size_t count, size_t elt_size, int nranks, perf_counts_t* out) {
+  size_t base = perf_block_count(count, elt_size, nranks);
+  out->send = out->param = base;
+  out->recv = base * (size_t)nranks;
+  out->send_inplace = base;
+  out->recv_inplace = 0;
+}
+
+void perf_counts_scattered(size_t count, size_t elt_size, int nranks, perf_counts_t* out) {
+  size_t base = perf_block_count(count, elt_size, nranks);
+  out->send = base * (size_t)nranks;
+  out->recv = out->param = base;
+  out->send_inplace = 0;
+  out->recv_inplace = base;
+}
+
 size_t perf_block_count(size_t count, size_t elt_size, int nranks) {
   size_t per16 = elt_size < 16 ? 16 / elt_size : 1;
   return count / (size_t)nranks / per16 * per16;

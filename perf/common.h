@@ -86,6 +86,12 @@ int perf_main(int argc, char** argv, const perf_coll_t* coll);
 /* ---- building blocks for descriptors (colls.c) ---- */
 /* send = recv = param = count, no in-place offsets (AllReduce, Broadcast, Reduce, SendRecv). */
 void perf_counts_flat(size_t count, size_t elt_size, int nranks, perf_counts_t* out);
+/* Per-rank blocks of whole 16 bytes. Gathered (AllGather, Gather): each rank sends one block
+ * and nranks blocks arrive, in place rank r's input is block r of recvbuff. Scattered
+ * (ReduceScatter, Scatter): nranks blocks go out and one arrives, in place rank r's output is
+ * block r of the send buffer. */
+void perf_counts_gathered(size_t count, size_t elt_size, int nranks, perf_counts_t* out);
+void perf_counts_scattered(size_t count, size_t elt_size, int nranks, perf_counts_t* out);
 /* Elements per rank block of a count split over nranks, rounded down to whole 16 bytes. */
 size_t perf_block_count(size_t count, size_t elt_size, int nranks);
 double perf_bus_one(int nranks);                      /* busbw factor 1 */

@@ -3,15 +3,6 @@
  * the only one written (and checked). The size column is the gathered bytes. */
 #include "common.h"
 
-/* Per-rank blocks of whole 16 bytes; in place, rank r's input sits at its block of recvbuff. */
-static void counts(size_t count, size_t elt_size, int nranks, perf_counts_t* out) {
-  size_t base = perf_block_count(count, elt_size, nranks);
-  out->send = out->param = base;
-  out->recv = base * (size_t)nranks;
-  out->send_inplace = base;
-  out->recv_inplace = 0;
-}
-
 static int expect(const perf_test_t* t, size_t i, perf_val_t* out) {
   size_t base = t->n.param;
   if (t->rank != t->root) return 0;
@@ -27,7 +18,7 @@ static const perf_coll_t kGather = {
     .name = "Gather",
     .has_root = 1,
     .moves_only = 1,
-    .counts = counts,
+    .counts = perf_counts_gathered,
     .bus_factor = perf_bus_ring,
     .alg_bytes = perf_alg_bytes_nranks,
     .init = perf_init_own,

@@ -2,15 +2,6 @@
  * Rank r receives the reduction of block r of every input; the size column is the sent bytes. */
 #include "common.h"
 
-/* Per-rank blocks of whole 16 bytes; in place, rank r's output is block r of its input. */
-static void counts(size_t count, size_t elt_size, int nranks, perf_counts_t* out) {
-  size_t base = perf_block_count(count, elt_size, nranks);
-  out->send = base * (size_t)nranks;
-  out->recv = out->param = base;
-  out->send_inplace = 0;
-  out->recv_inplace = base;
-}
-
 static int expect(const perf_test_t* t, size_t i, perf_val_t* out) {
   *out = perf_reduced(t, (size_t)t->rank * t->n.param + i);
   return 1;
@@ -23,7 +14,7 @@ static ncclResult_t run(const perf_test_t* t, const void* send, void* recv) {
 static const perf_coll_t kReduceScatter = {
     .name = "ReduceScatter",
     .has_op = 1,
-    .counts = counts,
+    .counts = perf_counts_scattered,
     .bus_factor = perf_bus_ring,
     .alg_bytes = perf_alg_bytes_nranks,
     .init = perf_init_own,

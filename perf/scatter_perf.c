@@ -3,16 +3,6 @@
  * scattered bytes. */
 #include "common.h"
 
-/* Per-rank blocks of whole 16 bytes; in place, rank r's output is its block of the root's
- * buffer. */
-static void counts(size_t count, size_t elt_size, int nranks, perf_counts_t* out) {
-  size_t base = perf_block_count(count, elt_size, nranks);
-  out->recv = out->param = base;
-  out->send = base * (size_t)nranks;
-  out->send_inplace = 0;
-  out->recv_inplace = base;
-}
-
 /* Only the root has an input; other ranks' send buffers are not read. */
 static void init(const perf_test_t* t, void* send) {
   if (t->rank == t->root) perf_init_own(t, send);
@@ -31,7 +21,7 @@ static const perf_coll_t kScatter = {
     .name = "Scatter",
     .has_root = 1,
     .moves_only = 1,
-    .counts = counts,
+    .counts = perf_counts_scattered,
     .bus_factor = perf_bus_ring,
     .alg_bytes = perf_alg_bytes_nranks,
     .init = init,

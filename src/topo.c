@@ -36,11 +36,11 @@ static struct {
 
 /* An integer from a sysfs file, `dflt` when unreadable: virtual NICs answer
  * EINVAL for `speed`, so this is the common case, not an error. */
-static long topo_sysfs_read_long(const char* path, long dflt) {
+long topo_sysfs_read_long(const char* path, long dflt) {
   FILE* f = fopen(path, "r");
   long v;
   if (f == NULL) return dflt;
-  int n = fscanf(f, "%ld", &v);
+  int n = fscanf(f, "%li", &v);
   fclose(f);
   return n == 1 ? v : dflt;
 }

@@ -73,6 +73,10 @@ ncclResult_t topo_parse_text(const char* name, const char* text, size_t len,
  * libhwloc cannot be opened (BRAID_HWLOC_LIB) or fails. */
 ncclResult_t topo_hwloc_fill(struct topo_system* sys);
 
+/* An integer (decimal, or hex with 0x) from a sysfs file, `dflt` when
+ * unreadable: virtual NICs answer EINVAL for `speed`, so that is common. */
+long topo_sysfs_read_long(const char* path, long dflt);
+
 /* The same from sysfs and sysconf (topo_sysfs.c), when hwloc is not there:
  * cores, PUs, caches, NUMA nodes (none when sysfs lists none) and GPUs. */
 void topo_sysfs_fill(struct topo_system* sys);

@@ -19,15 +19,6 @@
 #define SYSFS_NODE "/sys/devices/system/node"
 #define SYSFS_PCI "/sys/bus/pci/devices"
 
-static long sysfs_long(const char* path, long dflt) {
-  FILE* f = fopen(path, "r");
-  long v;
-  if (f == NULL) return dflt;
-  int n = fscanf(f, "%li", &v);
-  fclose(f);
-  return n == 1 ? v : dflt;
-}
-
 /* The first line of a small sysfs file, without its newline; 0 on success. */
 static int sysfs_line(const char* path, char* out, size_t cap) {
   FILE* f = fopen(path, "r");
@@ -56,9 +47,9 @@ static int cores_in(const char* root, const cpu_set_t* set) {
     if (!CPU_ISSET(c, set)) continue;
     char path[PATH_MAX];
     snprintf(path, sizeof(path), "%s" SYSFS_CPU "/cpu%d/topology/physical_package_id", root, c);
-    long pkg = sysfs_long(path, -1 - c);
+    long pkg = topo_sysfs_read_long(path, -1 - c);
     snprintf(path, sizeof(path), "%s" SYSFS_CPU "/cpu%d/topology/core_id", root, c);
-    long core = sysfs_long(path, -1 - c);
+    long core = topo_sysfs_read_long(path, -1 - c);
     int dup = 0;
     for (int i = 0; i < n && !dup; i++) dup = seen[i][0] == pkg && seen[i][1] == core;
     if (!dup) seen[n][0] = pkg, seen[n][1] = core, n++;
@@ -136,14 +127,14 @@ static void gpus_fill(struct topo_system* sys, const char* root) {
   for (int i = 0; i < n && sys->ngpus < TOPO_MAX_GPUS; i++) {
     char path[PATH_MAX + TOPO_NAME_LEN + 16];
     snprintf(path, sizeof(path), "%s/%s/vendor", dir, names[i]);
-    long vendor = sysfs_long(path, 0);
+    long vendor = topo_sysfs_read_long(path, 0);
     snprintf(path, sizeof(path), "%s/%s/class", dir, names[i]);
-    long cls = sysfs_long(path, 0) >> 8;
+    long cls = topo_sysfs_read_long(path, 0) >> 8;
     if (vendor != 0x10de || (cls != 0x0300 && cls != 0x0302)) continue;
     struct topo_gpu* gpu = &sys->gpus[sys->ngpus++];
     snprintf(gpu->pci, sizeof(gpu->pci), "%s", names[i]);
     snprintf(path, sizeof(path), "%s/%s/numa_node", dir, names[i]);
-    long node = sysfs_long(path, -1);
+    long node = topo_sysfs_read_long(path, -1);
     gpu->numa =
         node >= 0 && node <= INT_MAX ? (int)node : (sys->nnuma == 1 ? sys->numa[0].os_index : -1);
   }
