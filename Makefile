@@ -235,9 +235,11 @@ $(TSTDIR)/trainer_ckpt_diff: tests/trainer/ckpt_diff.c trainer/checkpoint.c $(TR
 deps:
 	@scripts/deps.sh
 
-# The lifetime tests (destroy and abort with work still queued) run a second
-# time under AddressSanitizer, built with the system compiler in $(BUILD)/san-asan/.
-LIFETIME_ASAN_TESTS := mp_test_lifetime mp_test_streams
+# The lifetime tests (destroy and abort with work still queued), the API
+# calls that keep lists (registrations, windows) and the membership changes
+# (shrink after a kill, grow, revoke) run a second time under AddressSanitizer
+# and UBSan, built with the system compiler in $(BUILD)/san-asan/.
+LIFETIME_ASAN_TESTS := mp_test_lifetime mp_test_streams mp_test_api mp_test_resize
 test: deps check-layers
 	@$(MAKE) --no-print-directory all tests
 	@scripts/run-tests.sh $(BUILD)

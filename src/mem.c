@@ -82,10 +82,11 @@ ncclResult_t mem_window_add(struct mem_regs* regs, void* base, size_t size, int 
 ncclResult_t mem_reg_remove(struct mem_regs* regs, struct mem_reg* reg) {
   struct mem_reg* found = NULL;
   pthread_mutex_lock(&regs->lock);
-  for (struct mem_reg** pp = &regs->head; *pp && !found; pp = &(*pp)->next)
-    if (*pp == reg) {
+  for (struct mem_reg** pp = &regs->head; *pp; pp = &(*pp)->next)
+    if (*pp == reg) { /* unlink and stop: pp must not step past the gap */
       found = *pp;
       *pp = found->next;
+      break;
     }
   if (found) atomic_fetch_sub(&regs->count, 1);
   pthread_mutex_unlock(&regs->lock);
