@@ -128,7 +128,11 @@ $(BUILD)/obj/%.o: %.c Makefile
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(call layer_inc,$<) $(DEPFLAGS) -c $< -o $@
 
-NVCC_FLAGS ?= -O3
+# SASS for Ampere, Hopper and Blackwell, and Blackwell's PTX for what comes
+# after; no fused multiply-add, so results match the CPU kernels bit for bit.
+NVCC_ARCHS ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
+              -gencode arch=compute_100,code=[sm_100,compute_100]
+NVCC_FLAGS ?= -O3 -fmad=false $(NVCC_ARCHS)
 $(BUILD)/obj/%.fatbin: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCC_FLAGS) $(call layer_inc,$<) -MMD -MP -MF $(@:.fatbin=.d) --fatbin $< -o $@
@@ -180,11 +184,12 @@ $(TSTDIR)/test_%: tests/unit/test_%.c $(STLIB)
 # at run time and links nothing of it.
 $(TSTDIR)/test_topo: LDLIBS += -lhwloc
 
-# The unit tests that run executors over the fake transport link tests/common
-# (included as "common/fake_transport.h": tests/ is on their path, the
-# repository root is not, so the name cannot reach the bottom common/).
+# The unit tests that link tests/common: the executors over the fake
+# transport, and the CUDA kernel body under the CPU grid emulation (included
+# as "common/...": tests/ is on their path, the repository root is not, so
+# the name cannot reach the bottom common/).
 UNIT_COMMON := $(wildcard tests/common/*.c)
-FAKE_TESTS  := $(TSTDIR)/test_schedule $(TSTDIR)/test_executor
+FAKE_TESTS  := $(TSTDIR)/test_schedule $(TSTDIR)/test_executor $(TSTDIR)/test_kern_cuda
 $(FAKE_TESTS): $(TSTDIR)/test_%: tests/unit/test_%.c $(UNIT_COMMON) tests/common/*.h $(STLIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(TEST_INC) $(LDFLAGS) $< $(UNIT_COMMON) -o $@ $(STLIB) -lcmocka -ldl $(LDLIBS)

@@ -1,5 +1,6 @@
 #!/bin/bash
-# Builds the GPU fact probes into $1 (default build/gpu-facts) for sm_90,
+# Builds the GPU fact probes and the kernel check (tests/gpu/kern_bitwise.cu,
+# with the library's fatbin beside it) into $1 (default build/gpu-facts) for sm_90,
 # against Braid's CPU kernels in build/lib/libbraid.a (run `make` first).
 # They need a GPU to run: tests/gpu/facts/run.sh runs them.
 set -euo pipefail
@@ -12,3 +13,6 @@ for p in memops ipc interleave; do
   $NVCC -o "$OUTDIR/$p" "tests/gpu/facts/$p.cu" $LINK
 done
 $NVCC -Ikernels -Iinclude -o "$OUTDIR/numerics" tests/gpu/facts/numerics.cu build/lib/libbraid.a $LINK
+# The reduce-copy kernel: the library's own fatbin, checked bitwise on the GPU.
+$NVCC -Ikernels -Iinclude -Icommon -o "$OUTDIR/kern_bitwise" tests/gpu/kern_bitwise.cu build/lib/libbraid.a $LINK
+cp build/obj/kernels/cuda/reduce.fatbin "$OUTDIR/reduce.fatbin"

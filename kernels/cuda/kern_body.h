@@ -1,0 +1,240 @@
+/*
+ * The body of the fused reduce-copy kernel: one source that nvcc compiles
+ * for the GPU (kernels/cuda/reduce.cu) and the host compiler for the CPU
+ * grid emulation the tests and the simulated driver run (tests/common).
+ *
+ * A task is kernels.h's kern_task in device form: up to 8 sources chained
+ * (each step rounded to the type, as a chain of ranks does), the result
+ * written to up to 8 destinations. The results are bitwise those of the
+ * CPU kernels: the same order of operations, no fused multiply-add (nvcc
+ * -fmad=false, host -ffp-contract=off), the conversions of kern_convert.h,
+ * and x86's NaN rules written out, since a GPU's arithmetic returns a
+ * canonical NaN where x86 keeps an operand's payload: a NaN operand wins,
+ * the left one first, quieted; an invalid operation (inf - inf, 0 * inf)
+ * gives x86's default NaN, negative; max and min are x > y ? x : y and
+ * x < y ? x : y, never fmaxf/fminf (docs/gpu-validation.md).
+ */
+#ifndef BRAID_KERN_BODY_H_
+#define BRAID_KERN_BODY_H_
+
+#include <stdint.h>
+#include <string.h>
+
+#include "kern_convert.h"
+
+#define KB_MAX_SRCS 8
+#define KB_MAX_DSTS 8
+
+/* NCCL's type numbers and kernels.h's operator numbers, repeated here so
+ * that the device side needs neither header. */
+enum kb_type {
+  KB_INT8 = 0,
+  KB_UINT8 = 1,
+  KB_INT32 = 2,
+  KB_UINT32 = 3,
+  KB_INT64 = 4,
+  KB_UINT64 = 5,
+  KB_HALF = 6,
+  KB_FLOAT = 7,
+  KB_DOUBLE = 8,
+  KB_BF16 = 9,
+  KB_E4M3 = 10,
+  KB_E5M2 = 11
+};
+enum kb_op { KB_SUM = 0, KB_PROD = 1, KB_MAX = 2, KB_MIN = 3, KB_COPY = 4 };
+#define KB_PRE 1u  /* the source is multiplied by the scalar first */
+#define KB_POST 2u /* the result is divided by postdiv last */
+
+/* One launch's work; passed by value as the kernel's parameter. */
+struct kern_dev_task {
+  int32_t type;    /* enum kb_type */
+  int32_t op;      /* enum kb_op (KB_COPY with one source) */
+  uint32_t pre;    /* bit k: source k is pre-multiplied */
+  uint32_t post;   /* 1: divide the result by postdiv */
+  int32_t nsrcs;   /* 1..KB_MAX_SRCS */
+  int32_t ndsts;   /* 1..KB_MAX_DSTS */
+  uint64_t n;      /* elements */
+  uint64_t scalar; /* the premul factor in the type's encoding */
+  uint32_t postdiv;
+  uint32_t reserved;
+  const void* srcs[KB_MAX_SRCS];
+  void* dsts[KB_MAX_DSTS];
+};
+
+/* ---- x86's NaN rules ---- */
+
+KERN_HD int kb_isnan_f(float x) {
+  return (kc_f2u(x) & 0x7fffffffu) > 0x7f800000u;
+}
+
+/* The IEEE result r of x OP y as x86 returns it. */
+KERN_HD float kb_x86_f(float x, float y, float r) {
+  if (kb_isnan_f(x)) return kc_u2f(kc_f2u(x) | 0x00400000u);
+  if (kb_isnan_f(y)) return kc_u2f(kc_f2u(y) | 0x00400000u);
+  if (kb_isnan_f(r)) return kc_u2f(0xffc00000u);
+  return r;
+}
+
+KERN_HD uint64_t kb_d2u(double d) {
+  uint64_t u;
+  memcpy(&u, &d, sizeof u);
+  return u;
+}
+
+KERN_HD double kb_u2d(uint64_t u) {
+  double d;
+  memcpy(&d, &u, sizeof d);
+  return d;
+}
+
+KERN_HD int kb_isnan_d(double x) {
+  return (kb_d2u(x) & 0x7fffffffffffffffull) > 0x7ff0000000000000ull;
+}
+
+KERN_HD double kb_x86_d(double x, double y, double r) {
+  if (kb_isnan_d(x)) return kb_u2d(kb_d2u(x) | 0x0008000000000000ull);
+  if (kb_isnan_d(y)) return kb_u2d(kb_d2u(y) | 0x0008000000000000ull);
+  if (kb_isnan_d(r)) return kb_u2d(0xfff8000000000000ull);
+  return r;
+}
+
+/* ---- one element step: x OP PRE(y), then POST ---- */
+
+#define KB_FP_STEP(NAME, C, X86)                             \
+  KERN_HD C NAME(C x, C y, int op, unsigned fl, C s, C dv) { \
+    if (fl & KB_PRE) y = X86(y, s, y * s);                   \
+    C r = y;                                                 \
+    if (op == KB_SUM) r = X86(x, y, x + y);                  \
+    if (op == KB_PROD) r = X86(x, y, x * y);                 \
+    if (op == KB_MAX) r = x > y ? x : y;                     \
+    if (op == KB_MIN) r = x < y ? x : y;                     \
+    if (fl & KB_POST) r = X86(r, dv, r / dv);                \
+    return r;                                                \
+  }
+KB_FP_STEP(kb_step_f, float, kb_x86_f)
+KB_FP_STEP(kb_step_d, double, kb_x86_d)
+
+/* Integers wrap in the unsigned type U; the division uses the wider DV. */
+#define KB_INT_STEP(NAME, T, U, DV)                           \
+  KERN_HD T NAME(T x, T y, int op, unsigned fl, T s, DV dv) { \
+    if (fl & KB_PRE) y = (T)(U)((U)y * (U)s);                 \
+    T r = y;                                                  \
+    if (op == KB_SUM) r = (T)(U)((U)x + (U)y);                \
+    if (op == KB_PROD) r = (T)(U)((U)x * (U)y);               \
+    if (op == KB_MAX) r = x > y ? x : y;                      \
+    if (op == KB_MIN) r = x < y ? x : y;                      \
+    if (fl & KB_POST) r = (T)(r / dv);                        \
+    return r;                                                 \
+  }
+KB_INT_STEP(kb_step_i8, int8_t, uint8_t, int64_t)
+KB_INT_STEP(kb_step_u8, uint8_t, uint8_t, uint32_t)
+KB_INT_STEP(kb_step_i32, int32_t, uint32_t, int64_t)
+KB_INT_STEP(kb_step_u32, uint32_t, uint32_t, uint32_t)
+KB_INT_STEP(kb_step_i64, int64_t, uint64_t, int64_t)
+KB_INT_STEP(kb_step_u64, uint64_t, uint64_t, uint64_t)
+
+/* ---- the element loop of one type ---- */
+
+#define KB_ID(v) (v)
+
+/*
+ * Elements i = first, first + stride, ... of the task: the chain over the
+ * sources (stored as T after every step), then every destination. SC is
+ * the type computations run in, LD/ST widen and narrow.
+ */
+#define KB_LOOP(NAME, T, SC, DV, LD, ST, STEP)                                                     \
+  KERN_HD void NAME(const struct kern_dev_task* t, SC s, DV dv, uint64_t first, uint64_t stride) { \
+    unsigned post = t->post ? KB_POST : 0u;                                                        \
+    unsigned f0 = ((t->pre & 1u) ? KB_PRE : 0u) | (t->nsrcs == 1 ? post : 0u);                     \
+    for (uint64_t i = first; i < t->n; i += stride) {                                              \
+      T acc;                                                                                       \
+      memcpy(&acc, (const char*)t->srcs[0] + i * sizeof(T), sizeof acc);                           \
+      if (f0) acc = ST(STEP(LD(acc), LD(acc), KB_COPY, f0, s, dv));                                \
+      for (int k = 1; k < t->nsrcs; k++) {                                                         \
+        unsigned f = (((t->pre >> k) & 1u) ? KB_PRE : 0u) | (k == t->nsrcs - 1 ? post : 0u);       \
+        T y;                                                                                       \
+        memcpy(&y, (const char*)t->srcs[k] + i * sizeof(T), sizeof y);                             \
+        acc = ST(STEP(LD(acc), LD(y), t->op, f, s, dv));                                           \
+      }                                                                                            \
+      for (int d = 0; d < t->ndsts; d++)                                                           \
+        memcpy((char*)t->dsts[d] + i * sizeof(T), &acc, sizeof acc);                               \
+    }                                                                                              \
+  }
+
+KB_LOOP(kb_loop_i8, int8_t, int8_t, int64_t, KB_ID, KB_ID, kb_step_i8)
+KB_LOOP(kb_loop_u8, uint8_t, uint8_t, uint32_t, KB_ID, KB_ID, kb_step_u8)
+KB_LOOP(kb_loop_i32, int32_t, int32_t, int64_t, KB_ID, KB_ID, kb_step_i32)
+KB_LOOP(kb_loop_u32, uint32_t, uint32_t, uint32_t, KB_ID, KB_ID, kb_step_u32)
+KB_LOOP(kb_loop_i64, int64_t, int64_t, int64_t, KB_ID, KB_ID, kb_step_i64)
+KB_LOOP(kb_loop_u64, uint64_t, uint64_t, uint64_t, KB_ID, KB_ID, kb_step_u64)
+KB_LOOP(kb_loop_f32, float, float, float, KB_ID, KB_ID, kb_step_f)
+KB_LOOP(kb_loop_f64, double, double, double, KB_ID, KB_ID, kb_step_d)
+KB_LOOP(kb_loop_f16, uint16_t, float, float, kc_half_to_float, kc_float_to_half, kb_step_f)
+KB_LOOP(kb_loop_bf16, uint16_t, float, float, kc_bf16_to_float, kc_float_to_bf16, kb_step_f)
+KB_LOOP(kb_loop_e4m3, uint8_t, float, float, kc_e4m3_to_float, kc_float_to_e4m3, kb_step_f)
+KB_LOOP(kb_loop_e5m2, uint8_t, float, float, kc_e5m2_to_float, kc_float_to_e5m2, kb_step_f)
+
+/* The premul factor of a float-computed type, widened exactly. */
+KERN_HD float kb_scalar_f(const struct kern_dev_task* t) {
+  uint32_t u32 = (uint32_t)t->scalar;
+  switch (t->type) {
+    case KB_FLOAT:
+      return kc_u2f(u32);
+    case KB_HALF:
+      return kc_half_to_float((uint16_t)u32);
+    case KB_BF16:
+      return kc_bf16_to_float((uint16_t)u32);
+    case KB_E4M3:
+      return kc_e4m3_to_float((uint8_t)u32);
+    default:
+      return kc_e5m2_to_float((uint8_t)u32);
+  }
+}
+
+/* Thread `first` of `stride` threads: its share of the task. */
+KERN_HD void kern_dev_task_run(const struct kern_dev_task* t, uint64_t first, uint64_t stride) {
+  uint32_t div = t->postdiv ? t->postdiv : 1u;
+  uint64_t sc = t->scalar;
+  switch (t->type) {
+    case KB_INT8:
+      kb_loop_i8(t, (int8_t)sc, (int64_t)div, first, stride);
+      break;
+    case KB_UINT8:
+      kb_loop_u8(t, (uint8_t)sc, div, first, stride);
+      break;
+    case KB_INT32:
+      kb_loop_i32(t, (int32_t)(uint32_t)sc, (int64_t)div, first, stride);
+      break;
+    case KB_UINT32:
+      kb_loop_u32(t, (uint32_t)sc, div, first, stride);
+      break;
+    case KB_INT64:
+      kb_loop_i64(t, (int64_t)sc, (int64_t)div, first, stride);
+      break;
+    case KB_UINT64:
+      kb_loop_u64(t, sc, div, first, stride);
+      break;
+    case KB_DOUBLE:
+      kb_loop_f64(t, kb_u2d(sc), (double)div, first, stride);
+      break;
+    case KB_FLOAT:
+      kb_loop_f32(t, kb_scalar_f(t), (float)div, first, stride);
+      break;
+    case KB_HALF:
+      kb_loop_f16(t, kb_scalar_f(t), (float)div, first, stride);
+      break;
+    case KB_BF16:
+      kb_loop_bf16(t, kb_scalar_f(t), (float)div, first, stride);
+      break;
+    case KB_E4M3:
+      kb_loop_e4m3(t, kb_scalar_f(t), (float)div, first, stride);
+      break;
+    case KB_E5M2:
+      kb_loop_e5m2(t, kb_scalar_f(t), (float)div, first, stride);
+      break;
+    default:
+      break;
+  }
+}
+
+#endif /* BRAID_KERN_BODY_H_ */

@@ -1,0 +1,9 @@
+/* The CPU grid emulation (kern_emulate.h): thread (b, x) of the grid is
+ * element first = b * block + x of a grid-stride loop, as on the GPU. */
+#include "kern_emulate.h"
+
+void kern_emulate_reduce_copy(const struct kern_dev_task* t, unsigned grid, unsigned block) {
+  uint64_t stride = (uint64_t)grid * block;
+  for (unsigned b = 0; b < grid; b++)
+    for (unsigned x = 0; x < block; x++) kern_dev_task_run(t, (uint64_t)b * block + x, stride);
+}

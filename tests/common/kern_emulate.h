@@ -1,0 +1,14 @@
+/*
+ * The CPU grid emulation of the CUDA kernels: kernels/cuda/kern_body.h
+ * compiled by the host compiler, run as `grid` blocks of `block` threads,
+ * one after another. The kernel tests compare it with the CPU kernels, and
+ * the simulated driver runs launches through it.
+ */
+#ifndef BRAID_KERN_EMULATE_H_
+#define BRAID_KERN_EMULATE_H_
+
+#include "cuda/kern_body.h"
+
+void kern_emulate_reduce_copy(const struct kern_dev_task* t, unsigned grid, unsigned block);
+
+#endif

@@ -1,0 +1,251 @@
+/*
+ * The embedded reduce-copy fatbin (build/obj/kernels/cuda/reduce.fatbin) on
+ * a real GPU against the CPU kernels (kern_task_run, libbraid.a): every
+ * type x operator x flags x source count x destination count x length x
+ * element offset, on random bits salted with special values, compared bit
+ * for bit (the same matrix test_kern_cuda runs on the CPU grid emulation);
+ * then the fused 2-source float sum on 256 MiB timed next to a
+ * device-to-device copy of the same bytes.
+ *
+ *   tests/gpu/kern_bitwise <fatbin>
+ */
+#include <cuda.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+extern "C" {
+#include "cuda/kern_body.h"
+#include "kernels.h"
+}
+
+#define CU(call)                                                         \
+  do {                                                                   \
+    CUresult r_ = (call);                                                \
+    if (r_ != CUDA_SUCCESS) {                                            \
+      const char* s_ = "?";                                              \
+      cuGetErrorName(r_, &s_);                                           \
+      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, s_); \
+      exit(2);                                                           \
+    }                                                                    \
+  } while (0)
+
+#define MAX_N 4099
+#define MAX_OFF 3
+#define SLOT ((MAX_N + MAX_OFF) * 8)
+static const size_t k_lens[] = {0, 1, 2, 7, 33, 64, 1000, MAX_N, 1 << 20};
+static const int k_nsrcs[] = {1, 2, 3, 8};
+
+static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
+static uint64_t rnd(void) {
+  g_rng ^= g_rng << 13, g_rng ^= g_rng >> 7, g_rng ^= g_rng << 17;
+  return g_rng;
+}
+
+static const uint64_t k_special16[] = {0x7c00, 0xfc00, 0x7e00, 0x7c01, 0xfe55, 0x8000,
+                                       0x0000, 0x0001, 0x03ff, 0x7bff, 0x3c00};
+static const uint64_t k_special_bf[] = {0x7f80, 0xff80, 0x7fc0, 0x7f81, 0xffa5,
+                                        0x8000, 0x0001, 0x007f, 0x7f7f, 0x3f80};
+static const uint64_t k_special8[] = {0x7f, 0xff, 0x7e, 0x7b, 0x7c, 0x7d, 0x80, 0x00, 0x01, 0xfb};
+static const uint64_t k_special32[] = {0x7f800000, 0xff800000, 0x7fc00000, 0x7f800001, 0xffc12345,
+                                       0x80000000, 0x00000001, 0x007fffff, 0x7f7fffff, 0x3f800000};
+static const uint64_t k_special64[] = {
+    0x7ff0000000000000ull, 0xfff0000000000000ull, 0x7ff8000000000000ull, 0x7ff0000000000001ull,
+    0xfff8000000001234ull, 0x8000000000000000ull, 0x0000000000000001ull, 0x3ff0000000000000ull};
+
+static void fill(int type, unsigned char* buf, size_t n) {
+  size_t es = kern_type_size((ncclDataType_t)type);
+  const uint64_t* sp = NULL;
+  size_t nsp = 0;
+  if (type == ncclFloat16) sp = k_special16, nsp = sizeof(k_special16) / 8;
+  if (type == ncclBfloat16) sp = k_special_bf, nsp = sizeof(k_special_bf) / 8;
+  if (type == ncclFloat8e4m3 || type == ncclFloat8e5m2)
+    sp = k_special8, nsp = sizeof(k_special8) / 8;
+  if (type == ncclFloat32) sp = k_special32, nsp = sizeof(k_special32) / 8;
+  if (type == ncclFloat64) sp = k_special64, nsp = sizeof(k_special64) / 8;
+  for (size_t i = 0; i < n; i++) {
+    uint64_t v = rnd();
+    if (nsp && v % 8 == 0)
+      v = sp[(v >> 8) % nsp];
+    else if (type == ncclFloat32 && v % 3)
+      v = (v & 0x807fffffull) | ((uint64_t)(120 + (v >> 40) % 16) << 23);
+    else if (type == ncclFloat64 && v % 3)
+      v = (v & 0x800fffffffffffffull) | ((uint64_t)(1015 + (v >> 50) % 16) << 52);
+    memcpy(buf + i * es, &v, es);
+  }
+}
+
+static uint64_t scalar_for(int type) {
+  uint64_t v = rnd();
+  switch (type) {
+    case ncclFloat16:
+      return 0x3800 + v % 0x800;
+    case ncclBfloat16:
+      return 0x3f00 + v % 0x100;
+    case ncclFloat8e4m3:
+      return 0x30 + v % 0x10;
+    case ncclFloat8e5m2:
+      return 0x38 + v % 0x8;
+    case ncclFloat32:
+      return 0x3f000000u + v % 0x1000000u;
+    case ncclFloat64:
+      return 0x3fe0000000000000ull + v % 0x20000000000000ull;
+    default:
+      return v;
+  }
+}
+
+static CUfunction g_fn;
+static int g_sms;
+
+static void launch(struct kern_dev_task* d, CUstream s) {
+  void* args[] = {d};
+  unsigned block = 256, grid = (unsigned)(d->n / block + 1);
+  if (grid > (unsigned)g_sms * 8) grid = (unsigned)g_sms * 8;
+  CU(cuLaunchKernel(g_fn, grid, 1, 1, block, 1, 1, 0, s, args, NULL));
+}
+
+/* One task on the CPU and on the GPU; returns differing elements. */
+static size_t one(int type, int op, unsigned pre, int post, int ns, int nd, size_t n, int off,
+                  unsigned char** hsrc, unsigned char** hcpu, unsigned char* hgpu,
+                  CUdeviceptr* dsrc, CUdeviceptr* ddst, size_t slot) {
+  size_t es = kern_type_size((ncclDataType_t)type), bad = 0;
+  struct kern_task t;
+  struct kern_dev_task d;
+  memset(&t, 0, sizeof(t));
+  memset(&d, 0, sizeof(d));
+  t.redop.type = (ncclDataType_t)type;
+  t.redop.op = (enum kern_op)op;
+  t.redop.scalar = scalar_for(type);
+  t.redop.postdiv = post ? 1 + (uint32_t)(rnd() % 7) : 0;
+  t.pre = pre, t.flags = post ? KERN_POST : 0, t.nsrcs = ns, t.ndsts = nd, t.n = n;
+  d.type = type, d.op = ns == 1 ? KB_COPY : op, d.pre = pre & ((1u << ns) - 1u);
+  d.post = (uint32_t)post, d.nsrcs = ns, d.ndsts = nd, d.n = n;
+  d.scalar = t.redop.scalar, d.postdiv = t.redop.postdiv;
+  for (int k = 0; k < ns; k++) {
+    fill(type, hsrc[k] + (size_t)off * es, n);
+    t.srcs[k] = hsrc[k] + (size_t)off * es;
+    CU(cuMemcpyHtoD(dsrc[k], hsrc[k], slot));
+    d.srcs[k] = (const void*)(dsrc[k] + (size_t)off * es);
+  }
+  for (int j = 0; j < nd; j++) {
+    size_t o = (size_t)((off + j) % (MAX_OFF + 1)) * es;
+    memset(hcpu[j], 0xA5, slot);
+    CU(cuMemsetD8(ddst[j], 0xA5, slot));
+    t.dsts[j] = hcpu[j] + o;
+    d.dsts[j] = (void*)(ddst[j] + o);
+  }
+  kern_task_run(&t);
+  launch(&d, 0);
+  CU(cuCtxSynchronize());
+  for (int j = 0; j < nd; j++) {
+    CU(cuMemcpyDtoH(hgpu, ddst[j], slot));
+    for (size_t i = 0; i < slot; i += es) {
+      if (memcmp(hcpu[j] + i, hgpu + i, es) == 0) continue;
+      if (bad < 3) {
+        uint64_t c = 0, g = 0;
+        memcpy(&c, hcpu[j] + i, es), memcpy(&g, hgpu + i, es);
+        printf("  type %d op %d pre %x post %d ns %d nd %d n %zu off %d: [%zu] cpu %llx gpu %llx\n",
+               type, op, pre, post, ns, nd, n, off, i / es, (unsigned long long)c,
+               (unsigned long long)g);
+      }
+      bad++;
+    }
+  }
+  return bad;
+}
+
+static void bandwidth(void) {
+  size_t bytes = (size_t)256 << 20, n = bytes / 4;
+  CUdeviceptr a, b, c;
+  CU(cuMemAlloc(&a, bytes));
+  CU(cuMemAlloc(&b, bytes));
+  CU(cuMemAlloc(&c, bytes));
+  CU(cuMemsetD32(a, 0x3f800000u, n));
+  CU(cuMemsetD32(b, 0x40000000u, n));
+  struct kern_dev_task d;
+  memset(&d, 0, sizeof(d));
+  d.type = KB_FLOAT, d.op = KB_SUM, d.nsrcs = 2, d.ndsts = 1, d.n = n;
+  d.srcs[0] = (const void*)a, d.srcs[1] = (const void*)b, d.dsts[0] = (void*)c;
+  CUevent e0, e1;
+  CU(cuEventCreate(&e0, 0));
+  CU(cuEventCreate(&e1, 0));
+  float best_k = 1e30f, best_c = 1e30f, ms;
+  for (int rep = 0; rep < 12; rep++) {
+    CU(cuEventRecord(e0, 0));
+    launch(&d, 0);
+    CU(cuEventRecord(e1, 0));
+    CU(cuEventSynchronize(e1));
+    CU(cuEventElapsedTime(&ms, e0, e1));
+    if (rep > 1 && ms < best_k) best_k = ms;
+    CU(cuEventRecord(e0, 0));
+    CU(cuMemcpyDtoDAsync(c, a, bytes, 0));
+    CU(cuEventRecord(e1, 0));
+    CU(cuEventSynchronize(e1));
+    CU(cuEventElapsedTime(&ms, e0, e1));
+    if (rep > 1 && ms < best_c) best_c = ms;
+  }
+  float out = 0;
+  launch(&d, 0);
+  CU(cuMemcpyDtoH(&out, c + 4 * (n - 1), 4));
+  printf(
+      "fused 2-source float sum, 256 MiB: %.3f ms = %.0f GB/s (3 x 256 MiB moved), last element "
+      "%g\n",
+      best_k, 3.0 * bytes / (best_k / 1e3) / 1e9, out);
+  printf("device-to-device copy, 256 MiB: %.3f ms = %.0f GB/s (2 x 256 MiB moved)\n", best_c,
+         2.0 * bytes / (best_c / 1e3) / 1e9);
+  printf("ratio (kernel GB/s / copy GB/s): %.2f\n",
+         (3.0 * bytes / best_k) / (2.0 * bytes / best_c));
+  CU(cuMemFree(a));
+  CU(cuMemFree(b));
+  CU(cuMemFree(c));
+}
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    fprintf(stderr, "usage: %s build/obj/kernels/cuda/reduce.fatbin\n", argv[0]);
+    return 2;
+  }
+  CUdevice dev;
+  CUcontext ctx;
+  CUmodule mod;
+  CU(cuInit(0));
+  CU(cuDeviceGet(&dev, 0));
+  CU(cuDevicePrimaryCtxRetain(&ctx, dev));
+  CU(cuCtxSetCurrent(ctx));
+  CU(cuDeviceGetAttribute(&g_sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev));
+  CU(cuModuleLoad(&mod, argv[1]));
+  CU(cuModuleGetFunction(&g_fn, mod, "braid_reduce_copy"));
+  size_t big = (size_t)(1 << 20) + MAX_OFF, slot = big * 8;
+  unsigned char *hsrc[8], *hcpu[3], *hgpu = (unsigned char*)malloc(slot);
+  CUdeviceptr dsrc[8], ddst[3];
+  for (int k = 0; k < 8; k++) {
+    hsrc[k] = (unsigned char*)malloc(slot);
+    CU(cuMemAlloc(&dsrc[k], slot));
+  }
+  for (int j = 0; j < 3; j++) {
+    hcpu[j] = (unsigned char*)malloc(slot);
+    CU(cuMemAlloc(&ddst[j], slot));
+  }
+  size_t bad = 0, tasks = 0;
+  for (int type = 0; type < ncclNumTypes; type++) {
+    size_t type_bad = 0;
+    for (int op = KERN_SUM; op <= KERN_MIN; op++)
+      for (size_t si = 0; si < sizeof(k_nsrcs) / sizeof(k_nsrcs[0]); si++)
+        for (int flags = 0; flags < 4; flags++)
+          for (size_t li = 0; li < sizeof(k_lens) / sizeof(k_lens[0]); li++) {
+            int ns = k_nsrcs[si], nd = 1 + (int)((li + si) % 3), off = (int)((li + flags) % 4);
+            unsigned pre = (flags & 1) ? (unsigned)(rnd() | 1) : 0u;
+            if (ns == 1 && op != KERN_SUM) continue;
+            size_t n = k_lens[li], s = (n + MAX_OFF) * 8;
+            type_bad +=
+                one(type, op, pre, flags >> 1, ns, nd, n, off, hsrc, hcpu, hgpu, dsrc, ddst, s);
+            tasks++;
+          }
+    printf("type %2d: %zu elements differ\n", type, type_bad);
+    bad += type_bad;
+  }
+  printf("bitwise: %zu tasks, %zu elements differ from the CPU kernels\n", tasks, bad);
+  bandwidth();
+  return bad != 0;
+}

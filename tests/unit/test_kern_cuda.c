@@ -1,0 +1,215 @@
+/*
+ * The CUDA reduce-copy kernel's body (kernels/cuda/kern_body.h), run by the
+ * CPU grid emulation, against the CPU kernels (kern_task_run): every type x
+ * operator x flags (premul on some sources, avg's division) x source count
+ * (1, 2, 3, 8) x destination count x length x element offset, on random
+ * bits salted with the special values (NaNs with payloads, infinities,
+ * signed zeros, subnormals), compared bit for bit. tests/gpu runs the same
+ * comparison on a real GPU.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/kern_emulate.h"
+#include "kernels.h"
+
+#define MAX_N 4099
+#define MAX_OFF 3
+static const size_t k_lens[] = {0, 1, 2, 7, 33, 64, 1000, MAX_N};
+static const int k_nsrcs[] = {1, 2, 3, 8};
+
+static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
+static uint64_t rnd(void) {
+  g_rng ^= g_rng << 13, g_rng ^= g_rng >> 7, g_rng ^= g_rng << 17;
+  return g_rng;
+}
+
+/* Special bit patterns of each float width, mixed into the random inputs. */
+static const uint64_t k_special16[] = {0x7c00, 0xfc00, 0x7e00, 0x7c01, 0xfe55, 0x8000,
+                                       0x0000, 0x0001, 0x03ff, 0x7bff, 0x3c00};
+static const uint64_t k_special_bf[] = {0x7f80, 0xff80, 0x7fc0, 0x7f81, 0xffa5,
+                                        0x8000, 0x0001, 0x007f, 0x7f7f, 0x3f80};
+static const uint64_t k_special8[] = {0x7f, 0xff, 0x7e, 0x7b, 0x7c, 0x7d, 0x80, 0x00, 0x01, 0xfb};
+static const uint64_t k_special32[] = {0x7f800000, 0xff800000, 0x7fc00000, 0x7f800001, 0xffc12345,
+                                       0x80000000, 0x00000001, 0x007fffff, 0x7f7fffff, 0x3f800000};
+static const uint64_t k_special64[] = {
+    0x7ff0000000000000ull, 0xfff0000000000000ull, 0x7ff8000000000000ull, 0x7ff0000000000001ull,
+    0xfff8000000001234ull, 0x8000000000000000ull, 0x0000000000000001ull, 0x3ff0000000000000ull};
+
+static void fill(ncclDataType_t type, void* buf, size_t n) {
+  size_t es = kern_type_size(type);
+  const uint64_t* sp = NULL;
+  size_t nsp = 0;
+  switch (type) {
+    case ncclFloat16:
+      sp = k_special16, nsp = sizeof(k_special16) / 8;
+      break;
+    case ncclBfloat16:
+      sp = k_special_bf, nsp = sizeof(k_special_bf) / 8;
+      break;
+    case ncclFloat8e4m3:
+    case ncclFloat8e5m2:
+      sp = k_special8, nsp = sizeof(k_special8) / 8;
+      break;
+    case ncclFloat32:
+      sp = k_special32, nsp = sizeof(k_special32) / 8;
+      break;
+    case ncclFloat64:
+      sp = k_special64, nsp = sizeof(k_special64) / 8;
+      break;
+    default:
+      break;
+  }
+  for (size_t i = 0; i < n; i++) {
+    uint64_t v = rnd();
+    if (nsp && v % 8 == 0) v = sp[(v >> 8) % nsp];
+    /* keep most float values in a range where sums and products stay finite */
+    else if (type == ncclFloat32 && v % 3)
+      v = (v & 0x807fffffull) | ((uint64_t)(120 + (v >> 40) % 16) << 23);
+    else if (type == ncclFloat64 && v % 3)
+      v = (v & 0x800fffffffffffffull) | ((uint64_t)(1015 + (v >> 50) % 16) << 52);
+    memcpy((char*)buf + i * es, &v, es);
+  }
+}
+
+/* A random premul factor in the type's encoding (finite for floats). */
+static uint64_t scalar_for(ncclDataType_t type) {
+  uint64_t v = rnd();
+  switch (type) {
+    case ncclFloat16:
+      return 0x3800 + v % 0x800; /* [0.5, 2) */
+    case ncclBfloat16:
+      return 0x3f00 + v % 0x100; /* [0.5, 2) */
+    case ncclFloat8e4m3:
+      return 0x30 + v % 0x10; /* [0.5, 2) */
+    case ncclFloat8e5m2:
+      return 0x38 + v % 0x8; /* [0.5, 2) */
+    case ncclFloat32:
+      return 0x3f000000u + v % 0x1000000u; /* [0.5, 2) */
+    case ncclFloat64:
+      return 0x3fe0000000000000ull + v % 0x20000000000000ull;
+    default:
+      return v;
+  }
+}
+
+struct bufs {
+  unsigned char src[KERN_TASK_MAX_SRCS][(MAX_N + MAX_OFF) * 8];
+  unsigned char cpu[3][(MAX_N + MAX_OFF) * 8];
+  unsigned char gpu[3][(MAX_N + MAX_OFF) * 8];
+};
+
+/* One task both ways; returns the number of differing elements. */
+static size_t one(struct bufs* b, ncclDataType_t type, int op, unsigned pre, int post, int ns,
+                  int nd, size_t n, int off) {
+  size_t es = kern_type_size(type);
+  struct kern_task t;
+  struct kern_dev_task d;
+  memset(&t, 0, sizeof(t));
+  memset(&d, 0, sizeof(d));
+  t.redop.type = type;
+  t.redop.op = (enum kern_op)op;
+  t.redop.scalar = scalar_for(type);
+  t.redop.postdiv = post ? 1 + (uint32_t)(rnd() % 7) : 0;
+  t.pre = pre;
+  t.flags = post ? KERN_POST : 0;
+  t.nsrcs = ns;
+  t.ndsts = nd;
+  t.n = n;
+  d.type = (int32_t)type;
+  d.op = ns == 1 ? KB_COPY : op;
+  d.pre = pre & ((1u << ns) - 1u);
+  d.post = (uint32_t)post;
+  d.nsrcs = ns;
+  d.ndsts = nd;
+  d.n = n;
+  d.scalar = t.redop.scalar;
+  d.postdiv = t.redop.postdiv;
+  for (int k = 0; k < ns; k++) {
+    fill(type, b->src[k] + (size_t)off * es, n);
+    t.srcs[k] = d.srcs[k] = b->src[k] + (size_t)off * es;
+  }
+  for (int j = 0; j < nd; j++) {
+    memset(b->cpu[j], 0xA5, sizeof(b->cpu[j]));
+    memset(b->gpu[j], 0xA5, sizeof(b->gpu[j]));
+    t.dsts[j] = b->cpu[j] + (size_t)((off + j) % (MAX_OFF + 1)) * es;
+    d.dsts[j] = b->gpu[j] + (size_t)((off + j) % (MAX_OFF + 1)) * es;
+  }
+  kern_task_run(&t);
+  kern_emulate_reduce_copy(&d, 3, 5);
+  size_t bad = 0;
+  for (int j = 0; j < nd; j++)
+    for (size_t i = 0; i < (MAX_N + MAX_OFF) * es; i += es)
+      if (memcmp(b->cpu[j] + i, b->gpu[j] + i, es) != 0) {
+        if (bad < 3) {
+          uint64_t c = 0, g = 0;
+          memcpy(&c, b->cpu[j] + i, es), memcpy(&g, b->gpu[j] + i, es);
+          fprintf(stderr,
+                  "type %d op %d pre %x post %d ns %d nd %d n %zu off %d: dst %d [%zu] cpu "
+                  "%llx emulated %llx\n",
+                  (int)type, op, pre, post, ns, nd, n, off, j, i / es, (unsigned long long)c,
+                  (unsigned long long)g);
+        }
+        bad++;
+      }
+  return bad;
+}
+
+static void test_bitwise_equal(void** state) {
+  (void)state;
+  static struct bufs b;
+  size_t bad = 0, tasks = 0;
+  for (int type = 0; type < ncclNumTypes; type++)
+    for (int op = KERN_SUM; op <= KERN_MIN; op++)
+      for (size_t si = 0; si < sizeof(k_nsrcs) / sizeof(k_nsrcs[0]); si++)
+        for (int flags = 0; flags < 4; flags++)
+          for (size_t li = 0; li < sizeof(k_lens) / sizeof(k_lens[0]); li++) {
+            int ns = k_nsrcs[si], nd = 1 + (int)((li + si) % 3), off = (int)((li + flags) % 4);
+            unsigned pre = (flags & 1) ? (unsigned)(rnd() | 1) : 0u;
+            if (ns == 1 && op != KERN_SUM) continue; /* one source: a copy, op unused */
+            bad += one(&b, (ncclDataType_t)type, op, pre, flags >> 1, ns, nd, k_lens[li], off);
+            tasks++;
+          }
+  fprintf(stderr, "%zu tasks compared, %zu elements differ\n", tasks, bad);
+  assert_int_equal(bad, 0);
+}
+
+/* The NaN rules on their own, where a GPU's arithmetic would differ: every
+ * pair of a few float specials through sum, prod, max and min. */
+static void test_nan_rules(void** state) {
+  (void)state;
+  static const uint32_t v[] = {0x7fc00001, 0x7fa00000, 0xffc12345, 0x7f800000,
+                               0xff800000, 0x3f800000, 0x00000000, 0x80000000};
+  size_t n = sizeof(v) / sizeof(v[0]);
+  for (int op = KERN_SUM; op <= KERN_MIN; op++)
+    for (size_t i = 0; i < n; i++)
+      for (size_t j = 0; j < n; j++) {
+        float x, y, cpu, emu;
+        memcpy(&x, &v[i], 4), memcpy(&y, &v[j], 4);
+        struct kern_redop r = {ncclFloat32, (enum kern_op)op, 0, 0};
+        kern_reduce(&r, 0, &cpu, &x, &y, 1);
+        struct kern_dev_task d;
+        memset(&d, 0, sizeof(d));
+        d.type = KB_FLOAT, d.op = op, d.nsrcs = 2, d.ndsts = 1, d.n = 1;
+        d.srcs[0] = &x, d.srcs[1] = &y, d.dsts[0] = &emu;
+        kern_emulate_reduce_copy(&d, 1, 1);
+        uint32_t cb, eb;
+        memcpy(&cb, &cpu, 4), memcpy(&eb, &emu, 4);
+        if (cb != eb)
+          fail_msg("op %d: %08x, %08x -> cpu %08x, emulated %08x", op, v[i], v[j], cb, eb);
+      }
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_nan_rules),
+      cmocka_unit_test(test_bitwise_equal),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
