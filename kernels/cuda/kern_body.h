@@ -67,12 +67,13 @@ KERN_HD int kb_isnan_f(float x) {
   return (kc_f2u(x) & 0x7fffffffu) > 0x7f800000u;
 }
 
-/* The IEEE result r of x OP y as x86 returns it. */
+/* The IEEE result r of x OP y as x86 returns it. A result that is a number
+ * had no NaN operand: the common case costs one test. */
 KERN_HD float kb_x86_f(float x, float y, float r) {
+  if (!kb_isnan_f(r)) return r;
   if (kb_isnan_f(x)) return kc_u2f(kc_f2u(x) | 0x00400000u);
   if (kb_isnan_f(y)) return kc_u2f(kc_f2u(y) | 0x00400000u);
-  if (kb_isnan_f(r)) return kc_u2f(0xffc00000u);
-  return r;
+  return kc_u2f(0xffc00000u); /* an invalid operation: x86's default NaN */
 }
 
 KERN_HD uint64_t kb_d2u(double d) {
@@ -92,10 +93,10 @@ KERN_HD int kb_isnan_d(double x) {
 }
 
 KERN_HD double kb_x86_d(double x, double y, double r) {
+  if (!kb_isnan_d(r)) return r;
   if (kb_isnan_d(x)) return kb_u2d(kb_d2u(x) | 0x0008000000000000ull);
   if (kb_isnan_d(y)) return kb_u2d(kb_d2u(y) | 0x0008000000000000ull);
-  if (kb_isnan_d(r)) return kb_u2d(0xfff8000000000000ull);
-  return r;
+  return kb_u2d(0xfff8000000000000ull);
 }
 
 /* ---- one element step: x OP PRE(y), then POST ---- */
@@ -133,46 +134,129 @@ KB_INT_STEP(kb_step_u32, uint32_t, uint32_t, uint32_t)
 KB_INT_STEP(kb_step_i64, int64_t, uint64_t, int64_t)
 KB_INT_STEP(kb_step_u64, uint64_t, uint64_t, uint64_t)
 
-/* ---- the element loop of one type ---- */
+/* ---- the loops of one type ---- */
 
 #define KB_ID(v) (v)
 
+/* 16 bytes between memory and a local array: one 128-bit access on the
+ * GPU (both sides 16-byte aligned), memcpy on the host. */
+KERN_HD void kb_copy16(void* dst, const void* src) {
+#ifdef __CUDA_ARCH__
+  *(uint4*)dst = *(const uint4*)src;
+#else
+  memcpy(dst, src, 16);
+#endif
+}
+
+/* for (l = 0; l < V; l++) BODY, unrolled on the GPU. */
+#ifdef __CUDA_ARCH__
+#define KB_LANES(V, BODY) _Pragma("unroll") for (int l = 0; l < (V); l++) BODY
+#else
+#define KB_LANES(V, BODY) \
+  for (int l = 0; l < (V); l++) BODY
+#endif
+
+/* Where the 16-byte path can start: elements before the first 16-byte
+ * boundary when every pointer of the task sits at the same offset from
+ * one (an element size apart), else -1 (all elements go one by one). */
+KERN_HD int64_t kb_vec_head(const struct kern_dev_task* t, unsigned es) {
+  uintptr_t mis = (uintptr_t)t->srcs[0] & 15u;
+  for (int k = 1; k < t->nsrcs; k++)
+    if (((uintptr_t)t->srcs[k] & 15u) != mis) return -1;
+  for (int d = 0; d < t->ndsts; d++)
+    if (((uintptr_t)t->dsts[d] & 15u) != mis) return -1;
+  if (mis % es) return -1;
+  uint64_t head = mis ? (16u - mis) / es : 0u;
+  return (int64_t)(head < t->n ? head : t->n);
+}
+
 /*
- * Elements i = first, first + stride, ... of the task: the chain over the
- * sources (stored as T after every step), then every destination. SC is
- * the type computations run in, LD/ST widen and narrow.
+ * Element i of the task: the chain over the sources (stored as T after
+ * every step), widened by LD, narrowed by ST, computed in SC. The first
+ * source alone is pre-multiplied and, when it is the only one, divided.
  */
-#define KB_LOOP(NAME, T, SC, DV, LD, ST, STEP)                                                     \
-  KERN_HD void NAME(const struct kern_dev_task* t, SC s, DV dv, uint64_t first, uint64_t stride) { \
+#define KB_ELEM(NAME, T, SC, DV, LD, ST, STEP)                                                     \
+  KERN_HD T NAME##_chain(const struct kern_dev_task* t, const T* v, SC s, DV dv) {                 \
     unsigned post = t->post ? KB_POST : 0u;                                                        \
     unsigned f0 = ((t->pre & 1u) ? KB_PRE : 0u) | (t->nsrcs == 1 ? post : 0u);                     \
-    for (uint64_t i = first; i < t->n; i += stride) {                                              \
-      T acc;                                                                                       \
-      memcpy(&acc, (const char*)t->srcs[0] + i * sizeof(T), sizeof acc);                           \
-      if (f0) acc = ST(STEP(LD(acc), LD(acc), KB_COPY, f0, s, dv));                                \
-      for (int k = 1; k < t->nsrcs; k++) {                                                         \
-        unsigned f = (((t->pre >> k) & 1u) ? KB_PRE : 0u) | (k == t->nsrcs - 1 ? post : 0u);       \
-        T y;                                                                                       \
-        memcpy(&y, (const char*)t->srcs[k] + i * sizeof(T), sizeof y);                             \
-        acc = ST(STEP(LD(acc), LD(y), t->op, f, s, dv));                                           \
-      }                                                                                            \
+    T acc = v[0];                                                                                  \
+    if (f0) acc = ST(STEP(LD(acc), LD(acc), KB_COPY, f0, s, dv));                                  \
+    for (int k = 1; k < t->nsrcs; k++) {                                                           \
+      unsigned f = (((t->pre >> k) & 1u) ? KB_PRE : 0u) | (k == t->nsrcs - 1 ? post : 0u);         \
+      acc = ST(STEP(LD(acc), LD(v[k]), t->op, f, s, dv));                                          \
+    }                                                                                              \
+    return acc;                                                                                    \
+  }                                                                                                \
+  /* Elements [lo, hi), this thread's share (first, first + stride, ...). */                       \
+  KERN_HD void NAME##_scalar(const struct kern_dev_task* t, SC s, DV dv, uint64_t lo, uint64_t hi, \
+                             uint64_t first, uint64_t stride) {                                    \
+    T v[KB_MAX_SRCS];                                                                              \
+    for (uint64_t i = lo + first; i < hi; i += stride) {                                           \
+      for (int k = 0; k < t->nsrcs; k++)                                                           \
+        memcpy(&v[k], (const char*)t->srcs[k] + i * sizeof(T), sizeof(T));                         \
+      T acc = NAME##_chain(t, v, s, dv);                                                           \
       for (int d = 0; d < t->ndsts; d++)                                                           \
         memcpy((char*)t->dsts[d] + i * sizeof(T), &acc, sizeof acc);                               \
     }                                                                                              \
+  }                                                                                                \
+  /* Whole 16-byte vectors from element `head` on, two per thread per pass (its   */               \
+  /* j and j + stride) so that twice the loads are in flight: one 16-byte load per */              \
+  /* source and store per destination each; the lanes step through the chain     */                \
+  /* together, in arrays indexed only by the unrolled lane (registers).           */               \
+  KERN_HD void NAME##_vector(const struct kern_dev_task* t, SC s, DV dv, uint64_t head,            \
+                             uint64_t nvec, uint64_t first, uint64_t stride) {                     \
+    enum { V = 16 / sizeof(T) };                                                                   \
+    unsigned post = t->post ? KB_POST : 0u;                                                        \
+    unsigned f0 = ((t->pre & 1u) ? KB_PRE : 0u) | (t->nsrcs == 1 ? post : 0u);                     \
+    for (uint64_t j = first; j < nvec; j += 2 * stride) {                                          \
+      uint64_t off0 = (head + j * V) * sizeof(T);                                                  \
+      uint64_t off1 = (head + (j + stride) * V) * sizeof(T);                                       \
+      int two = j + stride < nvec;                                                                 \
+      T a0[V], a1[V], y0[V], y1[V];                                                                \
+      kb_copy16(a0, (const char*)t->srcs[0] + off0);                                               \
+      kb_copy16(a1, (const char*)t->srcs[0] + (two ? off1 : off0)); /* lone: a spare copy */       \
+      if (f0) {                                                                                    \
+        KB_LANES(V, a0[l] = ST(STEP(LD(a0[l]), LD(a0[l]), KB_COPY, f0, s, dv)));                   \
+        KB_LANES(V, a1[l] = ST(STEP(LD(a1[l]), LD(a1[l]), KB_COPY, f0, s, dv)));                   \
+      }                                                                                            \
+      for (int k = 1; k < t->nsrcs; k++) {                                                         \
+        unsigned f = (((t->pre >> k) & 1u) ? KB_PRE : 0u) | (k == t->nsrcs - 1 ? post : 0u);       \
+        kb_copy16(y0, (const char*)t->srcs[k] + off0);                                             \
+        kb_copy16(y1, (const char*)t->srcs[k] + (two ? off1 : off0));                              \
+        KB_LANES(V, a0[l] = ST(STEP(LD(a0[l]), LD(y0[l]), t->op, f, s, dv)));                      \
+        KB_LANES(V, a1[l] = ST(STEP(LD(a1[l]), LD(y1[l]), t->op, f, s, dv)));                      \
+      }                                                                                            \
+      for (int d = 0; d < t->ndsts; d++) {                                                         \
+        kb_copy16((char*)t->dsts[d] + off0, a0);                                                   \
+        if (two) kb_copy16((char*)t->dsts[d] + off1, a1);                                          \
+      }                                                                                            \
+    }                                                                                              \
+  }                                                                                                \
+  KERN_HD void NAME(const struct kern_dev_task* t, SC s, DV dv, uint64_t first, uint64_t stride) { \
+    int64_t head = kb_vec_head(t, sizeof(T));                                                      \
+    if (head < 0) {                                                                                \
+      NAME##_scalar(t, s, dv, 0, t->n, first, stride);                                             \
+      return;                                                                                      \
+    }                                                                                              \
+    uint64_t nvec = (t->n - (uint64_t)head) / (16 / sizeof(T));                                    \
+    uint64_t tail = (uint64_t)head + nvec * (16 / sizeof(T));                                      \
+    NAME##_scalar(t, s, dv, 0, (uint64_t)head, first, stride);                                     \
+    NAME##_vector(t, s, dv, (uint64_t)head, nvec, first, stride);                                  \
+    NAME##_scalar(t, s, dv, tail, t->n, first, stride);                                            \
   }
 
-KB_LOOP(kb_loop_i8, int8_t, int8_t, int64_t, KB_ID, KB_ID, kb_step_i8)
-KB_LOOP(kb_loop_u8, uint8_t, uint8_t, uint32_t, KB_ID, KB_ID, kb_step_u8)
-KB_LOOP(kb_loop_i32, int32_t, int32_t, int64_t, KB_ID, KB_ID, kb_step_i32)
-KB_LOOP(kb_loop_u32, uint32_t, uint32_t, uint32_t, KB_ID, KB_ID, kb_step_u32)
-KB_LOOP(kb_loop_i64, int64_t, int64_t, int64_t, KB_ID, KB_ID, kb_step_i64)
-KB_LOOP(kb_loop_u64, uint64_t, uint64_t, uint64_t, KB_ID, KB_ID, kb_step_u64)
-KB_LOOP(kb_loop_f32, float, float, float, KB_ID, KB_ID, kb_step_f)
-KB_LOOP(kb_loop_f64, double, double, double, KB_ID, KB_ID, kb_step_d)
-KB_LOOP(kb_loop_f16, uint16_t, float, float, kc_half_to_float, kc_float_to_half, kb_step_f)
-KB_LOOP(kb_loop_bf16, uint16_t, float, float, kc_bf16_to_float, kc_float_to_bf16, kb_step_f)
-KB_LOOP(kb_loop_e4m3, uint8_t, float, float, kc_e4m3_to_float, kc_float_to_e4m3, kb_step_f)
-KB_LOOP(kb_loop_e5m2, uint8_t, float, float, kc_e5m2_to_float, kc_float_to_e5m2, kb_step_f)
+KB_ELEM(kb_loop_i8, int8_t, int8_t, int64_t, KB_ID, KB_ID, kb_step_i8)
+KB_ELEM(kb_loop_u8, uint8_t, uint8_t, uint32_t, KB_ID, KB_ID, kb_step_u8)
+KB_ELEM(kb_loop_i32, int32_t, int32_t, int64_t, KB_ID, KB_ID, kb_step_i32)
+KB_ELEM(kb_loop_u32, uint32_t, uint32_t, uint32_t, KB_ID, KB_ID, kb_step_u32)
+KB_ELEM(kb_loop_i64, int64_t, int64_t, int64_t, KB_ID, KB_ID, kb_step_i64)
+KB_ELEM(kb_loop_u64, uint64_t, uint64_t, uint64_t, KB_ID, KB_ID, kb_step_u64)
+KB_ELEM(kb_loop_f32, float, float, float, KB_ID, KB_ID, kb_step_f)
+KB_ELEM(kb_loop_f64, double, double, double, KB_ID, KB_ID, kb_step_d)
+KB_ELEM(kb_loop_f16, uint16_t, float, float, kc_half_to_float, kc_float_to_half, kb_step_f)
+KB_ELEM(kb_loop_bf16, uint16_t, float, float, kc_bf16_to_float, kc_float_to_bf16, kb_step_f)
+KB_ELEM(kb_loop_e4m3, uint8_t, float, float, kc_e4m3_to_float, kc_float_to_e4m3, kb_step_f)
+KB_ELEM(kb_loop_e5m2, uint8_t, float, float, kc_e5m2_to_float, kc_float_to_e5m2, kb_step_f)
 
 /* The premul factor of a float-computed type, widened exactly. */
 KERN_HD float kb_scalar_f(const struct kern_dev_task* t) {

@@ -99,8 +99,8 @@ static uint64_t scalar_for(ncclDataType_t type) {
   }
 }
 
-struct bufs {
-  unsigned char src[KERN_TASK_MAX_SRCS][(MAX_N + MAX_OFF) * 8];
+struct bufs { /* 64-byte aligned: offsets 0..3 reach both the vector and the scalar paths */
+  _Alignas(64) unsigned char src[KERN_TASK_MAX_SRCS][(MAX_N + MAX_OFF) * 8];
   unsigned char cpu[3][(MAX_N + MAX_OFF) * 8];
   unsigned char gpu[3][(MAX_N + MAX_OFF) * 8];
 };
