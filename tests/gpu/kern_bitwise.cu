@@ -18,6 +18,7 @@ extern "C" {
 #include "cuda/kern_body.h"
 #include "kernels.h"
 }
+#include "common/kern_inputs.h"
 
 #define CU(call)                                                         \
   do {                                                                   \
@@ -36,68 +37,8 @@ extern "C" {
 static const size_t k_lens[] = {0, 1, 2, 7, 33, 64, 1000, MAX_N, 1 << 20};
 static const int k_nsrcs[] = {1, 2, 3, 8};
 
-static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
-static uint64_t rnd(void) {
-  g_rng ^= g_rng << 13, g_rng ^= g_rng >> 7, g_rng ^= g_rng << 17;
-  return g_rng;
-}
-
-static const uint64_t k_special16[] = {0x7c00, 0xfc00, 0x7e00, 0x7c01, 0xfe55, 0x8000,
-                                       0x0000, 0x0001, 0x03ff, 0x7bff, 0x3c00};
-static const uint64_t k_special_bf[] = {0x7f80, 0xff80, 0x7fc0, 0x7f81, 0xffa5,
-                                        0x8000, 0x0001, 0x007f, 0x7f7f, 0x3f80};
-static const uint64_t k_special8[] = {0x7f, 0xff, 0x7e, 0x7b, 0x7c, 0x7d, 0x80, 0x00, 0x01, 0xfb};
-static const uint64_t k_special32[] = {0x7f800000, 0xff800000, 0x7fc00000, 0x7f800001, 0xffc12345,
-                                       0x80000000, 0x00000001, 0x007fffff, 0x7f7fffff, 0x3f800000};
-static const uint64_t k_special64[] = {
-    0x7ff0000000000000ull, 0xfff0000000000000ull, 0x7ff8000000000000ull, 0x7ff0000000000001ull,
-    0xfff8000000001234ull, 0x8000000000000000ull, 0x0000000000000001ull, 0x3ff0000000000000ull};
-
-static void fill(int type, unsigned char* buf, size_t n) {
-  size_t es = kern_type_size((ncclDataType_t)type);
-  const uint64_t* sp = NULL;
-  size_t nsp = 0;
-  if (type == ncclFloat16) sp = k_special16, nsp = sizeof(k_special16) / 8;
-  if (type == ncclBfloat16) sp = k_special_bf, nsp = sizeof(k_special_bf) / 8;
-  if (type == ncclFloat8e4m3 || type == ncclFloat8e5m2)
-    sp = k_special8, nsp = sizeof(k_special8) / 8;
-  if (type == ncclFloat32) sp = k_special32, nsp = sizeof(k_special32) / 8;
-  if (type == ncclFloat64) sp = k_special64, nsp = sizeof(k_special64) / 8;
-  for (size_t i = 0; i < n; i++) {
-    uint64_t v = rnd();
-    if (nsp && v % 8 == 0)
-      v = sp[(v >> 8) % nsp];
-    else if (type == ncclFloat32 && v % 3)
-      v = (v & 0x807fffffull) | ((uint64_t)(120 + (v >> 40) % 16) << 23);
-    else if (type == ncclFloat64 && v % 3)
-      v = (v & 0x800fffffffffffffull) | ((uint64_t)(1015 + (v >> 50) % 16) << 52);
-    memcpy(buf + i * es, &v, es);
-  }
-}
-
-static uint64_t scalar_for(int type) {
-  uint64_t v = rnd();
-  switch (type) {
-    case ncclFloat16:
-      return 0x3800 + v % 0x800;
-    case ncclBfloat16:
-      return 0x3f00 + v % 0x100;
-    case ncclFloat8e4m3:
-      return 0x30 + v % 0x10;
-    case ncclFloat8e5m2:
-      return 0x38 + v % 0x8;
-    case ncclFloat32:
-      return 0x3f000000u + v % 0x1000000u;
-    case ncclFloat64:
-      return 0x3fe0000000000000ull + v % 0x20000000000000ull;
-    default:
-      return v;
-  }
-}
-
 static CUfunction g_fn;
 static int g_sms;
-
 static unsigned g_block = 256, g_blocks_per_sm = 8;
 
 static void launch(struct kern_dev_task* d, CUstream s) {
@@ -118,14 +59,14 @@ static size_t one(int type, int op, unsigned pre, int post, int ns, int nd, size
   memset(&d, 0, sizeof(d));
   t.redop.type = (ncclDataType_t)type;
   t.redop.op = (enum kern_op)op;
-  t.redop.scalar = scalar_for(type);
+  t.redop.scalar = scalar_for((ncclDataType_t)type);
   t.redop.postdiv = post ? 1 + (uint32_t)(rnd() % 7) : 0;
   t.pre = pre, t.flags = post ? KERN_POST : 0, t.nsrcs = ns, t.ndsts = nd, t.n = n;
   d.type = type, d.op = ns == 1 ? KB_COPY : op, d.pre = pre & ((1u << ns) - 1u);
   d.post = (uint32_t)post, d.nsrcs = ns, d.ndsts = nd, d.n = n;
   d.scalar = t.redop.scalar, d.postdiv = t.redop.postdiv;
   for (int k = 0; k < ns; k++) {
-    fill(type, hsrc[k] + (size_t)off * es, n);
+    fill((ncclDataType_t)type, hsrc[k] + (size_t)off * es, n);
     t.srcs[k] = hsrc[k] + (size_t)off * es;
     CU(cuMemcpyHtoD(dsrc[k], hsrc[k], slot));
     d.srcs[k] = (const void*)(dsrc[k] + (size_t)off * es);

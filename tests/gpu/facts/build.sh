@@ -14,5 +14,5 @@ for p in memops ipc interleave; do
 done
 $NVCC -Ikernels -Iinclude -o "$OUTDIR/numerics" tests/gpu/facts/numerics.cu build/lib/libbraid.a $LINK
 # The reduce-copy kernel: the library's own fatbin, checked bitwise on the GPU.
-$NVCC -Ikernels -Iinclude -Icommon -o "$OUTDIR/kern_bitwise" tests/gpu/kern_bitwise.cu build/lib/libbraid.a $LINK
+$NVCC -Ikernels -Iinclude -Icommon -Itests -o "$OUTDIR/kern_bitwise" tests/gpu/kern_bitwise.cu build/lib/libbraid.a $LINK
 cp build/obj/kernels/cuda/reduce.fatbin "$OUTDIR/reduce.fatbin"
