@@ -98,7 +98,9 @@ PERF_BINS   := $(patsubst perf/%.c,$(BINDIR)/%,$(PERF_MAINS))
 HAVE_MPI    := $(shell command -v $(MPICC) >/dev/null 2>&1 && echo 1)
 MPI_PERF    := $(if $(HAVE_MPI),$(patsubst perf/%.c,$(BINDIR)/%,$(wildcard perf/mpi_*.c)))
 
-UNIT_SRCS  := $(wildcard tests/unit/test_*.c)
+# test_cuda_* need the toolkit's cuda.h and the simulated driver: HAVE_CUDA only.
+UNIT_SRCS  := $(filter-out $(if $(filter 1,$(HAVE_CUDA)),,tests/unit/test_cuda_%.c),\
+                $(wildcard tests/unit/test_*.c))
 UNIT_BINS  := $(patsubst tests/unit/%.c,$(TSTDIR)/%,$(UNIT_SRCS))
 MP_COMMON  := $(filter-out tests/mp/test_%.c,$(wildcard tests/mp/*.c))
 MP_SRCS    := $(wildcard tests/mp/test_*.c)
@@ -113,6 +115,12 @@ tools: $(PERF_BINS) $(MPI_PERF)
 tests: $(UNIT_BINS) $(MP_BINS)
 # The sanitizer builds (scripts/test-sanitize.sh) need only these two kinds.
 unit-mp-tests: $(UNIT_BINS) $(MP_BINS)
+
+# The driver shim includes the toolkit's cuda.h (types only: it links
+# nothing of CUDA).
+$(BUILD)/obj/src/cuda/%.o: src/cuda/%.c Makefile
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(call layer_inc,$<) -I$(CUDA_HOME)/include $(DEPFLAGS) -c $< -o $@
 
 $(BUILD)/obj/%_avx2.o: %_avx2.c Makefile
 	@mkdir -p $(dir $@)
@@ -188,11 +196,26 @@ $(TSTDIR)/test_topo: LDLIBS += -lhwloc
 # transport, and the CUDA kernel body under the CPU grid emulation (included
 # as "common/...": tests/ is on their path, the repository root is not, so
 # the name cannot reach the bottom common/).
-UNIT_COMMON := $(wildcard tests/common/*.c)
+UNIT_COMMON := $(filter-out tests/common/cudasim.c,$(wildcard tests/common/*.c))
 FAKE_TESTS  := $(TSTDIR)/test_schedule $(TSTDIR)/test_executor $(TSTDIR)/test_kern_cuda
 $(FAKE_TESTS): $(TSTDIR)/test_%: tests/unit/test_%.c $(UNIT_COMMON) tests/common/*.h $(STLIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(TEST_INC) $(LDFLAGS) $< $(UNIT_COMMON) -o $@ $(STLIB) -lcmocka -ldl $(LDLIBS)
+
+# The simulated CUDA driver (tests/common/cudasim.c) that BRAID_CUDA_LIB
+# loads where there is no GPU, and the unit tests of src/cuda, which run on it.
+ifeq ($(HAVE_CUDA),1)
+CUDASIM := $(TSTDIR)/libcudasim.so
+$(CUDASIM): tests/common/cudasim.c tests/common/kern_emulate.c tests/common/*.h \
+            kernels/cuda/kern_body.h kernels/kern_convert.h
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(TEST_INC) -Itests/common -I$(CUDA_HOME)/include -shared \
+	  tests/common/cudasim.c tests/common/kern_emulate.c -o $@ -pthread
+$(TSTDIR)/test_cuda_%: tests/unit/test_cuda_%.c $(UNIT_COMMON) tests/common/*.h $(STLIB) $(CUDASIM)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(TEST_INC) -I$(CUDA_HOME)/include $(LDFLAGS) $< $(UNIT_COMMON) -o $@ \
+	  $(STLIB) -lcmocka -ldl $(LDLIBS)
+endif
 
 $(TSTDIR)/mp_test_%: tests/mp/test_%.c $(MP_COMMON) tests/mp/*.h $(STLIB)
 	@mkdir -p $(dir $@)

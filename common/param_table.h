@@ -58,6 +58,8 @@
   /* the engine and the tuner (src/) */                                                          \
   STR(algo, "NCCL_ALGO", NULL, "tuner", 0, "algorithms allowed: list, ^ excludes")               \
   STR(tune_file, "BRAID_TUNE_FILE", NULL, "unset", 0, "tuner overrides")                         \
+  STR(cuda_lib, "BRAID_CUDA_LIB", "libcuda.so.1", NULL, 0,                                       \
+      "CUDA driver opened at first need; the tests' simulated driver, or none")                  \
   STR(hwloc_lib, "BRAID_HWLOC_LIB", "libhwloc.so.15", NULL, 0,                                   \
       "hwloc library opened for topology detection; none: use sysfs and sysconf")                \
   STR(topo_file, "NCCL_TOPO_FILE", NULL, "unset", 0, "topology to use instead of detecting it")  \

@@ -4,6 +4,10 @@
  */
 #include "mem.h"
 
+#ifdef BRAID_HAVE_CUDA
+#include "cuda/cuda_mem.h"
+#endif
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -11,8 +15,12 @@
 #include "core.h"
 
 enum mem_kind mem_query(const void* ptr) {
-  (void)ptr; /* without a CUDA driver every pointer is host memory */
+#ifdef BRAID_HAVE_CUDA
+  return cuda_mem_kind(ptr);
+#else
+  (void)ptr; /* built without CUDA: every pointer is host memory */
   return MEM_HOST;
+#endif
 }
 
 const char* mem_kind_name(enum mem_kind kind) {
@@ -21,7 +29,12 @@ const char* mem_kind_name(enum mem_kind kind) {
 }
 
 ncclResult_t mem_copy(void* dst, const void* src, size_t bytes) {
-  if (bytes > 0 && dst != src) memmove(dst, src, bytes);
+  if (bytes == 0 || dst == src) return ncclSuccess;
+#ifdef BRAID_HAVE_CUDA
+  if (mem_query(dst) != MEM_HOST || mem_query(src) != MEM_HOST)
+    return cuda_mem_copy(dst, src, bytes);
+#endif
+  memmove(dst, src, bytes);
   return ncclSuccess;
 }
 

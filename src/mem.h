@@ -13,8 +13,9 @@
 #include "nccl.h"
 #include "transport.h"
 
-/* Where a buffer lives. Only host memory exists until the CUDA driver
- * shim lands; then mem_query tells device and managed memory apart. */
+/* Where a buffer lives: host memory (malloc'ed, pinned or registered), or
+ * device or managed memory by the CUDA driver's pointer attributes
+ * (src/cuda/cuda_mem.c; always host without a driver). */
 enum mem_kind { MEM_HOST = 0, MEM_DEVICE = 1, MEM_MANAGED = 2, MEM_KIND_COUNT };
 
 enum mem_kind mem_query(const void* ptr);

@@ -13,7 +13,7 @@
 #include "kernels.h"
 
 static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
-static uint64_t rnd(void) {
+static inline uint64_t rnd(void) {
   g_rng ^= g_rng << 13, g_rng ^= g_rng >> 7, g_rng ^= g_rng << 17;
   return g_rng;
 }
@@ -30,7 +30,7 @@ static const uint64_t k_special64[] = {
     0x7ff0000000000000ull, 0xfff0000000000000ull, 0x7ff8000000000000ull, 0x7ff0000000000001ull,
     0xfff8000000001234ull, 0x8000000000000000ull, 0x0000000000000001ull, 0x3ff0000000000000ull};
 
-static void fill(ncclDataType_t type, void* buf, size_t n) {
+static inline void fill(ncclDataType_t type, void* buf, size_t n) {
   size_t es = kern_type_size(type);
   const uint64_t* sp = NULL;
   size_t nsp = 0;
@@ -67,7 +67,7 @@ static void fill(ncclDataType_t type, void* buf, size_t n) {
 }
 
 /* A random premul factor in the type's encoding (finite for floats). */
-static uint64_t scalar_for(ncclDataType_t type) {
+static inline uint64_t scalar_for(ncclDataType_t type) {
   uint64_t v = rnd();
   switch (type) {
     case ncclFloat16:

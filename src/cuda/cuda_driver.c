@@ -1,0 +1,106 @@
+/*
+ * Loading the CUDA driver (cuda_driver.h): dlopen, cuGetProcAddress for
+ * every entry point of the table (at the API version of the header this is
+ * built with, so versioned names such as cuMemAlloc_v2 resolve), cuInit.
+ */
+#include "cuda_driver.h"
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <string.h>
+
+#include "core.h"
+#include "param.h"
+
+/* cuGetProcAddress as CUDA 12.0 and later export it. */
+typedef CUresult (*get_proc_fn)(const char*, void**, int, cuuint64_t,
+                                CUdriverProcAddressQueryResult*);
+
+static struct {
+  pthread_once_t once;
+  const struct cuda_api* api; /* NULL: no device path */
+  struct cuda_api table;
+} g_cuda = {.once = PTHREAD_ONCE_INIT};
+
+#define CUDA_SYM(name) \
+  { (void**)&g_cuda.table.name, #name }
+
+static int resolve(get_proc_fn get_proc, const char* lib) {
+  const struct {
+    void** slot;
+    const char* name;
+  } syms[] = {
+      CUDA_SYM(cuInit),
+      CUDA_SYM(cuDriverGetVersion),
+      CUDA_SYM(cuGetErrorName),
+      CUDA_SYM(cuDeviceGetCount),
+      CUDA_SYM(cuDeviceGet),
+      CUDA_SYM(cuDeviceGetAttribute),
+      CUDA_SYM(cuDevicePrimaryCtxRetain),
+      CUDA_SYM(cuCtxGetCurrent),
+      CUDA_SYM(cuCtxSetCurrent),
+      CUDA_SYM(cuPointerGetAttribute),
+      CUDA_SYM(cuMemcpy),
+      CUDA_SYM(cuMemAlloc),
+      CUDA_SYM(cuMemFree),
+      CUDA_SYM(cuModuleLoadData),
+      CUDA_SYM(cuModuleGetFunction),
+      CUDA_SYM(cuLaunchKernel),
+      CUDA_SYM(cuStreamSynchronize),
+  };
+  for (size_t i = 0; i < sizeof(syms) / sizeof(syms[0]); i++) {
+    CUdriverProcAddressQueryResult status;
+    *syms[i].slot = NULL;
+    if (get_proc(syms[i].name, syms[i].slot, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &status) !=
+            CUDA_SUCCESS ||
+        *syms[i].slot == NULL) {
+      INFO(SUB_INIT, "CUDA: %s has no %s (needs a CUDA %d.%d driver): no device path", lib,
+           syms[i].name, CUDA_VERSION / 1000, CUDA_VERSION % 1000 / 10);
+      return -1;
+    }
+  }
+  return 0;
+}
+
+static void cuda_load(void) {
+  const char* lib = param_cuda_lib();
+  void* h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+  if (h == NULL) {
+    INFO(SUB_INIT, "CUDA: cannot open %s (%s): no device path, host buffers only", lib, dlerror());
+    return;
+  }
+  get_proc_fn get_proc = (get_proc_fn)dlsym(h, "cuGetProcAddress_v2");
+  if (get_proc == NULL) {
+    INFO(SUB_INIT, "CUDA: %s has no cuGetProcAddress_v2 (a driver older than 12.0): no device path",
+         lib);
+    return;
+  }
+  if (resolve(get_proc, lib) != 0) return;
+  int version = 0, ndev = 0;
+  CUresult r = g_cuda.table.cuInit(0);
+  if (r == CUDA_SUCCESS) r = g_cuda.table.cuDeviceGetCount(&ndev);
+  g_cuda.table.cuDriverGetVersion(&version);
+  if (r != CUDA_SUCCESS || ndev == 0) {
+    const char* name = "?";
+    g_cuda.table.cuGetErrorName(r, &name);
+    INFO(SUB_INIT, "CUDA: driver %d.%d from %s, %s: no device path", version / 1000,
+         version % 1000 / 10, lib, r != CUDA_SUCCESS ? name : "no device");
+    return;
+  }
+  INFO(SUB_INIT, "CUDA: driver %d.%d from %s, %d device%s", version / 1000, version % 1000 / 10,
+       lib, ndev, ndev == 1 ? "" : "s");
+  g_cuda.api = &g_cuda.table;
+}
+
+const struct cuda_api* cuda_driver(void) {
+  pthread_once(&g_cuda.once, cuda_load);
+  return g_cuda.api;
+}
+
+ncclResult_t cuda_check(CUresult r, const char* what) {
+  if (r == CUDA_SUCCESS) return ncclSuccess;
+  const char* name = "?";
+  if (g_cuda.api) g_cuda.api->cuGetErrorName(r, &name);
+  WARN("Cuda failure %d '%s' in %s", (int)r, name, what);
+  return ncclUnhandledCudaError;
+}

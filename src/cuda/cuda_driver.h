@@ -1,0 +1,45 @@
+/*
+ * The CUDA driver, opened at first need: libcuda.so.1 (BRAID_CUDA_LIB names
+ * another file, such as the tests' simulated driver) is dlopen'ed, its entry
+ * points resolved through cuGetProcAddress, and the library links neither
+ * libcudart nor libcuda. Without a driver or a device, everything on host
+ * memory works as before and one INFO line says why there is no device path.
+ * Built only with HAVE_CUDA (the toolkit's cuda.h gives the types).
+ */
+#ifndef BRAID_CUDA_DRIVER_H_
+#define BRAID_CUDA_DRIVER_H_
+
+#include <cuda.h>
+
+#include "nccl.h"
+
+/* The entry points Braid calls, by their cuda.h names. */
+struct cuda_api {
+  CUresult (*cuInit)(unsigned int);
+  CUresult (*cuDriverGetVersion)(int*);
+  CUresult (*cuGetErrorName)(CUresult, const char**);
+  CUresult (*cuDeviceGetCount)(int*);
+  CUresult (*cuDeviceGet)(CUdevice*, int);
+  CUresult (*cuDeviceGetAttribute)(int*, CUdevice_attribute, CUdevice);
+  CUresult (*cuDevicePrimaryCtxRetain)(CUcontext*, CUdevice);
+  CUresult (*cuCtxGetCurrent)(CUcontext*);
+  CUresult (*cuCtxSetCurrent)(CUcontext);
+  CUresult (*cuPointerGetAttribute)(void*, CUpointer_attribute, CUdeviceptr);
+  CUresult (*cuMemcpy)(CUdeviceptr, CUdeviceptr, size_t);
+  CUresult (*cuMemAlloc)(CUdeviceptr*, size_t);
+  CUresult (*cuMemFree)(CUdeviceptr);
+  CUresult (*cuModuleLoadData)(CUmodule*, const void*);
+  CUresult (*cuModuleGetFunction)(CUfunction*, CUmodule, const char*);
+  CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                             unsigned, CUstream, void**, void**);
+  CUresult (*cuStreamSynchronize)(CUstream);
+};
+
+/* The driver's table, loaded and initialized once per process; NULL (with
+ * the INFO line, once) when there is none. */
+const struct cuda_api* cuda_driver(void);
+
+/* A driver call's result as an NCCL result, with a WARN naming the call. */
+ncclResult_t cuda_check(CUresult r, const char* what);
+
+#endif /* BRAID_CUDA_DRIVER_H_ */

@@ -1,0 +1,83 @@
+/*
+ * Loading the embedded fatbin into each context that launches (a module
+ * per context, kept for the process) and sizing the grid: 256-thread
+ * blocks, up to 8 per SM, at most one thread per pair of 16-byte vectors
+ * (the launch shapes measured on an H200, docs/gpu-validation.md).
+ */
+#include "cuda_kernels.h"
+
+#include <pthread.h>
+
+#include "core.h"
+#include "cuda_driver.h"
+
+extern const unsigned char braid_fatbin_reduce[];
+
+#define CUDA_MAX_CONTEXTS 64
+#define KERNEL_BLOCK 256u
+#define KERNEL_BLOCKS_PER_SM 8u
+
+struct loaded {
+  CUcontext ctx;
+  CUfunction fn;
+  int sms;
+};
+
+static struct {
+  pthread_mutex_t lock;
+  int n;
+  struct loaded ctx[CUDA_MAX_CONTEXTS];
+} g_mods = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+/* The kernel in the current context, loading the module the first time. */
+static ncclResult_t kernel_for_current(const struct cuda_api* cu, struct loaded* out) {
+  ncclResult_t res = ncclSuccess;
+  CUcontext ctx = NULL;
+  CUmodule mod;
+  CUdevice dev;
+  CHECK(cuda_check(cu->cuCtxGetCurrent(&ctx), "cuCtxGetCurrent"));
+  if (ctx == NULL) FAIL(ncclInvalidUsage, "CUDA: no current context to launch in");
+  pthread_mutex_lock(&g_mods.lock);
+  for (int i = 0; i < g_mods.n; i++)
+    if (g_mods.ctx[i].ctx == ctx) {
+      *out = g_mods.ctx[i];
+      pthread_mutex_unlock(&g_mods.lock);
+      return ncclSuccess;
+    }
+  if (g_mods.n == CUDA_MAX_CONTEXTS) {
+    pthread_mutex_unlock(&g_mods.lock);
+    FAIL(ncclInternalError, "CUDA: kernels loaded in %d contexts already", CUDA_MAX_CONTEXTS);
+  }
+  struct loaded l = {ctx, NULL, 1};
+  res = cuda_check(cu->cuModuleLoadData(&mod, braid_fatbin_reduce), "cuModuleLoadData");
+  if (res == ncclSuccess)
+    res =
+        cuda_check(cu->cuModuleGetFunction(&l.fn, mod, "braid_reduce_copy"), "cuModuleGetFunction");
+  if (res == ncclSuccess &&
+      cu->cuDeviceGet(&dev, 0) == CUDA_SUCCESS) /* SM counts are alike across devices here */
+    cu->cuDeviceGetAttribute(&l.sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev);
+  if (res == ncclSuccess) g_mods.ctx[g_mods.n++] = l, *out = l;
+  pthread_mutex_unlock(&g_mods.lock);
+fail:
+  return res;
+}
+
+ncclResult_t cuda_reduce_copy(const struct kern_dev_task* task, CUstream stream) {
+  ncclResult_t res = ncclSuccess;
+  const struct cuda_api* cu = cuda_driver();
+  struct loaded k;
+  if (cu == NULL) FAIL(ncclInvalidUsage, "CUDA: a kernel launch without a CUDA driver");
+  if (task->n == 0) return ncclSuccess;
+  CHECK(kernel_for_current(cu, &k));
+  uint64_t threads = task->n / 8 + 1; /* a pair of 16-byte vectors each, at most */
+  uint64_t grid = (threads + KERNEL_BLOCK - 1) / KERNEL_BLOCK;
+  uint64_t cap = (uint64_t)(k.sms > 0 ? k.sms : 1) * KERNEL_BLOCKS_PER_SM;
+  if (grid > cap) grid = cap;
+  struct kern_dev_task copy = *task;
+  void* args[] = {&copy};
+  CHECK(cuda_check(
+      cu->cuLaunchKernel(k.fn, (unsigned)grid, 1, 1, KERNEL_BLOCK, 1, 1, 0, stream, args, NULL),
+      "cuLaunchKernel"));
+fail:
+  return res;
+}

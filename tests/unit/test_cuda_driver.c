@@ -1,0 +1,122 @@
+/*
+ * The driver shim (src/cuda) on the simulated driver (build/tests/
+ * libcudasim.so, BRAID_CUDA_LIB): entry points resolve, mem_query tells
+ * device from host memory by pointer attributes, mem_copy crosses kinds,
+ * and the embedded fatbin's kernel, loaded and launched as on a GPU,
+ * computes what the CPU kernels compute. Without a loadable driver there
+ * is no device path and every pointer is host memory (in a child: the
+ * driver is opened once per process).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "common/kern_inputs.h"
+#include "cuda/cuda_driver.h"
+#include "cuda/cuda_kernels.h"
+#include "kernels.h"
+#include "mem.h"
+#include "param.h"
+
+static const struct cuda_api* g_cu;
+
+static void* dev_alloc(size_t bytes) {
+  CUdeviceptr p = 0;
+  assert_int_equal(g_cu->cuMemAlloc(&p, bytes), CUDA_SUCCESS);
+  return (void*)(uintptr_t)p;
+}
+
+static void test_driver_and_kinds(void** state) {
+  (void)state;
+  assert_non_null(g_cu);
+  char host[64];
+  void* dev = dev_alloc(4096);
+  assert_int_equal(mem_query(dev), MEM_DEVICE);
+  assert_int_equal(mem_query((char*)dev + 4000), MEM_DEVICE);
+  assert_int_equal(mem_query(host), MEM_HOST);
+  assert_int_equal(mem_query(NULL), MEM_HOST);
+  memset(host, 7, sizeof(host));
+  assert_int_equal(mem_copy(dev, host, sizeof(host)), ncclSuccess);
+  memset(host, 0, sizeof(host));
+  assert_int_equal(mem_copy(host, dev, sizeof(host)), ncclSuccess);
+  assert_int_equal(host[63], 7);
+  assert_int_equal(g_cu->cuMemFree((CUdeviceptr)(uintptr_t)dev), CUDA_SUCCESS);
+  assert_int_equal(mem_query(dev), MEM_HOST); /* freed: the driver no longer knows it */
+}
+
+/* The library's launch path (module per context, grid from the SM count)
+ * against kern_task_run, for a few types and shapes. */
+static void test_kernel_launch(void** state) {
+  (void)state;
+  CUcontext ctx;
+  CUdevice d;
+  assert_int_equal(g_cu->cuDeviceGet(&d, 0), CUDA_SUCCESS);
+  assert_int_equal(g_cu->cuDevicePrimaryCtxRetain(&ctx, d), CUDA_SUCCESS);
+  assert_int_equal(g_cu->cuCtxSetCurrent(ctx), CUDA_SUCCESS);
+  static const ncclDataType_t types[] = {ncclFloat32, ncclBfloat16, ncclInt64, ncclFloat8e4m3};
+  const size_t n = 100003;
+  for (size_t ti = 0; ti < sizeof(types) / sizeof(types[0]); ti++) {
+    size_t es = kern_type_size(types[ti]);
+    unsigned char* a = dev_alloc(n * es);
+    unsigned char* b = dev_alloc(n * es);
+    unsigned char* out = dev_alloc(n * es);
+    unsigned char* want = malloc(n * es);
+    fill(types[ti], a, n), fill(types[ti], b, n);
+    struct kern_task t = {{types[ti], KERN_SUM, 0, 0}, 0, 0, 2, 1, n, {a, b}, {want}};
+    kern_task_run(&t);
+    struct kern_dev_task k;
+    memset(&k, 0, sizeof(k));
+    k.type = (int32_t)types[ti], k.op = KB_SUM, k.nsrcs = 2, k.ndsts = 1, k.n = n;
+    k.srcs[0] = a, k.srcs[1] = b, k.dsts[0] = out;
+    assert_int_equal(cuda_reduce_copy(&k, NULL), ncclSuccess);
+    assert_int_equal(g_cu->cuStreamSynchronize(NULL), CUDA_SUCCESS);
+    if (memcmp(out, want, n * es) != 0) fail_msg("type %d: the launched kernel differs", types[ti]);
+    g_cu->cuMemFree((CUdeviceptr)(uintptr_t)a);
+    g_cu->cuMemFree((CUdeviceptr)(uintptr_t)b);
+    g_cu->cuMemFree((CUdeviceptr)(uintptr_t)out);
+    free(want);
+  }
+}
+
+/* No driver at BRAID_CUDA_LIB: no device path, host memory everywhere. */
+static void test_without_driver(void** state) {
+  (void)state;
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    char x;
+    setenv("BRAID_CUDA_LIB", "/nonexistent/libcuda.so.1", 1);
+    param_cache_reset();
+    _exit(cuda_driver() == NULL && mem_query(&x) == MEM_HOST ? 0 : 1);
+  }
+  int st = 0;
+  assert_int_equal(waitpid(pid, &st, 0), pid);
+  assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
+int main(int argc, char** argv) {
+  (void)argc;
+  /* build/tests/libcudasim.so beside this binary */
+  char lib[4096];
+  snprintf(lib, sizeof(lib), "%s", argv[0]);
+  char* slash = strrchr(lib, '/');
+  snprintf(slash ? slash + 1 : lib, sizeof(lib) - (size_t)(slash ? slash + 1 - lib : 0),
+           "libcudasim.so");
+  const struct CMUnitTest without[] = {cmocka_unit_test(test_without_driver)};
+  int failed = cmocka_run_group_tests_name("no driver", without, NULL, NULL);
+  setenv("BRAID_CUDA_LIB", lib, 1);
+  param_cache_reset();
+  g_cu = cuda_driver();
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_driver_and_kinds),
+      cmocka_unit_test(test_kernel_launch),
+  };
+  return failed + cmocka_run_group_tests_name("simulated driver", tests, NULL, NULL);
+}
