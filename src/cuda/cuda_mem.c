@@ -20,12 +20,33 @@ enum mem_kind cuda_mem_kind(const void* ptr) {
   return type == CU_MEMORYTYPE_DEVICE ? MEM_DEVICE : MEM_HOST;
 }
 
+/* Copies need a current context; a library thread (progress, host
+ * streams) has none: take the primary context of the device that owns the
+ * device side of the copy. */
+static ncclResult_t ensure_context(const struct cuda_api* cu, const void* dev_ptr) {
+  ncclResult_t res = ncclSuccess;
+  CUcontext ctx = NULL;
+  int ordinal = 0;
+  CUdevice dev;
+  CHECK(cuda_check(cu->cuCtxGetCurrent(&ctx), "cuCtxGetCurrent"));
+  if (ctx != NULL) return ncclSuccess;
+  CHECK(cuda_check(cu->cuPointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                                             (CUdeviceptr)(uintptr_t)dev_ptr),
+                   "cuPointerGetAttribute(DEVICE_ORDINAL)"));
+  CHECK(cuda_check(cu->cuDeviceGet(&dev, ordinal), "cuDeviceGet"));
+  CHECK(cuda_check(cu->cuDevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain"));
+  CHECK(cuda_check(cu->cuCtxSetCurrent(ctx), "cuCtxSetCurrent"));
+fail:
+  return res;
+}
+
 ncclResult_t cuda_mem_copy(void* dst, const void* src, size_t bytes) {
+  ncclResult_t res = ncclSuccess;
   const struct cuda_api* cu = cuda_driver();
-  if (cu == NULL) {
-    WARN("mem_copy: device memory without a CUDA driver");
-    return ncclInternalError;
-  }
-  return cuda_check(cu->cuMemcpy((CUdeviceptr)(uintptr_t)dst, (CUdeviceptr)(uintptr_t)src, bytes),
-                    "cuMemcpy");
+  if (cu == NULL) FAIL(ncclInternalError, "mem_copy: device memory without a CUDA driver");
+  CHECK(ensure_context(cu, mem_query(dst) != MEM_HOST ? dst : src));
+  CHECK(cuda_check(cu->cuMemcpy((CUdeviceptr)(uintptr_t)dst, (CUdeviceptr)(uintptr_t)src, bytes),
+                   "cuMemcpy"));
+fail:
+  return res;
 }

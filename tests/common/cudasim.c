@@ -4,7 +4,8 @@
  * It resolves, through cuGetProcAddress_v2 as the real driver does, the
  * subset Braid calls:
  *  - devices (CUDASIM_DEVICES, default 1) with 4 SMs; a primary context per
- *    device, current per thread;
+ *    device, current per thread, and required, as by the real driver, for
+ *    allocations, copies, module loads and launches;
  *  - device memory that is host memory (mmap'ed shared, so forked ranks
  *    can share it later), known to cuPointerGetAttribute as device memory;
  *  - copies (memmove: unified addressing);
@@ -132,6 +133,7 @@ static int alloc_of(uintptr_t p) {
 }
 
 static CUresult sim_mem_alloc(CUdeviceptr* p, size_t bytes) {
+  if (t_ctx == NULL) return CUDA_ERROR_INVALID_CONTEXT; /* as the real driver */
   if (bytes == 0) return CUDA_ERROR_INVALID_VALUE;
   void* m = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (m == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
@@ -149,6 +151,7 @@ static CUresult sim_mem_alloc(CUdeviceptr* p, size_t bytes) {
 }
 
 static CUresult sim_mem_free(CUdeviceptr p) {
+  if (t_ctx == NULL) return CUDA_ERROR_INVALID_CONTEXT;
   pthread_mutex_lock(&g_mem.lock);
   int i = alloc_of((uintptr_t)p);
   int exact = i >= 0 && g_mem.allocs[i].base == (uintptr_t)p;
@@ -172,6 +175,9 @@ static CUresult sim_pointer_attribute(void* out, CUpointer_attribute a, CUdevice
     case CU_POINTER_ATTRIBUTE_IS_MANAGED:
       *(unsigned int*)out = 0;
       break;
+    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: /* all memory is device 0's */
+      *(int*)out = 0;
+      break;
     default:
       return CUDA_ERROR_INVALID_VALUE;
   }
@@ -179,11 +185,13 @@ static CUresult sim_pointer_attribute(void* out, CUpointer_attribute a, CUdevice
 }
 
 static CUresult sim_memcpy(CUdeviceptr dst, CUdeviceptr src, size_t bytes) {
+  if (t_ctx == NULL) return CUDA_ERROR_INVALID_CONTEXT;
   memmove((void*)(uintptr_t)dst, (const void*)(uintptr_t)src, bytes);
   return CUDA_SUCCESS;
 }
 
 static CUresult sim_module_load(CUmodule* m, const void* image) {
+  if (t_ctx == NULL) return CUDA_ERROR_INVALID_CONTEXT;
   if (image == NULL) return CUDA_ERROR_INVALID_VALUE;
   *m = SIM_MODULE;
   return CUDA_SUCCESS;

@@ -5,11 +5,13 @@
  * and the embedded fatbin's kernel, loaded and launched as on a GPU,
  * computes what the CPU kernels compute. Without a loadable driver there
  * is no device path and every pointer is host memory (in a child: the
- * driver is opened once per process).
+ * driver is opened once per process). With BRAID_CUDA_LIB set (a real
+ * libcuda.so.1) the same tests run on a GPU.
  */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <cmocka.h>
 #include <stdio.h>
@@ -33,6 +35,24 @@ static void* dev_alloc(size_t bytes) {
   return (void*)(uintptr_t)p;
 }
 
+/* A thread without a current context copies device memory too: mem_copy
+ * takes the owning device's primary context (as a progress thread must). */
+static void* copy_without_context(void* p) {
+  char host[16] = {0};
+  return mem_copy(host, p, sizeof(host)) == ncclSuccess && host[15] == 7 ? p : NULL;
+}
+
+/* The calling thread's context: allocations need one. */
+static int context_setup(void** state) {
+  CUcontext ctx;
+  CUdevice d;
+  (void)state;
+  if (g_cu == NULL || g_cu->cuDeviceGet(&d, 0) != CUDA_SUCCESS ||
+      g_cu->cuDevicePrimaryCtxRetain(&ctx, d) != CUDA_SUCCESS)
+    return -1;
+  return g_cu->cuCtxSetCurrent(ctx) == CUDA_SUCCESS ? 0 : -1;
+}
+
 static void test_driver_and_kinds(void** state) {
   (void)state;
   assert_non_null(g_cu);
@@ -47,6 +67,11 @@ static void test_driver_and_kinds(void** state) {
   memset(host, 0, sizeof(host));
   assert_int_equal(mem_copy(host, dev, sizeof(host)), ncclSuccess);
   assert_int_equal(host[63], 7);
+  pthread_t th;
+  void* ok = NULL;
+  assert_int_equal(pthread_create(&th, NULL, copy_without_context, dev), 0);
+  assert_int_equal(pthread_join(th, &ok), 0);
+  assert_ptr_equal(ok, dev);
   assert_int_equal(g_cu->cuMemFree((CUdeviceptr)(uintptr_t)dev), CUDA_SUCCESS);
   assert_int_equal(mem_query(dev), MEM_HOST); /* freed: the driver no longer knows it */
 }
@@ -55,21 +80,18 @@ static void test_driver_and_kinds(void** state) {
  * against kern_task_run, for a few types and shapes. */
 static void test_kernel_launch(void** state) {
   (void)state;
-  CUcontext ctx;
-  CUdevice d;
-  assert_int_equal(g_cu->cuDeviceGet(&d, 0), CUDA_SUCCESS);
-  assert_int_equal(g_cu->cuDevicePrimaryCtxRetain(&ctx, d), CUDA_SUCCESS);
-  assert_int_equal(g_cu->cuCtxSetCurrent(ctx), CUDA_SUCCESS);
   static const ncclDataType_t types[] = {ncclFloat32, ncclBfloat16, ncclInt64, ncclFloat8e4m3};
   const size_t n = 100003;
   for (size_t ti = 0; ti < sizeof(types) / sizeof(types[0]); ti++) {
     size_t es = kern_type_size(types[ti]);
-    unsigned char* a = dev_alloc(n * es);
-    unsigned char* b = dev_alloc(n * es);
-    unsigned char* out = dev_alloc(n * es);
-    unsigned char* want = malloc(n * es);
-    fill(types[ti], a, n), fill(types[ti], b, n);
-    struct kern_task t = {{types[ti], KERN_SUM, 0, 0}, 0, 0, 2, 1, n, {a, b}, {want}};
+    unsigned char *a = dev_alloc(n * es), *b = dev_alloc(n * es), *out = dev_alloc(n * es);
+    unsigned char *ha = malloc(n * es), *hb = malloc(n * es), *want = malloc(n * es);
+    unsigned char* got = malloc(n * es);
+    fill(types[ti], ha, n), fill(types[ti], hb, n);
+    /* through mem_copy: a real GPU's memory is not the host's to write */
+    assert_int_equal(mem_copy(a, ha, n * es), ncclSuccess);
+    assert_int_equal(mem_copy(b, hb, n * es), ncclSuccess);
+    struct kern_task t = {{types[ti], KERN_SUM, 0, 0}, 0, 0, 2, 1, n, {ha, hb}, {want}};
     kern_task_run(&t);
     struct kern_dev_task k;
     memset(&k, 0, sizeof(k));
@@ -77,11 +99,12 @@ static void test_kernel_launch(void** state) {
     k.srcs[0] = a, k.srcs[1] = b, k.dsts[0] = out;
     assert_int_equal(cuda_reduce_copy(&k, NULL), ncclSuccess);
     assert_int_equal(g_cu->cuStreamSynchronize(NULL), CUDA_SUCCESS);
-    if (memcmp(out, want, n * es) != 0) fail_msg("type %d: the launched kernel differs", types[ti]);
+    assert_int_equal(mem_copy(got, out, n * es), ncclSuccess);
+    if (memcmp(got, want, n * es) != 0) fail_msg("type %d: the launched kernel differs", types[ti]);
     g_cu->cuMemFree((CUdeviceptr)(uintptr_t)a);
     g_cu->cuMemFree((CUdeviceptr)(uintptr_t)b);
     g_cu->cuMemFree((CUdeviceptr)(uintptr_t)out);
-    free(want);
+    free(ha), free(hb), free(want), free(got);
   }
 }
 
@@ -111,12 +134,13 @@ int main(int argc, char** argv) {
            "libcudasim.so");
   const struct CMUnitTest without[] = {cmocka_unit_test(test_without_driver)};
   int failed = cmocka_run_group_tests_name("no driver", without, NULL, NULL);
-  setenv("BRAID_CUDA_LIB", lib, 1);
+  /* BRAID_CUDA_LIB=libcuda.so.1 runs the same tests on a real GPU */
+  setenv("BRAID_CUDA_LIB", lib, 0);
   param_cache_reset();
   g_cu = cuda_driver();
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_driver_and_kinds),
       cmocka_unit_test(test_kernel_launch),
   };
-  return failed + cmocka_run_group_tests_name("simulated driver", tests, NULL, NULL);
+  return failed + cmocka_run_group_tests_name("simulated driver", tests, context_setup, NULL);
 }
