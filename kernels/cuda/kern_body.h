@@ -148,13 +148,14 @@ KERN_HD void kb_copy16(void* dst, const void* src) {
 #endif
 }
 
-/* for (l = 0; l < V; l++) BODY, unrolled on the GPU. */
+/* for (i = 0; i < N; i++) BODY, unrolled on the GPU (arrays indexed by i
+ * stay in registers); KB_LANES runs the lanes of a vector, l. */
 #ifdef __CUDA_ARCH__
-#define KB_LANES(V, BODY) _Pragma("unroll") for (int l = 0; l < (V); l++) BODY
+#define KB_UNROLLED(i, N, BODY) _Pragma("unroll") for (int i = 0; i < (N); i++) BODY
 #else
-#define KB_LANES(V, BODY) \
-  for (int l = 0; l < (V); l++) BODY
+#define KB_UNROLLED(i, N, BODY) for (int i = 0; i < (N); i++) BODY
 #endif
+#define KB_LANES(V, BODY) KB_UNROLLED(l, V, BODY)
 
 /* Where the 16-byte path can start: elements before the first 16-byte
  * boundary when every pointer of the task sits at the same offset from
@@ -232,6 +233,31 @@ KERN_HD int64_t kb_vec_head(const struct kern_dev_task* t, unsigned es) {
       }                                                                                            \
     }                                                                                              \
   }                                                                                                \
+  /* The everyday call (a received partial and a local slice into one output, */                   \
+  /* no premul, no division): four vectors in flight per thread, all loads   */                    \
+  /* issued before any arithmetic. The same chain, so the same bits. */                            \
+  KERN_HD void NAME##_pair(const struct kern_dev_task* t, uint64_t head, uint64_t nvec,            \
+                           uint64_t first, uint64_t stride) {                                      \
+    enum { V = 16 / sizeof(T), U = 4 };                                                            \
+    const char *a = (const char*)t->srcs[0], *b = (const char*)t->srcs[1];                         \
+    char* out = (char*)t->dsts[0];                                                                 \
+    SC s0 = 0;                                                                                     \
+    DV d0 = 1;                                                                                     \
+    for (uint64_t j = first; j < nvec; j += U * stride) {                                          \
+      T x[U][V], y[U][V];                                                                          \
+      KB_LANES(U, {                                                                                \
+        uint64_t jj = j + (uint64_t)l * stride < nvec ? j + (uint64_t)l * stride : j;              \
+        kb_copy16(x[l], a + (head + jj * V) * sizeof(T));                                          \
+        kb_copy16(y[l], b + (head + jj * V) * sizeof(T));                                          \
+      });                                                                                          \
+      KB_UNROLLED(u, U,                                                                            \
+                  KB_LANES(V, x[u][l] = ST(STEP(LD(x[u][l]), LD(y[u][l]), t->op, 0u, s0, d0))));   \
+      KB_LANES(U, {                                                                                \
+        uint64_t jj = j + (uint64_t)l * stride;                                                    \
+        if (jj < nvec) kb_copy16(out + (head + jj * V) * sizeof(T), x[l]);                         \
+      });                                                                                          \
+    }                                                                                              \
+  }                                                                                                \
   KERN_HD void NAME(const struct kern_dev_task* t, SC s, DV dv, uint64_t first, uint64_t stride) { \
     int64_t head = kb_vec_head(t, sizeof(T));                                                      \
     if (head < 0) {                                                                                \
@@ -241,7 +267,10 @@ KERN_HD int64_t kb_vec_head(const struct kern_dev_task* t, unsigned es) {
     uint64_t nvec = (t->n - (uint64_t)head) / (16 / sizeof(T));                                    \
     uint64_t tail = (uint64_t)head + nvec * (16 / sizeof(T));                                      \
     NAME##_scalar(t, s, dv, 0, (uint64_t)head, first, stride);                                     \
-    NAME##_vector(t, s, dv, (uint64_t)head, nvec, first, stride);                                  \
+    if (t->nsrcs == 2 && t->ndsts == 1 && t->pre == 0 && !t->post)                                 \
+      NAME##_pair(t, (uint64_t)head, nvec, first, stride);                                         \
+    else                                                                                           \
+      NAME##_vector(t, s, dv, (uint64_t)head, nvec, first, stride);                                \
     NAME##_scalar(t, s, dv, tail, t->n, first, stride);                                            \
   }
 

@@ -1,7 +1,7 @@
 /*
  * Loading the embedded fatbin into each context that launches (a module
  * per context, kept for the process) and sizing the grid: 256-thread
- * blocks, up to 8 per SM, at most one thread per pair of 16-byte vectors
+ * blocks, up to 32 per SM, at most one thread per pair of 16-byte vectors
  * (the launch shapes measured on an H200, docs/gpu-validation.md).
  */
 #include "cuda_kernels.h"
@@ -15,7 +15,7 @@ extern const unsigned char braid_fatbin_reduce[];
 
 #define CUDA_MAX_CONTEXTS 64
 #define KERNEL_BLOCK 256u
-#define KERNEL_BLOCKS_PER_SM 8u
+#define KERNEL_BLOCKS_PER_SM 32u
 
 struct loaded {
   CUcontext ctx;
