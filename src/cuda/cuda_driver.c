@@ -47,6 +47,21 @@ static int resolve(get_proc_fn get_proc, const char* lib) {
       CUDA_SYM(cuModuleGetFunction),
       CUDA_SYM(cuLaunchKernel),
       CUDA_SYM(cuStreamSynchronize),
+      CUDA_SYM(cuStreamCreate),
+      CUDA_SYM(cuStreamDestroy),
+      CUDA_SYM(cuStreamQuery),
+      CUDA_SYM(cuStreamWaitValue64),
+      CUDA_SYM(cuStreamWriteValue64),
+      CUDA_SYM(cuStreamWaitEvent),
+      CUDA_SYM(cuEventCreate),
+      CUDA_SYM(cuEventDestroy),
+      CUDA_SYM(cuEventRecord),
+      CUDA_SYM(cuEventQuery),
+      CUDA_SYM(cuEventSynchronize),
+      CUDA_SYM(cuMemcpyAsync),
+      CUDA_SYM(cuMemHostAlloc),
+      CUDA_SYM(cuMemFreeHost),
+      CUDA_SYM(cuMemHostGetDevicePointer),
   };
   for (size_t i = 0; i < sizeof(syms) / sizeof(syms[0]); i++) {
     CUdriverProcAddressQueryResult status;

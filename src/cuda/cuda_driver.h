@@ -33,6 +33,22 @@ struct cuda_api {
   CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                              unsigned, CUstream, void**, void**);
   CUresult (*cuStreamSynchronize)(CUstream);
+  /* stream ordering: streams, events, memory operations on pinned flags */
+  CUresult (*cuStreamCreate)(CUstream*, unsigned int);
+  CUresult (*cuStreamDestroy)(CUstream);
+  CUresult (*cuStreamQuery)(CUstream);
+  CUresult (*cuStreamWaitValue64)(CUstream, CUdeviceptr, cuuint64_t, unsigned int);
+  CUresult (*cuStreamWriteValue64)(CUstream, CUdeviceptr, cuuint64_t, unsigned int);
+  CUresult (*cuStreamWaitEvent)(CUstream, CUevent, unsigned int);
+  CUresult (*cuEventCreate)(CUevent*, unsigned int);
+  CUresult (*cuEventDestroy)(CUevent);
+  CUresult (*cuEventRecord)(CUevent, CUstream);
+  CUresult (*cuEventQuery)(CUevent);
+  CUresult (*cuEventSynchronize)(CUevent);
+  CUresult (*cuMemcpyAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
+  CUresult (*cuMemHostAlloc)(void**, size_t, unsigned int);
+  CUresult (*cuMemFreeHost)(void*);
+  CUresult (*cuMemHostGetDevicePointer)(CUdeviceptr*, void*, unsigned int);
 };
 
 /* The driver's table, loaded and initialized once per process; NULL (with

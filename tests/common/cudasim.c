@@ -11,15 +11,22 @@
  *  - copies (memmove: unified addressing);
  *  - modules: any image loads, and its function "braid_reduce_copy" runs the
  *    CPU grid emulation of kernels/cuda/kern_body.h (tests/common);
- *  - launches and stream synchronization, in order at the call (streams as
- *    queues run by threads come with the stream-ordered device path).
+ *  - streams as ordered queues, each run by a thread of its own (the NULL
+ *    stream too): launches, async copies, 64-bit memory-op waits that
+ *    really wait and writes, event records and waits. CUDASIM_ONE_QUEUE=1
+ *    puts every stream on one queue, which exposes work that only completes
+ *    if streams run side by side (an ordering deadlock hangs there);
+ *  - pinned host memory (cuMemHostAlloc: host memory, its device pointer
+ *    the same address).
  */
 #include <cuda.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <stdatomic.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 
 #include "kern_emulate.h"
 
@@ -184,9 +191,258 @@ static CUresult sim_pointer_attribute(void* out, CUpointer_attribute a, CUdevice
   return CUDA_SUCCESS;
 }
 
+static CUresult sim_stream_sync(CUstream s);
+
+/* Synchronous: after the NULL stream's work, as with the legacy stream. */
 static CUresult sim_memcpy(CUdeviceptr dst, CUdeviceptr src, size_t bytes) {
   if (t_ctx == NULL) return CUDA_ERROR_INVALID_CONTEXT;
+  sim_stream_sync(NULL);
   memmove((void*)(uintptr_t)dst, (const void*)(uintptr_t)src, bytes);
+  return CUDA_SUCCESS;
+}
+
+/* ---- streams ---- */
+
+enum sim_op_kind { OP_LAUNCH, OP_COPY, OP_WAIT64, OP_WRITE64, OP_RECORD, OP_WAIT_EVENT };
+
+struct sim_event {
+  _Atomic uint64_t recorded; /* records enqueued so far */
+  _Atomic uint64_t reached;  /* records the streams have passed */
+};
+
+struct sim_op {
+  enum sim_op_kind kind;
+  struct kern_dev_task task;
+  unsigned grid, block;
+  void* dst;
+  const void* src;
+  size_t bytes;
+  volatile uint64_t* addr;
+  uint64_t value;
+  unsigned flags;
+  struct sim_event* event;
+  uint64_t ticket; /* OP_RECORD: this record's number; OP_WAIT_EVENT: the one awaited */
+  struct sim_op* next;
+};
+
+struct sim_stream {
+  pthread_mutex_t lock;
+  pthread_cond_t cv;
+  struct sim_op *head, *tail;
+  int running; /* an op is being executed */
+  pthread_t thread;
+};
+
+static struct sim_stream* g_null_stream; /* the NULL stream, and every stream under ONE_QUEUE */
+static pthread_once_t g_streams_once = PTHREAD_ONCE_INIT;
+static int g_one_queue;
+
+static void nap(void) {
+  struct timespec ts = {0, 20000};
+  nanosleep(&ts, NULL);
+}
+
+static int wait_done(const struct sim_op* op) {
+  uint64_t v = *op->addr;
+  switch (op->flags & 0xf) {
+    case CU_STREAM_WAIT_VALUE_GEQ:
+      return (int64_t)(v - op->value) >= 0;
+    case CU_STREAM_WAIT_VALUE_EQ:
+      return v == op->value;
+    case CU_STREAM_WAIT_VALUE_AND:
+      return (v & op->value) != 0;
+    default:
+      return ~(v | op->value) != 0;
+  }
+}
+
+static void op_run(struct sim_op* op) {
+  switch (op->kind) {
+    case OP_LAUNCH:
+      kern_emulate_reduce_copy(&op->task, op->grid, op->block);
+      break;
+    case OP_COPY:
+      memmove(op->dst, op->src, op->bytes);
+      break;
+    case OP_WAIT64:
+      while (!wait_done(op)) nap(); /* really waits, as the GPU's front end does */
+      break;
+    case OP_WRITE64:
+      __atomic_store_n(op->addr, op->value, __ATOMIC_SEQ_CST);
+      break;
+    case OP_RECORD:
+      atomic_store(&op->event->reached, op->ticket);
+      break;
+    case OP_WAIT_EVENT:
+      while (atomic_load(&op->event->reached) < op->ticket) nap();
+      break;
+  }
+}
+
+static void* stream_main(void* p) {
+  struct sim_stream* st = p;
+  for (;;) {
+    pthread_mutex_lock(&st->lock);
+    while (st->head == NULL) pthread_cond_wait(&st->cv, &st->lock);
+    struct sim_op* op = st->head;
+    st->running = 1;
+    pthread_mutex_unlock(&st->lock);
+    op_run(op);
+    pthread_mutex_lock(&st->lock);
+    st->head = op->next;
+    if (st->head == NULL) st->tail = NULL;
+    st->running = 0;
+    pthread_cond_broadcast(&st->cv);
+    pthread_mutex_unlock(&st->lock);
+    free(op);
+  }
+  return NULL;
+}
+
+static struct sim_stream* stream_new(void) {
+  struct sim_stream* st = calloc(1, sizeof(*st));
+  if (st == NULL) return NULL;
+  pthread_mutex_init(&st->lock, NULL);
+  pthread_cond_init(&st->cv, NULL);
+  pthread_attr_t a;
+  pthread_attr_init(&a);
+  pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+  if (pthread_create(&st->thread, &a, stream_main, st) != 0) {
+    free(st);
+    st = NULL;
+  }
+  pthread_attr_destroy(&a);
+  return st;
+}
+
+static void streams_init(void) {
+  const char* one = getenv("CUDASIM_ONE_QUEUE");
+  g_one_queue = one != NULL && atoi(one) != 0;
+  g_null_stream = stream_new();
+}
+
+static struct sim_stream* stream_of(CUstream s) {
+  pthread_once(&g_streams_once, streams_init);
+  return s == NULL || g_one_queue ? g_null_stream : (struct sim_stream*)s;
+}
+
+static CUresult stream_push(CUstream s, const struct sim_op* proto) {
+  struct sim_stream* st = stream_of(s);
+  struct sim_op* op = malloc(sizeof(*op));
+  if (st == NULL || op == NULL) return CUDA_ERROR_OUT_OF_MEMORY;
+  *op = *proto;
+  op->next = NULL;
+  pthread_mutex_lock(&st->lock);
+  if (st->tail)
+    st->tail->next = op;
+  else
+    st->head = op;
+  st->tail = op;
+  pthread_cond_broadcast(&st->cv);
+  pthread_mutex_unlock(&st->lock);
+  return CUDA_SUCCESS;
+}
+
+static CUresult sim_stream_create(CUstream* s, unsigned flags) {
+  (void)flags;
+  pthread_once(&g_streams_once, streams_init);
+  struct sim_stream* st = g_one_queue ? g_null_stream : stream_new();
+  if (st == NULL) return CUDA_ERROR_OUT_OF_MEMORY;
+  *s = (CUstream)st;
+  return CUDA_SUCCESS;
+}
+
+/* A stream's thread stays (detached, idle): work already queued still
+ * completes, as the driver promises for a destroyed stream. */
+static CUresult sim_stream_destroy(CUstream s) {
+  (void)s;
+  return CUDA_SUCCESS;
+}
+
+static CUresult sim_stream_query(CUstream s) {
+  struct sim_stream* st = stream_of(s);
+  pthread_mutex_lock(&st->lock);
+  int idle = st->head == NULL;
+  pthread_mutex_unlock(&st->lock);
+  return idle ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
+
+static CUresult sim_stream_wait64(CUstream s, CUdeviceptr addr, cuuint64_t value, unsigned flags) {
+  struct sim_op op = {.kind = OP_WAIT64,
+                      .addr = (volatile uint64_t*)(uintptr_t)addr,
+                      .value = value,
+                      .flags = flags};
+  return stream_push(s, &op);
+}
+
+static CUresult sim_stream_write64(CUstream s, CUdeviceptr addr, cuuint64_t value, unsigned flags) {
+  if (flags != 0) return CUDA_ERROR_INVALID_VALUE; /* as the H200's driver answered */
+  struct sim_op op = {
+      .kind = OP_WRITE64, .addr = (volatile uint64_t*)(uintptr_t)addr, .value = value};
+  return stream_push(s, &op);
+}
+
+static CUresult sim_event_create(CUevent* e, unsigned flags) {
+  (void)flags;
+  struct sim_event* ev = calloc(1, sizeof(*ev));
+  if (ev == NULL) return CUDA_ERROR_OUT_OF_MEMORY;
+  *e = (CUevent)ev;
+  return CUDA_SUCCESS;
+}
+
+static CUresult sim_event_destroy(CUevent e) {
+  free((struct sim_event*)e); /* callers destroy events no stream still holds */
+  return CUDA_SUCCESS;
+}
+
+static CUresult sim_event_record(CUevent e, CUstream s) {
+  struct sim_event* ev = (struct sim_event*)e;
+  struct sim_op op = {
+      .kind = OP_RECORD, .event = ev, .ticket = atomic_fetch_add(&ev->recorded, 1) + 1};
+  return stream_push(s, &op);
+}
+
+static CUresult sim_event_query(CUevent e) {
+  struct sim_event* ev = (struct sim_event*)e;
+  return atomic_load(&ev->reached) >= atomic_load(&ev->recorded) ? CUDA_SUCCESS
+                                                                 : CUDA_ERROR_NOT_READY;
+}
+
+static CUresult sim_event_sync(CUevent e) {
+  while (sim_event_query(e) == CUDA_ERROR_NOT_READY) nap();
+  return CUDA_SUCCESS;
+}
+
+static CUresult sim_stream_wait_event(CUstream s, CUevent e, unsigned flags) {
+  struct sim_event* ev = (struct sim_event*)e;
+  (void)flags;
+  struct sim_op op = {.kind = OP_WAIT_EVENT, .event = ev, .ticket = atomic_load(&ev->recorded)};
+  return stream_push(s, &op);
+}
+
+static CUresult sim_memcpy_async(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream s) {
+  struct sim_op op = {.kind = OP_COPY,
+                      .dst = (void*)(uintptr_t)dst,
+                      .src = (const void*)(uintptr_t)src,
+                      .bytes = bytes};
+  return stream_push(s, &op);
+}
+
+/* Pinned host memory: the host's own, its device pointer the same address. */
+static CUresult sim_host_alloc(void** p, size_t bytes, unsigned flags) {
+  (void)flags;
+  *p = calloc(1, bytes ? bytes : 1);
+  return *p ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+static CUresult sim_host_free(void* p) {
+  free(p);
+  return CUDA_SUCCESS;
+}
+
+static CUresult sim_host_device_pointer(CUdeviceptr* d, void* p, unsigned flags) {
+  (void)flags;
+  *d = (CUdeviceptr)(uintptr_t)p;
   return CUDA_SUCCESS;
 }
 
@@ -206,16 +462,20 @@ static CUresult sim_module_function(CUfunction* f, CUmodule m, const char* name)
 static CUresult sim_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                            unsigned by, unsigned bz, unsigned shmem, CUstream s, void** args,
                            void** extra) {
-  (void)shmem, (void)s, (void)extra;
+  (void)shmem, (void)extra;
   if (t_ctx == NULL) return CUDA_ERROR_INVALID_CONTEXT;
   if (f != SIM_REDUCE_COPY || gy != 1 || gz != 1 || by != 1 || bz != 1 || args == NULL)
     return CUDA_ERROR_INVALID_VALUE;
-  kern_emulate_reduce_copy((const struct kern_dev_task*)args[0], gx, bx);
-  return CUDA_SUCCESS;
+  struct sim_op op = {.kind = OP_LAUNCH, .grid = gx, .block = bx};
+  memcpy(&op.task, args[0], sizeof(op.task)); /* parameters are taken at the launch */
+  return stream_push(s, &op);
 }
 
 static CUresult sim_stream_sync(CUstream s) {
-  (void)s; /* work runs at the call */
+  struct sim_stream* st = stream_of(s);
+  pthread_mutex_lock(&st->lock);
+  while (st->head != NULL) pthread_cond_wait(&st->cv, &st->lock);
+  pthread_mutex_unlock(&st->lock);
   return CUDA_SUCCESS;
 }
 
@@ -240,6 +500,21 @@ static const struct {
     {"cuModuleGetFunction", (void*)sim_module_function},
     {"cuLaunchKernel", (void*)sim_launch},
     {"cuStreamSynchronize", (void*)sim_stream_sync},
+    {"cuStreamCreate", (void*)sim_stream_create},
+    {"cuStreamDestroy", (void*)sim_stream_destroy},
+    {"cuStreamQuery", (void*)sim_stream_query},
+    {"cuStreamWaitValue64", (void*)sim_stream_wait64},
+    {"cuStreamWriteValue64", (void*)sim_stream_write64},
+    {"cuStreamWaitEvent", (void*)sim_stream_wait_event},
+    {"cuEventCreate", (void*)sim_event_create},
+    {"cuEventDestroy", (void*)sim_event_destroy},
+    {"cuEventRecord", (void*)sim_event_record},
+    {"cuEventQuery", (void*)sim_event_query},
+    {"cuEventSynchronize", (void*)sim_event_sync},
+    {"cuMemcpyAsync", (void*)sim_memcpy_async},
+    {"cuMemHostAlloc", (void*)sim_host_alloc},
+    {"cuMemFreeHost", (void*)sim_host_free},
+    {"cuMemHostGetDevicePointer", (void*)sim_host_device_pointer},
 };
 
 SIM_EXPORT CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int version,

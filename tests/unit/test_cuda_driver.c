@@ -108,6 +108,58 @@ static void test_kernel_launch(void** state) {
   }
 }
 
+/* The ordering the device path is built on (DESIGN.md 3): a stream waits
+ * on a flag in pinned host memory before a kernel, then writes a "done"
+ * flag; nothing of it runs until the host writes the first flag, and an
+ * event recorded after it reports when it has. It reads device memory
+ * while the stream waits, so it needs streams side by side: not a test
+ * for CUDASIM_ONE_QUEUE, which is meant for the device path's own tests. */
+static void test_stream_ordering(void** state) {
+  (void)state;
+  CUstream s;
+  CUevent ev;
+  volatile uint64_t* flags;
+  CUdeviceptr dflags;
+  const size_t n = 4099;
+  assert_int_equal(g_cu->cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  assert_int_equal(g_cu->cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING), CUDA_SUCCESS);
+  assert_int_equal(g_cu->cuMemHostAlloc((void**)&flags, 64, CU_MEMHOSTALLOC_DEVICEMAP),
+                   CUDA_SUCCESS);
+  assert_int_equal(g_cu->cuMemHostGetDevicePointer(&dflags, (void*)flags, 0), CUDA_SUCCESS);
+  flags[0] = flags[1] = 0;
+  float *a = dev_alloc(n * 4), *out = dev_alloc(n * 4), host[4099], got[4099];
+  for (size_t i = 0; i < n; i++) host[i] = (float)i;
+  assert_int_equal(mem_copy(a, host, n * 4), ncclSuccess);
+  for (size_t i = 0; i < n; i++) host[i] = -1.0f;
+  assert_int_equal(mem_copy(out, host, n * 4), ncclSuccess);
+  struct kern_dev_task k;
+  memset(&k, 0, sizeof(k));
+  k.type = KB_FLOAT, k.op = KB_SUM, k.nsrcs = 2, k.ndsts = 1, k.n = n;
+  k.srcs[0] = a, k.srcs[1] = a, k.dsts[0] = out;
+  assert_int_equal(g_cu->cuStreamWaitValue64(s, dflags, 1, CU_STREAM_WAIT_VALUE_GEQ), CUDA_SUCCESS);
+  assert_int_equal(cuda_reduce_copy(&k, s), ncclSuccess);
+  assert_int_equal(g_cu->cuStreamWriteValue64(s, dflags + 8, 7, 0), CUDA_SUCCESS);
+  assert_int_equal(g_cu->cuEventRecord(ev, s), CUDA_SUCCESS);
+  usleep(50000);
+  assert_int_equal(g_cu->cuEventQuery(ev), CUDA_ERROR_NOT_READY);
+  assert_int_equal(g_cu->cuStreamQuery(s), CUDA_ERROR_NOT_READY);
+  assert_int_equal(flags[1], 0);
+  assert_int_equal(mem_copy(got, out, n * 4), ncclSuccess); /* the kernel has not run */
+  assert_true(got[n - 1] == -1.0f);
+  flags[0] = 1; /* release */
+  assert_int_equal(g_cu->cuEventSynchronize(ev), CUDA_SUCCESS);
+  assert_int_equal(flags[1], 7);
+  assert_int_equal(mem_copy(got, out, n * 4), ncclSuccess);
+  for (size_t i = 0; i < n; i++)
+    if (got[i] != 2.0f * (float)i) fail_msg("[%zu] = %g after the release", i, got[i]);
+  assert_int_equal(g_cu->cuStreamSynchronize(s), CUDA_SUCCESS);
+  assert_int_equal(g_cu->cuEventDestroy(ev), CUDA_SUCCESS);
+  assert_int_equal(g_cu->cuStreamDestroy(s), CUDA_SUCCESS);
+  assert_int_equal(g_cu->cuMemFreeHost((void*)flags), CUDA_SUCCESS);
+  g_cu->cuMemFree((CUdeviceptr)(uintptr_t)a);
+  g_cu->cuMemFree((CUdeviceptr)(uintptr_t)out);
+}
+
 /* No driver at BRAID_CUDA_LIB: no device path, host memory everywhere. */
 static void test_without_driver(void** state) {
   (void)state;
@@ -141,6 +193,7 @@ int main(int argc, char** argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_driver_and_kinds),
       cmocka_unit_test(test_kernel_launch),
+      cmocka_unit_test(test_stream_ordering),
   };
   return failed + cmocka_run_group_tests_name("simulated driver", tests, context_setup, NULL);
 }
