@@ -4,7 +4,7 @@
  * libnccl.so.2 and, across forked ranks on host buffers, all-reduce with
  * that header's larger ncclConfig_t and call every host function 2.28 adds:
  * all-to-all, gather and scatter (every element checked), a simulated
- * group, a window, and a shrink that drops the last rank.
+ * group, a window, a shrink that drops the last rank, and a revoke.
  */
 #include <nccl.h>
 #include <stdio.h>
@@ -123,6 +123,13 @@ static int rank_main(int rank, ncclUniqueId id) {
   }
   free(buf);
   int bad = p2p_collectives(rank, comm) + simulated_group(comm) + window(comm) + shrink(rank, comm);
+  /* Revoke: new calls are refused, the comm still destroys. */
+  float x = 1;
+  if (ncclCommRevoke(comm, NCCL_REVOKE_DEFAULT) != ncclSuccess ||
+      ncclAllReduce(&x, &x, 1, ncclFloat, ncclSum, comm, (cudaStream_t)0) != ncclInvalidUsage) {
+    fprintf(stderr, "rank %d: revoke: %s\n", rank, ncclGetLastError(comm));
+    bad++;
+  }
   ncclCommDestroy(comm);
   return bad;
 }
