@@ -12,6 +12,7 @@
 #include "comm.h"
 #include "core.h"
 #include "hello_pool.h"
+#include "param.h"
 #include "socket.h"
 
 #define CTRL_HELLO_MS 5000 /* a connection sends its whole message within this */
@@ -38,6 +39,19 @@ fail:
   if (fd >= 0) close(fd);
   if (res != ncclSuccess)
     WARN("Rank %d: could not reach rank %d's control listener (is it alive?)", comm->rank, peer);
+  return res;
+}
+
+ncclResult_t ctrl_send_id(struct ncclComm* comm, uint32_t kind, uint64_t epoch,
+                          const ncclUniqueId* id, const unsigned char* skip) {
+  ncclResult_t res = ncclSuccess;
+  struct ctrl_msg m;
+  memset(&m, 0, sizeof(m));
+  m = (struct ctrl_msg){CTRL_MAGIC, kind, comm->tctx.secret, epoch, comm->rank, 0, *id};
+  uint64_t deadline = socket_deadline(param_timeout_ms());
+  for (int r = 0; r < comm->nranks; r++)
+    if (r != comm->rank && !(skip && skip[r])) CHECK(ctrl_send(comm, r, &m, deadline));
+fail:
   return res;
 }
 

@@ -39,6 +39,12 @@ ncclResult_t ctrl_listen(struct ncclComm* comm, union socket_addr* where);
 ncclResult_t ctrl_send(struct ncclComm* comm, int peer, const struct ctrl_msg* msg,
                        uint64_t deadline_ns);
 
+/* Send a message of `kind` carrying `id` to every rank of the comm but
+ * this one and those `skip` marks (NULL: none), stopping at the first that
+ * cannot be reached. */
+ncclResult_t ctrl_send_id(struct ncclComm* comm, uint32_t kind, uint64_t epoch,
+                          const ncclUniqueId* id, const unsigned char* skip);
+
 /* Wait for the message of `kind` and `epoch` from rank `from` (-1: any
  * rank of the comm); messages
  * that are not it (a stranger, an old epoch) are dropped with a log line. */

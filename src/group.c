@@ -132,23 +132,37 @@ ncclResult_t ncclGroupStart(void) {
   return ncclSuccess;
 }
 
+/* The outermost group closes: its jobs run (they own their arguments), and
+ * its queued operations are handed to the caller in *nops (t_group.ops),
+ * unless a call inside the group failed: that error, nothing to run. */
+static ncclResult_t group_close(const char* fn, int* nops) {
+  ncclResult_t res = ncclSuccess;
+  int njobs = t_group.njobs;
+  *nops = t_group.nops;
+  t_group.depth = 0;
+  t_group.njobs = t_group.nops = 0;
+  ncclResult_t queued = t_group.error;
+  t_group.error = ncclSuccess;
+  if (njobs) CHECK(run_jobs(t_group.jobs, njobs));
+  if (queued != ncclSuccess) {
+    WARN("%s: a call inside the group failed; its other calls were not run", fn);
+    *nops = 0;
+    return queued;
+  }
+fail:
+  return res;
+}
+
 NCCL_API(ncclResult_t, ncclGroupEnd, void);
 ncclResult_t ncclGroupEnd(void) {
   ncclResult_t res = ncclSuccess;
+  int nops;
   if (t_group.depth == 0) {
     WARN("ncclGroupEnd: not in a group call (missing ncclGroupStart)");
     return ncclInvalidUsage;
   }
   if (--t_group.depth > 0) return ncclSuccess;
-  int njobs = t_group.njobs, nops = t_group.nops;
-  t_group.njobs = t_group.nops = 0;
-  ncclResult_t queued = t_group.error;
-  t_group.error = ncclSuccess;
-  if (njobs) CHECK(run_jobs(t_group.jobs, njobs)); /* jobs own their args: always run */
-  if (queued != ncclSuccess) {
-    WARN("ncclGroupEnd: a call inside the group failed; its other calls were not run");
-    return queued;
-  }
+  CHECK(group_close("ncclGroupEnd", &nops));
   if (nops) res = work_dispatch(t_group.ops, nops, t_group.stream);
 fail:
   return res;
@@ -192,16 +206,8 @@ ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t* simInfo) {
     WARN("ncclGroupSimulateEnd: must end the outermost group (depth %d)", t_group.depth);
     return ncclInvalidUsage;
   }
-  t_group.depth = 0;
-  int njobs = t_group.njobs, nops = t_group.nops;
-  t_group.njobs = t_group.nops = 0;
-  ncclResult_t queued = t_group.error;
-  t_group.error = ncclSuccess;
-  if (njobs) CHECK(run_jobs(t_group.jobs, njobs));
-  if (queued != ncclSuccess) {
-    WARN("ncclGroupSimulateEnd: a call inside the group failed");
-    return queued;
-  }
+  int nops;
+  CHECK(group_close("ncclGroupSimulateEnd", &nops));
   double us = 0;
   for (int i = 0; i < nops; i++) us += op_estimate(&t_group.ops[i]);
   simInfo->estimatedTime = (float)us;

@@ -47,10 +47,7 @@ static ncclResult_t grow_parent_id(struct ncclComm* comm, const ncclUniqueId* gi
          "ranks pass NULL)");
   comm->grow_id_pending = 0;
   *id = *given;
-  memset(&m, 0, sizeof(m));
-  m = (struct ctrl_msg){CTRL_MAGIC, CTRL_GROW, comm->tctx.secret, epoch, comm->rank, 0, *id};
-  for (int r = 0; r < comm->nranks; r++)
-    if (r != comm->rank) CHECK(ctrl_send(comm, r, &m, deadline));
+  CHECK(ctrl_send_id(comm, CTRL_GROW, epoch, id, NULL));
 fail:
   return res;
 }

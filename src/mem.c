@@ -31,8 +31,8 @@ const char* mem_kind_name(enum mem_kind kind) {
 ncclResult_t mem_copy(void* dst, const void* src, size_t bytes) {
   if (bytes == 0 || dst == src) return ncclSuccess;
 #ifdef BRAID_HAVE_CUDA
-  if (mem_query(dst) != MEM_HOST || mem_query(src) != MEM_HOST)
-    return cuda_mem_copy(dst, src, bytes);
+  if (mem_query(dst) != MEM_HOST) return cuda_mem_copy(dst, src, bytes, dst);
+  if (mem_query(src) != MEM_HOST) return cuda_mem_copy(dst, src, bytes, src);
 #endif
   memmove(dst, src, bytes);
   return ncclSuccess;

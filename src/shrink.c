@@ -48,13 +48,8 @@ static ncclResult_t shrink_mask(const struct ncclComm* comm, const int* list, in
 static ncclResult_t shrink_send_ids(struct ncclComm* comm, const unsigned char* excluded,
                                     uint64_t epoch, ncclUniqueId* id) {
   ncclResult_t res = ncclSuccess;
-  struct ctrl_msg m;
-  memset(&m, 0, sizeof(m));
   CHECK(bootstrap_new_root_id(id));
-  m = (struct ctrl_msg){CTRL_MAGIC, CTRL_SHRINK, comm->tctx.secret, epoch, comm->rank, 0, *id};
-  uint64_t deadline = socket_deadline(param_timeout_ms());
-  for (int r = 0; r < comm->nranks; r++)
-    if (!excluded[r] && r != comm->rank) CHECK(ctrl_send(comm, r, &m, deadline));
+  CHECK(ctrl_send_id(comm, CTRL_SHRINK, epoch, id, excluded));
 fail:
   return res;
 }

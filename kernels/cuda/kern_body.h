@@ -153,7 +153,8 @@ KERN_HD void kb_copy16(void* dst, const void* src) {
 #ifdef __CUDA_ARCH__
 #define KB_UNROLLED(i, N, BODY) _Pragma("unroll") for (int i = 0; i < (N); i++) BODY
 #else
-#define KB_UNROLLED(i, N, BODY) for (int i = 0; i < (N); i++) BODY
+#define KB_UNROLLED(i, N, BODY) \
+  for (int i = 0; i < (N); i++) BODY
 #endif
 #define KB_LANES(V, BODY) KB_UNROLLED(l, V, BODY)
 

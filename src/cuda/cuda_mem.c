@@ -40,11 +40,11 @@ fail:
   return res;
 }
 
-ncclResult_t cuda_mem_copy(void* dst, const void* src, size_t bytes) {
+ncclResult_t cuda_mem_copy(void* dst, const void* src, size_t bytes, const void* device) {
   ncclResult_t res = ncclSuccess;
   const struct cuda_api* cu = cuda_driver();
   if (cu == NULL) FAIL(ncclInternalError, "mem_copy: device memory without a CUDA driver");
-  CHECK(ensure_context(cu, mem_query(dst) != MEM_HOST ? dst : src));
+  CHECK(ensure_context(cu, device));
   CHECK(cuda_check(cu->cuMemcpy((CUdeviceptr)(uintptr_t)dst, (CUdeviceptr)(uintptr_t)src, bytes),
                    "cuMemcpy"));
 fail:

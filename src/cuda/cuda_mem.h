@@ -13,6 +13,8 @@
 #include "mem.h"
 
 enum mem_kind cuda_mem_kind(const void* ptr);
-ncclResult_t cuda_mem_copy(void* dst, const void* src, size_t bytes);
+/* `device` is whichever of dst and src is device memory (its context is
+ * taken when the thread has none). */
+ncclResult_t cuda_mem_copy(void* dst, const void* src, size_t bytes, const void* device);
 
 #endif /* BRAID_CUDA_MEM_H_ */
