@@ -12,6 +12,10 @@
 #include "core.h"
 #include "stream.h"
 
+#ifdef BRAID_HAVE_CUDA
+#include "cuda/cuda_comm.h"
+#endif
+
 ncclResult_t comm_check(const struct ncclComm* comm, const char* fn) {
   if (comm == NULL) {
     WARN("%s : comm argument is NULL", fn);
@@ -103,6 +107,9 @@ void comm_free(struct ncclComm* comm) {
   comm_registry_remove(comm);
   stream_destroy(comm->internal_stream); /* finishes queued work first */
   comm->internal_stream = NULL;
+#ifdef BRAID_HAVE_CUDA
+  cuda_comm_free(comm); /* the same for its proxy */
+#endif
   mem_regs_free(&comm->regs); /* while the transports that pinned them are up */
   comm_conns_apply(comm, 1);
   transport_accept_free(&comm->tctx);
@@ -133,6 +140,10 @@ ncclResult_t ncclCommFinalize(ncclComm_t comm) {
   /* Blocking comms finish every call before it returns; a non-blocking
    * comm's queue is flushed here. */
   if (comm->internal_stream) res = stream_sync(comm->internal_stream);
+#ifdef BRAID_HAVE_CUDA
+  if (res == ncclSuccess && comm->cuda && comm->cuda->own_proxy)
+    res = stream_sync(comm->cuda->proxy);
+#endif
   comm->finalized = 1;
   return res;
 }

@@ -30,6 +30,7 @@ struct comm_redop {
 };
 
 struct braid_stream;
+struct cuda_comm;
 
 struct ncclComm {
   uint64_t magic;
@@ -64,6 +65,8 @@ struct ncclComm {
   struct mem_regs regs;
   /* non-blocking comm (config.blocking == 0): its work runs on this stream */
   struct braid_stream* internal_stream;
+  /* device calls (src/cuda/cuda_comm.h): made at the first one, else NULL */
+  struct cuda_comm* cuda;
   /* state */
   _Atomic int aborted;
   _Atomic int error;     /* ncclResult_t of the first failure, 0 if none */

@@ -18,6 +18,10 @@
 #include "stream.h"
 #include "work.h"
 
+#ifdef BRAID_HAVE_CUDA
+#include "cuda/cuda_unit.h"
+#endif
+
 struct group_job {
   ncclResult_t (*fn)(void*);
   void* arg;
@@ -85,9 +89,14 @@ static ncclResult_t run_jobs(struct group_job* jobs, int n) {
   return first;
 }
 
-/* Hand a unit of work to whoever runs it. */
+/* Hand a unit of work to whoever runs it: its CUDA streams (device calls),
+ * a host stream, the comm's own stream (non-blocking comms), or this
+ * thread now. */
 static ncclResult_t work_dispatch(struct work_op* ops, int n, cudaStream_t stream) {
   struct braid_stream* hs = stream_from_handle(stream);
+#ifdef BRAID_HAVE_CUDA
+  if (hs == NULL && cuda_unit_wanted(ops, n)) return cuda_unit_dispatch(ops, n);
+#endif
   ncclResult_t res = work_issue(ops, n);
   if (res != ncclSuccess) return res;
   for (int i = 0; i < n && hs == NULL; i++) hs = ops[i].comm->internal_stream;
@@ -104,14 +113,19 @@ ncclResult_t group_enqueue_op(const struct work_op* op, cudaStream_t stream) {
   ncclResult_t res = ncclSuccess;
   if (t_group.depth == 0) {
     struct work_op one = *op;
+    one.stream = stream;
     return work_dispatch(&one, 1, stream);
   }
-  if (t_group.nops > 0 && stream != t_group.stream)
-    FAIL(ncclInvalidUsage, "Calls in one group must use one stream (%p, then %p)",
+  /* CUDA streams may differ within a group (each is gated); a host stream
+   * runs the whole group, so it must be the only one */
+  if (t_group.nops > 0 && stream != t_group.stream &&
+      (stream_from_handle(stream) || stream_from_handle(t_group.stream)))
+    FAIL(ncclInvalidUsage, "Calls in one group must use one host stream (%p, then %p)",
          (void*)t_group.stream, (void*)stream);
   CHECK(grow((void**)&t_group.ops, &t_group.cap, t_group.nops + 1, sizeof(struct work_op)));
-  t_group.stream = stream;
-  t_group.ops[t_group.nops++] = *op;
+  if (t_group.nops == 0 || stream_from_handle(stream)) t_group.stream = stream;
+  t_group.ops[t_group.nops] = *op;
+  t_group.ops[t_group.nops++].stream = stream;
 fail:
   return res;
 }

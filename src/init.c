@@ -18,6 +18,10 @@
 #include "stream.h"
 #include "topo.h"
 
+#ifdef BRAID_HAVE_CUDA
+#include "cuda/cuda_comm.h"
+#endif
+
 #define CONFIG_MAGIC 0xcafebeefu
 
 NCCL_API(ncclResult_t, ncclGetVersion, int* version);
@@ -140,6 +144,9 @@ static ncclResult_t comm_create(struct ncclComm** out, int nranks, const ncclUni
   comm->rank = rank;
   comm->nranks = nranks;
   comm->cuda_dev = cuda_dev;
+#ifdef BRAID_HAVE_CUDA
+  if (cuda_dev < 0) comm->cuda_dev = cuda_current_device(); /* as NCCL: the caller's device */
+#endif
   comm->id = id;
   comm->progress.epoll_fd = comm->progress.wake_fd = comm->tctx.listen_fd = comm->ctrl_fd = -1;
   comm->progress.bell_fd[0] = comm->progress.bell_fd[1] = -1;

@@ -167,12 +167,18 @@ fail:
   return res;
 }
 
+/* Device memory where a CUDA driver and device are (the next issue shares
+ * it by CUDA IPC), else page-aligned host memory. */
 NCCL_API(ncclResult_t, ncclMemAlloc, void** ptr, size_t size);
 ncclResult_t ncclMemAlloc(void** ptr, size_t size) {
   if (ptr == NULL || size == 0) {
     WARN("ncclMemAlloc : ptr %p size %zu", (void*)ptr, size);
     return ncclInvalidArgument;
   }
+#ifdef BRAID_HAVE_CUDA
+  ncclResult_t res = cuda_mem_alloc(ptr, size);
+  if (res != ncclSuccess || *ptr != NULL) return res;
+#endif
   /* Not braid_calloc: page-aligned and unzeroed, as cudaMalloc'd memory is
    * (a transport may map or pin it whole); the failure is logged below. */
   *ptr = aligned_alloc(4096, ALIGN_UP(size, 4096));
@@ -185,6 +191,10 @@ ncclResult_t ncclMemAlloc(void** ptr, size_t size) {
 
 NCCL_API(ncclResult_t, ncclMemFree, void* ptr);
 ncclResult_t ncclMemFree(void* ptr) {
+  if (ptr == NULL) return ncclSuccess;
+#ifdef BRAID_HAVE_CUDA
+  if (mem_query(ptr) != MEM_HOST) return cuda_mem_free(ptr);
+#endif
   free(ptr);
   return ncclSuccess;
 }

@@ -8,10 +8,14 @@
 #include "stream.h"
 
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "braid.h"
+#include "comm.h"
 #include "core.h"
 
 #define STREAM_TAG ((uintptr_t)4) /* CUDA streams are 8-aligned; 1, 2 are its specials */
@@ -20,6 +24,8 @@
 struct stream_item {
   struct work_op* ops;
   int nops, cap;
+  struct work_gate gates[WORK_MAX_GATES];
+  int ngates;
   ncclResult_t (*fn)(void*);
   void* arg;
   struct stream_item* next;
@@ -51,6 +57,42 @@ static ncclResult_t item_run(struct stream_item* it) {
   return it->fn ? it->fn(it->arg) : work_run(it->ops, it->nops);
 }
 
+static int gates_ready(const struct stream_item* it) {
+  for (int i = 0; i < it->ngates; i++)
+    if ((int64_t)(__atomic_load_n(it->gates[i].ready, __ATOMIC_ACQUIRE) - it->gates[i].value) < 0)
+      return 0;
+  return 1;
+}
+
+static int item_aborted(const struct stream_item* it) {
+  for (int i = 0; i < it->nops; i++)
+    if (atomic_load(&it->ops[i].comm->aborted)) return 1;
+  return 0;
+}
+
+/* Wait for the streams to reach the unit. They may be busy with the user's
+ * kernels for long: after a short spin the wait sleeps, up to 100 us, so a
+ * proxy thread costs little while its GPU computes. */
+static void gates_wait(const struct stream_item* it) {
+  long nap_ns = 0;
+  while (!gates_ready(it) && !item_aborted(it)) {
+    if (nap_ns < 1000) {
+      nap_ns += 50;
+      sched_yield();
+      continue;
+    }
+    struct timespec ts = {0, nap_ns};
+    nanosleep(&ts, NULL);
+    nap_ns = nap_ns < 100000 ? nap_ns * 2 : 100000;
+  }
+}
+
+static void gates_open(struct stream_item* it) {
+  for (int i = 0; i < it->ngates; i++)
+    __atomic_store_n(it->gates[i].done, it->gates[i].value, __ATOMIC_RELEASE);
+  it->ngates = 0;
+}
+
 static void* stream_main(void* p) {
   struct braid_stream* s = p;
   pthread_mutex_lock(&s->lock);
@@ -61,8 +103,10 @@ static void* stream_main(void* p) {
     pthread_mutex_unlock(&s->lock);
     /* after an error the queue drains without running (order is lost), but
      * its units still give up their turns on their comms */
+    if (s->error == ncclSuccess) gates_wait(it);
     ncclResult_t res = s->error == ncclSuccess ? item_run(it) : s->error;
     if (s->error != ncclSuccess && it->fn == NULL) work_cancel(it->ops, it->nops);
+    gates_open(it);
     pthread_mutex_lock(&s->lock);
     if (s->error == ncclSuccess) s->error = res;
     s->head = it->next;
@@ -126,7 +170,7 @@ static struct stream_item* item_get(struct braid_stream* s, int n) {
     }
     it->cap = n;
   }
-  it->nops = 0;
+  it->nops = it->ngates = 0;
   it->fn = NULL;
   it->next = NULL;
   return it;
@@ -142,11 +186,18 @@ static void item_push(struct braid_stream* s, struct stream_item* it) {
 }
 
 ncclResult_t stream_submit_ops(struct braid_stream* s, const struct work_op* ops, int n) {
+  return stream_submit_gated(s, ops, n, NULL, 0);
+}
+
+ncclResult_t stream_submit_gated(struct braid_stream* s, const struct work_op* ops, int n,
+                                 const struct work_gate* gates, int ngates) {
   pthread_mutex_lock(&s->lock);
   struct stream_item* it = item_get(s, n);
   if (it) {
     memcpy(it->ops, ops, (size_t)n * sizeof(*ops));
+    if (ngates) memcpy(it->gates, gates, (size_t)ngates * sizeof(*gates));
     it->nops = n;
+    it->ngates = ngates;
     item_push(s, it);
   }
   pthread_mutex_unlock(&s->lock);

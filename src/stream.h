@@ -17,6 +17,11 @@ void stream_destroy(struct braid_stream* s);
 
 /* Queue a copy of ops[0..n) as one unit of work. */
 ncclResult_t stream_submit_ops(struct braid_stream* s, const struct work_op* ops, int n);
+/* Queue ops[0..n) to run once every gate is ready (or a comm of theirs is
+ * aborted); the gates are opened after the run whatever its outcome, even
+ * when an earlier error keeps it from running, so their streams drain. */
+ncclResult_t stream_submit_gated(struct braid_stream* s, const struct work_op* ops, int n,
+                                 const struct work_gate* gates, int ngates);
 /* Queue fn(arg); fn owns arg. */
 ncclResult_t stream_submit_fn(struct braid_stream* s, ncclResult_t (*fn)(void*), void* arg);
 

@@ -28,9 +28,22 @@ struct work_op {
   /* progress of this run */
   int started;
   int done;
-  uint64_t seq;    /* p2p: message number on its connection */
-  uint64_t ticket; /* this unit's turn on op->comm (same for all its ops there) */
+  uint64_t seq;        /* p2p: message number on its connection */
+  uint64_t ticket;     /* this unit's turn on op->comm (same for all its ops there) */
+  cudaStream_t stream; /* the stream the call named */
 };
+
+/* A unit on device streams waits for each stream to reach it and lets each
+ * go on when done (src/cuda/cuda_gate.h): the stream writes *ready = value,
+ * then waits until *done >= value. Host addresses of pinned flags. */
+struct work_gate {
+  const volatile uint64_t* ready;
+  volatile uint64_t* done;
+  uint64_t value;
+};
+
+/* The CUDA streams one unit may span. */
+#define WORK_MAX_GATES 8
 
 /* Take the unit's turn on each of its comms, at issue time: units then run
  * in issue order per comm, whatever thread or stream runs them. */

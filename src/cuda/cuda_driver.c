@@ -39,6 +39,7 @@ static int resolve(get_proc_fn get_proc, const char* lib) {
       CUDA_SYM(cuDevicePrimaryCtxRetain),
       CUDA_SYM(cuCtxGetCurrent),
       CUDA_SYM(cuCtxSetCurrent),
+      CUDA_SYM(cuCtxGetDevice),
       CUDA_SYM(cuPointerGetAttribute),
       CUDA_SYM(cuMemcpy),
       CUDA_SYM(cuMemAlloc),

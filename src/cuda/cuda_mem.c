@@ -50,3 +50,40 @@ ncclResult_t cuda_mem_copy(void* dst, const void* src, size_t bytes, const void*
 fail:
   return res;
 }
+
+/* A thread that never touched CUDA has no context: device 0's primary one,
+ * as the runtime would pick. */
+static ncclResult_t ensure_any_context(const struct cuda_api* cu) {
+  ncclResult_t res = ncclSuccess;
+  CUcontext ctx = NULL;
+  CUdevice dev;
+  CHECK(cuda_check(cu->cuCtxGetCurrent(&ctx), "cuCtxGetCurrent"));
+  if (ctx != NULL) return ncclSuccess;
+  CHECK(cuda_check(cu->cuDeviceGet(&dev, 0), "cuDeviceGet"));
+  CHECK(cuda_check(cu->cuDevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain"));
+  CHECK(cuda_check(cu->cuCtxSetCurrent(ctx), "cuCtxSetCurrent"));
+fail:
+  return res;
+}
+
+ncclResult_t cuda_mem_alloc(void** ptr, size_t size) {
+  ncclResult_t res = ncclSuccess;
+  const struct cuda_api* cu = cuda_driver();
+  CUdeviceptr p = 0;
+  *ptr = NULL;
+  if (cu == NULL) return ncclSuccess;
+  CHECK(ensure_any_context(cu));
+  CHECK(cuda_check(cu->cuMemAlloc(&p, size), "cuMemAlloc"));
+  *ptr = (void*)(uintptr_t)p;
+fail:
+  return res;
+}
+
+ncclResult_t cuda_mem_free(void* ptr) {
+  ncclResult_t res = ncclSuccess;
+  const struct cuda_api* cu = cuda_driver();
+  CHECK(ensure_context(cu, ptr));
+  CHECK(cuda_check(cu->cuMemFree((CUdeviceptr)(uintptr_t)ptr), "cuMemFree"));
+fail:
+  return res;
+}

@@ -17,4 +17,11 @@ enum mem_kind cuda_mem_kind(const void* ptr);
  * taken when the thread has none). */
 ncclResult_t cuda_mem_copy(void* dst, const void* src, size_t bytes, const void* device);
 
+/* ncclMemAlloc's device memory: cuMemAlloc on the current context's device
+ * (the caller's, as cudaMalloc), else device 0's primary context.
+ * ncclSuccess with *ptr NULL when there is no driver (host memory then). */
+ncclResult_t cuda_mem_alloc(void** ptr, size_t size);
+/* Free what cuda_mem_alloc gave. */
+ncclResult_t cuda_mem_free(void* ptr);
+
 #endif /* BRAID_CUDA_MEM_H_ */

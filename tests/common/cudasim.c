@@ -6,9 +6,11 @@
  *  - devices (CUDASIM_DEVICES, default 1) with 4 SMs; a primary context per
  *    device, current per thread, and required, as by the real driver, for
  *    allocations, copies, module loads and launches;
- *  - device memory that is host memory (mmap'ed shared, so forked ranks
- *    can share it later), known to cuPointerGetAttribute as device memory;
- *  - copies (memmove: unified addressing);
+ *  - device memory that the host cannot touch, as on a GPU (a memfd mapped
+ *    without access at the device address, and again where the simulated
+ *    GPU reads and writes it; shared, so forked ranks keep it), known to
+ *    cuPointerGetAttribute as device memory, not zeroed;
+ *  - copies (memmove between the GPU's views: unified addressing);
  *  - modules: any image loads, and its function "braid_reduce_copy" runs the
  *    CPU grid emulation of kernels/cuda/kern_body.h (tests/common);
  *  - streams as ordered queues, each run by a thread of its own (the NULL
@@ -26,6 +28,7 @@
 #include <stdatomic.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 #include <time.h>
 
 #include "kern_emulate.h"
@@ -38,7 +41,8 @@ static struct {
   pthread_mutex_t lock;
   int nallocs;
   struct {
-    uintptr_t base;
+    uintptr_t base;   /* the device address: mapped, but no host access */
+    uintptr_t shadow; /* the same pages, read and written by the "GPU" */
     size_t size;
   } allocs[SIM_MAX_ALLOCS];
 } g_mem = {.lock = PTHREAD_MUTEX_INITIALIZER};
@@ -127,6 +131,12 @@ static CUresult sim_ctx_get(CUcontext* c) {
   return CUDA_SUCCESS;
 }
 
+static CUresult sim_ctx_device(CUdevice* d) {
+  if (t_ctx == NULL) return CUDA_ERROR_INVALID_CONTEXT;
+  *d = (CUdevice)((uintptr_t)t_ctx - 0x1000);
+  return CUDA_SUCCESS;
+}
+
 static CUresult sim_ctx_set(CUcontext c) {
   t_ctx = c;
   return CUDA_SUCCESS;
@@ -139,21 +149,38 @@ static int alloc_of(uintptr_t p) {
   return -1;
 }
 
+/* Device memory is a memfd mapped twice: at the device address with no
+ * access, so a host thread that touches it faults as it would on a GPU
+ * (every access must go through copies, launches or memory operations),
+ * and at a shadow address where the simulated GPU works. Both mappings
+ * are shared, so forked ranks keep them. */
 static CUresult sim_mem_alloc(CUdeviceptr* p, size_t bytes) {
   if (t_ctx == NULL) return CUDA_ERROR_INVALID_CONTEXT; /* as the real driver */
   if (bytes == 0) return CUDA_ERROR_INVALID_VALUE;
-  void* m = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  if (m == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
+  int fd = memfd_create("cudasim", MFD_CLOEXEC);
+  if (fd < 0) return CUDA_ERROR_OUT_OF_MEMORY;
+  void* dev = MAP_FAILED;
+  void* shadow = MAP_FAILED;
+  if (ftruncate(fd, (off_t)bytes) == 0) {
+    dev = mmap(NULL, bytes, PROT_NONE, MAP_SHARED, fd, 0);
+    shadow = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  }
+  close(fd);
   pthread_mutex_lock(&g_mem.lock);
-  int ok = g_mem.nallocs < SIM_MAX_ALLOCS;
-  if (ok)
-    g_mem.allocs[g_mem.nallocs].base = (uintptr_t)m, g_mem.allocs[g_mem.nallocs++].size = bytes;
+  int ok = dev != MAP_FAILED && shadow != MAP_FAILED && g_mem.nallocs < SIM_MAX_ALLOCS;
+  if (ok) {
+    g_mem.allocs[g_mem.nallocs].base = (uintptr_t)dev;
+    g_mem.allocs[g_mem.nallocs].shadow = (uintptr_t)shadow;
+    g_mem.allocs[g_mem.nallocs++].size = bytes;
+  }
   pthread_mutex_unlock(&g_mem.lock);
   if (!ok) {
-    munmap(m, bytes);
+    if (dev != MAP_FAILED) munmap(dev, bytes);
+    if (shadow != MAP_FAILED) munmap(shadow, bytes);
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
-  *p = (CUdeviceptr)(uintptr_t)m;
+  memset(shadow, 0xa5, bytes); /* as cudaMalloc'ed memory, not zeroed */
+  *p = (CUdeviceptr)(uintptr_t)dev;
   return CUDA_SUCCESS;
 }
 
@@ -163,11 +190,23 @@ static CUresult sim_mem_free(CUdeviceptr p) {
   int i = alloc_of((uintptr_t)p);
   int exact = i >= 0 && g_mem.allocs[i].base == (uintptr_t)p;
   size_t size = exact ? g_mem.allocs[i].size : 0;
+  uintptr_t shadow = exact ? g_mem.allocs[i].shadow : 0;
   if (exact) g_mem.allocs[i] = g_mem.allocs[--g_mem.nallocs];
   pthread_mutex_unlock(&g_mem.lock);
   if (!exact) return CUDA_ERROR_INVALID_VALUE;
   munmap((void*)(uintptr_t)p, size);
+  munmap((void*)shadow, size);
   return CUDA_SUCCESS;
+}
+
+/* Where the simulated GPU reaches address p: device memory at its shadow,
+ * anything else (pinned or plain host memory) where it is. */
+static void* gpu_addr(uintptr_t p) {
+  pthread_mutex_lock(&g_mem.lock);
+  int i = alloc_of(p);
+  uintptr_t at = i >= 0 ? g_mem.allocs[i].shadow + (p - g_mem.allocs[i].base) : p;
+  pthread_mutex_unlock(&g_mem.lock);
+  return (void*)at;
 }
 
 static CUresult sim_pointer_attribute(void* out, CUpointer_attribute a, CUdeviceptr p) {
@@ -197,7 +236,7 @@ static CUresult sim_stream_sync(CUstream s);
 static CUresult sim_memcpy(CUdeviceptr dst, CUdeviceptr src, size_t bytes) {
   if (t_ctx == NULL) return CUDA_ERROR_INVALID_CONTEXT;
   sim_stream_sync(NULL);
-  memmove((void*)(uintptr_t)dst, (const void*)(uintptr_t)src, bytes);
+  memmove(gpu_addr(dst), gpu_addr(src), bytes);
   return CUDA_SUCCESS;
 }
 
@@ -368,17 +407,13 @@ static CUresult sim_stream_query(CUstream s) {
 }
 
 static CUresult sim_stream_wait64(CUstream s, CUdeviceptr addr, cuuint64_t value, unsigned flags) {
-  struct sim_op op = {.kind = OP_WAIT64,
-                      .addr = (volatile uint64_t*)(uintptr_t)addr,
-                      .value = value,
-                      .flags = flags};
+  struct sim_op op = {.kind = OP_WAIT64, .addr = gpu_addr(addr), .value = value, .flags = flags};
   return stream_push(s, &op);
 }
 
 static CUresult sim_stream_write64(CUstream s, CUdeviceptr addr, cuuint64_t value, unsigned flags) {
   if (flags != 0) return CUDA_ERROR_INVALID_VALUE; /* as the H200's driver answered */
-  struct sim_op op = {
-      .kind = OP_WRITE64, .addr = (volatile uint64_t*)(uintptr_t)addr, .value = value};
+  struct sim_op op = {.kind = OP_WRITE64, .addr = gpu_addr(addr), .value = value};
   return stream_push(s, &op);
 }
 
@@ -421,17 +456,17 @@ static CUresult sim_stream_wait_event(CUstream s, CUevent e, unsigned flags) {
 }
 
 static CUresult sim_memcpy_async(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream s) {
-  struct sim_op op = {.kind = OP_COPY,
-                      .dst = (void*)(uintptr_t)dst,
-                      .src = (const void*)(uintptr_t)src,
-                      .bytes = bytes};
+  if (t_ctx == NULL) return CUDA_ERROR_INVALID_CONTEXT;
+  struct sim_op op = {.kind = OP_COPY, .dst = gpu_addr(dst), .src = gpu_addr(src), .bytes = bytes};
   return stream_push(s, &op);
 }
 
 /* Pinned host memory: the host's own, its device pointer the same address. */
 static CUresult sim_host_alloc(void** p, size_t bytes, unsigned flags) {
   (void)flags;
-  *p = calloc(1, bytes ? bytes : 1);
+  if (t_ctx == NULL) return CUDA_ERROR_INVALID_CONTEXT;
+  *p = malloc(bytes ? bytes : 1);
+  if (*p) memset(*p, 0xa5, bytes); /* not zeroed, as the driver's */
   return *p ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
 }
 
@@ -468,6 +503,10 @@ static CUresult sim_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, 
     return CUDA_ERROR_INVALID_VALUE;
   struct sim_op op = {.kind = OP_LAUNCH, .grid = gx, .block = bx};
   memcpy(&op.task, args[0], sizeof(op.task)); /* parameters are taken at the launch */
+  for (int i = 0; i < op.task.nsrcs && i < KB_MAX_SRCS; i++)
+    op.task.srcs[i] = gpu_addr((uintptr_t)op.task.srcs[i]);
+  for (int i = 0; i < op.task.ndsts && i < KB_MAX_DSTS; i++)
+    op.task.dsts[i] = gpu_addr((uintptr_t)op.task.dsts[i]);
   return stream_push(s, &op);
 }
 
@@ -491,6 +530,7 @@ static const struct {
     {"cuDeviceGetAttribute", (void*)sim_device_attribute},
     {"cuDevicePrimaryCtxRetain", (void*)sim_primary_retain},
     {"cuCtxGetCurrent", (void*)sim_ctx_get},
+    {"cuCtxGetDevice", (void*)sim_ctx_device},
     {"cuCtxSetCurrent", (void*)sim_ctx_set},
     {"cuPointerGetAttribute", (void*)sim_pointer_attribute},
     {"cuMemcpy", (void*)sim_memcpy},

@@ -1,0 +1,98 @@
+/*
+ * A communicator's device state (cuda_comm.h).
+ */
+#include "cuda_comm.h"
+
+#include <stdlib.h>
+
+#include "comm.h"
+#include "core.h"
+#include "cuda_stage.h"
+#include "param.h"
+#include "stream.h"
+
+int cuda_current_device(void) {
+  const struct cuda_api* cu = cuda_driver();
+  CUcontext ctx = NULL;
+  CUdevice dev = 0;
+  if (cu == NULL) return -1;
+  if (cu->cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || ctx == NULL) return 0;
+  return cu->cuCtxGetDevice(&dev) == CUDA_SUCCESS ? (int)dev : 0;
+}
+
+/* Stream memory operations on pinned host flags: the driver says whether
+ * the device has them (the 64-bit ones Braid uses), BRAID_STREAM_MEMOPS=0
+ * turns them off (the fallback, for tests and for drivers that misbehave). */
+static int memops_usable(const struct cuda_api* cu, CUdevice dev) {
+  int ok64 = 0, map = 0;
+  cu->cuDeviceGetAttribute(&ok64, CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS, dev);
+  cu->cuDeviceGetAttribute(&map, CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY, dev);
+  return ok64 && map && param_stream_memops();
+}
+
+static ncclResult_t cuda_comm_make(struct ncclComm* comm, struct cuda_comm** out) {
+  ncclResult_t res = ncclSuccess;
+  const struct cuda_api* cu = cuda_driver();
+  struct cuda_comm* cc = NULL;
+  CUdevice dev;
+  if (cu == NULL)
+    FAIL(ncclInvalidUsage, "Device call on comm %p, but there is no CUDA driver", (void*)comm);
+  CHECK(braid_calloc(&cc, 1, sizeof(*cc)));
+  cc->dev = comm->cuda_dev < 0 ? 0 : comm->cuda_dev;
+  CHECK(cuda_check(cu->cuDeviceGet(&dev, cc->dev), "cuDeviceGet"));
+  CHECK(cuda_check(cu->cuDevicePrimaryCtxRetain(&cc->ctx, dev), "cuDevicePrimaryCtxRetain"));
+  cc->memops = memops_usable(cu, dev);
+  cuda_gates_init(&cc->gates);
+  cc->proxy = comm->internal_stream; /* a non-blocking comm's calls already run there */
+  if (cc->proxy == NULL) {
+    CHECK(stream_create(&cc->proxy));
+    cc->own_proxy = 1;
+  }
+  INFO(SUB_INIT, "Rank %d: device calls on CUDA device %d, %s", comm->rank, cc->dev,
+       cc->memops ? "ordered by stream memory operations"
+                  : "synchronous (no stream memory operations, or BRAID_STREAM_MEMOPS=0)");
+  *out = cc;
+  return ncclSuccess;
+fail:
+  free(cc);
+  return res;
+}
+
+ncclResult_t cuda_comm_get(struct ncclComm* comm, struct cuda_comm** out) {
+  ncclResult_t res = ncclSuccess;
+  pthread_mutex_lock(&comm->turn_lock);
+  if (comm->cuda == NULL) res = cuda_comm_make(comm, &comm->cuda);
+  *out = comm->cuda;
+  pthread_mutex_unlock(&comm->turn_lock);
+  return res;
+}
+
+void cuda_comm_free(struct ncclComm* comm) {
+  struct cuda_comm* cc = comm->cuda;
+  const struct cuda_api* cu = cuda_driver();
+  CUcontext saved;
+  if (cc == NULL) return;
+  if (cc->own_proxy) stream_destroy(cc->proxy); /* its queued calls finish first */
+  if (cuda_ctx_enter(cc, &saved) == ncclSuccess) {
+    cuda_mirrors_free(&cc->mirrors, cu);
+    cuda_gates_free(&cc->gates, cu);
+    cuda_ctx_restore(saved);
+  }
+  free(cc);
+  comm->cuda = NULL;
+}
+
+ncclResult_t cuda_ctx_enter(const struct cuda_comm* cc, CUcontext* saved) {
+  ncclResult_t res = ncclSuccess;
+  const struct cuda_api* cu = cuda_driver();
+  CHECK(cuda_check(cu->cuCtxGetCurrent(saved), "cuCtxGetCurrent"));
+  if (*saved != cc->ctx) CHECK(cuda_check(cu->cuCtxSetCurrent(cc->ctx), "cuCtxSetCurrent"));
+fail:
+  return res;
+}
+
+void cuda_ctx_restore(CUcontext saved) {
+  const struct cuda_api* cu = cuda_driver();
+  CUcontext now = NULL;
+  if (cu->cuCtxGetCurrent(&now) == CUDA_SUCCESS && now != saved) cu->cuCtxSetCurrent(saved);
+}

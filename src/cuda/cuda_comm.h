@@ -1,0 +1,45 @@
+/*
+ * A communicator's device state, made at its first call on a CUDA stream:
+ * the device and its primary context, whether stream memory operations
+ * work there (else calls run synchronously, see cuda_unit.c), the stream
+ * gates, the pinned mirrors that device buffers are staged through, and
+ * the proxy thread that runs the comm's device calls in order.
+ */
+#ifndef BRAID_CUDA_COMM_H_
+#define BRAID_CUDA_COMM_H_
+
+#include <cuda.h>
+
+#include "cuda_driver.h"
+#include "cuda_gate.h"
+#include "nccl.h"
+
+struct ncclComm;
+struct braid_stream;
+struct cuda_mirror;
+
+struct cuda_comm {
+  int dev;
+  CUcontext ctx;
+  int memops; /* 1: gates on stream memory operations; 0: synchronous calls */
+  struct cuda_gates gates;
+  struct cuda_mirror* mirrors; /* one per stream the comm was called on */
+  struct braid_stream* proxy;  /* runs the device calls (a non-blocking comm's own stream) */
+  int own_proxy;               /* proxy is ours to destroy */
+};
+
+/* The device the calling thread's current context is on, else 0; -1
+ * without a driver. What ncclCommCuDevice reports for a comm made here. */
+int cuda_current_device(void);
+
+/* The comm's device state, made at first need (thread-safe). */
+ncclResult_t cuda_comm_get(struct ncclComm* comm, struct cuda_comm** out);
+/* Stop the proxy (its queued calls finish first) and free everything. */
+void cuda_comm_free(struct ncclComm* comm);
+
+/* Make the comm's context current on this thread; *saved gets the one to
+ * give back to cuda_ctx_restore. */
+ncclResult_t cuda_ctx_enter(const struct cuda_comm* cc, CUcontext* saved);
+void cuda_ctx_restore(CUcontext saved);
+
+#endif /* BRAID_CUDA_COMM_H_ */

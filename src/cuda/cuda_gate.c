@@ -1,0 +1,102 @@
+/*
+ * Stream gates (cuda_gate.h): slots of two flags in pinned, device-mapped
+ * host memory, each flag on a cache line of its own (the GPU writes one,
+ * the host the other).
+ */
+#include "cuda_gate.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "core.h"
+
+#define GATE_SLOTS 256
+
+struct gate_slot {
+  uint64_t ready; /* written by the stream */
+  uint64_t pad0[7];
+  uint64_t done; /* written by the proxy */
+  uint64_t pad1[7];
+};
+
+struct cuda_gate_chunk {
+  struct gate_slot* slots; /* pinned */
+  CUdeviceptr dev;         /* the same memory as the GPU addresses it */
+  uint64_t issued[GATE_SLOTS];
+  struct cuda_gate_chunk* next;
+};
+
+void cuda_gates_init(struct cuda_gates* g) {
+  pthread_mutex_init(&g->lock, NULL);
+  g->chunks = NULL;
+}
+
+void cuda_gates_free(struct cuda_gates* g, const struct cuda_api* cu) {
+  while (g->chunks) {
+    struct cuda_gate_chunk* c = g->chunks;
+    g->chunks = c->next;
+    cu->cuMemFreeHost(c->slots);
+    free(c);
+  }
+  pthread_mutex_destroy(&g->lock);
+}
+
+static ncclResult_t chunk_add(struct cuda_gates* g, const struct cuda_api* cu) {
+  ncclResult_t res = ncclSuccess;
+  struct cuda_gate_chunk* c = NULL;
+  void* mem = NULL;
+  size_t bytes = GATE_SLOTS * sizeof(struct gate_slot);
+  CHECK(braid_calloc(&c, 1, sizeof(*c)));
+  CHECK(cuda_check(
+      cu->cuMemHostAlloc(&mem, bytes, CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP),
+      "cuMemHostAlloc(stream gates)"));
+  memset(mem, 0, bytes); /* every slot free: done == issued == 0 */
+  c->slots = mem;
+  CHECK(cuda_check(cu->cuMemHostGetDevicePointer(&c->dev, mem, 0), "cuMemHostGetDevicePointer"));
+  c->next = g->chunks;
+  g->chunks = c;
+  return ncclSuccess;
+fail:
+  if (mem) cu->cuMemFreeHost(mem);
+  free(c);
+  return res;
+}
+
+/* A slot whose last use the proxy has finished, or -1 (lock held). */
+static int slot_find(struct cuda_gates* g, struct cuda_gate_chunk** chunk) {
+  for (struct cuda_gate_chunk* c = g->chunks; c; c = c->next)
+    for (int i = 0; i < GATE_SLOTS; i++)
+      if (__atomic_load_n(&c->slots[i].done, __ATOMIC_ACQUIRE) == c->issued[i]) {
+        *chunk = c;
+        return i;
+      }
+  return -1;
+}
+
+ncclResult_t cuda_gate_arm(struct cuda_gates* g, const struct cuda_api* cu, CUstream stream,
+                           struct work_gate* out) {
+  ncclResult_t res = ncclSuccess;
+  struct cuda_gate_chunk* c = NULL;
+  pthread_mutex_lock(&g->lock);
+  int i = slot_find(g, &c);
+  if (i < 0) {
+    CHECK(chunk_add(g, cu));
+    c = g->chunks;
+    i = 0;
+  }
+  uint64_t value = c->issued[i] + 1;
+  CUdeviceptr ready = c->dev + (CUdeviceptr)i * sizeof(struct gate_slot);
+  CUdeviceptr done = ready + offsetof(struct gate_slot, done);
+  CHECK(cuda_check(cu->cuStreamWriteValue64(stream, ready, value, 0), "cuStreamWriteValue64"));
+  c->issued[i] = value; /* the stream will write it: the slot is in use */
+  res = cuda_check(cu->cuStreamWaitValue64(stream, done, value, CU_STREAM_WAIT_VALUE_GEQ),
+                   "cuStreamWaitValue64");
+  if (res != ncclSuccess) { /* nobody will wait on it: free it again */
+    __atomic_store_n(&c->slots[i].done, value, __ATOMIC_RELEASE);
+    goto fail;
+  }
+  *out = (struct work_gate){&c->slots[i].ready, &c->slots[i].done, value};
+fail:
+  pthread_mutex_unlock(&g->lock);
+  return res;
+}

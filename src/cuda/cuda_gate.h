@@ -1,0 +1,40 @@
+/*
+ * Stream gates: how a device call is ordered on a CUDA stream without a
+ * host thread or a kernel ever blocking on it. A gate is a pair of flags in
+ * pinned host memory: the stream writes "ready" (a stream memory operation,
+ * after the earlier work on the stream and the call's copy-in), the comm's
+ * proxy thread runs the call and writes "done", and the stream waits for
+ * "done" before its later work. Values only grow, so a slot is reused as
+ * soon as the host wrote its "done": a stream still to pass an older wait
+ * finds it already satisfied.
+ */
+#ifndef BRAID_CUDA_GATE_H_
+#define BRAID_CUDA_GATE_H_
+
+#include <cuda.h>
+#include <pthread.h>
+#include <stdint.h>
+
+#include "cuda_driver.h"
+#include "work.h"
+
+struct cuda_gate_chunk;
+
+/* A comm's gates: chunks of slots, added when every slot is in use (as
+ * many as calls queued on streams and not yet run), never in the steady
+ * state. */
+struct cuda_gates {
+  pthread_mutex_t lock;
+  struct cuda_gate_chunk* chunks;
+};
+
+void cuda_gates_init(struct cuda_gates* g);
+/* Frees the pinned memory (the comm's context current). */
+void cuda_gates_free(struct cuda_gates* g, const struct cuda_api* cu);
+
+/* Take a free slot and enqueue on `stream`: write ready, wait for done.
+ * *out is what the proxy waits on and opens. */
+ncclResult_t cuda_gate_arm(struct cuda_gates* g, const struct cuda_api* cu, CUstream stream,
+                           struct work_gate* out);
+
+#endif /* BRAID_CUDA_GATE_H_ */

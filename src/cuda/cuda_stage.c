@@ -1,0 +1,211 @@
+/*
+ * Pinned mirrors of device buffers (cuda_stage.h).
+ */
+#include "cuda_stage.h"
+
+#include <stdlib.h>
+
+#include "comm.h"
+#include "cuda_comm.h"
+#include "core.h"
+#include "kernels.h"
+#include "mem.h"
+
+#define STAGE_ALIGN 256 /* every span starts on a boundary the copy engines like */
+
+/* A device range a call touches, and its place in the mirror. */
+struct stage_span {
+  CUdeviceptr dev;
+  char* host;
+  size_t bytes;
+  int in, out; /* copied in before / out after the call */
+};
+
+struct old_block {
+  void* host;
+  struct old_block* next;
+};
+
+struct cuda_mirror {
+  CUstream stream;
+  char* host; /* pinned */
+  size_t cap;
+  struct old_block* old;    /* outgrown blocks, freed with the comm */
+  struct stage_span* spans; /* of the call being staged */
+  int nspans, cap_spans;
+  struct cuda_mirror* next;
+};
+
+static int is_device(const void* p) {
+  return p != NULL && mem_query(p) != MEM_HOST;
+}
+
+/* The spans of one collective: what it reads of sendbuff and writes of
+ * recvbuff on this rank. In place, one range holds the other (all-gather's
+ * send block inside recvbuff, reduce-scatter's recv block inside
+ * sendbuff): one span, their union, copied in and out whole. */
+static int coll_spans(const struct work_op* op, struct stage_span* sp) {
+  const struct exec_args* a = &op->args;
+  int rank = op->comm->rank, nranks = op->comm->nranks, m = 0;
+  size_t es = kern_type_size(a->type), block = a->count * es;
+  size_t sbytes = a->coll == COLL_REDUCESCATTER ? block * (size_t)nranks : block;
+  size_t rbytes = a->coll == COLL_ALLGATHER ? block * (size_t)nranks : block;
+  int reads = a->coll != COLL_BROADCAST || rank == a->root;
+  int writes = a->coll != COLL_REDUCE || rank == a->root;
+  uintptr_t s = (uintptr_t)a->sendbuff, r = (uintptr_t)a->recvbuff;
+  if (block == 0) return 0;
+  if (reads && writes && s < r + rbytes && r < s + sbytes) {
+    uintptr_t lo = MIN(s, r), hi = MAX(s + sbytes, r + rbytes);
+    if (is_device(a->recvbuff)) sp[m++] = (struct stage_span){lo, NULL, hi - lo, 1, 1};
+    return m;
+  }
+  if (writes && is_device(a->recvbuff)) sp[m++] = (struct stage_span){r, NULL, rbytes, 0, 1};
+  if (reads && is_device(a->sendbuff)) sp[m++] = (struct stage_span){s, NULL, sbytes, 1, 0};
+  return m;
+}
+
+static int op_spans(const struct work_op* op, struct stage_span* sp) {
+  if (op->kind == WORK_COLL) return coll_spans(op, sp);
+  if (op->bytes == 0 || !is_device(op->buf)) return 0;
+  sp[0] = (struct stage_span){(uintptr_t)op->buf, NULL, op->bytes, op->kind == WORK_SEND,
+                              op->kind == WORK_RECV};
+  return 1;
+}
+
+static ncclResult_t mirror_of(struct cuda_mirror** mirrors, CUstream stream,
+                              struct cuda_mirror** out) {
+  ncclResult_t res = ncclSuccess;
+  struct cuda_mirror* m = *mirrors;
+  while (m && m->stream != stream) m = m->next;
+  if (m == NULL) {
+    CHECK(braid_calloc(&m, 1, sizeof(*m)));
+    m->stream = stream;
+    m->next = *mirrors;
+    *mirrors = m;
+  }
+  *out = m;
+fail:
+  return res;
+}
+
+static ncclResult_t mirror_reserve(struct cuda_mirror* m, const struct cuda_api* cu, size_t bytes,
+                                   int nspans) {
+  ncclResult_t res = ncclSuccess;
+  struct old_block* old = NULL;
+  void* mem = NULL;
+  if (nspans > m->cap_spans) {
+    CHECK(braid_realloc(&m->spans, (size_t)nspans, sizeof(*m->spans)));
+    m->cap_spans = nspans;
+  }
+  if (bytes <= m->cap) return ncclSuccess;
+  size_t cap = MAX(ALIGN_UP(bytes, (size_t)1 << 20), 2 * m->cap);
+  CHECK(braid_calloc(&old, 1, sizeof(*old)));
+  CHECK(cuda_check(cu->cuMemHostAlloc(&mem, cap, CU_MEMHOSTALLOC_PORTABLE),
+                   "cuMemHostAlloc(staging)"));
+  if (m->host) {
+    old->host = m->host;
+    old->next = m->old;
+    m->old = old;
+    old = NULL;
+  }
+  free(old);
+  m->host = mem;
+  m->cap = cap;
+  return ncclSuccess;
+fail:
+  free(old);
+  return res;
+}
+
+static void* redirect(const void* p, const struct stage_span* sp, int m) {
+  uintptr_t v = (uintptr_t)p;
+  for (int i = 0; i < m; i++)
+    if (v >= sp[i].dev && v - sp[i].dev < sp[i].bytes) return sp[i].host + (v - sp[i].dev);
+  return (void*)p;
+}
+
+/* Point the op at the mirror of each device range it uses. What is not
+ * redirected is not touched (a count of 0, a buffer this rank does not
+ * use): the op runs on host memory either way. */
+static void op_redirect(struct work_op* op, const struct stage_span* sp, int m) {
+  if (op->kind == WORK_COLL) {
+    op->args.sendbuff = redirect(op->args.sendbuff, sp, m);
+    op->args.recvbuff = redirect(op->args.recvbuff, sp, m);
+    op->args.mem = MEM_HOST;
+  } else {
+    op->buf = redirect(op->buf, sp, m);
+  }
+  op->mem = MEM_HOST;
+}
+
+/* The op is staged on this (comm, stream). */
+static int op_here(const struct work_op* op, const struct ncclComm* comm, CUstream stream) {
+  return op->comm == comm && (CUstream)op->stream == stream;
+}
+
+ncclResult_t cuda_stage_in(struct cuda_comm* cc, const struct ncclComm* comm, CUstream stream,
+                           struct work_op* ops, int n) {
+  ncclResult_t res = ncclSuccess;
+  const struct cuda_api* cu = cuda_driver();
+  struct cuda_mirror* m = NULL;
+  struct stage_span sp[2];
+  size_t need = 0;
+  int nspans = 0;
+  CHECK(mirror_of(&cc->mirrors, stream, &m));
+  for (int i = 0; i < n; i++) {
+    if (!op_here(&ops[i], comm, stream)) continue;
+    int k = op_spans(&ops[i], sp);
+    for (int j = 0; j < k; j++) need += ALIGN_UP(sp[j].bytes, STAGE_ALIGN);
+    nspans += k;
+  }
+  CHECK(mirror_reserve(m, cu, need, nspans));
+  m->nspans = 0;
+  size_t off = 0;
+  for (int i = 0; i < n; i++) {
+    if (!op_here(&ops[i], comm, stream)) continue;
+    int k = op_spans(&ops[i], sp);
+    for (int j = 0; j < k; j++) {
+      sp[j].host = m->host + off;
+      off += ALIGN_UP(sp[j].bytes, STAGE_ALIGN);
+      if (sp[j].in)
+        CHECK(cuda_check(
+            cu->cuMemcpyAsync((CUdeviceptr)(uintptr_t)sp[j].host, sp[j].dev, sp[j].bytes, stream),
+            "cuMemcpyAsync(stage in)"));
+      m->spans[m->nspans++] = sp[j];
+    }
+    op_redirect(&ops[i], sp, k);
+  }
+fail:
+  return res;
+}
+
+ncclResult_t cuda_stage_out(struct cuda_comm* cc, CUstream stream) {
+  ncclResult_t res = ncclSuccess;
+  const struct cuda_api* cu = cuda_driver();
+  struct cuda_mirror* m = NULL;
+  CHECK(mirror_of(&cc->mirrors, stream, &m));
+  for (int i = 0; i < m->nspans; i++)
+    if (m->spans[i].out)
+      CHECK(cuda_check(cu->cuMemcpyAsync(m->spans[i].dev, (CUdeviceptr)(uintptr_t)m->spans[i].host,
+                                         m->spans[i].bytes, stream),
+                       "cuMemcpyAsync(stage out)"));
+  m->nspans = 0;
+fail:
+  return res;
+}
+
+void cuda_mirrors_free(struct cuda_mirror** mirrors, const struct cuda_api* cu) {
+  while (*mirrors) {
+    struct cuda_mirror* m = *mirrors;
+    *mirrors = m->next;
+    while (m->old) {
+      struct old_block* o = m->old;
+      m->old = o->next;
+      cu->cuMemFreeHost(o->host);
+      free(o);
+    }
+    if (m->host) cu->cuMemFreeHost(m->host);
+    free(m->spans);
+    free(m);
+  }
+}

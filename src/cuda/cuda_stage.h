@@ -1,0 +1,37 @@
+/*
+ * Staging device buffers through pinned host mirrors, on the caller's own
+ * stream: before a call's gate the stream copies what the call reads into
+ * the mirror, after it the stream copies what the call wrote back. The
+ * call itself then runs on host memory (the schedules, transports and CPU
+ * kernels as they are), and the proxy never enqueues GPU work, so no
+ * stream of the comm ever waits for another stream (CUDASIM_ONE_QUEUE
+ * holds it to that).
+ *
+ * One mirror per (comm, stream): calls on one stream run in its order, so
+ * the next call's copy-in never overtakes the last one's copy-out. A mirror
+ * grows by at least doubling; the old memory is freed with the comm (a
+ * pinned free synchronizes the device, which must never happen while a
+ * stream waits on a gate).
+ */
+#ifndef BRAID_CUDA_STAGE_H_
+#define BRAID_CUDA_STAGE_H_
+
+#include <cuda.h>
+
+#include "cuda_driver.h"
+#include "work.h"
+
+struct cuda_comm;
+struct cuda_mirror;
+
+/* Enqueue on `stream` the copy-in of every device buffer read by those of
+ * ops[0..n) that are comm's and on `stream`, into the comm's mirror for the
+ * stream, and point those ops at the mirror (their memory becomes host). */
+ncclResult_t cuda_stage_in(struct cuda_comm* cc, const struct ncclComm* comm, CUstream stream,
+                           struct work_op* ops, int n);
+/* Enqueue the copy-out of what the ops staged last on `stream` write. */
+ncclResult_t cuda_stage_out(struct cuda_comm* cc, CUstream stream);
+
+void cuda_mirrors_free(struct cuda_mirror** mirrors, const struct cuda_api* cu);
+
+#endif /* BRAID_CUDA_STAGE_H_ */

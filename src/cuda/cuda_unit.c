@@ -1,0 +1,154 @@
+/*
+ * Device calls (cuda_unit.h): staging, gates and the hand-off to the proxy.
+ */
+#include "cuda_unit.h"
+
+#include "comm.h"
+#include "core.h"
+#include "cuda_comm.h"
+#include "cuda_gate.h"
+#include "cuda_stage.h"
+#include "mem.h"
+#include "stream.h"
+
+int cuda_unit_wanted(const struct work_op* ops, int n) {
+  if (cuda_driver() == NULL) return 0;
+  for (int i = 0; i < n; i++) {
+    enum mem_kind kind = ops[i].kind == WORK_COLL ? ops[i].args.mem : ops[i].mem;
+    if (ops[i].stream != NULL || kind != MEM_HOST) return 1;
+  }
+  return 0;
+}
+
+/* The unit's distinct streams, in order of first use. */
+static ncclResult_t unit_streams(const struct work_op* ops, int n, CUstream* out, int* m) {
+  *m = 0;
+  for (int i = 0; i < n; i++) {
+    int seen = 0;
+    for (int j = 0; j < *m && !seen; j++) seen = out[j] == (CUstream)ops[i].stream;
+    if (seen) continue;
+    if (*m == WORK_MAX_GATES) {
+      WARN("A group may span at most %d CUDA streams", WORK_MAX_GATES);
+      return ncclInvalidUsage;
+    }
+    out[(*m)++] = (CUstream)ops[i].stream;
+  }
+  return ncclSuccess;
+}
+
+/* Whether ops[i] is the first of its comm on `stream`. */
+static int first_of_comm(const struct work_op* ops, int i, CUstream stream) {
+  if ((CUstream)ops[i].stream != stream) return 0;
+  for (int j = 0; j < i; j++)
+    if (ops[j].comm == ops[i].comm && (CUstream)ops[j].stream == stream) return 0;
+  return 1;
+}
+
+/* Every comm of the unit gets its device state before anything is issued.
+ * A comm that failed in an earlier call (which ran after its enqueue
+ * returned) refuses the call here: its error reaches the user with the
+ * next call, as with NCCL. */
+static ncclResult_t unit_comms_ready(struct work_op* ops, int n) {
+  ncclResult_t res = ncclSuccess;
+  struct cuda_comm* cc;
+  for (int i = 0; i < n; i++) {
+    ncclResult_t err = (ncclResult_t)atomic_load(&ops[i].comm->error);
+    if (err != ncclSuccess)
+      FAIL(err, "Rank %d: the communicator failed in an earlier call (%s); destroy or abort it",
+           ops[i].comm->rank, ncclGetErrorString(err));
+    CHECK(cuda_comm_get(ops[i].comm, &cc));
+  }
+fail:
+  return res;
+}
+
+/* Stage one stream's copy-ins (or, with `out`, its copy-outs), comm by
+ * comm, in the context of the comm of its first op. */
+static ncclResult_t stream_stage(struct work_op* ops, int n, CUstream s, int out) {
+  ncclResult_t res = ncclSuccess;
+  for (int i = 0; i < n; i++) {
+    if (!first_of_comm(ops, i, s)) continue;
+    struct cuda_comm* cc = ops[i].comm->cuda;
+    CUcontext saved;
+    CHECK(cuda_ctx_enter(cc, &saved));
+    res = out ? cuda_stage_out(cc, s) : cuda_stage_in(cc, ops[i].comm, s, ops, n);
+    cuda_ctx_restore(saved);
+    if (res != ncclSuccess) goto fail;
+  }
+fail:
+  return res;
+}
+
+/* Without stream memory operations: wait for the streams, run, copy out,
+ * wait again (the mirrors are reused by the next call). The unit is
+ * issued: if it cannot run, it is cancelled so later work does not wait. */
+static ncclResult_t unit_run_synchronously(struct work_op* ops, int n, const CUstream* streams,
+                                           int ns) {
+  ncclResult_t res = ncclSuccess, ran;
+  const struct cuda_api* cu = cuda_driver();
+  for (int k = 0; k < ns && res == ncclSuccess; k++)
+    res = cuda_check(cu->cuStreamSynchronize(streams[k]), "cuStreamSynchronize");
+  if (res != ncclSuccess) {
+    work_cancel(ops, n);
+    return res;
+  }
+  ran = work_run(ops, n);
+  for (int k = 0; k < ns; k++) CHECK(stream_stage(ops, n, streams[k], 1));
+  for (int k = 0; k < ns; k++)
+    CHECK(cuda_check(cu->cuStreamSynchronize(streams[k]), "cuStreamSynchronize"));
+  res = ran;
+fail:
+  return res;
+}
+
+static void gates_open(struct work_gate* gates, int n) {
+  for (int k = 0; k < n; k++) __atomic_store_n(gates[k].done, gates[k].value, __ATOMIC_RELEASE);
+}
+
+/* Arm a gate on every stream, with its copy-outs behind it. A stream whose
+ * gate is armed must see it opened whatever happens next: on failure the
+ * gates armed so far are opened here. */
+static ncclResult_t unit_gate(struct work_op* ops, int n, const CUstream* streams, int ns,
+                              struct work_gate* gates) {
+  ncclResult_t res = ncclSuccess;
+  struct cuda_comm* cc = ops[0].comm->cuda;
+  const struct cuda_api* cu = cuda_driver();
+  int armed = 0;
+  CUcontext saved;
+  for (; armed < ns; armed++) {
+    CHECK(cuda_ctx_enter(cc, &saved));
+    res = cuda_gate_arm(&cc->gates, cu, streams[armed], &gates[armed]);
+    cuda_ctx_restore(saved);
+    if (res != ncclSuccess) goto fail;
+    CHECK(stream_stage(ops, n, streams[armed], 1));
+  }
+  return ncclSuccess;
+fail:
+  gates_open(gates, armed);
+  return res;
+}
+
+ncclResult_t cuda_unit_dispatch(struct work_op* ops, int n) {
+  ncclResult_t res = ncclSuccess;
+  CUstream streams[WORK_MAX_GATES];
+  struct work_gate gates[WORK_MAX_GATES];
+  int ns = 0;
+  CHECK(unit_streams(ops, n, streams, &ns));
+  CHECK(unit_comms_ready(ops, n));
+  CHECK(work_issue(ops, n));
+  struct cuda_comm* cc = ops[0].comm->cuda;
+  for (int k = 0; k < ns && res == ncclSuccess; k++) res = stream_stage(ops, n, streams[k], 0);
+  if (res == ncclSuccess && !cc->memops) return unit_run_synchronously(ops, n, streams, ns);
+  if (res == ncclSuccess) res = unit_gate(ops, n, streams, ns, gates);
+  if (res == ncclSuccess) {
+    res = stream_submit_gated(cc->proxy, ops, n, gates, ns);
+    if (res != ncclSuccess) gates_open(gates, ns);
+  }
+  if (res != ncclSuccess) {
+    work_cancel(ops, n); /* issued but never to run: later work must not wait for it */
+    return res;
+  }
+  return cc->own_proxy ? ncclSuccess : ncclInProgress;
+fail:
+  return res;
+}

@@ -1,0 +1,24 @@
+/*
+ * Device calls: a unit of work (one call, or one group) that names CUDA
+ * streams or device buffers is ordered on its streams (DESIGN.md 3). At
+ * issue, each stream gets the copy-in of the device buffers the unit reads,
+ * a gate (write "ready", wait for "done"), and the copy-out of what it
+ * writes; the comm's proxy thread runs the unit on the pinned mirrors once
+ * every stream reached its gate, then opens the gates. Nothing blocks the
+ * caller. Without stream memory operations the caller waits instead: its
+ * streams are synchronized and the unit runs before the call returns.
+ */
+#ifndef BRAID_CUDA_UNIT_H_
+#define BRAID_CUDA_UNIT_H_
+
+#include "work.h"
+
+/* Whether the unit goes this way: a driver is there, and an op names a
+ * stream other than NULL or device memory. */
+int cuda_unit_wanted(const struct work_op* ops, int n);
+
+/* Issue the unit on its streams as above; ncclInProgress when a
+ * non-blocking comm's own stream runs it. */
+ncclResult_t cuda_unit_dispatch(struct work_op* ops, int n);
+
+#endif /* BRAID_CUDA_UNIT_H_ */

@@ -1,0 +1,375 @@
+/* Device buffers on CUDA streams (DESIGN.md 3): every collective and
+ * send/recv on memory from ncclMemAlloc, enqueued on a stream and checked
+ * after the stream is synchronized; dependent calls ordered on one stream
+ * with the stream's own copies between them; groups on two streams and
+ * across comms of one process on one device; a killed peer whose
+ * survivors' streams still drain; the synchronous fallback; all streams on
+ * one queue. `make test` runs it on the simulated driver (where the host
+ * cannot touch device memory, as on a GPU); BRAID_CUDA_LIB=libcuda.so.1
+ * runs it on a real one. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "collcheck.h"
+#include "devmem.h"
+#include "launcher.h"
+
+static const ncclDataType_t kTypes[] = {ncclFloat32,    ncclInt8,    ncclFloat16,    ncclBfloat16,
+                                        ncclUint64,     ncclFloat64, ncclFloat8e4m3, ncclInt32,
+                                        ncclFloat8e5m2, ncclUint8,   ncclUint32,     ncclInt64};
+#define NTYPES (sizeof(kTypes) / sizeof(kTypes[0]))
+static const size_t kCounts[] = {0, 1, 1001, 200003};
+#define NCOUNTS (sizeof(kCounts) / sizeof(kCounts[0]))
+
+/* One call on device buffers: prepare on the host, upload, issue on s,
+ * synchronize, fetch, verify. 0 exact. */
+static int dev_one(const mp_env* env, ncclComm_t comm, cudaStream_t s, cc_call* proto) {
+  dev_call d = {.host = *proto};
+  char what[160];
+  int bad = dev_call_prepare(&d, env);
+  if (!bad) {
+    ncclResult_t rc = cc_issue(&d.dev, comm, s);
+    if (rc != ncclSuccess) cc_report_rc(&d.host, env, comm, rc), bad = 1;
+  }
+  if (!bad) bad = dev_sync(env, s) || dev_call_fetch(&d, env) || cc_verify(&d.host, env);
+  if (bad) {
+    cc_describe(&d.host, what, sizeof(what));
+    mp_fail(env, "device buffers: %s", what);
+  }
+  dev_call_release(&d);
+  return bad;
+}
+
+static ncclRedOp_t op_of(const mp_env* env, ncclComm_t comm, ncclDataType_t type, int kind) {
+  ncclRedOp_t op = ncclSum;
+  ar_op_create(env, comm, type, kind, &op);
+  return op;
+}
+
+/* ---- (1) the matrix ---- */
+
+static int matrix_body(const mp_env* env) {
+  ncclComm_t comm;
+  cudaStream_t s;
+  int bad = 0, i = 0;
+  if (dev_open(env, 0) || mp_comm_init(env, &comm) || (s = dev_stream(env)) == NULL) return 1;
+  for (int coll = 0; coll < CC_NCOLLS && !bad; coll++)
+    for (size_t ci = 0; ci < NCOUNTS && !bad; ci++)
+      for (int ip = 0; ip < 2 && !bad; ip++, i++) {
+        cc_call c = {.coll = coll, .type = kTypes[i % NTYPES], .count = kCounts[ci]};
+        c.kind = cc_is_reduction(coll) ? i % AR_NKINDS : AR_SUM;
+        c.root = cc_has_root(coll) ? (i / 2) % env->nranks : 0;
+        c.inplace = ip && coll != CC_ALLTOALL;
+        c.salt = (uint64_t)i;
+        if (cc_is_reduction(coll)) c.op = op_of(env, comm, c.type, c.kind);
+        bad += dev_one(env, comm, s, &c);
+        if (c.kind == AR_PREMUL) ncclRedOpDestroy(c.op, comm);
+      }
+  /* every type x op once, all-reduce in place */
+  for (size_t t = 0; t < NTYPES && !bad; t++)
+    for (int k = 0; k < AR_NKINDS && !bad; k++) {
+      cc_call c = {.coll = CC_ALLREDUCE, .type = kTypes[t], .kind = k, .count = 4099, .inplace = 1};
+      c.salt = 1000 + t * AR_NKINDS + (size_t)k;
+      c.op = op_of(env, comm, c.type, k);
+      bad += dev_one(env, comm, s, &c);
+      if (k == AR_PREMUL) ncclRedOpDestroy(c.op, comm);
+    }
+  if (env->rank == 0)
+    mp_log(env, "device matrix on %d ranks: %s", env->nranks, bad ? "FAILED" : "ok");
+  bad += mp_expect_rc(env, comm, ncclCommDestroy(comm), ncclSuccess, "ncclCommDestroy");
+  return bad;
+}
+
+static void test_matrix(void** state) {
+  (void)state;
+  for (int n = 1; n <= 4; n++) assert_int_equal(mp_launch(n, matrix_body, NULL, NULL), 0);
+  assert_int_equal(mp_launch(8, matrix_body, NULL, NULL), 0);
+}
+
+/* ---- (2) ordering: dependent calls and the stream's own copies ---- */
+
+#define ORDER_COUNT 100003
+#define ORDER_K 5
+
+static int order_body(const mp_env* env) {
+  ncclComm_t comm;
+  cudaStream_t s;
+  int n = env->nranks, bad = 0;
+  size_t bytes = ORDER_COUNT * sizeof(uint64_t);
+  void *dx = NULL, *dy = NULL, *dz = NULL;
+  if (dev_open(env, 0) || mp_comm_init(env, &comm) || (s = dev_stream(env)) == NULL) return 1;
+  uint64_t* x = malloc(bytes);
+  uint64_t* y = malloc(bytes);
+  if (!x || !y || ncclMemAlloc(&dx, bytes) || ncclMemAlloc(&dy, bytes) ||
+      ncclMemAlloc(&dz, (size_t)n * bytes))
+    return 1;
+  for (size_t i = 0; i < ORDER_COUNT; i++) x[i] = (uint64_t)env->rank * 7919u + i;
+  bad += dev_copy(env, dx, x, bytes);
+  /* x <- sum(x), then y <- x by the stream's copy, y <- sum(y), ... : each
+   * step reads what the step before wrote, with no synchronization */
+  for (int k = 0; k < ORDER_K && !bad; k++) {
+    void* from = k % 2 ? dy : dx;
+    void* to = k % 2 ? dx : dy;
+    bad += mp_expect_rc(env, comm,
+                        ncclAllReduce(from, from, ORDER_COUNT, ncclUint64, ncclSum, comm, s),
+                        ncclSuccess, "allreduce on a stream");
+    bad += dev_copy_async(env, to, from, bytes, s);
+  }
+  void* last = ORDER_K % 2 ? dy : dx;
+  bad += mp_expect_rc(env, comm, ncclAllGather(last, dz, ORDER_COUNT, ncclUint64, comm, s),
+                      ncclSuccess, "allgather on a stream");
+  bad += dev_sync(env, s);
+  uint64_t nn = 1;
+  for (int k = 1; k < ORDER_K; k++) nn *= (uint64_t)n;
+  for (int r = 0; r < n && !bad; r++) {
+    bad += dev_copy(env, y, (char*)dz + (size_t)r * bytes, bytes);
+    for (size_t i = 0; i < ORDER_COUNT && !bad; i++) {
+      uint64_t want = ((uint64_t)n * i + 7919u * (uint64_t)(n * (n - 1) / 2)) * nn;
+      if (y[i] != want)
+        mp_fail(env, "after %d dependent steps: block %d [%zu] = %llu, expected %llu", ORDER_K, r,
+                i, (unsigned long long)y[i], (unsigned long long)want),
+            bad++;
+    }
+  }
+  free(x);
+  free(y);
+  ncclMemFree(dx);
+  ncclMemFree(dy);
+  ncclMemFree(dz);
+  bad += mp_expect_rc(env, comm, ncclCommDestroy(comm), ncclSuccess, "ncclCommDestroy");
+  return bad;
+}
+
+static void test_ordering(void** state) {
+  (void)state;
+  assert_int_equal(mp_launch(3, order_body, NULL, NULL), 0);
+}
+
+/* The same with every stream on one queue: nothing Braid enqueues may
+ * wait for work on another stream. */
+static int one_queue_body(const mp_env* env) {
+  setenv("CUDASIM_ONE_QUEUE", "1", 1);
+  return order_body(env);
+}
+
+static void test_one_queue(void** state) {
+  (void)state;
+  assert_int_equal(mp_launch(2, one_queue_body, NULL, NULL), 0);
+}
+
+/* Without stream memory operations: the same calls, synchronous. */
+static int sync_order_body(const mp_env* env) {
+  setenv("BRAID_STREAM_MEMOPS", "0", 1);
+  return order_body(env);
+}
+
+static int group_body(const mp_env* env);
+
+static int sync_group_body(const mp_env* env) {
+  setenv("BRAID_STREAM_MEMOPS", "0", 1);
+  return group_body(env);
+}
+
+static void test_fallback(void** state) {
+  (void)state;
+  assert_int_equal(mp_launch(2, sync_order_body, NULL, NULL), 0);
+  assert_int_equal(mp_launch(3, sync_group_body, NULL, NULL), 0);
+}
+
+/* ---- (3) a group on two streams, and send/recv in a ring ---- */
+
+static int group_body(const mp_env* env) {
+  ncclComm_t comm;
+  cudaStream_t s1, s2;
+  int bad = 0, n = env->nranks;
+  if (dev_open(env, 0) || mp_comm_init(env, &comm)) return 1;
+  if ((s1 = dev_stream(env)) == NULL || (s2 = dev_stream(env)) == NULL) return 1;
+  dev_call a = {
+      .host = {.coll = CC_ALLREDUCE, .type = ncclFloat32, .kind = AR_SUM, .count = 70001}};
+  dev_call g = {.host = {.coll = CC_ALLGATHER, .type = ncclBfloat16, .count = 30011}};
+  a.host.op = ncclSum;
+  a.host.salt = 1, g.host.salt = 2;
+  if (dev_call_prepare(&a, env) || dev_call_prepare(&g, env)) return 1;
+  /* send to the next rank, receive from the previous one, on s2 */
+  size_t cnt = 12345, bytes = cnt * sizeof(int32_t);
+  int32_t* h = malloc(bytes);
+  void *ds = NULL, *dr = NULL;
+  if (!h || ncclMemAlloc(&ds, bytes) || ncclMemAlloc(&dr, bytes)) return 1;
+  for (size_t i = 0; i < cnt; i++) h[i] = env->rank * 100000 + (int32_t)i;
+  bad += dev_copy(env, ds, h, bytes);
+  bad += mp_expect_rc(env, comm, ncclGroupStart(), ncclSuccess, "ncclGroupStart");
+  bad += mp_expect_rc(env, comm, cc_issue(&a.dev, comm, s1), ncclSuccess, "allreduce on s1");
+  bad += mp_expect_rc(env, comm, cc_issue(&g.dev, comm, s2), ncclSuccess, "allgather on s2");
+  bad += mp_expect_rc(env, comm, ncclSend(ds, cnt, ncclInt32, (env->rank + 1) % n, comm, s2),
+                      ncclSuccess, "ncclSend on s2");
+  bad += mp_expect_rc(env, comm, ncclRecv(dr, cnt, ncclInt32, (env->rank + n - 1) % n, comm, s2),
+                      ncclSuccess, "ncclRecv on s2");
+  bad += mp_expect_rc(env, comm, ncclGroupEnd(), ncclSuccess, "ncclGroupEnd");
+  bad += dev_sync(env, s1) + dev_sync(env, s2);
+  bad += dev_call_fetch(&a, env) + dev_call_fetch(&g, env);
+  bad += cc_verify(&a.host, env) + cc_verify(&g.host, env);
+  bad += dev_copy(env, h, dr, bytes);
+  int from = (env->rank + n - 1) % n;
+  for (size_t i = 0; i < cnt && !bad; i++)
+    if (h[i] != from * 100000 + (int32_t)i)
+      mp_fail(env, "recv from %d: [%zu] = %d", from, i, h[i]), bad++;
+  dev_call_release(&a);
+  dev_call_release(&g);
+  ncclMemFree(ds);
+  ncclMemFree(dr);
+  free(h);
+  bad += mp_expect_rc(env, comm, ncclCommDestroy(comm), ncclSuccess, "ncclCommDestroy");
+  return bad;
+}
+
+static void test_group_two_streams(void** state) {
+  (void)state;
+  assert_int_equal(mp_launch(3, group_body, NULL, NULL), 0);
+}
+
+/* ---- (4) several ranks of one process on one device ---- */
+
+#define THREADS_RANKS 4
+#define THREADS_COUNT 50021
+
+static int threads_body(const mp_env* env) {
+  ncclComm_t comms[THREADS_RANKS];
+  cudaStream_t s[THREADS_RANKS];
+  void* d[THREADS_RANKS];
+  int devs[THREADS_RANKS] = {0}, bad = 0;
+  size_t bytes = THREADS_COUNT * sizeof(float);
+  float* h = malloc(bytes);
+  if (h == NULL || dev_open(env, 0)) return 1;
+  bad += mp_expect_rc(env, NULL, ncclCommInitAll(comms, THREADS_RANKS, devs), ncclSuccess,
+                      "ncclCommInitAll on one device");
+  if (bad) return 1;
+  for (int r = 0; r < THREADS_RANKS; r++) {
+    int dev = -1;
+    bad += mp_expect_rc(env, comms[r], ncclCommCuDevice(comms[r], &dev), ncclSuccess,
+                        "ncclCommCuDevice");
+    if (dev != 0) mp_fail(env, "comm %d reports device %d, made on 0", r, dev), bad++;
+    if ((s[r] = dev_stream(env)) == NULL || ncclMemAlloc(&d[r], bytes)) return 1;
+    for (size_t i = 0; i < THREADS_COUNT; i++) h[i] = (float)(r + 1) * (float)(i % 1000);
+    bad += dev_copy(env, d[r], h, bytes);
+  }
+  /* one thread drives all four: only a group can (each call waits for the others) */
+  bad += mp_expect_rc(env, NULL, ncclGroupStart(), ncclSuccess, "ncclGroupStart");
+  for (int r = 0; r < THREADS_RANKS; r++)
+    bad +=
+        mp_expect_rc(env, comms[r],
+                     ncclAllReduce(d[r], d[r], THREADS_COUNT, ncclFloat32, ncclSum, comms[r], s[r]),
+                     ncclSuccess, "allreduce in the group");
+  bad += mp_expect_rc(env, NULL, ncclGroupEnd(), ncclSuccess, "ncclGroupEnd");
+  for (int r = 0; r < THREADS_RANKS && !bad; r++) {
+    bad += dev_sync(env, s[r]) + dev_copy(env, h, d[r], bytes);
+    for (size_t i = 0; i < THREADS_COUNT && !bad; i++)
+      if (h[i] != 10.0f * (float)(i % 1000))
+        mp_fail(env, "comm %d [%zu] = %g, expected %g", r, i, h[i], 10.0 * (double)(i % 1000)),
+            bad++;
+  }
+  for (int r = 0; r < THREADS_RANKS; r++) {
+    ncclMemFree(d[r]);
+    bad += mp_expect_rc(env, comms[r], ncclCommDestroy(comms[r]), ncclSuccess, "ncclCommDestroy");
+  }
+  free(h);
+  return bad;
+}
+
+static void test_ranks_as_threads(void** state) {
+  (void)state;
+  mp_opts o = MP_OPTS_INIT;
+  o.no_id = 1;
+  assert_int_equal(mp_launch(1, threads_body, NULL, &o), 0);
+}
+
+/* ---- (5) a killed peer: the survivors' streams drain ---- */
+
+#define KILL_COUNT 300007
+
+/* The survivors enqueue their calls, then the victim dies (SIGKILL) before
+ * making its own: the survivors' streams wait at gates of calls that can
+ * only fail, and must still drain. */
+static int killed_body(const mp_env* env) {
+  ncclComm_t comm;
+  cudaStream_t s;
+  void* d = NULL;
+  int bad = 0, victim = env->nranks - 1;
+  if (dev_open(env, 0) || mp_comm_init(env, &comm) || (s = dev_stream(env)) == NULL) return 1;
+  if (ncclMemAlloc(&d, KILL_COUNT * sizeof(float))) return 1;
+  /* one healthy call first, so every connection exists */
+  bad += mp_expect_rc(env, comm, ncclAllReduce(d, d, KILL_COUNT, ncclFloat32, ncclSum, comm, s),
+                      ncclSuccess, "allreduce before the kill");
+  bad += dev_sync(env, s);
+  if (env->rank == victim) {
+    for (int r = 0; r < victim; r++) mp_wait_flag(&env->shm[r], 30000);
+    mp_notify_parent(); /* SIGKILLed here */
+    for (;;) mp_sleep_ms(1000);
+  }
+  for (int k = 0; k < 3; k++) /* queued behind each other: all must drain */
+    bad += mp_expect_rc(env, comm, ncclAllReduce(d, d, KILL_COUNT, ncclFloat32, ncclSum, comm, s),
+                        ncclSuccess, "allreduce enqueued before the kill");
+  double t0 = mp_now();
+  __atomic_store_n((int*)&env->shm[env->rank], 1, __ATOMIC_SEQ_CST);
+  bad += dev_sync(env, s); /* must return: the proxy opens every gate */
+  double waited = mp_now() - t0;
+  ncclResult_t async = ncclSuccess;
+  ncclCommGetAsyncError(comm, &async);
+  if (async == ncclSuccess || async == ncclInProgress)
+    mp_fail(env, "after the peer died: async error %d, expected an error", (int)async), bad++;
+  ncclResult_t next = ncclAllReduce(d, d, 1, ncclFloat32, ncclSum, comm, s);
+  if (next == ncclSuccess) mp_fail(env, "the next call after the failure returned success"), bad++;
+  mp_log(env, "stream drained %.2f s after the calls were queued; async error %d, next call %d",
+         waited, (int)async, (int)next);
+  ncclCommAbort(comm);
+  return bad;
+}
+
+/* The simulated driver holds the host off device memory, as a GPU does:
+ * a rank that reads it dies. */
+static int touch_body(const mp_env* env) {
+  void* d = NULL;
+  if (dev_open(env, 0) || ncclMemAlloc(&d, 4096) != ncclSuccess)
+    return 0; /* not the failure sought */
+  mp_log(env, "reading device memory from the host (a SIGSEGV is expected)");
+  signal(SIGSEGV, SIG_DFL); /* die of it, not in cmocka's handler */
+  return *(volatile char*)d == 0x7f ? 2 : 3;
+}
+
+static void test_host_cannot_touch(void** state) {
+  (void)state;
+  if (strstr(getenv("BRAID_CUDA_LIB"), "cudasim") == NULL) skip();
+  assert_int_equal(mp_launch(1, touch_body, NULL, NULL), 1);
+}
+
+static void test_killed_peer(void** state) {
+  (void)state;
+  mp_opts o = MP_OPTS_INIT;
+  o.victim = 2;
+  o.kill_on_notify = 1;
+  o.deadline_s = 60;
+  assert_int_equal(mp_launch(3, killed_body, NULL, &o), 0);
+}
+
+int main(void) {
+  mp_default_env("BRAID_CUDA_LIB", "build/tests/libcudasim.so");
+  mp_default_env("BRAID_TIMEOUT_MS", "3000");
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_matrix),
+      cmocka_unit_test(test_ordering),
+      cmocka_unit_test(test_one_queue),
+      cmocka_unit_test(test_fallback),
+      cmocka_unit_test(test_group_two_streams),
+      cmocka_unit_test(test_ranks_as_threads),
+      cmocka_unit_test(test_killed_peer),
+      cmocka_unit_test(test_host_cannot_touch),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
