@@ -1,4 +1,4 @@
-/* all_gather_perf: nccl-tests' all_gather_perf for Braid (host buffers, NULL stream). Rank r's
+/* all_gather_perf: nccl-tests' all_gather_perf for Braid (host or device buffers, --mem). Rank r's
  * block lands at r * sendcount of every receive buffer; the size column is the received bytes. */
 #include "common.h"
 
@@ -10,7 +10,7 @@ static int expect(const perf_test_t* t, size_t i, perf_val_t* out) {
 }
 
 static ncclResult_t run(const perf_test_t* t, const void* send, void* recv) {
-  return ncclAllGather(send, recv, t->n.param, t->type->type, t->comm, NULL);
+  return ncclAllGather(send, recv, t->n.param, t->type->type, t->comm, t->stream);
 }
 
 static const perf_coll_t kAllGather = {

@@ -1,4 +1,4 @@
-/* all_reduce_perf: nccl-tests' all_reduce_perf for Braid (host buffers, NULL stream).
+/* all_reduce_perf: nccl-tests' all_reduce_perf for Braid (host or device buffers, --mem).
  * Only the AllReduce descriptor lives here; the driver is perf/bench.c. */
 #include "common.h"
 
@@ -12,7 +12,7 @@ static int expect(const perf_test_t* t, size_t i, perf_val_t* out) {
 }
 
 static ncclResult_t run(const perf_test_t* t, const void* send, void* recv) {
-  return ncclAllReduce(send, recv, t->n.param, t->type->type, t->redop, t->comm, NULL);
+  return ncclAllReduce(send, recv, t->n.param, t->type->type, t->redop, t->comm, t->stream);
 }
 
 static const perf_coll_t kAllReduce = {

@@ -1,4 +1,4 @@
-/* alltoall_perf: nccl-tests' alltoall_perf for Braid (host buffers, NULL stream), through
+/* alltoall_perf: nccl-tests' alltoall_perf for Braid (host or device buffers, --mem), through
  * ncclAlltoAll: block p of each rank's input goes to rank p, into block <sender>. */
 #include "common.h"
 
@@ -17,7 +17,7 @@ static int expect(const perf_test_t* t, size_t i, perf_val_t* out) {
 }
 
 static ncclResult_t run(const perf_test_t* t, const void* send, void* recv) {
-  return ncclAlltoAll(send, recv, t->n.param, t->type->type, t->comm, NULL);
+  return ncclAlltoAll(send, recv, t->n.param, t->type->type, t->comm, t->stream);
 }
 
 /* In place (send == recv) the result is undefined: timed, not checked, as in nccl-tests. */

@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "device.h"
 #include "driver.h"
 
 #if PERF_HAVE_MPI
@@ -27,7 +28,10 @@ typedef struct {
   int proc, thread, rank, nranks;
   ncclUniqueId id;
   ncclComm_t comm;
-  char *send, *recv;           /* o->agg slots each */
+  char *send, *recv;           /* o->agg slots each: what the calls get */
+  char *hsend, *hrecv;         /* --mem device: host copies for filling and checking, else =
+                                * send, recv */
+  cudaStream_t stream;         /* --mem device: this rank's stream */
   size_t send_slot, recv_slot; /* bytes per slot */
   uint64_t reps;               /* advances identically on every rank: the data seed */
   int errors, bw_count;
@@ -78,15 +82,33 @@ static void* xalloc(size_t bytes) {
 
 /* ---------------------------------------------------------------- one operation */
 
-static char* send_ptr(const perf_rank_t* r, const perf_test_t* t, int in_place, int slot) {
-  if (!in_place) return r->send + (size_t)slot * r->send_slot;
-  return r->recv + (size_t)slot * r->recv_slot +
-         t->n.send_inplace * (size_t)t->rank * t->type->size;
+/* Where slot `slot`'s input and output are, in the call's buffers (host 0) or in their host
+ * copies (host 1; the same buffers without --mem device). */
+static char* send_ptr(const perf_rank_t* r, const perf_test_t* t, int in_place, int slot,
+                      int host) {
+  char *send = host ? r->hsend : r->send, *recv = host ? r->hrecv : r->recv;
+  if (!in_place) return send + (size_t)slot * r->send_slot;
+  return recv + (size_t)slot * r->recv_slot + t->n.send_inplace * (size_t)t->rank * t->type->size;
 }
 
-static char* recv_ptr(const perf_rank_t* r, const perf_test_t* t, int in_place, int slot) {
+static char* recv_ptr(const perf_rank_t* r, const perf_test_t* t, int in_place, int slot,
+                      int host) {
   size_t off = in_place ? t->n.recv_inplace * (size_t)t->rank * t->type->size : 0;
-  return r->recv + (size_t)slot * r->recv_slot + off;
+  return (host ? r->hrecv : r->recv) + (size_t)slot * r->recv_slot + off;
+}
+
+/* --mem device: the host copies to the device, or back (whole slots). */
+static void slots_copy(perf_rank_t* r, int to_device) {
+  size_t sb = r->send_slot * (size_t)r->o->agg, rb = r->recv_slot * (size_t)r->o->agg;
+  if (r->hrecv == r->recv) return;
+  if (to_device ? perf_dev_copy(r->recv, r->hrecv, rb) || perf_dev_copy(r->send, r->hsend, sb)
+                : perf_dev_copy(r->hrecv, r->recv, rb))
+    die();
+}
+
+/* The calls of a timed stretch are done: on device buffers, their stream is drained. */
+static void calls_done(perf_rank_t* r) {
+  if (r->stream && perf_dev_sync(r->stream)) die();
 }
 
 /* One outer iteration: o->agg operations, grouped when there are several. */
@@ -95,7 +117,8 @@ static void run_iter(perf_rank_t* r, const perf_test_t* t, int in_place) {
   if (r->rank < MAX_RANKS_WATCHED) g_inflight[r->rank] = perf_now();
   if (group) PERF_NCCL(r, ncclGroupStart());
   for (int a = 0; a < r->o->agg; a++) {
-    ncclResult_t res = r->coll->run(t, send_ptr(r, t, in_place, a), recv_ptr(r, t, in_place, a));
+    ncclResult_t res =
+        r->coll->run(t, send_ptr(r, t, in_place, a, 0), recv_ptr(r, t, in_place, a, 0));
     if (res != ncclSuccess) nccl_fail(r, res, t->coll->name, __LINE__);
   }
   if (group) PERF_NCCL(r, ncclGroupEnd());
@@ -107,15 +130,17 @@ static void run_iter(perf_rank_t* r, const perf_test_t* t, int in_place) {
 static void prepare(perf_rank_t* r, perf_test_t* t, int in_place) {
   t->seed = 0x5eedULL + ++r->reps;
   for (int a = 0; a < r->o->agg; a++) {
-    memset(recv_ptr(r, t, in_place, a), POISON_BYTE, t->n.recv * t->type->size);
-    r->coll->init(t, send_ptr(r, t, in_place, a));
+    memset(recv_ptr(r, t, in_place, a, 1), POISON_BYTE, t->n.recv * t->type->size);
+    r->coll->init(t, send_ptr(r, t, in_place, a, 1));
   }
+  slots_copy(r, 1);
   perf_team_barrier(r->thread);
 }
 
 static double count_wrong(perf_rank_t* r, const perf_test_t* t, int in_place) {
   size_t wrong = 0;
-  for (int a = 0; a < r->o->agg; a++) wrong += perf_count_wrong(t, recv_ptr(r, t, in_place, a));
+  slots_copy(r, 0);
+  for (int a = 0; a < r->o->agg; a++) wrong += perf_count_wrong(t, recv_ptr(r, t, in_place, a, 1));
   return (double)wrong;
 }
 
@@ -131,12 +156,14 @@ static double timed_loop(perf_rank_t* r, perf_test_t* t, int in_place) {
   for (int it = 0; it < o->iters; it++) {
     if (o->check && it > 0 && it == o->iters - 1) {
       double p = perf_now();
+      calls_done(r); /* the earlier calls still read the inputs */
       prepare(r, t, in_place);
       paused += perf_now() - p;
     }
     run_iter(r, t, in_place);
-    if (o->blocking) perf_team_barrier(r->thread);
+    if (o->blocking) calls_done(r), perf_team_barrier(r->thread);
   }
+  calls_done(r);
   return (perf_now() - t0 - paused) / ((double)o->iters * o->agg);
 }
 
@@ -173,6 +200,7 @@ static void warmup(perf_rank_t* r, perf_test_t* t) {
     for (int i = 0; i < r->o->warmup; i++) run_iter(r, t, 0);
     if (s > r->o->max_bytes / 2) break;
   }
+  calls_done(r);
 }
 
 static void sweep(perf_rank_t* r, perf_test_t* t) {
@@ -201,6 +229,7 @@ static void make_premulsum(perf_rank_t* r, perf_test_t* t) {
 
 static void time_test(perf_rank_t* r, const perf_type_t* type, const perf_op_t* op, int root) {
   perf_test_t t = {.coll = r->coll,
+                   .stream = r->stream,
                    .type = type,
                    .op = op,
                    .redop = (ncclRedOp_t)op->index,
@@ -253,6 +282,14 @@ static void init_comm(perf_rank_t* r) {
   }
 }
 
+/* Device buffers come from ncclMemAlloc, as nccl-tests' -R; their host copies are the
+ * filling and checking side. */
+static char* device_alloc(perf_rank_t* r, size_t bytes) {
+  void* p = NULL;
+  PERF_NCCL(r, ncclMemAlloc(&p, bytes ? bytes : 64));
+  return p;
+}
+
 /* Both buffers hold the larger side: in-place runs keep the input inside the receive buffer
  * (ReduceScatter: all of it). */
 static void alloc_buffers(perf_rank_t* r) {
@@ -260,12 +297,28 @@ static void alloc_buffers(perf_rank_t* r) {
   r->coll->counts(r->o->max_bytes, 1, r->nranks, &n); /* 1-byte elements: the largest counts */
   size_t bytes = n.send > n.recv ? n.send : n.recv;
   r->send_slot = r->recv_slot = (bytes + 63) / 64 * 64;
-  r->send = xalloc(r->send_slot * (size_t)r->o->agg);
-  r->recv = xalloc(r->recv_slot * (size_t)r->o->agg);
+  r->hsend = xalloc(r->send_slot * (size_t)r->o->agg);
+  r->hrecv = xalloc(r->recv_slot * (size_t)r->o->agg);
+  r->send = r->o->mem_device ? device_alloc(r, r->send_slot * (size_t)r->o->agg) : r->hsend;
+  r->recv = r->o->mem_device ? device_alloc(r, r->recv_slot * (size_t)r->o->agg) : r->hrecv;
+}
+
+static void free_buffers(perf_rank_t* r) {
+  if (r->send != r->hsend) ncclMemFree(r->send);
+  if (r->recv != r->hrecv) ncclMemFree(r->recv);
+  free(r->hsend);
+  free(r->hrecv);
+}
+
+/* --mem device: rank thread t of a process works on device t (modulo the devices there are:
+ * several ranks share a GPU when there are more threads than GPUs). */
+static void bind_device(perf_rank_t* r) {
+  if (r->o->mem_device && perf_dev_bind(r->thread % perf_dev_count(NULL), &r->stream)) die();
 }
 
 static void* rank_main(void* arg) {
   perf_rank_t* r = arg;
+  bind_device(r);
   if (!r->coll->mpi_native) init_comm(r);
   if (r->proc_comm) {
     PERF_NCCL(r, ncclCommSplit(r->comm, 0, r->rank, &r->timing_comm, NULL));
@@ -273,8 +326,7 @@ static void* rank_main(void* arg) {
   }
   alloc_buffers(r);
   run_all(r);
-  free(r->send);
-  free(r->recv);
+  free_buffers(r);
   if (r->proc_comm) PERF_NCCL(r, ncclCommDestroy(r->timing_comm));
   if (!r->coll->mpi_native) PERF_NCCL(r, ncclCommDestroy(r->comm));
   return NULL;

@@ -1,5 +1,5 @@
-/* broadcast_perf: nccl-tests' broadcast_perf for Braid (host buffers, NULL stream). -r picks the
- * root (-1: every rank in turn); only the root has an input, every rank must receive it. */
+/* broadcast_perf: nccl-tests' broadcast_perf for Braid (host or device buffers, --mem). -r picks
+ * the root (-1: every rank in turn); only the root has an input, every rank must receive it. */
 #include "common.h"
 
 /* Other ranks' send buffers are not read: left as they are, and in place the poison stays. */
@@ -13,7 +13,7 @@ static int expect(const perf_test_t* t, size_t i, perf_val_t* out) {
 }
 
 static ncclResult_t run(const perf_test_t* t, const void* send, void* recv) {
-  return ncclBroadcast(send, recv, t->n.param, t->type->type, t->root, t->comm, NULL);
+  return ncclBroadcast(send, recv, t->n.param, t->type->type, t->root, t->comm, t->stream);
 }
 
 static const perf_coll_t kBroadcast = {

@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "device.h"
 #include "driver.h"
 
 #if PERF_HAVE_MPI
@@ -20,7 +21,7 @@
 /* ---------------------------------------------------------------- parsing */
 
 /* Long-only options: values past any character, so they never take a letter nccl-tests may use. */
-enum { OPT_INPLACE = 256 };
+enum { OPT_INPLACE = 256, OPT_MEM };
 
 static const struct option kLongOpts[] = {{"nthreads", required_argument, 0, 't'},
                                           {"ngpus", required_argument, 0, 'g'},
@@ -44,6 +45,7 @@ static const struct option kLongOpts[] = {{"nthreads", required_argument, 0, 't'
                                           {"average", required_argument, 0, 'a'},
                                           {"run_cycles", required_argument, 0, 'N'},
                                           {"inplace", required_argument, 0, OPT_INPLACE},
+                                          {"mem", required_argument, 0, OPT_MEM},
                                           {"help", no_argument, 0, 'h'},
                                           {0, 0, 0, 0}};
 
@@ -72,6 +74,7 @@ static void usage(FILE* f, const char* prog) {
           "[-C,--report_cputime <0/1>] \n\t"
           "[-a,--average <0/1/2/3> report average iteration time <0=RANK0/1=AVG/2=MIN/3=MAX>] \n\t"
           "[--inplace <0/1> (0: out-of-place only; in-place columns N/A)] \n\t"
+          "[--mem <host/device> (default: device where a CUDA device is visible)] \n\t"
           "[-h,--help]\n",
           prog);
 }
@@ -126,6 +129,7 @@ static void set_defaults(perf_opts_t* o) {
   o->agg = o->check = o->average = o->cycles = o->inplace = 1;
   o->type_index = 7; /* float */
   o->op_index = PERF_OP_SUM;
+  o->mem_device = perf_dev_count(NULL) > 0; /* as nccl-tests: device buffers where there is one */
 }
 
 static int parse_name(const char* arg, int is_type, int* out) {
@@ -193,6 +197,10 @@ static int parse_opt(int c, const char* arg, perf_opts_t* o) {
       return parse_int(arg, 0, 3, &o->average);
     case OPT_INPLACE:
       return parse_int(arg, 0, 1, &o->inplace);
+    case OPT_MEM:
+      if (strcmp(arg, "host") != 0 && strcmp(arg, "device") != 0) return -1;
+      o->mem_device = strcmp(arg, "device") == 0;
+      return 0;
     default:
       return -1;
   }
@@ -216,6 +224,13 @@ static int check_args(const perf_coll_t* coll, const perf_opts_t* o, FILE* err) 
               (unsigned long long)o->min_bytes, (unsigned long long)o->max_bytes);
     return -1;
   }
+  const char* why = NULL;
+  if (o->mem_device && (coll->mpi_native || perf_dev_count(&why) == 0)) {
+    if (err)
+      fprintf(err, "--mem device: %s; run with --mem host for host buffers\n",
+              coll->mpi_native ? "the MPI tools run on host buffers only" : why);
+    return -1;
+  }
   if (coll->mpi_native && o->nthreads != 1) {
     if (err) fprintf(err, "%s runs one rank per MPI process: -t must be 1\n", coll->name);
     return -1;
@@ -236,8 +251,9 @@ int perf_parse_args(int argc, char** argv, const perf_coll_t* coll, int printer,
       return 1;
     }
     if (c == '?' || parse_opt(c, optarg, o)) {
-      if (err && c == OPT_INPLACE)
-        fprintf(err, "%s: invalid value '%s' for option --inplace\n", prog, optarg);
+      if (err && (c == OPT_INPLACE || c == OPT_MEM))
+        fprintf(err, "%s: invalid value '%s' for option --%s\n", prog, optarg,
+                c == OPT_MEM ? "mem" : "inplace");
       else if (err && c != '?')
         fprintf(err, "%s: invalid value '%s' for option -%c\n", prog, optarg, c);
       if (err) usage(err, prog);
@@ -261,6 +277,7 @@ void perf_print_config(const perf_opts_t* o) {
       "agg iters: %d validation: %d graph: %d\n",
       o->nthreads, o->ngpus, o->min_bytes, o->max_bytes, factor ? o->step_factor : o->step_bytes,
       factor ? "factor" : "bytes", o->warmup, o->iters, o->agg, o->check, 0);
+  if (o->mem_device) printf("# Device buffers (ncclMemAlloc), a CUDA stream per rank\n");
   if (o->blocking)
     printf("# Blocking Enabled: wait for completion and barrier after each collective \n");
   if (o->parallel_init)

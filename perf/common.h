@@ -77,7 +77,8 @@ struct perf_test {
   ncclComm_t comm;   /* NULL for mpi_native tools */
   int rank, nranks, root;
   perf_counts_t n;
-  uint64_t seed; /* changes whenever inputs are re-initialized */
+  uint64_t seed;       /* changes whenever inputs are re-initialized */
+  cudaStream_t stream; /* NULL on host buffers; the rank's CUDA stream on device buffers */
 };
 
 /* Runs the whole benchmark (argument parsing, bootstrap, sweep, report); returns exit status. */

@@ -14,6 +14,7 @@ typedef struct {
   int iters, warmup, agg, check, average, blocking, timeout, cycles, root;
   int parallel_init, stream_null, cputime;
   int inplace;    /* 0: skip the in-place half of each row (Braid's --inplace, not nccl-tests') */
+  int mem_device; /* --mem device (the default where a CUDA device is visible) or host */
   int type_index; /* into perf_type_at, -1: all */
   int op_index;   /* into perf_op_at, -1: all */
 } perf_opts_t;

@@ -1,4 +1,4 @@
-/* gather_perf: nccl-tests' gather_perf for Braid (host buffers, NULL stream). -r picks the root
+/* gather_perf: nccl-tests' gather_perf for Braid (host or device buffers, --mem). -r picks the root
  * (-1: every rank in turn); rank r's block lands at r * sendcount of the root's receive buffer,
  * the only one written (and checked). The size column is the gathered bytes. */
 #include "common.h"
@@ -11,7 +11,7 @@ static int expect(const perf_test_t* t, size_t i, perf_val_t* out) {
 }
 
 static ncclResult_t run(const perf_test_t* t, const void* send, void* recv) {
-  return ncclGather(send, recv, t->n.param, t->type->type, t->root, t->comm, NULL);
+  return ncclGather(send, recv, t->n.param, t->type->type, t->root, t->comm, t->stream);
 }
 
 static const perf_coll_t kGather = {

@@ -1,4 +1,4 @@
-/* reduce_perf: nccl-tests' reduce_perf for Braid (host buffers, NULL stream). -r picks the root
+/* reduce_perf: nccl-tests' reduce_perf for Braid (host or device buffers, --mem). -r picks the root
  * (-1: every rank in turn); the result is checked on the root, the only rank written to. */
 #include "common.h"
 
@@ -9,7 +9,7 @@ static int expect(const perf_test_t* t, size_t i, perf_val_t* out) {
 }
 
 static ncclResult_t run(const perf_test_t* t, const void* send, void* recv) {
-  return ncclReduce(send, recv, t->n.param, t->type->type, t->redop, t->root, t->comm, NULL);
+  return ncclReduce(send, recv, t->n.param, t->type->type, t->redop, t->root, t->comm, t->stream);
 }
 
 static const perf_coll_t kReduce = {

@@ -1,4 +1,4 @@
-/* reduce_scatter_perf: nccl-tests' reduce_scatter_perf for Braid (host buffers, NULL stream).
+/* reduce_scatter_perf: nccl-tests' reduce_scatter_perf for Braid (host or device buffers, --mem).
  * Rank r receives the reduction of block r of every input; the size column is the sent bytes. */
 #include "common.h"
 
@@ -8,7 +8,7 @@ static int expect(const perf_test_t* t, size_t i, perf_val_t* out) {
 }
 
 static ncclResult_t run(const perf_test_t* t, const void* send, void* recv) {
-  return ncclReduceScatter(send, recv, t->n.param, t->type->type, t->redop, t->comm, NULL);
+  return ncclReduceScatter(send, recv, t->n.param, t->type->type, t->redop, t->comm, t->stream);
 }
 
 static const perf_coll_t kReduceScatter = {

@@ -1,4 +1,5 @@
-/* scatter_perf: nccl-tests' scatter_perf for Braid (host buffers, NULL stream). -r picks the root
+/* scatter_perf: nccl-tests' scatter_perf for Braid (host or device buffers, --mem). -r picks the
+ * root
  * (-1: every rank in turn); rank r receives block r of the root's input. The size column is the
  * scattered bytes. */
 #include "common.h"
@@ -14,7 +15,7 @@ static int expect(const perf_test_t* t, size_t i, perf_val_t* out) {
 }
 
 static ncclResult_t run(const perf_test_t* t, const void* send, void* recv) {
-  return ncclScatter(send, recv, t->n.param, t->type->type, t->root, t->comm, NULL);
+  return ncclScatter(send, recv, t->n.param, t->type->type, t->root, t->comm, t->stream);
 }
 
 static const perf_coll_t kScatter = {

@@ -1,5 +1,6 @@
-/* sendrecv_perf: nccl-tests' sendrecv_perf for Braid (host buffers, NULL stream). Each rank sends
- * to rank + 1 and receives from rank - 1 in one group; -o only labels rows, as in nccl-tests. */
+/* sendrecv_perf: nccl-tests' sendrecv_perf for Braid (host or device buffers, --mem). Each rank
+ * sends to rank + 1 and receives from rank - 1 in one group; -o only labels rows, as in nccl-tests.
+ */
 #include "common.h"
 
 /* Receive element i is the previous rank's input element i. */
@@ -13,8 +14,8 @@ static ncclResult_t run(const perf_test_t* t, const void* send, void* recv) {
   int next = (t->rank + 1) % t->nranks, prev = (t->rank - 1 + t->nranks) % t->nranks;
   ncclResult_t res = ncclGroupStart();
   if (res != ncclSuccess) return res;
-  res = ncclSend(send, t->n.param, t->type->type, next, t->comm, NULL);
-  if (res == ncclSuccess) res = ncclRecv(recv, t->n.param, t->type->type, prev, t->comm, NULL);
+  res = ncclSend(send, t->n.param, t->type->type, next, t->comm, t->stream);
+  if (res == ncclSuccess) res = ncclRecv(recv, t->n.param, t->type->type, prev, t->comm, t->stream);
   ncclResult_t end = ncclGroupEnd();
   return res != ncclSuccess ? res : end;
 }

@@ -31,7 +31,8 @@ static int resolve(get_proc_fn get, const char* name, void* slot) {
 }
 
 static int driver_load(const mp_env* env) {
-  const char* lib = getenv("BRAID_CUDA_LIB") ? getenv("BRAID_CUDA_LIB") : "libcuda.so.1";
+  const char* name = getenv("BRAID_CUDA_LIB"); /* as the library reads it: empty is unset */
+  const char* lib = name && *name ? name : "libcuda.so.1";
   void* h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
   get_proc_fn get = h ? (get_proc_fn)dlsym(h, "cuGetProcAddress_v2") : NULL;
   if (get == NULL) {

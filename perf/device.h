@@ -1,0 +1,21 @@
+/* Device buffers for the perf tools (--mem device): the CUDA driver opened
+ * by the tool itself, as a user program would use the runtime (the tools
+ * see only the public headers): BRAID_CUDA_LIB names it, as for the
+ * library, default libcuda.so.1. */
+#ifndef BRAID_PERF_DEVICE_H_
+#define BRAID_PERF_DEVICE_H_
+
+#include <stddef.h>
+
+#include "nccl.h"
+
+/* Devices usable through the driver; 0 when there is none (why: *why). */
+int perf_dev_count(const char** why);
+/* This thread works on device `dev`: its primary context current, and a
+ * stream of its own for the calls. 0 on success. */
+int perf_dev_bind(int dev, cudaStream_t* stream);
+/* 0 on success; each prints what failed. */
+int perf_dev_sync(cudaStream_t stream);
+int perf_dev_copy(void* dst, const void* src, size_t bytes);
+
+#endif /* BRAID_PERF_DEVICE_H_ */

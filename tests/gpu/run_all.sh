@@ -1,0 +1,75 @@
+#!/bin/bash
+# Everything Braid checks on a real GPU, in one run (issue 18's list):
+# the device-buffer tests on the real driver, the kernel bitwise against the
+# CPU and under compute-sanitizer, the kernel's bandwidth next to a copy and
+# torch.add, nccl-tests on Braid's libnccl.so.2, and PyTorch's NCCL process
+# group with 2 processes on cuda:0. Logs go to $OUT (a few files; see the
+# end). Binaries come from tests/gpu/prepare.sh, run where they were built:
+#
+#   tests/gpu/prepare.sh            # here: builds gpu_carry/
+#   OUT=/tmp/gpu tests/gpu/run_all.sh   # on the GPU machine, gpu_carry/ beside
+#
+# Each step has its own time limit and the run goes on after a failure.
+set -u
+cd "$(dirname "$0")/../.."
+C=${CARRY:-gpu_carry}
+OUT=${OUT:-/tmp/gpu-run}
+mkdir -p "$OUT"
+export LD_LIBRARY_PATH="$PWD/$C/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+SUM="$OUT/summary.txt"
+step() { # name limit_s logfile command...
+  local name=$1 limit=$2 log=$3
+  shift 3
+  local t0=$(date +%s.%N)
+  echo "=== $name: $*" >>"$log"
+  timeout -k 5 "$limit" "$@" >>"$log" 2>&1
+  local rc=$?
+  printf '%-40s rc=%-3d %6.1f s\n' "$name" "$rc" "$(echo "$(date +%s.%N) - $t0" | bc)" | tee -a "$SUM"
+}
+
+{
+  date -u
+  nvidia-smi --query-gpu=name,driver_version,memory.total,compute_mode --format=csv
+  nvcc --version | tail -2
+  python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "bundled nccl", torch.cuda.nccl.version())'
+  ldd "$C/bin/mp_test_device" | grep -E "cmocka|not found"
+} >"$OUT/system.txt" 2>&1
+
+# 1. Braid's device tests on the real driver
+export BRAID_CUDA_LIB=libcuda.so.1
+step mp_test_device 200 "$OUT/tests.txt" "$C/bin/mp_test_device"
+
+# 2. the kernel: bitwise, sanitizers, bandwidth next to a copy and torch.add
+K="$C/bin/kern_bitwise $C/bin/reduce.fatbin"
+step kern_bitwise 90 "$OUT/kernel.txt" $K
+for tool in memcheck racecheck synccheck; do
+  step "sanitizer $tool" 90 "$OUT/kernel.txt" compute-sanitizer --tool $tool --error-exitcode 9 $K bw
+done
+step "kernel bandwidth" 60 "$OUT/kernel.txt" $K bw
+step "torch.add" 60 "$OUT/kernel.txt" python3 tests/gpu/torch_add.py
+
+# 3. Braid's perf tools on device buffers, 2 and 4 ranks (threads) on the one GPU
+for n in 2 4; do
+  step "all_reduce_perf -t $n --mem device" 100 "$OUT/perf.txt" "$C/bin/all_reduce_perf" -t $n --mem device -b 8 -e 256M -f 4 -n 10 -w 3
+done
+step "all_gather_perf -t 2 --mem device" 60 "$OUT/perf.txt" "$C/bin/all_gather_perf" -t 2 --mem device -b 8 -e 64M -f 8 -n 10 -w 3
+grep -E "Out of bounds|Avg bus" "$OUT/perf.txt" >>"$SUM"
+
+# 4. nccl-tests on Braid (one rank: no MPI here, and nccl-tests puts thread t on device t)
+NT="$C/nccl-tests"
+for t in all_reduce all_gather reduce_scatter broadcast reduce alltoall sendrecv gather scatter; do
+  step "nccl-tests ${t}_perf" 60 "$OUT/nccl_tests.txt" env NCCL_DEBUG=VERSION "$NT/${t}_perf" -b 8 -e 256M -f 4 -c 1 -n 5 -w 2
+done
+step "nccl-tests all_reduce -d all" 120 "$OUT/nccl_tests.txt" "$NT/all_reduce_perf" -b 8 -e 1M -f 8 -c 1 -n 3 -w 1 -d all
+step "nccl-tests all_reduce -t 2 (devices 0,0)" 60 "$OUT/nccl_tests.txt" env CUDA_VISIBLE_DEVICES=0,0 "$NT/all_reduce_perf" -t 2 -b 8 -e 16M -f 8 -c 1 -n 5 -w 2
+grep -E "wrong|Out of bounds|Avg bus" "$OUT/nccl_tests.txt" | sort | uniq -c >>"$SUM"
+
+# 5. PyTorch's process group, 2 processes on cuda:0, Braid preloaded
+unset BRAID_CUDA_LIB
+step "torch.distributed" 240 "$OUT/torch.txt" env LD_PRELOAD="$PWD/$C/lib/libnccl.so.2" NCCL_DEBUG=INFO python3 tests/gpu/torch_dist.py
+echo "NCCL version lines in the torch run:" >>"$SUM"
+grep -o "NCCL version [^ ]*" "$OUT/torch.txt" | sort | uniq -c >>"$SUM"
+grep -E "torch_dist:|WRONG|DDP" "$OUT/torch.txt" >>"$SUM"
+grep -E "PASSED|FAILED|OK \]" "$OUT/tests.txt" | tail -20 >>"$SUM"
+grep -E "ERROR SUMMARY|bitwise|GB/s|torch.add" "$OUT/kernel.txt" >>"$SUM"
+cat "$SUM"
