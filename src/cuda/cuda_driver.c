@@ -23,12 +23,18 @@ static struct {
 } g_cuda = {.once = PTHREAD_ONCE_INIT};
 
 #define CUDA_SYM(name) \
-  { (void**)&g_cuda.table.name, #name }
+  { (void**)&g_cuda.table.name, #name, CUDA_VERSION }
+/* An entry point whose signature changed in a later CUDA (the driver hands
+ * out the newest ABI not above the version asked for): asked for at the
+ * version of the signature the table declares. */
+#define CUDA_SYM_AT(name, version) \
+  { (void**)&g_cuda.table.name, #name, version }
 
 static int resolve(get_proc_fn get_proc, const char* lib) {
   const struct {
     void** slot;
     const char* name;
+    int version;
   } syms[] = {
       CUDA_SYM(cuInit),
       CUDA_SYM(cuDriverGetVersion),
@@ -39,7 +45,7 @@ static int resolve(get_proc_fn get_proc, const char* lib) {
       CUDA_SYM(cuDevicePrimaryCtxRetain),
       CUDA_SYM(cuCtxGetCurrent),
       CUDA_SYM(cuCtxSetCurrent),
-      CUDA_SYM(cuCtxGetDevice),
+      CUDA_SYM_AT(cuCtxGetDevice, 12000), /* 13.0's is cuCtxGetDevice_v2(dev, ctx) */
       CUDA_SYM(cuPointerGetAttribute),
       CUDA_SYM(cuMemcpy),
       CUDA_SYM(cuMemAlloc),
@@ -67,7 +73,7 @@ static int resolve(get_proc_fn get_proc, const char* lib) {
   for (size_t i = 0; i < sizeof(syms) / sizeof(syms[0]); i++) {
     CUdriverProcAddressQueryResult status;
     *syms[i].slot = NULL;
-    if (get_proc(syms[i].name, syms[i].slot, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &status) !=
+    if (get_proc(syms[i].name, syms[i].slot, syms[i].version, CU_GET_PROC_ADDRESS_DEFAULT, &status) !=
             CUDA_SUCCESS ||
         *syms[i].slot == NULL) {
       INFO(SUB_INIT, "CUDA: %s has no %s (needs a CUDA %d.%d driver): no device path", lib,

@@ -24,6 +24,7 @@
 #include <cuda.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <stdatomic.h>
 #include <string.h>
@@ -134,6 +135,21 @@ static CUresult sim_ctx_get(CUcontext* c) {
 static CUresult sim_ctx_device(CUdevice* d) {
   if (t_ctx == NULL) return CUDA_ERROR_INVALID_CONTEXT;
   *d = (CUdevice)((uintptr_t)t_ctx - 0x1000);
+  return CUDA_SUCCESS;
+}
+
+/* CUDA 13.0's cuCtxGetDevice_v2: what cuGetProcAddress("cuCtxGetDevice")
+ * returns to a caller asking at version 13000 or later, as the real driver
+ * does. A caller that declared the 12.x signature passes no context: its
+ * garbage crashed the real driver, so here it stops the process. */
+static CUresult sim_ctx_device_v2(CUdevice* d, CUcontext c) {
+  if (c == NULL) return sim_ctx_device(d);
+  if ((uintptr_t)c < 0x1000 || (uintptr_t)c >= 0x1000 + (uintptr_t)g_ndev) {
+    fprintf(stderr, "cudasim: cuCtxGetDevice_v2 called with context %p: the caller asked for the "
+                    "13.0 entry point with the 12.x signature\n", (void*)c);
+    abort();
+  }
+  *d = (CUdevice)((uintptr_t)c - 0x1000);
   return CUDA_SUCCESS;
 }
 
@@ -559,7 +575,12 @@ static const struct {
 
 SIM_EXPORT CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int version,
                                         cuuint64_t flags, CUdriverProcAddressQueryResult* status) {
-  (void)version, (void)flags;
+  (void)flags;
+  if (strcmp(symbol, "cuCtxGetDevice") == 0 && version >= 13000) { /* the ABI changed in 13.0 */
+    *pfn = (void*)sim_ctx_device_v2;
+    if (status) *status = CU_GET_PROC_ADDRESS_SUCCESS;
+    return CUDA_SUCCESS;
+  }
   for (size_t i = 0; i < sizeof(k_entry_points) / sizeof(k_entry_points[0]); i++)
     if (strcmp(symbol, k_entry_points[i].name) == 0) {
       *pfn = k_entry_points[i].fn;

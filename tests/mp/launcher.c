@@ -186,10 +186,18 @@ static void close_inherited_sockets(int keep) {
   }
 }
 
+/* A child dies of its faults: cmocka's handlers, inherited from the parent,
+ * would catch them and go on running the parent's tests in the child. */
+static void child_default_signals(void) {
+  static const int sigs[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT};
+  for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++) signal(sigs[i], SIG_DFL);
+}
+
 __attribute__((noreturn)) static void child_main(mp_env env, int rank, mp_body_fn body, int rfd,
                                                  int wfd, pid_t parent) {
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != parent) _exit(98);
+  child_default_signals();
   close(rfd);
   if (g_hold_fd >= 0) close(g_hold_fd);
   close_inherited_sockets(wfd);
@@ -350,6 +358,7 @@ __attribute__((noreturn)) static void holder_main(int nids, int idfd, int holdfd
   ncclUniqueId ids[MP_MAX_IDS];
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != parent) _exit(98);
+  child_default_signals();
   close_inherited_sockets(-1);
   for (int i = 0; i < nids; i++) {
     ncclResult_t rc = ncclGetUniqueId(&ids[i]);

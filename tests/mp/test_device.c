@@ -10,7 +10,6 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
-#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -339,7 +338,6 @@ static int touch_body(const mp_env* env) {
   if (dev_open(env, 0) || ncclMemAlloc(&d, 4096) != ncclSuccess)
     return 0; /* not the failure sought */
   mp_log(env, "reading device memory from the host (a SIGSEGV is expected)");
-  signal(SIGSEGV, SIG_DFL); /* die of it, not in cmocka's handler */
   return *(volatile char*)d == 0x7f ? 2 : 3;
 }
 
