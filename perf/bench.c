@@ -101,8 +101,9 @@ static char* recv_ptr(const perf_rank_t* r, const perf_test_t* t, int in_place, 
 static void slots_copy(perf_rank_t* r, int to_device) {
   size_t sb = r->send_slot * (size_t)r->o->agg, rb = r->recv_slot * (size_t)r->o->agg;
   if (r->hrecv == r->recv) return;
-  if (to_device ? perf_dev_copy(r->recv, r->hrecv, rb) || perf_dev_copy(r->send, r->hsend, sb)
-                : perf_dev_copy(r->hrecv, r->recv, rb))
+  if (to_device ? perf_dev_copy(r->recv, r->hrecv, rb, r->stream) ||
+                      perf_dev_copy(r->send, r->hsend, sb, r->stream)
+                : perf_dev_copy(r->hrecv, r->recv, rb, r->stream))
     die();
 }
 

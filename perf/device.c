@@ -23,7 +23,7 @@ static struct {
   cu_result (*ctx_set)(void*);
   cu_result (*stream_create)(void**, unsigned);
   cu_result (*stream_sync)(void*);
-  cu_result (*copy)(cu_ptr, cu_ptr, size_t);
+  cu_result (*copy)(cu_ptr, cu_ptr, size_t, void*);
 } g_dev = {.once = PTHREAD_ONCE_INIT};
 
 static int resolve(get_proc_fn get, const char* name, void* slot) {
@@ -45,7 +45,8 @@ static void dev_load(void) {
       resolve(get, "cuCtxSetCurrent", &g_dev.ctx_set) ||
       resolve(get, "cuStreamCreate", &g_dev.stream_create) ||
       resolve(get, "cuStreamSynchronize", &g_dev.stream_sync) ||
-      resolve(get, "cuMemcpy", &g_dev.copy) || g_dev.init(0) != 0 || g_dev.count(&g_dev.ndev) != 0)
+      resolve(get, "cuMemcpyAsync", &g_dev.copy) || g_dev.init(0) != 0 ||
+      g_dev.count(&g_dev.ndev) != 0)
     return;
   g_dev.why = g_dev.ndev > 0 ? NULL : "the CUDA driver sees no device";
 }
@@ -61,7 +62,7 @@ int perf_dev_bind(int dev, cudaStream_t* stream) {
   void *ctx, *s = NULL;
   if (perf_dev_count(NULL) <= dev || g_dev.device_get(&d, dev) != 0 ||
       g_dev.primary_retain(&ctx, d) != 0 || g_dev.ctx_set(ctx) != 0 ||
-      g_dev.stream_create(&s, 0) != 0) {
+      g_dev.stream_create(&s, 1 /* CU_STREAM_NON_BLOCKING */) != 0) {
     fprintf(stderr, "perf: cannot use CUDA device %d (context or stream)\n", dev);
     return -1;
   }
@@ -75,8 +76,8 @@ int perf_dev_sync(cudaStream_t stream) {
   return r != 0;
 }
 
-int perf_dev_copy(void* dst, const void* src, size_t bytes) {
-  cu_result r = g_dev.copy((cu_ptr)(uintptr_t)dst, (cu_ptr)(uintptr_t)src, bytes);
-  if (r != 0) fprintf(stderr, "perf: cuMemcpy of %zu bytes failed (%d)\n", bytes, r);
-  return r != 0;
+int perf_dev_copy(void* dst, const void* src, size_t bytes, cudaStream_t stream) {
+  cu_result r = g_dev.copy((cu_ptr)(uintptr_t)dst, (cu_ptr)(uintptr_t)src, bytes, (void*)stream);
+  if (r != 0) fprintf(stderr, "perf: cuMemcpyAsync of %zu bytes failed (%d)\n", bytes, r);
+  return r != 0 || perf_dev_sync(stream);
 }

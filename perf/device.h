@@ -12,10 +12,13 @@
 /* Devices usable through the driver; 0 when there is none (why: *why). */
 int perf_dev_count(const char** why);
 /* This thread works on device `dev`: its primary context current, and a
- * stream of its own for the calls. 0 on success. */
+ * stream of its own for the calls, non-blocking as nccl-tests makes them
+ * (a legacy-stream operation elsewhere never waits on it). 0 on success. */
 int perf_dev_bind(int dev, cudaStream_t* stream);
 /* 0 on success; each prints what failed. */
 int perf_dev_sync(cudaStream_t stream);
-int perf_dev_copy(void* dst, const void* src, size_t bytes);
+/* A copy on `stream`, waited for: never on the legacy stream, which would
+ * wait for other ranks' streams (threads of this process) that wait on us. */
+int perf_dev_copy(void* dst, const void* src, size_t bytes, cudaStream_t stream);
 
 #endif /* BRAID_PERF_DEVICE_H_ */

@@ -37,6 +37,10 @@ struct exec_args {
   size_t stride;
   ncclDataType_t type;
   struct kern_redop redop;
+  /* a PreMulSum scalar of ncclScalarDevice residence: read into
+   * redop.scalar when the call starts (work.c), not when it is issued; a
+   * device call points it at the scalar's staged copy. NULL: none */
+  const void* scalar_src;
   unsigned pre;      /* KERN_PRE when every input read is pre-multiplied */
   unsigned post;     /* KERN_POST when every final result is divided */
   enum mem_kind mem; /* of the user's buffers (mem_query): picks the backend */

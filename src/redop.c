@@ -101,8 +101,8 @@ ncclResult_t redop_resolve(struct ncclComm* comm, ncclRedOp_t op, ncclDataType_t
          (int)r->type, (int)type);
   a->redop.op = KERN_SUM;
   a->redop.scalar = r->scalar;
-  if (r->residence == ncclScalarDevice) /* read at every call: the user may change it */
-    CHECK(mem_copy(&a->redop.scalar, r->scalar_ptr, kern_type_size(type)));
+  /* read when the call starts, in its stream's order: the user may change it */
+  a->scalar_src = r->residence == ncclScalarDevice ? r->scalar_ptr : NULL;
   a->pre = KERN_PRE;
 fail:
   return res;

@@ -80,6 +80,10 @@ static ncclResult_t op_step(struct work_op* op, uint64_t pass, uint64_t last_pro
   }
   if (!op->started) {
     if (op->comm->exec.busy) return ncclSuccess; /* an earlier collective of this comm runs */
+    if (op->args.scalar_src &&                   /* host memory here: a device call staged it */
+        (res = mem_copy(&op->args.redop.scalar, op->args.scalar_src,
+                        kern_type_size(op->args.type))) != ncclSuccess)
+      return res;
     if ((res = exec_comm_start(op->comm, &op->args)) != ncclSuccess) return res;
     op->started = 1;
   }

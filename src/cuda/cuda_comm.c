@@ -20,6 +20,15 @@ int cuda_current_device(void) {
   return cu->cuCtxGetDevice(&dev) == CUDA_SUCCESS ? (int)dev : 0;
 }
 
+int cuda_comm_shares_process(const struct ncclComm* comm) {
+  if (!atomic_load(&comm->init_done) || comm->peers == NULL) return -1;
+  for (int p = 0; p < comm->nranks; p++)
+    if (p != comm->rank && comm->peers[p].pid == comm->peers[comm->rank].pid &&
+        comm->peers[p].host_hash == comm->peers[comm->rank].host_hash)
+      return 1;
+  return 0;
+}
+
 /* Stream memory operations on pinned host flags: the driver says whether
  * the device has them (the 64-bit ones Braid uses), BRAID_STREAM_MEMOPS=0
  * turns them off (the fallback, for tests and for drivers that misbehave). */

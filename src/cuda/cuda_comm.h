@@ -32,6 +32,15 @@ struct cuda_comm {
  * without a driver. What ncclCommCuDevice reports for a comm made here. */
 int cuda_current_device(void);
 
+/* Whether another rank of the comm lives in this process (ranks as
+ * threads, ncclCommInitAll): their streams share one CUDA context, where a
+ * stream waiting on a host flag that depends on another stream of the same
+ * context may hold that stream back (the driver's warning on stream memory
+ * operations; seen on the H200 with 4 ranks as threads). Such comms order
+ * device calls by synchronizing instead. -1 while the peers are unknown
+ * (a non-blocking init still running). */
+int cuda_comm_shares_process(const struct ncclComm* comm);
+
 /* The comm's device state, made at first need (thread-safe). */
 ncclResult_t cuda_comm_get(struct ncclComm* comm, struct cuda_comm** out);
 /* Stop the proxy (its queued calls finish first) and free everything. */

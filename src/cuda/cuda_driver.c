@@ -73,8 +73,8 @@ static int resolve(get_proc_fn get_proc, const char* lib) {
   for (size_t i = 0; i < sizeof(syms) / sizeof(syms[0]); i++) {
     CUdriverProcAddressQueryResult status;
     *syms[i].slot = NULL;
-    if (get_proc(syms[i].name, syms[i].slot, syms[i].version, CU_GET_PROC_ADDRESS_DEFAULT, &status) !=
-            CUDA_SUCCESS ||
+    if (get_proc(syms[i].name, syms[i].slot, syms[i].version, CU_GET_PROC_ADDRESS_DEFAULT,
+                 &status) != CUDA_SUCCESS ||
         *syms[i].slot == NULL) {
       INFO(SUB_INIT, "CUDA: %s has no %s (needs a CUDA %d.%d driver): no device path", lib,
            syms[i].name, CUDA_VERSION / 1000, CUDA_VERSION % 1000 / 10);

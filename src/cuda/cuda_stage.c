@@ -64,8 +64,19 @@ static int coll_spans(const struct work_op* op, struct stage_span* sp) {
   return m;
 }
 
+/* A device-resident PreMulSum scalar is staged like an input. */
+static int scalar_span(const struct work_op* op, struct stage_span* sp) {
+  const void* p = op->args.scalar_src;
+  if (!is_device(p)) return 0;
+  *sp = (struct stage_span){(uintptr_t)p, NULL, kern_type_size(op->args.type), 1, 0};
+  return 1;
+}
+
 static int op_spans(const struct work_op* op, struct stage_span* sp) {
-  if (op->kind == WORK_COLL) return coll_spans(op, sp);
+  if (op->kind == WORK_COLL) {
+    int m = coll_spans(op, sp);
+    return m + scalar_span(op, sp + m);
+  }
   if (op->bytes == 0 || !is_device(op->buf)) return 0;
   sp[0] = (struct stage_span){(uintptr_t)op->buf, NULL, op->bytes, op->kind == WORK_SEND,
                               op->kind == WORK_RECV};
@@ -131,6 +142,7 @@ static void op_redirect(struct work_op* op, const struct stage_span* sp, int m) 
   if (op->kind == WORK_COLL) {
     op->args.sendbuff = redirect(op->args.sendbuff, sp, m);
     op->args.recvbuff = redirect(op->args.recvbuff, sp, m);
+    op->args.scalar_src = redirect(op->args.scalar_src, sp, m);
     op->args.mem = MEM_HOST;
   } else {
     op->buf = redirect(op->buf, sp, m);
@@ -148,7 +160,7 @@ ncclResult_t cuda_stage_in(struct cuda_comm* cc, const struct ncclComm* comm, CU
   ncclResult_t res = ncclSuccess;
   const struct cuda_api* cu = cuda_driver();
   struct cuda_mirror* m = NULL;
-  struct stage_span sp[2];
+  struct stage_span sp[3];
   size_t need = 0;
   int nspans = 0;
   CHECK(mirror_of(&cc->mirrors, stream, &m));

@@ -16,6 +16,9 @@ int cuda_unit_wanted(const struct work_op* ops, int n) {
   for (int i = 0; i < n; i++) {
     enum mem_kind kind = ops[i].kind == WORK_COLL ? ops[i].args.mem : ops[i].mem;
     if (ops[i].stream != NULL || kind != MEM_HOST) return 1;
+    if (ops[i].kind == WORK_COLL && ops[i].args.scalar_src &&
+        mem_query(ops[i].args.scalar_src) != MEM_HOST)
+      return 1;
   }
   return 0;
 }
@@ -128,6 +131,16 @@ fail:
   return res;
 }
 
+/* Gates only where every stream of the unit can go on by itself: stream
+ * memory operations work, and no comm of the unit has two ranks in this
+ * process (cuda_comm_shares_process). */
+static int unit_gated(const struct work_op* ops, int n) {
+  if (!ops[0].comm->cuda->memops) return 0;
+  for (int i = 0; i < n; i++)
+    if (cuda_comm_shares_process(ops[i].comm) == 1) return 0;
+  return 1;
+}
+
 ncclResult_t cuda_unit_dispatch(struct work_op* ops, int n) {
   ncclResult_t res = ncclSuccess;
   CUstream streams[WORK_MAX_GATES];
@@ -138,7 +151,7 @@ ncclResult_t cuda_unit_dispatch(struct work_op* ops, int n) {
   CHECK(work_issue(ops, n));
   struct cuda_comm* cc = ops[0].comm->cuda;
   for (int k = 0; k < ns && res == ncclSuccess; k++) res = stream_stage(ops, n, streams[k], 0);
-  if (res == ncclSuccess && !cc->memops) return unit_run_synchronously(ops, n, streams, ns);
+  if (res == ncclSuccess && !unit_gated(ops, n)) return unit_run_synchronously(ops, n, streams, ns);
   if (res == ncclSuccess) res = unit_gate(ops, n, streams, ns, gates);
   if (res == ncclSuccess) {
     res = stream_submit_gated(cc->proxy, ops, n, gates, ns);

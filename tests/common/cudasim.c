@@ -48,6 +48,10 @@ static struct {
   } allocs[SIM_MAX_ALLOCS];
 } g_mem = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
+/* Legacy-stream operations (cuMemcpy) under way: numbered when they start
+ * and when they end, so work queued meanwhile on a blocking stream waits. */
+static _Atomic uint64_t g_legacy_started, g_legacy_ended;
+
 static __thread CUcontext t_ctx;
 static int g_ndev = 1;
 
@@ -145,8 +149,10 @@ static CUresult sim_ctx_device(CUdevice* d) {
 static CUresult sim_ctx_device_v2(CUdevice* d, CUcontext c) {
   if (c == NULL) return sim_ctx_device(d);
   if ((uintptr_t)c < 0x1000 || (uintptr_t)c >= 0x1000 + (uintptr_t)g_ndev) {
-    fprintf(stderr, "cudasim: cuCtxGetDevice_v2 called with context %p: the caller asked for the "
-                    "13.0 entry point with the 12.x signature\n", (void*)c);
+    fprintf(stderr,
+            "cudasim: cuCtxGetDevice_v2 called with context %p: the caller asked for the "
+            "13.0 entry point with the 12.x signature\n",
+            (void*)c);
     abort();
   }
   *d = (CUdevice)((uintptr_t)c - 0x1000);
@@ -248,17 +254,32 @@ static CUresult sim_pointer_attribute(void* out, CUpointer_attribute a, CUdevice
 
 static CUresult sim_stream_sync(CUstream s);
 
-/* Synchronous: after the NULL stream's work, as with the legacy stream. */
+static void legacy_sync(void);
+
+/* Synchronous, on the legacy NULL stream: after its work and the work
+ * already queued on every blocking stream, as the driver does it. A caller
+ * that holds back work one of those streams waits for deadlocks here, as
+ * it would on a GPU. */
 static CUresult sim_memcpy(CUdeviceptr dst, CUdeviceptr src, size_t bytes) {
   if (t_ctx == NULL) return CUDA_ERROR_INVALID_CONTEXT;
-  sim_stream_sync(NULL);
+  atomic_fetch_add(&g_legacy_started, 1);
+  legacy_sync();
   memmove(gpu_addr(dst), gpu_addr(src), bytes);
+  atomic_fetch_add(&g_legacy_ended, 1);
   return CUDA_SUCCESS;
 }
 
 /* ---- streams ---- */
 
-enum sim_op_kind { OP_LAUNCH, OP_COPY, OP_WAIT64, OP_WRITE64, OP_RECORD, OP_WAIT_EVENT };
+enum sim_op_kind {
+  OP_LAUNCH,
+  OP_COPY,
+  OP_WAIT64,
+  OP_WRITE64,
+  OP_RECORD,
+  OP_WAIT_EVENT,
+  OP_WAIT_LEGACY /* a blocking stream's work after a legacy-stream operation waits for it */
+};
 
 struct sim_event {
   _Atomic uint64_t recorded; /* records enqueued so far */
@@ -284,11 +305,21 @@ struct sim_stream {
   pthread_mutex_t lock;
   pthread_cond_t cv;
   struct sim_op *head, *tail;
-  int running; /* an op is being executed */
+  int running;                /* an op is being executed */
+  int blocking;               /* made without CU_STREAM_NON_BLOCKING */
+  uint64_t pushed, completed; /* ops queued and run so far (under lock) */
   pthread_t thread;
 };
 
 static struct sim_stream* g_null_stream; /* the NULL stream, and every stream under ONE_QUEUE */
+struct sim_handle {
+  struct sim_stream* queue;
+};
+/* Streams made without CU_STREAM_NON_BLOCKING: the legacy NULL stream waits
+ * for all of them (and they for it), as the driver's do. */
+#define SIM_MAX_STREAMS 1024
+static struct sim_stream* g_blocking[SIM_MAX_STREAMS];
+static _Atomic int g_nblocking;
 static pthread_once_t g_streams_once = PTHREAD_ONCE_INIT;
 static int g_one_queue;
 
@@ -331,6 +362,9 @@ static void op_run(struct sim_op* op) {
     case OP_WAIT_EVENT:
       while (atomic_load(&op->event->reached) < op->ticket) nap();
       break;
+    case OP_WAIT_LEGACY:
+      while (atomic_load(&g_legacy_ended) < op->ticket) nap();
+      break;
   }
 }
 
@@ -347,6 +381,7 @@ static void* stream_main(void* p) {
     st->head = op->next;
     if (st->head == NULL) st->tail = NULL;
     st->running = 0;
+    st->completed++;
     pthread_cond_broadcast(&st->cv);
     pthread_mutex_unlock(&st->lock);
     free(op);
@@ -378,16 +413,21 @@ static void streams_init(void) {
 
 static struct sim_stream* stream_of(CUstream s) {
   pthread_once(&g_streams_once, streams_init);
-  return s == NULL || g_one_queue ? g_null_stream : (struct sim_stream*)s;
+  return s == NULL ? g_null_stream : ((struct sim_handle*)s)->queue;
 }
 
-static CUresult stream_push(CUstream s, const struct sim_op* proto) {
-  struct sim_stream* st = stream_of(s);
-  struct sim_op* op = malloc(sizeof(*op));
-  if (st == NULL || op == NULL) return CUDA_ERROR_OUT_OF_MEMORY;
-  *op = *proto;
-  op->next = NULL;
+static CUresult stream_push(CUstream s, const struct sim_op* proto);
+
+/* A blocking stream's next work waits for legacy operations under way. */
+static CUresult legacy_fence(struct sim_stream* st) {
+  uint64_t started = atomic_load(&g_legacy_started);
+  if (!st->blocking || started == atomic_load(&g_legacy_ended)) return CUDA_SUCCESS;
+  struct sim_op* op = calloc(1, sizeof(*op));
+  if (op == NULL) return CUDA_ERROR_OUT_OF_MEMORY;
+  op->kind = OP_WAIT_LEGACY;
+  op->ticket = started;
   pthread_mutex_lock(&st->lock);
+  st->pushed++;
   if (st->tail)
     st->tail->next = op;
   else
@@ -398,12 +438,42 @@ static CUresult stream_push(CUstream s, const struct sim_op* proto) {
   return CUDA_SUCCESS;
 }
 
+static CUresult stream_push(CUstream s, const struct sim_op* proto) {
+  struct sim_stream* st = stream_of(s);
+  struct sim_op* op = malloc(sizeof(*op));
+  if (st == NULL || op == NULL || legacy_fence(st) != CUDA_SUCCESS) return CUDA_ERROR_OUT_OF_MEMORY;
+  *op = *proto;
+  op->next = NULL;
+  pthread_mutex_lock(&st->lock);
+  st->pushed++;
+  if (st->tail)
+    st->tail->next = op;
+  else
+    st->head = op;
+  st->tail = op;
+  pthread_cond_broadcast(&st->cv);
+  pthread_mutex_unlock(&st->lock);
+  return CUDA_SUCCESS;
+}
+
+/* A stream handle: its own identity, and the queue that runs its work (the
+ * shared one under CUDASIM_ONE_QUEUE, where streams stay distinct to their
+ * users while their work is serialized). */
 static CUresult sim_stream_create(CUstream* s, unsigned flags) {
-  (void)flags;
   pthread_once(&g_streams_once, streams_init);
+  struct sim_handle* h = calloc(1, sizeof(*h));
   struct sim_stream* st = g_one_queue ? g_null_stream : stream_new();
-  if (st == NULL) return CUDA_ERROR_OUT_OF_MEMORY;
-  *s = (CUstream)st;
+  if (st == NULL || h == NULL) {
+    free(h);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  h->queue = st;
+  if (!g_one_queue && !(flags & CU_STREAM_NON_BLOCKING)) {
+    st->blocking = 1;
+    int i = atomic_fetch_add(&g_nblocking, 1);
+    if (i < SIM_MAX_STREAMS) g_blocking[i] = st;
+  }
+  *s = (CUstream)h;
   return CUDA_SUCCESS;
 }
 
@@ -524,6 +594,22 @@ static CUresult sim_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, 
   for (int i = 0; i < op.task.ndsts && i < KB_MAX_DSTS; i++)
     op.task.dsts[i] = gpu_addr((uintptr_t)op.task.dsts[i]);
   return stream_push(s, &op);
+}
+
+/* The legacy stream's implicit synchronization: what is queued now on the
+ * NULL stream and on every blocking stream completes first. */
+static void stream_wait_pushed(struct sim_stream* st) {
+  pthread_mutex_lock(&st->lock);
+  uint64_t upto = st->pushed; /* not what others queue meanwhile: that waits for us */
+  while (st->completed < upto) pthread_cond_wait(&st->cv, &st->lock);
+  pthread_mutex_unlock(&st->lock);
+}
+
+static void legacy_sync(void) {
+  int n = atomic_load(&g_nblocking);
+  stream_wait_pushed(stream_of(NULL));
+  for (int i = 0; i < n && i < SIM_MAX_STREAMS; i++)
+    if (g_blocking[i]) stream_wait_pushed(g_blocking[i]);
 }
 
 static CUresult sim_stream_sync(CUstream s) {

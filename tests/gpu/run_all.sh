@@ -60,7 +60,9 @@ done
 step "nccl-tests all_reduce -d all" 120 "$OUT/nccl_tests.txt" "$NT/all_reduce_perf" -b 8 -e 1M -f 8 -c 1 -n 3 -w 1 -d all
 grep -E "wrong|Out of bounds|Avg bus" "$OUT/nccl_tests.txt" | sort | uniq -c >>"$SUM"
 
-# 5. the kernel: bitwise, sanitizers, bandwidth next to a copy and torch.add
+# 5. the kernel: bitwise, sanitizers, bandwidth next to a copy and torch.add (SKIP_KERNEL=1:
+# not this time, as when only the library changed since the last full run)
+if [ "${SKIP_KERNEL:-0}" != 1 ]; then
 K="$C/bin/kern_bitwise $C/bin/reduce.fatbin"
 step kern_bitwise 90 "$OUT/kernel.txt" $K
 for tool in memcheck racecheck synccheck; do
@@ -68,6 +70,7 @@ for tool in memcheck racecheck synccheck; do
 done
 step "kernel bandwidth" 60 "$OUT/kernel.txt" $K bw
 step "torch.add" 60 "$OUT/kernel.txt" python3 tests/gpu/torch_add.py
+fi
 
 echo "NCCL version lines in the torch run:" >>"$SUM"
 grep -o "NCCL version [^ ]*" "$OUT/torch.txt" | sort | uniq -c >>"$SUM"

@@ -21,9 +21,13 @@ static struct {
   cu_result (*ctx_set)(void*);
   cu_result (*stream_create)(void**, unsigned);
   cu_result (*stream_sync)(void*);
-  cu_result (*memcpy_sync)(cu_ptr, cu_ptr, size_t);
   cu_result (*memcpy_async)(cu_ptr, cu_ptr, size_t, void*);
 } g_cu;
+
+/* This thread's stream for dev_copy: non-blocking, so that a copy never
+ * waits, as the legacy stream's would, for streams of other ranks of this
+ * process that may wait on this thread. */
+static __thread void* t_copy_stream;
 
 static int resolve(get_proc_fn get, const char* name, void* slot) {
   int status = 0;
@@ -45,7 +49,6 @@ static int driver_load(const mp_env* env) {
             resolve(get, "cuCtxSetCurrent", &g_cu.ctx_set) +
             resolve(get, "cuStreamCreate", &g_cu.stream_create) +
             resolve(get, "cuStreamSynchronize", &g_cu.stream_sync) +
-            resolve(get, "cuMemcpy", &g_cu.memcpy_sync) +
             resolve(get, "cuMemcpyAsync", &g_cu.memcpy_async);
   if (bad || g_cu.init(0) != 0) {
     mp_fail(env, "%s: missing entry points or cuInit failed", lib);
@@ -69,7 +72,7 @@ int dev_open(const mp_env* env, int dev) {
 
 cudaStream_t dev_stream(const mp_env* env) {
   void* s = NULL;
-  if (g_cu.stream_create(&s, 0) != 0 || s == NULL) {
+  if (g_cu.stream_create(&s, 1 /* CU_STREAM_NON_BLOCKING, as nccl-tests' */) != 0 || s == NULL) {
     mp_fail(env, "cuStreamCreate failed");
     return NULL;
   }
@@ -83,9 +86,8 @@ int dev_sync(const mp_env* env, cudaStream_t s) {
 }
 
 int dev_copy(const mp_env* env, void* dst, const void* src, size_t bytes) {
-  cu_result r = g_cu.memcpy_sync((cu_ptr)(uintptr_t)dst, (cu_ptr)(uintptr_t)src, bytes);
-  if (r != 0) mp_fail(env, "cuMemcpy of %zu bytes returned %d", bytes, r);
-  return r != 0;
+  return dev_copy_async(env, dst, src, bytes, (cudaStream_t)t_copy_stream) ||
+         dev_sync(env, (cudaStream_t)t_copy_stream);
 }
 
 int dev_copy_async(const mp_env* env, void* dst, const void* src, size_t bytes, cudaStream_t s) {

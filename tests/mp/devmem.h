@@ -14,10 +14,11 @@
 /* Opens the driver and makes device `dev`'s primary context current on
  * this thread. 0 on success; prints why not. */
 int dev_open(const mp_env* env, int dev);
-/* A new stream (non-NULL), or NULL after printing why. */
+/* A new non-blocking stream (non-NULL), or NULL after printing why. */
 cudaStream_t dev_stream(const mp_env* env);
 int dev_sync(const mp_env* env, cudaStream_t s);
-/* Synchronous copies between host and device memory (either direction). */
+/* Copies between host and device memory (either direction), waited for, on
+ * this thread's own stream (not the legacy one). */
 int dev_copy(const mp_env* env, void* dst, const void* src, size_t bytes);
 /* Enqueue a copy on a stream. */
 int dev_copy_async(const mp_env* env, void* dst, const void* src, size_t bytes, cudaStream_t s);

@@ -234,6 +234,58 @@ static void test_group_two_streams(void** state) {
   assert_int_equal(mp_launch(3, group_body, NULL, NULL), 0);
 }
 
+/* ---- (3b) a PreMulSum scalar in device memory, read in stream order ---- */
+
+#define SCALAR_COUNT 10007
+
+static int scalar_body(const mp_env* env) {
+  ncclComm_t comm;
+  cudaStream_t s;
+  ncclRedOp_t op;
+  int bad = 0, n = env->nranks;
+  size_t bytes = SCALAR_COUNT * sizeof(float);
+  float h[SCALAR_COUNT], half = 0.5f, two = 2.0f, *out = malloc(2 * bytes);
+  void *dscalar = NULL, *dx = NULL, *dy = NULL;
+  if (out == NULL || dev_open(env, 0) || mp_comm_init(env, &comm) || (s = dev_stream(env)) == NULL)
+    return 1;
+  if (ncclMemAlloc(&dscalar, sizeof(float)) || ncclMemAlloc(&dx, bytes) ||
+      ncclMemAlloc(&dy, 2 * bytes))
+    return 1;
+  for (size_t i = 0; i < SCALAR_COUNT; i++) h[i] = (float)(env->rank + 1) * (float)(i % 7);
+  bad += dev_copy(env, dx, h, bytes) + dev_copy(env, dscalar, &half, sizeof(float));
+  bad += mp_expect_rc(env, comm,
+                      ncclRedOpCreatePreMulSum(&op, dscalar, ncclFloat32, ncclScalarDevice, comm),
+                      ncclSuccess, "ncclRedOpCreatePreMulSum (device scalar)");
+  /* the second call must see the scalar the stream wrote between the calls */
+  bad += mp_expect_rc(env, comm, ncclAllReduce(dx, dy, SCALAR_COUNT, ncclFloat32, op, comm, s),
+                      ncclSuccess, "premulsum x 0.5");
+  bad += dev_copy_async(env, dscalar, &two, sizeof(float), s);
+  bad += mp_expect_rc(env, comm,
+                      ncclAllReduce(dx, (char*)dy + bytes, SCALAR_COUNT, ncclFloat32, op, comm, s),
+                      ncclSuccess, "premulsum x 2 (scalar written on the stream)");
+  bad += dev_sync(env, s) + dev_copy(env, out, dy, 2 * bytes);
+  float sum_r = (float)(n * (n + 1) / 2);
+  for (size_t i = 0; i < SCALAR_COUNT && !bad; i++) {
+    float w0 = 0.5f * sum_r * (float)(i % 7), w1 = 2.0f * sum_r * (float)(i % 7);
+    if (out[i] != w0 || out[SCALAR_COUNT + i] != w1)
+      mp_fail(env, "premulsum with a device scalar [%zu]: %g and %g, expected %g and %g", i, out[i],
+              out[SCALAR_COUNT + i], w0, w1),
+          bad++;
+  }
+  ncclRedOpDestroy(op, comm);
+  ncclMemFree(dscalar);
+  ncclMemFree(dx);
+  ncclMemFree(dy);
+  free(out);
+  bad += mp_expect_rc(env, comm, ncclCommDestroy(comm), ncclSuccess, "ncclCommDestroy");
+  return bad;
+}
+
+static void test_device_scalar(void** state) {
+  (void)state;
+  assert_int_equal(mp_launch(3, scalar_body, NULL, NULL), 0);
+}
+
 /* ---- (4) several ranks of one process on one device ---- */
 
 #define THREADS_RANKS 4
@@ -282,11 +334,20 @@ static int threads_body(const mp_env* env) {
   return bad;
 }
 
+/* On one queue too: ranks of one process share a CUDA context, where a
+ * stream waiting for the host must not be what holds back the stream of
+ * another rank (4 ranks as threads hung on the H200 while they did). */
+static int threads_one_queue_body(const mp_env* env) {
+  setenv("CUDASIM_ONE_QUEUE", "1", 1);
+  return threads_body(env);
+}
+
 static void test_ranks_as_threads(void** state) {
   (void)state;
   mp_opts o = MP_OPTS_INIT;
   o.no_id = 1;
   assert_int_equal(mp_launch(1, threads_body, NULL, &o), 0);
+  assert_int_equal(mp_launch(1, threads_one_queue_body, NULL, &o), 0);
 }
 
 /* ---- (5) a killed peer: the survivors' streams drain ---- */
@@ -365,6 +426,7 @@ int main(void) {
       cmocka_unit_test(test_one_queue),
       cmocka_unit_test(test_fallback),
       cmocka_unit_test(test_group_two_streams),
+      cmocka_unit_test(test_device_scalar),
       cmocka_unit_test(test_ranks_as_threads),
       cmocka_unit_test(test_killed_peer),
       cmocka_unit_test(test_host_cannot_touch),
