@@ -16,6 +16,7 @@ cp build/tests/mp_test_device build/bin/all_reduce_perf \
 nvcc -O2 -arch=sm_90 -Ikernels -Iinclude -Icommon -Itests -o "$C/bin/kern_bitwise" \
   tests/gpu/kern_bitwise.cu build/lib/libbraid.a -L/usr/local/cuda/lib64/stubs -lcuda -lpthread -lm
 cp build/obj/kernels/cuda/reduce.fatbin "$C/bin/"
+cc -O2 -shared -fPIC -o "$C/lib/set_device_shim.so" tests/gpu/set_device_shim.c -ldl
 if [ -n "${NCCL_TESTS_SRC:-}" ]; then
   H=$(mktemp -d)
   mkdir -p "$H/include" "$H/lib"
