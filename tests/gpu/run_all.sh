@@ -57,6 +57,7 @@ grep -E "Out of bounds|Avg bus" "$OUT/perf.txt" >>"$SUM"
 # 4. nccl-tests on Braid: 2 ranks on the one GPU as threads (no MPI here; nccl-tests puts
 # thread t on device t, so a preloaded shim maps every device number onto device 0), then
 # one rank with -d all
+NT="$C/nccl-tests"
 for t in all_reduce all_gather reduce_scatter broadcast reduce alltoall sendrecv gather scatter; do
   want nccl && step "nccl-tests ${t}_perf -t 2" 60 "$OUT/nccl_tests.txt" env NCCL_DEBUG=VERSION \
     LD_PRELOAD="$PWD/$C/lib/set_device_shim.so" "$NT/${t}_perf" -t 2 -b 8 -e 256M -f 4 -c 1 -n 5 -w 2
