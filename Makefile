@@ -270,7 +270,7 @@ deps:
 # calls that keep lists (registrations, windows) and the membership changes
 # (shrink after a kill, grow, revoke) run a second time under AddressSanitizer
 # and UBSan, built with the system compiler in $(BUILD)/san-asan/.
-LIFETIME_ASAN_TESTS := mp_test_lifetime mp_test_streams mp_test_api mp_test_resize
+LIFETIME_ASAN_TESTS := mp_test_lifetime mp_test_streams mp_test_api mp_test_resize mp_test_device
 test: deps check-layers
 	@$(MAKE) --no-print-directory all tests
 	@scripts/run-tests.sh $(BUILD)

@@ -83,8 +83,7 @@ void cuda_comm_free(struct ncclComm* comm) {
   if (cc == NULL) return;
   if (cc->own_proxy) stream_destroy(cc->proxy); /* its queued calls finish first */
   if (cuda_ctx_enter(cc, &saved) == ncclSuccess) {
-    cuda_mirrors_free(&cc->mirrors, cu);
-    cuda_gates_free(&cc->gates, cu);
+    if (cuda_mirrors_free(&cc->mirrors, cu)) cuda_gates_free(&cc->gates, cu);
     cuda_ctx_restore(saved);
   }
   free(cc);

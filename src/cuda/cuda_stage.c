@@ -4,6 +4,7 @@
 #include "cuda_stage.h"
 
 #include <stdlib.h>
+#include <time.h>
 
 #include "comm.h"
 #include "cuda_comm.h"
@@ -30,6 +31,11 @@ struct cuda_mirror {
   CUstream stream;
   char* host; /* pinned */
   size_t cap;
+  /* the stream writes *passed = n once past the n-th call's copy-out (and
+   * so past its gate): until then the mirror and the gates may not be freed */
+  uint64_t* passed; /* pinned, device-mapped */
+  CUdeviceptr passed_dev;
+  uint64_t issued;
   struct old_block* old;    /* outgrown blocks, freed with the comm */
   struct stage_span* spans; /* of the call being staged */
   int nspans, cap_spans;
@@ -83,14 +89,35 @@ static int op_spans(const struct work_op* op, struct stage_span* sp) {
   return 1;
 }
 
+static ncclResult_t mirror_new(CUstream stream, const struct cuda_api* cu,
+                               struct cuda_mirror** out) {
+  ncclResult_t res = ncclSuccess;
+  struct cuda_mirror* m = NULL;
+  void* flag = NULL;
+  CHECK(braid_calloc(&m, 1, sizeof(*m)));
+  CHECK(cuda_check(
+      cu->cuMemHostAlloc(&flag, 64, CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP),
+      "cuMemHostAlloc(staging flag)"));
+  m->passed = flag;
+  *m->passed = 0;
+  CHECK(cuda_check(cu->cuMemHostGetDevicePointer(&m->passed_dev, flag, 0),
+                   "cuMemHostGetDevicePointer"));
+  m->stream = stream;
+  *out = m;
+  return ncclSuccess;
+fail:
+  if (flag) cu->cuMemFreeHost(flag);
+  free(m);
+  return res;
+}
+
 static ncclResult_t mirror_of(struct cuda_mirror** mirrors, CUstream stream,
                               struct cuda_mirror** out) {
   ncclResult_t res = ncclSuccess;
   struct cuda_mirror* m = *mirrors;
   while (m && m->stream != stream) m = m->next;
   if (m == NULL) {
-    CHECK(braid_calloc(&m, 1, sizeof(*m)));
-    m->stream = stream;
+    CHECK(mirror_new(stream, cuda_driver(), &m));
     m->next = *mirrors;
     *mirrors = m;
   }
@@ -191,7 +218,7 @@ fail:
   return res;
 }
 
-ncclResult_t cuda_stage_out(struct cuda_comm* cc, CUstream stream) {
+ncclResult_t cuda_stage_out(struct cuda_comm* cc, CUstream stream, int gated) {
   ncclResult_t res = ncclSuccess;
   const struct cuda_api* cu = cuda_driver();
   struct cuda_mirror* m = NULL;
@@ -202,22 +229,54 @@ ncclResult_t cuda_stage_out(struct cuda_comm* cc, CUstream stream) {
                                          m->spans[i].bytes, stream),
                        "cuMemcpyAsync(stage out)"));
   m->nspans = 0;
+  m->issued++;
+  if (gated)
+    CHECK(cuda_check(cu->cuStreamWriteValue64(stream, m->passed_dev, m->issued, 0),
+                     "cuStreamWriteValue64(staging passed)"));
+  else /* the caller synchronizes the stream before anything else happens */
+    __atomic_store_n(m->passed, m->issued, __ATOMIC_RELEASE);
 fail:
   return res;
 }
 
-void cuda_mirrors_free(struct cuda_mirror** mirrors, const struct cuda_api* cu) {
+/* Wait (a while) for every stream to pass what was staged on it. */
+static int mirrors_passed(struct cuda_mirror* mirrors) {
+  uint64_t deadline = braid_now_ns() + (uint64_t)CUDA_STAGE_DRAIN_MS * 1000000ull;
+  for (struct cuda_mirror* m = mirrors; m; m = m->next)
+    while (__atomic_load_n(m->passed, __ATOMIC_ACQUIRE) < m->issued) {
+      if (braid_now_ns() > deadline) return 0;
+      struct timespec ts = {0, 1000000};
+      nanosleep(&ts, NULL);
+    }
+  return 1;
+}
+
+static void mirror_free(struct cuda_mirror* m, const struct cuda_api* cu) {
+  while (m->old) {
+    struct old_block* o = m->old;
+    m->old = o->next;
+    cu->cuMemFreeHost(o->host);
+    free(o);
+  }
+  if (m->host) cu->cuMemFreeHost(m->host);
+  cu->cuMemFreeHost(m->passed);
+  free(m->spans);
+  free(m);
+}
+
+int cuda_mirrors_free(struct cuda_mirror** mirrors, const struct cuda_api* cu) {
+  if (!mirrors_passed(*mirrors)) {
+    WARN(
+        "CUDA: a stream has not passed a call of this communicator %d ms after it ended; its "
+        "pinned staging memory is left allocated, as the stream may still read it",
+        CUDA_STAGE_DRAIN_MS);
+    *mirrors = NULL;
+    return 0;
+  }
   while (*mirrors) {
     struct cuda_mirror* m = *mirrors;
     *mirrors = m->next;
-    while (m->old) {
-      struct old_block* o = m->old;
-      m->old = o->next;
-      cu->cuMemFreeHost(o->host);
-      free(o);
-    }
-    if (m->host) cu->cuMemFreeHost(m->host);
-    free(m->spans);
-    free(m);
+    mirror_free(m, cu);
   }
+  return 1;
 }

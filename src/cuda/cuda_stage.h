@@ -29,9 +29,17 @@ struct cuda_mirror;
  * stream, and point those ops at the mirror (their memory becomes host). */
 ncclResult_t cuda_stage_in(struct cuda_comm* cc, const struct ncclComm* comm, CUstream stream,
                            struct work_op* ops, int n);
-/* Enqueue the copy-out of what the ops staged last on `stream` write. */
-ncclResult_t cuda_stage_out(struct cuda_comm* cc, CUstream stream);
+/* Enqueue the copy-out of what the ops staged last on `stream` write, then
+ * (gated) the stream's mark that it passed them; not gated, the caller
+ * synchronizes the stream next and the mark is set now. */
+ncclResult_t cuda_stage_out(struct cuda_comm* cc, CUstream stream, int gated);
 
-void cuda_mirrors_free(struct cuda_mirror** mirrors, const struct cuda_api* cu);
+/* How long freeing waits for the streams to pass their last staged call. */
+#define CUDA_STAGE_DRAIN_MS 5000
+
+/* Free the mirrors once every stream passed them (1); 0 when one has not
+ * within CUDA_STAGE_DRAIN_MS: the memory is left allocated (a WARN says
+ * so), and so must be what the streams' gates read. */
+int cuda_mirrors_free(struct cuda_mirror** mirrors, const struct cuda_api* cu);
 
 #endif /* BRAID_CUDA_STAGE_H_ */

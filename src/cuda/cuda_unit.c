@@ -65,8 +65,8 @@ fail:
   return res;
 }
 
-/* Stage one stream's copy-ins (or, with `out`, its copy-outs), comm by
- * comm, in the context of the comm of its first op. */
+/* Stage one stream's copy-ins (or, with `out`, its copy-outs: 1 behind a
+ * gate, 2 before a synchronization), comm by comm, in each comm's context. */
 static ncclResult_t stream_stage(struct work_op* ops, int n, CUstream s, int out) {
   ncclResult_t res = ncclSuccess;
   for (int i = 0; i < n; i++) {
@@ -74,7 +74,7 @@ static ncclResult_t stream_stage(struct work_op* ops, int n, CUstream s, int out
     struct cuda_comm* cc = ops[i].comm->cuda;
     CUcontext saved;
     CHECK(cuda_ctx_enter(cc, &saved));
-    res = out ? cuda_stage_out(cc, s) : cuda_stage_in(cc, ops[i].comm, s, ops, n);
+    res = out ? cuda_stage_out(cc, s, out == 1) : cuda_stage_in(cc, ops[i].comm, s, ops, n);
     cuda_ctx_restore(saved);
     if (res != ncclSuccess) goto fail;
   }
@@ -96,7 +96,7 @@ static ncclResult_t unit_run_synchronously(struct work_op* ops, int n, const CUs
     return res;
   }
   ran = work_run(ops, n);
-  for (int k = 0; k < ns; k++) CHECK(stream_stage(ops, n, streams[k], 1));
+  for (int k = 0; k < ns; k++) CHECK(stream_stage(ops, n, streams[k], 2));
   for (int k = 0; k < ns; k++)
     CHECK(cuda_check(cu->cuStreamSynchronize(streams[k]), "cuStreamSynchronize"));
   res = ran;
@@ -111,14 +111,23 @@ static void gates_open(struct work_gate* gates, int n) {
 /* Arm a gate on every stream, with its copy-outs behind it. A stream whose
  * gate is armed must see it opened whatever happens next: on failure the
  * gates armed so far are opened here. */
+/* The comm whose gates a stream uses: that of its first op, so that the
+ * mark its mirror gets behind the gate also says when the gate's memory
+ * may be freed. */
+static struct cuda_comm* stream_owner(const struct work_op* ops, int n, CUstream s) {
+  for (int i = 0; i < n; i++)
+    if ((CUstream)ops[i].stream == s) return ops[i].comm->cuda;
+  return ops[0].comm->cuda;
+}
+
 static ncclResult_t unit_gate(struct work_op* ops, int n, const CUstream* streams, int ns,
                               struct work_gate* gates) {
   ncclResult_t res = ncclSuccess;
-  struct cuda_comm* cc = ops[0].comm->cuda;
   const struct cuda_api* cu = cuda_driver();
   int armed = 0;
   CUcontext saved;
   for (; armed < ns; armed++) {
+    struct cuda_comm* cc = stream_owner(ops, n, streams[armed]);
     CHECK(cuda_ctx_enter(cc, &saved));
     res = cuda_gate_arm(&cc->gates, cu, streams[armed], &gates[armed]);
     cuda_ctx_restore(saved);

@@ -315,6 +315,11 @@ static struct sim_stream* g_null_stream; /* the NULL stream, and every stream un
 struct sim_handle {
   struct sim_stream* queue;
 };
+/* Every handle made, so that leak checkers see them reachable: a stream
+ * lives as long as the process (its thread stays, see sim_stream_destroy);
+ * volatile, or the never-read stores would be optimized away. */
+static struct sim_handle* volatile g_handles[1024];
+static _Atomic int g_nhandles;
 /* Streams made without CU_STREAM_NON_BLOCKING: the legacy NULL stream waits
  * for all of them (and they for it), as the driver's do. */
 #define SIM_MAX_STREAMS 1024
@@ -416,33 +421,8 @@ static struct sim_stream* stream_of(CUstream s) {
   return s == NULL ? g_null_stream : ((struct sim_handle*)s)->queue;
 }
 
-static CUresult stream_push(CUstream s, const struct sim_op* proto);
-
-/* A blocking stream's next work waits for legacy operations under way. */
-static CUresult legacy_fence(struct sim_stream* st) {
-  uint64_t started = atomic_load(&g_legacy_started);
-  if (!st->blocking || started == atomic_load(&g_legacy_ended)) return CUDA_SUCCESS;
-  struct sim_op* op = calloc(1, sizeof(*op));
-  if (op == NULL) return CUDA_ERROR_OUT_OF_MEMORY;
-  op->kind = OP_WAIT_LEGACY;
-  op->ticket = started;
-  pthread_mutex_lock(&st->lock);
-  st->pushed++;
-  if (st->tail)
-    st->tail->next = op;
-  else
-    st->head = op;
-  st->tail = op;
-  pthread_cond_broadcast(&st->cv);
-  pthread_mutex_unlock(&st->lock);
-  return CUDA_SUCCESS;
-}
-
-static CUresult stream_push(CUstream s, const struct sim_op* proto) {
-  struct sim_stream* st = stream_of(s);
-  struct sim_op* op = malloc(sizeof(*op));
-  if (st == NULL || op == NULL || legacy_fence(st) != CUDA_SUCCESS) return CUDA_ERROR_OUT_OF_MEMORY;
-  *op = *proto;
+/* Append op to st's queue and wake its thread. */
+static void queue_append(struct sim_stream* st, struct sim_op* op) {
   op->next = NULL;
   pthread_mutex_lock(&st->lock);
   st->pushed++;
@@ -453,6 +433,29 @@ static CUresult stream_push(CUstream s, const struct sim_op* proto) {
   st->tail = op;
   pthread_cond_broadcast(&st->cv);
   pthread_mutex_unlock(&st->lock);
+}
+
+/* A blocking stream's next work waits for legacy operations under way. */
+static CUresult legacy_fence(struct sim_stream* st) {
+  uint64_t started = atomic_load(&g_legacy_started);
+  if (!st->blocking || started == atomic_load(&g_legacy_ended)) return CUDA_SUCCESS;
+  struct sim_op* op = calloc(1, sizeof(*op));
+  if (op == NULL) return CUDA_ERROR_OUT_OF_MEMORY;
+  op->kind = OP_WAIT_LEGACY;
+  op->ticket = started;
+  queue_append(st, op);
+  return CUDA_SUCCESS;
+}
+
+static CUresult stream_push(CUstream s, const struct sim_op* proto) {
+  struct sim_stream* st = stream_of(s);
+  struct sim_op* op = malloc(sizeof(*op));
+  if (st == NULL || op == NULL || legacy_fence(st) != CUDA_SUCCESS) {
+    free(op);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  *op = *proto;
+  queue_append(st, op);
   return CUDA_SUCCESS;
 }
 
@@ -468,6 +471,8 @@ static CUresult sim_stream_create(CUstream* s, unsigned flags) {
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
   h->queue = st;
+  int slot = atomic_fetch_add(&g_nhandles, 1);
+  if (slot < SIM_MAX_STREAMS) g_handles[slot] = h;
   if (!g_one_queue && !(flags & CU_STREAM_NON_BLOCKING)) {
     st->blocking = 1;
     int i = atomic_fetch_add(&g_nblocking, 1);

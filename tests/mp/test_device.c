@@ -392,6 +392,82 @@ static int killed_body(const mp_env* env) {
   return bad;
 }
 
+/* ---- (6) non-blocking comms, and abort: the stream drains ---- */
+
+/* Polls ncclCommGetAsyncError until it stops saying ncclInProgress. */
+static ncclResult_t settle(ncclComm_t comm) {
+  ncclResult_t st = ncclInProgress;
+  double end = mp_now() + 30;
+  while (ncclCommGetAsyncError(comm, &st) == ncclSuccess && st == ncclInProgress && mp_now() < end)
+    mp_sleep_ms(1);
+  return st;
+}
+
+static int nonblocking_body(const mp_env* env) {
+  ncclComm_t comm;
+  cudaStream_t s;
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  int bad = 0;
+  cfg.blocking = 0;
+  if (dev_open(env, 0) || (s = dev_stream(env)) == NULL) return 1;
+  ncclResult_t rc = ncclCommInitRankConfig(&comm, env->nranks, env->id, env->rank, &cfg);
+  if (rc != ncclSuccess && rc != ncclInProgress)
+    return mp_expect_rc(env, NULL, rc, ncclSuccess, "init");
+  bad += mp_expect_rc(env, comm, settle(comm), ncclSuccess, "non-blocking init");
+  dev_call a = {.host = {.coll = CC_ALLREDUCE, .type = ncclInt32, .kind = AR_SUM, .count = 77777}};
+  a.host.op = ncclSum;
+  if (bad || dev_call_prepare(&a, env)) return 1;
+  rc = cc_issue(&a.dev, comm, s);
+  if (rc != ncclSuccess && rc != ncclInProgress)
+    bad += mp_expect_rc(env, comm, rc, ncclInProgress, "allreduce on a non-blocking comm");
+  bad += dev_sync(env, s);
+  bad += mp_expect_rc(env, comm, settle(comm), ncclSuccess, "after the stream synchronized");
+  bad += dev_call_fetch(&a, env) + cc_verify(&a.host, env);
+  dev_call_release(&a);
+  bad += mp_expect_rc(env, comm, ncclCommDestroy(comm), ncclSuccess, "ncclCommDestroy");
+  return bad;
+}
+
+static void test_nonblocking(void** state) {
+  (void)state;
+  assert_int_equal(mp_launch(2, nonblocking_body, NULL, NULL), 0);
+}
+
+/* Rank 0 queues a call its peer never makes, then aborts the comm from the
+ * host well before the timeout: its stream must drain, and the comm's
+ * pinned memory must outlive what the stream still reads (ASan checks the
+ * simulated GPU's copy-out). */
+static int abort_body(const mp_env* env) {
+  ncclComm_t comm;
+  cudaStream_t s;
+  void* d = NULL;
+  int bad = 0;
+  if (dev_open(env, 0) || mp_comm_init(env, &comm) || (s = dev_stream(env)) == NULL) return 1;
+  if (ncclMemAlloc(&d, 4096 * sizeof(float))) return 1;
+  if (env->rank == 0) {
+    bad += mp_expect_rc(env, comm, ncclAllReduce(d, d, 4096, ncclFloat32, ncclSum, comm, s),
+                        ncclSuccess, "allreduce the peer never makes");
+    mp_sleep_ms(300);
+    double t0 = mp_now();
+    bad += mp_expect_rc(env, NULL, ncclCommAbort(comm), ncclSuccess, "ncclCommAbort");
+    bad += dev_sync(env, s);
+    double waited = mp_now() - t0;
+    if (waited > 2.0)
+      mp_fail(env, "the stream drained %.2f s after the abort (timeout is 3 s)", waited), bad++;
+    __atomic_store_n((int*)&env->shm[0], 1, __ATOMIC_SEQ_CST);
+  } else {
+    mp_wait_flag(&env->shm[0], 30000);
+    ncclCommAbort(comm);
+  }
+  ncclMemFree(d);
+  return bad;
+}
+
+static void test_abort(void** state) {
+  (void)state;
+  assert_int_equal(mp_launch(2, abort_body, NULL, NULL), 0);
+}
+
 /* The simulated driver holds the host off device memory, as a GPU does:
  * a rank that reads it dies. */
 static int touch_body(const mp_env* env) {
@@ -429,6 +505,8 @@ int main(void) {
       cmocka_unit_test(test_device_scalar),
       cmocka_unit_test(test_ranks_as_threads),
       cmocka_unit_test(test_killed_peer),
+      cmocka_unit_test(test_nonblocking),
+      cmocka_unit_test(test_abort),
       cmocka_unit_test(test_host_cannot_touch),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
