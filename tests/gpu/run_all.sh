@@ -47,12 +47,10 @@ want tests && step mp_test_device 150 "$OUT/tests.txt" "$C/bin/mp_test_device"
 # 2. PyTorch's process group, 2 processes on cuda:0, Braid preloaded
 unset BRAID_CUDA_LIB
 want torch && step "torch.distributed" 150 "$OUT/torch.txt" env LD_PRELOAD="$PWD/$C/lib/libnccl.so.2" NCCL_DEBUG=INFO python3 tests/gpu/torch_dist.py
-# 3. Braid's perf tools on device buffers, 2 and 4 ranks (threads) on the one GPU
-for n in 2 4; do
-  want perf && step "all_reduce_perf -t $n --mem device" 100 "$OUT/perf.txt" "$C/bin/all_reduce_perf" -t $n --mem device -b 8 -e 256M -f 4 -n 10 -w 3
-done
-want perf && step "all_gather_perf -t 2 --mem device" 60 "$OUT/perf.txt" "$C/bin/all_gather_perf" -t 2 --mem device -b 8 -e 64M -f 8 -n 10 -w 3
-grep -E "Out of bounds|Avg bus" "$OUT/perf.txt" >>"$SUM"
+# 3. perf/gpu_bench.sh: the kernel next to a copy and torch.add, every type, and Braid's
+# all_reduce_perf on device buffers with 2 and 4 ranks (threads) on the one GPU
+want perf && step "perf/gpu_bench.sh" 240 "$OUT/perf.txt" perf/gpu_bench.sh "$C/bin"
+grep -E "Out of bounds|Avg bus|of the copy|torch.add" "$OUT/perf.txt" >>"$SUM" 2>/dev/null
 
 # 4. nccl-tests on Braid: 2 ranks on the one GPU as threads (no MPI here; nccl-tests puts
 # thread t on device t, so a preloaded shim maps every device number onto device 0), then
@@ -65,15 +63,13 @@ done
 want nccl && step "nccl-tests all_reduce -d all" 120 "$OUT/nccl_tests.txt" "$NT/all_reduce_perf" -b 8 -e 1M -f 8 -c 1 -n 3 -w 1 -d all
 grep -E "wrong|Out of bounds|Avg bus" "$OUT/nccl_tests.txt" | sort | uniq -c >>"$SUM"
 
-# 5. the kernel: bitwise, sanitizers, bandwidth (every type) next to a copy and torch.add
+# 5. the kernel: bitwise against the CPU kernels, and under compute-sanitizer
 if want kernel; then
 K="$C/bin/kern_bitwise $C/bin/reduce.fatbin"
 step kern_bitwise 90 "$OUT/kernel.txt" $K
 for tool in memcheck racecheck synccheck; do
   step "sanitizer $tool" 90 "$OUT/kernel.txt" compute-sanitizer --tool $tool --error-exitcode 9 $K small
 done
-step "kernel bandwidth" 60 "$OUT/kernel.txt" $K bw
-step "torch.add" 60 "$OUT/kernel.txt" python3 tests/gpu/torch_add.py
 fi
 
 echo "NCCL version lines in the torch run:" >>"$SUM"

@@ -1,0 +1,36 @@
+#!/bin/bash
+# The device path's figures on a real GPU, each next to its bound or peer
+# measured in the same run: the fused reduce-copy kernel (2-source float
+# sum, 256 MiB, bytes read + written) next to a device-to-device copy and to
+# PyTorch's torch.add of the same tensors (where PyTorch is installed), the
+# kernel on every type, and all_reduce_perf on device buffers with 2 and 4
+# ranks (threads) on one GPU.
+#
+#   perf/gpu_bench.sh [bindir]
+#
+# bindir holds kern_bitwise, reduce.fatbin and all_reduce_perf (default:
+# gpu_carry/bin from tests/gpu/prepare.sh, else build/bin and the kernel
+# check built here with nvcc). Without a GPU it says so and exits 0.
+set -u
+cd "$(dirname "$0")/.."
+BIN=${1:-gpu_carry/bin}
+if ! nvidia-smi -L >/dev/null 2>&1; then
+  echo "gpu_bench: no GPU visible (nvidia-smi -L failed): skipped"
+  exit 0
+fi
+if [ ! -x "$BIN/kern_bitwise" ]; then
+  BIN=build/gpu-bench
+  mkdir -p "$BIN"
+  make -j lib tools >/dev/null && cp build/bin/all_reduce_perf build/obj/kernels/cuda/reduce.fatbin "$BIN/" &&
+    nvcc -O2 -arch=sm_90 -Ikernels -Iinclude -Icommon -Itests -o "$BIN/kern_bitwise" \
+      tests/gpu/kern_bitwise.cu build/lib/libbraid.a -L/usr/local/cuda/lib64/stubs -lcuda -lpthread -lm ||
+    exit 1
+fi
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+echo "--- the kernel (bound: the device copy; peer: torch.add)"
+"$BIN/kern_bitwise" "$BIN/reduce.fatbin" bw | grep -v "threads x"
+python3 tests/gpu/torch_add.py 2>/dev/null || echo "torch.add: PyTorch not installed"
+for n in 2 4; do
+  echo "--- all_reduce_perf on device buffers, $n ranks as threads on one GPU"
+  "$BIN/all_reduce_perf" -t $n --mem device -b 8 -e 256M -f 4 -n 10 -w 3 | grep -E "^ +[0-9]|Out of|Avg"
+done
