@@ -57,6 +57,7 @@ static int resolve(get_proc_fn get_proc, const char* lib) {
       CUDA_SYM(cuStreamCreate),
       CUDA_SYM(cuStreamDestroy),
       CUDA_SYM(cuStreamQuery),
+      CUDA_SYM(cuStreamIsCapturing),
       CUDA_SYM(cuStreamWaitValue64),
       CUDA_SYM(cuStreamWriteValue64),
       CUDA_SYM(cuStreamWaitEvent),

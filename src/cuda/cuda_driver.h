@@ -38,6 +38,7 @@ struct cuda_api {
   CUresult (*cuStreamCreate)(CUstream*, unsigned int);
   CUresult (*cuStreamDestroy)(CUstream);
   CUresult (*cuStreamQuery)(CUstream);
+  CUresult (*cuStreamIsCapturing)(CUstream, CUstreamCaptureStatus*);
   CUresult (*cuStreamWaitValue64)(CUstream, CUdeviceptr, cuuint64_t, unsigned int);
   CUresult (*cuStreamWriteValue64)(CUstream, CUdeviceptr, cuuint64_t, unsigned int);
   CUresult (*cuStreamWaitEvent)(CUstream, CUevent, unsigned int);

@@ -23,20 +23,37 @@ int cuda_unit_wanted(const struct work_op* ops, int n) {
   return 0;
 }
 
+/* A stream being captured into a CUDA graph would record the staging and
+ * the gate once, while the proxy runs the call once now: each replay of the
+ * graph would wait for a gate nobody opens. Refused, clearly. */
+static ncclResult_t stream_check_capture(CUstream s) {
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  const struct cuda_api* cu = cuda_driver();
+  if (s == NULL || cu->cuStreamIsCapturing(s, &status) != CUDA_SUCCESS ||
+      status == CU_STREAM_CAPTURE_STATUS_NONE)
+    return ncclSuccess;
+  WARN(
+      "Stream %p is being captured into a CUDA graph: Braid's device calls cannot be captured "
+      "yet (run them outside the capture)",
+      (void*)s);
+  return ncclInvalidUsage;
+}
+
 /* The unit's distinct streams, in order of first use. */
 static ncclResult_t unit_streams(const struct work_op* ops, int n, CUstream* out, int* m) {
+  ncclResult_t res = ncclSuccess;
   *m = 0;
   for (int i = 0; i < n; i++) {
     int seen = 0;
     for (int j = 0; j < *m && !seen; j++) seen = out[j] == (CUstream)ops[i].stream;
     if (seen) continue;
-    if (*m == WORK_MAX_GATES) {
-      WARN("A group may span at most %d CUDA streams", WORK_MAX_GATES);
-      return ncclInvalidUsage;
-    }
+    if (*m == WORK_MAX_GATES)
+      FAIL(ncclInvalidUsage, "A group may span at most %d CUDA streams", WORK_MAX_GATES);
+    CHECK(stream_check_capture((CUstream)ops[i].stream));
     out[(*m)++] = (CUstream)ops[i].stream;
   }
-  return ncclSuccess;
+fail:
+  return res;
 }
 
 /* Whether ops[i] is the first of its comm on `stream`. */

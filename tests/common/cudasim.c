@@ -489,6 +489,16 @@ static CUresult sim_stream_destroy(CUstream s) {
   return CUDA_SUCCESS;
 }
 
+/* No graphs here: nothing is ever captured, unless CUDASIM_CAPTURING names
+ * streams as being captured ("all"), for the library's refusal. */
+static CUresult sim_stream_capturing(CUstream s, CUstreamCaptureStatus* status) {
+  const char* all = getenv("CUDASIM_CAPTURING");
+  (void)s;
+  *status = all && strcmp(all, "all") == 0 ? CU_STREAM_CAPTURE_STATUS_ACTIVE
+                                           : CU_STREAM_CAPTURE_STATUS_NONE;
+  return CUDA_SUCCESS;
+}
+
 static CUresult sim_stream_query(CUstream s) {
   struct sim_stream* st = stream_of(s);
   pthread_mutex_lock(&st->lock);
@@ -650,6 +660,7 @@ static const struct {
     {"cuStreamCreate", (void*)sim_stream_create},
     {"cuStreamDestroy", (void*)sim_stream_destroy},
     {"cuStreamQuery", (void*)sim_stream_query},
+    {"cuStreamIsCapturing", (void*)sim_stream_capturing},
     {"cuStreamWaitValue64", (void*)sim_stream_wait64},
     {"cuStreamWriteValue64", (void*)sim_stream_write64},
     {"cuStreamWaitEvent", (void*)sim_stream_wait_event},

@@ -468,6 +468,33 @@ static void test_abort(void** state) {
   assert_int_equal(mp_launch(2, abort_body, NULL, NULL), 0);
 }
 
+/* A stream under CUDA graph capture: refused with ncclInvalidUsage and a
+ * message, nothing enqueued, the comm still usable. */
+static int capture_body(const mp_env* env) {
+  ncclComm_t comm;
+  cudaStream_t s;
+  void* d = NULL;
+  int bad = 0;
+  if (dev_open(env, 0) || mp_comm_init(env, &comm) || (s = dev_stream(env)) == NULL) return 1;
+  if (ncclMemAlloc(&d, 1024 * sizeof(float))) return 1;
+  setenv("CUDASIM_CAPTURING", "all", 1);
+  bad += mp_expect_rc(env, comm, ncclAllReduce(d, d, 1024, ncclFloat32, ncclSum, comm, s),
+                      ncclInvalidUsage, "allreduce on a capturing stream");
+  bad += mp_expect_last_error(env, comm, "after the capture refusal");
+  unsetenv("CUDASIM_CAPTURING");
+  bad += mp_expect_rc(env, comm, ncclAllReduce(d, d, 1024, ncclFloat32, ncclSum, comm, s),
+                      ncclSuccess, "allreduce after the capture ended");
+  bad += dev_sync(env, s);
+  ncclMemFree(d);
+  bad += mp_expect_rc(env, comm, ncclCommDestroy(comm), ncclSuccess, "ncclCommDestroy");
+  return bad;
+}
+
+static void test_graph_capture_refused(void** state) {
+  (void)state;
+  assert_int_equal(mp_launch(2, capture_body, NULL, NULL), 0);
+}
+
 /* The simulated driver holds the host off device memory, as a GPU does:
  * a rank that reads it dies. */
 static int touch_body(const mp_env* env) {
@@ -507,6 +534,7 @@ int main(void) {
       cmocka_unit_test(test_killed_peer),
       cmocka_unit_test(test_nonblocking),
       cmocka_unit_test(test_abort),
+      cmocka_unit_test(test_graph_capture_refused),
       cmocka_unit_test(test_host_cannot_touch),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
