@@ -311,10 +311,10 @@ static void free_buffers(perf_rank_t* r) {
   free(r->hrecv);
 }
 
-/* --mem device: rank thread t of a process works on device t (modulo the devices there are:
- * several ranks share a GPU when there are more threads than GPUs). */
+/* --mem device: rank r works on device r modulo the devices there are (one process per GPU
+ * under mpirun, or threads; several ranks share a GPU when there are more ranks than GPUs). */
 static void bind_device(perf_rank_t* r) {
-  if (r->o->mem_device && perf_dev_bind(r->thread % perf_dev_count(NULL), &r->stream)) die();
+  if (r->o->mem_device && perf_dev_bind(r->rank % perf_dev_count(NULL), &r->stream)) die();
 }
 
 static void* rank_main(void* arg) {

@@ -144,9 +144,6 @@ static ncclResult_t comm_create(struct ncclComm** out, int nranks, const ncclUni
   comm->rank = rank;
   comm->nranks = nranks;
   comm->cuda_dev = cuda_dev;
-#ifdef BRAID_HAVE_CUDA
-  if (cuda_dev < 0) comm->cuda_dev = cuda_current_device(); /* as NCCL: the caller's device */
-#endif
   comm->id = id;
   comm->progress.epoll_fd = comm->progress.wake_fd = comm->tctx.listen_fd = comm->ctrl_fd = -1;
   comm->progress.bell_fd[0] = comm->progress.bell_fd[1] = -1;
@@ -285,13 +282,24 @@ static ncclResult_t deferred_init_run(void* p) {
   return res;
 }
 
+/* As NCCL: a comm is on the caller's current device, read here on the
+ * caller's thread (a grouped init runs on another); -1 without CUDA. */
+static int caller_device(void) {
+#ifdef BRAID_HAVE_CUDA
+  return cuda_current_device();
+#else
+  return -1;
+#endif
+}
+
 static ncclResult_t init_rank_maybe_deferred(ncclComm_t* out, int nranks, ncclUniqueId id, int rank,
                                              const ncclConfig_t* config) {
   ncclResult_t res = ncclSuccess;
   struct deferred_init* d = NULL;
-  if (group_depth() == 0) return comm_init_rank(out, nranks, &id, rank, -1, config);
+  int dev = caller_device();
+  if (group_depth() == 0) return comm_init_rank(out, nranks, &id, rank, dev, config);
   CHECK(braid_calloc(&d, 1, sizeof(*d)));
-  *d = (struct deferred_init){out, nranks, rank, -1, config != NULL, id, NCCL_CONFIG_INITIALIZER};
+  *d = (struct deferred_init){out, nranks, rank, dev, config != NULL, id, NCCL_CONFIG_INITIALIZER};
   if (config) CHECK(comm_config_read(config, &d->config));
   CHECK(group_add_job(deferred_init_run, d));
   return ncclSuccess;

@@ -70,11 +70,26 @@ static int item_aborted(const struct stream_item* it) {
   return 0;
 }
 
+/* A gate whose stream can no longer reach it, checked now and then (not at
+ * every poll: it asks the driver). */
+static ncclResult_t gates_check(const struct stream_item* it) {
+  for (int i = 0; i < it->ngates; i++) {
+    const struct work_gate* g = &it->gates[i];
+    if ((int64_t)(__atomic_load_n(g->ready, __ATOMIC_ACQUIRE) - g->value) >= 0 || !g->check)
+      continue;
+    ncclResult_t res = g->check(g);
+    if (res != ncclSuccess) return res;
+  }
+  return ncclSuccess;
+}
+
 /* Wait for the streams to reach the unit. They may be busy with the user's
  * kernels for long: after a short spin the wait sleeps, up to 100 us, so a
- * proxy thread costs little while its GPU computes. */
-static void gates_wait(const struct stream_item* it) {
+ * proxy thread costs little while its GPU computes. It ends early when a
+ * comm is aborted, or when a stream fails (its error goes to the comms). */
+static ncclResult_t gates_wait(const struct stream_item* it) {
   long nap_ns = 0;
+  uint64_t next_check = braid_now_ns() + 100000000ull;
   while (!gates_ready(it) && !item_aborted(it)) {
     if (nap_ns < 1000) {
       nap_ns += 50;
@@ -84,7 +99,12 @@ static void gates_wait(const struct stream_item* it) {
     struct timespec ts = {0, nap_ns};
     nanosleep(&ts, NULL);
     nap_ns = nap_ns < 100000 ? nap_ns * 2 : 100000;
+    if (braid_now_ns() < next_check) continue;
+    next_check = braid_now_ns() + 100000000ull;
+    ncclResult_t res = gates_check(it);
+    if (res != ncclSuccess) return res;
   }
+  return ncclSuccess;
 }
 
 static void gates_open(struct stream_item* it) {
@@ -102,13 +122,21 @@ static void* stream_main(void* p) {
     struct stream_item* it = s->head;
     pthread_mutex_unlock(&s->lock);
     /* after an error the queue drains without running (order is lost), but
-     * its units still give up their turns on their comms */
-    if (s->error == ncclSuccess) gates_wait(it);
-    ncclResult_t res = s->error == ncclSuccess ? item_run(it) : s->error;
-    if (s->error != ncclSuccess && it->fn == NULL) work_cancel(it->ops, it->nops);
+     * its units still give up their turns on their comms. A gated unit (a
+     * device call) always runs: its comms' own error state decides, so one
+     * comm's failure never drops another comm's later calls that share the
+     * proxy, and the stream's error stays with host-stream work. */
+    int gated = it->ngates > 0, run = gated || s->error == ncclSuccess;
+    ncclResult_t res = gated ? gates_wait(it) : ncclSuccess;
+    if (res != ncclSuccess) { /* a stream failed: the unit cannot run */
+      for (int i = 0; i < it->nops; i++) comm_set_error(it->ops[i].comm, res);
+      run = 0;
+    }
+    res = run ? item_run(it) : res != ncclSuccess ? res : s->error;
+    if (!run && it->fn == NULL) work_cancel(it->ops, it->nops);
     gates_open(it);
     pthread_mutex_lock(&s->lock);
-    if (s->error == ncclSuccess) s->error = res;
+    if (s->error == ncclSuccess && !gated) s->error = res;
     s->head = it->next;
     if (s->head == NULL) s->tail = NULL;
     it->fn = NULL;

@@ -40,6 +40,11 @@ struct work_gate {
   const volatile uint64_t* ready;
   volatile uint64_t* done;
   uint64_t value;
+  /* While the wait lasts: ncclSuccess while the stream can still get there,
+   * an error (the stream failed, its context is broken) once it cannot. */
+  ncclResult_t (*check)(const struct work_gate* g);
+  void* stream;
+  void* ctx;
 };
 
 /* The CUDA streams one unit may span. */

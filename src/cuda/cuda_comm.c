@@ -54,7 +54,12 @@ static ncclResult_t cuda_comm_make(struct ncclComm* comm, struct cuda_comm** out
   cuda_gates_init(&cc->gates);
   cc->proxy = comm->internal_stream; /* a non-blocking comm's calls already run there */
   if (cc->proxy == NULL) {
-    CHECK(stream_create(&cc->proxy));
+    res = stream_create(&cc->proxy);
+    if (res != ncclSuccess) {
+      cuda_gates_free(&cc->gates, cu);
+      cu->cuDevicePrimaryCtxRelease(dev);
+      goto fail;
+    }
     cc->own_proxy = 1;
   }
   INFO(SUB_INIT, "Rank %d: device calls on CUDA device %d, %s", comm->rank, cc->dev,
@@ -86,6 +91,7 @@ void cuda_comm_free(struct ncclComm* comm) {
     if (cuda_mirrors_free(&cc->mirrors, cu)) cuda_gates_free(&cc->gates, cu);
     cuda_ctx_restore(saved);
   }
+  cu->cuDevicePrimaryCtxRelease(cc->dev); /* the retain of cuda_comm_make */
   free(cc);
   comm->cuda = NULL;
 }

@@ -38,7 +38,7 @@ int cuda_current_device(void);
  * context may hold that stream back (the driver's warning on stream memory
  * operations; seen on the H200 with 4 ranks as threads). Such comms order
  * device calls by synchronizing instead. -1 while the peers are unknown
- * (a non-blocking init still running). */
+ * (a non-blocking init still running): treated as shared. */
 int cuda_comm_shares_process(const struct ncclComm* comm);
 
 /* The comm's device state, made at first need (thread-safe). */

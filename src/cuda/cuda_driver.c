@@ -43,6 +43,7 @@ static int resolve(get_proc_fn get_proc, const char* lib) {
       CUDA_SYM(cuDeviceGet),
       CUDA_SYM(cuDeviceGetAttribute),
       CUDA_SYM(cuDevicePrimaryCtxRetain),
+      CUDA_SYM(cuDevicePrimaryCtxRelease),
       CUDA_SYM(cuCtxGetCurrent),
       CUDA_SYM(cuCtxSetCurrent),
       CUDA_SYM_AT(cuCtxGetDevice, 12000), /* 13.0's is cuCtxGetDevice_v2(dev, ctx) */
@@ -58,6 +59,7 @@ static int resolve(get_proc_fn get_proc, const char* lib) {
       CUDA_SYM(cuStreamDestroy),
       CUDA_SYM(cuStreamQuery),
       CUDA_SYM(cuStreamIsCapturing),
+      CUDA_SYM(cuStreamGetId),
       CUDA_SYM(cuStreamWaitValue64),
       CUDA_SYM(cuStreamWriteValue64),
       CUDA_SYM(cuStreamWaitEvent),

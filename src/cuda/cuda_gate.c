@@ -62,15 +62,35 @@ fail:
   return res;
 }
 
-/* A slot whose last use the proxy has finished, or -1 (lock held). */
+/* A slot whose last use is over, or -1 (lock held): the proxy opened it
+ * and its stream wrote "ready". A gate opened early (abort, a cancelled
+ * unit) stays taken until its stream writes, or that late write could land
+ * over the next use's and stall its proxy. */
 static int slot_find(struct cuda_gates* g, struct cuda_gate_chunk** chunk) {
   for (struct cuda_gate_chunk* c = g->chunks; c; c = c->next)
     for (int i = 0; i < GATE_SLOTS; i++)
-      if (__atomic_load_n(&c->slots[i].done, __ATOMIC_ACQUIRE) == c->issued[i]) {
+      if (__atomic_load_n(&c->slots[i].done, __ATOMIC_ACQUIRE) == c->issued[i] &&
+          __atomic_load_n(&c->slots[i].ready, __ATOMIC_ACQUIRE) == c->issued[i]) {
         *chunk = c;
         return i;
       }
   return -1;
+}
+
+/* The proxy's check on a stream that has not reached its gate yet: an
+ * error from the driver (not "not ready") means it never will. */
+static ncclResult_t cuda_gate_check(const struct work_gate* g) {
+  const struct cuda_api* cu = cuda_driver();
+  CUcontext now = NULL;
+  if (cu->cuCtxGetCurrent(&now) == CUDA_SUCCESS && now != (CUcontext)g->ctx)
+    cu->cuCtxSetCurrent((CUcontext)g->ctx);
+  CUresult r = cu->cuStreamQuery((CUstream)g->stream);
+  if (r == CUDA_SUCCESS || r == CUDA_ERROR_NOT_READY) return ncclSuccess;
+  const char* name = "?";
+  cu->cuGetErrorName(r, &name);
+  WARN("CUDA stream %p failed (%s) before reaching a call queued on it: the call is cancelled",
+       g->stream, name);
+  return ncclUnhandledCudaError;
 }
 
 ncclResult_t cuda_gate_arm(struct cuda_gates* g, const struct cuda_api* cu, CUstream stream,
@@ -91,11 +111,12 @@ ncclResult_t cuda_gate_arm(struct cuda_gates* g, const struct cuda_api* cu, CUst
   c->issued[i] = value; /* the stream will write it: the slot is in use */
   res = cuda_check(cu->cuStreamWaitValue64(stream, done, value, CU_STREAM_WAIT_VALUE_GEQ),
                    "cuStreamWaitValue64");
-  if (res != ncclSuccess) { /* nobody will wait on it: free it again */
+  if (res != ncclSuccess) { /* nobody waits on it: free once the stream wrote ready */
     __atomic_store_n(&c->slots[i].done, value, __ATOMIC_RELEASE);
     goto fail;
   }
-  *out = (struct work_gate){&c->slots[i].ready, &c->slots[i].done, value};
+  *out = (struct work_gate){&c->slots[i].ready, &c->slots[i].done, value,
+                            cuda_gate_check,    (void*)stream,     NULL};
 fail:
   pthread_mutex_unlock(&g->lock);
   return res;

@@ -4,9 +4,9 @@
  * pinned host memory: the stream writes "ready" (a stream memory operation,
  * after the earlier work on the stream and the call's copy-in), the comm's
  * proxy thread runs the call and writes "done", and the stream waits for
- * "done" before its later work. Values only grow, so a slot is reused as
- * soon as the host wrote its "done": a stream still to pass an older wait
- * finds it already satisfied.
+ * "done" before its later work. Values only grow, so a slot is reused once
+ * the host wrote its "done" and its stream its "ready": a stream still to
+ * pass an older wait finds it already satisfied.
  */
 #ifndef BRAID_CUDA_GATE_H_
 #define BRAID_CUDA_GATE_H_

@@ -28,6 +28,7 @@ struct old_block {
 };
 
 struct cuda_mirror {
+  unsigned long long stream_id; /* the key: a handle can name another stream later */
   CUstream stream;
   char* host; /* pinned */
   size_t cap;
@@ -111,16 +112,25 @@ fail:
   return res;
 }
 
+/* The mirror of the stream by its driver id, not its handle: a destroyed
+ * stream's handle may come back for a new stream while staged work of the
+ * old one is pending, and cudaStreamPerThread names a different stream on
+ * each thread. */
 static ncclResult_t mirror_of(struct cuda_mirror** mirrors, CUstream stream,
                               struct cuda_mirror** out) {
   ncclResult_t res = ncclSuccess;
+  const struct cuda_api* cu = cuda_driver();
+  unsigned long long id = 0;
+  CHECK(cuda_check(cu->cuStreamGetId(stream, &id), "cuStreamGetId"));
   struct cuda_mirror* m = *mirrors;
-  while (m && m->stream != stream) m = m->next;
+  while (m && m->stream_id != id) m = m->next;
   if (m == NULL) {
-    CHECK(mirror_new(stream, cuda_driver(), &m));
+    CHECK(mirror_new(stream, cu, &m));
+    m->stream_id = id;
     m->next = *mirrors;
     *mirrors = m;
   }
+  m->stream = stream;
   *out = m;
 fail:
   return res;

@@ -9,9 +9,9 @@
  *
  * One mirror per (comm, stream): calls on one stream run in its order, so
  * the next call's copy-in never overtakes the last one's copy-out. A mirror
- * grows by at least doubling; the old memory is freed with the comm (a
- * pinned free synchronizes the device, which must never happen while a
- * stream waits on a gate).
+ * grows by at least doubling; the old memory is freed with the comm, not
+ * during calls (a pinned free synchronizes the device, which must not
+ * happen while this comm's own streams wait on its gates).
  */
 #ifndef BRAID_CUDA_STAGE_H_
 #define BRAID_CUDA_STAGE_H_

@@ -108,6 +108,8 @@ static ncclResult_t unit_run_synchronously(struct work_op* ops, int n, const CUs
   const struct cuda_api* cu = cuda_driver();
   for (int k = 0; k < ns && res == ncclSuccess; k++)
     res = cuda_check(cu->cuStreamSynchronize(streams[k]), "cuStreamSynchronize");
+  for (int i = 0; i < n && res == ncclSuccess; i++) /* a non-blocking init first */
+    if (ops[i].comm->internal_stream) res = stream_sync(ops[i].comm->internal_stream);
   if (res != ncclSuccess) {
     work_cancel(ops, n);
     return res;
@@ -143,13 +145,15 @@ static ncclResult_t unit_gate(struct work_op* ops, int n, const CUstream* stream
   const struct cuda_api* cu = cuda_driver();
   int armed = 0;
   CUcontext saved;
-  for (; armed < ns; armed++) {
+  while (armed < ns) {
     struct cuda_comm* cc = stream_owner(ops, n, streams[armed]);
     CHECK(cuda_ctx_enter(cc, &saved));
     res = cuda_gate_arm(&cc->gates, cu, streams[armed], &gates[armed]);
+    gates[armed].ctx = cc->ctx; /* what the proxy's check runs in */
     cuda_ctx_restore(saved);
     if (res != ncclSuccess) goto fail;
-    CHECK(stream_stage(ops, n, streams[armed], 1));
+    armed++; /* from here on its stream waits on it: it must be opened */
+    CHECK(stream_stage(ops, n, streams[armed - 1], 1));
   }
   return ncclSuccess;
 fail:
@@ -157,13 +161,17 @@ fail:
   return res;
 }
 
-/* Gates only where every stream of the unit can go on by itself: stream
- * memory operations work, and no comm of the unit has two ranks in this
- * process (cuda_comm_shares_process). */
-static int unit_gated(const struct work_op* ops, int n) {
-  if (!ops[0].comm->cuda->memops) return 0;
+/* Gates only where the unit's stream can go on by itself: stream memory
+ * operations work on every comm's device, the unit is on one stream (a
+ * stream waiting on a gate whose unit needs another stream of the same
+ * context to reach its "ready" may hold that stream back: the driver's
+ * warning on stream memory operations), no comm of the unit has two ranks
+ * in this process (the same, across the ranks' streams), and its comms are
+ * known (a non-blocking init still running is not). */
+static int unit_gated(const struct work_op* ops, int n, int nstreams) {
+  if (nstreams > 1) return 0;
   for (int i = 0; i < n; i++)
-    if (cuda_comm_shares_process(ops[i].comm) == 1) return 0;
+    if (!ops[i].comm->cuda->memops || cuda_comm_shares_process(ops[i].comm) != 0) return 0;
   return 1;
 }
 
@@ -177,7 +185,8 @@ ncclResult_t cuda_unit_dispatch(struct work_op* ops, int n) {
   CHECK(work_issue(ops, n));
   struct cuda_comm* cc = ops[0].comm->cuda;
   for (int k = 0; k < ns && res == ncclSuccess; k++) res = stream_stage(ops, n, streams[k], 0);
-  if (res == ncclSuccess && !unit_gated(ops, n)) return unit_run_synchronously(ops, n, streams, ns);
+  if (res == ncclSuccess && !unit_gated(ops, n, ns))
+    return unit_run_synchronously(ops, n, streams, ns);
   if (res == ncclSuccess) res = unit_gate(ops, n, streams, ns, gates);
   if (res == ncclSuccess) {
     res = stream_submit_gated(cc->proxy, ops, n, gates, ns);

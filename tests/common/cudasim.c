@@ -19,7 +19,10 @@
  *    puts every stream on one queue, which exposes work that only completes
  *    if streams run side by side (an ordering deadlock hangs there);
  *  - pinned host memory (cuMemHostAlloc: host memory, its device pointer
- *    the same address).
+ *    the same address);
+ *  - knobs for the tests: CUDASIM_ONE_QUEUE (above), CUDASIM_CAPTURING=all
+ *    (every stream is being captured), CUDASIM_STREAM_ERROR (stream queries
+ *    report a broken context).
  */
 #include <cuda.h>
 #include <pthread.h>
@@ -129,6 +132,10 @@ static CUresult sim_primary_retain(CUcontext* c, CUdevice d) {
   if (d < 0 || d >= g_ndev) return CUDA_ERROR_INVALID_DEVICE;
   *c = SIM_CTX(d);
   return CUDA_SUCCESS;
+}
+
+static CUresult sim_primary_release(CUdevice d) {
+  return d < 0 || d >= g_ndev ? CUDA_ERROR_INVALID_DEVICE : CUDA_SUCCESS;
 }
 
 static CUresult sim_ctx_get(CUcontext* c) {
@@ -418,7 +425,9 @@ static void streams_init(void) {
 
 static struct sim_stream* stream_of(CUstream s) {
   pthread_once(&g_streams_once, streams_init);
-  return s == NULL ? g_null_stream : ((struct sim_handle*)s)->queue;
+  /* the legacy and per-thread default streams run on the NULL stream's queue */
+  if (s == NULL || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD) return g_null_stream;
+  return ((struct sim_handle*)s)->queue;
 }
 
 /* Append op to st's queue and wake its thread. */
@@ -499,7 +508,17 @@ static CUresult sim_stream_capturing(CUstream s, CUstreamCaptureStatus* status) 
   return CUDA_SUCCESS;
 }
 
+/* A stream's unique id: its handle's (handles are never freed here, so
+ * never reused); the NULL stream is 0, the per-thread one differs per thread. */
+static CUresult sim_stream_id(CUstream s, unsigned long long* id) {
+  static __thread char per_thread;
+  *id = s == CU_STREAM_PER_THREAD ? (unsigned long long)(uintptr_t)&per_thread
+                                  : (unsigned long long)(uintptr_t)s;
+  return CUDA_SUCCESS;
+}
+
 static CUresult sim_stream_query(CUstream s) {
+  if (getenv("CUDASIM_STREAM_ERROR")) return CUDA_ERROR_ILLEGAL_ADDRESS; /* a broken context */
   struct sim_stream* st = stream_of(s);
   pthread_mutex_lock(&st->lock);
   int idle = st->head == NULL;
@@ -646,6 +665,7 @@ static const struct {
     {"cuDeviceGet", (void*)sim_device_get},
     {"cuDeviceGetAttribute", (void*)sim_device_attribute},
     {"cuDevicePrimaryCtxRetain", (void*)sim_primary_retain},
+    {"cuDevicePrimaryCtxRelease", (void*)sim_primary_release},
     {"cuCtxGetCurrent", (void*)sim_ctx_get},
     {"cuCtxGetDevice", (void*)sim_ctx_device},
     {"cuCtxSetCurrent", (void*)sim_ctx_set},
@@ -661,6 +681,7 @@ static const struct {
     {"cuStreamDestroy", (void*)sim_stream_destroy},
     {"cuStreamQuery", (void*)sim_stream_query},
     {"cuStreamIsCapturing", (void*)sim_stream_capturing},
+    {"cuStreamGetId", (void*)sim_stream_id},
     {"cuStreamWaitValue64", (void*)sim_stream_wait64},
     {"cuStreamWriteValue64", (void*)sim_stream_write64},
     {"cuStreamWaitEvent", (void*)sim_stream_wait_event},

@@ -22,6 +22,7 @@ static struct {
   cu_result (*stream_create)(void**, unsigned);
   cu_result (*stream_sync)(void*);
   cu_result (*memcpy_async)(cu_ptr, cu_ptr, size_t, void*);
+  cu_result (*wait64)(void*, cu_ptr, unsigned long long, unsigned);
 } g_cu;
 
 /* This thread's stream for dev_copy: non-blocking, so that a copy never
@@ -49,7 +50,8 @@ static int driver_load(const mp_env* env) {
             resolve(get, "cuCtxSetCurrent", &g_cu.ctx_set) +
             resolve(get, "cuStreamCreate", &g_cu.stream_create) +
             resolve(get, "cuStreamSynchronize", &g_cu.stream_sync) +
-            resolve(get, "cuMemcpyAsync", &g_cu.memcpy_async);
+            resolve(get, "cuMemcpyAsync", &g_cu.memcpy_async) +
+            resolve(get, "cuStreamWaitValue64", &g_cu.wait64);
   if (bad || g_cu.init(0) != 0) {
     mp_fail(env, "%s: missing entry points or cuInit failed", lib);
     return 1;
@@ -148,4 +150,10 @@ void dev_call_release(dev_call* d) {
   if (d->drecv) ncclMemFree(d->drecv);
   d->dsend = d->drecv = NULL;
   cc_release(&d->host);
+}
+
+int dev_wait_flag(const mp_env* env, cudaStream_t s, volatile uint64_t* flag, uint64_t value) {
+  cu_result r = g_cu.wait64((void*)s, (cu_ptr)(uintptr_t)flag, value, 0 /* GEQ */);
+  if (r != 0) mp_fail(env, "cuStreamWaitValue64 returned %d", r);
+  return r != 0;
 }

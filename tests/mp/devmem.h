@@ -23,6 +23,10 @@ int dev_copy(const mp_env* env, void* dst, const void* src, size_t bytes);
 /* Enqueue a copy on a stream. */
 int dev_copy_async(const mp_env* env, void* dst, const void* src, size_t bytes, cudaStream_t s);
 
+/* Enqueue a wait until *flag >= value (flag: host memory the driver can
+ * read; the simulated driver reads any). */
+int dev_wait_flag(const mp_env* env, cudaStream_t s, volatile uint64_t* flag, uint64_t value);
+
 /* A prepared host call moved to device memory: device copies of its send
  * and receive allocations (guards included), and the call pointed at them.
  * dev_call_fetch copies them back into the host call for cc_verify. */

@@ -495,6 +495,48 @@ static void test_graph_capture_refused(void** state) {
   assert_int_equal(mp_launch(2, capture_body, NULL, NULL), 0);
 }
 
+/* A stream that fails before it reaches a queued call (a broken context):
+ * the proxy notices, the comm reports the CUDA error, nothing hangs. The
+ * stream is held before the call by a wait on a host flag, then the
+ * simulated driver is told to report the context broken. */
+static int stream_error_body(const mp_env* env) {
+  ncclComm_t comm;
+  cudaStream_t s;
+  void* d = NULL;
+  static volatile uint64_t hold;
+  int bad = 0;
+  if (dev_open(env, 0) || mp_comm_init(env, &comm) || (s = dev_stream(env)) == NULL) return 1;
+  if (ncclMemAlloc(&d, 1024 * sizeof(float))) return 1;
+  if (env->rank == 0) {
+    bad += dev_wait_flag(env, s, &hold, 1);
+    bad += mp_expect_rc(env, comm, ncclAllReduce(d, d, 1024, ncclFloat32, ncclSum, comm, s),
+                        ncclSuccess, "allreduce queued behind the held stream");
+    setenv("CUDASIM_STREAM_ERROR", "1", 1);
+    ncclResult_t async = ncclSuccess;
+    double end = mp_now() + 2.0; /* the proxy checks every 100 ms; the timeout is 3 s */
+    while (ncclCommGetAsyncError(comm, &async) == ncclSuccess && async == ncclSuccess &&
+           mp_now() < end)
+      mp_sleep_ms(10);
+    if (async != ncclUnhandledCudaError)
+      mp_fail(env, "a failed stream: async error %d, expected ncclUnhandledCudaError", (int)async),
+          bad++;
+    unsetenv("CUDASIM_STREAM_ERROR");
+    hold = 1; /* the stream goes on: its gate is open already */
+    bad += dev_sync(env, s);
+  }
+  __atomic_fetch_add((int*)&env->shm[0], 1, __ATOMIC_SEQ_CST);
+  while (__atomic_load_n((int*)&env->shm[0], __ATOMIC_SEQ_CST) < env->nranks) mp_sleep_ms(1);
+  ncclCommAbort(comm);
+  ncclMemFree(d);
+  return bad;
+}
+
+static void test_stream_error(void** state) {
+  (void)state;
+  if (strstr(getenv("BRAID_CUDA_LIB"), "cudasim") == NULL) skip();
+  assert_int_equal(mp_launch(2, stream_error_body, NULL, NULL), 0);
+}
+
 /* The simulated driver holds the host off device memory, as a GPU does:
  * a rank that reads it dies. */
 static int touch_body(const mp_env* env) {
@@ -535,6 +577,7 @@ int main(void) {
       cmocka_unit_test(test_nonblocking),
       cmocka_unit_test(test_abort),
       cmocka_unit_test(test_graph_capture_refused),
+      cmocka_unit_test(test_stream_error),
       cmocka_unit_test(test_host_cannot_touch),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
