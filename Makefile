@@ -198,7 +198,7 @@ $(TSTDIR)/test_topo: LDLIBS += -lhwloc
 # transport, and the CUDA kernel body under the CPU grid emulation (included
 # as "common/...": tests/ is on their path, the repository root is not, so
 # the name cannot reach the bottom common/).
-UNIT_COMMON := $(filter-out tests/common/cudasim.c,$(wildcard tests/common/*.c))
+UNIT_COMMON := $(filter-out tests/common/cudasim%.c,$(wildcard tests/common/*.c))
 FAKE_TESTS  := $(TSTDIR)/test_schedule $(TSTDIR)/test_executor $(TSTDIR)/test_kern_cuda
 $(FAKE_TESTS): $(TSTDIR)/test_%: tests/unit/test_%.c $(UNIT_COMMON) tests/common/*.h $(STLIB)
 	@mkdir -p $(dir $@)
@@ -208,11 +208,12 @@ $(FAKE_TESTS): $(TSTDIR)/test_%: tests/unit/test_%.c $(UNIT_COMMON) tests/common
 # loads where there is no GPU, and the unit tests of src/cuda, which run on it.
 ifeq ($(HAVE_CUDA),1)
 CUDASIM := $(TSTDIR)/libcudasim.so
-$(CUDASIM): tests/common/cudasim.c tests/common/kern_emulate.c tests/common/*.h \
+$(CUDASIM): tests/common/cudasim.c tests/common/cudasim_mem.c tests/common/kern_emulate.c \
+            tests/common/*.h \
             kernels/cuda/kern_body.h kernels/kern_convert.h
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(TEST_INC) -Itests/common -I$(CUDA_HOME)/include -shared \
-	  tests/common/cudasim.c tests/common/kern_emulate.c -o $@ -pthread
+	  tests/common/cudasim.c tests/common/cudasim_mem.c tests/common/kern_emulate.c -o $@ -pthread
 $(TSTDIR)/test_cuda_%: tests/unit/test_cuda_%.c $(UNIT_COMMON) tests/common/*.h $(STLIB) $(CUDASIM)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(TEST_INC) -I$(CUDA_HOME)/include $(LDFLAGS) $< $(UNIT_COMMON) -o $@ \

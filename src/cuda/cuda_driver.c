@@ -72,6 +72,16 @@ static int resolve(get_proc_fn get_proc, const char* lib) {
       CUDA_SYM(cuMemHostAlloc),
       CUDA_SYM(cuMemFreeHost),
       CUDA_SYM(cuMemHostGetDevicePointer),
+      CUDA_SYM(cuMemGetAllocationGranularity),
+      CUDA_SYM(cuMemCreate),
+      CUDA_SYM(cuMemRelease),
+      CUDA_SYM(cuMemAddressReserve),
+      CUDA_SYM(cuMemAddressFree),
+      CUDA_SYM(cuMemMap),
+      CUDA_SYM(cuMemUnmap),
+      CUDA_SYM(cuMemSetAccess),
+      CUDA_SYM(cuMemRetainAllocationHandle),
+      CUDA_SYM(cuMemGetAddressRange),
   };
   for (size_t i = 0; i < sizeof(syms) / sizeof(syms[0]); i++) {
     CUdriverProcAddressQueryResult status;

@@ -53,6 +53,20 @@ struct cuda_api {
   CUresult (*cuMemHostAlloc)(void**, size_t, unsigned int);
   CUresult (*cuMemFreeHost)(void*);
   CUresult (*cuMemHostGetDevicePointer)(CUdeviceptr*, void*, unsigned int);
+  /* cuMem (virtual memory management): ncclMemAlloc's shareable memory */
+  CUresult (*cuMemGetAllocationGranularity)(size_t*, const CUmemAllocationProp*,
+                                            CUmemAllocationGranularity_flags);
+  CUresult (*cuMemCreate)(CUmemGenericAllocationHandle*, size_t, const CUmemAllocationProp*,
+                          unsigned long long);
+  CUresult (*cuMemRelease)(CUmemGenericAllocationHandle);
+  CUresult (*cuMemAddressReserve)(CUdeviceptr*, size_t, size_t, CUdeviceptr, unsigned long long);
+  CUresult (*cuMemAddressFree)(CUdeviceptr, size_t);
+  CUresult (*cuMemMap)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle,
+                       unsigned long long);
+  CUresult (*cuMemUnmap)(CUdeviceptr, size_t);
+  CUresult (*cuMemSetAccess)(CUdeviceptr, size_t, const CUmemAccessDesc*, size_t);
+  CUresult (*cuMemRetainAllocationHandle)(CUmemGenericAllocationHandle*, void*);
+  CUresult (*cuMemGetAddressRange)(CUdeviceptr*, size_t*, CUdeviceptr);
 };
 
 /* The driver's table, loaded and initialized once per process; NULL (with

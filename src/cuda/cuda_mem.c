@@ -5,6 +5,7 @@
 #include "cuda_mem.h"
 
 #include "cuda_driver.h"
+#include "cuda_vmm.h"
 
 enum mem_kind cuda_mem_kind(const void* ptr) {
   const struct cuda_api* cu = cuda_driver();
@@ -66,13 +67,27 @@ fail:
   return res;
 }
 
+/* The device of the current context (one is made current if needed). */
+static ncclResult_t current_device(const struct cuda_api* cu, CUdevice* dev) {
+  ncclResult_t res = ncclSuccess;
+  CHECK(ensure_any_context(cu));
+  CHECK(cuda_check(cu->cuCtxGetDevice(dev), "cuCtxGetDevice"));
+fail:
+  return res;
+}
+
 ncclResult_t cuda_mem_alloc(void** ptr, size_t size) {
   ncclResult_t res = ncclSuccess;
   const struct cuda_api* cu = cuda_driver();
+  CUdevice dev;
   CUdeviceptr p = 0;
   *ptr = NULL;
   if (cu == NULL) return ncclSuccess;
-  CHECK(ensure_any_context(cu));
+  CHECK(current_device(cu, &dev));
+  if (cuda_vmm_usable(cu, dev) && cuda_vmm_alloc(cu, dev, size, ptr) == ncclSuccess)
+    return ncclSuccess;
+  /* no cuMem with POSIX-fd handles (or it failed, said above): memory CUDA
+   * IPC can still share through legacy handles */
   CHECK(cuda_check(cu->cuMemAlloc(&p, size), "cuMemAlloc"));
   *ptr = (void*)(uintptr_t)p;
 fail:
@@ -83,7 +98,8 @@ ncclResult_t cuda_mem_free(void* ptr) {
   ncclResult_t res = ncclSuccess;
   const struct cuda_api* cu = cuda_driver();
   CHECK(ensure_context(cu, ptr));
-  CHECK(cuda_check(cu->cuMemFree((CUdeviceptr)(uintptr_t)ptr), "cuMemFree"));
+  if (!cuda_vmm_free(cu, ptr))
+    CHECK(cuda_check(cu->cuMemFree((CUdeviceptr)(uintptr_t)ptr), "cuMemFree"));
 fail:
   return res;
 }

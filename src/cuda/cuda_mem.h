@@ -17,8 +17,9 @@ enum mem_kind cuda_mem_kind(const void* ptr);
  * taken when the thread has none). */
 ncclResult_t cuda_mem_copy(void* dst, const void* src, size_t bytes, const void* device);
 
-/* ncclMemAlloc's device memory: cuMemAlloc on the current context's device
- * (the caller's, as cudaMalloc), else device 0's primary context.
+/* ncclMemAlloc's device memory, on the current context's device (the
+ * caller's, as cudaMalloc), else device 0's: cuMem exportable as a POSIX fd
+ * where the device has it (cuda_vmm.h), else cuMemAlloc.
  * ncclSuccess with *ptr NULL when there is no driver (host memory then). */
 ncclResult_t cuda_mem_alloc(void** ptr, size_t size);
 /* Free what cuda_mem_alloc gave. */

@@ -10,6 +10,8 @@
  *    without access at the device address, and again where the simulated
  *    GPU reads and writes it; shared, so forked ranks keep it), known to
  *    cuPointerGetAttribute as device memory, not zeroed;
+ *  - cuMem: physical allocations (memfds) mapped at reserved ranges in the
+ *    same two views, 2 MiB granularity as on the H200;
  *  - copies (memmove between the GPU's views: unified addressing);
  *  - modules: any image loads, and its function "braid_reduce_copy" runs the
  *    CPU grid emulation of kernels/cuda/kern_body.h (tests/common);
@@ -35,28 +37,18 @@
 #include <unistd.h>
 #include <time.h>
 
+#include "cudasim.h"
 #include "kern_emulate.h"
 
 #define SIM_EXPORT __attribute__((visibility("default")))
 #define SIM_SMS 4
-#define SIM_MAX_ALLOCS 4096
-
-static struct {
-  pthread_mutex_t lock;
-  int nallocs;
-  struct {
-    uintptr_t base;   /* the device address: mapped, but no host access */
-    uintptr_t shadow; /* the same pages, read and written by the "GPU" */
-    size_t size;
-  } allocs[SIM_MAX_ALLOCS];
-} g_mem = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 /* Legacy-stream operations (cuMemcpy) under way: numbered when they start
  * and when they end, so work queued meanwhile on a blocking stream waits. */
 static _Atomic uint64_t g_legacy_started, g_legacy_ended;
 
-static __thread CUcontext t_ctx;
-static int g_ndev = 1;
+__thread CUcontext t_ctx;
+int g_ndev = 1;
 
 /* Contexts and functions are small tagged integers, never dereferenced. */
 #define SIM_CTX(dev) ((CUcontext)(uintptr_t)(0x1000 + (dev)))
@@ -117,6 +109,8 @@ static CUresult sim_device_attribute(int* v, CUdevice_attribute a, CUdevice d) {
       *v = SIM_SMS;
       break;
     case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING:
+    case CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED:
+    case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED:
     case CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS:
     case CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY:
       *v = 1;
@@ -168,94 +162,6 @@ static CUresult sim_ctx_device_v2(CUdevice* d, CUcontext c) {
 
 static CUresult sim_ctx_set(CUcontext c) {
   t_ctx = c;
-  return CUDA_SUCCESS;
-}
-
-/* The allocation holding p, or -1. */
-static int alloc_of(uintptr_t p) {
-  for (int i = 0; i < g_mem.nallocs; i++)
-    if (p >= g_mem.allocs[i].base && p - g_mem.allocs[i].base < g_mem.allocs[i].size) return i;
-  return -1;
-}
-
-/* Device memory is a memfd mapped twice: at the device address with no
- * access, so a host thread that touches it faults as it would on a GPU
- * (every access must go through copies, launches or memory operations),
- * and at a shadow address where the simulated GPU works. Both mappings
- * are shared, so forked ranks keep them. */
-static CUresult sim_mem_alloc(CUdeviceptr* p, size_t bytes) {
-  if (t_ctx == NULL) return CUDA_ERROR_INVALID_CONTEXT; /* as the real driver */
-  if (bytes == 0) return CUDA_ERROR_INVALID_VALUE;
-  int fd = memfd_create("cudasim", MFD_CLOEXEC);
-  if (fd < 0) return CUDA_ERROR_OUT_OF_MEMORY;
-  void* dev = MAP_FAILED;
-  void* shadow = MAP_FAILED;
-  if (ftruncate(fd, (off_t)bytes) == 0) {
-    dev = mmap(NULL, bytes, PROT_NONE, MAP_SHARED, fd, 0);
-    shadow = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  }
-  close(fd);
-  pthread_mutex_lock(&g_mem.lock);
-  int ok = dev != MAP_FAILED && shadow != MAP_FAILED && g_mem.nallocs < SIM_MAX_ALLOCS;
-  if (ok) {
-    g_mem.allocs[g_mem.nallocs].base = (uintptr_t)dev;
-    g_mem.allocs[g_mem.nallocs].shadow = (uintptr_t)shadow;
-    g_mem.allocs[g_mem.nallocs++].size = bytes;
-  }
-  pthread_mutex_unlock(&g_mem.lock);
-  if (!ok) {
-    if (dev != MAP_FAILED) munmap(dev, bytes);
-    if (shadow != MAP_FAILED) munmap(shadow, bytes);
-    return CUDA_ERROR_OUT_OF_MEMORY;
-  }
-  memset(shadow, 0xa5, bytes); /* as cudaMalloc'ed memory, not zeroed */
-  *p = (CUdeviceptr)(uintptr_t)dev;
-  return CUDA_SUCCESS;
-}
-
-static CUresult sim_mem_free(CUdeviceptr p) {
-  if (t_ctx == NULL) return CUDA_ERROR_INVALID_CONTEXT;
-  pthread_mutex_lock(&g_mem.lock);
-  int i = alloc_of((uintptr_t)p);
-  int exact = i >= 0 && g_mem.allocs[i].base == (uintptr_t)p;
-  size_t size = exact ? g_mem.allocs[i].size : 0;
-  uintptr_t shadow = exact ? g_mem.allocs[i].shadow : 0;
-  if (exact) g_mem.allocs[i] = g_mem.allocs[--g_mem.nallocs];
-  pthread_mutex_unlock(&g_mem.lock);
-  if (!exact) return CUDA_ERROR_INVALID_VALUE;
-  munmap((void*)(uintptr_t)p, size);
-  munmap((void*)shadow, size);
-  return CUDA_SUCCESS;
-}
-
-/* Where the simulated GPU reaches address p: device memory at its shadow,
- * anything else (pinned or plain host memory) where it is. */
-static void* gpu_addr(uintptr_t p) {
-  pthread_mutex_lock(&g_mem.lock);
-  int i = alloc_of(p);
-  uintptr_t at = i >= 0 ? g_mem.allocs[i].shadow + (p - g_mem.allocs[i].base) : p;
-  pthread_mutex_unlock(&g_mem.lock);
-  return (void*)at;
-}
-
-static CUresult sim_pointer_attribute(void* out, CUpointer_attribute a, CUdeviceptr p) {
-  pthread_mutex_lock(&g_mem.lock);
-  int i = alloc_of((uintptr_t)p);
-  pthread_mutex_unlock(&g_mem.lock);
-  if (i < 0) return CUDA_ERROR_INVALID_VALUE; /* memory the driver does not know */
-  switch (a) {
-    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
-      *(unsigned int*)out = CU_MEMORYTYPE_DEVICE;
-      break;
-    case CU_POINTER_ATTRIBUTE_IS_MANAGED:
-      *(unsigned int*)out = 0;
-      break;
-    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: /* all memory is device 0's */
-      *(int*)out = 0;
-      break;
-    default:
-      return CUDA_ERROR_INVALID_VALUE;
-  }
   return CUDA_SUCCESS;
 }
 
@@ -581,26 +487,6 @@ static CUresult sim_memcpy_async(CUdeviceptr dst, CUdeviceptr src, size_t bytes,
   return stream_push(s, &op);
 }
 
-/* Pinned host memory: the host's own, its device pointer the same address. */
-static CUresult sim_host_alloc(void** p, size_t bytes, unsigned flags) {
-  (void)flags;
-  if (t_ctx == NULL) return CUDA_ERROR_INVALID_CONTEXT;
-  *p = malloc(bytes ? bytes : 1);
-  if (*p) memset(*p, 0xa5, bytes); /* not zeroed, as the driver's */
-  return *p ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
-}
-
-static CUresult sim_host_free(void* p) {
-  free(p);
-  return CUDA_SUCCESS;
-}
-
-static CUresult sim_host_device_pointer(CUdeviceptr* d, void* p, unsigned flags) {
-  (void)flags;
-  *d = (CUdeviceptr)(uintptr_t)p;
-  return CUDA_SUCCESS;
-}
-
 static CUresult sim_module_load(CUmodule* m, const void* image) {
   if (t_ctx == NULL) return CUDA_ERROR_INVALID_CONTEXT;
   if (image == NULL) return CUDA_ERROR_INVALID_VALUE;
@@ -694,6 +580,16 @@ static const struct {
     {"cuMemHostAlloc", (void*)sim_host_alloc},
     {"cuMemFreeHost", (void*)sim_host_free},
     {"cuMemHostGetDevicePointer", (void*)sim_host_device_pointer},
+    {"cuMemGetAllocationGranularity", (void*)sim_vmm_granularity},
+    {"cuMemCreate", (void*)sim_vmm_create},
+    {"cuMemRelease", (void*)sim_vmm_release},
+    {"cuMemAddressReserve", (void*)sim_vmm_reserve},
+    {"cuMemAddressFree", (void*)sim_vmm_address_free},
+    {"cuMemMap", (void*)sim_vmm_map},
+    {"cuMemUnmap", (void*)sim_vmm_unmap},
+    {"cuMemSetAccess", (void*)sim_vmm_set_access},
+    {"cuMemRetainAllocationHandle", (void*)sim_vmm_retain},
+    {"cuMemGetAddressRange", (void*)sim_address_range},
 };
 
 SIM_EXPORT CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int version,

@@ -25,6 +25,7 @@
 #include "cuda/cuda_kernels.h"
 #include "kernels.h"
 #include "mem.h"
+#include "nccl.h"
 #include "param.h"
 
 static const struct cuda_api* g_cu;
@@ -78,6 +79,32 @@ static void test_driver_and_kinds(void** state) {
 
 /* The library's launch path (module per context, grid from the SM count)
  * against kern_task_run, for a few types and shapes. */
+/* ncclMemAlloc: cuMem memory (its handle retrievable, as CUDA IPC will
+ * export it), a whole granule, device memory to mem_query, copies both
+ * ways, and freed by ncclMemFree (cuMemFree refuses it, as the driver). */
+static void test_mem_alloc_vmm(void** state) {
+  (void)state;
+  void* p = NULL;
+  char in[5000], out[5000];
+  CUmemGenericAllocationHandle h;
+  CUdeviceptr base = 0;
+  size_t size = 0;
+  assert_int_equal(ncclMemAlloc(&p, sizeof(in)), ncclSuccess);
+  assert_int_equal(mem_query(p), MEM_DEVICE);
+  assert_int_equal(g_cu->cuMemRetainAllocationHandle(&h, p), CUDA_SUCCESS);
+  assert_int_equal(g_cu->cuMemRelease(h), CUDA_SUCCESS);
+  assert_int_equal(g_cu->cuMemGetAddressRange(&base, &size, (CUdeviceptr)(uintptr_t)p),
+                   CUDA_SUCCESS);
+  assert_true(base == (CUdeviceptr)(uintptr_t)p && size >= sizeof(in));
+  for (size_t i = 0; i < sizeof(in); i++) in[i] = (char)(i * 7);
+  assert_int_equal(mem_copy(p, in, sizeof(in)), ncclSuccess);
+  assert_int_equal(mem_copy(out, p, sizeof(out)), ncclSuccess);
+  assert_memory_equal(in, out, sizeof(in));
+  assert_int_not_equal(g_cu->cuMemFree((CUdeviceptr)(uintptr_t)p), CUDA_SUCCESS);
+  assert_int_equal(ncclMemFree(p), ncclSuccess);
+  assert_int_equal(mem_query(p), MEM_HOST); /* unmapped: unknown to the driver again */
+}
+
 static void test_kernel_launch(void** state) {
   (void)state;
   static const ncclDataType_t types[] = {ncclFloat32, ncclBfloat16, ncclInt64, ncclFloat8e4m3};
@@ -192,6 +219,7 @@ int main(int argc, char** argv) {
   g_cu = cuda_driver();
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_driver_and_kinds),
+      cmocka_unit_test(test_mem_alloc_vmm),
       cmocka_unit_test(test_kernel_launch),
       cmocka_unit_test(test_stream_ordering),
   };

@@ -1,0 +1,82 @@
+/*
+ * cuMem allocations for ncclMemAlloc (cuda_vmm.h). The handle is released
+ * once mapped (the mapping keeps the memory); freeing finds the range from
+ * the pointer, so nothing is kept on the side.
+ */
+#include "cuda_vmm.h"
+
+#include <string.h>
+
+#include "core.h"
+
+int cuda_vmm_usable(const struct cuda_api* cu, CUdevice dev) {
+  int vmm = 0, fd = 0;
+  cu->cuDeviceGetAttribute(&vmm, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, dev);
+  cu->cuDeviceGetAttribute(&fd, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED,
+                           dev);
+  return vmm && fd;
+}
+
+static CUmemAllocationProp vmm_prop(CUdevice dev) {
+  CUmemAllocationProp prop;
+  memset(&prop, 0, sizeof(prop));
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = dev;
+  prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  return prop;
+}
+
+/* Map h at a new range of `size` bytes, readable and writable by dev. */
+static ncclResult_t vmm_map(const struct cuda_api* cu, CUdevice dev, CUmemGenericAllocationHandle h,
+                            size_t size, size_t align, CUdeviceptr* out) {
+  ncclResult_t res = ncclSuccess;
+  CUdeviceptr p = 0;
+  int mapped = 0;
+  CUmemAccessDesc access;
+  memset(&access, 0, sizeof(access));
+  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  access.location.id = dev;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  CHECK(cuda_check(cu->cuMemAddressReserve(&p, size, align, 0, 0), "cuMemAddressReserve"));
+  CHECK(cuda_check(cu->cuMemMap(p, size, 0, h, 0), "cuMemMap"));
+  mapped = 1;
+  CHECK(cuda_check(cu->cuMemSetAccess(p, size, &access, 1), "cuMemSetAccess"));
+  *out = p;
+  return ncclSuccess;
+fail:
+  if (mapped) cu->cuMemUnmap(p, size);
+  if (p) cu->cuMemAddressFree(p, size);
+  return res;
+}
+
+ncclResult_t cuda_vmm_alloc(const struct cuda_api* cu, CUdevice dev, size_t size, void** ptr) {
+  ncclResult_t res = ncclSuccess;
+  CUmemAllocationProp prop = vmm_prop(dev);
+  CUmemGenericAllocationHandle h = 0;
+  CUdeviceptr p = 0;
+  size_t gran = 0;
+  CHECK(cuda_check(
+      cu->cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED),
+      "cuMemGetAllocationGranularity"));
+  size = ALIGN_UP(size, gran ? gran : 1);
+  CHECK(cuda_check(cu->cuMemCreate(&h, size, &prop, 0), "cuMemCreate"));
+  res = vmm_map(cu, dev, h, size, gran, &p);
+  cu->cuMemRelease(h); /* the mapping holds the memory from here on */
+  if (res != ncclSuccess) goto fail;
+  *ptr = (void*)(uintptr_t)p;
+fail:
+  return res;
+}
+
+int cuda_vmm_free(const struct cuda_api* cu, void* ptr) {
+  CUmemGenericAllocationHandle h;
+  CUdeviceptr base = 0;
+  size_t size = 0;
+  if (cu->cuMemRetainAllocationHandle(&h, ptr) != CUDA_SUCCESS) return 0; /* cuMemAlloc'ed */
+  cu->cuMemRelease(h);
+  if (cu->cuMemGetAddressRange(&base, &size, (CUdeviceptr)(uintptr_t)ptr) != CUDA_SUCCESS) return 0;
+  cuda_check(cu->cuMemUnmap(base, size), "cuMemUnmap");
+  cuda_check(cu->cuMemAddressFree(base, size), "cuMemAddressFree");
+  return 1;
+}

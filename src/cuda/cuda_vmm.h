@@ -1,0 +1,26 @@
+/*
+ * ncclMemAlloc's device memory through cuMem (the driver's virtual memory
+ * management): a physical allocation that can be exported as a POSIX file
+ * descriptor, mapped at a reserved range with read/write access for its
+ * device, so that CUDA IPC can share it with another process (the
+ * facts in docs/gpu-validation.md: it opens there over SCM_RIGHTS).
+ */
+#ifndef BRAID_CUDA_VMM_H_
+#define BRAID_CUDA_VMM_H_
+
+#include <cuda.h>
+
+#include "cuda_driver.h"
+
+/* Whether `dev` gives cuMem allocations with POSIX-fd handles. */
+int cuda_vmm_usable(const struct cuda_api* cu, CUdevice dev);
+
+/* `size` bytes (rounded up to the allocation granularity) on `dev`, in the
+ * current context. */
+ncclResult_t cuda_vmm_alloc(const struct cuda_api* cu, CUdevice dev, size_t size, void** ptr);
+
+/* 1 and freed when ptr is the start of a cuMem allocation, 0 (nothing done)
+ * when it is not one. */
+int cuda_vmm_free(const struct cuda_api* cu, void* ptr);
+
+#endif /* BRAID_CUDA_VMM_H_ */

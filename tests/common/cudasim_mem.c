@@ -1,0 +1,284 @@
+/*
+ * The simulated driver's memory (cudasim.h): device memory the host cannot
+ * touch (cuMemAlloc, and cuMem's physical allocations mapped at reserved
+ * ranges), where the simulated GPU reaches it, pointer attributes, and
+ * pinned host memory.
+ */
+#include <cuda.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "cudasim.h"
+
+#define SIM_MAX_ALLOCS 4096
+
+/* A cuMem physical allocation: a memfd, alive while a handle or a mapping
+ * holds it (cuMemRelease drops a handle, cuMemUnmap a mapping). */
+struct sim_vmm {
+  int fd;
+  size_t size;
+  int refs;
+};
+
+static struct {
+  pthread_mutex_t lock;
+  int nallocs;
+  struct {
+    uintptr_t base;   /* the device address: mapped, but no host access */
+    uintptr_t shadow; /* the same pages, read and written by the "GPU" */
+    size_t size;
+    struct sim_vmm* vmm; /* cuMemMap'ed: its physical allocation; NULL: cuMemAlloc'ed */
+  } allocs[SIM_MAX_ALLOCS];
+} g_mem = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+/* The allocation holding p, or -1. */
+static int alloc_of(uintptr_t p) {
+  for (int i = 0; i < g_mem.nallocs; i++)
+    if (p >= g_mem.allocs[i].base && p - g_mem.allocs[i].base < g_mem.allocs[i].size) return i;
+  return -1;
+}
+
+/* Device memory is a memfd mapped twice: at the device address with no
+ * access, so a host thread that touches it faults as it would on a GPU
+ * (every access must go through copies, launches or memory operations),
+ * and at a shadow address where the simulated GPU works. Both mappings
+ * are shared, so forked ranks keep them. */
+CUresult sim_mem_alloc(CUdeviceptr* p, size_t bytes) {
+  if (t_ctx == NULL) return CUDA_ERROR_INVALID_CONTEXT; /* as the real driver */
+  if (bytes == 0) return CUDA_ERROR_INVALID_VALUE;
+  int fd = memfd_create("cudasim", MFD_CLOEXEC);
+  if (fd < 0) return CUDA_ERROR_OUT_OF_MEMORY;
+  void* dev = MAP_FAILED;
+  void* shadow = MAP_FAILED;
+  if (ftruncate(fd, (off_t)bytes) == 0) {
+    dev = mmap(NULL, bytes, PROT_NONE, MAP_SHARED, fd, 0);
+    shadow = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  }
+  close(fd);
+  pthread_mutex_lock(&g_mem.lock);
+  int ok = dev != MAP_FAILED && shadow != MAP_FAILED && g_mem.nallocs < SIM_MAX_ALLOCS;
+  if (ok) {
+    g_mem.allocs[g_mem.nallocs].base = (uintptr_t)dev;
+    g_mem.allocs[g_mem.nallocs].shadow = (uintptr_t)shadow;
+    g_mem.allocs[g_mem.nallocs++].size = bytes;
+  }
+  pthread_mutex_unlock(&g_mem.lock);
+  if (!ok) {
+    if (dev != MAP_FAILED) munmap(dev, bytes);
+    if (shadow != MAP_FAILED) munmap(shadow, bytes);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  memset(shadow, 0xa5, bytes); /* as cudaMalloc'ed memory, not zeroed */
+  *p = (CUdeviceptr)(uintptr_t)dev;
+  return CUDA_SUCCESS;
+}
+
+CUresult sim_mem_free(CUdeviceptr p) {
+  if (t_ctx == NULL) return CUDA_ERROR_INVALID_CONTEXT;
+  pthread_mutex_lock(&g_mem.lock);
+  int i = alloc_of((uintptr_t)p);
+  int exact = i >= 0 && g_mem.allocs[i].base == (uintptr_t)p && g_mem.allocs[i].vmm == NULL;
+  size_t size = exact ? g_mem.allocs[i].size : 0;
+  uintptr_t shadow = exact ? g_mem.allocs[i].shadow : 0;
+  if (exact) g_mem.allocs[i] = g_mem.allocs[--g_mem.nallocs];
+  pthread_mutex_unlock(&g_mem.lock);
+  if (!exact) return CUDA_ERROR_INVALID_VALUE;
+  munmap((void*)(uintptr_t)p, size);
+  munmap((void*)shadow, size);
+  return CUDA_SUCCESS;
+}
+
+/* ---- cuMem: physical allocations mapped at reserved ranges ---- */
+
+#define SIM_VMM_GRANULARITY ((size_t)2 << 20) /* the H200's, minimum and recommended */
+
+static void vmm_unref(struct sim_vmm* v) {
+  pthread_mutex_lock(&g_mem.lock);
+  int last = --v->refs == 0;
+  pthread_mutex_unlock(&g_mem.lock);
+  if (last) {
+    close(v->fd);
+    free(v);
+  }
+}
+
+CUresult sim_vmm_granularity(size_t* g, const CUmemAllocationProp* prop,
+                             CUmemAllocationGranularity_flags flags) {
+  (void)prop, (void)flags;
+  *g = SIM_VMM_GRANULARITY;
+  return CUDA_SUCCESS;
+}
+
+CUresult sim_vmm_create(CUmemGenericAllocationHandle* h, size_t size,
+                        const CUmemAllocationProp* prop, unsigned long long flags) {
+  (void)flags;
+  if (t_ctx == NULL) return CUDA_ERROR_INVALID_CONTEXT;
+  if (size == 0 || size % SIM_VMM_GRANULARITY || prop->type != CU_MEM_ALLOCATION_TYPE_PINNED ||
+      prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE || prop->location.id >= g_ndev)
+    return CUDA_ERROR_INVALID_VALUE;
+  struct sim_vmm* v = calloc(1, sizeof(*v));
+  int fd = memfd_create("cudasim-vmm", MFD_CLOEXEC);
+  if (v == NULL || fd < 0 || ftruncate(fd, (off_t)size) != 0) {
+    if (fd >= 0) close(fd);
+    free(v);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  *v = (struct sim_vmm){fd, size, 1};
+  *h = (CUmemGenericAllocationHandle)(uintptr_t)v;
+  return CUDA_SUCCESS;
+}
+
+CUresult sim_vmm_release(CUmemGenericAllocationHandle h) {
+  if (h == 0) return CUDA_ERROR_INVALID_VALUE;
+  vmm_unref((struct sim_vmm*)(uintptr_t)h);
+  return CUDA_SUCCESS;
+}
+
+CUresult sim_vmm_reserve(CUdeviceptr* p, size_t size, size_t align, CUdeviceptr addr,
+                         unsigned long long flags) {
+  (void)addr, (void)flags;
+  if (align == 0) align = SIM_VMM_GRANULARITY;
+  void* m = mmap(NULL, size + align, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (m == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
+  uintptr_t at = ((uintptr_t)m + align - 1) / align * align;
+  if (at > (uintptr_t)m) munmap(m, at - (uintptr_t)m); /* keep only the aligned part */
+  munmap((void*)(at + size), (uintptr_t)m + size + align - (at + size));
+  *p = (CUdeviceptr)at;
+  return CUDA_SUCCESS;
+}
+
+CUresult sim_vmm_address_free(CUdeviceptr p, size_t size) {
+  return munmap((void*)(uintptr_t)p, size) == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+/* The device view at p (no host access, as for cuMemAlloc), and a shadow. */
+CUresult sim_vmm_map(CUdeviceptr p, size_t size, size_t offset, CUmemGenericAllocationHandle h,
+                     unsigned long long flags) {
+  struct sim_vmm* v = (struct sim_vmm*)(uintptr_t)h;
+  (void)flags;
+  if (v == NULL || offset + size > v->size) return CUDA_ERROR_INVALID_VALUE;
+  void* dev =
+      mmap((void*)(uintptr_t)p, size, PROT_NONE, MAP_SHARED | MAP_FIXED, v->fd, (off_t)offset);
+  void* shadow = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, v->fd, (off_t)offset);
+  if (dev == MAP_FAILED || shadow == MAP_FAILED) {
+    if (shadow != MAP_FAILED) munmap(shadow, size);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  pthread_mutex_lock(&g_mem.lock);
+  int ok = g_mem.nallocs < SIM_MAX_ALLOCS;
+  if (ok) {
+    g_mem.allocs[g_mem.nallocs].base = (uintptr_t)p;
+    g_mem.allocs[g_mem.nallocs].shadow = (uintptr_t)shadow;
+    g_mem.allocs[g_mem.nallocs].size = size;
+    g_mem.allocs[g_mem.nallocs++].vmm = v;
+    v->refs++;
+  }
+  pthread_mutex_unlock(&g_mem.lock);
+  if (!ok) munmap(shadow, size);
+  return ok ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+CUresult sim_vmm_set_access(CUdeviceptr p, size_t size, const CUmemAccessDesc* desc, size_t count) {
+  (void)size;
+  pthread_mutex_lock(&g_mem.lock);
+  int i = alloc_of((uintptr_t)p);
+  int mapped = i >= 0 && g_mem.allocs[i].vmm != NULL;
+  pthread_mutex_unlock(&g_mem.lock);
+  return mapped && count >= 1 && desc[0].flags == CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+             ? CUDA_SUCCESS
+             : CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult sim_vmm_unmap(CUdeviceptr p, size_t size) {
+  pthread_mutex_lock(&g_mem.lock);
+  int i = alloc_of((uintptr_t)p);
+  int exact = i >= 0 && g_mem.allocs[i].vmm && g_mem.allocs[i].base == (uintptr_t)p &&
+              g_mem.allocs[i].size == size;
+  struct sim_vmm* v = exact ? g_mem.allocs[i].vmm : NULL;
+  uintptr_t shadow = exact ? g_mem.allocs[i].shadow : 0;
+  if (exact) g_mem.allocs[i] = g_mem.allocs[--g_mem.nallocs];
+  pthread_mutex_unlock(&g_mem.lock);
+  if (!exact) return CUDA_ERROR_INVALID_VALUE;
+  munmap((void*)shadow, size);
+  /* the range stays reserved, without memory, until cuMemAddressFree */
+  mmap((void*)(uintptr_t)p, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+  vmm_unref(v);
+  return CUDA_SUCCESS;
+}
+
+CUresult sim_vmm_retain(CUmemGenericAllocationHandle* h, void* p) {
+  pthread_mutex_lock(&g_mem.lock);
+  int i = alloc_of((uintptr_t)p);
+  struct sim_vmm* v = i >= 0 ? g_mem.allocs[i].vmm : NULL;
+  if (v) v->refs++;
+  pthread_mutex_unlock(&g_mem.lock);
+  if (v == NULL) return CUDA_ERROR_INVALID_VALUE;
+  *h = (CUmemGenericAllocationHandle)(uintptr_t)v;
+  return CUDA_SUCCESS;
+}
+
+CUresult sim_address_range(CUdeviceptr* base, size_t* size, CUdeviceptr p) {
+  pthread_mutex_lock(&g_mem.lock);
+  int i = alloc_of((uintptr_t)p);
+  if (i >= 0) {
+    if (base) *base = (CUdeviceptr)g_mem.allocs[i].base;
+    if (size) *size = g_mem.allocs[i].size;
+  }
+  pthread_mutex_unlock(&g_mem.lock);
+  return i >= 0 ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
+}
+
+/* Where the simulated GPU reaches address p: device memory at its shadow,
+ * anything else (pinned or plain host memory) where it is. */
+void* gpu_addr(uintptr_t p) {
+  pthread_mutex_lock(&g_mem.lock);
+  int i = alloc_of(p);
+  uintptr_t at = i >= 0 ? g_mem.allocs[i].shadow + (p - g_mem.allocs[i].base) : p;
+  pthread_mutex_unlock(&g_mem.lock);
+  return (void*)at;
+}
+
+CUresult sim_pointer_attribute(void* out, CUpointer_attribute a, CUdeviceptr p) {
+  pthread_mutex_lock(&g_mem.lock);
+  int i = alloc_of((uintptr_t)p);
+  pthread_mutex_unlock(&g_mem.lock);
+  if (i < 0) return CUDA_ERROR_INVALID_VALUE; /* memory the driver does not know */
+  switch (a) {
+    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
+      *(unsigned int*)out = CU_MEMORYTYPE_DEVICE;
+      break;
+    case CU_POINTER_ATTRIBUTE_IS_MANAGED:
+      *(unsigned int*)out = 0;
+      break;
+    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: /* all memory is device 0's */
+      *(int*)out = 0;
+      break;
+    default:
+      return CUDA_ERROR_INVALID_VALUE;
+  }
+  return CUDA_SUCCESS;
+}
+
+/* Pinned host memory: the host's own, its device pointer the same address. */
+CUresult sim_host_alloc(void** p, size_t bytes, unsigned flags) {
+  (void)flags;
+  if (t_ctx == NULL) return CUDA_ERROR_INVALID_CONTEXT;
+  *p = malloc(bytes ? bytes : 1);
+  if (*p) memset(*p, 0xa5, bytes); /* not zeroed, as the driver's */
+  return *p ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+CUresult sim_host_free(void* p) {
+  free(p);
+  return CUDA_SUCCESS;
+}
+
+CUresult sim_host_device_pointer(CUdeviceptr* d, void* p, unsigned flags) {
+  (void)flags;
+  *d = (CUdeviceptr)(uintptr_t)p;
+  return CUDA_SUCCESS;
+}
