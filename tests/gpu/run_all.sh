@@ -13,6 +13,10 @@
 # PARTS picks what runs (default all): tests torch perf nccl kernel.
 set -u
 cd "$(dirname "$0")/../.."
+if ! nvidia-smi -L >/dev/null 2>&1; then
+  echo "tests/gpu/run_all.sh: no GPU visible (nvidia-smi -L failed): skipped"
+  exit 0
+fi
 C=${CARRY:-gpu_carry}
 OUT=${OUT:-/tmp/gpu-run}
 mkdir -p "$OUT"
