@@ -139,3 +139,18 @@ ncclResult_t cuda_check(CUresult r, const char* what) {
   WARN("Cuda failure %d '%s' in %s", (int)r, name, what);
   return ncclUnhandledCudaError;
 }
+
+ncclResult_t cuda_flags_alloc(const struct cuda_api* cu, size_t bytes, const char* what,
+                              void** host, CUdeviceptr* dev) {
+  ncclResult_t res = ncclSuccess;
+  void* mem = NULL;
+  CHECK(cuda_check(
+      cu->cuMemHostAlloc(&mem, bytes, CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP), what));
+  memset(mem, 0, bytes); /* the driver does not zero it */
+  CHECK(cuda_check(cu->cuMemHostGetDevicePointer(dev, mem, 0), "cuMemHostGetDevicePointer"));
+  *host = mem;
+  return ncclSuccess;
+fail:
+  if (mem) cu->cuMemFreeHost(mem);
+  return res;
+}

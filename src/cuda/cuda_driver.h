@@ -76,4 +76,9 @@ const struct cuda_api* cuda_driver(void);
 /* A driver call's result as an NCCL result, with a WARN naming the call. */
 ncclResult_t cuda_check(CUresult r, const char* what);
 
+/* Zeroed pinned host memory the GPU can address (stream flags): its host
+ * address in *host, the device's in *dev; freed with cuMemFreeHost. */
+ncclResult_t cuda_flags_alloc(const struct cuda_api* cu, size_t bytes, const char* what,
+                              void** host, CUdeviceptr* dev);
+
 #endif /* BRAID_CUDA_DRIVER_H_ */

@@ -45,19 +45,15 @@ static ncclResult_t chunk_add(struct cuda_gates* g, const struct cuda_api* cu) {
   ncclResult_t res = ncclSuccess;
   struct cuda_gate_chunk* c = NULL;
   void* mem = NULL;
-  size_t bytes = GATE_SLOTS * sizeof(struct gate_slot);
   CHECK(braid_calloc(&c, 1, sizeof(*c)));
-  CHECK(cuda_check(
-      cu->cuMemHostAlloc(&mem, bytes, CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP),
-      "cuMemHostAlloc(stream gates)"));
-  memset(mem, 0, bytes); /* every slot free: done == issued == 0 */
+  /* zeroed: every slot free, done == ready == issued == 0 */
+  CHECK(cuda_flags_alloc(cu, GATE_SLOTS * sizeof(struct gate_slot), "cuMemHostAlloc(stream gates)",
+                         &mem, &c->dev));
   c->slots = mem;
-  CHECK(cuda_check(cu->cuMemHostGetDevicePointer(&c->dev, mem, 0), "cuMemHostGetDevicePointer"));
   c->next = g->chunks;
   g->chunks = c;
   return ncclSuccess;
 fail:
-  if (mem) cu->cuMemFreeHost(mem);
   free(c);
   return res;
 }

@@ -4,6 +4,7 @@
  */
 #include "cuda_mem.h"
 
+
 #include "cuda_driver.h"
 #include "cuda_vmm.h"
 

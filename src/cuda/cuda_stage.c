@@ -96,18 +96,12 @@ static ncclResult_t mirror_new(CUstream stream, const struct cuda_api* cu,
   struct cuda_mirror* m = NULL;
   void* flag = NULL;
   CHECK(braid_calloc(&m, 1, sizeof(*m)));
-  CHECK(cuda_check(
-      cu->cuMemHostAlloc(&flag, 64, CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP),
-      "cuMemHostAlloc(staging flag)"));
+  CHECK(cuda_flags_alloc(cu, 64, "cuMemHostAlloc(staging flag)", &flag, &m->passed_dev));
   m->passed = flag;
-  *m->passed = 0;
-  CHECK(cuda_check(cu->cuMemHostGetDevicePointer(&m->passed_dev, flag, 0),
-                   "cuMemHostGetDevicePointer"));
   m->stream = stream;
   *out = m;
   return ncclSuccess;
 fail:
-  if (flag) cu->cuMemFreeHost(flag);
   free(m);
   return res;
 }
