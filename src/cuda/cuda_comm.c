@@ -49,6 +49,7 @@ static ncclResult_t cuda_comm_make(struct ncclComm* comm, struct cuda_comm** out
   CHECK(braid_calloc(&cc, 1, sizeof(*cc)));
   cc->dev = comm->cuda_dev < 0 ? 0 : comm->cuda_dev;
   CHECK(cuda_check(cu->cuDeviceGet(&dev, cc->dev), "cuDeviceGet"));
+  cc->handle = dev;
   CHECK(cuda_check(cu->cuDevicePrimaryCtxRetain(&cc->ctx, dev), "cuDevicePrimaryCtxRetain"));
   cc->memops = memops_usable(cu, dev);
   cuda_gates_init(&cc->gates);
@@ -91,7 +92,7 @@ void cuda_comm_free(struct ncclComm* comm) {
     if (cuda_mirrors_free(&cc->mirrors, cu)) cuda_gates_free(&cc->gates, cu);
     cuda_ctx_restore(saved);
   }
-  cu->cuDevicePrimaryCtxRelease(cc->dev); /* the retain of cuda_comm_make */
+  cu->cuDevicePrimaryCtxRelease(cc->handle); /* the retain of cuda_comm_make */
   free(cc);
   comm->cuda = NULL;
 }

@@ -19,7 +19,8 @@ struct braid_stream;
 struct cuda_mirror;
 
 struct cuda_comm {
-  int dev;
+  int dev;         /* ordinal */
+  CUdevice handle; /* the driver's, for the primary context's release */
   CUcontext ctx;
   int memops; /* 1: gates on stream memory operations; 0: synchronous calls */
   struct cuda_gates gates;

@@ -41,6 +41,8 @@ struct cuda_api {
   CUresult (*cuStreamQuery)(CUstream);
   CUresult (*cuStreamIsCapturing)(CUstream, CUstreamCaptureStatus*);
   CUresult (*cuStreamGetId)(CUstream, unsigned long long*);
+  CUresult (*cuThreadExchangeStreamCaptureMode)(CUstreamCaptureMode*);
+  CUresult (*cuDeviceCanAccessPeer)(int*, CUdevice, CUdevice);
   CUresult (*cuStreamWaitValue64)(CUstream, CUdeviceptr, cuuint64_t, unsigned int);
   CUresult (*cuStreamWriteValue64)(CUstream, CUdeviceptr, cuuint64_t, unsigned int);
   CUresult (*cuStreamWaitEvent)(CUstream, CUevent, unsigned int);

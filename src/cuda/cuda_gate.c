@@ -73,15 +73,43 @@ static int slot_find(struct cuda_gates* g, struct cuda_gate_chunk** chunk) {
   return -1;
 }
 
-/* The proxy's check on a stream that has not reached its gate yet: an
- * error from the driver (not "not ready") means it never will. */
+/* Errors after which a context runs nothing more (sticky): a stream that
+ * hit one never reaches its gate. Any other answer (a destroyed stream's
+ * handle, a capture elsewhere) is not a reason to give up on it. */
+static int error_is_sticky(CUresult r) {
+  switch (r) {
+    case CUDA_ERROR_ILLEGAL_ADDRESS:
+    case CUDA_ERROR_LAUNCH_FAILED:
+    case CUDA_ERROR_ILLEGAL_INSTRUCTION:
+    case CUDA_ERROR_MISALIGNED_ADDRESS:
+    case CUDA_ERROR_INVALID_ADDRESS_SPACE:
+    case CUDA_ERROR_INVALID_PC:
+    case CUDA_ERROR_HARDWARE_STACK_ERROR:
+    case CUDA_ERROR_ECC_UNCORRECTABLE:
+    case CUDA_ERROR_ASSERT:
+    case CUDA_ERROR_LAUNCH_TIMEOUT:
+    case CUDA_ERROR_CONTEXT_IS_DESTROYED:
+      return 1;
+    default:
+      return 0;
+  }
+}
+
+/* The proxy's check on a stream that has not reached its gate yet. Its
+ * thread queries in relaxed capture mode, so that a graph being captured
+ * by another thread is neither refused to us nor spoiled by us. */
 static ncclResult_t cuda_gate_check(const struct work_gate* g) {
   const struct cuda_api* cu = cuda_driver();
+  static __thread int relaxed;
   CUcontext now = NULL;
+  if (!relaxed) {
+    CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+    relaxed = cu->cuThreadExchangeStreamCaptureMode(&mode) == CUDA_SUCCESS;
+  }
   if (cu->cuCtxGetCurrent(&now) == CUDA_SUCCESS && now != (CUcontext)g->ctx)
     cu->cuCtxSetCurrent((CUcontext)g->ctx);
   CUresult r = cu->cuStreamQuery((CUstream)g->stream);
-  if (r == CUDA_SUCCESS || r == CUDA_ERROR_NOT_READY) return ncclSuccess;
+  if (!error_is_sticky(r)) return ncclSuccess;
   const char* name = "?";
   cu->cuGetErrorName(r, &name);
   WARN("CUDA stream %p failed (%s) before reaching a call queued on it: the call is cancelled",

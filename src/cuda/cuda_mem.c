@@ -4,7 +4,6 @@
  */
 #include "cuda_mem.h"
 
-
 #include "cuda_driver.h"
 #include "cuda_vmm.h"
 

@@ -109,7 +109,9 @@ fail:
 /* The mirror of the stream by its driver id, not its handle: a destroyed
  * stream's handle may come back for a new stream while staged work of the
  * old one is pending, and cudaStreamPerThread names a different stream on
- * each thread. */
+ * each thread. A stream seen for the first time takes over a mirror whose
+ * stream has passed all it staged (ids are never reused: a program making
+ * a stream per step would otherwise add a mirror per step). */
 static ncclResult_t mirror_of(struct cuda_mirror** mirrors, CUstream stream,
                               struct cuda_mirror** out) {
   ncclResult_t res = ncclSuccess;
@@ -118,12 +120,15 @@ static ncclResult_t mirror_of(struct cuda_mirror** mirrors, CUstream stream,
   CHECK(cuda_check(cu->cuStreamGetId(stream, &id), "cuStreamGetId"));
   struct cuda_mirror* m = *mirrors;
   while (m && m->stream_id != id) m = m->next;
+  for (struct cuda_mirror* idle = *mirrors; m == NULL && idle; idle = idle->next)
+    if (idle->nspans == 0 && __atomic_load_n(idle->passed, __ATOMIC_ACQUIRE) >= idle->issued)
+      m = idle;
   if (m == NULL) {
     CHECK(mirror_new(stream, cu, &m));
-    m->stream_id = id;
     m->next = *mirrors;
     *mirrors = m;
   }
+  m->stream_id = id;
   m->stream = stream;
   *out = m;
 fail:

@@ -29,13 +29,15 @@ int cuda_unit_wanted(const struct work_op* ops, int n) {
 static ncclResult_t stream_check_capture(CUstream s) {
   CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
   const struct cuda_api* cu = cuda_driver();
-  if (s == NULL || cu->cuStreamIsCapturing(s, &status) != CUDA_SUCCESS ||
-      status == CU_STREAM_CAPTURE_STATUS_NONE)
-    return ncclSuccess;
-  WARN(
-      "Stream %p is being captured into a CUDA graph: Braid's device calls cannot be captured "
-      "yet (run them outside the capture)",
-      (void*)s);
+  CUresult r = cu->cuStreamIsCapturing(s, &status);
+  if (r == CUDA_SUCCESS && status == CU_STREAM_CAPTURE_STATUS_NONE) return ncclSuccess;
+  if (r == CUDA_SUCCESS || r == CUDA_ERROR_STREAM_CAPTURE_IMPLICIT)
+    WARN(
+        "Stream %p is being captured into a CUDA graph%s: Braid's device calls cannot be "
+        "captured yet (run them outside the capture)",
+        (void*)s, r == CUDA_SUCCESS ? "" : " (another stream's capture holds the legacy stream)");
+  else
+    cuda_check(r, "cuStreamIsCapturing"); /* not a stream this context knows */
   return ncclInvalidUsage;
 }
 
@@ -99,15 +101,32 @@ fail:
   return res;
 }
 
+/* Wait for what the unit's streams have queued, each in the context of
+ * every comm staged on it: NULL and the per-thread stream name another
+ * stream in each context. */
+static ncclResult_t streams_sync(const struct work_op* ops, int n, const CUstream* streams,
+                                 int ns) {
+  ncclResult_t res = ncclSuccess;
+  const struct cuda_api* cu = cuda_driver();
+  for (int k = 0; k < ns; k++)
+    for (int i = 0; i < n; i++) {
+      if (!first_of_comm(ops, i, streams[k])) continue;
+      CUcontext saved;
+      CHECK(cuda_ctx_enter(ops[i].comm->cuda, &saved));
+      res = cuda_check(cu->cuStreamSynchronize(streams[k]), "cuStreamSynchronize");
+      cuda_ctx_restore(saved);
+      if (res != ncclSuccess) goto fail;
+    }
+fail:
+  return res;
+}
+
 /* Without stream memory operations: wait for the streams, run, copy out,
  * wait again (the mirrors are reused by the next call). The unit is
  * issued: if it cannot run, it is cancelled so later work does not wait. */
 static ncclResult_t unit_run_synchronously(struct work_op* ops, int n, const CUstream* streams,
                                            int ns) {
-  ncclResult_t res = ncclSuccess, ran;
-  const struct cuda_api* cu = cuda_driver();
-  for (int k = 0; k < ns && res == ncclSuccess; k++)
-    res = cuda_check(cu->cuStreamSynchronize(streams[k]), "cuStreamSynchronize");
+  ncclResult_t res = streams_sync(ops, n, streams, ns), ran;
   for (int i = 0; i < n && res == ncclSuccess; i++) /* a non-blocking init first */
     if (ops[i].comm->internal_stream) res = stream_sync(ops[i].comm->internal_stream);
   if (res != ncclSuccess) {
@@ -116,8 +135,7 @@ static ncclResult_t unit_run_synchronously(struct work_op* ops, int n, const CUs
   }
   ran = work_run(ops, n);
   for (int k = 0; k < ns; k++) CHECK(stream_stage(ops, n, streams[k], 2));
-  for (int k = 0; k < ns; k++)
-    CHECK(cuda_check(cu->cuStreamSynchronize(streams[k]), "cuStreamSynchronize"));
+  CHECK(streams_sync(ops, n, streams, ns));
   res = ran;
 fail:
   return res;
@@ -171,7 +189,9 @@ fail:
 static int unit_gated(const struct work_op* ops, int n, int nstreams) {
   if (nstreams > 1) return 0;
   for (int i = 0; i < n; i++)
-    if (!ops[i].comm->cuda->memops || cuda_comm_shares_process(ops[i].comm) != 0) return 0;
+    if (!ops[i].comm->cuda->memops || cuda_comm_shares_process(ops[i].comm) != 0 ||
+        ops[i].comm->cuda->dev != ops[0].comm->cuda->dev) /* NULL is one stream per device */
+      return 0;
   return 1;
 }
 
@@ -194,6 +214,7 @@ ncclResult_t cuda_unit_dispatch(struct work_op* ops, int n) {
   }
   if (res != ncclSuccess) {
     work_cancel(ops, n); /* issued but never to run: later work must not wait for it */
+    streams_sync(ops, n, streams, ns); /* nothing staged may be touched after we return */
     return res;
   }
   return cc->own_proxy ? ncclSuccess : ncclInProgress;

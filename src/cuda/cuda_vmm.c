@@ -27,21 +27,42 @@ static CUmemAllocationProp vmm_prop(CUdevice dev) {
   return prop;
 }
 
-/* Map h at a new range of `size` bytes, readable and writable by dev. */
+#define VMM_MAX_DEVICES 64
+
+/* Read/write access for dev and every device that can reach dev's memory
+ * as a peer (cuMemAlloc'ed memory is open to peers once peer access is on;
+ * cuMem memory only where it is granted). Returns how many. */
+static size_t vmm_access(const struct cuda_api* cu, CUdevice dev, CUmemAccessDesc* desc) {
+  int ndev = 0;
+  size_t n = 0;
+  cu->cuDeviceGetCount(&ndev);
+  for (int d = 0; d < ndev && n < VMM_MAX_DEVICES; d++) {
+    CUdevice other;
+    int can = 0;
+    if (cu->cuDeviceGet(&other, d) != CUDA_SUCCESS) continue;
+    if (other != dev && (cu->cuDeviceCanAccessPeer(&can, other, dev) != CUDA_SUCCESS || !can))
+      continue;
+    memset(&desc[n], 0, sizeof(desc[n]));
+    desc[n].location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    desc[n].location.id = d;
+    desc[n++].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  }
+  return n;
+}
+
+/* Map h at a new range of `size` bytes, readable and writable by dev and
+ * its peers. */
 static ncclResult_t vmm_map(const struct cuda_api* cu, CUdevice dev, CUmemGenericAllocationHandle h,
                             size_t size, size_t align, CUdeviceptr* out) {
   ncclResult_t res = ncclSuccess;
   CUdeviceptr p = 0;
   int mapped = 0;
-  CUmemAccessDesc access;
-  memset(&access, 0, sizeof(access));
-  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  access.location.id = dev;
-  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  CUmemAccessDesc access[VMM_MAX_DEVICES];
+  size_t naccess = vmm_access(cu, dev, access);
   CHECK(cuda_check(cu->cuMemAddressReserve(&p, size, align, 0, 0), "cuMemAddressReserve"));
   CHECK(cuda_check(cu->cuMemMap(p, size, 0, h, 0), "cuMemMap"));
   mapped = 1;
-  CHECK(cuda_check(cu->cuMemSetAccess(p, size, &access, 1), "cuMemSetAccess"));
+  CHECK(cuda_check(cu->cuMemSetAccess(p, size, access, naccess), "cuMemSetAccess"));
   *out = p;
   return ncclSuccess;
 fail:
@@ -75,7 +96,9 @@ int cuda_vmm_free(const struct cuda_api* cu, void* ptr) {
   size_t size = 0;
   if (cu->cuMemRetainAllocationHandle(&h, ptr) != CUDA_SUCCESS) return 0; /* cuMemAlloc'ed */
   cu->cuMemRelease(h);
-  if (cu->cuMemGetAddressRange(&base, &size, (CUdeviceptr)(uintptr_t)ptr) != CUDA_SUCCESS) return 0;
+  if (cuda_check(cu->cuMemGetAddressRange(&base, &size, (CUdeviceptr)(uintptr_t)ptr),
+                 "cuMemGetAddressRange") != ncclSuccess)
+    return 1; /* cuMem memory all the same: never to be cuMemFree'd */
   cuda_check(cu->cuMemUnmap(base, size), "cuMemUnmap");
   cuda_check(cu->cuMemAddressFree(base, size), "cuMemAddressFree");
   return 1;

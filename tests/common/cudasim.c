@@ -423,6 +423,22 @@ static CUresult sim_stream_id(CUstream s, unsigned long long* id) {
   return CUDA_SUCCESS;
 }
 
+static CUresult sim_capture_mode(CUstreamCaptureMode* mode) {
+  static __thread CUstreamCaptureMode current = CU_STREAM_CAPTURE_MODE_GLOBAL;
+  CUstreamCaptureMode old = current;
+  current = *mode;
+  *mode = old;
+  return CUDA_SUCCESS;
+}
+
+/* Every simulated device reaches every other's memory (as on one NVLink
+ * board). */
+static CUresult sim_can_access_peer(int* can, CUdevice d, CUdevice peer) {
+  if (d < 0 || d >= g_ndev || peer < 0 || peer >= g_ndev) return CUDA_ERROR_INVALID_DEVICE;
+  *can = d != peer;
+  return CUDA_SUCCESS;
+}
+
 static CUresult sim_stream_query(CUstream s) {
   if (getenv("CUDASIM_STREAM_ERROR")) return CUDA_ERROR_ILLEGAL_ADDRESS; /* a broken context */
   struct sim_stream* st = stream_of(s);
@@ -568,6 +584,8 @@ static const struct {
     {"cuStreamQuery", (void*)sim_stream_query},
     {"cuStreamIsCapturing", (void*)sim_stream_capturing},
     {"cuStreamGetId", (void*)sim_stream_id},
+    {"cuThreadExchangeStreamCaptureMode", (void*)sim_capture_mode},
+    {"cuDeviceCanAccessPeer", (void*)sim_can_access_peer},
     {"cuStreamWaitValue64", (void*)sim_stream_wait64},
     {"cuStreamWriteValue64", (void*)sim_stream_write64},
     {"cuStreamWaitEvent", (void*)sim_stream_wait_event},
