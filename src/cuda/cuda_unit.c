@@ -145,37 +145,23 @@ static void gates_open(struct work_gate* gates, int n) {
   for (int k = 0; k < n; k++) __atomic_store_n(gates[k].done, gates[k].value, __ATOMIC_RELEASE);
 }
 
-/* Arm a gate on every stream, with its copy-outs behind it. A stream whose
- * gate is armed must see it opened whatever happens next: on failure the
- * gates armed so far are opened here. */
-/* The comm whose gates a stream uses: that of its first op, so that the
- * mark its mirror gets behind the gate also says when the gate's memory
- * may be freed. */
-static struct cuda_comm* stream_owner(const struct work_op* ops, int n, CUstream s) {
-  for (int i = 0; i < n; i++)
-    if ((CUstream)ops[i].stream == s) return ops[i].comm->cuda;
-  return ops[0].comm->cuda;
-}
-
-static ncclResult_t unit_gate(struct work_op* ops, int n, const CUstream* streams, int ns,
-                              struct work_gate* gates) {
+/* Arm the gate of a gated unit (one stream: unit_gated) with its
+ * copy-outs behind it. The gate comes from the comm of the first op, whose
+ * mirror's mark behind the gate also says when the gate's memory may be
+ * freed. Once armed, the stream waits on it: if the copy-outs cannot be
+ * staged, it is opened here. */
+static ncclResult_t unit_gate(struct work_op* ops, int n, CUstream s, struct work_gate* gate) {
   ncclResult_t res = ncclSuccess;
-  const struct cuda_api* cu = cuda_driver();
-  int armed = 0;
+  struct cuda_comm* cc = ops[0].comm->cuda;
   CUcontext saved;
-  while (armed < ns) {
-    struct cuda_comm* cc = stream_owner(ops, n, streams[armed]);
-    CHECK(cuda_ctx_enter(cc, &saved));
-    res = cuda_gate_arm(&cc->gates, cu, streams[armed], &gates[armed]);
-    gates[armed].ctx = cc->ctx; /* what the proxy's check runs in */
-    cuda_ctx_restore(saved);
-    if (res != ncclSuccess) goto fail;
-    armed++; /* from here on its stream waits on it: it must be opened */
-    CHECK(stream_stage(ops, n, streams[armed - 1], 1));
-  }
-  return ncclSuccess;
+  CHECK(cuda_ctx_enter(cc, &saved));
+  res = cuda_gate_arm(&cc->gates, cuda_driver(), s, gate);
+  gate->ctx = cc->ctx; /* what the proxy's check runs in */
+  cuda_ctx_restore(saved);
+  if (res != ncclSuccess) goto fail;
+  res = stream_stage(ops, n, s, 1);
+  if (res != ncclSuccess) gates_open(gate, 1);
 fail:
-  gates_open(gates, armed);
   return res;
 }
 
@@ -198,7 +184,7 @@ static int unit_gated(const struct work_op* ops, int n, int nstreams) {
 ncclResult_t cuda_unit_dispatch(struct work_op* ops, int n) {
   ncclResult_t res = ncclSuccess;
   CUstream streams[WORK_MAX_GATES];
-  struct work_gate gates[WORK_MAX_GATES];
+  struct work_gate gate;
   int ns = 0;
   CHECK(unit_streams(ops, n, streams, &ns));
   CHECK(unit_comms_ready(ops, n));
@@ -207,10 +193,10 @@ ncclResult_t cuda_unit_dispatch(struct work_op* ops, int n) {
   for (int k = 0; k < ns && res == ncclSuccess; k++) res = stream_stage(ops, n, streams[k], 0);
   if (res == ncclSuccess && !unit_gated(ops, n, ns))
     return unit_run_synchronously(ops, n, streams, ns);
-  if (res == ncclSuccess) res = unit_gate(ops, n, streams, ns, gates);
+  if (res == ncclSuccess) res = unit_gate(ops, n, streams[0], &gate);
   if (res == ncclSuccess) {
-    res = stream_submit_gated(cc->proxy, ops, n, gates, ns);
-    if (res != ncclSuccess) gates_open(gates, ns);
+    res = stream_submit_gated(cc->proxy, ops, n, &gate, 1);
+    if (res != ncclSuccess) gates_open(&gate, 1);
   }
   if (res != ncclSuccess) {
     work_cancel(ops, n); /* issued but never to run: later work must not wait for it */
