@@ -37,11 +37,6 @@ ncclResult_t exec_comm_start(struct ncclComm* comm, const struct exec_args* args
          ncclGetErrorString((ncclResult_t)err));
     return (ncclResult_t)err;
   }
-  if (args->mem != MEM_HOST) { /* the device backend comes with the CUDA driver shim */
-    WARN("Rank %d: %s on %s memory: this build runs collectives on host memory only", comm->rank,
-         sched_coll_name(args->coll), mem_kind_name(args->mem));
-    return ncclInvalidArgument;
-  }
   exec_tag_make(comm, args, &tag);
   return exec_start(&comm->exec, args, &tag);
 }

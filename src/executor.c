@@ -3,7 +3,8 @@
  * reduction or copy to the backend as a task once its data is in, posts
  * the step's send once that task is done, and retires steps whose sends
  * are out. Partials land in staging slots; final data is received straight
- * into the user's output buffer, so all-gather steps copy nothing.
+ * into the user's output buffer, so all-gather steps copy nothing. A call
+ * on device memory is staged (executor.h): slots carry everything.
  */
 #include "executor.h"
 
@@ -30,6 +31,17 @@ ncclResult_t exec_init(struct exec_ctx* ex, const struct exec_conf* conf) {
   for (int i = 0; i < ex->nslots; i++) ex->free_slots[i] = i;
   ex->nfree = ex->nslots;
   return ncclSuccess;
+}
+
+void exec_set_device_backend(struct exec_ctx* ex, const struct exec_backend* backend,
+                             void* state) {
+  ex->dev_backend = backend;
+  ex->dev_state = state;
+}
+
+void exec_slots(const struct exec_ctx* ex, void** base, size_t* bytes) {
+  *base = ex->slot_mem;
+  *bytes = ex->slot_bytes * (size_t)ex->nslots;
 }
 
 void exec_free(struct exec_ctx* ex) {
@@ -60,17 +72,24 @@ static ncclResult_t post_msg(struct exec_ctx* ex, struct transport_conn* c, void
 }
 
 /* Receives into a slot when the received data must be combined first; a
- * pre-multiplied send stages its scaled copy in a slot too. */
-static int step_needs_slot(const struct exec_ctx* ex, const struct sched_step* st) {
+ * pre-multiplied send stages its scaled copy in a slot too. Staged, every
+ * step that moves data has a slot, and an exchange a second one for the
+ * copy of Y it sends. */
+static int step_slots(const struct exec_ctx* ex, const struct sched_step* st) {
   switch (st->prim) {
     case PRIM_RECV_REDUCE_SEND:
     case PRIM_RECV_REDUCE_COPY_SEND:
     case PRIM_RECV_REDUCE_COPY:
     case PRIM_RECV_REDUCE_CARRY:
-    case PRIM_EXCHANGE:
       return 1;
+    case PRIM_EXCHANGE:
+      return ex->staged ? 2 : 1;
     case PRIM_SEND:
-      return (st->flags & SCHED_PRE) && ex->args.pre;
+      return ex->staged || ((st->flags & SCHED_PRE) && ex->args.pre);
+    case PRIM_RECV:
+    case PRIM_RECV_COPY_SEND:
+    case PRIM_SEND_OUT:
+      return ex->staged;
     default:
       return 0;
   }
@@ -138,6 +157,12 @@ fail:
 ncclResult_t exec_start(struct exec_ctx* ex, const struct exec_args* args,
                         const struct transport_tag* tag) {
   ncclResult_t res = ncclSuccess;
+  ex->staged = args->mem != MEM_HOST;
+  ex->backend = ex->staged ? ex->dev_backend : ex->conf.backend;
+  ex->bstate = ex->staged ? ex->dev_state : ex->conf.backend_state;
+  if (ex->backend == NULL)
+    FAIL(ncclInvalidArgument, "Rank %d: %s on %s memory, and no backend runs on it", ex->conf.rank,
+         sched_coll_name(args->coll), mem_kind_name(args->mem));
   ex->call = *args;
   ex->tag = *tag;
   ex->piece = exec_piece_count(ex, args);
@@ -200,6 +225,35 @@ static int task_hazard(const struct exec_ctx* ex, const struct kern_task* t) {
 
 /* ---- Posting ---- */
 
+/* t = the one-source task dst = POST(PRE(src)), as kern_unary. */
+static int task_unary(struct kern_task* t, const struct exec_args* a, unsigned flags, void* dst,
+                      const void* src, size_t n) {
+  t->redop = a->redop;
+  t->pre = (flags & KERN_PRE) ? 1u : 0u;
+  t->flags = flags & KERN_POST;
+  t->nsrcs = t->ndsts = 1;
+  t->n = n;
+  t->srcs[0] = src;
+  t->dsts[0] = dst;
+  return 1;
+}
+
+/* A staged exchange sends a copy of Y, made now: every earlier step has
+ * finished (post_steps waits for that), and the copy needs nothing but the
+ * backend, so waiting for it here is short and cannot deadlock. */
+static ncclResult_t exchange_stage_y(struct exec_ctx* ex, const void* y, void* slot,
+                                     const struct sched_step* st) {
+  ncclResult_t res = ncclSuccess;
+  struct kern_task t;
+  uint64_t ticket;
+  int done = 0;
+  task_unary(&t, &ex->args, 0, slot, y, st->count);
+  CHECK(ex->backend->post(ex->bstate, &t, &ticket, &done));
+  while (!done) CHECK(ex->backend->test(ex->bstate, ticket, &done));
+fail:
+  return res;
+}
+
 /* Post receives (and an exchange's send) up to the window ahead. An
  * exchange sends Y, which earlier steps write, so it waits until they have
  * finished; a receive straight into Y waits for unfinished steps that
@@ -212,23 +266,29 @@ static ncclResult_t post_steps(struct exec_ctx* ex, int* progressed) {
     const struct sched_step* st = &s->steps[ex->next_post];
     struct exec_rec* rec = &ex->recs[ex->next_post % (size_t)ex->window];
     char* y = (char*)ex->args.recvbuff + st->yoff * es;
-    int recvs = sched_prim_recvs(st->prim), needs_slot = step_needs_slot(ex, st);
+    int recvs = sched_prim_recvs(st->prim), slots = step_slots(ex, st);
     if (st->prim == PRIM_EXCHANGE && ex->next_finish != ex->next_post) break;
-    if (recvs && !needs_slot && exec_hazard(ex, y, st->count * es, 1)) break;
-    if (needs_slot && ex->nfree == 0) break;
-    rec->slot = needs_slot ? ex->free_slots[--ex->nfree] : -1;
+    if (recvs && !slots && exec_hazard(ex, y, st->count * es, 1)) break;
+    if (ex->nfree < slots) break;
+    if (slots && st->count * es > ex->slot_bytes)
+      FAIL(ncclInternalError, "Rank %d: a step of %zu bytes does not fit a %zu-byte slot",
+           ex->conf.rank, st->count * es, ex->slot_bytes);
+    rec->slot = slots ? ex->free_slots[--ex->nfree] : -1;
+    rec->out_slot = slots > 1 ? ex->free_slots[--ex->nfree] : -1;
     rec->carry_in = -1;
     rec->pending = 0;
     rec->out = NULL;
     if (recvs) {
       struct transport_conn* c = ex->conf.recv_conns[st->recv_peer];
       rec->recv_seq = c->posted;
-      CHECK(post_msg(ex, c, needs_slot ? slot_ptr(ex, rec->slot) : y, st->count * es));
+      CHECK(post_msg(ex, c, slots ? slot_ptr(ex, rec->slot) : y, st->count * es));
     }
     if (st->prim == PRIM_EXCHANGE) {
       struct transport_conn* c = ex->conf.send_conns[st->send_peer];
+      void* out = y;
+      if (rec->out_slot >= 0) CHECK(exchange_stage_y(ex, y, out = slot_ptr(ex, rec->out_slot), st));
       rec->send_seq = c->posted;
-      CHECK(post_msg(ex, c, y, st->count * es));
+      CHECK(post_msg(ex, c, out, st->count * es));
       CHECK(c->ops->progress(c, progressed));
     }
     ex->next_post++;
@@ -244,19 +304,6 @@ static void release_slot(struct exec_ctx* ex, int* slot) {
 }
 
 /* ---- Computing: a step's task ---- */
-
-/* t = the one-source task dst = POST(PRE(src)), as kern_unary. */
-static int task_unary(struct kern_task* t, const struct exec_args* a, unsigned flags, void* dst,
-                      const void* src, size_t n) {
-  t->redop = a->redop;
-  t->pre = (flags & KERN_PRE) ? 1u : 0u;
-  t->flags = flags & KERN_POST;
-  t->nsrcs = t->ndsts = 1;
-  t->n = n;
-  t->srcs[0] = src;
-  t->dsts[0] = dst;
-  return 1;
-}
 
 /* t = the two-source task dst = POST(s0 OP PRE(s1)), as kern_reduce. */
 static int task_pair(struct kern_task* t, const struct exec_args* a, unsigned flags, void* dst,
@@ -285,23 +332,29 @@ static int step_plan(const struct exec_ctx* ex, const struct sched_step* st, str
   struct kern_task* t = &rec->task;
   rec->out = NULL;
   switch ((enum sched_prim)st->prim) {
-    case PRIM_SEND:
-      rec->out = pre ? slot : src;
-      return pre ? task_unary(t, a, pre, slot, src, n) : 0;
+    case PRIM_SEND: /* a slot: pre-multiplied or staged */
+      rec->out = slot ? slot : src;
+      return slot ? task_unary(t, a, pre, slot, src, n) : 0;
+    case PRIM_RECV: /* staged: into a slot first */
+      return slot ? task_unary(t, a, 0, y, slot, n) : 0;
     case PRIM_RECV_REDUCE_SEND:
       rec->out = slot;
       return task_pair(t, a, pre, slot, slot, local, n);
     case PRIM_RECV_REDUCE_CARRY:
       return task_pair(t, a, pre, slot, slot, local, n);
     case PRIM_RECV_REDUCE_COPY_SEND:
-      rec->out = y;
-      return task_pair(t, a, pre | post, y, slot, local, n);
+      rec->out = ex->staged ? slot : y;
+      task_pair(t, a, pre | post, y, slot, local, n);
+      if (ex->staged) t->dsts[t->ndsts++] = slot; /* the result over R: one pass writes both */
+      return 1;
     case PRIM_RECV_REDUCE_COPY:
       return task_pair(t, a, pre | post, y, slot, local, n);
-    case PRIM_RECV_COPY_SEND:
+    case PRIM_RECV_COPY_SEND: /* staged: R lands in the slot, goes on from there */
+      rec->out = slot ? slot : y;
+      return slot ? task_unary(t, a, 0, y, slot, n) : 0;
     case PRIM_SEND_OUT:
-      rec->out = y;
-      return 0;
+      rec->out = slot ? slot : y;
+      return slot ? task_unary(t, a, 0, slot, y, n) : 0;
     case PRIM_COPY:
       return (pre | post) || src != y ? task_unary(t, a, pre | post, y, src, n) : 0;
     case PRIM_EXCHANGE: /* its send went out at post time */
@@ -330,13 +383,11 @@ static void step_commit_carry(struct exec_ctx* ex, const struct sched_step* st,
 
 /* ---- Finishing: a step's send once its task is done ---- */
 
-/* The step's task is done: free what it read and will not send. */
-static void step_inputs_done(struct exec_ctx* ex, const struct sched_step* st,
-                             struct exec_rec* rec) {
+/* The step's task is done: free what it read and will not send (a
+ * reduce-carry step's slot went on as the carry). */
+static void step_inputs_done(struct exec_ctx* ex, struct exec_rec* rec) {
   release_slot(ex, &rec->carry_in);
-  if (st->prim == PRIM_RECV_REDUCE_COPY_SEND || st->prim == PRIM_RECV_REDUCE_COPY ||
-      st->prim == PRIM_EXCHANGE)
-    release_slot(ex, &rec->slot);
+  if (rec->slot >= 0 && rec->out != slot_ptr(ex, rec->slot)) release_slot(ex, &rec->slot);
 }
 
 /* Finish the first unfinished step if its task is done (*finished then):
@@ -348,11 +399,11 @@ static ncclResult_t finish_step(struct exec_ctx* ex, int* progressed, int* finis
   *finished = 0;
   if (rec->pending) {
     int done = 0;
-    CHECK(ex->conf.backend->test(ex->conf.backend_state, rec->ticket, &done));
+    CHECK(ex->backend->test(ex->bstate, rec->ticket, &done));
     if (!done) return ncclSuccess;
     rec->pending = 0;
   }
-  step_inputs_done(ex, st, rec);
+  step_inputs_done(ex, rec);
   if (rec->out) {
     struct transport_conn* c = ex->conf.send_conns[st->send_peer];
     rec->send_seq = c->posted;
@@ -397,7 +448,7 @@ static ncclResult_t compute_ready(struct exec_ctx* ex, int* progressed) {
     step_commit_carry(ex, st, rec);
     if (has_task) {
       int done = 0;
-      CHECK(ex->conf.backend->post(ex->conf.backend_state, &rec->task, &rec->ticket, &done));
+      CHECK(ex->backend->post(ex->bstate, &rec->task, &rec->ticket, &done));
       rec->pending = !done;
     }
     ex->next_compute++;
@@ -420,6 +471,7 @@ static void retire_done(struct exec_ctx* ex, int* progressed) {
         ex->conf.send_conns[st->send_peer]->completed <= rec->send_seq)
       break;
     release_slot(ex, &rec->slot);
+    release_slot(ex, &rec->out_slot);
     ex->retired++;
     *progressed = 1;
   }
@@ -473,7 +525,7 @@ static void exec_drain(struct exec_ctx* ex) {
     struct exec_rec* rec = &ex->recs[i % (size_t)ex->window];
     int done = 0;
     while (rec->pending && !done)
-      if (ex->conf.backend->test(ex->conf.backend_state, rec->ticket, &done) != ncclSuccess) break;
+      if (ex->backend->test(ex->bstate, rec->ticket, &done) != ncclSuccess) break;
     rec->pending = 0;
   }
 }

@@ -68,6 +68,16 @@ struct exec_backend {
 /* Host memory: the CPU kernels at post time (exec_cpu.c). */
 extern const struct exec_backend exec_backend_cpu;
 
+/*
+ * Calls on memory that is not host memory (args.mem) run on the device
+ * backend, staged: the transports move only the staging slots, never the
+ * user's buffers. Every step that receives lands in a slot and a task
+ * copies or reduces it into the output; every step that sends, sends a
+ * slot that a task filled (a recv-reduce-copy-send writes the output and
+ * the slot in one task). So the backend must reach both the user's memory
+ * and the slots (src/cuda pins them), and the slots are its to pin.
+ */
+
 /* What the owner gives an executor context, once. */
 struct exec_conf {
   int rank;
@@ -86,6 +96,7 @@ struct exec_conf {
 /* Runtime record of one in-flight step. */
 struct exec_rec {
   int slot;          /* staging slot, -1 if none */
+  int out_slot;      /* staged exchange: the copy of Y it sends, -1 if none */
   int carry_in;      /* the carry slot its task reads, freed when the task is done; -1 */
   int pending;       /* its task is posted and not yet seen complete */
   uint64_t recv_seq; /* message number on the receive connection */
@@ -100,6 +111,9 @@ struct exec_rec {
  * send posted), retired (send done, slot free). */
 struct exec_ctx {
   struct exec_conf conf;
+  /* the device backend, once its owner attached one (NULL: none) */
+  const struct exec_backend* dev_backend;
+  void* dev_state;
   /* slots: fixed at init, reused by every call */
   char* slot_mem;
   size_t slot_bytes;
@@ -114,6 +128,9 @@ struct exec_ctx {
   struct exec_args call;
   struct transport_tag tag; /* the call, as every message of it carries it */
   struct exec_args args;
+  const struct exec_backend* backend; /* the running call's, and its state */
+  void* bstate;
+  int staged;       /* the call is on device memory: transports move slots only */
   size_t es;        /* bytes per element */
   size_t piece;     /* elements per block in every piece but the last */
   size_t piece_off; /* where in each block the running piece starts */
@@ -125,6 +142,12 @@ struct exec_ctx {
 
 ncclResult_t exec_init(struct exec_ctx* ex, const struct exec_conf* conf);
 void exec_free(struct exec_ctx* ex);
+
+/* Run later calls on device memory on `backend` (the context must be
+ * idle). Its owner pins the slots first: exec_slots tells where they are. */
+void exec_set_device_backend(struct exec_ctx* ex, const struct exec_backend* backend,
+                             void* state);
+void exec_slots(const struct exec_ctx* ex, void** base, size_t* bytes);
 
 /* The schedule key of a call whose algorithm and chunk are chosen. */
 void exec_ctx_key(const struct exec_ctx* ex, const struct exec_args* args, struct sched_key* key);

@@ -192,25 +192,43 @@ static void run_check(const struct sched_case* c, const struct sched_run* run) {
     }
 }
 
-void sched_case_run(const struct sched_case* c, const struct exec_backend* backend,
-                    void* const* states, struct sched_run* run) {
+/* Run `c`, its tasks on `backend` either as the host backend or (staged)
+ * as the device backend of buffers labelled device memory. */
+static void case_run(const struct sched_case* c, const struct exec_backend* backend,
+                     void* const* states, int staged, struct sched_run* run) {
   struct fake_world* w = calloc(1, sizeof(*w));
   struct exec_args args[FAKE_MAXR];
   assert_non_null(w);
   run_buffers(c, run);
-  fake_world_init(w, c->n, 8192, c->window, c->hosts, backend, states);
-  for (int r = 0; r < c->n; r++)
+  fake_world_init(w, c->n, 8192, c->window, c->hosts, staged ? &exec_backend_cpu : backend,
+                  staged ? NULL : states);
+  for (int r = 0; r < c->n; r++) {
     fake_args(&args[r], c->n, c->coll, c->algo, c->root, run->send[r], run->recv[r], c->count,
               c->type, c->op, c->chunk);
+    if (staged) {
+      args[r].mem = MEM_DEVICE;
+      exec_set_device_backend(&w->ex[r], backend, states ? states[r] : NULL);
+    }
+  }
   if (getenv("TEST_TRACE")) {
     char what[160];
     sched_case_describe(c, what, sizeof(what));
-    fprintf(stderr, "case %s\n", what);
+    fprintf(stderr, "case %s%s\n", what, staged ? " staged" : "");
   }
   fake_world_run(w, args);
   run_check(c, run);
   fake_world_free(w);
   free(w);
+}
+
+void sched_case_run(const struct sched_case* c, const struct exec_backend* backend,
+                    void* const* states, struct sched_run* run) {
+  case_run(c, backend, states, 0, run);
+}
+
+void sched_case_run_staged(const struct sched_case* c, const struct exec_backend* backend,
+                           void* const* states, struct sched_run* run) {
+  case_run(c, backend, states, 1, run);
 }
 
 void sched_run_free(struct sched_run* run) {

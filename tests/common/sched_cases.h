@@ -54,6 +54,11 @@ struct sched_run {
  * the outputs stay in `run` until sched_run_free. */
 void sched_case_run(const struct sched_case* c, const struct exec_backend* backend,
                     void* const* states, struct sched_run* run);
+/* The same with the buffers labelled device memory: the call runs staged
+ * (executor.h) with `backend` as the device backend, and the fake
+ * transport refuses any buffer but a slot. */
+void sched_case_run_staged(const struct sched_case* c, const struct exec_backend* backend,
+                           void* const* states, struct sched_run* run);
 void sched_run_free(struct sched_run* run);
 /* A line naming the case, for failure messages. */
 void sched_case_describe(const struct sched_case* c, char* buf, size_t len);

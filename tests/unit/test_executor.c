@@ -88,6 +88,7 @@ static const struct exec_backend late_backend_ops = {"late", late_post, late_tes
 struct late_suite {
   struct late_backend ranks[FAKE_MAXR];
   uint64_t cases;
+  int staged; /* the buffers labelled device memory: every message through a slot */
 };
 
 static void run_late(const struct sched_case* c, void* arg) {
@@ -103,7 +104,10 @@ static void run_late(const struct sched_case* c, void* arg) {
   }
   s->cases++;
   sched_case_run(c, &exec_backend_cpu, NULL, &ref);
-  sched_case_run(c, &late_backend_ops, states, &got);
+  if (s->staged)
+    sched_case_run_staged(c, &late_backend_ops, states, &got);
+  else
+    sched_case_run(c, &late_backend_ops, states, &got);
   sched_case_describe(c, what, sizeof(what));
   for (int r = 0; r < c->n; r++) {
     assert_int_equal(s->ranks[r].npending, 0); /* nothing left running after the call */
@@ -159,6 +163,48 @@ static void test_late_layouts(void** state) {
   sched_cases_layouts(run_late, s);
   late_suite_check(s);
   free(s);
+}
+
+/* ---- Staged: device memory, which only the backend touches ---- */
+
+/* Every case again with the buffers labelled device memory: the fake
+ * transport refuses any buffer that is not a staging slot, the late
+ * backend runs every copy in and out, and the outputs still equal the
+ * CPU's on host memory. */
+static void test_staged_collectives(void** state) {
+  (void)state;
+  struct late_suite* s = calloc(1, sizeof(*s));
+  s->staged = 1;
+  sched_cases_allreduce(run_late, s);
+  sched_cases_collectives(run_late, s);
+  late_suite_check(s);
+  free(s);
+}
+
+static void test_staged_windows_layouts(void** state) {
+  (void)state;
+  struct late_suite* s = calloc(1, sizeof(*s));
+  s->staged = 1;
+  sched_cases_windows(run_late, s);
+  sched_cases_layouts(run_late, s);
+  late_suite_check(s);
+  free(s);
+}
+
+/* A device call without a device backend is refused at start, clearly. */
+static void test_staged_without_backend(void** state) {
+  (void)state;
+  struct fake_world* w = calloc(1, sizeof(*w));
+  float buf[8] = {0};
+  struct exec_args args;
+  struct transport_tag tag;
+  memset(&tag, 0, sizeof(tag));
+  fake_world_init(w, 1, 4096, 4, NULL, &exec_backend_cpu, NULL);
+  fake_args(&args, 1, COLL_ALLREDUCE, ALGO_RING, 0, buf, buf, 8, ncclFloat, ncclSum, 4096);
+  args.mem = MEM_DEVICE;
+  assert_int_equal(exec_start(&w->ex[0], &args, &tag), ncclInvalidArgument);
+  fake_world_free(w);
+  free(w);
 }
 
 /* ---- The schedule cache ---- */
@@ -269,6 +315,8 @@ int main(void) {
       cmocka_unit_test(test_schedule_cache),   cmocka_unit_test(test_late_allreduce),
       cmocka_unit_test(test_late_collectives), cmocka_unit_test(test_late_windows),
       cmocka_unit_test(test_late_layouts),     cmocka_unit_test(test_registered_buffers),
+      cmocka_unit_test(test_staged_collectives), cmocka_unit_test(test_staged_windows_layouts),
+      cmocka_unit_test(test_staged_without_backend),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
