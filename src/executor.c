@@ -33,8 +33,7 @@ ncclResult_t exec_init(struct exec_ctx* ex, const struct exec_conf* conf) {
   return ncclSuccess;
 }
 
-void exec_set_device_backend(struct exec_ctx* ex, const struct exec_backend* backend,
-                             void* state) {
+void exec_set_device_backend(struct exec_ctx* ex, const struct exec_backend* backend, void* state) {
   ex->dev_backend = backend;
   ex->dev_state = state;
 }
@@ -528,6 +527,12 @@ static void exec_drain(struct exec_ctx* ex) {
       if (ex->backend->test(ex->bstate, rec->ticket, &done) != ncclSuccess) break;
     rec->pending = 0;
   }
+}
+
+int exec_tasks_pending(const struct exec_ctx* ex) {
+  for (size_t i = ex->next_finish; ex->busy && i < ex->next_compute; i++)
+    if (ex->recs[i % (size_t)ex->window].pending) return 1;
+  return 0;
 }
 
 ncclResult_t exec_progress(struct exec_ctx* ex, int* done, int* progressed) {

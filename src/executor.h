@@ -145,8 +145,7 @@ void exec_free(struct exec_ctx* ex);
 
 /* Run later calls on device memory on `backend` (the context must be
  * idle). Its owner pins the slots first: exec_slots tells where they are. */
-void exec_set_device_backend(struct exec_ctx* ex, const struct exec_backend* backend,
-                             void* state);
+void exec_set_device_backend(struct exec_ctx* ex, const struct exec_backend* backend, void* state);
 void exec_slots(const struct exec_ctx* ex, void** base, size_t* bytes);
 
 /* The schedule key of a call whose algorithm and chunk are chosen. */
@@ -158,6 +157,11 @@ ncclResult_t exec_start(struct exec_ctx* ex, const struct exec_args* args,
 /* Advance without blocking; *done when finished, *progressed when anything
  * moved. After an error the context is idle again (no task in flight). */
 ncclResult_t exec_progress(struct exec_ctx* ex, int* done, int* progressed);
+
+/* Whether a posted task has not been seen complete: backends wake no
+ * sleeper when a task completes, so whoever drives the context polls
+ * instead of sleeping while this holds. */
+int exec_tasks_pending(const struct exec_ctx* ex);
 
 /* ---- The comm's side (exec_plan.c, exec_tag.c) ---- */
 

@@ -35,11 +35,24 @@ static int work_comms(const struct work_op* ops, int n, struct ncclComm** out, i
   return m;
 }
 
+/* Whether a comm's executor waits for a device task, whose completion
+ * wakes nobody. */
+static int tasks_pending(struct ncclComm* const* comms, int m) {
+  for (int i = 0; i < m; i++)
+    if (exec_tasks_pending(&comms[i]->exec)) return 1;
+  return 0;
+}
+
 /* Sleep only after BRAID_SPIN_US of finding nothing to do: a wake-up costs
  * a context switch, a short poll may not. Yielding while polling leaves
- * the core to peers on an oversubscribed host. */
-static int keep_polling(uint64_t* idle_since) {
+ * the core to peers on an oversubscribed host. A device task in flight
+ * keeps the loop polling: nothing would wake it when the task is done. */
+static int keep_polling(uint64_t* idle_since, struct ncclComm* const* comms, int m) {
   uint64_t spin_ns = (uint64_t)param_spin_us() * 1000ull;
+  if (tasks_pending(comms, m)) {
+    sched_yield();
+    return 1;
+  }
   if (spin_ns == 0) return 0;
   uint64_t now = braid_now_ns();
   if (*idle_since == 0) *idle_since = now;
@@ -112,7 +125,7 @@ static ncclResult_t work_drive(struct work_op* ops, int n, struct ncclComm* cons
     if (progressed || remaining == 0) {
       idle_since = 0;
       last_progress = braid_now_ns();
-    } else if (!keep_polling(&idle_since)) {
+    } else if (!keep_polling(&idle_since, comms, m)) {
       CHECK(work_wait(comms, m));
       idle_since = 0;
     }

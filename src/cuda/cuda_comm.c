@@ -7,6 +7,7 @@
 
 #include "comm.h"
 #include "core.h"
+#include "cuda_exec.h"
 #include "cuda_stage.h"
 #include "param.h"
 #include "stream.h"
@@ -39,7 +40,9 @@ static int memops_usable(const struct cuda_api* cu, CUdevice dev) {
   return ok64 && map && param_stream_memops();
 }
 
-static ncclResult_t cuda_comm_make(struct ncclComm* comm, struct cuda_comm** out) {
+/* The comm's device state into comm->cuda: once the primary context is
+ * retained, cuda_comm_free undoes whatever was made if a later step fails. */
+static ncclResult_t cuda_comm_make(struct ncclComm* comm) {
   ncclResult_t res = ncclSuccess;
   const struct cuda_api* cu = cuda_driver();
   struct cuda_comm* cc = NULL;
@@ -51,22 +54,22 @@ static ncclResult_t cuda_comm_make(struct ncclComm* comm, struct cuda_comm** out
   CHECK(cuda_check(cu->cuDeviceGet(&dev, cc->dev), "cuDeviceGet"));
   cc->handle = dev;
   CHECK(cuda_check(cu->cuDevicePrimaryCtxRetain(&cc->ctx, dev), "cuDevicePrimaryCtxRetain"));
+  comm->cuda = cc;
   cc->memops = memops_usable(cu, dev);
   cuda_gates_init(&cc->gates);
   cc->proxy = comm->internal_stream; /* a non-blocking comm's calls already run there */
   if (cc->proxy == NULL) {
     res = stream_create(&cc->proxy);
-    if (res != ncclSuccess) {
-      cuda_gates_free(&cc->gates, cu);
-      cu->cuDevicePrimaryCtxRelease(dev);
-      goto fail;
-    }
-    cc->own_proxy = 1;
+    cc->own_proxy = res == ncclSuccess;
+  }
+  if (res == ncclSuccess) res = cuda_exec_attach(cc, &comm->exec, &cc->exec);
+  if (res != ncclSuccess) {
+    cuda_comm_free(comm);
+    return res;
   }
   INFO(SUB_INIT, "Rank %d: device calls on CUDA device %d, %s", comm->rank, cc->dev,
        cc->memops ? "ordered by stream memory operations"
                   : "synchronous (no stream memory operations, or BRAID_STREAM_MEMOPS=0)");
-  *out = cc;
   return ncclSuccess;
 fail:
   free(cc);
@@ -76,7 +79,7 @@ fail:
 ncclResult_t cuda_comm_get(struct ncclComm* comm, struct cuda_comm** out) {
   ncclResult_t res = ncclSuccess;
   pthread_mutex_lock(&comm->turn_lock);
-  if (comm->cuda == NULL) res = cuda_comm_make(comm, &comm->cuda);
+  if (comm->cuda == NULL) res = cuda_comm_make(comm);
   *out = comm->cuda;
   pthread_mutex_unlock(&comm->turn_lock);
   return res;
@@ -88,6 +91,7 @@ void cuda_comm_free(struct ncclComm* comm) {
   CUcontext saved;
   if (cc == NULL) return;
   if (cc->own_proxy) stream_destroy(cc->proxy); /* its queued calls finish first */
+  cuda_exec_detach(cc->exec, &comm->exec);
   if (cuda_ctx_enter(cc, &saved) == ncclSuccess) {
     if (cuda_mirrors_free(&cc->mirrors, cu)) cuda_gates_free(&cc->gates, cu);
     cuda_ctx_restore(saved);

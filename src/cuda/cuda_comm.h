@@ -2,8 +2,9 @@
  * A communicator's device state, made at its first call on a CUDA stream:
  * the device and its primary context, whether stream memory operations
  * work there (else calls run synchronously, see cuda_unit.c), the stream
- * gates, the pinned mirrors that device buffers are staged through, and
- * the proxy thread that runs the comm's device calls in order.
+ * gates, the pinned mirrors that gated calls' device buffers are staged
+ * through, the executor's device backend that synchronous calls run on,
+ * and the proxy thread that runs the comm's gated calls in order.
  */
 #ifndef BRAID_CUDA_COMM_H_
 #define BRAID_CUDA_COMM_H_
@@ -17,6 +18,7 @@
 struct ncclComm;
 struct braid_stream;
 struct cuda_mirror;
+struct cuda_exec;
 
 struct cuda_comm {
   int dev;         /* ordinal */
@@ -25,6 +27,7 @@ struct cuda_comm {
   int memops; /* 1: gates on stream memory operations; 0: synchronous calls */
   struct cuda_gates gates;
   struct cuda_mirror* mirrors; /* one per stream the comm was called on */
+  struct cuda_exec* exec;      /* the executor's device backend (synchronous calls) */
   struct braid_stream* proxy;  /* runs the device calls (a non-blocking comm's own stream) */
   int own_proxy;               /* proxy is ours to destroy */
 };

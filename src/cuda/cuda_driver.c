@@ -74,6 +74,8 @@ static int resolve(get_proc_fn get_proc, const char* lib) {
       CUDA_SYM(cuMemHostAlloc),
       CUDA_SYM(cuMemFreeHost),
       CUDA_SYM(cuMemHostGetDevicePointer),
+      CUDA_SYM(cuMemHostRegister),
+      CUDA_SYM(cuMemHostUnregister),
       CUDA_SYM(cuMemGetAllocationGranularity),
       CUDA_SYM(cuMemCreate),
       CUDA_SYM(cuMemRelease),

@@ -55,6 +55,8 @@ struct cuda_api {
   CUresult (*cuMemHostAlloc)(void**, size_t, unsigned int);
   CUresult (*cuMemFreeHost)(void*);
   CUresult (*cuMemHostGetDevicePointer)(CUdeviceptr*, void*, unsigned int);
+  CUresult (*cuMemHostRegister)(void*, size_t, unsigned int);
+  CUresult (*cuMemHostUnregister)(void*);
   /* cuMem (virtual memory management): ncclMemAlloc's shareable memory */
   CUresult (*cuMemGetAllocationGranularity)(size_t*, const CUmemAllocationProp*,
                                             CUmemAllocationGranularity_flags);

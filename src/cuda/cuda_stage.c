@@ -79,9 +79,11 @@ static int scalar_span(const struct work_op* op, struct stage_span* sp) {
   return 1;
 }
 
-static int op_spans(const struct work_op* op, struct stage_span* sp) {
+/* With `colls`, a collective's buffers are staged; else only its scalar
+ * (the executor's device backend runs it where it is). */
+static int op_spans(const struct work_op* op, int colls, struct stage_span* sp) {
   if (op->kind == WORK_COLL) {
-    int m = coll_spans(op, sp);
+    int m = colls ? coll_spans(op, sp) : 0;
     return m + scalar_span(op, sp + m);
   }
   if (op->bytes == 0 || !is_device(op->buf)) return 0;
@@ -173,17 +175,18 @@ static void* redirect(const void* p, const struct stage_span* sp, int m) {
 
 /* Point the op at the mirror of each device range it uses. What is not
  * redirected is not touched (a count of 0, a buffer this rank does not
- * use): the op runs on host memory either way. */
-static void op_redirect(struct work_op* op, const struct stage_span* sp, int m) {
+ * use): the op runs on host memory either way, unless its collective
+ * buffers stay on the device (not `colls`). */
+static void op_redirect(struct work_op* op, int colls, const struct stage_span* sp, int m) {
   if (op->kind == WORK_COLL) {
     op->args.sendbuff = redirect(op->args.sendbuff, sp, m);
     op->args.recvbuff = redirect(op->args.recvbuff, sp, m);
     op->args.scalar_src = redirect(op->args.scalar_src, sp, m);
-    op->args.mem = MEM_HOST;
+    if (colls) op->args.mem = MEM_HOST;
   } else {
     op->buf = redirect(op->buf, sp, m);
+    op->mem = MEM_HOST;
   }
-  op->mem = MEM_HOST;
 }
 
 /* The op is staged on this (comm, stream). */
@@ -192,7 +195,7 @@ static int op_here(const struct work_op* op, const struct ncclComm* comm, CUstre
 }
 
 ncclResult_t cuda_stage_in(struct cuda_comm* cc, const struct ncclComm* comm, CUstream stream,
-                           struct work_op* ops, int n) {
+                           struct work_op* ops, int n, int colls) {
   ncclResult_t res = ncclSuccess;
   const struct cuda_api* cu = cuda_driver();
   struct cuda_mirror* m = NULL;
@@ -202,7 +205,7 @@ ncclResult_t cuda_stage_in(struct cuda_comm* cc, const struct ncclComm* comm, CU
   CHECK(mirror_of(&cc->mirrors, stream, &m));
   for (int i = 0; i < n; i++) {
     if (!op_here(&ops[i], comm, stream)) continue;
-    int k = op_spans(&ops[i], sp);
+    int k = op_spans(&ops[i], colls, sp);
     for (int j = 0; j < k; j++) need += ALIGN_UP(sp[j].bytes, STAGE_ALIGN);
     nspans += k;
   }
@@ -211,7 +214,7 @@ ncclResult_t cuda_stage_in(struct cuda_comm* cc, const struct ncclComm* comm, CU
   size_t off = 0;
   for (int i = 0; i < n; i++) {
     if (!op_here(&ops[i], comm, stream)) continue;
-    int k = op_spans(&ops[i], sp);
+    int k = op_spans(&ops[i], colls, sp);
     for (int j = 0; j < k; j++) {
       sp[j].host = m->host + off;
       off += ALIGN_UP(sp[j].bytes, STAGE_ALIGN);
@@ -221,7 +224,7 @@ ncclResult_t cuda_stage_in(struct cuda_comm* cc, const struct ncclComm* comm, CU
             "cuMemcpyAsync(stage in)"));
       m->spans[m->nspans++] = sp[j];
     }
-    op_redirect(&ops[i], sp, k);
+    op_redirect(&ops[i], colls, sp, k);
   }
 fail:
   return res;

@@ -1,11 +1,13 @@
 /*
  * Staging device buffers through pinned host mirrors, on the caller's own
  * stream: before a call's gate the stream copies what the call reads into
- * the mirror, after it the stream copies what the call wrote back. The
+ * the mirror, after it the stream copies what the call wrote back. A gated
  * call itself then runs on host memory (the schedules, transports and CPU
  * kernels as they are), and the proxy never enqueues GPU work, so no
  * stream of the comm ever waits for another stream (CUDASIM_ONE_QUEUE
- * holds it to that).
+ * holds it to that). A synchronous call stages only what the transports
+ * move directly (send/recv buffers) and a device scalar; its collectives
+ * run on the executor's device backend (cuda_exec.h).
  *
  * One mirror per (comm, stream): calls on one stream run in its order, so
  * the next call's copy-in never overtakes the last one's copy-out. A mirror
@@ -26,9 +28,11 @@ struct cuda_mirror;
 
 /* Enqueue on `stream` the copy-in of every device buffer read by those of
  * ops[0..n) that are comm's and on `stream`, into the comm's mirror for the
- * stream, and point those ops at the mirror (their memory becomes host). */
+ * stream, and point those ops at the mirror (their memory becomes host).
+ * Without `colls`, collectives keep their device buffers (only a device
+ * scalar is staged): they run on the executor's device backend. */
 ncclResult_t cuda_stage_in(struct cuda_comm* cc, const struct ncclComm* comm, CUstream stream,
-                           struct work_op* ops, int n);
+                           struct work_op* ops, int n, int colls);
 /* Enqueue the copy-out of what the ops staged last on `stream` write, then
  * (gated) the stream's mark that it passed them; not gated, the caller
  * synchronizes the stream next and the mark is set now. */

@@ -84,16 +84,26 @@ fail:
   return res;
 }
 
-/* Stage one stream's copy-ins (or, with `out`, its copy-outs: 1 behind a
- * gate, 2 before a synchronization), comm by comm, in each comm's context. */
-static ncclResult_t stream_stage(struct work_op* ops, int n, CUstream s, int out) {
+/* What stream_stage enqueues on a stream. */
+enum stage_what {
+  STAGE_IN_GATED,  /* copy-ins of all the unit reads: it runs on host memory */
+  STAGE_IN_SYNC,   /* of send/recv buffers and scalars: collectives run on the device */
+  STAGE_OUT_GATED, /* copy-outs, behind the gate */
+  STAGE_OUT_SYNC   /* copy-outs, before a synchronization */
+};
+
+/* Stage one stream's copies, comm by comm, in each comm's context. */
+static ncclResult_t stream_stage(struct work_op* ops, int n, CUstream s, enum stage_what what) {
   ncclResult_t res = ncclSuccess;
   for (int i = 0; i < n; i++) {
     if (!first_of_comm(ops, i, s)) continue;
     struct cuda_comm* cc = ops[i].comm->cuda;
     CUcontext saved;
     CHECK(cuda_ctx_enter(cc, &saved));
-    res = out ? cuda_stage_out(cc, s, out == 1) : cuda_stage_in(cc, ops[i].comm, s, ops, n);
+    if (what == STAGE_OUT_GATED || what == STAGE_OUT_SYNC)
+      res = cuda_stage_out(cc, s, what == STAGE_OUT_GATED);
+    else
+      res = cuda_stage_in(cc, ops[i].comm, s, ops, n, what == STAGE_IN_GATED);
     cuda_ctx_restore(saved);
     if (res != ncclSuccess) goto fail;
   }
@@ -121,9 +131,11 @@ fail:
   return res;
 }
 
-/* Without stream memory operations: wait for the streams, run, copy out,
- * wait again (the mirrors are reused by the next call). The unit is
- * issued: if it cannot run, it is cancelled so later work does not wait. */
+/* Without gates: wait for the streams, run (collectives on the device
+ * backend, where its internal stream cannot queue behind a waiting user
+ * stream: none waits), copy out, wait again (the mirrors are reused by the
+ * next call). The unit is issued: if it cannot run, it is cancelled so
+ * later work does not wait. */
 static ncclResult_t unit_run_synchronously(struct work_op* ops, int n, const CUstream* streams,
                                            int ns) {
   ncclResult_t res = streams_sync(ops, n, streams, ns), ran;
@@ -134,7 +146,7 @@ static ncclResult_t unit_run_synchronously(struct work_op* ops, int n, const CUs
     return res;
   }
   ran = work_run(ops, n);
-  for (int k = 0; k < ns; k++) CHECK(stream_stage(ops, n, streams[k], 2));
+  for (int k = 0; k < ns; k++) CHECK(stream_stage(ops, n, streams[k], STAGE_OUT_SYNC));
   CHECK(streams_sync(ops, n, streams, ns));
   res = ran;
 fail:
@@ -159,7 +171,7 @@ static ncclResult_t unit_gate(struct work_op* ops, int n, CUstream s, struct wor
   gate->ctx = cc->ctx; /* what the proxy's check runs in */
   cuda_ctx_restore(saved);
   if (res != ncclSuccess) goto fail;
-  res = stream_stage(ops, n, s, 1);
+  res = stream_stage(ops, n, s, STAGE_OUT_GATED);
   if (res != ncclSuccess) gates_open(gate, 1);
 fail:
   return res;
@@ -190,9 +202,10 @@ ncclResult_t cuda_unit_dispatch(struct work_op* ops, int n) {
   CHECK(unit_comms_ready(ops, n));
   CHECK(work_issue(ops, n));
   struct cuda_comm* cc = ops[0].comm->cuda;
-  for (int k = 0; k < ns && res == ncclSuccess; k++) res = stream_stage(ops, n, streams[k], 0);
-  if (res == ncclSuccess && !unit_gated(ops, n, ns))
-    return unit_run_synchronously(ops, n, streams, ns);
+  int gated = unit_gated(ops, n, ns);
+  for (int k = 0; k < ns && res == ncclSuccess; k++)
+    res = stream_stage(ops, n, streams[k], gated ? STAGE_IN_GATED : STAGE_IN_SYNC);
+  if (res == ncclSuccess && !gated) return unit_run_synchronously(ops, n, streams, ns);
   if (res == ncclSuccess) res = unit_gate(ops, n, streams[0], &gate);
   if (res == ncclSuccess) {
     res = stream_submit_gated(cc->proxy, ops, n, &gate, 1);

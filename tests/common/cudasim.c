@@ -516,6 +516,25 @@ static CUresult sim_module_function(CUfunction* f, CUmodule m, const char* name)
   return CUDA_SUCCESS;
 }
 
+/* A kernel's operands must be device or pinned memory: a GPU faults on
+ * pageable host memory (the stderr line names the pointer). */
+static int operand_reachable(const void* p, size_t bytes) {
+  if (gpu_reaches((uintptr_t)p, bytes)) return 1;
+  fprintf(stderr, "cudasim: kernel operand %p (%zu bytes) is neither device nor pinned\n", p,
+          bytes);
+  return 0;
+}
+
+static int task_reachable(const struct kern_dev_task* t) {
+  static const size_t sizes[] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1};
+  size_t bytes = t->type >= 0 && t->type < 12 ? (size_t)t->n * sizes[t->type] : 0;
+  for (int i = 0; i < t->nsrcs && i < KB_MAX_SRCS; i++)
+    if (!operand_reachable(t->srcs[i], bytes)) return 0;
+  for (int i = 0; i < t->ndsts && i < KB_MAX_DSTS; i++)
+    if (!operand_reachable(t->dsts[i], bytes)) return 0;
+  return 1;
+}
+
 static CUresult sim_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                            unsigned by, unsigned bz, unsigned shmem, CUstream s, void** args,
                            void** extra) {
@@ -525,6 +544,7 @@ static CUresult sim_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, 
     return CUDA_ERROR_INVALID_VALUE;
   struct sim_op op = {.kind = OP_LAUNCH, .grid = gx, .block = bx};
   memcpy(&op.task, args[0], sizeof(op.task)); /* parameters are taken at the launch */
+  if (!task_reachable(&op.task)) return CUDA_ERROR_ILLEGAL_ADDRESS;
   for (int i = 0; i < op.task.nsrcs && i < KB_MAX_SRCS; i++)
     op.task.srcs[i] = gpu_addr((uintptr_t)op.task.srcs[i]);
   for (int i = 0; i < op.task.ndsts && i < KB_MAX_DSTS; i++)
@@ -598,6 +618,8 @@ static const struct {
     {"cuMemHostAlloc", (void*)sim_host_alloc},
     {"cuMemFreeHost", (void*)sim_host_free},
     {"cuMemHostGetDevicePointer", (void*)sim_host_device_pointer},
+    {"cuMemHostRegister", (void*)sim_host_register},
+    {"cuMemHostUnregister", (void*)sim_host_unregister},
     {"cuMemGetAllocationGranularity", (void*)sim_vmm_granularity},
     {"cuMemCreate", (void*)sim_vmm_create},
     {"cuMemRelease", (void*)sim_vmm_release},

@@ -7,6 +7,7 @@
 #define BRAID_CUDASIM_H_
 
 #include <cuda.h>
+#include <stddef.h>
 #include <stdint.h>
 
 extern __thread CUcontext t_ctx; /* the calling thread's current context */
@@ -15,6 +16,9 @@ extern int g_ndev;               /* CUDASIM_DEVICES */
 /* Where the simulated GPU reaches address p: device memory at its shadow
  * mapping, anything else (pinned or plain host memory) where it is. */
 void* gpu_addr(uintptr_t p);
+/* Whether the simulated GPU may touch [p, p + bytes): device memory or
+ * pinned host memory, all of it. */
+int gpu_reaches(uintptr_t p, size_t bytes);
 
 CUresult sim_mem_alloc(CUdeviceptr* p, size_t bytes);
 CUresult sim_mem_free(CUdeviceptr p);
@@ -36,5 +40,7 @@ CUresult sim_address_range(CUdeviceptr* base, size_t* size, CUdeviceptr p);
 CUresult sim_host_alloc(void** p, size_t bytes, unsigned flags);
 CUresult sim_host_free(void* p);
 CUresult sim_host_device_pointer(CUdeviceptr* d, void* p, unsigned flags);
+CUresult sim_host_register(void* p, size_t bytes, unsigned flags);
+CUresult sim_host_unregister(void* p);
 
 #endif /* BRAID_CUDASIM_H_ */

@@ -35,6 +35,19 @@ static struct {
   } allocs[SIM_MAX_ALLOCS];
 } g_mem = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
+#define SIM_MAX_PINNED 1024
+
+struct sim_range {
+  uintptr_t base;
+  size_t size;
+};
+
+/* Pinned host ranges (cuMemHostAlloc, cuMemHostRegister), under g_mem.lock. */
+static struct {
+  int n;
+  struct sim_range r[SIM_MAX_PINNED];
+} g_pinned;
+
 /* The allocation holding p, or -1. */
 static int alloc_of(uintptr_t p) {
   for (int i = 0; i < g_mem.nallocs; i++)
@@ -263,22 +276,77 @@ CUresult sim_pointer_attribute(void* out, CUpointer_attribute a, CUdeviceptr p) 
   return CUDA_SUCCESS;
 }
 
-/* Pinned host memory: the host's own, its device pointer the same address. */
+/* ---- Pinned host memory ---- */
+
+/* The host's own memory, its device pointer the same address; the ranges
+ * are recorded so that a kernel given pageable host memory fails its
+ * launch, as a GPU faults on it. */
+static int pinned_of(uintptr_t p) {
+  for (int i = 0; i < g_pinned.n; i++)
+    if (p >= g_pinned.r[i].base && p - g_pinned.r[i].base < g_pinned.r[i].size) return i;
+  return -1;
+}
+
+static CUresult pinned_add(void* p, size_t bytes) {
+  pthread_mutex_lock(&g_mem.lock);
+  int ok = g_pinned.n < SIM_MAX_PINNED && pinned_of((uintptr_t)p) < 0;
+  if (ok) g_pinned.r[g_pinned.n++] = (struct sim_range){(uintptr_t)p, bytes ? bytes : 1};
+  pthread_mutex_unlock(&g_mem.lock);
+  return ok ? CUDA_SUCCESS : CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+}
+
+static CUresult pinned_remove(void* p) {
+  pthread_mutex_lock(&g_mem.lock);
+  int i = pinned_of((uintptr_t)p);
+  int exact = i >= 0 && g_pinned.r[i].base == (uintptr_t)p;
+  if (exact) g_pinned.r[i] = g_pinned.r[--g_pinned.n];
+  pthread_mutex_unlock(&g_mem.lock);
+  return exact ? CUDA_SUCCESS : CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+}
+
 CUresult sim_host_alloc(void** p, size_t bytes, unsigned flags) {
   (void)flags;
   if (t_ctx == NULL) return CUDA_ERROR_INVALID_CONTEXT;
   *p = malloc(bytes ? bytes : 1);
-  if (*p) memset(*p, 0xa5, bytes); /* not zeroed, as the driver's */
-  return *p ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+  if (*p == NULL) return CUDA_ERROR_OUT_OF_MEMORY;
+  memset(*p, 0xa5, bytes); /* not zeroed, as the driver's */
+  CUresult r = pinned_add(*p, bytes);
+  if (r != CUDA_SUCCESS) free(*p);
+  return r;
 }
 
 CUresult sim_host_free(void* p) {
-  free(p);
-  return CUDA_SUCCESS;
+  CUresult r = pinned_remove(p);
+  if (r == CUDA_SUCCESS) free(p);
+  return r == CUDA_SUCCESS ? r : CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult sim_host_register(void* p, size_t bytes, unsigned flags) {
+  (void)flags;
+  if (t_ctx == NULL) return CUDA_ERROR_INVALID_CONTEXT;
+  if (p == NULL || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
+  return pinned_add(p, bytes);
+}
+
+CUresult sim_host_unregister(void* p) {
+  return pinned_remove(p);
 }
 
 CUresult sim_host_device_pointer(CUdeviceptr* d, void* p, unsigned flags) {
   (void)flags;
+  pthread_mutex_lock(&g_mem.lock);
+  int i = pinned_of((uintptr_t)p);
+  pthread_mutex_unlock(&g_mem.lock);
+  if (i < 0) return CUDA_ERROR_INVALID_VALUE; /* not pinned memory */
   *d = (CUdeviceptr)(uintptr_t)p;
   return CUDA_SUCCESS;
+}
+
+int gpu_reaches(uintptr_t p, size_t bytes) {
+  pthread_mutex_lock(&g_mem.lock);
+  int i = alloc_of(p), j = i < 0 ? pinned_of(p) : -1;
+  int ok = i >= 0 ? bytes <= g_mem.allocs[i].size - (p - g_mem.allocs[i].base)
+                  : j >= 0 && bytes <= g_pinned.r[j].size - (p - g_pinned.r[j].base);
+  pthread_mutex_unlock(&g_mem.lock);
+  return ok;
 }

@@ -4,7 +4,8 @@
  * with the stream's own copies between them; groups on two streams and
  * across comms of one process on one device; a killed peer whose
  * survivors' streams still drain; the synchronous fallback; all streams on
- * one queue. `make test` runs it on the simulated driver (where the host
+ * one queue; the synchronous path, whose collectives run as kernels, on
+ * every algorithm. `make test` runs it on the simulated driver (where the host
  * cannot touch device memory, as on a GPU); BRAID_CUDA_LIB=libcuda.so.1
  * runs it on a real one. */
 #include <setjmp.h>
@@ -91,6 +92,23 @@ static void test_matrix(void** state) {
   (void)state;
   for (int n = 1; n <= 4; n++) assert_int_equal(mp_launch(n, matrix_body, NULL, NULL), 0);
   assert_int_equal(mp_launch(8, matrix_body, NULL, NULL), 0);
+}
+
+/* The same matrix run synchronously (no stream memory operations): the
+ * collectives then run as kernels on the executor's device backend, every
+ * message through its pinned slots; each algorithm once, so every step
+ * kind is staged (recursive doubling's exchanges too). */
+static const char* const kSyncAlgos[] = {"Ring", "RecDoubling", "Tree", NULL};
+
+static int sync_matrix_body(const mp_env* env) {
+  setenv("BRAID_STREAM_MEMOPS", "0", 1);
+  if (kSyncAlgos[env->nranks - 2]) setenv("NCCL_ALGO", kSyncAlgos[env->nranks - 2], 1);
+  return matrix_body(env);
+}
+
+static void test_matrix_synchronous(void** state) {
+  (void)state;
+  for (int n = 2; n <= 5; n++) assert_int_equal(mp_launch(n, sync_matrix_body, NULL, NULL), 0);
 }
 
 /* ---- (2) ordering: dependent calls and the stream's own copies ---- */
@@ -566,19 +584,13 @@ int main(void) {
   mp_default_env("BRAID_CUDA_LIB", "build/tests/libcudasim.so");
   mp_default_env("BRAID_TIMEOUT_MS", "3000");
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_matrix),
-      cmocka_unit_test(test_ordering),
-      cmocka_unit_test(test_one_queue),
-      cmocka_unit_test(test_fallback),
-      cmocka_unit_test(test_group_two_streams),
-      cmocka_unit_test(test_device_scalar),
-      cmocka_unit_test(test_ranks_as_threads),
-      cmocka_unit_test(test_killed_peer),
-      cmocka_unit_test(test_nonblocking),
-      cmocka_unit_test(test_abort),
-      cmocka_unit_test(test_graph_capture_refused),
-      cmocka_unit_test(test_stream_error),
-      cmocka_unit_test(test_host_cannot_touch),
+      cmocka_unit_test(test_matrix),        cmocka_unit_test(test_matrix_synchronous),
+      cmocka_unit_test(test_ordering),      cmocka_unit_test(test_one_queue),
+      cmocka_unit_test(test_fallback),      cmocka_unit_test(test_group_two_streams),
+      cmocka_unit_test(test_device_scalar), cmocka_unit_test(test_ranks_as_threads),
+      cmocka_unit_test(test_killed_peer),   cmocka_unit_test(test_nonblocking),
+      cmocka_unit_test(test_abort),         cmocka_unit_test(test_graph_capture_refused),
+      cmocka_unit_test(test_stream_error),  cmocka_unit_test(test_host_cannot_touch),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -312,10 +312,10 @@ static void test_registered_buffers(void** state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_schedule_cache),   cmocka_unit_test(test_late_allreduce),
-      cmocka_unit_test(test_late_collectives), cmocka_unit_test(test_late_windows),
-      cmocka_unit_test(test_late_layouts),     cmocka_unit_test(test_registered_buffers),
-      cmocka_unit_test(test_staged_collectives), cmocka_unit_test(test_staged_windows_layouts),
+      cmocka_unit_test(test_schedule_cache),         cmocka_unit_test(test_late_allreduce),
+      cmocka_unit_test(test_late_collectives),       cmocka_unit_test(test_late_windows),
+      cmocka_unit_test(test_late_layouts),           cmocka_unit_test(test_registered_buffers),
+      cmocka_unit_test(test_staged_collectives),     cmocka_unit_test(test_staged_windows_layouts),
       cmocka_unit_test(test_staged_without_backend),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
