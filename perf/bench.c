@@ -285,9 +285,17 @@ static void init_comm(perf_rank_t* r) {
 
 /* Device buffers come from ncclMemAlloc, as nccl-tests' -R; their host copies are the
  * filling and checking side. */
+/* --mem device never runs on host memory silently: a library whose
+ * device path is off (its INFO line says why) hands out host memory. */
 static char* device_alloc(perf_rank_t* r, size_t bytes) {
   void* p = NULL;
   PERF_NCCL(r, ncclMemAlloc(&p, bytes ? bytes : 64));
+  if (!perf_dev_owns(p)) {
+    fprintf(stderr,
+            "perf: --mem device, but ncclMemAlloc gave host memory: the library has no device "
+            "path (NCCL_DEBUG=INFO says why)\n");
+    die();
+  }
   return p;
 }
 

@@ -24,6 +24,7 @@ static struct {
   cu_result (*stream_create)(void**, unsigned);
   cu_result (*stream_sync)(void*);
   cu_result (*copy)(cu_ptr, cu_ptr, size_t, void*);
+  cu_result (*pointer_attribute)(void*, int, cu_ptr);
 } g_dev = {.once = PTHREAD_ONCE_INIT};
 
 static int resolve(get_proc_fn get, const char* name, void* slot) {
@@ -45,7 +46,8 @@ static void dev_load(void) {
       resolve(get, "cuCtxSetCurrent", &g_dev.ctx_set) ||
       resolve(get, "cuStreamCreate", &g_dev.stream_create) ||
       resolve(get, "cuStreamSynchronize", &g_dev.stream_sync) ||
-      resolve(get, "cuMemcpyAsync", &g_dev.copy) || g_dev.init(0) != 0 ||
+      resolve(get, "cuMemcpyAsync", &g_dev.copy) ||
+      resolve(get, "cuPointerGetAttribute", &g_dev.pointer_attribute) || g_dev.init(0) != 0 ||
       g_dev.count(&g_dev.ndev) != 0)
     return;
   g_dev.why = g_dev.ndev > 0 ? NULL : "the CUDA driver sees no device";
@@ -68,6 +70,11 @@ int perf_dev_bind(int dev, cudaStream_t* stream) {
   }
   *stream = (cudaStream_t)s;
   return 0;
+}
+
+int perf_dev_owns(const void* p) {
+  unsigned type = 0; /* CU_POINTER_ATTRIBUTE_MEMORY_TYPE (2): CU_MEMORYTYPE_DEVICE (2) */
+  return g_dev.pointer_attribute(&type, 2, (cu_ptr)(uintptr_t)p) == 0 && type == 2;
 }
 
 int perf_dev_sync(cudaStream_t stream) {

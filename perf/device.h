@@ -15,6 +15,9 @@ int perf_dev_count(const char** why);
  * stream of its own for the calls, non-blocking as nccl-tests makes them
  * (a legacy-stream operation elsewhere never waits on it). 0 on success. */
 int perf_dev_bind(int dev, cudaStream_t* stream);
+/* Whether the driver knows p as device memory (ncclMemAlloc falls back to
+ * host memory in a library without a device path). */
+int perf_dev_owns(const void* p);
 /* 0 on success; each prints what failed. */
 int perf_dev_sync(cudaStream_t stream);
 /* A copy on `stream`, waited for: never on the legacy stream, which would

@@ -3,7 +3,8 @@
 # every root: it must exit 0 and report "Out of bounds values : 0 OK" (no
 # #wrong anywhere) — the checks nccl-tests users read. On host buffers, and
 # where the simulated CUDA driver is built, on device buffers (--mem device,
-# 3 ranks on one device); --mem device without a driver must fail, clearly.
+# 3 ranks on one device); --mem device without a driver, or with one the
+# library cannot use, must fail, clearly.
 set -uo pipefail
 top=$(cd "$(dirname "$0")/../.." && pwd)
 build=$(cd "${1:-$top/build}" && pwd)
@@ -34,5 +35,17 @@ if [ $? -eq 0 ] || ! grep -q -- "--mem device: no CUDA driver" <<<"$out"; then
   fail=1
 else
   echo "ok: --mem device without a driver: $(head -1 <<<"$out")"
+fi
+# A driver the tool can use but the library cannot (an entry point it needs
+# is missing): ncclMemAlloc hands out host memory, and the tool says so.
+if [ -f "$sim" ]; then
+  out=$(CUDASIM_HIDE=cuMemHostRegister BRAID_CUDA_LIB=$sim timeout 60 \
+    "$build/bin/all_reduce_perf" --mem device -t 2 -b 8 -e 8 2>&1)
+  if [ $? -eq 0 ] || ! grep -q -- "--mem device, but ncclMemAlloc gave host memory" <<<"$out"; then
+    echo "FAILED: --mem device on a library without a device path must fail, got: $out"
+    fail=1
+  else
+    echo "ok: --mem device, library without a device path: $(grep -- '--mem device' <<<"$out")"
+  fi
 fi
 exit $fail

@@ -24,7 +24,8 @@
  *    the same address);
  *  - knobs for the tests: CUDASIM_ONE_QUEUE (above), CUDASIM_CAPTURING=all
  *    (every stream is being captured), CUDASIM_STREAM_ERROR (stream queries
- *    report a broken context).
+ *    report a broken context), CUDASIM_HIDE=name (that entry point is
+ *    missing, as from an older driver).
  */
 #include <cuda.h>
 #include <pthread.h>
@@ -635,6 +636,12 @@ static const struct {
 SIM_EXPORT CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int version,
                                         cuuint64_t flags, CUdriverProcAddressQueryResult* status) {
   (void)flags;
+  const char* hide = getenv("CUDASIM_HIDE"); /* an older driver, without this entry point */
+  if (hide && strcmp(hide, symbol) == 0) {
+    *pfn = NULL;
+    if (status) *status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+    return CUDA_ERROR_NOT_FOUND;
+  }
   if (strcmp(symbol, "cuCtxGetDevice") == 0 && version >= 13000) { /* the ABI changed in 13.0 */
     *pfn = (void*)sim_ctx_device_v2;
     if (status) *status = CU_GET_PROC_ADDRESS_SUCCESS;
