@@ -86,6 +86,11 @@ static int resolve(get_proc_fn get_proc, const char* lib) {
       CUDA_SYM(cuMemSetAccess),
       CUDA_SYM(cuMemRetainAllocationHandle),
       CUDA_SYM(cuMemGetAddressRange),
+      CUDA_SYM(cuIpcGetMemHandle),
+      CUDA_SYM(cuIpcOpenMemHandle),
+      CUDA_SYM(cuIpcCloseMemHandle),
+      CUDA_SYM(cuMemExportToShareableHandle),
+      CUDA_SYM(cuMemImportFromShareableHandle),
   };
   for (size_t i = 0; i < sizeof(syms) / sizeof(syms[0]); i++) {
     CUdriverProcAddressQueryResult status;

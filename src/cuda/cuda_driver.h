@@ -71,6 +71,14 @@ struct cuda_api {
   CUresult (*cuMemSetAccess)(CUdeviceptr, size_t, const CUmemAccessDesc*, size_t);
   CUresult (*cuMemRetainAllocationHandle)(CUmemGenericAllocationHandle*, void*);
   CUresult (*cuMemGetAddressRange)(CUdeviceptr*, size_t*, CUdeviceptr);
+  /* CUDA IPC (transports/cudaipc): legacy handles, cuMem POSIX fds */
+  CUresult (*cuIpcGetMemHandle)(CUipcMemHandle*, CUdeviceptr);
+  CUresult (*cuIpcOpenMemHandle)(CUdeviceptr*, CUipcMemHandle, unsigned int);
+  CUresult (*cuIpcCloseMemHandle)(CUdeviceptr);
+  CUresult (*cuMemExportToShareableHandle)(void*, CUmemGenericAllocationHandle,
+                                           CUmemAllocationHandleType, unsigned long long);
+  CUresult (*cuMemImportFromShareableHandle)(CUmemGenericAllocationHandle*, void*,
+                                             CUmemAllocationHandleType);
 };
 
 /* The driver's table, loaded and initialized once per process; NULL (with

@@ -50,15 +50,25 @@ static size_t vmm_access(const struct cuda_api* cu, CUdevice dev, CUmemAccessDes
   return n;
 }
 
-/* Map h at a new range of `size` bytes, readable and writable by dev and
- * its peers. */
-static ncclResult_t vmm_map(const struct cuda_api* cu, CUdevice dev, CUmemGenericAllocationHandle h,
-                            size_t size, size_t align, CUdeviceptr* out) {
+static ncclResult_t vmm_granularity(const struct cuda_api* cu, CUdevice dev, size_t* gran) {
+  CUmemAllocationProp prop = vmm_prop(dev);
+  *gran = 0;
+  ncclResult_t res = cuda_check(
+      cu->cuMemGetAllocationGranularity(gran, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED),
+      "cuMemGetAllocationGranularity");
+  if (*gran == 0) *gran = 1;
+  return res;
+}
+
+ncclResult_t cuda_vmm_map(const struct cuda_api* cu, CUdevice dev, CUmemGenericAllocationHandle h,
+                          size_t size, CUdeviceptr* out) {
   ncclResult_t res = ncclSuccess;
   CUdeviceptr p = 0;
   int mapped = 0;
+  size_t align;
   CUmemAccessDesc access[VMM_MAX_DEVICES];
   size_t naccess = vmm_access(cu, dev, access);
+  CHECK(vmm_granularity(cu, dev, &align));
   CHECK(cuda_check(cu->cuMemAddressReserve(&p, size, align, 0, 0), "cuMemAddressReserve"));
   CHECK(cuda_check(cu->cuMemMap(p, size, 0, h, 0), "cuMemMap"));
   mapped = 1;
@@ -76,13 +86,11 @@ ncclResult_t cuda_vmm_alloc(const struct cuda_api* cu, CUdevice dev, size_t size
   CUmemAllocationProp prop = vmm_prop(dev);
   CUmemGenericAllocationHandle h = 0;
   CUdeviceptr p = 0;
-  size_t gran = 0;
-  CHECK(cuda_check(
-      cu->cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED),
-      "cuMemGetAllocationGranularity"));
-  size = ALIGN_UP(size, gran ? gran : 1);
+  size_t gran;
+  CHECK(vmm_granularity(cu, dev, &gran));
+  size = ALIGN_UP(size, gran);
   CHECK(cuda_check(cu->cuMemCreate(&h, size, &prop, 0), "cuMemCreate"));
-  res = vmm_map(cu, dev, h, size, gran, &p);
+  res = cuda_vmm_map(cu, dev, h, size, &p);
   cu->cuMemRelease(h); /* the mapping holds the memory from here on */
   if (res != ncclSuccess) goto fail;
   *ptr = (void*)(uintptr_t)p;

@@ -19,8 +19,14 @@ int cuda_vmm_usable(const struct cuda_api* cu, CUdevice dev);
  * current context. */
 ncclResult_t cuda_vmm_alloc(const struct cuda_api* cu, CUdevice dev, size_t size, void** ptr);
 
-/* 1 and freed when ptr is the start of a cuMem allocation, 0 (nothing done)
- * when it is not one. */
+/* Map physical allocation h (`size` bytes) at a new range, readable and
+ * writable by dev and every device that can reach dev as a peer; the
+ * caller may release h then (the mapping holds the memory). */
+ncclResult_t cuda_vmm_map(const struct cuda_api* cu, CUdevice dev, CUmemGenericAllocationHandle h,
+                          size_t size, CUdeviceptr* out);
+
+/* 1 and unmapped (freed, once no other mapping holds it) when ptr is the
+ * start of a cuMem mapping, 0 (nothing done) when it is not one. */
 int cuda_vmm_free(const struct cuda_api* cu, void* ptr);
 
 #endif /* BRAID_CUDA_VMM_H_ */

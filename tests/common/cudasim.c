@@ -11,7 +11,11 @@
  *    GPU reads and writes it; shared, so forked ranks keep it), known to
  *    cuPointerGetAttribute as device memory, not zeroed;
  *  - cuMem: physical allocations (memfds) mapped at reserved ranges in the
- *    same two views, 2 MiB granularity as on the H200;
+ *    same two views, 2 MiB granularity as on the H200; a buffer id per
+ *    allocation, never reused in a process;
+ *  - IPC between processes: legacy handles name the exporter's memfd
+ *    (opened through /proc; refused in the exporting process, as by the
+ *    driver), cuMem exports and imports POSIX fds (if requested at create);
  *  - copies (memmove between the GPU's views: unified addressing);
  *  - modules: any image loads, and its function "braid_reduce_copy" runs the
  *    CPU grid emulation of kernels/cuda/kern_body.h (tests/common);
@@ -20,8 +24,9 @@
  *    really wait and writes, event records and waits. CUDASIM_ONE_QUEUE=1
  *    puts every stream on one queue, which exposes work that only completes
  *    if streams run side by side (an ordering deadlock hangs there);
- *  - pinned host memory (cuMemHostAlloc: host memory, its device pointer
- *    the same address);
+ *  - pinned host memory (cuMemHostAlloc, cuMemHostRegister: host memory,
+ *    its device pointer the same address); a launch whose operands are
+ *    neither device nor pinned memory fails, as a GPU faults;
  *  - knobs for the tests: CUDASIM_ONE_QUEUE (above), CUDASIM_CAPTURING=all
  *    (every stream is being captured), CUDASIM_STREAM_ERROR (stream queries
  *    report a broken context), CUDASIM_HIDE=name (that entry point is
@@ -631,6 +636,11 @@ static const struct {
     {"cuMemSetAccess", (void*)sim_vmm_set_access},
     {"cuMemRetainAllocationHandle", (void*)sim_vmm_retain},
     {"cuMemGetAddressRange", (void*)sim_address_range},
+    {"cuIpcGetMemHandle", (void*)sim_ipc_get},
+    {"cuIpcOpenMemHandle", (void*)sim_ipc_open},
+    {"cuIpcCloseMemHandle", (void*)sim_ipc_close},
+    {"cuMemExportToShareableHandle", (void*)sim_vmm_export},
+    {"cuMemImportFromShareableHandle", (void*)sim_vmm_import},
 };
 
 SIM_EXPORT CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int version,

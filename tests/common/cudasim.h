@@ -41,6 +41,13 @@ CUresult sim_host_alloc(void** p, size_t bytes, unsigned flags);
 CUresult sim_host_free(void* p);
 CUresult sim_host_device_pointer(CUdeviceptr* d, void* p, unsigned flags);
 CUresult sim_host_register(void* p, size_t bytes, unsigned flags);
+CUresult sim_ipc_get(CUipcMemHandle* h, CUdeviceptr p);
+CUresult sim_ipc_open(CUdeviceptr* p, CUipcMemHandle h, unsigned flags);
+CUresult sim_ipc_close(CUdeviceptr p);
+CUresult sim_vmm_export(void* out, CUmemGenericAllocationHandle h, CUmemAllocationHandleType type,
+                        unsigned long long flags);
+CUresult sim_vmm_import(CUmemGenericAllocationHandle* h, void* os_handle,
+                        CUmemAllocationHandleType type);
 CUresult sim_host_unregister(void* p);
 
 #endif /* BRAID_CUDASIM_H_ */

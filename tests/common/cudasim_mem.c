@@ -5,11 +5,14 @@
  * pinned host memory.
  */
 #include <cuda.h>
+#include <fcntl.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cudasim.h"
@@ -22,18 +25,23 @@ struct sim_vmm {
   int fd;
   size_t size;
   int refs;
+  int exportable; /* created with POSIX-fd handles requested */
 };
 
 static struct {
   pthread_mutex_t lock;
   int nallocs;
-  struct {
+  struct sim_alloc {
     uintptr_t base;   /* the device address: mapped, but no host access */
     uintptr_t shadow; /* the same pages, read and written by the "GPU" */
     size_t size;
     struct sim_vmm* vmm; /* cuMemMap'ed: its physical allocation; NULL: cuMemAlloc'ed */
+    int fd;              /* cuMemAlloc'ed or IPC-opened: its memfd (legacy IPC exports it) */
+    int imported;        /* opened from a legacy IPC handle: cuIpcCloseMemHandle frees it */
+    uint64_t buffer_id;  /* CU_POINTER_ATTRIBUTE_BUFFER_ID: never reused in a process */
   } allocs[SIM_MAX_ALLOCS];
-} g_mem = {.lock = PTHREAD_MUTEX_INITIALIZER};
+  uint64_t next_buffer_id;
+} g_mem = {.lock = PTHREAD_MUTEX_INITIALIZER, .next_buffer_id = 1};
 
 #define SIM_MAX_PINNED 1024
 
@@ -55,54 +63,120 @@ static int alloc_of(uintptr_t p) {
   return -1;
 }
 
+/* Record a mapped allocation with a fresh buffer id (0: the table is full). */
+static int alloc_add(uintptr_t base, uintptr_t shadow, size_t size, struct sim_vmm* vmm, int fd,
+                     int imported) {
+  pthread_mutex_lock(&g_mem.lock);
+  int ok = g_mem.nallocs < SIM_MAX_ALLOCS;
+  if (ok) {
+    g_mem.allocs[g_mem.nallocs++] =
+        (struct sim_alloc){base, shadow, size, vmm, fd, imported, g_mem.next_buffer_id++};
+    if (vmm) vmm->refs++;
+  }
+  pthread_mutex_unlock(&g_mem.lock);
+  return ok;
+}
+
 /* Device memory is a memfd mapped twice: at the device address with no
  * access, so a host thread that touches it faults as it would on a GPU
  * (every access must go through copies, launches or memory operations),
  * and at a shadow address where the simulated GPU works. Both mappings
  * are shared, so forked ranks keep them. */
-CUresult sim_mem_alloc(CUdeviceptr* p, size_t bytes) {
-  if (t_ctx == NULL) return CUDA_ERROR_INVALID_CONTEXT; /* as the real driver */
-  if (bytes == 0) return CUDA_ERROR_INVALID_VALUE;
-  int fd = memfd_create("cudasim", MFD_CLOEXEC);
-  if (fd < 0) return CUDA_ERROR_OUT_OF_MEMORY;
-  void* dev = MAP_FAILED;
-  void* shadow = MAP_FAILED;
-  if (ftruncate(fd, (off_t)bytes) == 0) {
-    dev = mmap(NULL, bytes, PROT_NONE, MAP_SHARED, fd, 0);
-    shadow = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  }
-  close(fd);
-  pthread_mutex_lock(&g_mem.lock);
-  int ok = dev != MAP_FAILED && shadow != MAP_FAILED && g_mem.nallocs < SIM_MAX_ALLOCS;
-  if (ok) {
-    g_mem.allocs[g_mem.nallocs].base = (uintptr_t)dev;
-    g_mem.allocs[g_mem.nallocs].shadow = (uintptr_t)shadow;
-    g_mem.allocs[g_mem.nallocs++].size = bytes;
-  }
-  pthread_mutex_unlock(&g_mem.lock);
+static CUresult map_device(int fd, size_t bytes, int imported, CUdeviceptr* p) {
+  void* dev = mmap(NULL, bytes, PROT_NONE, MAP_SHARED, fd, 0);
+  void* shadow = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  int ok = dev != MAP_FAILED && shadow != MAP_FAILED &&
+           alloc_add((uintptr_t)dev, (uintptr_t)shadow, bytes, NULL, fd, imported);
   if (!ok) {
     if (dev != MAP_FAILED) munmap(dev, bytes);
     if (shadow != MAP_FAILED) munmap(shadow, bytes);
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
-  memset(shadow, 0xa5, bytes); /* as cudaMalloc'ed memory, not zeroed */
   *p = (CUdeviceptr)(uintptr_t)dev;
+  return CUDA_SUCCESS;
+}
+
+CUresult sim_mem_alloc(CUdeviceptr* p, size_t bytes) {
+  if (t_ctx == NULL) return CUDA_ERROR_INVALID_CONTEXT; /* as the real driver */
+  if (bytes == 0) return CUDA_ERROR_INVALID_VALUE;
+  int fd = memfd_create("cudasim", MFD_CLOEXEC);
+  if (fd < 0) return CUDA_ERROR_OUT_OF_MEMORY;
+  CUresult r =
+      ftruncate(fd, (off_t)bytes) == 0 ? map_device(fd, bytes, 0, p) : CUDA_ERROR_OUT_OF_MEMORY;
+  if (r != CUDA_SUCCESS) {
+    close(fd);
+    return r;
+  }
+  memset(gpu_addr(*p), 0xa5, bytes); /* as cudaMalloc'ed memory, not zeroed */
+  return CUDA_SUCCESS;
+}
+
+/* Unmap and forget the allocation at exactly p, if it is of the kind asked. */
+static CUresult alloc_remove(CUdeviceptr p, int imported) {
+  pthread_mutex_lock(&g_mem.lock);
+  int i = alloc_of((uintptr_t)p);
+  int exact = i >= 0 && g_mem.allocs[i].base == (uintptr_t)p && g_mem.allocs[i].vmm == NULL &&
+              g_mem.allocs[i].imported == imported;
+  struct sim_alloc a = exact ? g_mem.allocs[i] : (struct sim_alloc){0};
+  if (exact) g_mem.allocs[i] = g_mem.allocs[--g_mem.nallocs];
+  pthread_mutex_unlock(&g_mem.lock);
+  if (!exact) return CUDA_ERROR_INVALID_VALUE;
+  munmap((void*)a.base, a.size);
+  munmap((void*)a.shadow, a.size);
+  close(a.fd);
   return CUDA_SUCCESS;
 }
 
 CUresult sim_mem_free(CUdeviceptr p) {
   if (t_ctx == NULL) return CUDA_ERROR_INVALID_CONTEXT;
+  return alloc_remove(p, 0);
+}
+
+/* ---- Legacy IPC: a handle names the exporter's memfd ---- */
+
+#define SIM_IPC_MAGIC 0x43495043u
+
+struct sim_ipc_handle {
+  uint32_t magic;
+  int32_t pid;
+  int32_t fd;
+  uint32_t pad;
+  uint64_t size;
+};
+
+CUresult sim_ipc_get(CUipcMemHandle* h, CUdeviceptr p) {
   pthread_mutex_lock(&g_mem.lock);
   int i = alloc_of((uintptr_t)p);
-  int exact = i >= 0 && g_mem.allocs[i].base == (uintptr_t)p && g_mem.allocs[i].vmm == NULL;
-  size_t size = exact ? g_mem.allocs[i].size : 0;
-  uintptr_t shadow = exact ? g_mem.allocs[i].shadow : 0;
-  if (exact) g_mem.allocs[i] = g_mem.allocs[--g_mem.nallocs];
+  int ok = i >= 0 && g_mem.allocs[i].vmm == NULL && !g_mem.allocs[i].imported;
+  struct sim_ipc_handle s = {SIM_IPC_MAGIC, (int32_t)getpid(), ok ? g_mem.allocs[i].fd : -1, 0,
+                             ok ? g_mem.allocs[i].size : 0};
   pthread_mutex_unlock(&g_mem.lock);
-  if (!exact) return CUDA_ERROR_INVALID_VALUE;
-  munmap((void*)(uintptr_t)p, size);
-  munmap((void*)shadow, size);
+  if (!ok) return CUDA_ERROR_INVALID_VALUE; /* cuMem memory has no legacy handle */
+  memset(h, 0, sizeof(*h));
+  memcpy(h->reserved, &s, sizeof(s));
   return CUDA_SUCCESS;
+}
+
+/* The exporter's memfd through /proc, mapped anew: another process only,
+ * as the driver wants. */
+CUresult sim_ipc_open(CUdeviceptr* p, CUipcMemHandle h, unsigned flags) {
+  struct sim_ipc_handle s;
+  char path[64];
+  (void)flags;
+  if (t_ctx == NULL) return CUDA_ERROR_INVALID_CONTEXT;
+  memcpy(&s, h.reserved, sizeof(s));
+  if (s.magic != SIM_IPC_MAGIC) return CUDA_ERROR_INVALID_VALUE;
+  if (s.pid == getpid()) return CUDA_ERROR_INVALID_CONTEXT; /* a handle of this process */
+  snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)s.pid, (int)s.fd);
+  int fd = open(path, O_RDWR | O_CLOEXEC);
+  if (fd < 0) return CUDA_ERROR_INVALID_HANDLE; /* the exporter is gone or freed it */
+  CUresult r = map_device(fd, s.size, 1, p);
+  if (r != CUDA_SUCCESS) close(fd);
+  return r;
+}
+
+CUresult sim_ipc_close(CUdeviceptr p) {
+  return alloc_remove(p, 1);
 }
 
 /* ---- cuMem: physical allocations mapped at reserved ranges ---- */
@@ -140,7 +214,39 @@ CUresult sim_vmm_create(CUmemGenericAllocationHandle* h, size_t size,
     free(v);
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
-  *v = (struct sim_vmm){fd, size, 1};
+  *v = (struct sim_vmm){
+      fd, size, 1, (prop->requestedHandleTypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) != 0};
+  *h = (CUmemGenericAllocationHandle)(uintptr_t)v;
+  return CUDA_SUCCESS;
+}
+
+/* POSIX-fd handles: a dup of the memfd out, a new allocation around one in. */
+CUresult sim_vmm_export(void* out, CUmemGenericAllocationHandle h, CUmemAllocationHandleType type,
+                        unsigned long long flags) {
+  struct sim_vmm* v = (struct sim_vmm*)(uintptr_t)h;
+  (void)flags;
+  if (v == NULL || type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR || !v->exportable)
+    return CUDA_ERROR_INVALID_VALUE;
+  int fd = fcntl(v->fd, F_DUPFD_CLOEXEC, 0);
+  if (fd < 0) return CUDA_ERROR_OUT_OF_MEMORY;
+  *(int*)out = fd;
+  return CUDA_SUCCESS;
+}
+
+CUresult sim_vmm_import(CUmemGenericAllocationHandle* h, void* os_handle,
+                        CUmemAllocationHandleType type) {
+  struct stat st;
+  int fd = (int)(intptr_t)os_handle;
+  if (type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR || fstat(fd, &st) != 0)
+    return CUDA_ERROR_INVALID_VALUE;
+  struct sim_vmm* v = calloc(1, sizeof(*v));
+  int mine = fcntl(fd, F_DUPFD_CLOEXEC, 0); /* the caller keeps its fd */
+  if (v == NULL || mine < 0) {
+    if (mine >= 0) close(mine);
+    free(v);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  *v = (struct sim_vmm){mine, (size_t)st.st_size, 1, 1};
   *h = (CUmemGenericAllocationHandle)(uintptr_t)v;
   return CUDA_SUCCESS;
 }
@@ -181,16 +287,7 @@ CUresult sim_vmm_map(CUdeviceptr p, size_t size, size_t offset, CUmemGenericAllo
     if (shadow != MAP_FAILED) munmap(shadow, size);
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
-  pthread_mutex_lock(&g_mem.lock);
-  int ok = g_mem.nallocs < SIM_MAX_ALLOCS;
-  if (ok) {
-    g_mem.allocs[g_mem.nallocs].base = (uintptr_t)p;
-    g_mem.allocs[g_mem.nallocs].shadow = (uintptr_t)shadow;
-    g_mem.allocs[g_mem.nallocs].size = size;
-    g_mem.allocs[g_mem.nallocs++].vmm = v;
-    v->refs++;
-  }
-  pthread_mutex_unlock(&g_mem.lock);
+  int ok = alloc_add((uintptr_t)p, (uintptr_t)shadow, size, v, -1, 0);
   if (!ok) munmap(shadow, size);
   return ok ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
 }
@@ -269,6 +366,11 @@ CUresult sim_pointer_attribute(void* out, CUpointer_attribute a, CUdeviceptr p) 
       break;
     case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: /* all memory is device 0's */
       *(int*)out = 0;
+      break;
+    case CU_POINTER_ATTRIBUTE_BUFFER_ID:
+      pthread_mutex_lock(&g_mem.lock);
+      *(unsigned long long*)out = g_mem.allocs[i].buffer_id;
+      pthread_mutex_unlock(&g_mem.lock);
       break;
     default:
       return CUDA_ERROR_INVALID_VALUE;

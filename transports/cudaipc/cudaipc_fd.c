@@ -1,0 +1,177 @@
+/*
+ * Unix-socket links between ranks of a node (cudaipc_fd.h): SOCK_SEQPACKET,
+ * so a message and its fd arrive whole, in order, or not at all.
+ */
+#include "cudaipc_fd.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "core.h"
+#include "socket.h"
+
+struct fd_hello {
+  uint64_t secret;
+  int32_t rank;
+  int32_t pad;
+};
+
+/* The abstract name (leading NUL: nothing in the file system to clean). */
+static socklen_t fd_addr(uint64_t secret, int rank, struct sockaddr_un* a) {
+  memset(a, 0, sizeof(*a));
+  a->sun_family = AF_UNIX;
+  int n = snprintf(a->sun_path + 1, sizeof(a->sun_path) - 1, "braid-ipc-%016llx-%d",
+                   (unsigned long long)secret, rank);
+  return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
+}
+
+ncclResult_t cudaipc_fd_listen(uint64_t secret, int rank, int* fd) {
+  struct sockaddr_un a;
+  socklen_t len = fd_addr(secret, rank, &a);
+  int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  if (s < 0 || bind(s, (struct sockaddr*)&a, len) != 0 || listen(s, 64) != 0) {
+    WARN("CUDA IPC: cannot listen on the fd socket of rank %d: %s", rank, strerror(errno));
+    if (s >= 0) close(s);
+    return ncclSystemError;
+  }
+  *fd = s;
+  return ncclSuccess;
+}
+
+/* sendmsg or recvmsg once the socket is ready, until the deadline. */
+static ncclResult_t fd_io(int link, struct msghdr* m, int sending, uint64_t deadline,
+                          _Atomic int* aborted, ssize_t* got) {
+  ncclResult_t res = ncclSuccess;
+  for (;;) {
+    ssize_t n = sending ? sendmsg(link, m, MSG_DONTWAIT | MSG_NOSIGNAL)
+                        : recvmsg(link, m, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+    if (n >= 0) {
+      *got = n;
+      return ncclSuccess;
+    }
+    if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+      FAIL(ncclSystemError, "CUDA IPC: %s on the fd link: %s", sending ? "sendmsg" : "recvmsg",
+           strerror(errno));
+    CHECK(socket_wait(link, sending ? POLLOUT : POLLIN, deadline, aborted, "CUDA IPC fd link"));
+  }
+fail:
+  return res;
+}
+
+static ncclResult_t fd_send_at(int link, const void* msg, size_t bytes, int fd, uint64_t deadline,
+                               _Atomic int* aborted) {
+  ncclResult_t res = ncclSuccess;
+  union {
+    char buf[CMSG_SPACE(sizeof(int))];
+    struct cmsghdr align;
+  } ctl;
+  struct iovec iov = {(void*)msg, bytes};
+  struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1};
+  ssize_t n = 0;
+  if (fd >= 0) {
+    memset(&ctl, 0, sizeof(ctl));
+    m.msg_control = ctl.buf;
+    m.msg_controllen = sizeof(ctl.buf);
+    struct cmsghdr* c = CMSG_FIRSTHDR(&m);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(c), &fd, sizeof(int));
+  }
+  CHECK(fd_io(link, &m, 1, deadline, aborted, &n));
+  if ((size_t)n != bytes) FAIL(ncclSystemError, "CUDA IPC: a short send on the fd link");
+fail:
+  return res;
+}
+
+ncclResult_t cudaipc_fd_send(int link, const void* msg, size_t bytes, int fd, int64_t timeout_ms,
+                             _Atomic int* aborted) {
+  return fd_send_at(link, msg, bytes, fd, socket_deadline(timeout_ms), aborted);
+}
+
+ncclResult_t cudaipc_fd_recv(int link, void* msg, size_t bytes, int* fd, int64_t timeout_ms,
+                             _Atomic int* aborted) {
+  ncclResult_t res = ncclSuccess;
+  union {
+    char buf[CMSG_SPACE(sizeof(int))];
+    struct cmsghdr align;
+  } ctl;
+  struct iovec iov = {msg, bytes};
+  struct msghdr m = {
+      .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf, .msg_controllen = sizeof(ctl.buf)};
+  ssize_t n = 0;
+  *fd = -1;
+  CHECK(fd_io(link, &m, 0, socket_deadline(timeout_ms), aborted, &n));
+  for (struct cmsghdr* c = CMSG_FIRSTHDR(&m); c; c = CMSG_NXTHDR(&m, c))
+    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
+      memcpy(fd, CMSG_DATA(c), sizeof(int));
+  if (n == 0) FAIL(ncclSystemError, "CUDA IPC: the peer closed its fd link");
+  if ((size_t)n != bytes || (m.msg_flags & (MSG_TRUNC | MSG_CTRUNC))) {
+    if (*fd >= 0) close(*fd), *fd = -1;
+    FAIL(ncclSystemError, "CUDA IPC: a message of %zd bytes on the fd link, %zu expected", n,
+         bytes);
+  }
+fail:
+  return res;
+}
+
+ncclResult_t cudaipc_fd_connect(uint64_t secret, int rank, int peer, int64_t timeout_ms,
+                                _Atomic int* aborted, int* fd) {
+  ncclResult_t res = ncclSuccess;
+  struct sockaddr_un a;
+  socklen_t len = fd_addr(secret, peer, &a);
+  struct fd_hello hello = {secret, rank, 0};
+  uint64_t deadline = socket_deadline(timeout_ms);
+  int s = -1;
+  for (;;) { /* the peer may not listen yet */
+    s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    if (s < 0) FAIL(ncclSystemError, "CUDA IPC: socket: %s", strerror(errno));
+    if (connect(s, (struct sockaddr*)&a, len) == 0) break;
+    close(s);
+    s = -1;
+    if (errno != ECONNREFUSED && errno != ENOENT && errno != EAGAIN)
+      FAIL(ncclSystemError, "CUDA IPC: connect to rank %d: %s", peer, strerror(errno));
+    if (braid_now_ns() > deadline || (aborted && atomic_load(aborted)))
+      FAIL(ncclSystemError, "CUDA IPC: rank %d's fd socket did not answer", peer);
+    usleep(1000);
+  }
+  CHECK(fd_send_at(s, &hello, sizeof(hello), -1, deadline, aborted));
+  *fd = s;
+  return ncclSuccess;
+fail:
+  if (s >= 0) close(s);
+  return res;
+}
+
+ncclResult_t cudaipc_fd_accept(int listen_fd, uint64_t secret, int64_t timeout_ms,
+                               _Atomic int* aborted, int* fd, int* peer) {
+  ncclResult_t res = ncclSuccess;
+  uint64_t deadline = socket_deadline(timeout_ms);
+  for (;;) {
+    struct fd_hello hello;
+    int got = -1;
+    CHECK(socket_wait(listen_fd, POLLIN, deadline, aborted, "CUDA IPC fd listener"));
+    int s = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC);
+    if (s < 0) {
+      if (errno == EAGAIN || errno == EINTR) continue;
+      FAIL(ncclSystemError, "CUDA IPC: accept: %s", strerror(errno));
+    }
+    res = cudaipc_fd_recv(s, &hello, sizeof(hello), &got, timeout_ms, aborted);
+    if (got >= 0) close(got);
+    if (res == ncclSuccess && hello.secret == secret && got < 0) {
+      *fd = s;
+      *peer = hello.rank;
+      return ncclSuccess;
+    }
+    WARN("CUDA IPC: closed a link to the fd socket without this comm's hello");
+    close(s);
+    res = ncclSuccess;
+  }
+fail:
+  return res;
+}

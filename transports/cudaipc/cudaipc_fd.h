@@ -1,0 +1,36 @@
+/*
+ * File descriptors between processes of one node: cuMem allocations are
+ * shared as POSIX fds, which only a Unix socket carries (SCM_RIGHTS). Each
+ * rank listens on an abstract socket named by the comm's secret and its
+ * rank; a link opens with the secret and the connecting rank, and carries
+ * fixed-size messages, each with at most one fd beside it.
+ */
+#ifndef BRAID_CUDAIPC_FD_H_
+#define BRAID_CUDAIPC_FD_H_
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "nccl.h"
+
+/* Listen as `rank` of the comm with `secret`; *fd is the listener. */
+ncclResult_t cudaipc_fd_listen(uint64_t secret, int rank, int* fd);
+/* Connect to `peer`'s listener as `rank` (a hello the acceptor checks). */
+ncclResult_t cudaipc_fd_connect(uint64_t secret, int rank, int peer, int64_t timeout_ms,
+                                _Atomic int* aborted, int* fd);
+/* Take the next link from the listener: *peer is the rank on the other
+ * end; a link whose hello is wrong is closed, and the wait goes on. */
+ncclResult_t cudaipc_fd_accept(int listen_fd, uint64_t secret, int64_t timeout_ms,
+                               _Atomic int* aborted, int* fd, int* peer);
+
+/* One message of `bytes` and, unless `fd` < 0, a copy of fd beside it;
+ * waits (for room) at most timeout_ms, and not past an abort. */
+ncclResult_t cudaipc_fd_send(int link, const void* msg, size_t bytes, int fd, int64_t timeout_ms,
+                             _Atomic int* aborted);
+/* The next message; *fd its fd (the caller's to close) or -1. Waits at
+ * most timeout_ms, and not past an abort. */
+ncclResult_t cudaipc_fd_recv(int link, void* msg, size_t bytes, int* fd, int64_t timeout_ms,
+                             _Atomic int* aborted);
+
+#endif /* BRAID_CUDAIPC_FD_H_ */

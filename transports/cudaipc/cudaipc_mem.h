@@ -1,0 +1,56 @@
+/*
+ * Device buffers shared between processes of one node. The exporter
+ * describes the allocation that holds a buffer: a legacy IPC handle
+ * (cuMemAlloc'ed memory), or a cuMem allocation whose POSIX fd travels
+ * beside the description (cudaipc_fd.h). The importer maps an allocation
+ * once and keeps it in a cache keyed by exporter rank, allocation base and
+ * buffer id: a buffer freed and reallocated at the same address has a new
+ * id, so its stale mapping is dropped, never read.
+ */
+#ifndef BRAID_CUDAIPC_MEM_H_
+#define BRAID_CUDAIPC_MEM_H_
+
+#include <cuda.h>
+#include <stdint.h>
+
+#include "nccl.h"
+
+enum cudaipc_kind { CUDAIPC_LEGACY = 1, CUDAIPC_VMM = 2 };
+
+/* What a peer needs to map an allocation; plain bytes on the wire. */
+struct cudaipc_desc {
+  uint64_t base; /* the allocation, at the exporter's address */
+  uint64_t size;
+  uint64_t buffer_id; /* the driver's: never the same for two allocations */
+  uint32_t kind;      /* enum cudaipc_kind */
+  uint32_t reserved;
+  CUipcMemHandle legacy; /* CUDAIPC_LEGACY's handle */
+};
+
+/* Describe the allocation holding `ptr` (device memory of the current
+ * context's device). CUDAIPC_VMM: *fd gets a new descriptor of it, for the
+ * caller to pass on and close; else *fd = -1. */
+ncclResult_t cudaipc_describe(const void* ptr, struct cudaipc_desc* desc, int* fd);
+
+struct cudaipc_cache;
+
+/* An empty cache whose mappings are made for device `dev` in the current
+ * context; cudaipc_cache_destroy unmaps all (in that context). */
+ncclResult_t cudaipc_cache_create(CUdevice dev, struct cudaipc_cache** out);
+void cudaipc_cache_destroy(struct cudaipc_cache* cache);
+
+/* Whether peer's allocation `desc` is mapped already: a VMM one then needs
+ * no fd. */
+int cudaipc_cache_holds(const struct cudaipc_cache* cache, int peer,
+                        const struct cudaipc_desc* desc);
+
+/* Where peer's allocation `desc` is mapped here, mapping it on a miss (a
+ * VMM allocation from `fd`, which the caller keeps); a mapping of the same
+ * base with another buffer id is unmapped first. */
+ncclResult_t cudaipc_cache_map(struct cudaipc_cache* cache, int peer,
+                               const struct cudaipc_desc* desc, int fd, void** local);
+
+/* The mappings made and dropped as stale so far (for tests and INFO). */
+void cudaipc_cache_stats(const struct cudaipc_cache* cache, uint64_t* maps, uint64_t* stale);
+
+#endif /* BRAID_CUDAIPC_MEM_H_ */
