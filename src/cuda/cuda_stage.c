@@ -51,14 +51,19 @@ static int is_device(const void* p) {
  * recvbuff on this rank. In place, one range holds the other (all-gather's
  * send block inside recvbuff, reduce-scatter's recv block inside
  * sendbuff): one span, their union, copied in and out whole. */
+static void coll_uses(const struct work_op* op, int* reads, int* writes) {
+  const struct exec_args* a = &op->args;
+  *reads = a->coll != COLL_BROADCAST || op->comm->rank == a->root;
+  *writes = a->coll != COLL_REDUCE || op->comm->rank == a->root;
+}
+
 static int coll_spans(const struct work_op* op, struct stage_span* sp) {
   const struct exec_args* a = &op->args;
-  int rank = op->comm->rank, nranks = op->comm->nranks, m = 0;
+  int nranks = op->comm->nranks, m = 0, reads, writes;
   size_t es = kern_type_size(a->type), block = a->count * es;
   size_t sbytes = a->coll == COLL_REDUCESCATTER ? block * (size_t)nranks : block;
   size_t rbytes = a->coll == COLL_ALLGATHER ? block * (size_t)nranks : block;
-  int reads = a->coll != COLL_BROADCAST || rank == a->root;
-  int writes = a->coll != COLL_REDUCE || rank == a->root;
+  coll_uses(op, &reads, &writes);
   uintptr_t s = (uintptr_t)a->sendbuff, r = (uintptr_t)a->recvbuff;
   if (block == 0) return 0;
   if (reads && writes && s < r + rbytes && r < s + sbytes) {
@@ -79,11 +84,22 @@ static int scalar_span(const struct work_op* op, struct stage_span* sp) {
   return 1;
 }
 
-/* With `colls`, a collective's buffers are staged; else only its scalar
- * (the executor's device backend runs it where it is). */
+/* Whether a collective runs on the device backend where its buffers are:
+ * not with `colls` (everything staged), nor when a buffer it uses is host
+ * memory (kernels cannot read pageable memory; the device ones are
+ * staged and it runs on the host). */
+static int coll_stays(const struct work_op* op, int colls) {
+  int reads, writes;
+  coll_uses(op, &reads, &writes);
+  return !colls && op->args.mem != MEM_HOST && (!reads || is_device(op->args.sendbuff)) &&
+         (!writes || is_device(op->args.recvbuff));
+}
+
+/* A collective's buffers are staged unless it stays on the device (then
+ * only its scalar is: work.c reads it on the host). */
 static int op_spans(const struct work_op* op, int colls, struct stage_span* sp) {
   if (op->kind == WORK_COLL) {
-    int m = colls ? coll_spans(op, sp) : 0;
+    int m = coll_stays(op, colls) ? 0 : coll_spans(op, sp);
     return m + scalar_span(op, sp + m);
   }
   if (op->bytes == 0 || !is_device(op->buf)) return 0;
@@ -179,10 +195,11 @@ static void* redirect(const void* p, const struct stage_span* sp, int m) {
  * buffers stay on the device (not `colls`). */
 static void op_redirect(struct work_op* op, int colls, const struct stage_span* sp, int m) {
   if (op->kind == WORK_COLL) {
+    int stays = coll_stays(op, colls); /* before the pointers change */
     op->args.sendbuff = redirect(op->args.sendbuff, sp, m);
     op->args.recvbuff = redirect(op->args.recvbuff, sp, m);
     op->args.scalar_src = redirect(op->args.scalar_src, sp, m);
-    if (colls) op->args.mem = MEM_HOST;
+    if (!stays) op->args.mem = MEM_HOST;
   } else {
     op->buf = redirect(op->buf, sp, m);
     op->mem = MEM_HOST;

@@ -87,6 +87,9 @@ static CUresult sim_error_name(CUresult r, const char** s) {
     case CUDA_ERROR_NOT_FOUND:
       *s = "CUDA_ERROR_NOT_FOUND";
       break;
+    case CUDA_ERROR_ILLEGAL_ADDRESS:
+      *s = "CUDA_ERROR_ILLEGAL_ADDRESS";
+      break;
     case CUDA_ERROR_INVALID_CONTEXT:
       *s = "CUDA_ERROR_INVALID_CONTEXT";
       break;

@@ -111,6 +111,58 @@ static void test_matrix_synchronous(void** state) {
   for (int n = 2; n <= 5; n++) assert_int_equal(mp_launch(n, sync_matrix_body, NULL, NULL), 0);
 }
 
+/* One buffer on the device, the other on the host: an all-reduce from
+ * device to host and an all-gather from host to device, gated and
+ * synchronous (the host buffer's call runs on the host, the device one
+ * staged, never a kernel on pageable memory). */
+#define MIXED_COUNT 5003
+
+static int mixed_round(const mp_env* env, ncclComm_t comm, cudaStream_t s) {
+  int n = env->nranks, bad = 0;
+  size_t bytes = MIXED_COUNT * sizeof(int32_t);
+  int32_t* h = malloc((size_t)n * bytes);
+  int32_t* got = malloc((size_t)n * bytes);
+  void* d = NULL;
+  if (!h || !got || ncclMemAlloc(&d, (size_t)n * bytes)) return 1;
+  for (int i = 0; i < MIXED_COUNT; i++) h[i] = env->rank * 1000 + i;
+  bad += dev_copy(env, d, h, bytes);
+  bad += mp_expect_rc(env, comm, ncclAllReduce(d, got, MIXED_COUNT, ncclInt32, ncclSum, comm, s),
+                      ncclSuccess, "allreduce device -> host");
+  bad += mp_expect_rc(env, comm, ncclAllGather(h, d, MIXED_COUNT, ncclInt32, comm, s), ncclSuccess,
+                      "allgather host -> device");
+  bad += dev_sync(env, s);
+  for (int i = 0; i < MIXED_COUNT && !bad; i++)
+    if (got[i] != 1000 * n * (n - 1) / 2 + n * i)
+      mp_fail(env, "allreduce device -> host: [%d] = %d", i, got[i]), bad++;
+  bad += dev_copy(env, got, d, (size_t)n * bytes);
+  for (int r = 0; r < n && !bad; r++)
+    for (int i = 0; i < MIXED_COUNT && !bad; i++)
+      if (got[r * MIXED_COUNT + i] != r * 1000 + i)
+        mp_fail(env, "allgather host -> device: block %d [%d] = %d", r, i,
+                got[r * MIXED_COUNT + i]),
+            bad++;
+  ncclMemFree(d);
+  free(h);
+  free(got);
+  return bad;
+}
+
+static int mixed_body(const mp_env* env) {
+  ncclComm_t comm;
+  cudaStream_t s;
+  int bad = 0;
+  if (env->rank % 2) setenv("BRAID_STREAM_MEMOPS", "0", 1); /* odd ranks synchronous */
+  if (dev_open(env, 0) || mp_comm_init(env, &comm) || (s = dev_stream(env)) == NULL) return 1;
+  bad += mixed_round(env, comm, s);
+  bad += mp_expect_rc(env, comm, ncclCommDestroy(comm), ncclSuccess, "ncclCommDestroy");
+  return bad;
+}
+
+static void test_mixed_buffers(void** state) {
+  (void)state;
+  assert_int_equal(mp_launch(3, mixed_body, NULL, NULL), 0);
+}
+
 /* ---- (2) ordering: dependent calls and the stream's own copies ---- */
 
 #define ORDER_COUNT 100003
@@ -584,13 +636,21 @@ int main(void) {
   mp_default_env("BRAID_CUDA_LIB", "build/tests/libcudasim.so");
   mp_default_env("BRAID_TIMEOUT_MS", "3000");
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_matrix),        cmocka_unit_test(test_matrix_synchronous),
-      cmocka_unit_test(test_ordering),      cmocka_unit_test(test_one_queue),
-      cmocka_unit_test(test_fallback),      cmocka_unit_test(test_group_two_streams),
-      cmocka_unit_test(test_device_scalar), cmocka_unit_test(test_ranks_as_threads),
-      cmocka_unit_test(test_killed_peer),   cmocka_unit_test(test_nonblocking),
-      cmocka_unit_test(test_abort),         cmocka_unit_test(test_graph_capture_refused),
-      cmocka_unit_test(test_stream_error),  cmocka_unit_test(test_host_cannot_touch),
+      cmocka_unit_test(test_matrix),
+      cmocka_unit_test(test_matrix_synchronous),
+      cmocka_unit_test(test_mixed_buffers),
+      cmocka_unit_test(test_ordering),
+      cmocka_unit_test(test_one_queue),
+      cmocka_unit_test(test_fallback),
+      cmocka_unit_test(test_group_two_streams),
+      cmocka_unit_test(test_device_scalar),
+      cmocka_unit_test(test_ranks_as_threads),
+      cmocka_unit_test(test_killed_peer),
+      cmocka_unit_test(test_nonblocking),
+      cmocka_unit_test(test_abort),
+      cmocka_unit_test(test_graph_capture_refused),
+      cmocka_unit_test(test_stream_error),
+      cmocka_unit_test(test_host_cannot_touch),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
