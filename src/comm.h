@@ -138,6 +138,11 @@ void tuner_choose(const struct ncclComm* comm, int coll, size_t bytes, int* algo
 void tuner_log_table(const struct ncclComm* comm);
 /* NCCL_ALGO syntax to a bit mask of enum sched_algo (exposed for tests). */
 unsigned tuner_parse_algos(const char* s);
+/* Whether NCCL_ALGO allows the direct algorithm on device buffers (it is
+ * not a schedule: src/cuda/cuda_direct.h), and whether it names it (then a
+ * call it fits runs direct even where it could have run gated). */
+int tuner_allows_direct(void);
+int tuner_forces_direct(void);
 
 /* Group queue: run now, defer to ncclGroupEnd when inside a group, or hand
  * to a host stream. */

@@ -39,6 +39,17 @@ unsigned tuner_parse_algos(const char* s) {
   return exclude ? all & ~named : named;
 }
 
+int tuner_allows_direct(void) {
+  const char* s = param_algo();
+  if (s == NULL || *s == '\0') return 1;
+  return (s[0] == '^') != algo_named(s + (s[0] == '^'), "Direct");
+}
+
+int tuner_forces_direct(void) {
+  const char* s = param_algo();
+  return s && *s && s[0] != '^' && algo_named(s, "Direct");
+}
+
 /* Bit mask of algorithms NCCL_ALGO allows (all when unset). */
 static unsigned tuner_allowed(void) {
   static _Atomic int cached = -1;
@@ -46,8 +57,8 @@ static unsigned tuner_allowed(void) {
   if (v >= 0) return (unsigned)v;
   const char* s = param_algo();
   unsigned mask = tuner_parse_algos(s);
-  if (mask == 0) {
-    WARN("NCCL_ALGO=%s names no algorithm (Ring, Tree, RecDoubling, Hier); using all", s);
+  if (mask == 0 && !tuner_allows_direct()) {
+    WARN("NCCL_ALGO=%s names no algorithm (Ring, Tree, RecDoubling, Hier, Direct); using all", s);
     mask = (1u << ALGO_COUNT) - 1;
   }
   atomic_store_explicit(&cached, (int)mask, memory_order_relaxed);

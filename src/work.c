@@ -12,6 +12,9 @@
 #include <string.h>
 
 #include "comm.h"
+#ifdef BRAID_HAVE_CUDA
+#include "cuda/cuda_direct.h"
+#endif
 #include "core.h"
 #include "param.h"
 
@@ -91,6 +94,13 @@ static ncclResult_t op_step(struct work_op* op, uint64_t pass, uint64_t last_pro
     res = p2p_step(op, pass, progressed);
     return res == ncclSuccess && !op->done && !*progressed ? p2p_alive(op, last_progress_ns) : res;
   }
+#ifdef BRAID_HAVE_CUDA
+  if (op->direct) { /* blocks until done: the only op of its unit */
+    op->done = 1;
+    *progressed = 1;
+    return cuda_direct_run(op);
+  }
+#endif
   if (!op->started) {
     if (op->comm->exec.busy) return ncclSuccess; /* an earlier collective of this comm runs */
     if (op->args.scalar_src &&                   /* host memory here: a device call staged it */

@@ -31,6 +31,7 @@ struct work_op {
   uint64_t seq;        /* p2p: message number on its connection */
   uint64_t ticket;     /* this unit's turn on op->comm (same for all its ops there) */
   cudaStream_t stream; /* the stream the call named */
+  int direct;          /* a collective run by the direct algorithm (src/cuda/cuda_direct.h) */
 };
 
 /* A unit on device streams waits for each stream to reach it and lets each

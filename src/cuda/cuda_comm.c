@@ -7,6 +7,7 @@
 
 #include "comm.h"
 #include "core.h"
+#include "cuda_direct.h"
 #include "cuda_exec.h"
 #include "cuda_stage.h"
 #include "param.h"
@@ -93,6 +94,7 @@ void cuda_comm_free(struct ncclComm* comm) {
   if (cc->own_proxy) stream_destroy(cc->proxy); /* its queued calls finish first */
   cuda_exec_detach(cc->exec, &comm->exec);
   if (cuda_ctx_enter(cc, &saved) == ncclSuccess) {
+    cuda_direct_free(cc->direct);
     if (cuda_mirrors_free(&cc->mirrors, cu)) cuda_gates_free(&cc->gates, cu);
     cuda_ctx_restore(saved);
   }

@@ -19,6 +19,7 @@ struct ncclComm;
 struct braid_stream;
 struct cuda_mirror;
 struct cuda_exec;
+struct cuda_direct;
 
 struct cuda_comm {
   int dev;         /* ordinal */
@@ -28,6 +29,7 @@ struct cuda_comm {
   struct cuda_gates gates;
   struct cuda_mirror* mirrors; /* one per stream the comm was called on */
   struct cuda_exec* exec;      /* the executor's device backend (synchronous calls) */
+  struct cuda_direct* direct;  /* links and IPC mappings of direct calls, made at the first */
   struct braid_stream* proxy;  /* runs the device calls (a non-blocking comm's own stream) */
   int own_proxy;               /* proxy is ours to destroy */
 };

@@ -6,6 +6,7 @@
 #include "comm.h"
 #include "core.h"
 #include "cuda_comm.h"
+#include "cuda_direct.h"
 #include "cuda_gate.h"
 #include "cuda_stage.h"
 #include "mem.h"
@@ -145,6 +146,7 @@ static ncclResult_t unit_run_synchronously(struct work_op* ops, int n, const CUs
     work_cancel(ops, n);
     return res;
   }
+  if (n == 1 && cuda_direct_wanted(&ops[0])) ops[0].direct = 1;
   ran = work_run(ops, n);
   for (int k = 0; k < ns; k++) CHECK(stream_stage(ops, n, streams[k], STAGE_OUT_SYNC));
   CHECK(streams_sync(ops, n, streams, ns));
@@ -202,7 +204,9 @@ ncclResult_t cuda_unit_dispatch(struct work_op* ops, int n) {
   CHECK(unit_comms_ready(ops, n));
   CHECK(work_issue(ops, n));
   struct cuda_comm* cc = ops[0].comm->cuda;
-  int gated = unit_gated(ops, n, ns);
+  /* NCCL_ALGO naming Direct takes a call it fits off the gates: it runs direct */
+  int gated =
+      unit_gated(ops, n, ns) && !(n == 1 && tuner_forces_direct() && cuda_direct_wanted(ops));
   for (int k = 0; k < ns && res == ncclSuccess; k++)
     res = stream_stage(ops, n, streams[k], gated ? STAGE_IN_GATED : STAGE_IN_SYNC);
   if (res == ncclSuccess && !gated) return unit_run_synchronously(ops, n, streams, ns);

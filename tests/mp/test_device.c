@@ -98,17 +98,107 @@ static void test_matrix(void** state) {
  * collectives then run as kernels on the executor's device backend, every
  * message through its pinned slots; each algorithm once, so every step
  * kind is staged (recursive doubling's exchanges too). */
-static const char* const kSyncAlgos[] = {"Ring", "RecDoubling", "Tree", NULL};
+static const char* const kSyncAlgos[] = {"Ring", "RecDoubling", "Tree", "^Direct"};
 
 static int sync_matrix_body(const mp_env* env) {
   setenv("BRAID_STREAM_MEMOPS", "0", 1);
-  if (kSyncAlgos[env->nranks - 2]) setenv("NCCL_ALGO", kSyncAlgos[env->nranks - 2], 1);
+  setenv("NCCL_ALGO", kSyncAlgos[env->nranks - 2], 1);
   return matrix_body(env);
 }
 
 static void test_matrix_synchronous(void** state) {
   (void)state;
   for (int n = 2; n <= 5; n++) assert_int_equal(mp_launch(n, sync_matrix_body, NULL, NULL), 0);
+}
+
+/* The matrix on the direct algorithm: ranks in processes of their own,
+ * peers' buffers mapped by CUDA IPC (ncclMemAlloc's cuMem memory: fds over
+ * the Unix-socket links); PreMulSum ops keep to the executor. Calls that
+ * are synchronous anyway go direct by default (3 and 8 ranks); NCCL_ALGO
+ * naming Direct takes them off the gates (2 ranks). */
+static int direct_matrix_body(const mp_env* env) {
+  if (env->nranks > 2) setenv("BRAID_STREAM_MEMOPS", "0", 1);
+  if (env->nranks == 2) setenv("NCCL_ALGO", "Direct,Ring", 1);
+  return matrix_body(env);
+}
+
+static void test_matrix_direct(void** state) {
+  (void)state;
+  static const int sizes[] = {2, 3, 8};
+  for (int i = 0; i < 3; i++)
+    assert_int_equal(mp_launch(sizes[i], direct_matrix_body, NULL, NULL), 0);
+}
+
+/* Direct calls on buffers freed and allocated again between calls (the
+ * allocator hands the same addresses back): each call must read the new
+ * buffers, never a stale mapping of the old ones. */
+#define REALLOC_COUNT 300001
+#define REALLOC_ROUNDS 8
+
+static int direct_realloc_body(const mp_env* env) {
+  ncclComm_t comm;
+  cudaStream_t s;
+  int bad = 0, n = env->nranks, reused = 0;
+  size_t bytes = REALLOC_COUNT * sizeof(int32_t);
+  int32_t* h = malloc(bytes);
+  void* last = NULL;
+  setenv("BRAID_STREAM_MEMOPS", "0", 1);
+  if (!h || dev_open(env, 0) || mp_comm_init(env, &comm) || (s = dev_stream(env)) == NULL) return 1;
+  for (int round = 0; round < REALLOC_ROUNDS && !bad; round++) {
+    void* d = NULL;
+    if (ncclMemAlloc(&d, bytes)) return 1;
+    reused += d == last;
+    last = d;
+    for (int i = 0; i < REALLOC_COUNT; i++) h[i] = (round + 1) * (env->rank + 1) + i;
+    bad += dev_copy(env, d, h, bytes);
+    bad += mp_expect_rc(env, comm, ncclAllReduce(d, d, REALLOC_COUNT, ncclInt32, ncclSum, comm, s),
+                        ncclSuccess, "allreduce on a new buffer");
+    bad += dev_sync(env, s) + dev_copy(env, h, d, bytes);
+    for (int i = 0; i < REALLOC_COUNT && !bad; i++)
+      if (h[i] != (round + 1) * n * (n + 1) / 2 + n * i)
+        mp_fail(env, "round %d: [%d] = %d: a stale buffer was read", round, i, h[i]), bad++;
+    ncclMemFree(d);
+  }
+  if (env->rank == 0) mp_log(env, "%d of %d rounds on a reused address", reused, REALLOC_ROUNDS);
+  bad += mp_expect_rc(env, comm, ncclCommDestroy(comm), ncclSuccess, "ncclCommDestroy");
+  free(h);
+  return bad;
+}
+
+static void test_direct_realloc(void** state) {
+  (void)state;
+  assert_int_equal(mp_launch(3, direct_realloc_body, NULL, NULL), 0);
+}
+
+/* A rank killed while the others wait for its buffers in a direct call:
+ * they get an error (its links close), not a hang, and so does the next
+ * call. */
+#define DIRECT_KILL_COUNT 100003
+
+static int direct_killed_body(const mp_env* env) {
+  ncclComm_t comm;
+  cudaStream_t s;
+  void* d = NULL;
+  int bad = 0, victim = env->nranks - 1;
+  setenv("BRAID_STREAM_MEMOPS", "0", 1);
+  if (dev_open(env, 0) || mp_comm_init(env, &comm) || (s = dev_stream(env)) == NULL) return 1;
+  if (ncclMemAlloc(&d, DIRECT_KILL_COUNT * sizeof(float))) return 1;
+  bad +=
+      mp_expect_rc(env, comm, ncclAllReduce(d, d, DIRECT_KILL_COUNT, ncclFloat32, ncclSum, comm, s),
+                   ncclSuccess, "direct allreduce before the kill");
+  if (env->rank == victim) {
+    for (int r = 0; r < victim; r++) mp_wait_flag(&env->shm[r], 30000);
+    mp_notify_parent(); /* SIGKILLed here */
+    for (;;) mp_sleep_ms(1000);
+  }
+  __atomic_store_n((int*)&env->shm[env->rank], 1, __ATOMIC_SEQ_CST);
+  ncclResult_t rc = ncclAllReduce(d, d, DIRECT_KILL_COUNT, ncclFloat32, ncclSum, comm, s);
+  if (rc == ncclSuccess) mp_fail(env, "a direct call with a dead peer returned success"), bad++;
+  ncclResult_t next = ncclAllReduce(d, d, 1, ncclFloat32, ncclSum, comm, s);
+  if (next == ncclSuccess) mp_fail(env, "the next call after the failure returned success"), bad++;
+  mp_log(env, "direct call with a dead peer: %d, next call %d", (int)rc, (int)next);
+  ncclCommAbort(comm);
+  return bad;
 }
 
 /* One buffer on the device, the other on the host: an all-reduce from
@@ -623,6 +713,14 @@ static void test_host_cannot_touch(void** state) {
   assert_int_equal(mp_launch(1, touch_body, NULL, NULL), 1);
 }
 
+static void test_direct_killed_peer(void** state) {
+  (void)state;
+  mp_opts o = MP_OPTS_INIT;
+  o.victim = 2;
+  o.kill_on_notify = 1;
+  assert_int_equal(mp_launch(3, direct_killed_body, NULL, &o), 0);
+}
+
 static void test_killed_peer(void** state) {
   (void)state;
   mp_opts o = MP_OPTS_INIT;
@@ -638,6 +736,9 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_matrix),
       cmocka_unit_test(test_matrix_synchronous),
+      cmocka_unit_test(test_matrix_direct),
+      cmocka_unit_test(test_direct_realloc),
+      cmocka_unit_test(test_direct_killed_peer),
       cmocka_unit_test(test_mixed_buffers),
       cmocka_unit_test(test_ordering),
       cmocka_unit_test(test_one_queue),

@@ -1,0 +1,254 @@
+/*
+ * The direct algorithm on device buffers (cuda_direct.h). Per call, every
+ * link carries, in order: the sender's send buffer, its receive buffer
+ * (each a direct_msg, with the allocation's fd where it is cuMem memory),
+ * then its "done".
+ */
+#include "cuda_direct.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "comm.h"
+#include "core.h"
+#include "cuda_comm.h"
+#include "cudaipc/cudaipc_fd.h"
+#include "cudaipc/cudaipc_mem.h"
+#include "direct.h"
+#include "kernels.h"
+#include "mem.h"
+
+enum direct_what { DIRECT_MSG_BUF = 1, DIRECT_MSG_DONE = 2 };
+
+struct direct_msg {
+  uint64_t seq;
+  uint32_t what; /* enum direct_what */
+  uint32_t buf;  /* DIRECT_MSG_BUF: enum direct_buf */
+  uint64_t ptr;  /* at the sender's address; 0: it uses no such buffer */
+  struct cudaipc_desc desc;
+};
+
+struct cuda_direct {
+  int nranks;
+  int* links; /* per peer, -1 for this rank */
+  struct cudaipc_cache* cache;
+  uint64_t seq;
+};
+
+/* ---- Who goes direct ---- */
+
+static int comm_direct_shape(const struct ncclComm* comm) {
+  if (comm->nranks < 2 || comm->nranks > DIRECT_MAX_RANKS || cuda_comm_shares_process(comm) != 0)
+    return 0;
+  for (int p = 0; p < comm->nranks; p++)
+    if (comm->peers[p].host_hash != comm->peers[comm->rank].host_hash) return 0;
+  return 1;
+}
+
+/* The buffers a rank uses in a collective (a broadcast's non-root reads
+ * nothing, a reduce's non-root writes nothing). */
+static void coll_uses(const struct exec_args* a, int rank, int* reads, int* writes) {
+  *reads = a->coll != COLL_BROADCAST || rank == a->root;
+  *writes = a->coll != COLL_REDUCE || rank == a->root;
+}
+
+int cuda_direct_wanted(const struct work_op* op) {
+  const struct exec_args* a = &op->args;
+  int reads, writes;
+  if (op->kind != WORK_COLL || a->mem != MEM_DEVICE || a->pre || a->scalar_src ||
+      !tuner_allows_direct() || !comm_direct_shape(op->comm))
+    return 0;
+  coll_uses(a, op->comm->rank, &reads, &writes);
+  return (!reads || mem_query(a->sendbuff) == MEM_DEVICE) &&
+         (!writes || mem_query(a->recvbuff) == MEM_DEVICE);
+}
+
+/* ---- The links, made at the first direct call ---- */
+
+static ncclResult_t direct_links(struct ncclComm* comm, struct cuda_direct* d) {
+  ncclResult_t res = ncclSuccess;
+  int lfd = -1, n = comm->nranks, me = comm->rank;
+  int64_t tmo = comm->tctx.timeout_ms;
+  uint64_t secret = comm->tctx.secret;
+  CHECK(cudaipc_fd_listen(secret, me, &lfd));
+  for (int p = me + 1; p < n; p++) /* to the higher ranks; the lower ones come to us */
+    CHECK(cudaipc_fd_connect(secret, me, p, tmo, &comm->aborted, &d->links[p]));
+  for (int k = 0; k < me; k++) {
+    int link, peer;
+    CHECK(cudaipc_fd_accept(lfd, secret, tmo, &comm->aborted, &link, &peer));
+    if (peer < 0 || peer >= me || d->links[peer] >= 0) {
+      close(link);
+      FAIL(ncclSystemError, "Direct: rank %d got a link from rank %d twice or out of turn", me,
+           peer);
+    }
+    d->links[peer] = link;
+  }
+fail:
+  if (lfd >= 0) close(lfd);
+  return res;
+}
+
+static ncclResult_t direct_get(struct ncclComm* comm, struct cuda_direct** out) {
+  ncclResult_t res = ncclSuccess;
+  struct cuda_comm* cc = comm->cuda;
+  struct cuda_direct* d = cc->direct;
+  if (d) {
+    *out = d;
+    return ncclSuccess;
+  }
+  CHECK(braid_calloc(&d, 1, sizeof(*d)));
+  d->nranks = comm->nranks;
+  CHECK(braid_calloc(&d->links, (size_t)comm->nranks, sizeof(int)));
+  for (int p = 0; p < comm->nranks; p++) d->links[p] = -1;
+  cc->direct = d; /* from here on cuda_direct_free undoes it */
+  CHECK(cudaipc_cache_create(cc->handle, &d->cache));
+  CHECK(direct_links(comm, d));
+  INFO(SUB_INIT, "Rank %d: direct calls on device buffers, %d ranks linked", comm->rank,
+       comm->nranks);
+  *out = d;
+  return ncclSuccess;
+fail:
+  if (d && cc->direct == NULL) free(d);
+  return res;
+}
+
+void cuda_direct_free(struct cuda_direct* d) {
+  if (d == NULL) return;
+  for (int p = 0; d->links && p < d->nranks; p++)
+    if (d->links[p] >= 0) close(d->links[p]);
+  cudaipc_cache_destroy(d->cache);
+  free(d->links);
+  free(d);
+}
+
+/* ---- One call ---- */
+
+/* Tell every peer about one of this rank's buffers (ptr NULL: unused). */
+static ncclResult_t post_buffer(struct ncclComm* comm, struct cuda_direct* d, int buf,
+                                const void* ptr) {
+  ncclResult_t res = ncclSuccess;
+  struct direct_msg m = {d->seq, DIRECT_MSG_BUF, (uint32_t)buf, (uint64_t)(uintptr_t)ptr, {0}};
+  int fd = -1;
+  if (ptr) CHECK(cudaipc_describe(ptr, &m.desc, &fd));
+  for (int p = 0; p < d->nranks; p++)
+    if (p != comm->rank)
+      CHECK(cudaipc_fd_send(d->links[p], &m, sizeof(m), fd, comm->tctx.timeout_ms, &comm->aborted));
+fail:
+  if (fd >= 0) close(fd);
+  return res;
+}
+
+/* The next message from `peer`, which must be `what` of this call. */
+static ncclResult_t recv_msg(struct ncclComm* comm, struct cuda_direct* d, int peer, uint32_t what,
+                             struct direct_msg* m, int* fd) {
+  ncclResult_t res = ncclSuccess;
+  CHECK(cudaipc_fd_recv(d->links[peer], m, sizeof(*m), fd, comm->tctx.timeout_ms, &comm->aborted));
+  if (m->seq != d->seq || m->what != what) {
+    if (*fd >= 0) close(*fd), *fd = -1;
+    FAIL(ncclInvalidUsage,
+         "Direct: rank %d expected message %u of call %llu from rank %d, got %u of call %llu "
+         "(the ranks called different collectives)",
+         comm->rank, what, (unsigned long long)d->seq, peer, m->what, (unsigned long long)m->seq);
+  }
+fail:
+  return res;
+}
+
+/* Where peer's buffers are mapped here: bufs[DIRECT_SEND], [DIRECT_RECV]. */
+static ncclResult_t map_peer(struct ncclComm* comm, struct cuda_direct* d, int peer,
+                             char* bufs[2]) {
+  ncclResult_t res = ncclSuccess;
+  for (int k = 0; k < 2; k++) {
+    struct direct_msg m;
+    int fd = -1;
+    void* base = NULL;
+    CHECK(recv_msg(comm, d, peer, DIRECT_MSG_BUF, &m, &fd));
+    if (m.buf != (uint32_t)k) {
+      if (fd >= 0) close(fd);
+      FAIL(ncclInternalError, "Direct: rank %d sent its buffers out of order", peer);
+    }
+    bufs[k] = NULL;
+    if (m.ptr) res = cudaipc_cache_map(d->cache, peer, &m.desc, fd, &base);
+    if (fd >= 0) close(fd);
+    if (res != ncclSuccess) goto fail;
+    if (m.ptr) bufs[k] = (char*)base + (m.ptr - m.desc.base);
+  }
+fail:
+  return res;
+}
+
+/* The plan's task over every rank's buffers. */
+static void direct_task_resolve(const struct exec_args* a, const struct direct_task* p,
+                                char* const (*bufs)[2], struct kern_task* t) {
+  size_t es = kern_type_size(a->type);
+  memset(t, 0, sizeof(*t));
+  t->redop = a->redop;
+  t->flags = a->post;
+  t->nsrcs = p->nsrcs;
+  t->ndsts = p->ndsts;
+  t->n = p->n;
+  for (int s = 0; s < p->nsrcs; s++)
+    t->srcs[s] = bufs[p->srcs[s].rank][p->srcs[s].buf] + p->srcs[s].off * es;
+  for (int j = 0; j < p->ndsts; j++)
+    t->dsts[j] = bufs[p->dsts[j].rank][p->dsts[j].buf] + p->dsts[j].off * es;
+}
+
+/* Run the task on the executor's device backend and wait for it. */
+static ncclResult_t run_task(struct ncclComm* comm, const struct kern_task* t) {
+  ncclResult_t res = ncclSuccess;
+  const struct exec_backend* b = comm->exec.dev_backend;
+  uint64_t ticket;
+  int done = 0;
+  if (t->n == 0) return ncclSuccess;
+  CHECK(b->post(comm->exec.dev_state, t, &ticket, &done));
+  while (!done) CHECK(b->test(comm->exec.dev_state, ticket, &done));
+fail:
+  return res;
+}
+
+static ncclResult_t direct_call(struct ncclComm* comm, struct cuda_direct* d,
+                                const struct exec_args* a) {
+  ncclResult_t res = ncclSuccess;
+  char* bufs[DIRECT_MAX_RANKS][2];
+  struct direct_task plan;
+  struct kern_task task;
+  int reads, writes, me = comm->rank;
+  size_t es = kern_type_size(a->type);
+  coll_uses(a, me, &reads, &writes);
+  d->seq++;
+  bufs[me][DIRECT_SEND] = reads ? (char*)a->sendbuff : NULL;
+  bufs[me][DIRECT_RECV] = writes ? (char*)a->recvbuff : NULL;
+  CHECK(post_buffer(comm, d, DIRECT_SEND, bufs[me][DIRECT_SEND]));
+  CHECK(post_buffer(comm, d, DIRECT_RECV, bufs[me][DIRECT_RECV]));
+  for (int p = 0; p < d->nranks; p++)
+    if (p != me) CHECK(map_peer(comm, d, p, bufs[p]));
+  CHECK(direct_plan(a->coll, me, d->nranks, a->root, a->count, a->stride, MAX(16 / es, 1), &plan));
+  direct_task_resolve(a, &plan, (char* const(*)[2])bufs, &task);
+  CHECK(run_task(comm, &task));
+  struct direct_msg done = {d->seq, DIRECT_MSG_DONE, 0, 0, {0}};
+  for (int p = 0; p < d->nranks; p++)
+    if (p != me)
+      CHECK(cudaipc_fd_send(d->links[p], &done, sizeof(done), -1, comm->tctx.timeout_ms,
+                            &comm->aborted));
+  for (int p = 0; p < d->nranks; p++) {
+    struct direct_msg m;
+    int fd = -1;
+    if (p != me) CHECK(recv_msg(comm, d, p, DIRECT_MSG_DONE, &m, &fd));
+  }
+fail:
+  return res;
+}
+
+ncclResult_t cuda_direct_run(struct work_op* op) {
+  ncclResult_t res = ncclSuccess;
+  struct ncclComm* comm = op->comm;
+  struct cuda_direct* d = NULL;
+  CUcontext saved;
+  CHECK(cuda_ctx_enter(comm->cuda, &saved));
+  res = direct_get(comm, &d);
+  if (res == ncclSuccess) res = direct_call(comm, d, &op->args);
+  cuda_ctx_restore(saved);
+fail:
+  return res;
+}

@@ -1,0 +1,34 @@
+/*
+ * The direct algorithm (algorithms/direct.h) on device buffers, for a comm
+ * whose ranks all live on this node, each in a process of its own. At
+ * each call the ranks describe their buffers to each other over Unix-
+ * socket links (a cuMem allocation's fd beside its description,
+ * transports/cudaipc), map the peers' through the comm's IPC cache, run
+ * their one fused task as a kernel on the comm's internal stream, and tell
+ * each other they are done: no rank returns while a peer may still read
+ * its input or write its output. Each input byte is read once and each
+ * output byte written once, device to device.
+ *
+ * Synchronous: the unit's streams were synchronized first (cuda_unit.c),
+ * and the call blocks until every rank's task is done, a peer fails (its
+ * link closes), BRAID_TIMEOUT_MS passes, or the comm is aborted.
+ */
+#ifndef BRAID_CUDA_DIRECT_H_
+#define BRAID_CUDA_DIRECT_H_
+
+#include "work.h"
+
+struct cuda_direct;
+
+/* Whether `op` (the only op of its unit) runs direct: a collective on
+ * device buffers (not a PreMulSum), 2..DIRECT_MAX_RANKS ranks, all on this
+ * host and none sharing this process, and NCCL_ALGO allows Direct. */
+int cuda_direct_wanted(const struct work_op* op);
+
+/* Run op's collective direct. */
+ncclResult_t cuda_direct_run(struct work_op* op);
+
+/* Close the links and unmap what the cache holds (in the comm's context). */
+void cuda_direct_free(struct cuda_direct* d);
+
+#endif /* BRAID_CUDA_DIRECT_H_ */
