@@ -3,8 +3,12 @@
 # measured in the same run: the fused reduce-copy kernel (2-source float
 # sum, 256 MiB, bytes read + written) next to a device-to-device copy and to
 # PyTorch's torch.add of the same tensors (where PyTorch is installed), the
-# kernel on every type, and all_reduce_perf on device buffers with 2 and 4
-# ranks (threads) on one GPU.
+# kernel on every type, all_reduce_perf on device buffers with 2 and 4
+# ranks (threads) on one GPU, and all_reduce, all_gather and reduce_scatter
+# _perf with 2, 4 and 8 ranks as processes on one GPU on the direct
+# algorithm, 8 B..1 GiB: an all-reduce of S bytes on k ranks moves at
+# least 2kS bytes through device memory, so its algbw is at most B/(2k),
+# B the device copy's rate above (bytes read + written).
 #
 #   perf/gpu_bench.sh [bindir]
 #
@@ -21,7 +25,8 @@ fi
 if [ ! -x "$BIN/kern_bitwise" ]; then
   BIN=build/gpu-bench
   mkdir -p "$BIN"
-  make -j lib tools >/dev/null && cp build/bin/all_reduce_perf build/obj/kernels/cuda/reduce.fatbin "$BIN/" &&
+  make -j lib tools >/dev/null && cp build/bin/all_reduce_perf build/bin/all_gather_perf \
+    build/bin/reduce_scatter_perf build/obj/kernels/cuda/reduce.fatbin "$BIN/" &&
     nvcc -O2 -arch=sm_90 -Ikernels -Iinclude -Icommon -Itests -o "$BIN/kern_bitwise" \
       tests/gpu/kern_bitwise.cu build/lib/libbraid.a -L/usr/local/cuda/lib64/stubs -lcuda -lpthread -lm ||
     exit 1
@@ -33,4 +38,25 @@ python3 tests/gpu/torch_add.py 2>/dev/null || echo "torch.add: PyTorch not insta
 for n in 2 4; do
   echo "--- all_reduce_perf on device buffers, $n ranks as threads on one GPU"
   "$BIN/all_reduce_perf" -t $n --mem device -b 8 -e 256M -f 4 -n 10 -w 3 | grep -E "^ +[0-9]|Out of|Avg"
+done
+
+# k processes launched as torchrun would (RANK, WORLD_SIZE, NCCL_COMM_ID);
+# rank 0's table is printed.
+procs_perf() { # tool k
+  local tool=$1 k=$2 port=$((29500 + RANDOM % 1000)) r out
+  out=$(mktemp -d)
+  for ((r = 0; r < k; r++)); do
+    NCCL_COMM_ID=127.0.0.1:$port RANK=$r WORLD_SIZE=$k NCCL_ALGO=Direct \
+      timeout 600 "$BIN/$tool" --mem device -b 8 -e 1G -f 4 -n 10 -w 3 >"$out/$r.log" 2>&1 &
+  done
+  wait
+  grep -E "^ +[0-9]|Out of|Avg" "$out/0.log" || tail -5 "$out/0.log"
+  rm -rf "$out"
+}
+for tool in all_reduce_perf all_gather_perf reduce_scatter_perf; do
+  [ -x "$BIN/$tool" ] || continue
+  for n in 2 4 8; do
+    echo "--- $tool, $n processes on one GPU, NCCL_ALGO=Direct (all-reduce bound: algbw <= B/(2k))"
+    procs_perf "$tool" "$n"
+  done
 done

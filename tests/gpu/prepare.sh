@@ -12,7 +12,7 @@ rm -rf "$C" && mkdir -p "$C/lib" "$C/bin" "$C/nccl-tests"
 cp build/lib/libnccl.so.2 "$C/lib/"
 cp "$(ldconfig -p | awk '/libcmocka.so.0 /{print $NF; exit}')" "$C/lib/libcmocka.so.0"
 cp build/tests/mp_test_device build/bin/all_reduce_perf \
-  build/bin/all_gather_perf "$C/bin/"
+  build/bin/all_gather_perf build/bin/reduce_scatter_perf "$C/bin/"
 nvcc -O2 -arch=sm_90 -Ikernels -Iinclude -Icommon -Itests -o "$C/bin/kern_bitwise" \
   tests/gpu/kern_bitwise.cu build/lib/libbraid.a -L/usr/local/cuda/lib64/stubs -lcuda -lpthread -lm
 cp build/obj/kernels/cuda/reduce.fatbin "$C/bin/"
