@@ -158,6 +158,28 @@ static void test_algo_list(void** state) {
   assert_int_equal(tuner_parse_algos("Tre"), 0);
 }
 
+/* Direct is not a schedule: NCCL_ALGO allows it unless it excludes it or
+ * names others only, and forces it (off the gates) only by naming it. */
+static void test_algo_direct(void** state) {
+  (void)state;
+  static const struct {
+    const char* value;
+    int allows, forces;
+  } cases[] = {{NULL, 1, 0},      {"Direct", 1, 1}, {"ring,DIRECT", 1, 1}, {"Ring", 0, 0},
+               {"^Direct", 0, 0}, {"^Ring", 1, 0},  {"Directly", 0, 0}};
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    if (cases[i].value)
+      setenv("NCCL_ALGO", cases[i].value, 1);
+    else
+      unsetenv("NCCL_ALGO");
+    param_cache_reset();
+    assert_int_equal(tuner_allows_direct(), cases[i].allows);
+    assert_int_equal(tuner_forces_direct(), cases[i].forces);
+  }
+  unsetenv("NCCL_ALGO");
+  param_cache_reset();
+}
+
 /* text as a tune file, into a zeroed model. */
 static ncclResult_t tune_text(const char* text, struct tuner_model* m) {
   FILE* f = fmemopen((void*)text, strlen(text), "r");
@@ -408,19 +430,13 @@ static void test_logged_once(void** state) {
 int main(int argc, char** argv) {
   if (argc > 1 && strcmp(argv[1], LOG_CHILD_ARG) == 0) return log_child();
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_parse_int),
-      cmocka_unit_test(test_read_int_falls_back),
-      cmocka_unit_test(test_read_range_clamps),
-      cmocka_unit_test(test_debug_level),
-      cmocka_unit_test(test_debug_subsys),
-      cmocka_unit_test(test_ifname_rules),
-      cmocka_unit_test(test_hostport),
-      cmocka_unit_test(test_wire_roundtrip),
-      cmocka_unit_test(test_algo_list),
-      cmocka_unit_test(test_tune_file_lines),
-      cmocka_unit_test(test_table_matches_readme),
-      cmocka_unit_test(test_table_rows),
-      cmocka_unit_test(test_getters_cached),
+      cmocka_unit_test(test_parse_int),         cmocka_unit_test(test_read_int_falls_back),
+      cmocka_unit_test(test_read_range_clamps), cmocka_unit_test(test_debug_level),
+      cmocka_unit_test(test_debug_subsys),      cmocka_unit_test(test_ifname_rules),
+      cmocka_unit_test(test_hostport),          cmocka_unit_test(test_wire_roundtrip),
+      cmocka_unit_test(test_algo_list),         cmocka_unit_test(test_algo_direct),
+      cmocka_unit_test(test_tune_file_lines),   cmocka_unit_test(test_table_matches_readme),
+      cmocka_unit_test(test_table_rows),        cmocka_unit_test(test_getters_cached),
       cmocka_unit_test(test_logged_once),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
