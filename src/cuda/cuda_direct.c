@@ -6,6 +6,7 @@
  */
 #include "cuda_direct.h"
 
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -31,7 +32,9 @@ struct direct_msg {
 
 struct cuda_direct {
   int nranks;
-  int* links; /* per peer, -1 for this rank */
+  int* links;        /* per peer, -1 for this rank */
+  int* same_process; /* per peer: its pointers are ours to use, no IPC */
+  int any_remote;    /* some peer is in another process */
   struct cudaipc_cache* cache;
   uint64_t seq;
 };
@@ -39,8 +42,8 @@ struct cuda_direct {
 /* ---- Who goes direct ---- */
 
 static int comm_direct_shape(const struct ncclComm* comm) {
-  if (comm->nranks < 2 || comm->nranks > DIRECT_MAX_RANKS || cuda_comm_shares_process(comm) != 0)
-    return 0;
+  if (comm->nranks < 2 || comm->nranks > DIRECT_MAX_RANKS || cuda_comm_shares_process(comm) < 0)
+    return 0; /* the peers are not known yet: a non-blocking init still running */
   for (int p = 0; p < comm->nranks; p++)
     if (comm->peers[p].host_hash != comm->peers[comm->rank].host_hash) return 0;
   return 1;
@@ -100,7 +103,13 @@ static ncclResult_t direct_get(struct ncclComm* comm, struct cuda_direct** out) 
   CHECK(braid_calloc(&d, 1, sizeof(*d)));
   d->nranks = comm->nranks;
   CHECK(braid_calloc(&d->links, (size_t)comm->nranks, sizeof(int)));
-  for (int p = 0; p < comm->nranks; p++) d->links[p] = -1;
+  CHECK(braid_calloc(&d->same_process, (size_t)comm->nranks, sizeof(int)));
+  for (int p = 0; p < comm->nranks; p++) {
+    const struct peer_info* me = &comm->peers[comm->rank];
+    d->links[p] = -1;
+    d->same_process[p] = comm->peers[p].pid == me->pid && comm->peers[p].host_hash == me->host_hash;
+    d->any_remote |= !d->same_process[p];
+  }
   cc->direct = d; /* from here on cuda_direct_free undoes it */
   CHECK(cudaipc_cache_create(cc->handle, &d->cache));
   CHECK(direct_links(comm, d));
@@ -119,21 +128,24 @@ void cuda_direct_free(struct cuda_direct* d) {
     if (d->links[p] >= 0) close(d->links[p]);
   cudaipc_cache_destroy(d->cache);
   free(d->links);
+  free(d->same_process);
   free(d);
 }
 
 /* ---- One call ---- */
 
-/* Tell every peer about one of this rank's buffers (ptr NULL: unused). */
+/* Tell every peer about one of this rank's buffers (ptr NULL: unused);
+ * peers in other processes get its allocation's description and fd. */
 static ncclResult_t post_buffer(struct ncclComm* comm, struct cuda_direct* d, int buf,
                                 const void* ptr) {
   ncclResult_t res = ncclSuccess;
   struct direct_msg m = {d->seq, DIRECT_MSG_BUF, (uint32_t)buf, (uint64_t)(uintptr_t)ptr, {0}};
   int fd = -1;
-  if (ptr) CHECK(cudaipc_describe(ptr, &m.desc, &fd));
+  if (ptr && d->any_remote) CHECK(cudaipc_describe(ptr, &m.desc, &fd));
   for (int p = 0; p < d->nranks; p++)
     if (p != comm->rank)
-      CHECK(cudaipc_fd_send(d->links[p], &m, sizeof(m), fd, comm->tctx.timeout_ms, &comm->aborted));
+      CHECK(cudaipc_fd_send(d->links[p], &m, sizeof(m), d->same_process[p] ? -1 : fd,
+                            comm->tctx.timeout_ms, &comm->aborted));
 fail:
   if (fd >= 0) close(fd);
   return res;
@@ -168,11 +180,13 @@ static ncclResult_t map_peer(struct ncclComm* comm, struct cuda_direct* d, int p
       if (fd >= 0) close(fd);
       FAIL(ncclInternalError, "Direct: rank %d sent its buffers out of order", peer);
     }
-    bufs[k] = NULL;
-    if (m.ptr) res = cudaipc_cache_map(d->cache, peer, &m.desc, fd, &base);
+    bufs[k] = (char*)(uintptr_t)m.ptr; /* a thread of this process: its pointer as it is */
+    if (m.ptr && !d->same_process[peer]) {
+      res = cudaipc_cache_map(d->cache, peer, &m.desc, fd, &base);
+      bufs[k] = (char*)base + (m.ptr - m.desc.base);
+    }
     if (fd >= 0) close(fd);
     if (res != ncclSuccess) goto fail;
-    if (m.ptr) bufs[k] = (char*)base + (m.ptr - m.desc.base);
   }
 fail:
   return res;
@@ -202,7 +216,11 @@ static ncclResult_t run_task(struct ncclComm* comm, const struct kern_task* t) {
   int done = 0;
   if (t->n == 0) return ncclSuccess;
   CHECK(b->post(comm->exec.dev_state, t, &ticket, &done));
-  while (!done) CHECK(b->test(comm->exec.dev_state, ticket, &done));
+  for (;;) { /* a kernel needs nobody else: polled, yielding the core to the peers */
+    CHECK(b->test(comm->exec.dev_state, ticket, &done));
+    if (done) break;
+    sched_yield();
+  }
 fail:
   return res;
 }

@@ -1,9 +1,10 @@
 /*
  * The direct algorithm (algorithms/direct.h) on device buffers, for a comm
- * whose ranks all live on this node, each in a process of its own. At
- * each call the ranks describe their buffers to each other over Unix-
- * socket links (a cuMem allocation's fd beside its description,
- * transports/cudaipc), map the peers' through the comm's IPC cache, run
+ * whose ranks all live on this node, as processes or threads. At each
+ * call the ranks describe their buffers to each other over Unix-socket
+ * links (to another process, a cuMem allocation's fd beside its
+ * description, transports/cudaipc; a thread's pointer is used as it is),
+ * map the other processes' through the comm's IPC cache, run
  * their one fused task as a kernel on the comm's internal stream, and tell
  * each other they are done: no rank returns while a peer may still read
  * its input or write its output. Each input byte is read once and each
@@ -22,7 +23,9 @@ struct cuda_direct;
 
 /* Whether `op` (the only op of its unit) runs direct: a collective on
  * device buffers (not a PreMulSum), 2..DIRECT_MAX_RANKS ranks, all on this
- * host and none sharing this process, and NCCL_ALGO allows Direct. */
+ * host, and NCCL_ALGO allows Direct. Ranks that share a process each need
+ * a thread of their own (as NCCL wants without a group): a unit of one
+ * call blocks its thread until every rank made the call. */
 int cuda_direct_wanted(const struct work_op* op);
 
 /* Run op's collective direct. */

@@ -11,6 +11,7 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -56,11 +57,9 @@ static ncclRedOp_t op_of(const mp_env* env, ncclComm_t comm, ncclDataType_t type
 
 /* ---- (1) the matrix ---- */
 
-static int matrix_body(const mp_env* env) {
-  ncclComm_t comm;
-  cudaStream_t s;
+/* The matrix on `comm` (env says its rank and size), on stream s. */
+static int matrix_run(const mp_env* env, ncclComm_t comm, cudaStream_t s) {
   int bad = 0, i = 0;
-  if (dev_open(env, 0) || mp_comm_init(env, &comm) || (s = dev_stream(env)) == NULL) return 1;
   for (int coll = 0; coll < CC_NCOLLS && !bad; coll++)
     for (size_t ci = 0; ci < NCOUNTS && !bad; ci++)
       for (int ip = 0; ip < 2 && !bad; ip++, i++) {
@@ -84,6 +83,14 @@ static int matrix_body(const mp_env* env) {
     }
   if (env->rank == 0)
     mp_log(env, "device matrix on %d ranks: %s", env->nranks, bad ? "FAILED" : "ok");
+  return bad;
+}
+
+static int matrix_body(const mp_env* env) {
+  ncclComm_t comm;
+  cudaStream_t s;
+  if (dev_open(env, 0) || mp_comm_init(env, &comm) || (s = dev_stream(env)) == NULL) return 1;
+  int bad = matrix_run(env, comm, s);
   bad += mp_expect_rc(env, comm, ncclCommDestroy(comm), ncclSuccess, "ncclCommDestroy");
   return bad;
 }
@@ -127,6 +134,58 @@ static void test_matrix_direct(void** state) {
   static const int sizes[] = {2, 3, 8};
   for (int i = 0; i < 3; i++)
     assert_int_equal(mp_launch(sizes[i], direct_matrix_body, NULL, NULL), 0);
+}
+
+/* The matrix on the direct algorithm with the ranks as threads of one
+ * process (ncclCommInitAll), each driving its own comm: the peers'
+ * pointers are used as they are, no IPC. */
+#define DIRECT_THREADS 4
+
+struct direct_thread {
+  mp_env env; /* the process's, with this comm's rank and size */
+  ncclComm_t comm;
+  int bad;
+};
+
+static void* direct_thread_main(void* arg) {
+  struct direct_thread* t = arg;
+  cudaStream_t s;
+  if (dev_open(&t->env, 0) || (s = dev_stream(&t->env)) == NULL) {
+    t->bad = 1;
+    return NULL;
+  }
+  t->bad = matrix_run(&t->env, t->comm, s);
+  return NULL;
+}
+
+static int direct_threads_body(const mp_env* env) {
+  ncclComm_t comms[DIRECT_THREADS];
+  struct direct_thread th[DIRECT_THREADS];
+  pthread_t ids[DIRECT_THREADS];
+  int devs[DIRECT_THREADS] = {0}, bad = 0;
+  if (dev_open(env, 0)) return 1;
+  bad += mp_expect_rc(env, NULL, ncclCommInitAll(comms, DIRECT_THREADS, devs), ncclSuccess,
+                      "ncclCommInitAll on one device");
+  for (int r = 0; r < DIRECT_THREADS && !bad; r++) {
+    th[r] = (struct direct_thread){*env, comms[r], 0};
+    th[r].env.rank = r;
+    th[r].env.nranks = DIRECT_THREADS;
+    if (pthread_create(&ids[r], NULL, direct_thread_main, &th[r]) != 0) return 1;
+  }
+  for (int r = 0; r < DIRECT_THREADS && !bad; r++) {
+    pthread_join(ids[r], NULL);
+    bad += th[r].bad;
+  }
+  for (int r = 0; r < DIRECT_THREADS; r++)
+    bad += mp_expect_rc(env, comms[r], ncclCommDestroy(comms[r]), ncclSuccess, "ncclCommDestroy");
+  return bad;
+}
+
+static void test_direct_threads(void** state) {
+  (void)state;
+  mp_opts o = MP_OPTS_INIT;
+  o.no_id = 1;
+  assert_int_equal(mp_launch(1, direct_threads_body, NULL, &o), 0);
 }
 
 /* Direct calls on buffers freed and allocated again between calls (the
@@ -737,6 +796,7 @@ int main(void) {
       cmocka_unit_test(test_matrix),
       cmocka_unit_test(test_matrix_synchronous),
       cmocka_unit_test(test_matrix_direct),
+      cmocka_unit_test(test_direct_threads),
       cmocka_unit_test(test_direct_realloc),
       cmocka_unit_test(test_direct_killed_peer),
       cmocka_unit_test(test_mixed_buffers),
