@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "common/kern_inputs.h"
+#include "common/cudasim_path.h"
 #include "cuda/cuda_driver.h"
 #include "cuda/cuda_kernels.h"
 #include "kernels.h"
@@ -205,12 +206,8 @@ static void test_without_driver(void** state) {
 
 int main(int argc, char** argv) {
   (void)argc;
-  /* build/tests/libcudasim.so beside this binary */
   char lib[4096];
-  snprintf(lib, sizeof(lib), "%s", argv[0]);
-  char* slash = strrchr(lib, '/');
-  snprintf(slash ? slash + 1 : lib, sizeof(lib) - (size_t)(slash ? slash + 1 - lib : 0),
-           "libcudasim.so");
+  cudasim_path_beside(argv[0], lib, sizeof(lib));
   const struct CMUnitTest without[] = {cmocka_unit_test(test_without_driver)};
   int failed = cmocka_run_group_tests_name("no driver", without, NULL, NULL);
   /* BRAID_CUDA_LIB=libcuda.so.1 runs the same tests on a real GPU */

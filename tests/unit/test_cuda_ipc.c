@@ -22,6 +22,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "common/cudasim_path.h"
 #include "cuda/cuda_driver.h"
 #include "cudaipc/cudaipc_fd.h"
 #include "cudaipc/cudaipc_mem.h"
@@ -235,10 +236,7 @@ static void test_fd_link(void** state) {
 int main(int argc, char** argv) {
   (void)argc;
   char lib[4096];
-  snprintf(lib, sizeof(lib), "%s", argv[0]);
-  char* slash = strrchr(lib, '/');
-  snprintf(slash ? slash + 1 : lib, sizeof(lib) - (size_t)(slash ? slash + 1 - lib : 0),
-           "libcudasim.so");
+  cudasim_path_beside(argv[0], lib, sizeof(lib));
   setenv("BRAID_CUDA_LIB", lib, 0); /* a real libcuda.so.1 runs the same on a GPU */
   param_cache_reset();
   const struct CMUnitTest tests[] = {

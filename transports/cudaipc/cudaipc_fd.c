@@ -15,6 +15,12 @@
 #include "core.h"
 #include "socket.h"
 
+/* Room for one SCM_RIGHTS fd, aligned as a cmsghdr. */
+union fd_ctl {
+  char buf[CMSG_SPACE(sizeof(int))];
+  struct cmsghdr align;
+};
+
 struct fd_hello {
   uint64_t secret;
   int32_t rank;
@@ -66,10 +72,7 @@ fail:
 static ncclResult_t fd_send_at(int link, const void* msg, size_t bytes, int fd, uint64_t deadline,
                                _Atomic int* aborted) {
   ncclResult_t res = ncclSuccess;
-  union {
-    char buf[CMSG_SPACE(sizeof(int))];
-    struct cmsghdr align;
-  } ctl;
+  union fd_ctl ctl;
   struct iovec iov = {(void*)msg, bytes};
   struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1};
   ssize_t n = 0;
@@ -97,10 +100,7 @@ ncclResult_t cudaipc_fd_send(int link, const void* msg, size_t bytes, int fd, in
 ncclResult_t cudaipc_fd_recv(int link, void* msg, size_t bytes, int* fd, int64_t timeout_ms,
                              _Atomic int* aborted) {
   ncclResult_t res = ncclSuccess;
-  union {
-    char buf[CMSG_SPACE(sizeof(int))];
-    struct cmsghdr align;
-  } ctl;
+  union fd_ctl ctl;
   struct iovec iov = {msg, bytes};
   struct msghdr m = {
       .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf, .msg_controllen = sizeof(ctl.buf)};
