@@ -20,6 +20,7 @@
 
 #ifdef BRAID_HAVE_CUDA
 #include "cuda/cuda_comm.h"
+#include "cudaipc/cudaipc_mem.h"
 #endif
 
 #define CONFIG_MAGIC 0xcafebeefu
@@ -77,13 +78,26 @@ ncclResult_t comm_config_read(const ncclConfig_t* user, ncclConfig_t* out) {
   return ncclSuccess;
 }
 
-/* ncclCommRegister'ed ranges reach the transports that pin or map memory. */
+/* ncclCommRegister'ed ranges reach the transports that pin or map memory;
+ * a device buffer is exported for CUDA IPC once, not at every call. */
 static ncclResult_t regs_attach(void* tctx, struct mem_reg* reg) {
-  return transport_register(tctx, reg->base, reg->size, reg->handles);
+#ifdef BRAID_HAVE_CUDA
+  if (mem_query(reg->base) == MEM_DEVICE)
+    cudaipc_export_make(reg->base, (struct cudaipc_export**)&reg->ipc);
+#endif
+  ncclResult_t res = transport_register(tctx, reg->base, reg->size, reg->handles);
+#ifdef BRAID_HAVE_CUDA
+  if (res != ncclSuccess) cudaipc_export_free(reg->ipc), reg->ipc = NULL;
+#endif
+  return res;
 }
 
 static void regs_detach(void* tctx, struct mem_reg* reg) {
   transport_deregister(tctx, reg->handles);
+#ifdef BRAID_HAVE_CUDA
+  cudaipc_export_free(reg->ipc);
+  reg->ipc = NULL;
+#endif
 }
 
 /* The comm's executor context: its collective connections, its layout

@@ -37,6 +37,7 @@ struct mem_reg {
   int window; /* 1: a window, with its flags in win_flags */
   int win_flags;
   void* handles[MEM_REG_HANDLES]; /* the attach hook's, by transport id */
+  void* ipc; /* device memory: its CUDA IPC export, kept while registered (NULL: none) */
   struct mem_reg* next;
 };
 

@@ -41,12 +41,42 @@ struct cuda_direct {
 
 /* ---- Who goes direct ---- */
 
-static int comm_direct_shape(const struct ncclComm* comm) {
+/* Every rank must decide alike, or some would wait for links the others
+ * never use: so the decision rests on the peer table, the node's devices,
+ * the call and NCCL_ALGO only, never on this rank's gates or streams. */
+
+static int peer_device(const struct ncclComm* comm, int p) {
+  return comm->peers[p].cuda_dev < 0 ? 0 : comm->peers[p].cuda_dev;
+}
+
+/* Whether each rank's device can read every other rank's (peer access). */
+static int devices_reach(const struct ncclComm* comm) {
+  const struct cuda_api* cu = cuda_driver();
+  for (int a = 0; a < comm->nranks; a++)
+    for (int b = 0; b < comm->nranks; b++) {
+      CUdevice x, y;
+      int can = 0, da = peer_device(comm, a), db = peer_device(comm, b);
+      if (da == db) continue;
+      if (cu->cuDeviceGet(&x, da) != CUDA_SUCCESS || cu->cuDeviceGet(&y, db) != CUDA_SUCCESS ||
+          cu->cuDeviceCanAccessPeer(&can, x, y) != CUDA_SUCCESS || !can)
+        return 0;
+    }
+  return 1;
+}
+
+/* 2..DIRECT_MAX_RANKS ranks on this host, their devices in reach; *one_process
+ * when they are all threads of one process. */
+static int comm_direct_shape(const struct ncclComm* comm, int* one_process) {
+  const struct peer_info* me;
   if (comm->nranks < 2 || comm->nranks > DIRECT_MAX_RANKS || cuda_comm_shares_process(comm) < 0)
     return 0; /* the peers are not known yet: a non-blocking init still running */
-  for (int p = 0; p < comm->nranks; p++)
-    if (comm->peers[p].host_hash != comm->peers[comm->rank].host_hash) return 0;
-  return 1;
+  me = &comm->peers[comm->rank];
+  *one_process = 1;
+  for (int p = 0; p < comm->nranks; p++) {
+    if (comm->peers[p].host_hash != me->host_hash) return 0;
+    *one_process &= comm->peers[p].pid == me->pid;
+  }
+  return devices_reach(comm);
 }
 
 /* The buffers a rank uses in a collective (a broadcast's non-root reads
@@ -58,10 +88,11 @@ static void coll_uses(const struct exec_args* a, int rank, int* reads, int* writ
 
 int cuda_direct_wanted(const struct work_op* op) {
   const struct exec_args* a = &op->args;
-  int reads, writes;
+  int reads, writes, one_process = 0;
   if (op->kind != WORK_COLL || a->mem != MEM_DEVICE || a->pre || a->scalar_src ||
-      !tuner_allows_direct() || !comm_direct_shape(op->comm))
+      !tuner_allows_direct() || !comm_direct_shape(op->comm, &one_process))
     return 0;
+  if (!one_process && !tuner_forces_direct()) return 0; /* processes: gated unless named */
   coll_uses(a, op->comm->rank, &reads, &writes);
   return (!reads || mem_query(a->sendbuff) == MEM_DEVICE) &&
          (!writes || mem_query(a->recvbuff) == MEM_DEVICE);
@@ -135,19 +166,31 @@ void cuda_direct_free(struct cuda_direct* d) {
 /* ---- One call ---- */
 
 /* Tell every peer about one of this rank's buffers (ptr NULL: unused);
- * peers in other processes get its allocation's description and fd. */
+ * peers in other processes get its allocation's description and fd: the
+ * registration's, if ncclCommRegister made one that still holds, else
+ * made now. */
 static ncclResult_t post_buffer(struct ncclComm* comm, struct cuda_direct* d, int buf,
                                 const void* ptr) {
   ncclResult_t res = ncclSuccess;
   struct direct_msg m = {d->seq, DIRECT_MSG_BUF, (uint32_t)buf, (uint64_t)(uintptr_t)ptr, {0}};
-  int fd = -1;
-  if (ptr && d->any_remote) CHECK(cudaipc_describe(ptr, &m.desc, &fd));
+  int fd = -1, own_fd = 0;
+  if (ptr && d->any_remote) {
+    const struct mem_reg* reg = mem_reg_find(&comm->regs, ptr, 1);
+    const struct cudaipc_export* ex = reg ? reg->ipc : NULL;
+    if (cudaipc_export_covers(ex, ptr)) {
+      m.desc = ex->desc;
+      fd = ex->fd;
+    } else {
+      CHECK(cudaipc_describe(ptr, &m.desc, &fd));
+      own_fd = 1;
+    }
+  }
   for (int p = 0; p < d->nranks; p++)
     if (p != comm->rank)
       CHECK(cudaipc_fd_send(d->links[p], &m, sizeof(m), d->same_process[p] ? -1 : fd,
                             comm->tctx.timeout_ms, &comm->aborted));
 fail:
-  if (fd >= 0) close(fd);
+  if (own_fd && fd >= 0) close(fd);
   return res;
 }
 

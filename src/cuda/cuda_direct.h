@@ -23,9 +23,12 @@ struct cuda_direct;
 
 /* Whether `op` (the only op of its unit) runs direct: a collective on
  * device buffers (not a PreMulSum), 2..DIRECT_MAX_RANKS ranks, all on this
- * host, and NCCL_ALGO allows Direct. Ranks that share a process each need
- * a thread of their own (as NCCL wants without a group): a unit of one
- * call blocks its thread until every rank made the call. */
+ * host with their devices in reach of each other, and NCCL_ALGO allows
+ * Direct; by default only where every rank is a thread of one process
+ * (whose calls are synchronous anyway), everywhere when NCCL_ALGO names
+ * Direct. Every rank decides alike. Threads each need one comm of their
+ * own (as NCCL wants without a group): a unit of one call blocks its
+ * thread until every rank made the call. */
 int cuda_direct_wanted(const struct work_op* op);
 
 /* Run op's collective direct. */

@@ -204,9 +204,8 @@ ncclResult_t cuda_unit_dispatch(struct work_op* ops, int n) {
   CHECK(unit_comms_ready(ops, n));
   CHECK(work_issue(ops, n));
   struct cuda_comm* cc = ops[0].comm->cuda;
-  /* NCCL_ALGO naming Direct takes a call it fits off the gates: it runs direct */
-  int gated =
-      unit_gated(ops, n, ns) && !(n == 1 && tuner_forces_direct() && cuda_direct_wanted(ops));
+  /* a call that runs direct is synchronous (NCCL_ALGO naming Direct takes it off the gates) */
+  int gated = unit_gated(ops, n, ns) && !(n == 1 && cuda_direct_wanted(ops));
   for (int k = 0; k < ns && res == ncclSuccess; k++)
     res = stream_stage(ops, n, streams[k], gated ? STAGE_IN_GATED : STAGE_IN_SYNC);
   if (res == ncclSuccess && !gated) return unit_run_synchronously(ops, n, streams, ns);

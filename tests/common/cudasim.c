@@ -30,7 +30,8 @@
  *  - knobs for the tests: CUDASIM_ONE_QUEUE (above), CUDASIM_CAPTURING=all
  *    (every stream is being captured), CUDASIM_STREAM_ERROR (stream queries
  *    report a broken context), CUDASIM_HIDE=name (that entry point is
- *    missing, as from an older driver).
+ *    missing, as from an older driver), CUDASIM_NO_EXPORT (cuMem exports
+ *    fail from then on).
  */
 #include <cuda.h>
 #include <pthread.h>
@@ -89,6 +90,9 @@ static CUresult sim_error_name(CUresult r, const char** s) {
       break;
     case CUDA_ERROR_ILLEGAL_ADDRESS:
       *s = "CUDA_ERROR_ILLEGAL_ADDRESS";
+      break;
+    case CUDA_ERROR_NOT_PERMITTED:
+      *s = "CUDA_ERROR_NOT_PERMITTED";
       break;
     case CUDA_ERROR_INVALID_CONTEXT:
       *s = "CUDA_ERROR_INVALID_CONTEXT";

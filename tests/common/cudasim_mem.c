@@ -227,6 +227,7 @@ CUresult sim_vmm_export(void* out, CUmemGenericAllocationHandle h, CUmemAllocati
   (void)flags;
   if (v == NULL || type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR || !v->exportable)
     return CUDA_ERROR_INVALID_VALUE;
+  if (getenv("CUDASIM_NO_EXPORT")) return CUDA_ERROR_NOT_PERMITTED; /* tests: nothing new leaves */
   int fd = fcntl(v->fd, F_DUPFD_CLOEXEC, 0);
   if (fd < 0) return CUDA_ERROR_OUT_OF_MEMORY;
   *(int*)out = fd;

@@ -118,14 +118,13 @@ static void test_matrix_synchronous(void** state) {
   for (int n = 2; n <= 5; n++) assert_int_equal(mp_launch(n, sync_matrix_body, NULL, NULL), 0);
 }
 
-/* The matrix on the direct algorithm: ranks in processes of their own,
- * peers' buffers mapped by CUDA IPC (ncclMemAlloc's cuMem memory: fds over
- * the Unix-socket links); PreMulSum ops keep to the executor. Calls that
- * are synchronous anyway go direct by default (3 and 8 ranks); NCCL_ALGO
- * naming Direct takes them off the gates (2 ranks). */
+/* The matrix on the direct algorithm (NCCL_ALGO naming it: ranks in
+ * processes of their own go direct only so), peers' buffers mapped by CUDA
+ * IPC (ncclMemAlloc's cuMem memory: fds over the Unix-socket links);
+ * PreMulSum ops keep to the executor, gated (2 ranks) or synchronous. */
 static int direct_matrix_body(const mp_env* env) {
   if (env->nranks > 2) setenv("BRAID_STREAM_MEMOPS", "0", 1);
-  if (env->nranks == 2) setenv("NCCL_ALGO", "Direct,Ring", 1);
+  setenv("NCCL_ALGO", "Direct,Ring", 1);
   return matrix_body(env);
 }
 
@@ -201,7 +200,7 @@ static int direct_realloc_body(const mp_env* env) {
   size_t bytes = REALLOC_COUNT * sizeof(int32_t);
   int32_t* h = malloc(bytes);
   void* last = NULL;
-  setenv("BRAID_STREAM_MEMOPS", "0", 1);
+  setenv("NCCL_ALGO", "Direct", 1);
   if (!h || dev_open(env, 0) || mp_comm_init(env, &comm) || (s = dev_stream(env)) == NULL) return 1;
   for (int round = 0; round < REALLOC_ROUNDS && !bad; round++) {
     void* d = NULL;
@@ -229,6 +228,52 @@ static void test_direct_realloc(void** state) {
   assert_int_equal(mp_launch(3, direct_realloc_body, NULL, NULL), 0);
 }
 
+/* ncclCommRegister'ed buffers are exported once: with the simulated
+ * driver refusing every export from then on, direct calls on them still
+ * work, and a call on a buffer that is not registered fails (so the knob
+ * bites, and nothing hangs: every rank fails before it posts). */
+#define REG_COUNT 70001
+
+static int direct_registered_body(const mp_env* env) {
+  ncclComm_t comm;
+  cudaStream_t s;
+  void *d = NULL, *out = NULL, *other = NULL, *hs = NULL, *hr = NULL;
+  int bad = 0, n = env->nranks;
+  size_t bytes = REG_COUNT * sizeof(int32_t);
+  int32_t* h = malloc(bytes);
+  setenv("NCCL_ALGO", "Direct", 1);
+  if (!h || dev_open(env, 0) || mp_comm_init(env, &comm) || (s = dev_stream(env)) == NULL) return 1;
+  if (ncclMemAlloc(&d, bytes) || ncclMemAlloc(&out, bytes) || ncclMemAlloc(&other, bytes)) return 1;
+  bad += mp_expect_rc(env, comm, ncclCommRegister(comm, d, bytes, &hs), ncclSuccess, "register");
+  bad += mp_expect_rc(env, comm, ncclCommRegister(comm, out, bytes, &hr), ncclSuccess, "register");
+  setenv("CUDASIM_NO_EXPORT", "1", 1);
+  for (int round = 1; round <= 2 && !bad; round++) {
+    for (int i = 0; i < REG_COUNT; i++) h[i] = round * (env->rank + 1) + i;
+    bad += dev_copy(env, d, h, bytes);
+    bad += mp_expect_rc(env, comm, ncclAllReduce(d, out, REG_COUNT, ncclInt32, ncclSum, comm, s),
+                        ncclSuccess, "direct allreduce on registered buffers");
+    bad += dev_sync(env, s) + dev_copy(env, h, out, bytes);
+    for (int i = 0; i < REG_COUNT && !bad; i++)
+      if (h[i] != round * n * (n + 1) / 2 + n * i)
+        mp_fail(env, "round %d: [%d] = %d", round, i, h[i]), bad++;
+  }
+  if (ncclAllReduce(other, other, REG_COUNT, ncclInt32, ncclSum, comm, s) == ncclSuccess)
+    mp_fail(env, "an unregistered buffer was exported with exports refused"), bad++;
+  unsetenv("CUDASIM_NO_EXPORT");
+  ncclCommAbort(comm);
+  ncclMemFree(d);
+  ncclMemFree(out);
+  ncclMemFree(other);
+  free(h);
+  return bad;
+}
+
+static void test_direct_registered(void** state) {
+  (void)state;
+  if (strstr(getenv("BRAID_CUDA_LIB"), "cudasim") == NULL) skip();
+  assert_int_equal(mp_launch(3, direct_registered_body, NULL, NULL), 0);
+}
+
 /* A rank killed while the others wait for its buffers in a direct call:
  * they get an error (its links close), not a hang, and so does the next
  * call. */
@@ -239,7 +284,7 @@ static int direct_killed_body(const mp_env* env) {
   cudaStream_t s;
   void* d = NULL;
   int bad = 0, victim = env->nranks - 1;
-  setenv("BRAID_STREAM_MEMOPS", "0", 1);
+  setenv("NCCL_ALGO", "Direct", 1);
   if (dev_open(env, 0) || mp_comm_init(env, &comm) || (s = dev_stream(env)) == NULL) return 1;
   if (ncclMemAlloc(&d, DIRECT_KILL_COUNT * sizeof(float))) return 1;
   bad +=
@@ -798,6 +843,7 @@ int main(void) {
       cmocka_unit_test(test_matrix_direct),
       cmocka_unit_test(test_direct_threads),
       cmocka_unit_test(test_direct_realloc),
+      cmocka_unit_test(test_direct_registered),
       cmocka_unit_test(test_direct_killed_peer),
       cmocka_unit_test(test_mixed_buffers),
       cmocka_unit_test(test_ordering),

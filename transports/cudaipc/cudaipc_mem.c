@@ -7,6 +7,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core.h"
 #include "cuda/cuda_driver.h"
@@ -59,6 +60,33 @@ ncclResult_t cudaipc_describe(const void* ptr, struct cudaipc_desc* desc, int* f
   CHECK(cuda_check(cu->cuIpcGetMemHandle(&desc->legacy, base), "cuIpcGetMemHandle"));
 fail:
   return res;
+}
+
+void cudaipc_export_make(const void* ptr, struct cudaipc_export** out) {
+  struct cudaipc_export* ex = NULL;
+  *out = NULL;
+  if (cuda_driver() == NULL || braid_calloc(&ex, 1, sizeof(*ex)) != ncclSuccess) return;
+  if (cudaipc_describe(ptr, &ex->desc, &ex->fd) != ncclSuccess) {
+    INFO(SUB_INIT, "CUDA IPC: registered buffer %p not exported; calls will describe it", ptr);
+    free(ex);
+    return;
+  }
+  *out = ex;
+}
+
+void cudaipc_export_free(struct cudaipc_export* ex) {
+  if (ex == NULL) return;
+  if (ex->fd >= 0) close(ex->fd);
+  free(ex);
+}
+
+int cudaipc_export_covers(const struct cudaipc_export* ex, const void* ptr) {
+  unsigned long long id = 0;
+  uint64_t p = (uint64_t)(uintptr_t)ptr;
+  if (ex == NULL || p < ex->desc.base || p - ex->desc.base >= ex->desc.size) return 0;
+  return cuda_driver()->cuPointerGetAttribute(&id, CU_POINTER_ATTRIBUTE_BUFFER_ID,
+                                              (CUdeviceptr)p) == CUDA_SUCCESS &&
+         id == ex->desc.buffer_id;
 }
 
 ncclResult_t cudaipc_cache_create(CUdevice dev, struct cudaipc_cache** out) {

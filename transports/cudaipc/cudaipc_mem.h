@@ -32,6 +32,22 @@ struct cudaipc_desc {
  * caller to pass on and close; else *fd = -1. */
 ncclResult_t cudaipc_describe(const void* ptr, struct cudaipc_desc* desc, int* fd);
 
+/* A buffer's description and (cuMem) fd made once and kept: what
+ * ncclCommRegister caches, so calls on registered buffers export nothing. */
+struct cudaipc_export {
+  struct cudaipc_desc desc;
+  int fd; /* -1: a legacy handle */
+};
+
+/* The export of the allocation holding `ptr`, or NULL (*out) where there is
+ * none to make (host memory, no driver, no IPC for it: calls then describe
+ * their buffers themselves). */
+void cudaipc_export_make(const void* ptr, struct cudaipc_export** out);
+void cudaipc_export_free(struct cudaipc_export* ex);
+/* Whether `ex` still describes the allocation holding ptr (inside it, and
+ * the same buffer id: not freed and reallocated meanwhile). */
+int cudaipc_export_covers(const struct cudaipc_export* ex, const void* ptr);
+
 struct cudaipc_cache;
 
 /* An empty cache whose mappings are made for device `dev` in the current
