@@ -7,11 +7,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 C=${CARRY:-gpu_carry}
-make -j2 lib tools build/tests/mp_test_device >/dev/null
+make -j2 lib tools build/tests/mp_test_device build/tests/test_cuda_ipc >/dev/null
 rm -rf "$C" && mkdir -p "$C/lib" "$C/bin" "$C/nccl-tests"
 cp build/lib/libnccl.so.2 "$C/lib/"
 cp "$(ldconfig -p | awk '/libcmocka.so.0 /{print $NF; exit}')" "$C/lib/libcmocka.so.0"
-cp build/tests/mp_test_device build/bin/all_reduce_perf \
+cp build/tests/mp_test_device build/tests/test_cuda_ipc build/bin/all_reduce_perf \
   build/bin/all_gather_perf build/bin/reduce_scatter_perf "$C/bin/"
 nvcc -O2 -arch=sm_90 -Ikernels -Iinclude -Icommon -Itests -o "$C/bin/kern_bitwise" \
   tests/gpu/kern_bitwise.cu build/lib/libbraid.a -L/usr/local/cuda/lib64/stubs -lcuda -lpthread -lm
@@ -28,5 +28,5 @@ if [ -n "${NCCL_TESTS_SRC:-}" ]; then
     cp "$NCCL_TESTS_SRC/build/${t}_perf" "$C/nccl-tests/"
   done
 fi
-strip "$C"/bin/*_perf "$C"/bin/kern_bitwise "$C"/bin/mp_test_device "$C"/nccl-tests/* "$C"/lib/libnccl.so.2
+strip "$C"/bin/*_perf "$C"/bin/kern_bitwise "$C"/bin/mp_test_device "$C"/bin/test_cuda_ipc "$C"/nccl-tests/* "$C"/lib/libnccl.so.2
 du -sh "$C"

@@ -47,13 +47,15 @@ step() { # name limit_s logfile command...
 # 1. Braid's device tests on the real driver
 export BRAID_CUDA_LIB=libcuda.so.1
 want tests && step mp_test_device 150 "$OUT/tests.txt" "$C/bin/mp_test_device"
+want tests && step test_cuda_ipc 60 "$OUT/tests.txt" "$C/bin/test_cuda_ipc"
 
 # 2. PyTorch's process group, 2 processes on cuda:0, Braid preloaded
 unset BRAID_CUDA_LIB
 want torch && step "torch.distributed" 150 "$OUT/torch.txt" env LD_PRELOAD="$PWD/$C/lib/libnccl.so.2" NCCL_DEBUG=INFO python3 tests/gpu/torch_dist.py
-# 3. perf/gpu_bench.sh: the kernel next to a copy and torch.add, every type, and Braid's
-# all_reduce_perf on device buffers with 2 and 4 ranks (threads) on the one GPU
-want perf && step "perf/gpu_bench.sh" 240 "$OUT/perf.txt" perf/gpu_bench.sh "$C/bin"
+# 3. perf/gpu_bench.sh: the kernel next to a copy and torch.add, every type, Braid's
+# all_reduce_perf on device buffers with 2 and 4 ranks (threads) on the one GPU, and the
+# direct algorithm with 2, 4 and 8 processes
+want perf && step "perf/gpu_bench.sh" 480 "$OUT/perf.txt" perf/gpu_bench.sh "$C/bin"
 grep -E "Out of bounds|Avg bus|of the copy|torch.add" "$OUT/perf.txt" >>"$SUM" 2>/dev/null
 
 # 4. nccl-tests on Braid: 2 ranks on the one GPU as threads (no MPI here; nccl-tests puts
