@@ -2,7 +2,8 @@
  * The direct algorithm on device buffers (cuda_direct.h). Per call, every
  * link carries, in order: the sender's send buffer, its receive buffer
  * (each a direct_msg, with the allocation's fd where it is cuMem memory),
- * then its "done".
+ * then its "done"; a rank whose call fails sends "fail" instead of what
+ * was to come, so its peers stop waiting at once.
  */
 #include "cuda_direct.h"
 
@@ -20,7 +21,7 @@
 #include "kernels.h"
 #include "mem.h"
 
-enum direct_what { DIRECT_MSG_BUF = 1, DIRECT_MSG_DONE = 2 };
+enum direct_what { DIRECT_MSG_BUF = 1, DIRECT_MSG_DONE = 2, DIRECT_MSG_FAIL = 3 };
 
 struct direct_msg {
   uint64_t seq;
@@ -29,6 +30,8 @@ struct direct_msg {
   uint64_t ptr;  /* at the sender's address; 0: it uses no such buffer */
   struct cudaipc_desc desc;
 };
+
+#define DIRECT_FAIL_READ_MS 100 /* how long a failed send looks for the peer's last word */
 
 struct cuda_direct {
   int nranks;
@@ -165,6 +168,29 @@ void cuda_direct_free(struct cuda_direct* d) {
 
 /* ---- One call ---- */
 
+/* The link to `peer` failed with `res`: if the peer said why before it
+ * went (its unread messages of this call come first), or closed the link,
+ * that is the error, naming it; else (a timeout, an abort) `res`. */
+static ncclResult_t link_lost(struct cuda_direct* d, int peer, ncclResult_t res) {
+  for (int k = 0; k < 3; k++) {
+    struct direct_msg m;
+    int fd = -1;
+    if (cudaipc_fd_recv(d->links[peer], &m, sizeof(m), &fd, DIRECT_FAIL_READ_MS, NULL) !=
+        ncclSuccess)
+      break;
+    if (fd >= 0) close(fd);
+    if (m.what == DIRECT_MSG_FAIL) {
+      WARN("Direct: rank %d failed in call %llu (its log says why)", peer,
+           (unsigned long long)m.seq);
+      return ncclRemoteError;
+    }
+  }
+  if (!cudaipc_fd_closed(d->links[peer])) return res;
+  WARN("Direct: rank %d failed in call %llu: it closed its link (it died or was aborted)", peer,
+       (unsigned long long)d->seq);
+  return ncclRemoteError;
+}
+
 /* Tell every peer about one of this rank's buffers (ptr NULL: unused);
  * peers in other processes get its allocation's description and fd: the
  * registration's, if ncclCommRegister made one that still holds, else
@@ -186,9 +212,12 @@ static ncclResult_t post_buffer(struct ncclComm* comm, struct cuda_direct* d, in
     }
   }
   for (int p = 0; p < d->nranks; p++)
-    if (p != comm->rank)
-      CHECK(cudaipc_fd_send(d->links[p], &m, sizeof(m), d->same_process[p] ? -1 : fd,
-                            comm->tctx.timeout_ms, &comm->aborted));
+    if (p != comm->rank) {
+      res = cudaipc_fd_send(d->links[p], &m, sizeof(m), d->same_process[p] ? -1 : fd,
+                            comm->tctx.timeout_ms, &comm->aborted);
+      if (res != ncclSuccess) res = link_lost(d, p, res);
+      if (res != ncclSuccess) goto fail;
+    }
 fail:
   if (own_fd && fd >= 0) close(fd);
   return res;
@@ -198,7 +227,13 @@ fail:
 static ncclResult_t recv_msg(struct ncclComm* comm, struct cuda_direct* d, int peer, uint32_t what,
                              struct direct_msg* m, int* fd) {
   ncclResult_t res = ncclSuccess;
-  CHECK(cudaipc_fd_recv(d->links[peer], m, sizeof(*m), fd, comm->tctx.timeout_ms, &comm->aborted));
+  res = cudaipc_fd_recv(d->links[peer], m, sizeof(*m), fd, comm->tctx.timeout_ms, &comm->aborted);
+  if (res != ncclSuccess) return link_lost(d, peer, res);
+  if (m->what == DIRECT_MSG_FAIL) {
+    if (*fd >= 0) close(*fd), *fd = -1;
+    FAIL(ncclRemoteError, "Direct: rank %d failed in call %llu (its log says why)", peer,
+         (unsigned long long)m->seq);
+  }
   if (m->seq != d->seq || m->what != what) {
     if (*fd >= 0) close(*fd), *fd = -1;
     FAIL(ncclInvalidUsage,
@@ -289,9 +324,12 @@ static ncclResult_t direct_call(struct ncclComm* comm, struct cuda_direct* d,
   CHECK(run_task(comm, &task));
   struct direct_msg done = {d->seq, DIRECT_MSG_DONE, 0, 0, {0}};
   for (int p = 0; p < d->nranks; p++)
-    if (p != me)
-      CHECK(cudaipc_fd_send(d->links[p], &done, sizeof(done), -1, comm->tctx.timeout_ms,
-                            &comm->aborted));
+    if (p != me) {
+      res = cudaipc_fd_send(d->links[p], &done, sizeof(done), -1, comm->tctx.timeout_ms,
+                            &comm->aborted);
+      if (res != ncclSuccess) res = link_lost(d, p, res);
+      if (res != ncclSuccess) goto fail;
+    }
   for (int p = 0; p < d->nranks; p++) {
     struct direct_msg m;
     int fd = -1;
@@ -299,6 +337,14 @@ static ncclResult_t direct_call(struct ncclComm* comm, struct cuda_direct* d,
   }
 fail:
   return res;
+}
+
+/* Best effort, quietly: the peers may be gone, and the error this rank
+ * reports is the one that made it fail. */
+static void tell_failure(struct ncclComm* comm, struct cuda_direct* d) {
+  struct direct_msg m = {d->seq, DIRECT_MSG_FAIL, 0, 0, {0}};
+  for (int p = 0; p < d->nranks; p++)
+    if (p != comm->rank && d->links[p] >= 0) cudaipc_fd_try_send(d->links[p], &m, sizeof(m));
 }
 
 ncclResult_t cuda_direct_run(struct work_op* op) {
@@ -309,6 +355,7 @@ ncclResult_t cuda_direct_run(struct work_op* op) {
   CHECK(cuda_ctx_enter(comm->cuda, &saved));
   res = direct_get(comm, &d);
   if (res == ncclSuccess) res = direct_call(comm, d, &op->args);
+  if (res != ncclSuccess && d != NULL) tell_failure(comm, d);
   cuda_ctx_restore(saved);
 fail:
   return res;

@@ -274,6 +274,35 @@ static void test_direct_registered(void** state) {
   assert_int_equal(mp_launch(3, direct_registered_body, NULL, NULL), 0);
 }
 
+/* A rank whose direct call fails on its own (here: its export refused)
+ * tells its peers, which fail at once, naming a failed rank (rank 1, or
+ * one that failed because of it), instead of waiting out the timeout for
+ * buffers it will never describe. */
+static int direct_failure_body(const mp_env* env) {
+  ncclComm_t comm;
+  cudaStream_t s;
+  void* d = NULL;
+  int bad = 0;
+  setenv("NCCL_ALGO", "Direct", 1);
+  if (dev_open(env, 0) || mp_comm_init(env, &comm) || (s = dev_stream(env)) == NULL) return 1;
+  if (ncclMemAlloc(&d, REG_COUNT * sizeof(float))) return 1;
+  if (env->rank == 1) setenv("CUDASIM_NO_EXPORT", "1", 1);
+  ncclResult_t rc = ncclAllReduce(d, d, REG_COUNT, ncclFloat32, ncclSum, comm, s);
+  const char* why = ncclGetLastError(comm);
+  if (rc == ncclSuccess) mp_fail(env, "a direct call with a failing rank returned success"), bad++;
+  if (env->rank != 1 && strstr(why, "failed in call") == NULL)
+    mp_fail(env, "the failure does not name a failed rank: \"%s\"", why), bad++;
+  ncclCommAbort(comm);
+  ncclMemFree(d);
+  return bad;
+}
+
+static void test_direct_failure(void** state) {
+  (void)state;
+  if (strstr(getenv("BRAID_CUDA_LIB"), "cudasim") == NULL) skip();
+  assert_int_equal(mp_launch(3, direct_failure_body, NULL, NULL), 0);
+}
+
 /* A rank killed while the others wait for its buffers in a direct call:
  * they get an error (its links close), not a hang, and so does the next
  * call. */
@@ -844,6 +873,7 @@ int main(void) {
       cmocka_unit_test(test_direct_threads),
       cmocka_unit_test(test_direct_realloc),
       cmocka_unit_test(test_direct_registered),
+      cmocka_unit_test(test_direct_failure),
       cmocka_unit_test(test_direct_killed_peer),
       cmocka_unit_test(test_mixed_buffers),
       cmocka_unit_test(test_ordering),

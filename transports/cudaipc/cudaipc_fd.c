@@ -97,6 +97,16 @@ ncclResult_t cudaipc_fd_send(int link, const void* msg, size_t bytes, int fd, in
   return fd_send_at(link, msg, bytes, fd, socket_deadline(timeout_ms), aborted);
 }
 
+int cudaipc_fd_try_send(int link, const void* msg, size_t bytes) {
+  return send(link, msg, bytes, MSG_DONTWAIT | MSG_NOSIGNAL) == (ssize_t)bytes ? 0 : -1;
+}
+
+int cudaipc_fd_closed(int link) {
+  char c;
+  ssize_t n = recv(link, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+  return n == 0 || (n < 0 && (errno == ECONNRESET || errno == EPIPE));
+}
+
 ncclResult_t cudaipc_fd_recv(int link, void* msg, size_t bytes, int* fd, int64_t timeout_ms,
                              _Atomic int* aborted) {
   ncclResult_t res = ncclSuccess;

@@ -28,6 +28,11 @@ ncclResult_t cudaipc_fd_accept(int listen_fd, uint64_t secret, int64_t timeout_m
  * waits (for room) at most timeout_ms, and not past an abort. */
 ncclResult_t cudaipc_fd_send(int link, const void* msg, size_t bytes, int fd, int64_t timeout_ms,
                              _Atomic int* aborted);
+/* One message now if the link has room, no fd, no wait, no WARN: for a
+ * last word to a peer that may be gone. 0 if sent. */
+int cudaipc_fd_try_send(int link, const void* msg, size_t bytes);
+/* Whether the other end has closed the link (nothing left to read). */
+int cudaipc_fd_closed(int link);
 /* The next message; *fd its fd (the caller's to close) or -1. Waits at
  * most timeout_ms, and not past an abort. */
 ncclResult_t cudaipc_fd_recv(int link, void* msg, size_t bytes, int* fd, int64_t timeout_ms,
