@@ -48,9 +48,32 @@ void group_record_error(ncclResult_t err) {
   if (t_group.depth > 0 && t_group.error == ncclSuccess) t_group.error = err;
 }
 
+/* The per-thread arrays are freed when their thread exits (a thread per
+ * rank comes and goes; its queue must not stay behind): a key whose
+ * destructor runs at exit, set once the thread has something to free. */
+static pthread_key_t g_group_key;
+static pthread_once_t g_group_key_once = PTHREAD_ONCE_INIT;
+
+static void group_thread_exit(void* unused) {
+  (void)unused;
+  free(t_group.ops);
+  free(t_group.jobs);
+  t_group.ops = NULL;
+  t_group.jobs = NULL;
+  t_group.cap = t_group.cap_jobs = t_group.nops = t_group.njobs = 0;
+}
+
+static void group_key_make(void) {
+  pthread_key_create(&g_group_key, group_thread_exit);
+}
+
 /* Grow a per-thread array; happens while queueing, never while running. */
 static ncclResult_t grow(void** arr, int* cap, int need, size_t elem) {
   if (need <= *cap) return ncclSuccess;
+  if (*cap == 0) { /* this thread's first: free it when the thread ends */
+    pthread_once(&g_group_key_once, group_key_make);
+    pthread_setspecific(g_group_key, &t_group);
+  }
   int n = *cap ? 2 * *cap : 16;
   while (n < need) n *= 2;
   ncclResult_t res = braid_realloc(arr, (size_t)n, elem);
