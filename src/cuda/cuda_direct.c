@@ -135,24 +135,22 @@ static ncclResult_t direct_get(struct ncclComm* comm, struct cuda_direct** out) 
     return ncclSuccess;
   }
   CHECK(braid_calloc(&d, 1, sizeof(*d)));
-  d->nranks = comm->nranks;
+  cc->direct = d; /* from here on cuda_direct_free (with the comm) undoes what is made */
   CHECK(braid_calloc(&d->links, (size_t)comm->nranks, sizeof(int)));
   CHECK(braid_calloc(&d->same_process, (size_t)comm->nranks, sizeof(int)));
+  d->nranks = comm->nranks;
   for (int p = 0; p < comm->nranks; p++) {
     const struct peer_info* me = &comm->peers[comm->rank];
     d->links[p] = -1;
     d->same_process[p] = comm->peers[p].pid == me->pid && comm->peers[p].host_hash == me->host_hash;
     d->any_remote |= !d->same_process[p];
   }
-  cc->direct = d; /* from here on cuda_direct_free undoes it */
   CHECK(cudaipc_cache_create(cc->handle, &d->cache));
   CHECK(direct_links(comm, d));
   INFO(SUB_INIT, "Rank %d: direct calls on device buffers, %d ranks linked", comm->rank,
        comm->nranks);
   *out = d;
-  return ncclSuccess;
 fail:
-  if (d && cc->direct == NULL) free(d);
   return res;
 }
 
