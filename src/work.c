@@ -95,7 +95,7 @@ static ncclResult_t op_step(struct work_op* op, uint64_t pass, uint64_t last_pro
     return res == ncclSuccess && !op->done && !*progressed ? p2p_alive(op, last_progress_ns) : res;
   }
 #ifdef BRAID_HAVE_CUDA
-  if (op->direct) { /* blocks until done: the only op of its unit */
+  if (op->direct) { /* blocks until done: the unit's ops are all one comm's, run in turn */
     op->done = 1;
     *progressed = 1;
     return cuda_direct_run(op);

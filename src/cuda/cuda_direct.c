@@ -89,7 +89,7 @@ static void coll_uses(const struct exec_args* a, int rank, int* reads, int* writ
   *writes = a->coll != COLL_REDUCE || rank == a->root;
 }
 
-int cuda_direct_wanted(const struct work_op* op) {
+static int op_direct(const struct work_op* op) {
   const struct exec_args* a = &op->args;
   int reads, writes, one_process = 0;
   if (op->kind != WORK_COLL || a->mem != MEM_DEVICE || a->pre || a->scalar_src ||
@@ -99,6 +99,12 @@ int cuda_direct_wanted(const struct work_op* op) {
   coll_uses(a, op->comm->rank, &reads, &writes);
   return (!reads || mem_query(a->sendbuff) == MEM_DEVICE) &&
          (!writes || mem_query(a->recvbuff) == MEM_DEVICE);
+}
+
+int cuda_direct_wanted(const struct work_op* ops, int n) {
+  for (int i = 0; i < n; i++)
+    if (ops[i].comm != ops[0].comm || !op_direct(&ops[i])) return 0;
+  return n > 0;
 }
 
 /* ---- The links, made at the first direct call ---- */

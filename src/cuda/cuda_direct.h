@@ -21,15 +21,15 @@
 
 struct cuda_direct;
 
-/* Whether `op` (the only op of its unit) runs direct: a collective on
- * device buffers (not a PreMulSum), 2..DIRECT_MAX_RANKS ranks, all on this
- * host with their devices in reach of each other, and NCCL_ALGO allows
- * Direct; by default only where every rank is a thread of one process
- * (whose calls are synchronous anyway), everywhere when NCCL_ALGO names
- * Direct. Every rank decides alike. Threads each need one comm of their
- * own (as NCCL wants without a group): a unit of one call blocks its
- * thread until every rank made the call. */
-int cuda_direct_wanted(const struct work_op* op);
+/* Whether the unit ops[0..n) runs direct: collectives of one comm (each
+ * runs in turn, blocking), each on device buffers (not a PreMulSum),
+ * 2..DIRECT_MAX_RANKS ranks, all on this host with their devices in reach
+ * of each other, and NCCL_ALGO allows Direct; by default only where every
+ * rank is a thread of one process (whose calls are synchronous anyway),
+ * everywhere when NCCL_ALGO names Direct. Every rank decides alike. Threads
+ * each need one comm of their own (as NCCL wants without a group): a
+ * direct call blocks its thread until every rank made the call. */
+int cuda_direct_wanted(const struct work_op* ops, int n);
 
 /* Run op's collective direct. */
 ncclResult_t cuda_direct_run(struct work_op* op);

@@ -146,7 +146,8 @@ static ncclResult_t unit_run_synchronously(struct work_op* ops, int n, const CUs
     work_cancel(ops, n);
     return res;
   }
-  if (n == 1 && cuda_direct_wanted(&ops[0])) ops[0].direct = 1;
+  if (cuda_direct_wanted(ops, n))
+    for (int i = 0; i < n; i++) ops[i].direct = 1;
   ran = work_run(ops, n);
   for (int k = 0; k < ns; k++) CHECK(stream_stage(ops, n, streams[k], STAGE_OUT_SYNC));
   CHECK(streams_sync(ops, n, streams, ns));
@@ -205,7 +206,7 @@ ncclResult_t cuda_unit_dispatch(struct work_op* ops, int n) {
   CHECK(work_issue(ops, n));
   struct cuda_comm* cc = ops[0].comm->cuda;
   /* a call that runs direct is synchronous (NCCL_ALGO naming Direct takes it off the gates) */
-  int gated = unit_gated(ops, n, ns) && !(n == 1 && cuda_direct_wanted(ops));
+  int gated = unit_gated(ops, n, ns) && !cuda_direct_wanted(ops, n);
   for (int k = 0; k < ns && res == ncclSuccess; k++)
     res = stream_stage(ops, n, streams[k], gated ? STAGE_IN_GATED : STAGE_IN_SYNC);
   if (res == ncclSuccess && !gated) return unit_run_synchronously(ops, n, streams, ns);

@@ -187,6 +187,41 @@ static void test_direct_threads(void** state) {
   assert_int_equal(mp_launch(1, direct_threads_body, NULL, &o), 0);
 }
 
+/* A group of collectives on one comm runs direct, each in turn (as
+ * PyTorch groups a bucket's calls). */
+static int direct_group_body(const mp_env* env) {
+  ncclComm_t comm;
+  cudaStream_t s;
+  int bad = 0;
+  dev_call c[3] = {
+      {.host = {.coll = CC_ALLREDUCE, .type = ncclFloat32, .kind = AR_SUM, .count = 40001}},
+      {.host = {.coll = CC_ALLGATHER, .type = ncclBfloat16, .count = 3001}},
+      {.host = {.coll = CC_REDUCESCATTER, .type = ncclInt64, .kind = AR_MAX, .count = 777}}};
+  setenv("NCCL_ALGO", "Direct", 1);
+  if (dev_open(env, 0) || mp_comm_init(env, &comm) || (s = dev_stream(env)) == NULL) return 1;
+  c[0].host.op = ncclSum, c[2].host.op = ncclMax;
+  for (int i = 0; i < 3; i++) {
+    c[i].host.salt = 50 + (uint64_t)i;
+    if (dev_call_prepare(&c[i], env)) return 1;
+  }
+  bad += mp_expect_rc(env, comm, ncclGroupStart(), ncclSuccess, "ncclGroupStart");
+  for (int i = 0; i < 3; i++)
+    bad += mp_expect_rc(env, comm, cc_issue(&c[i].dev, comm, s), ncclSuccess, "in the group");
+  bad += mp_expect_rc(env, comm, ncclGroupEnd(), ncclSuccess, "ncclGroupEnd");
+  bad += dev_sync(env, s);
+  for (int i = 0; i < 3; i++) {
+    bad += dev_call_fetch(&c[i], env) + cc_verify(&c[i].host, env);
+    dev_call_release(&c[i]);
+  }
+  bad += mp_expect_rc(env, comm, ncclCommDestroy(comm), ncclSuccess, "ncclCommDestroy");
+  return bad;
+}
+
+static void test_direct_group(void** state) {
+  (void)state;
+  assert_int_equal(mp_launch(3, direct_group_body, NULL, NULL), 0);
+}
+
 /* Direct calls on buffers freed and allocated again between calls (the
  * allocator hands the same addresses back): each call must read the new
  * buffers, never a stale mapping of the old ones. */
@@ -871,6 +906,7 @@ int main(void) {
       cmocka_unit_test(test_matrix_synchronous),
       cmocka_unit_test(test_matrix_direct),
       cmocka_unit_test(test_direct_threads),
+      cmocka_unit_test(test_direct_group),
       cmocka_unit_test(test_direct_realloc),
       cmocka_unit_test(test_direct_registered),
       cmocka_unit_test(test_direct_failure),
