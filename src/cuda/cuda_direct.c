@@ -317,6 +317,8 @@ static ncclResult_t direct_call(struct ncclComm* comm, struct cuda_direct* d,
   size_t es = kern_type_size(a->type);
   coll_uses(a, me, &reads, &writes);
   d->seq++;
+  INFO(SUB_TUNING, "%s %zu elements nranks %d: Direct instead (device buffers, one node)",
+       sched_coll_name(a->coll), a->count, d->nranks);
   bufs[me][DIRECT_SEND] = reads ? (char*)a->sendbuff : NULL;
   bufs[me][DIRECT_RECV] = writes ? (char*)a->recvbuff : NULL;
   CHECK(post_buffer(comm, d, DIRECT_SEND, bufs[me][DIRECT_SEND]));
