@@ -135,6 +135,26 @@ static void test_matrix_direct(void** state) {
     assert_int_equal(mp_launch(sizes[i], direct_matrix_body, NULL, NULL), 0);
 }
 
+/* The same with the ranks on two simulated devices (peers of each other):
+ * every rank maps buffers of the other device too. */
+static int direct_two_devices_body(const mp_env* env) {
+  ncclComm_t comm;
+  cudaStream_t s;
+  setenv("CUDASIM_DEVICES", "2", 1);
+  setenv("NCCL_ALGO", "Direct,Ring", 1);
+  if (dev_open(env, env->rank % 2) || mp_comm_init(env, &comm) || (s = dev_stream(env)) == NULL)
+    return 1;
+  int bad = matrix_run(env, comm, s);
+  bad += mp_expect_rc(env, comm, ncclCommDestroy(comm), ncclSuccess, "ncclCommDestroy");
+  return bad;
+}
+
+static void test_direct_two_devices(void** state) {
+  (void)state;
+  if (strstr(getenv("BRAID_CUDA_LIB"), "cudasim") == NULL) skip();
+  assert_int_equal(mp_launch(4, direct_two_devices_body, NULL, NULL), 0);
+}
+
 /* The matrix on the direct algorithm with the ranks as threads of one
  * process (ncclCommInitAll), each driving its own comm: the peers'
  * pointers are used as they are, no IPC. */
@@ -905,6 +925,7 @@ int main(void) {
       cmocka_unit_test(test_matrix),
       cmocka_unit_test(test_matrix_synchronous),
       cmocka_unit_test(test_matrix_direct),
+      cmocka_unit_test(test_direct_two_devices),
       cmocka_unit_test(test_direct_threads),
       cmocka_unit_test(test_direct_group),
       cmocka_unit_test(test_direct_realloc),
