@@ -63,7 +63,11 @@ static ncclResult_t cuda_comm_make(struct ncclComm* comm) {
     res = stream_create(&cc->proxy);
     cc->own_proxy = res == ncclSuccess;
   }
-  if (res == ncclSuccess) res = cuda_exec_attach(cc, &comm->exec, &cc->exec);
+  if (res == ncclSuccess && cuda_exec_attach(cc, &comm->exec, &cc->exec) != ncclSuccess)
+    INFO(SUB_INIT,
+         "Rank %d: no CUDA backend for the executor (the WARN above says why): "
+         "synchronous device calls are staged through host memory",
+         comm->rank);
   if (res != ncclSuccess) {
     cuda_comm_free(comm);
     return res;

@@ -93,7 +93,8 @@ static int op_direct(const struct work_op* op) {
   const struct exec_args* a = &op->args;
   int reads, writes, one_process = 0;
   if (op->kind != WORK_COLL || a->mem != MEM_DEVICE || a->pre || a->scalar_src ||
-      !tuner_allows_direct() || !comm_direct_shape(op->comm, &one_process))
+      op->comm->exec.dev_backend == NULL || !tuner_allows_direct() ||
+      !comm_direct_shape(op->comm, &one_process))
     return 0;
   if (!one_process && !tuner_forces_direct()) return 0; /* processes: gated unless named */
   coll_uses(a, op->comm->rank, &reads, &writes);

@@ -85,14 +85,14 @@ static int scalar_span(const struct work_op* op, struct stage_span* sp) {
 }
 
 /* Whether a collective runs on the device backend where its buffers are:
- * not with `colls` (everything staged), nor when a buffer it uses is host
- * memory (kernels cannot read pageable memory; the device ones are
- * staged and it runs on the host). */
+ * not with `colls` (everything staged), not without a backend (its setup
+ * failed), nor when a buffer it uses is host memory (kernels cannot read
+ * pageable memory; the device ones are staged and it runs on the host). */
 static int coll_stays(const struct work_op* op, int colls) {
   int reads, writes;
   coll_uses(op, &reads, &writes);
-  return !colls && op->args.mem != MEM_HOST && (!reads || is_device(op->args.sendbuff)) &&
-         (!writes || is_device(op->args.recvbuff));
+  return !colls && op->comm->exec.dev_backend != NULL && op->args.mem != MEM_HOST &&
+         (!reads || is_device(op->args.sendbuff)) && (!writes || is_device(op->args.recvbuff));
 }
 
 /* A collective's buffers are staged unless it stays on the device (then

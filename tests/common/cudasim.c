@@ -31,7 +31,7 @@
  *    (every stream is being captured), CUDASIM_STREAM_ERROR (stream queries
  *    report a broken context), CUDASIM_HIDE=name (that entry point is
  *    missing, as from an older driver), CUDASIM_NO_EXPORT (cuMem exports
- *    fail from then on).
+ *    fail from then on), CUDASIM_NO_REGISTER (cuMemHostRegister fails).
  */
 #include <cuda.h>
 #include <pthread.h>

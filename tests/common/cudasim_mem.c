@@ -428,6 +428,8 @@ CUresult sim_host_register(void* p, size_t bytes, unsigned flags) {
   (void)flags;
   if (t_ctx == NULL) return CUDA_ERROR_INVALID_CONTEXT;
   if (p == NULL || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
+  if (getenv("CUDASIM_NO_REGISTER"))
+    return CUDA_ERROR_NOT_PERMITTED; /* tests: a driver that refuses */
   return pinned_add(p, bytes);
 }
 
