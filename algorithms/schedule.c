@@ -46,6 +46,14 @@ const char* sched_coll_name(int coll) {
   return coll >= 0 && coll < COLL_COUNT ? names[coll] : "?";
 }
 
+int sched_coll_reads_send(int coll, int rank, int root) {
+  return coll != COLL_BROADCAST || rank == root;
+}
+
+int sched_coll_writes_recv(int coll, int rank, int root) {
+  return coll != COLL_REDUCE || rank == root;
+}
+
 ncclResult_t sched_reserve(struct schedule* s, size_t n) {
   if (n <= s->capacity) return ncclSuccess;
   ncclResult_t res = braid_realloc(&s->steps, n, sizeof(*s->steps));

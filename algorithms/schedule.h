@@ -88,6 +88,12 @@ int sched_topo_pos(const struct sched_topo* t, int rank);
 const char* sched_algo_name(int algo);
 const char* sched_coll_name(int coll);
 
+/* Whether `rank` reads its send buffer / writes its receive buffer in
+ * collective `coll` (a broadcast's non-root reads nothing, a reduce's
+ * non-root writes nothing). */
+int sched_coll_reads_send(int coll, int rank, int root);
+int sched_coll_writes_recv(int coll, int rank, int root);
+
 /* What a schedule was built for; a comm reuses it when the key matches.
  * `count` is the per-rank block for all-gather and reduce-scatter, and
  * `stride` the distance in elements from one rank's block to the next in

@@ -25,14 +25,6 @@ struct coll_call {
   cudaStream_t stream;
 };
 
-/* Whether this rank reads sendbuff / writes recvbuff in the call. */
-static int coll_reads_send(const struct coll_call* c, int rank) {
-  return c->coll != COLL_BROADCAST || rank == c->root;
-}
-static int coll_writes_recv(const struct coll_call* c, int rank) {
-  return c->coll != COLL_REDUCE || rank == c->root;
-}
-
 /* All-gather and reduce-scatter move a block per rank. */
 static size_t coll_blocks(const struct coll_call* c) {
   return c->coll == COLL_ALLGATHER || c->coll == COLL_REDUCESCATTER ? (size_t)c->comm->nranks : 1;
@@ -46,9 +38,9 @@ static ncclResult_t coll_check(const struct coll_call* c) {
   CHECK(comm_check_count(c->fn, c->count, kern_type_size(c->type), coll_blocks(c)));
   if (c->root != -1 && (c->root < 0 || c->root >= comm->nranks))
     FAIL(ncclInvalidArgument, "%s : root %d out of range [0,%d)", c->fn, c->root, comm->nranks);
-  if (c->count > 0 && coll_reads_send(c, comm->rank) && c->sendbuff == NULL)
+  if (c->count > 0 && sched_coll_reads_send(c->coll, comm->rank, c->root) && c->sendbuff == NULL)
     FAIL(ncclInvalidArgument, "%s : sendbuff is NULL", c->fn);
-  if (c->count > 0 && coll_writes_recv(c, comm->rank) && c->recvbuff == NULL)
+  if (c->count > 0 && sched_coll_writes_recv(c->coll, comm->rank, c->root) && c->recvbuff == NULL)
     FAIL(ncclInvalidArgument, "%s : recvbuff is NULL", c->fn);
 fail:
   return res;

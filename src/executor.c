@@ -8,6 +8,7 @@
  */
 #include "executor.h"
 
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -237,20 +238,28 @@ static int task_unary(struct kern_task* t, const struct exec_args* a, unsigned f
   return 1;
 }
 
+ncclResult_t exec_backend_run(const struct exec_backend* b, void* state,
+                              const struct kern_task* t) {
+  ncclResult_t res = ncclSuccess;
+  uint64_t ticket;
+  int done = 0;
+  CHECK(b->post(state, t, &ticket, &done));
+  while (!done) {
+    CHECK(b->test(state, ticket, &done));
+    if (!done) sched_yield();
+  }
+fail:
+  return res;
+}
+
 /* A staged exchange sends a copy of Y, made now: every earlier step has
  * finished (post_steps waits for that), and the copy needs nothing but the
  * backend, so waiting for it here is short and cannot deadlock. */
 static ncclResult_t exchange_stage_y(struct exec_ctx* ex, const void* y, void* slot,
                                      const struct sched_step* st) {
-  ncclResult_t res = ncclSuccess;
   struct kern_task t;
-  uint64_t ticket;
-  int done = 0;
   task_unary(&t, &ex->args, 0, slot, y, st->count);
-  CHECK(ex->backend->post(ex->bstate, &t, &ticket, &done));
-  while (!done) CHECK(ex->backend->test(ex->bstate, ticket, &done));
-fail:
-  return res;
+  return exec_backend_run(ex->backend, ex->bstate, &t);
 }
 
 /* Post receives (and an exchange's send) up to the window ahead. An

@@ -68,6 +68,10 @@ struct exec_backend {
 /* Host memory: the CPU kernels at post time (exec_cpu.c). */
 extern const struct exec_backend exec_backend_cpu;
 
+/* Post `t` and wait for it, polling (yielding the core between polls): for
+ * a task that needs nothing but the backend to finish. */
+ncclResult_t exec_backend_run(const struct exec_backend* b, void* state, const struct kern_task* t);
+
 /*
  * Calls on memory that is not host memory (args.mem) run on the device
  * backend, staged: the transports move only the staging slots, never the

@@ -22,12 +22,15 @@ int cuda_current_device(void) {
   return cu->cuCtxGetDevice(&dev) == CUDA_SUCCESS ? (int)dev : 0;
 }
 
+int cuda_peer_in_process(const struct ncclComm* comm, int p) {
+  const struct peer_info* me = &comm->peers[comm->rank];
+  return comm->peers[p].pid == me->pid && comm->peers[p].host_hash == me->host_hash;
+}
+
 int cuda_comm_shares_process(const struct ncclComm* comm) {
   if (!atomic_load(&comm->init_done) || comm->peers == NULL) return -1;
   for (int p = 0; p < comm->nranks; p++)
-    if (p != comm->rank && comm->peers[p].pid == comm->peers[comm->rank].pid &&
-        comm->peers[p].host_hash == comm->peers[comm->rank].host_hash)
-      return 1;
+    if (p != comm->rank && cuda_peer_in_process(comm, p)) return 1;
   return 0;
 }
 

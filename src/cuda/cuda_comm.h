@@ -46,6 +46,9 @@ int cuda_current_device(void);
  * device calls by synchronizing instead. -1 while the peers are unknown
  * (a non-blocking init still running): treated as shared. */
 int cuda_comm_shares_process(const struct ncclComm* comm);
+/* Whether rank p of the comm lives in this process (the peer table must
+ * be known). */
+int cuda_peer_in_process(const struct ncclComm* comm, int p);
 
 /* The comm's device state, made at first need (thread-safe). */
 ncclResult_t cuda_comm_get(struct ncclComm* comm, struct cuda_comm** out);

@@ -7,7 +7,6 @@
  */
 #include "cuda_direct.h"
 
-#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -77,16 +76,9 @@ static int comm_direct_shape(const struct ncclComm* comm, int* one_process) {
   *one_process = 1;
   for (int p = 0; p < comm->nranks; p++) {
     if (comm->peers[p].host_hash != me->host_hash) return 0;
-    *one_process &= comm->peers[p].pid == me->pid;
+    *one_process &= cuda_peer_in_process(comm, p);
   }
   return devices_reach(comm);
-}
-
-/* The buffers a rank uses in a collective (a broadcast's non-root reads
- * nothing, a reduce's non-root writes nothing). */
-static void coll_uses(const struct exec_args* a, int rank, int* reads, int* writes) {
-  *reads = a->coll != COLL_BROADCAST || rank == a->root;
-  *writes = a->coll != COLL_REDUCE || rank == a->root;
 }
 
 static int op_direct(const struct work_op* op) {
@@ -97,7 +89,8 @@ static int op_direct(const struct work_op* op) {
       !comm_direct_shape(op->comm, &one_process))
     return 0;
   if (!one_process && !tuner_forces_direct()) return 0; /* processes: gated unless named */
-  coll_uses(a, op->comm->rank, &reads, &writes);
+  reads = sched_coll_reads_send(a->coll, op->comm->rank, a->root);
+  writes = sched_coll_writes_recv(a->coll, op->comm->rank, a->root);
   return (!reads || mem_query(a->sendbuff) == MEM_DEVICE) &&
          (!writes || mem_query(a->recvbuff) == MEM_DEVICE);
 }
@@ -147,9 +140,8 @@ static ncclResult_t direct_get(struct ncclComm* comm, struct cuda_direct** out) 
   CHECK(braid_calloc(&d->same_process, (size_t)comm->nranks, sizeof(int)));
   d->nranks = comm->nranks;
   for (int p = 0; p < comm->nranks; p++) {
-    const struct peer_info* me = &comm->peers[comm->rank];
     d->links[p] = -1;
-    d->same_process[p] = comm->peers[p].pid == me->pid && comm->peers[p].host_hash == me->host_hash;
+    d->same_process[p] = cuda_peer_in_process(comm, p);
     d->any_remote |= !d->same_process[p];
   }
   CHECK(cudaipc_cache_create(cc->handle, &d->cache));
@@ -291,23 +283,6 @@ static void direct_task_resolve(const struct exec_args* a, const struct direct_t
     t->dsts[j] = bufs[p->dsts[j].rank][p->dsts[j].buf] + p->dsts[j].off * es;
 }
 
-/* Run the task on the executor's device backend and wait for it. */
-static ncclResult_t run_task(struct ncclComm* comm, const struct kern_task* t) {
-  ncclResult_t res = ncclSuccess;
-  const struct exec_backend* b = comm->exec.dev_backend;
-  uint64_t ticket;
-  int done = 0;
-  if (t->n == 0) return ncclSuccess;
-  CHECK(b->post(comm->exec.dev_state, t, &ticket, &done));
-  for (;;) { /* a kernel needs nobody else: polled, yielding the core to the peers */
-    CHECK(b->test(comm->exec.dev_state, ticket, &done));
-    if (done) break;
-    sched_yield();
-  }
-fail:
-  return res;
-}
-
 static ncclResult_t direct_call(struct ncclComm* comm, struct cuda_direct* d,
                                 const struct exec_args* a) {
   ncclResult_t res = ncclSuccess;
@@ -316,7 +291,8 @@ static ncclResult_t direct_call(struct ncclComm* comm, struct cuda_direct* d,
   struct kern_task task;
   int reads, writes, me = comm->rank;
   size_t es = kern_type_size(a->type);
-  coll_uses(a, me, &reads, &writes);
+  reads = sched_coll_reads_send(a->coll, me, a->root);
+  writes = sched_coll_writes_recv(a->coll, me, a->root);
   d->seq++;
   INFO(SUB_TUNING, "%s %zu elements nranks %d: Direct instead (device buffers, one node)",
        sched_coll_name(a->coll), a->count, d->nranks);
@@ -328,7 +304,7 @@ static ncclResult_t direct_call(struct ncclComm* comm, struct cuda_direct* d,
     if (p != me) CHECK(map_peer(comm, d, p, bufs[p]));
   CHECK(direct_plan(a->coll, me, d->nranks, a->root, a->count, a->stride, MAX(16 / es, 1), &plan));
   direct_task_resolve(a, &plan, (char* const(*)[2])bufs, &task);
-  CHECK(run_task(comm, &task));
+  if (task.n) CHECK(exec_backend_run(comm->exec.dev_backend, comm->exec.dev_state, &task));
   struct direct_msg done = {d->seq, DIRECT_MSG_DONE, 0, 0, {0}};
   for (int p = 0; p < d->nranks; p++)
     if (p != me) {

@@ -53,8 +53,8 @@ static int is_device(const void* p) {
  * sendbuff): one span, their union, copied in and out whole. */
 static void coll_uses(const struct work_op* op, int* reads, int* writes) {
   const struct exec_args* a = &op->args;
-  *reads = a->coll != COLL_BROADCAST || op->comm->rank == a->root;
-  *writes = a->coll != COLL_REDUCE || op->comm->rank == a->root;
+  *reads = sched_coll_reads_send(a->coll, op->comm->rank, a->root);
+  *writes = sched_coll_writes_recv(a->coll, op->comm->rank, a->root);
 }
 
 static int coll_spans(const struct work_op* op, struct stage_span* sp) {
