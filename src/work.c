@@ -13,6 +13,7 @@
 
 #include "comm.h"
 #ifdef BRAID_HAVE_CUDA
+#include "cuda/cuda_deferred.h"
 #include "cuda/cuda_direct.h"
 #endif
 #include "core.h"
@@ -214,6 +215,18 @@ static int any_aborted(struct ncclComm* const* comms, int m) {
   return 0;
 }
 
+/* A direct call gated on its stream queued its kernel there at issue: if
+ * the unit did not run it (an error, a cancel), let the stream pass with
+ * an empty task, before the comms (which own the slots) may go. */
+static void deferred_release(struct work_op* ops, int n) {
+#ifdef BRAID_HAVE_CUDA
+  for (int i = 0; i < n; i++)
+    if (ops[i].deferred.slot) cuda_deferred_skip(&ops[i].deferred);
+#else
+  (void)ops, (void)n;
+#endif
+}
+
 /* Take the unit's turn on every comm (each one, even after a failure:
  * later units wait on them), run the unit (if `run` and every turn came),
  * pass the turns on. An aborted comm's turns are not waited for. */
@@ -239,6 +252,7 @@ static ncclResult_t unit_in_turn(struct work_op* ops, int n, int run) {
     if (res == ncclSuccess) res = p2p_match_self(ops, n);
     if (res == ncclSuccess) res = work_drive(ops, n, comms, m);
   }
+  deferred_release(ops, n);
   for (int i = 0; i < m; i++) turn_leave(comms[i], got[i]); /* later units fail fast on errors */
 fail:
   return res;

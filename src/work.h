@@ -15,6 +15,14 @@
 
 enum work_kind { WORK_COLL = 0, WORK_SEND, WORK_RECV };
 
+/* A kernel launch queued on a stream before its task is known
+ * (src/cuda/cuda_deferred.h): the slot, and the value of its flags for
+ * this use. slot NULL: none. */
+struct work_deferred {
+  void* slot;
+  uint64_t value;
+};
+
 struct work_op {
   struct ncclComm* comm;
   int kind;
@@ -32,6 +40,7 @@ struct work_op {
   uint64_t ticket;     /* this unit's turn on op->comm (same for all its ops there) */
   cudaStream_t stream; /* the stream the call named */
   int direct;          /* a collective run by the direct algorithm (src/cuda/cuda_direct.h) */
+  struct work_deferred deferred; /* direct and gated: its kernel, queued on the stream */
 };
 
 /* A unit on device streams waits for each stream to reach it and lets each

@@ -351,4 +351,14 @@ KERN_HD void kern_dev_task_run(const struct kern_dev_task* t, uint64_t first, ui
   }
 }
 
+/* A task read from memory at run time rather than passed at the launch
+ * (braid_reduce_copy_at): word by word through volatile loads, since the
+ * host wrote it into mapped memory after the launch was queued, and no
+ * cached copy of an earlier use may be seen. */
+KERN_HD void kern_dev_task_load(struct kern_dev_task* t, const struct kern_dev_task* at) {
+  const volatile uint64_t* from = (const volatile uint64_t*)at;
+  uint64_t* to = (uint64_t*)t;
+  for (unsigned i = 0; i < sizeof(*t) / sizeof(uint64_t); i++) to[i] = from[i];
+}
+
 #endif /* BRAID_KERN_BODY_H_ */

@@ -61,6 +61,7 @@ static ncclResult_t cuda_comm_make(struct ncclComm* comm) {
   comm->cuda = cc;
   cc->memops = memops_usable(cu, dev);
   cuda_gates_init(&cc->gates);
+  cuda_deferred_init(&cc->deferred);
   cc->proxy = comm->internal_stream; /* a non-blocking comm's calls already run there */
   if (cc->proxy == NULL) {
     res = stream_create(&cc->proxy);
@@ -102,7 +103,10 @@ void cuda_comm_free(struct ncclComm* comm) {
   cuda_exec_detach(cc->exec, &comm->exec);
   if (cuda_ctx_enter(cc, &saved) == ncclSuccess) {
     cuda_direct_free(cc->direct);
-    if (cuda_mirrors_free(&cc->mirrors, cu)) cuda_gates_free(&cc->gates, cu);
+    if (cuda_mirrors_free(&cc->mirrors, cu)) { /* no stream waits on a flag any more */
+      cuda_gates_free(&cc->gates, cu);
+      cuda_deferred_free(&cc->deferred, cu);
+    }
     cuda_ctx_restore(saved);
   }
   cu->cuDevicePrimaryCtxRelease(cc->handle); /* the retain of cuda_comm_make */

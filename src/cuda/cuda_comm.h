@@ -2,7 +2,7 @@
  * A communicator's device state, made at its first call on a CUDA stream:
  * the device and its primary context, whether stream memory operations
  * work there (else calls run synchronously, see cuda_unit.c), the stream
- * gates, the pinned mirrors that gated calls' device buffers are staged
+ * gates and deferred launches, the pinned mirrors that gated calls' device buffers are staged
  * through, the executor's device backend that synchronous calls run on,
  * and the proxy thread that runs the comm's gated calls in order.
  */
@@ -12,6 +12,7 @@
 #include <cuda.h>
 
 #include "cuda_driver.h"
+#include "cuda_deferred.h"
 #include "cuda_gate.h"
 #include "nccl.h"
 
@@ -27,11 +28,12 @@ struct cuda_comm {
   CUcontext ctx;
   int memops; /* 1: gates on stream memory operations; 0: synchronous calls */
   struct cuda_gates gates;
-  struct cuda_mirror* mirrors; /* one per stream the comm was called on */
-  struct cuda_exec* exec;      /* the executor's device backend (synchronous calls) */
-  struct cuda_direct* direct;  /* links and IPC mappings of direct calls, made at the first */
-  struct braid_stream* proxy;  /* runs the device calls (a non-blocking comm's own stream) */
-  int own_proxy;               /* proxy is ours to destroy */
+  struct cuda_deferred_pool deferred; /* kernels of gated direct calls */
+  struct cuda_mirror* mirrors;        /* one per stream the comm was called on */
+  struct cuda_exec* exec;             /* the executor's device backend (synchronous calls) */
+  struct cuda_direct* direct; /* links and IPC mappings of direct calls, made at the first */
+  struct braid_stream* proxy; /* runs the device calls (a non-blocking comm's own stream) */
+  int own_proxy;              /* proxy is ours to destroy */
 };
 
 /* The device the calling thread's current context is on, else 0; -1

@@ -7,13 +7,17 @@
  */
 #include "cuda_direct.h"
 
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "comm.h"
 #include "core.h"
 #include "cuda_comm.h"
+#include "cuda_deferred.h"
+#include "cuda_kernels.h"
 #include "cudaipc/cudaipc_fd.h"
 #include "cudaipc/cudaipc_mem.h"
 #include "direct.h"
@@ -283,9 +287,51 @@ static void direct_task_resolve(const struct exec_args* a, const struct direct_t
     t->dsts[j] = bufs[p->dsts[j].rank][p->dsts[j].buf] + p->dsts[j].off * es;
 }
 
+/* Wait for this rank's kernel, queued on its stream at issue, to have run
+ * the task just let go: the stream may be busy with the user's work
+ * first, so after a short spin the wait sleeps, up to 100 us. */
+static ncclResult_t deferred_wait(struct ncclComm* comm, const struct work_deferred* k) {
+  uint64_t deadline = braid_now_ns() + (uint64_t)comm->tctx.timeout_ms * 1000000ull;
+  long nap_ns = 0;
+  while (!cuda_deferred_ran(k)) {
+    if (atomic_load(&comm->aborted)) {
+      WARN("Direct: rank %d was aborted while its stream ran its kernel", comm->rank);
+      return ncclSystemError;
+    }
+    if (braid_now_ns() > deadline) {
+      WARN("Direct: rank %d's stream did not run its kernel within %lld ms", comm->rank,
+           (long long)comm->tctx.timeout_ms);
+      return ncclSystemError;
+    }
+    if (nap_ns < 1000) {
+      nap_ns += 50;
+      sched_yield();
+      continue;
+    }
+    struct timespec ts = {0, nap_ns};
+    nanosleep(&ts, NULL);
+    nap_ns = nap_ns < 100000 ? nap_ns * 2 : 100000;
+  }
+  return ncclSuccess;
+}
+
+/* Run this rank's task: on its stream where the call is gated there (the
+ * kernel is queued, waiting for it), else on the executor's device
+ * backend, blocking until it is done. */
+static ncclResult_t task_run(struct ncclComm* comm, const struct work_op* op,
+                             const struct kern_task* t) {
+  if (op->deferred.slot == NULL)
+    return t->n ? exec_backend_run(comm->exec.dev_backend, comm->exec.dev_state, t) : ncclSuccess;
+  struct kern_dev_task dt;
+  cuda_task_to_dev(t, &dt);
+  cuda_deferred_go(&op->deferred, &dt);
+  return deferred_wait(comm, &op->deferred);
+}
+
 static ncclResult_t direct_call(struct ncclComm* comm, struct cuda_direct* d,
-                                const struct exec_args* a) {
+                                const struct work_op* op) {
   ncclResult_t res = ncclSuccess;
+  const struct exec_args* a = &op->args;
   char* bufs[DIRECT_MAX_RANKS][2];
   struct direct_task plan;
   struct kern_task task;
@@ -304,7 +350,7 @@ static ncclResult_t direct_call(struct ncclComm* comm, struct cuda_direct* d,
     if (p != me) CHECK(map_peer(comm, d, p, bufs[p]));
   CHECK(direct_plan(a->coll, me, d->nranks, a->root, a->count, a->stride, MAX(16 / es, 1), &plan));
   direct_task_resolve(a, &plan, (char* const(*)[2])bufs, &task);
-  if (task.n) CHECK(exec_backend_run(comm->exec.dev_backend, comm->exec.dev_state, &task));
+  CHECK(task_run(comm, op, &task));
   struct direct_msg done = {d->seq, DIRECT_MSG_DONE, 0, 0, {0}};
   for (int p = 0; p < d->nranks; p++)
     if (p != me) {
@@ -337,9 +383,21 @@ ncclResult_t cuda_direct_run(struct work_op* op) {
   CUcontext saved;
   CHECK(cuda_ctx_enter(comm->cuda, &saved));
   res = direct_get(comm, &d);
-  if (res == ncclSuccess) res = direct_call(comm, d, &op->args);
+  if (res == ncclSuccess) res = direct_call(comm, d, op);
   if (res != ncclSuccess && d != NULL) tell_failure(comm, d);
   cuda_ctx_restore(saved);
+fail:
+  return res;
+}
+
+ncclResult_t cuda_direct_arm(struct work_op* op, CUstream stream) {
+  ncclResult_t res = ncclSuccess;
+  struct ncclComm* comm = op->comm;
+  const struct exec_args* a = &op->args;
+  struct direct_task plan;
+  CHECK(direct_plan(a->coll, comm->rank, comm->nranks, a->root, a->count, a->stride,
+                    MAX(16 / kern_type_size(a->type), 1), &plan));
+  CHECK(cuda_deferred_arm(&comm->cuda->deferred, cuda_driver(), stream, plan.n, &op->deferred));
 fail:
   return res;
 }

@@ -4,18 +4,33 @@
  * call the ranks describe their buffers to each other over Unix-socket
  * links (to another process, a cuMem allocation's fd beside its
  * description, transports/cudaipc; a thread's pointer is used as it is),
- * map the other processes' through the comm's IPC cache, run
- * their one fused task as a kernel on the comm's internal stream, and tell
- * each other they are done: no rank returns while a peer may still read
- * its input or write its output. Each input byte is read once and each
- * output byte written once, device to device.
+ * map the other processes' through the comm's IPC cache, run their one
+ * fused task as a kernel, and tell each other they are done: no rank's
+ * stream goes on while a peer may still read its input or write its
+ * output. Each input byte is read once and each output byte written once,
+ * device to device.
  *
- * Synchronous: the unit's streams were synchronized first (cuda_unit.c),
- * and the call blocks until every rank's task is done, a peer fails (its
- * link closes), BRAID_TIMEOUT_MS passes, or the comm is aborted.
+ * Two ways to run, chosen per rank (the messages are the same):
+ *  - gated (a process's call on one stream with stream memory
+ *    operations): the call returns at once. Its stream writes the gate's
+ *    "ready", then waits for the kernel's "go" (cuda_deferred.h), runs the
+ *    kernel, writes "ran", waits for the gate's "done". The proxy, at
+ *    ready, sends this rank's buffers and maps the peers' (they sent
+ *    theirs at their ready, so their inputs are complete), writes the
+ *    task and go, waits for ran, exchanges "done" with the peers and opens
+ *    the gate. No kernel waits for another rank; streams wait on flags.
+ *  - synchronous (ranks as threads, several streams, no memory
+ *    operations): the unit's streams were synchronized first
+ *    (cuda_unit.c), the kernel runs on the comm's internal stream, and the
+ *    call blocks until every rank's task is done.
+ * Either way a peer's failure (its link closes, or it says "fail"),
+ * BRAID_TIMEOUT_MS or an abort ends the call with an error, and a gated
+ * stream is let go with an empty task (work.c).
  */
 #ifndef BRAID_CUDA_DIRECT_H_
 #define BRAID_CUDA_DIRECT_H_
+
+#include <cuda.h>
 
 #include "work.h"
 
@@ -31,7 +46,13 @@ struct cuda_direct;
  * direct call blocks its thread until every rank made the call. */
 int cuda_direct_wanted(const struct work_op* ops, int n);
 
-/* Run op's collective direct. */
+/* Queue op's kernel on `stream` (the comm's context current) for a call
+ * gated there: it waits until cuda_direct_run, on the proxy, has the
+ * task; then the call does not block its caller. */
+ncclResult_t cuda_direct_arm(struct work_op* op, CUstream stream);
+
+/* Run op's collective direct: on its stream if cuda_direct_arm queued its
+ * kernel there, else on the comm's internal stream. */
 ncclResult_t cuda_direct_run(struct work_op* op);
 
 /* Close the links and unmap what the cache holds (in the comm's context). */

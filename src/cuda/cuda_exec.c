@@ -38,20 +38,10 @@ static const void* dev_ptr(const struct cuda_exec* ce, const void* p) {
   return p;
 }
 
-/* kernels.h's task in the kernel's parameter form: the same type and
- * operator numbers, one source being a copy. */
+/* The task in the kernel's form, the slots at their device mapping. */
 static void dev_task(const struct cuda_exec* ce, const struct kern_task* t,
                      struct kern_dev_task* d) {
-  memset(d, 0, sizeof(*d));
-  d->type = (int32_t)t->redop.type;
-  d->op = t->nsrcs == 1 ? KB_COPY : (int32_t)t->redop.op;
-  d->pre = t->pre & ((1u << t->nsrcs) - 1u);
-  d->post = (t->flags & KERN_POST) ? 1u : 0u;
-  d->nsrcs = t->nsrcs;
-  d->ndsts = t->ndsts;
-  d->n = t->n;
-  d->scalar = t->redop.scalar;
-  d->postdiv = t->redop.postdiv;
+  cuda_task_to_dev(t, d);
   for (int k = 0; k < t->nsrcs; k++) d->srcs[k] = dev_ptr(ce, t->srcs[k]);
   for (int j = 0; j < t->ndsts; j++) d->dsts[j] = (void*)dev_ptr(ce, t->dsts[j]);
 }

@@ -118,7 +118,7 @@ static ncclResult_t cuda_gate_check(const struct work_gate* g) {
 }
 
 ncclResult_t cuda_gate_arm(struct cuda_gates* g, const struct cuda_api* cu, CUstream stream,
-                           struct work_gate* out) {
+                           const struct cuda_gate_inner* inner, struct work_gate* out) {
   ncclResult_t res = ncclSuccess;
   struct cuda_gate_chunk* c = NULL;
   pthread_mutex_lock(&g->lock);
@@ -133,8 +133,10 @@ ncclResult_t cuda_gate_arm(struct cuda_gates* g, const struct cuda_api* cu, CUst
   CUdeviceptr done = ready + offsetof(struct gate_slot, done);
   CHECK(cuda_check(cu->cuStreamWriteValue64(stream, ready, value, 0), "cuStreamWriteValue64"));
   c->issued[i] = value; /* the stream will write it: the slot is in use */
-  res = cuda_check(cu->cuStreamWaitValue64(stream, done, value, CU_STREAM_WAIT_VALUE_GEQ),
-                   "cuStreamWaitValue64");
+  if (inner) res = inner->enqueue(inner->arg, stream);
+  if (res == ncclSuccess)
+    res = cuda_check(cu->cuStreamWaitValue64(stream, done, value, CU_STREAM_WAIT_VALUE_GEQ),
+                     "cuStreamWaitValue64");
   if (res != ncclSuccess) { /* nobody waits on it: free once the stream wrote ready */
     __atomic_store_n(&c->slots[i].done, value, __ATOMIC_RELEASE);
     goto fail;

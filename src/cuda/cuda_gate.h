@@ -32,9 +32,17 @@ void cuda_gates_init(struct cuda_gates* g);
 /* Frees the pinned memory (the comm's context current). */
 void cuda_gates_free(struct cuda_gates* g, const struct cuda_api* cu);
 
-/* Take a free slot and enqueue on `stream`: write ready, wait for done.
- * *out is what the proxy waits on and opens. */
+/* What a gate holds between its ready and its done: work the proxy lets go
+ * while it runs the call (a direct call's kernels, cuda_deferred.h). */
+struct cuda_gate_inner {
+  ncclResult_t (*enqueue)(void* arg, CUstream stream);
+  void* arg;
+};
+
+/* Take a free slot and enqueue on `stream`: write ready, what `inner`
+ * enqueues (NULL: nothing), wait for done. *out is what the proxy waits on
+ * and opens. On an error nothing waits on the gate. */
 ncclResult_t cuda_gate_arm(struct cuda_gates* g, const struct cuda_api* cu, CUstream stream,
-                           struct work_gate* out);
+                           const struct cuda_gate_inner* inner, struct work_gate* out);
 
 #endif /* BRAID_CUDA_GATE_H_ */

@@ -7,9 +7,11 @@
 #include "cuda_kernels.h"
 
 #include <pthread.h>
+#include <string.h>
 
 #include "core.h"
 #include "cuda_driver.h"
+#include "kernels.h"
 
 extern const unsigned char braid_fatbin_reduce[];
 
@@ -19,7 +21,8 @@ extern const unsigned char braid_fatbin_reduce[];
 
 struct loaded {
   CUcontext ctx;
-  CUfunction fn;
+  CUfunction fn;    /* braid_reduce_copy: the task as its parameter */
+  CUfunction fn_at; /* braid_reduce_copy_at: the task in memory */
   int sms;
 };
 
@@ -48,11 +51,14 @@ static ncclResult_t kernel_for_current(const struct cuda_api* cu, struct loaded*
     pthread_mutex_unlock(&g_mods.lock);
     FAIL(ncclInternalError, "CUDA: kernels loaded in %d contexts already", CUDA_MAX_CONTEXTS);
   }
-  struct loaded l = {ctx, NULL, 1};
+  struct loaded l = {ctx, NULL, NULL, 1};
   res = cuda_check(cu->cuModuleLoadData(&mod, braid_fatbin_reduce), "cuModuleLoadData");
   if (res == ncclSuccess)
     res =
         cuda_check(cu->cuModuleGetFunction(&l.fn, mod, "braid_reduce_copy"), "cuModuleGetFunction");
+  if (res == ncclSuccess)
+    res = cuda_check(cu->cuModuleGetFunction(&l.fn_at, mod, "braid_reduce_copy_at"),
+                     "cuModuleGetFunction");
   if (res == ncclSuccess &&
       cu->cuDeviceGet(&dev, 0) == CUDA_SUCCESS) /* SM counts are alike across devices here */
     cu->cuDeviceGetAttribute(&l.sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev);
@@ -62,6 +68,22 @@ fail:
   return res;
 }
 
+/* Blocks for n elements: a pair of 16-byte vectors per thread at most,
+ * up to KERNEL_BLOCKS_PER_SM per SM. */
+static unsigned grid_for(const struct loaded* k, uint64_t n) {
+  uint64_t threads = n / 8 + 1;
+  uint64_t grid = (threads + KERNEL_BLOCK - 1) / KERNEL_BLOCK;
+  uint64_t cap = (uint64_t)(k->sms > 0 ? k->sms : 1) * KERNEL_BLOCKS_PER_SM;
+  return (unsigned)(grid > cap ? cap : grid);
+}
+
+static ncclResult_t launch(const struct cuda_api* cu, CUfunction fn, unsigned grid, void* arg,
+                           CUstream stream) {
+  void* args[] = {arg};
+  return cuda_check(cu->cuLaunchKernel(fn, grid, 1, 1, KERNEL_BLOCK, 1, 1, 0, stream, args, NULL),
+                    "cuLaunchKernel");
+}
+
 ncclResult_t cuda_reduce_copy(const struct kern_dev_task* task, CUstream stream) {
   ncclResult_t res = ncclSuccess;
   const struct cuda_api* cu = cuda_driver();
@@ -69,15 +91,34 @@ ncclResult_t cuda_reduce_copy(const struct kern_dev_task* task, CUstream stream)
   if (cu == NULL) FAIL(ncclInvalidUsage, "CUDA: a kernel launch without a CUDA driver");
   if (task->n == 0) return ncclSuccess;
   CHECK(kernel_for_current(cu, &k));
-  uint64_t threads = task->n / 8 + 1; /* a pair of 16-byte vectors each, at most */
-  uint64_t grid = (threads + KERNEL_BLOCK - 1) / KERNEL_BLOCK;
-  uint64_t cap = (uint64_t)(k.sms > 0 ? k.sms : 1) * KERNEL_BLOCKS_PER_SM;
-  if (grid > cap) grid = cap;
   struct kern_dev_task copy = *task;
-  void* args[] = {&copy};
-  CHECK(cuda_check(
-      cu->cuLaunchKernel(k.fn, (unsigned)grid, 1, 1, KERNEL_BLOCK, 1, 1, 0, stream, args, NULL),
-      "cuLaunchKernel"));
+  CHECK(launch(cu, k.fn, grid_for(&k, task->n), &copy, stream));
 fail:
   return res;
+}
+
+ncclResult_t cuda_reduce_copy_at(CUdeviceptr task, uint64_t n_max, CUstream stream) {
+  ncclResult_t res = ncclSuccess;
+  const struct cuda_api* cu = cuda_driver();
+  struct loaded k;
+  if (cu == NULL) FAIL(ncclInvalidUsage, "CUDA: a kernel launch without a CUDA driver");
+  CHECK(kernel_for_current(cu, &k));
+  CHECK(launch(cu, k.fn_at, grid_for(&k, n_max), &task, stream));
+fail:
+  return res;
+}
+
+void cuda_task_to_dev(const struct kern_task* t, struct kern_dev_task* d) {
+  memset(d, 0, sizeof(*d));
+  d->type = (int32_t)t->redop.type;
+  d->op = t->nsrcs == 1 ? KB_COPY : (int32_t)t->redop.op;
+  d->pre = t->pre & ((1u << t->nsrcs) - 1u);
+  d->post = (t->flags & KERN_POST) ? 1u : 0u;
+  d->nsrcs = t->nsrcs;
+  d->ndsts = t->ndsts;
+  d->n = t->n;
+  d->scalar = t->redop.scalar;
+  d->postdiv = t->redop.postdiv;
+  for (int k = 0; k < t->nsrcs; k++) d->srcs[k] = t->srcs[k];
+  for (int j = 0; j < t->ndsts; j++) d->dsts[j] = t->dsts[j];
 }

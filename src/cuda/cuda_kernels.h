@@ -1,7 +1,8 @@
 /*
  * The reduce-copy kernel on a device: the fatbin the build embeds
  * (kernels/cuda/reduce.cu), loaded once per context, and its launch for a
- * kernels/cuda/kern_body.h task on a stream.
+ * kernels/cuda/kern_body.h task on a stream, passed at the launch or read
+ * from memory when the kernel runs.
  */
 #ifndef BRAID_CUDA_KERNELS_H_
 #define BRAID_CUDA_KERNELS_H_
@@ -14,5 +15,15 @@
 /* Enqueue `task` (its pointers device-accessible) on `stream` in the
  * current context. */
 ncclResult_t cuda_reduce_copy(const struct kern_dev_task* task, CUstream stream);
+
+/* Enqueue the kernel that reads its task at `task` (device-accessible)
+ * when it runs, with a grid for at most n_max elements: for launches
+ * queued before their pointers are known. A task of n == 0 does nothing. */
+ncclResult_t cuda_reduce_copy_at(CUdeviceptr task, uint64_t n_max, CUstream stream);
+
+/* kernels.h's task in the kernel's form: the same type and operator
+ * numbers, one source being a copy; pointers as they are. */
+struct kern_task;
+void cuda_task_to_dev(const struct kern_task* t, struct kern_dev_task* d);
 
 #endif /* BRAID_CUDA_KERNELS_H_ */

@@ -6,6 +6,7 @@
 #include "comm.h"
 #include "core.h"
 #include "cuda_comm.h"
+#include "cuda_deferred.h"
 #include "cuda_direct.h"
 #include "cuda_gate.h"
 #include "cuda_stage.h"
@@ -160,22 +161,44 @@ static void gates_open(struct work_gate* gates, int n) {
   for (int k = 0; k < n; k++) __atomic_store_n(gates[k].done, gates[k].value, __ATOMIC_RELEASE);
 }
 
+/* Between a direct unit's ready and done: each collective's kernel,
+ * waiting for the proxy to give it its task. */
+struct direct_inner {
+  struct work_op* ops;
+  int n;
+};
+
+static ncclResult_t direct_kernels_arm(void* arg, CUstream s) {
+  ncclResult_t res = ncclSuccess;
+  struct direct_inner* in = arg;
+  for (int i = 0; i < in->n && res == ncclSuccess; i++) res = cuda_direct_arm(&in->ops[i], s);
+  if (res != ncclSuccess) /* the ones queued must not wait */
+    for (int i = 0; i < in->n; i++)
+      if (in->ops[i].deferred.slot) cuda_deferred_skip(&in->ops[i].deferred);
+  return res;
+}
+
 /* Arm the gate of a gated unit (one stream: unit_gated) with its
- * copy-outs behind it. The gate comes from the comm of the first op, whose
- * mirror's mark behind the gate also says when the gate's memory may be
- * freed. Once armed, the stream waits on it: if the copy-outs cannot be
- * staged, it is opened here. */
-static ncclResult_t unit_gate(struct work_op* ops, int n, CUstream s, struct work_gate* gate) {
+ * copy-outs behind it, and, for a direct unit, its kernels inside. The
+ * gate comes from the comm of the first op, whose mirror's mark behind
+ * the gate also says when the gate's memory may be freed. Once armed, the
+ * stream waits on it: if the copy-outs cannot be staged, it is opened
+ * here. */
+static ncclResult_t unit_gate(struct work_op* ops, int n, CUstream s, int direct,
+                              struct work_gate* gate) {
   ncclResult_t res = ncclSuccess;
   struct cuda_comm* cc = ops[0].comm->cuda;
+  struct direct_inner kernels = {ops, n};
+  struct cuda_gate_inner inner = {direct_kernels_arm, &kernels};
   CUcontext saved;
   CHECK(cuda_ctx_enter(cc, &saved));
-  res = cuda_gate_arm(&cc->gates, cuda_driver(), s, gate);
+  res = cuda_gate_arm(&cc->gates, cuda_driver(), s, direct ? &inner : NULL, gate);
   gate->ctx = cc->ctx; /* what the proxy's check runs in */
   cuda_ctx_restore(saved);
   if (res != ncclSuccess) goto fail;
   res = stream_stage(ops, n, s, STAGE_OUT_GATED);
-  if (res != ncclSuccess) gates_open(gate, 1);
+  if (res != ncclSuccess)
+    gates_open(gate, 1); /* the unit is cancelled: work.c lets its kernels go */
 fail:
   return res;
 }
@@ -205,12 +228,13 @@ ncclResult_t cuda_unit_dispatch(struct work_op* ops, int n) {
   CHECK(unit_comms_ready(ops, n));
   CHECK(work_issue(ops, n));
   struct cuda_comm* cc = ops[0].comm->cuda;
-  /* a call that runs direct is synchronous (NCCL_ALGO naming Direct takes it off the gates) */
-  int gated = unit_gated(ops, n, ns) && !cuda_direct_wanted(ops, n);
+  /* a direct unit stages nothing: its kernels read and write the buffers */
+  int direct = cuda_direct_wanted(ops, n), gated = unit_gated(ops, n, ns);
   for (int k = 0; k < ns && res == ncclSuccess; k++)
-    res = stream_stage(ops, n, streams[k], gated ? STAGE_IN_GATED : STAGE_IN_SYNC);
+    res = stream_stage(ops, n, streams[k], gated && !direct ? STAGE_IN_GATED : STAGE_IN_SYNC);
   if (res == ncclSuccess && !gated) return unit_run_synchronously(ops, n, streams, ns);
-  if (res == ncclSuccess) res = unit_gate(ops, n, streams[0], &gate);
+  for (int i = 0; i < n && direct; i++) ops[i].direct = 1;
+  if (res == ncclSuccess) res = unit_gate(ops, n, streams[0], direct, &gate);
   if (res == ncclSuccess) {
     res = stream_submit_gated(cc->proxy, ops, n, &gate, 1);
     if (res != ncclSuccess) gates_open(&gate, 1);

@@ -17,8 +17,12 @@
  *    (opened through /proc; refused in the exporting process, as by the
  *    driver), cuMem exports and imports POSIX fds (if requested at create);
  *  - copies (memmove between the GPU's views: unified addressing);
- *  - modules: any image loads, and its function "braid_reduce_copy" runs the
- *    CPU grid emulation of kernels/cuda/kern_body.h (tests/common);
+ *  - modules: any image loads, and its functions "braid_reduce_copy" (the
+ *    task as parameter) and "braid_reduce_copy_at" (the task read from
+ *    device-reachable memory when the launch runs) run the CPU grid
+ *    emulation of kernels/cuda/kern_body.h (tests/common); operands that
+ *    are neither device nor pinned memory fail the launch (a task read at
+ *    run time: the process aborts, as a GPU's fault ends its context);
  *  - streams as ordered queues, each run by a thread of its own (the NULL
  *    stream too): launches, async copies, 64-bit memory-op waits that
  *    really wait and writes, event records and waits. CUDASIM_ONE_QUEUE=1
@@ -61,6 +65,7 @@ int g_ndev = 1;
 #define SIM_CTX(dev) ((CUcontext)(uintptr_t)(0x1000 + (dev)))
 #define SIM_MODULE ((CUmodule)(uintptr_t)0x2000)
 #define SIM_REDUCE_COPY ((CUfunction)(uintptr_t)0x3001)
+#define SIM_REDUCE_COPY_AT ((CUfunction)(uintptr_t)0x3002)
 
 static CUresult sim_init(unsigned flags) {
   const char* n = getenv("CUDASIM_DEVICES");
@@ -199,6 +204,7 @@ static CUresult sim_memcpy(CUdeviceptr dst, CUdeviceptr src, size_t bytes) {
 
 enum sim_op_kind {
   OP_LAUNCH,
+  OP_LAUNCH_AT, /* the task is read at `src` when the op runs */
   OP_COPY,
   OP_WAIT64,
   OP_WRITE64,
@@ -273,10 +279,54 @@ static int wait_done(const struct sim_op* op) {
   }
 }
 
+/* A kernel's operands must be device or pinned memory: a GPU faults on
+ * pageable host memory (the stderr line names the pointer). */
+static int operand_reachable(const void* p, size_t bytes) {
+  if (gpu_reaches((uintptr_t)p, bytes)) return 1;
+  fprintf(stderr, "cudasim: kernel operand %p (%zu bytes) is neither device nor pinned\n", p,
+          bytes);
+  return 0;
+}
+
+static int task_reachable(const struct kern_dev_task* t) {
+  static const size_t sizes[] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1};
+  size_t bytes = t->type >= 0 && t->type < 12 ? (size_t)t->n * sizes[t->type] : 0;
+  for (int i = 0; i < t->nsrcs && i < KB_MAX_SRCS; i++)
+    if (!operand_reachable(t->srcs[i], bytes)) return 0;
+  for (int i = 0; i < t->ndsts && i < KB_MAX_DSTS; i++)
+    if (!operand_reachable(t->dsts[i], bytes)) return 0;
+  return 1;
+}
+
+/* The task as the simulated GPU addresses its operands. */
+static void task_to_gpu(struct kern_dev_task* t) {
+  for (int i = 0; i < t->nsrcs && i < KB_MAX_SRCS; i++)
+    t->srcs[i] = gpu_addr((uintptr_t)t->srcs[i]);
+  for (int i = 0; i < t->ndsts && i < KB_MAX_DSTS; i++)
+    t->dsts[i] = gpu_addr((uintptr_t)t->dsts[i]);
+}
+
+/* A task read when its launch runs: a GPU faults on a bad operand there,
+ * and the context is lost (here, the process). */
+static void launch_at_run(struct sim_op* op) {
+  struct kern_dev_task t;
+  kern_dev_task_load(&t, op->src);
+  if (t.n == 0) return;
+  if (!task_reachable(&t)) {
+    fprintf(stderr, "cudasim: braid_reduce_copy_at faulted: the context is lost\n");
+    abort();
+  }
+  task_to_gpu(&t);
+  kern_emulate_reduce_copy(&t, op->grid, op->block);
+}
+
 static void op_run(struct sim_op* op) {
   switch (op->kind) {
     case OP_LAUNCH:
       kern_emulate_reduce_copy(&op->task, op->grid, op->block);
+      break;
+    case OP_LAUNCH_AT:
+      launch_at_run(op);
       break;
     case OP_COPY:
       memmove(op->dst, op->src, op->bytes);
@@ -524,28 +574,14 @@ static CUresult sim_module_load(CUmodule* m, const void* image) {
 }
 
 static CUresult sim_module_function(CUfunction* f, CUmodule m, const char* name) {
-  if (m != SIM_MODULE || strcmp(name, "braid_reduce_copy") != 0) return CUDA_ERROR_NOT_FOUND;
-  *f = SIM_REDUCE_COPY;
+  if (m != SIM_MODULE) return CUDA_ERROR_NOT_FOUND;
+  if (strcmp(name, "braid_reduce_copy") == 0)
+    *f = SIM_REDUCE_COPY;
+  else if (strcmp(name, "braid_reduce_copy_at") == 0)
+    *f = SIM_REDUCE_COPY_AT;
+  else
+    return CUDA_ERROR_NOT_FOUND;
   return CUDA_SUCCESS;
-}
-
-/* A kernel's operands must be device or pinned memory: a GPU faults on
- * pageable host memory (the stderr line names the pointer). */
-static int operand_reachable(const void* p, size_t bytes) {
-  if (gpu_reaches((uintptr_t)p, bytes)) return 1;
-  fprintf(stderr, "cudasim: kernel operand %p (%zu bytes) is neither device nor pinned\n", p,
-          bytes);
-  return 0;
-}
-
-static int task_reachable(const struct kern_dev_task* t) {
-  static const size_t sizes[] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1};
-  size_t bytes = t->type >= 0 && t->type < 12 ? (size_t)t->n * sizes[t->type] : 0;
-  for (int i = 0; i < t->nsrcs && i < KB_MAX_SRCS; i++)
-    if (!operand_reachable(t->srcs[i], bytes)) return 0;
-  for (int i = 0; i < t->ndsts && i < KB_MAX_DSTS; i++)
-    if (!operand_reachable(t->dsts[i], bytes)) return 0;
-  return 1;
 }
 
 static CUresult sim_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
@@ -553,15 +589,21 @@ static CUresult sim_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, 
                            void** extra) {
   (void)shmem, (void)extra;
   if (t_ctx == NULL) return CUDA_ERROR_INVALID_CONTEXT;
-  if (f != SIM_REDUCE_COPY || gy != 1 || gz != 1 || by != 1 || bz != 1 || args == NULL)
+  if ((f != SIM_REDUCE_COPY && f != SIM_REDUCE_COPY_AT) || gy != 1 || gz != 1 || by != 1 ||
+      bz != 1 || args == NULL)
     return CUDA_ERROR_INVALID_VALUE;
   struct sim_op op = {.kind = OP_LAUNCH, .grid = gx, .block = bx};
+  if (f == SIM_REDUCE_COPY_AT) {
+    CUdeviceptr at;
+    memcpy(&at, args[0], sizeof(at));
+    if (!gpu_reaches(at, sizeof(struct kern_dev_task))) return CUDA_ERROR_ILLEGAL_ADDRESS;
+    op.kind = OP_LAUNCH_AT;
+    op.src = gpu_addr(at);
+    return stream_push(s, &op);
+  }
   memcpy(&op.task, args[0], sizeof(op.task)); /* parameters are taken at the launch */
   if (!task_reachable(&op.task)) return CUDA_ERROR_ILLEGAL_ADDRESS;
-  for (int i = 0; i < op.task.nsrcs && i < KB_MAX_SRCS; i++)
-    op.task.srcs[i] = gpu_addr((uintptr_t)op.task.srcs[i]);
-  for (int i = 0; i < op.task.ndsts && i < KB_MAX_DSTS; i++)
-    op.task.dsts[i] = gpu_addr((uintptr_t)op.task.dsts[i]);
+  task_to_gpu(&op.task);
   return stream_push(s, &op);
 }
 

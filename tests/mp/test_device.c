@@ -283,6 +283,33 @@ static void test_direct_realloc(void** state) {
   assert_int_equal(mp_launch(3, direct_realloc_body, NULL, NULL), 0);
 }
 
+/* Direct calls run gated on their stream where a process has stream
+ * memory operations (the call returns at once; its error comes through
+ * ncclCommGetAsyncError once the stream drained), synchronously without
+ * (the call returns its error). The failure tests run both: arg NULL
+ * gated, else synchronous. */
+static void direct_mode(const mp_env* env) {
+  setenv("NCCL_ALGO", "Direct", 1);
+  if (env->arg) setenv("BRAID_STREAM_MEMOPS", "0", 1);
+}
+
+/* A direct call's outcome: what it returned, else what the comm reports
+ * once its stream drained (which it must, whatever failed). */
+static ncclResult_t direct_outcome(const mp_env* env, ncclComm_t comm, cudaStream_t s,
+                                   ncclResult_t rc) {
+  ncclResult_t async = ncclSuccess;
+  if (rc != ncclSuccess) return rc;
+  if (dev_sync(env, s)) return ncclUnhandledCudaError;
+  ncclCommGetAsyncError(comm, &async);
+  return async;
+}
+
+static void launch_both_modes(int nranks, mp_body_fn body, const mp_opts* o) {
+  static int sync_mode = 1;
+  assert_int_equal(mp_launch(nranks, body, NULL, o), 0);
+  assert_int_equal(mp_launch(nranks, body, &sync_mode, o), 0);
+}
+
 /* ncclCommRegister'ed buffers are exported once: with the simulated
  * driver refusing every export from then on, direct calls on them still
  * work, and a call on a buffer that is not registered fails (so the knob
@@ -296,7 +323,7 @@ static int direct_registered_body(const mp_env* env) {
   int bad = 0, n = env->nranks;
   size_t bytes = REG_COUNT * sizeof(int32_t);
   int32_t* h = malloc(bytes);
-  setenv("NCCL_ALGO", "Direct", 1);
+  direct_mode(env);
   if (!h || dev_open(env, 0) || mp_comm_init(env, &comm) || (s = dev_stream(env)) == NULL) return 1;
   if (ncclMemAlloc(&d, bytes) || ncclMemAlloc(&out, bytes) || ncclMemAlloc(&other, bytes)) return 1;
   bad += mp_expect_rc(env, comm, ncclCommRegister(comm, d, bytes, &hs), ncclSuccess, "register");
@@ -312,7 +339,8 @@ static int direct_registered_body(const mp_env* env) {
       if (h[i] != round * n * (n + 1) / 2 + n * i)
         mp_fail(env, "round %d: [%d] = %d", round, i, h[i]), bad++;
   }
-  if (ncclAllReduce(other, other, REG_COUNT, ncclInt32, ncclSum, comm, s) == ncclSuccess)
+  ncclResult_t rc = ncclAllReduce(other, other, REG_COUNT, ncclInt32, ncclSum, comm, s);
+  if (direct_outcome(env, comm, s, rc) == ncclSuccess)
     mp_fail(env, "an unregistered buffer was exported with exports refused"), bad++;
   unsetenv("CUDASIM_NO_EXPORT");
   ncclCommAbort(comm);
@@ -326,26 +354,29 @@ static int direct_registered_body(const mp_env* env) {
 static void test_direct_registered(void** state) {
   (void)state;
   if (strstr(getenv("BRAID_CUDA_LIB"), "cudasim") == NULL) skip();
-  assert_int_equal(mp_launch(3, direct_registered_body, NULL, NULL), 0);
+  launch_both_modes(3, direct_registered_body, NULL);
 }
 
 /* A rank whose direct call fails on its own (here: its export refused)
- * tells its peers, which fail at once, naming a failed rank (rank 1, or
- * one that failed because of it), instead of waiting out the timeout for
- * buffers it will never describe. */
+ * tells its peers, which fail at once with ncclRemoteError, naming a
+ * failed rank (rank 1, or one that failed because of it), instead of
+ * waiting out the timeout for buffers it will never describe. */
 static int direct_failure_body(const mp_env* env) {
   ncclComm_t comm;
   cudaStream_t s;
   void* d = NULL;
   int bad = 0;
-  setenv("NCCL_ALGO", "Direct", 1);
+  direct_mode(env);
   if (dev_open(env, 0) || mp_comm_init(env, &comm) || (s = dev_stream(env)) == NULL) return 1;
   if (ncclMemAlloc(&d, REG_COUNT * sizeof(float))) return 1;
   if (env->rank == 1) setenv("CUDASIM_NO_EXPORT", "1", 1);
   ncclResult_t rc = ncclAllReduce(d, d, REG_COUNT, ncclFloat32, ncclSum, comm, s);
   const char* why = ncclGetLastError(comm);
-  if (rc == ncclSuccess) mp_fail(env, "a direct call with a failing rank returned success"), bad++;
-  if (env->rank != 1 && strstr(why, "failed in call") == NULL)
+  rc = direct_outcome(env, comm, s, rc);
+  if (rc == ncclSuccess) mp_fail(env, "a direct call with a failing rank succeeded"), bad++;
+  if (env->rank != 1 && rc != ncclRemoteError)
+    mp_fail(env, "a peer's failure gave %d, not ncclRemoteError", (int)rc), bad++;
+  if (env->arg && env->rank != 1 && strstr(why, "failed in call") == NULL)
     mp_fail(env, "the failure does not name a failed rank: \"%s\"", why), bad++;
   ncclCommAbort(comm);
   ncclMemFree(d);
@@ -355,12 +386,12 @@ static int direct_failure_body(const mp_env* env) {
 static void test_direct_failure(void** state) {
   (void)state;
   if (strstr(getenv("BRAID_CUDA_LIB"), "cudasim") == NULL) skip();
-  assert_int_equal(mp_launch(3, direct_failure_body, NULL, NULL), 0);
+  launch_both_modes(3, direct_failure_body, NULL);
 }
 
-/* A rank killed while the others wait for its buffers in a direct call:
- * they get an error (its links close), not a hang, and so does the next
- * call. */
+/* A rank killed while the others wait for its buffers in a direct call
+ * (gated: their streams wait on their flags): they get an error (its links
+ * close), not a hang, their streams drain, and the next call fails. */
 #define DIRECT_KILL_COUNT 100003
 
 static int direct_killed_body(const mp_env* env) {
@@ -368,12 +399,13 @@ static int direct_killed_body(const mp_env* env) {
   cudaStream_t s;
   void* d = NULL;
   int bad = 0, victim = env->nranks - 1;
-  setenv("NCCL_ALGO", "Direct", 1);
+  direct_mode(env);
   if (dev_open(env, 0) || mp_comm_init(env, &comm) || (s = dev_stream(env)) == NULL) return 1;
   if (ncclMemAlloc(&d, DIRECT_KILL_COUNT * sizeof(float))) return 1;
   bad +=
       mp_expect_rc(env, comm, ncclAllReduce(d, d, DIRECT_KILL_COUNT, ncclFloat32, ncclSum, comm, s),
                    ncclSuccess, "direct allreduce before the kill");
+  bad += dev_sync(env, s);
   if (env->rank == victim) {
     for (int r = 0; r < victim; r++) mp_wait_flag(&env->shm[r], 30000);
     mp_notify_parent(); /* SIGKILLed here */
@@ -381,7 +413,8 @@ static int direct_killed_body(const mp_env* env) {
   }
   __atomic_store_n((int*)&env->shm[env->rank], 1, __ATOMIC_SEQ_CST);
   ncclResult_t rc = ncclAllReduce(d, d, DIRECT_KILL_COUNT, ncclFloat32, ncclSum, comm, s);
-  if (rc == ncclSuccess) mp_fail(env, "a direct call with a dead peer returned success"), bad++;
+  rc = direct_outcome(env, comm, s, rc);
+  if (rc == ncclSuccess) mp_fail(env, "a direct call with a dead peer succeeded"), bad++;
   ncclResult_t next = ncclAllReduce(d, d, 1, ncclFloat32, ncclSum, comm, s);
   if (next == ncclSuccess) mp_fail(env, "the next call after the failure returned success"), bad++;
   mp_log(env, "direct call with a dead peer: %d, next call %d", (int)rc, (int)next);
@@ -915,7 +948,7 @@ static void test_direct_killed_peer(void** state) {
   mp_opts o = MP_OPTS_INIT;
   o.victim = 2;
   o.kill_on_notify = 1;
-  assert_int_equal(mp_launch(3, direct_killed_body, NULL, &o), 0);
+  launch_both_modes(3, direct_killed_body, &o);
 }
 
 static void test_killed_peer(void** state) {
