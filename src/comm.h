@@ -143,6 +143,10 @@ unsigned tuner_parse_algos(const char* s);
  * call it fits runs direct even where it could have run gated). */
 int tuner_allows_direct(void);
 int tuner_forces_direct(void);
+/* Whether direct is modelled faster than staging through host memory for
+ * a device-buffer call of `bytes` on one node, `ranks_per_device` ranks at
+ * most sharing a GPU (tuner_device.c). */
+int tuner_prefers_direct(const struct ncclComm* comm, int coll, size_t bytes, int ranks_per_device);
 
 /* Group queue: run now, defer to ncclGroupEnd when inside a group, or hand
  * to a host stream. */

@@ -190,6 +190,12 @@ static int tuner_decide(const struct ncclComm* comm, int coll, size_t bytes, int
   return 0;
 }
 
+double tuner_host_best(const struct ncclComm* comm, int coll, size_t bytes, int* algo) {
+  size_t chunk;
+  tuner_decide(comm, coll, bytes, algo, &chunk);
+  return tuner_cost(&comm->tune, coll, *algo, (double)bytes);
+}
+
 void tuner_choose(const struct ncclComm* comm, int coll, size_t bytes, int* algo,
                   size_t* chunk_bytes) {
   int forced = tuner_decide(comm, coll, bytes, algo, chunk_bytes);

@@ -70,29 +70,41 @@ static int devices_reach(const struct ncclComm* comm) {
   return 1;
 }
 
-/* 2..DIRECT_MAX_RANKS ranks on this host, their devices in reach; *one_process
- * when they are all threads of one process. */
-static int comm_direct_shape(const struct ncclComm* comm, int* one_process) {
+/* 2..DIRECT_MAX_RANKS ranks on this host, their devices in reach;
+ * *per_device gets the most ranks sharing one device. */
+static int comm_direct_shape(const struct ncclComm* comm, int* per_device) {
   const struct peer_info* me;
   if (comm->nranks < 2 || comm->nranks > DIRECT_MAX_RANKS || cuda_comm_shares_process(comm) < 0)
     return 0; /* the peers are not known yet: a non-blocking init still running */
   me = &comm->peers[comm->rank];
-  *one_process = 1;
+  *per_device = 1;
   for (int p = 0; p < comm->nranks; p++) {
+    int same = 0;
     if (comm->peers[p].host_hash != me->host_hash) return 0;
-    *one_process &= cuda_peer_in_process(comm, p);
+    for (int q = 0; q < comm->nranks; q++) same += peer_device(comm, q) == peer_device(comm, p);
+    *per_device = MAX(*per_device, same);
   }
   return devices_reach(comm);
 }
 
+/* The buffer size the tuner models (the larger of the two, as for host
+ * calls). */
+static size_t op_bytes(const struct work_op* op) {
+  const struct exec_args* a = &op->args;
+  size_t bytes = a->count * kern_type_size(a->type);
+  if (a->coll == COLL_ALLGATHER || a->coll == COLL_REDUCESCATTER) bytes *= (size_t)op->comm->nranks;
+  return bytes;
+}
+
 static int op_direct(const struct work_op* op) {
   const struct exec_args* a = &op->args;
-  int reads, writes, one_process = 0;
+  int reads, writes, per_device = 1;
   if (op->kind != WORK_COLL || a->mem != MEM_DEVICE || a->pre || a->scalar_src ||
       op->comm->exec.dev_backend == NULL || !tuner_allows_direct() ||
-      !comm_direct_shape(op->comm, &one_process))
+      !comm_direct_shape(op->comm, &per_device))
     return 0;
-  if (!one_process && !tuner_forces_direct()) return 0; /* processes: gated unless named */
+  if (!tuner_forces_direct() && !tuner_prefers_direct(op->comm, a->coll, op_bytes(op), per_device))
+    return 0;
   reads = sched_coll_reads_send(a->coll, op->comm->rank, a->root);
   writes = sched_coll_writes_recv(a->coll, op->comm->rank, a->root);
   return (!reads || mem_query(a->sendbuff) == MEM_DEVICE) &&

@@ -242,6 +242,43 @@ static void test_direct_group(void** state) {
   assert_int_equal(mp_launch(3, direct_group_body, NULL, NULL), 0);
 }
 
+/* A gated direct call returns before its peers make theirs: rank 1 calls
+ * only once rank 0's call has returned (a call that waited for its peers
+ * would deadlock here, and fail the launch's deadline), and the results
+ * are right once the streams drain. */
+#define ASYNC_COUNT 262147
+
+static int direct_async_body(const mp_env* env) {
+  ncclComm_t comm;
+  cudaStream_t s;
+  int bad = 0, n = env->nranks;
+  size_t bytes = ASYNC_COUNT * sizeof(int32_t);
+  int32_t* h = malloc(bytes);
+  void* d = NULL;
+  setenv("NCCL_ALGO", "Direct", 1);
+  if (!h || dev_open(env, 0) || mp_comm_init(env, &comm) || (s = dev_stream(env)) == NULL) return 1;
+  if (ncclMemAlloc(&d, bytes)) return 1;
+  for (int i = 0; i < ASYNC_COUNT; i++) h[i] = (env->rank + 1) * i;
+  bad += dev_copy(env, d, h, bytes);
+  if (env->rank > 0 && !mp_wait_flag(&env->shm[env->rank - 1], 30000))
+    mp_fail(env, "rank %d's call never returned", env->rank - 1), bad++;
+  bad += mp_expect_rc(env, comm, ncclAllReduce(d, d, ASYNC_COUNT, ncclInt32, ncclSum, comm, s),
+                      ncclSuccess, "direct allreduce");
+  __atomic_store_n((int*)&env->shm[env->rank], 1, __ATOMIC_SEQ_CST);
+  bad += dev_sync(env, s) + dev_copy(env, h, d, bytes);
+  for (int i = 0; i < ASYNC_COUNT && !bad; i++)
+    if (h[i] != n * (n + 1) / 2 * i) mp_fail(env, "[%d] = %d", i, h[i]), bad++;
+  bad += mp_expect_rc(env, comm, ncclCommDestroy(comm), ncclSuccess, "ncclCommDestroy");
+  ncclMemFree(d);
+  free(h);
+  return bad;
+}
+
+static void test_direct_async(void** state) {
+  (void)state;
+  assert_int_equal(mp_launch(3, direct_async_body, NULL, NULL), 0);
+}
+
 /* Direct calls on buffers freed and allocated again between calls (the
  * allocator hands the same addresses back): each call must read the new
  * buffers, never a stale mapping of the old ones. */
@@ -287,7 +324,7 @@ static void test_direct_realloc(void** state) {
  * memory operations (the call returns at once; its error comes through
  * ncclCommGetAsyncError once the stream drained), synchronously without
  * (the call returns its error). The failure tests run both: arg NULL
- * gated, else synchronous. */
+ * gated, else synchronous (launch_twice). */
 static void direct_mode(const mp_env* env) {
   setenv("NCCL_ALGO", "Direct", 1);
   if (env->arg) setenv("BRAID_STREAM_MEMOPS", "0", 1);
@@ -304,10 +341,12 @@ static ncclResult_t direct_outcome(const mp_env* env, ncclComm_t comm, cudaStrea
   return async;
 }
 
-static void launch_both_modes(int nranks, mp_body_fn body, const mp_opts* o) {
-  static int sync_mode = 1;
+/* Run body with arg NULL, then with arg set (each body says what that
+ * changes). */
+static void launch_twice(int nranks, mp_body_fn body, const mp_opts* o) {
+  static int set = 1;
   assert_int_equal(mp_launch(nranks, body, NULL, o), 0);
-  assert_int_equal(mp_launch(nranks, body, &sync_mode, o), 0);
+  assert_int_equal(mp_launch(nranks, body, &set, o), 0);
 }
 
 /* ncclCommRegister'ed buffers are exported once: with the simulated
@@ -354,7 +393,7 @@ static int direct_registered_body(const mp_env* env) {
 static void test_direct_registered(void** state) {
   (void)state;
   if (strstr(getenv("BRAID_CUDA_LIB"), "cudasim") == NULL) skip();
-  launch_both_modes(3, direct_registered_body, NULL);
+  launch_twice(3, direct_registered_body, NULL);
 }
 
 /* A rank whose direct call fails on its own (here: its export refused)
@@ -386,7 +425,7 @@ static int direct_failure_body(const mp_env* env) {
 static void test_direct_failure(void** state) {
   (void)state;
   if (strstr(getenv("BRAID_CUDA_LIB"), "cudasim") == NULL) skip();
-  launch_both_modes(3, direct_failure_body, NULL);
+  launch_twice(3, direct_failure_body, NULL);
 }
 
 /* A rank killed while the others wait for its buffers in a direct call
@@ -745,13 +784,16 @@ static void test_ranks_as_threads(void** state) {
 #define KILL_COUNT 300007
 
 /* The survivors enqueue their calls, then the victim dies (SIGKILL) before
- * making its own: the survivors' streams wait at gates of calls that can
- * only fail, and must still drain. */
+ * making its own: the survivors' streams wait at gates (and, direct, at
+ * their kernels' go flags) of calls that can only fail, and must still
+ * drain. arg NULL: the tuner's choice (direct at this size), else staged
+ * (NCCL_ALGO=^Direct). */
 static int killed_body(const mp_env* env) {
   ncclComm_t comm;
   cudaStream_t s;
   void* d = NULL;
   int bad = 0, victim = env->nranks - 1;
+  if (env->arg) setenv("NCCL_ALGO", "^Direct", 1);
   if (dev_open(env, 0) || mp_comm_init(env, &comm) || (s = dev_stream(env)) == NULL) return 1;
   if (ncclMemAlloc(&d, KILL_COUNT * sizeof(float))) return 1;
   /* one healthy call first, so every connection exists */
@@ -948,7 +990,7 @@ static void test_direct_killed_peer(void** state) {
   mp_opts o = MP_OPTS_INIT;
   o.victim = 2;
   o.kill_on_notify = 1;
-  launch_both_modes(3, direct_killed_body, &o);
+  launch_twice(3, direct_killed_body, &o);
 }
 
 static void test_killed_peer(void** state) {
@@ -957,7 +999,7 @@ static void test_killed_peer(void** state) {
   o.victim = 2;
   o.kill_on_notify = 1;
   o.deadline_s = 60;
-  assert_int_equal(mp_launch(3, killed_body, NULL, &o), 0);
+  launch_twice(3, killed_body, &o);
 }
 
 int main(void) {
@@ -970,6 +1012,7 @@ int main(void) {
       cmocka_unit_test(test_direct_two_devices),
       cmocka_unit_test(test_direct_threads),
       cmocka_unit_test(test_direct_group),
+      cmocka_unit_test(test_direct_async),
       cmocka_unit_test(test_direct_realloc),
       cmocka_unit_test(test_direct_registered),
       cmocka_unit_test(test_direct_failure),

@@ -4,7 +4,8 @@
  * NCCL_TOPO_FILE; both build a 4-rank comm (ncclCommInitAll, one process,
  * so one topology) and record the algorithm and chunk the tuner picks for
  * every collective over sizes from 8 B to 256 MiB. The tables must match,
- * and a tune file's forced range must win over the model.
+ * and a tune file's forced range must win over the model. The device
+ * model's direct-or-staged choice has one crossover per collective.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -106,9 +107,47 @@ static void test_tune_file(void** state) {
   unlink(path);
 }
 
+/* Device buffers on one node: staging wins for tiny calls (direct pays
+ * more flag hops and messages), direct for large ones (it moves 2kS bytes
+ * at device speed, staging crosses the host link twice), with one
+ * crossover per collective; ranks sharing a device never make direct more
+ * attractive. */
+static int direct_model_check(void) {
+  ncclComm_t comms[NRANKS];
+  int bad = 0;
+  if (ncclCommInitAll(comms, NRANKS, NULL) != ncclSuccess) return 1;
+  for (int c = 0; c < COLL_COUNT; c++) {
+    int prev_shared = 0, prev_apart = 0;
+    bad += tuner_prefers_direct(comms[0], c, 8, 1);
+    bad += !tuner_prefers_direct(comms[0], c, (size_t)256 << 20, NRANKS);
+    for (int i = 0; i < NSIZES; i++) {
+      size_t bytes = (size_t)8 << i;
+      int shared = tuner_prefers_direct(comms[0], c, bytes, NRANKS);
+      int apart = tuner_prefers_direct(comms[0], c, bytes, 1);
+      bad += shared < prev_shared || apart < prev_apart; /* once direct, always */
+      bad += apart < shared;
+      prev_shared = shared, prev_apart = apart;
+    }
+    if (bad) fprintf(stderr, "collective %d: the direct model misbehaves\n", c);
+  }
+  for (int r = 0; r < NRANKS; r++) ncclCommDestroy(comms[r]);
+  return bad != 0;
+}
+
+static void test_direct_model(void** state) {
+  (void)state;
+  pid_t pid = fork(); /* a fresh process: the tuner's parameters are read once */
+  assert_true(pid >= 0);
+  if (pid == 0) _exit(direct_model_check());
+  int status;
+  assert_int_equal(waitpid(pid, &status, 0), pid);
+  assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_dump_then_load),
+      cmocka_unit_test(test_direct_model),
       cmocka_unit_test(test_tune_file),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
