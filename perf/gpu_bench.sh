@@ -6,7 +6,7 @@
 # kernel on every type, all_reduce_perf on device buffers with 2 and 4
 # ranks (threads) on one GPU, and all_reduce, all_gather and reduce_scatter
 # _perf with 2, 4 and 8 ranks as processes on one GPU on the direct
-# algorithm, 8 B..1 GiB: an all-reduce of S bytes on k ranks moves at
+# algorithm, 8 B..1 GiB (and 2 ranks staged and on the tuner's choice): an all-reduce of S bytes on k ranks moves at
 # least 2kS bytes through device memory, so its algbw is at most B/(2k),
 # B the device copy's rate above (bytes read + written).
 #
@@ -40,14 +40,15 @@ for n in 2 4; do
   "$BIN/all_reduce_perf" -t $n --mem device -b 8 -e 256M -f 4 -n 10 -w 3 | grep -E "^ +[0-9]|Out of|Avg"
 done
 
-# k processes launched as torchrun would (RANK, WORLD_SIZE, NCCL_COMM_ID);
-# rank 0's table is printed.
-procs_perf() { # tool k
-  local tool=$1 k=$2 port=$((29500 + RANDOM % 1000)) r out
+# k processes launched as torchrun would (RANK, WORLD_SIZE, NCCL_COMM_ID),
+# NCCL_ALGO=algo ("" for the tuner's choice), up to `max` bytes; rank 0's
+# table is printed.
+procs_perf() { # tool k [algo [max]]
+  local tool=$1 k=$2 algo=${3-Direct} max=${4:-1G} port=$((29500 + RANDOM % 1000)) r out
   out=$(mktemp -d)
   for ((r = 0; r < k; r++)); do
-    NCCL_COMM_ID=127.0.0.1:$port RANK=$r WORLD_SIZE=$k NCCL_ALGO=Direct \
-      timeout 600 "$BIN/$tool" --mem device -b 8 -e 1G -f 4 -n 10 -w 3 >"$out/$r.log" 2>&1 &
+    NCCL_COMM_ID=127.0.0.1:$port RANK=$r WORLD_SIZE=$k NCCL_ALGO=$algo \
+      timeout 600 "$BIN/$tool" --mem device -b 8 -e "$max" -f 4 -n 10 -w 3 >"$out/$r.log" 2>&1 &
   done
   wait
   grep -E "^ +[0-9]|Out of|Avg" "$out/0.log" || tail -5 "$out/0.log"
@@ -60,3 +61,9 @@ for tool in all_reduce_perf all_gather_perf reduce_scatter_perf; do
     procs_perf "$tool" "$n"
   done
 done
+# The tuner's device model (src/tuner_device.c) against both sides of its
+# choice: staged through host memory, and its own pick per size.
+echo "--- all_reduce_perf, 2 processes on one GPU, NCCL_ALGO=^Direct (staged)"
+procs_perf all_reduce_perf 2 "^Direct" 64M
+echo "--- all_reduce_perf, 2 processes on one GPU, the tuner's choice"
+procs_perf all_reduce_perf 2 "" 64M
