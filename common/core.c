@@ -4,6 +4,7 @@
  */
 #include "core.h"
 
+#include <sched.h>
 #include <stdlib.h>
 #include <time.h>
 
@@ -38,6 +39,18 @@ uint64_t braid_now_ns(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+int braid_backoff(long* nap_ns) {
+  if (*nap_ns < 1000) {
+    *nap_ns += 50;
+    sched_yield();
+    return 0;
+  }
+  struct timespec ts = {0, *nap_ns};
+  nanosleep(&ts, NULL);
+  *nap_ns = *nap_ns < 100000 ? *nap_ns * 2 : 100000;
+  return 1;
 }
 
 void braid_cond_wait_ms(pthread_cond_t* cond, pthread_mutex_t* mutex, int ms) {

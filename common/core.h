@@ -59,4 +59,11 @@ void braid_cond_wait_ms(pthread_cond_t* cond, pthread_mutex_t* mutex, int ms);
 /* Monotonic clock in nanoseconds. */
 uint64_t braid_now_ns(void);
 
+/* One pause of a wait for a flag another agent (a GPU stream, a peer)
+ * sets: yields for the first microsecond of calls, then sleeps, doubling
+ * up to 100 us, so a long wait costs little CPU and a short one little
+ * latency. *nap_ns starts at 0. Returns 1 when it slept (a good moment
+ * for slower checks). */
+int braid_backoff(long* nap_ns);
+
 #endif /* BRAID_CORE_H_ */

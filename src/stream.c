@@ -91,14 +91,7 @@ static ncclResult_t gates_wait(const struct stream_item* it) {
   long nap_ns = 0;
   uint64_t next_check = braid_now_ns() + 100000000ull;
   while (!gates_ready(it) && !item_aborted(it)) {
-    if (nap_ns < 1000) {
-      nap_ns += 50;
-      sched_yield();
-      continue;
-    }
-    struct timespec ts = {0, nap_ns};
-    nanosleep(&ts, NULL);
-    nap_ns = nap_ns < 100000 ? nap_ns * 2 : 100000;
+    if (!braid_backoff(&nap_ns)) continue;
     if (braid_now_ns() < next_check) continue;
     next_check = braid_now_ns() + 100000000ull;
     ncclResult_t res = gates_check(it);

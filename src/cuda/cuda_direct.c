@@ -7,10 +7,8 @@
  */
 #include "cuda_direct.h"
 
-#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "comm.h"
@@ -315,14 +313,7 @@ static ncclResult_t deferred_wait(struct ncclComm* comm, const struct work_defer
            (long long)comm->tctx.timeout_ms);
       return ncclSystemError;
     }
-    if (nap_ns < 1000) {
-      nap_ns += 50;
-      sched_yield();
-      continue;
-    }
-    struct timespec ts = {0, nap_ns};
-    nanosleep(&ts, NULL);
-    nap_ns = nap_ns < 100000 ? nap_ns * 2 : 100000;
+    braid_backoff(&nap_ns);
   }
   return ncclSuccess;
 }
