@@ -275,7 +275,8 @@ LIFETIME_ASAN_TESTS := mp_test_lifetime mp_test_streams mp_test_api mp_test_resi
 test: deps check-layers
 	@$(MAKE) --no-print-directory all tests
 	@scripts/run-tests.sh $(BUILD)
-	@SAN_CC=$(CC) SAN_BUILD_PREFIX=$(BUILD)/san SAN_TESTS="$(LIFETIME_ASAN_TESTS)" MAKE="$(MAKE)" \
+	@SAN_CC=$(CC) SAN_BUILD_PREFIX=$(BUILD)/san SAN_SEED_BUILD=$(BUILD) \
+	  SAN_TESTS="$(LIFETIME_ASAN_TESTS)" MAKE="$(MAKE)" \
 	  scripts/test-sanitize.sh asan
 
 run: deps

@@ -11,6 +11,9 @@
 # test runs its lifetime tests so under ASan with the system compiler);
 # SAN_BUILD_PREFIX (build) names the build dirs, <prefix>-asan and
 # <prefix>-tsan: objects of two compilers must never meet in one.
+# SAN_SEED_BUILD names a finished build whose CUDA kernel fatbins are taken
+# as they are (nvcc's output does not depend on the host compiler or its
+# flags, and takes it minutes per architecture).
 # SAN_CC (clang), SAN_TEST_LIMIT_S (600 per binary), SAN_TSAN_BIG_COUNT
 # (131075: MP_BIG_COUNT for the TSan run, the big count of the all-reduce and
 # collective matrices, 1M+3 otherwise; ThreadSanitizer instruments every
@@ -103,6 +106,11 @@ for cfg in "${configs[@]}"; do
       exit 2
       ;;
   esac
+  seed=${SAN_SEED_BUILD:-}/obj/kernels/cuda
+  if [ -n "${SAN_SEED_BUILD:-}" ] && ls "$seed"/*.fatbin >/dev/null 2>&1; then
+    mkdir -p "$build/obj/kernels/cuda"
+    cp -p "$seed"/*.fatbin "$build/obj/kernels/cuda/"
+  fi
   echo "##### $cfg: $cc $flags -> $build/"
   "$cc" --version | head -1
   t0=$(date +%s)

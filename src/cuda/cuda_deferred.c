@@ -6,13 +6,10 @@
  */
 #include "cuda_deferred.h"
 
-#include <stdlib.h>
 #include <string.h>
 
 #include "core.h"
 #include "cuda_kernels.h"
-
-#define DEFERRED_SLOTS 64
 
 struct deferred_slot {
   uint64_t go; /* written by the host */
@@ -22,75 +19,34 @@ struct deferred_slot {
   struct kern_dev_task task;
 };
 
-struct cuda_deferred_chunk {
-  struct deferred_slot* slots; /* pinned */
-  CUdeviceptr dev;             /* the same memory as the GPU addresses it */
-  uint64_t issued[DEFERRED_SLOTS];
-  struct cuda_deferred_chunk* next;
-};
-
 void cuda_deferred_init(struct cuda_deferred_pool* p) {
-  pthread_mutex_init(&p->lock, NULL);
-  p->chunks = NULL;
+  cuda_slot_pool_init(&p->pool, sizeof(struct deferred_slot), "cuMemHostAlloc(deferred launches)");
 }
 
 void cuda_deferred_free(struct cuda_deferred_pool* p, const struct cuda_api* cu) {
-  while (p->chunks) {
-    struct cuda_deferred_chunk* c = p->chunks;
-    p->chunks = c->next;
-    cu->cuMemFreeHost(c->slots);
-    free(c);
-  }
-  pthread_mutex_destroy(&p->lock);
+  cuda_slot_pool_free(&p->pool, cu);
 }
 
-static ncclResult_t chunk_add(struct cuda_deferred_pool* p, const struct cuda_api* cu) {
-  ncclResult_t res = ncclSuccess;
-  struct cuda_deferred_chunk* c = NULL;
-  void* mem = NULL;
-  CHECK(braid_calloc(&c, 1, sizeof(*c)));
-  /* zeroed: every slot free, go == ran == issued == 0 */
-  CHECK(cuda_flags_alloc(cu, DEFERRED_SLOTS * sizeof(struct deferred_slot),
-                         "cuMemHostAlloc(deferred launches)", &mem, &c->dev));
-  c->slots = mem;
-  c->next = p->chunks;
-  p->chunks = c;
-  return ncclSuccess;
-fail:
-  free(c);
-  return res;
-}
-
-/* A slot whose last use is over, or -1 (lock held). */
-static int slot_find(struct cuda_deferred_pool* p, struct cuda_deferred_chunk** chunk) {
-  for (struct cuda_deferred_chunk* c = p->chunks; c; c = c->next)
-    for (int i = 0; i < DEFERRED_SLOTS; i++)
-      if (__atomic_load_n(&c->slots[i].go, __ATOMIC_ACQUIRE) == c->issued[i] &&
-          __atomic_load_n(&c->slots[i].ran, __ATOMIC_ACQUIRE) == c->issued[i]) {
-        *chunk = c;
-        return i;
-      }
-  return -1;
+/* Whether a slot's last use is over: go written and passed by its stream. */
+static int slot_free(const void* host, uint64_t issued) {
+  const struct deferred_slot* s = host;
+  return __atomic_load_n(&s->go, __ATOMIC_ACQUIRE) == issued &&
+         __atomic_load_n(&s->ran, __ATOMIC_ACQUIRE) == issued;
 }
 
 ncclResult_t cuda_deferred_arm(struct cuda_deferred_pool* p, const struct cuda_api* cu,
                                CUstream stream, uint64_t n_max, struct work_deferred* out) {
   ncclResult_t res = ncclSuccess;
-  struct cuda_deferred_chunk* c = NULL;
-  pthread_mutex_lock(&p->lock);
-  int i = slot_find(p, &c);
-  if (i < 0) {
-    CHECK(chunk_add(p, cu));
-    c = p->chunks;
-    i = 0;
-  }
-  struct deferred_slot* s = &c->slots[i];
-  uint64_t value = c->issued[i] + 1;
-  CUdeviceptr go = c->dev + (CUdeviceptr)i * sizeof(struct deferred_slot);
+  struct cuda_slot slot;
+  pthread_mutex_lock(&p->pool.lock);
+  CHECK(cuda_slot_take(&p->pool, cu, slot_free, &slot));
+  struct deferred_slot* s = slot.host;
+  uint64_t value = *slot.issued + 1;
+  CUdeviceptr go = slot.dev;
   memset(&s->task, 0, sizeof(s->task)); /* n = 0 until the host writes the real one */
   CHECK(cuda_check(cu->cuStreamWaitValue64(stream, go, value, CU_STREAM_WAIT_VALUE_GEQ),
                    "cuStreamWaitValue64(deferred go)"));
-  c->issued[i] = value; /* the stream waits on it: the slot is in use */
+  *slot.issued = value; /* the stream waits on it: the slot is in use */
   *out = (struct work_deferred){s, value};
   res = cuda_reduce_copy_at(go + offsetof(struct deferred_slot, task), n_max, stream);
   if (res == ncclSuccess)
@@ -102,7 +58,7 @@ ncclResult_t cuda_deferred_arm(struct cuda_deferred_pool* p, const struct cuda_a
     *out = (struct work_deferred){NULL, 0};
   }
 fail:
-  pthread_mutex_unlock(&p->lock);
+  pthread_mutex_unlock(&p->pool.lock);
   return res;
 }
 

@@ -15,19 +15,15 @@
 #define BRAID_CUDA_DEFERRED_H_
 
 #include <cuda.h>
-#include <pthread.h>
 
 #include "cuda/kern_body.h"
 #include "cuda_driver.h"
+#include "cuda_slot_pool.h"
 #include "work.h"
 
-struct cuda_deferred_chunk;
-
-/* A comm's deferred-launch slots, in chunks added when every slot is in
- * use (as many as direct calls queued and not yet run). */
+/* A comm's deferred-launch slots. */
 struct cuda_deferred_pool {
-  pthread_mutex_t lock;
-  struct cuda_deferred_chunk* chunks;
+  struct cuda_slot_pool pool;
 };
 
 void cuda_deferred_init(struct cuda_deferred_pool* p);

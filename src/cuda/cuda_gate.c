@@ -10,8 +10,6 @@
 
 #include "core.h"
 
-#define GATE_SLOTS 256
-
 struct gate_slot {
   uint64_t ready; /* written by the stream */
   uint64_t pad0[7];
@@ -19,58 +17,22 @@ struct gate_slot {
   uint64_t pad1[7];
 };
 
-struct cuda_gate_chunk {
-  struct gate_slot* slots; /* pinned */
-  CUdeviceptr dev;         /* the same memory as the GPU addresses it */
-  uint64_t issued[GATE_SLOTS];
-  struct cuda_gate_chunk* next;
-};
-
 void cuda_gates_init(struct cuda_gates* g) {
-  pthread_mutex_init(&g->lock, NULL);
-  g->chunks = NULL;
+  cuda_slot_pool_init(&g->pool, sizeof(struct gate_slot), "cuMemHostAlloc(stream gates)");
 }
 
 void cuda_gates_free(struct cuda_gates* g, const struct cuda_api* cu) {
-  while (g->chunks) {
-    struct cuda_gate_chunk* c = g->chunks;
-    g->chunks = c->next;
-    cu->cuMemFreeHost(c->slots);
-    free(c);
-  }
-  pthread_mutex_destroy(&g->lock);
+  cuda_slot_pool_free(&g->pool, cu);
 }
 
-static ncclResult_t chunk_add(struct cuda_gates* g, const struct cuda_api* cu) {
-  ncclResult_t res = ncclSuccess;
-  struct cuda_gate_chunk* c = NULL;
-  void* mem = NULL;
-  CHECK(braid_calloc(&c, 1, sizeof(*c)));
-  /* zeroed: every slot free, done == ready == issued == 0 */
-  CHECK(cuda_flags_alloc(cu, GATE_SLOTS * sizeof(struct gate_slot), "cuMemHostAlloc(stream gates)",
-                         &mem, &c->dev));
-  c->slots = mem;
-  c->next = g->chunks;
-  g->chunks = c;
-  return ncclSuccess;
-fail:
-  free(c);
-  return res;
-}
-
-/* A slot whose last use is over, or -1 (lock held): the proxy opened it
- * and its stream wrote "ready". A gate opened early (abort, a cancelled
- * unit) stays taken until its stream writes, or that late write could land
- * over the next use's and stall its proxy. */
-static int slot_find(struct cuda_gates* g, struct cuda_gate_chunk** chunk) {
-  for (struct cuda_gate_chunk* c = g->chunks; c; c = c->next)
-    for (int i = 0; i < GATE_SLOTS; i++)
-      if (__atomic_load_n(&c->slots[i].done, __ATOMIC_ACQUIRE) == c->issued[i] &&
-          __atomic_load_n(&c->slots[i].ready, __ATOMIC_ACQUIRE) == c->issued[i]) {
-        *chunk = c;
-        return i;
-      }
-  return -1;
+/* Whether a slot's last use is over: the proxy opened it and its stream
+ * wrote "ready". A gate opened early (abort, a cancelled unit) stays
+ * taken until its stream writes, or that late write could land over the
+ * next use's and stall its proxy. */
+static int slot_free(const void* host, uint64_t issued) {
+  const struct gate_slot* s = host;
+  return __atomic_load_n(&s->done, __ATOMIC_ACQUIRE) == issued &&
+         __atomic_load_n(&s->ready, __ATOMIC_ACQUIRE) == issued;
 }
 
 /* Errors after which a context runs nothing more (sticky): a stream that
@@ -120,30 +82,25 @@ static ncclResult_t cuda_gate_check(const struct work_gate* g) {
 ncclResult_t cuda_gate_arm(struct cuda_gates* g, const struct cuda_api* cu, CUstream stream,
                            const struct cuda_gate_inner* inner, struct work_gate* out) {
   ncclResult_t res = ncclSuccess;
-  struct cuda_gate_chunk* c = NULL;
-  pthread_mutex_lock(&g->lock);
-  int i = slot_find(g, &c);
-  if (i < 0) {
-    CHECK(chunk_add(g, cu));
-    c = g->chunks;
-    i = 0;
-  }
-  uint64_t value = c->issued[i] + 1;
-  CUdeviceptr ready = c->dev + (CUdeviceptr)i * sizeof(struct gate_slot);
+  struct cuda_slot slot;
+  pthread_mutex_lock(&g->pool.lock);
+  CHECK(cuda_slot_take(&g->pool, cu, slot_free, &slot));
+  struct gate_slot* gs = slot.host;
+  uint64_t value = *slot.issued + 1;
+  CUdeviceptr ready = slot.dev;
   CUdeviceptr done = ready + offsetof(struct gate_slot, done);
   CHECK(cuda_check(cu->cuStreamWriteValue64(stream, ready, value, 0), "cuStreamWriteValue64"));
-  c->issued[i] = value; /* the stream will write it: the slot is in use */
+  *slot.issued = value; /* the stream will write it: the slot is in use */
   if (inner) res = inner->enqueue(inner->arg, stream);
   if (res == ncclSuccess)
     res = cuda_check(cu->cuStreamWaitValue64(stream, done, value, CU_STREAM_WAIT_VALUE_GEQ),
                      "cuStreamWaitValue64");
   if (res != ncclSuccess) { /* nobody waits on it: free once the stream wrote ready */
-    __atomic_store_n(&c->slots[i].done, value, __ATOMIC_RELEASE);
+    __atomic_store_n(&gs->done, value, __ATOMIC_RELEASE);
     goto fail;
   }
-  *out = (struct work_gate){&c->slots[i].ready, &c->slots[i].done, value,
-                            cuda_gate_check,    (void*)stream,     NULL};
+  *out = (struct work_gate){&gs->ready, &gs->done, value, cuda_gate_check, (void*)stream, NULL};
 fail:
-  pthread_mutex_unlock(&g->lock);
+  pthread_mutex_unlock(&g->pool.lock);
   return res;
 }

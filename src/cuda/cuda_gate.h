@@ -12,20 +12,15 @@
 #define BRAID_CUDA_GATE_H_
 
 #include <cuda.h>
-#include <pthread.h>
 #include <stdint.h>
 
 #include "cuda_driver.h"
+#include "cuda_slot_pool.h"
 #include "work.h"
 
-struct cuda_gate_chunk;
-
-/* A comm's gates: chunks of slots, added when every slot is in use (as
- * many as calls queued on streams and not yet run), never in the steady
- * state. */
+/* A comm's gates. */
 struct cuda_gates {
-  pthread_mutex_t lock;
-  struct cuda_gate_chunk* chunks;
+  struct cuda_slot_pool pool;
 };
 
 void cuda_gates_init(struct cuda_gates* g);

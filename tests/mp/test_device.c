@@ -155,21 +155,23 @@ static void test_direct_two_devices(void** state) {
   assert_int_equal(mp_launch(4, direct_two_devices_body, NULL, NULL), 0);
 }
 
-/* The matrix on the direct algorithm with the ranks as threads of one
- * process (ncclCommInitAll), each driving its own comm: the peers'
- * pointers are used as they are, no IPC. */
+/* The matrix with the ranks as threads of one process (ncclCommInitAll),
+ * each driving its own comm: the tuner takes direct for the large counts
+ * (the peers' pointers used as they are, no IPC); on one device, and (arg
+ * set) alternating between two. */
 #define DIRECT_THREADS 4
 
 struct direct_thread {
   mp_env env; /* the process's, with this comm's rank and size */
   ncclComm_t comm;
+  int dev;
   int bad;
 };
 
 static void* direct_thread_main(void* arg) {
   struct direct_thread* t = arg;
   cudaStream_t s;
-  if (dev_open(&t->env, 0) || (s = dev_stream(&t->env)) == NULL) {
+  if (dev_open(&t->env, t->dev) || (s = dev_stream(&t->env)) == NULL) {
     t->bad = 1;
     return NULL;
   }
@@ -182,11 +184,13 @@ static int direct_threads_body(const mp_env* env) {
   struct direct_thread th[DIRECT_THREADS];
   pthread_t ids[DIRECT_THREADS];
   int devs[DIRECT_THREADS] = {0}, bad = 0;
+  if (env->arg) setenv("CUDASIM_DEVICES", "2", 1);
+  for (int r = 0; r < DIRECT_THREADS; r++) devs[r] = env->arg ? r % 2 : 0;
   if (dev_open(env, 0)) return 1;
   bad += mp_expect_rc(env, NULL, ncclCommInitAll(comms, DIRECT_THREADS, devs), ncclSuccess,
-                      "ncclCommInitAll on one device");
+                      "ncclCommInitAll");
   for (int r = 0; r < DIRECT_THREADS && !bad; r++) {
-    th[r] = (struct direct_thread){*env, comms[r], 0};
+    th[r] = (struct direct_thread){*env, comms[r], devs[r], 0};
     th[r].env.rank = r;
     th[r].env.nranks = DIRECT_THREADS;
     if (pthread_create(&ids[r], NULL, direct_thread_main, &th[r]) != 0) return 1;
@@ -205,6 +209,9 @@ static void test_direct_threads(void** state) {
   mp_opts o = MP_OPTS_INIT;
   o.no_id = 1;
   assert_int_equal(mp_launch(1, direct_threads_body, NULL, &o), 0);
+  if (strstr(getenv("BRAID_CUDA_LIB"), "cudasim") == NULL) return; /* one GPU there */
+  static int two_devices = 1;
+  assert_int_equal(mp_launch(1, direct_threads_body, &two_devices, &o), 0);
 }
 
 /* A group of collectives on one comm runs direct, each in turn (as
@@ -570,6 +577,50 @@ static int order_body(const mp_env* env) {
 static void test_ordering(void** state) {
   (void)state;
   assert_int_equal(mp_launch(3, order_body, NULL, NULL), 0);
+}
+
+/* Many calls queued on one stream before any runs: more than a chunk of
+ * stream gates (count 1, staged) and of deferred kernels (direct), each
+ * call on its own slice of one allocation; every result right once the
+ * stream drains. */
+#define QUEUED_CALLS 100
+#define QUEUED_BIG 20011
+
+static int queued_round(const mp_env* env, ncclComm_t comm, cudaStream_t s, size_t count) {
+  int n = env->nranks, bad = 0;
+  size_t total = count * QUEUED_CALLS, bytes = total * sizeof(int32_t);
+  int32_t* h = malloc(bytes);
+  void *in = NULL, *out = NULL;
+  if (!h || ncclMemAlloc(&in, bytes) || ncclMemAlloc(&out, bytes)) return 1;
+  for (size_t k = 0; k < total; k++) h[k] = env->rank + (int32_t)k;
+  bad += dev_copy(env, in, h, bytes);
+  for (int i = 0; i < QUEUED_CALLS && !bad; i++)
+    bad += mp_expect_rc(env, comm,
+                        ncclAllReduce((int32_t*)in + i * count, (int32_t*)out + i * count, count,
+                                      ncclInt32, ncclSum, comm, s),
+                        ncclSuccess, "queued allreduce");
+  bad += dev_sync(env, s) + dev_copy(env, h, out, bytes);
+  for (size_t k = 0; k < total && !bad; k++)
+    if (h[k] != n * (int32_t)k + n * (n - 1) / 2)
+      mp_fail(env, "count %zu: [%zu] = %d", count, k, h[k]), bad++;
+  ncclMemFree(in);
+  ncclMemFree(out);
+  free(h);
+  return bad;
+}
+
+static int queued_body(const mp_env* env) {
+  ncclComm_t comm;
+  cudaStream_t s;
+  if (dev_open(env, 0) || mp_comm_init(env, &comm) || (s = dev_stream(env)) == NULL) return 1;
+  int bad = queued_round(env, comm, s, 1) + queued_round(env, comm, s, QUEUED_BIG);
+  bad += mp_expect_rc(env, comm, ncclCommDestroy(comm), ncclSuccess, "ncclCommDestroy");
+  return bad;
+}
+
+static void test_many_queued(void** state) {
+  (void)state;
+  assert_int_equal(mp_launch(2, queued_body, NULL, NULL), 0);
 }
 
 /* The same with every stream on one queue: nothing Braid enqueues may
@@ -1019,6 +1070,7 @@ int main(void) {
       cmocka_unit_test(test_direct_killed_peer),
       cmocka_unit_test(test_mixed_buffers),
       cmocka_unit_test(test_ordering),
+      cmocka_unit_test(test_many_queued),
       cmocka_unit_test(test_one_queue),
       cmocka_unit_test(test_fallback),
       cmocka_unit_test(test_group_two_streams),
