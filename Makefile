@@ -272,15 +272,18 @@ deps:
 # (shrink after a kill, grow, revoke) run a second time under AddressSanitizer
 # and UBSan, built with the system compiler in $(BUILD)/san-asan/.
 LIFETIME_ASAN_TESTS := mp_test_lifetime mp_test_streams mp_test_api mp_test_resize mp_test_device
+# The build takes a job per core unless make was given -j (nvcc's two
+# kernels, minutes each, then compile side by side).
+BUILD_JOBS = $(if $(findstring jobserver,$(MAKEFLAGS)),,-j$(shell nproc))
 test: deps check-layers
-	@$(MAKE) --no-print-directory all tests
+	@$(MAKE) --no-print-directory $(BUILD_JOBS) all tests
 	@scripts/run-tests.sh $(BUILD)
 	@SAN_CC=$(CC) SAN_BUILD_PREFIX=$(BUILD)/san SAN_SEED_BUILD=$(BUILD) \
 	  SAN_TESTS="$(LIFETIME_ASAN_TESTS)" MAKE="$(MAKE)" \
 	  scripts/test-sanitize.sh asan
 
 run: deps
-	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory $(BUILD_JOBS) all
 	@scripts/run-local.sh $(BUILD)
 
 bench: deps

@@ -1,6 +1,7 @@
 /*
- * Loading the embedded fatbin into each context that launches (a module
- * per context, kept for the process) and sizing the grid: 256-thread
+ * Loading the embedded fatbins into each context that launches (two
+ * modules per context, kept for the process: kernels/cuda/reduce.cu and
+ * reduce_at.cu) and sizing the grid: 256-thread
  * blocks, up to 32 per SM, at most one thread per pair of 16-byte vectors
  * (the launch shapes measured on an H200, docs/gpu-validation.md).
  */
@@ -14,6 +15,7 @@
 #include "kernels.h"
 
 extern const unsigned char braid_fatbin_reduce[];
+extern const unsigned char braid_fatbin_reduce_at[];
 
 #define CUDA_MAX_CONTEXTS 64
 #define KERNEL_BLOCK 256u
@@ -36,7 +38,7 @@ static struct {
 static ncclResult_t kernel_for_current(const struct cuda_api* cu, struct loaded* out) {
   ncclResult_t res = ncclSuccess;
   CUcontext ctx = NULL;
-  CUmodule mod;
+  CUmodule mod, mod_at;
   CUdevice dev;
   CHECK(cuda_check(cu->cuCtxGetCurrent(&ctx), "cuCtxGetCurrent"));
   if (ctx == NULL) FAIL(ncclInvalidUsage, "CUDA: no current context to launch in");
@@ -57,7 +59,9 @@ static ncclResult_t kernel_for_current(const struct cuda_api* cu, struct loaded*
     res =
         cuda_check(cu->cuModuleGetFunction(&l.fn, mod, "braid_reduce_copy"), "cuModuleGetFunction");
   if (res == ncclSuccess)
-    res = cuda_check(cu->cuModuleGetFunction(&l.fn_at, mod, "braid_reduce_copy_at"),
+    res = cuda_check(cu->cuModuleLoadData(&mod_at, braid_fatbin_reduce_at), "cuModuleLoadData");
+  if (res == ncclSuccess)
+    res = cuda_check(cu->cuModuleGetFunction(&l.fn_at, mod_at, "braid_reduce_copy_at"),
                      "cuModuleGetFunction");
   if (res == ncclSuccess &&
       cu->cuDeviceGet(&dev, 0) == CUDA_SUCCESS) /* SM counts are alike across devices here */
