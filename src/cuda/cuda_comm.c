@@ -102,8 +102,9 @@ void cuda_comm_free(struct ncclComm* comm) {
   if (cc->own_proxy) stream_destroy(cc->proxy); /* its queued calls finish first */
   cuda_exec_detach(cc->exec, &comm->exec);
   if (cuda_ctx_enter(cc, &saved) == ncclSuccess) {
-    cuda_direct_free(cc->direct);
-    if (cuda_mirrors_free(&cc->mirrors, cu)) { /* no stream waits on a flag any more */
+    int passed = cuda_mirrors_free(&cc->mirrors, cu); /* no stream waits on a flag any more */
+    cuda_direct_free(cc->direct, passed);             /* nor runs a kernel on peers' buffers */
+    if (passed) {
       cuda_gates_free(&cc->gates, cu);
       cuda_deferred_free(&cc->deferred, cu);
     }

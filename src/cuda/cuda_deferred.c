@@ -70,7 +70,7 @@ void cuda_deferred_go(const struct work_deferred* d, const struct kern_dev_task*
 
 void cuda_deferred_skip(const struct work_deferred* d) {
   struct deferred_slot* s = d->slot;
-  if (s == NULL || __atomic_load_n(&s->go, __ATOMIC_ACQUIRE) == d->value) return;
+  if (s == NULL || (int64_t)(__atomic_load_n(&s->go, __ATOMIC_ACQUIRE) - d->value) >= 0) return;
   memset(&s->task, 0, sizeof(s->task));
   __atomic_store_n(&s->go, d->value, __ATOMIC_RELEASE);
 }

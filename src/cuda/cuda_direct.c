@@ -38,9 +38,14 @@ struct cuda_direct {
   int nranks;
   int* links;        /* per peer, -1 for this rank */
   int* same_process; /* per peer: its pointers are ours to use, no IPC */
+  uint64_t* heard;   /* per peer: the last call it said "done" or "fail" in */
   int any_remote;    /* some peer is in another process */
   struct cudaipc_cache* cache;
+  CUstream stream; /* synchronous calls' kernels */
   uint64_t seq;
+  int exposed;        /* this call's buffers went to every peer: they may use them */
+  int broken;         /* a call failed: the links are out of step */
+  int kernel_pending; /* a kernel with the peers' pointers may still run: keep the mappings */
 };
 
 /* ---- Who goes direct ---- */
@@ -98,8 +103,7 @@ static int op_direct(const struct work_op* op) {
   const struct exec_args* a = &op->args;
   int reads, writes, per_device = 1;
   if (op->kind != WORK_COLL || a->mem != MEM_DEVICE || a->pre || a->scalar_src ||
-      op->comm->exec.dev_backend == NULL || !tuner_allows_direct() ||
-      !comm_direct_shape(op->comm, &per_device))
+      !tuner_allows_direct() || !comm_direct_shape(op->comm, &per_device))
     return 0;
   if (!tuner_forces_direct() && !tuner_prefers_direct(op->comm, a->coll, op_bytes(op), per_device))
     return 0;
@@ -152,6 +156,7 @@ static ncclResult_t direct_get(struct ncclComm* comm, struct cuda_direct** out) 
   cc->direct = d; /* from here on cuda_direct_free (with the comm) undoes what is made */
   CHECK(braid_calloc(&d->links, (size_t)comm->nranks, sizeof(int)));
   CHECK(braid_calloc(&d->same_process, (size_t)comm->nranks, sizeof(int)));
+  CHECK(braid_calloc(&d->heard, (size_t)comm->nranks, sizeof(uint64_t)));
   d->nranks = comm->nranks;
   for (int p = 0; p < comm->nranks; p++) {
     d->links[p] = -1;
@@ -159,6 +164,9 @@ static ncclResult_t direct_get(struct ncclComm* comm, struct cuda_direct** out) 
     d->any_remote |= !d->same_process[p];
   }
   CHECK(cudaipc_cache_create(cc->handle, &d->cache));
+  /* non-blocking: a user stream waiting on a gate never holds a kernel back */
+  CHECK(cuda_check(cuda_driver()->cuStreamCreate(&d->stream, CU_STREAM_NON_BLOCKING),
+                   "cuStreamCreate(direct)"));
   CHECK(direct_links(comm, d));
   INFO(SUB_INIT, "Rank %d: direct calls on device buffers, %d ranks linked", comm->rank,
        comm->nranks);
@@ -167,13 +175,21 @@ fail:
   return res;
 }
 
-void cuda_direct_free(struct cuda_direct* d) {
+void cuda_direct_free(struct cuda_direct* d, int streams_passed) {
   if (d == NULL) return;
   for (int p = 0; d->links && p < d->nranks; p++)
     if (d->links[p] >= 0) close(d->links[p]);
-  cudaipc_cache_destroy(d->cache);
+  if (d->stream) {
+    cuda_driver()->cuStreamSynchronize(d->stream);
+    cuda_driver()->cuStreamDestroy(d->stream);
+  }
+  if (streams_passed && !d->kernel_pending)
+    cudaipc_cache_destroy(d->cache);
+  else if (d->cache) /* unmapped under a kernel, the peers' memory would fault it */
+    WARN("Direct: a kernel may still use peers' buffers: their mappings are left in place");
   free(d->links);
   free(d->same_process);
+  free(d->heard);
   free(d);
 }
 
@@ -191,6 +207,7 @@ static ncclResult_t link_lost(struct cuda_direct* d, int peer, ncclResult_t res)
       break;
     if (fd >= 0) close(fd);
     if (m.what == DIRECT_MSG_FAIL) {
+      d->heard[peer] = m.seq;
       WARN("Direct: rank %d failed in call %llu (its log says why)", peer,
            (unsigned long long)m.seq);
       return ncclRemoteError;
@@ -240,6 +257,7 @@ static ncclResult_t recv_msg(struct ncclComm* comm, struct cuda_direct* d, int p
   ncclResult_t res = ncclSuccess;
   res = cudaipc_fd_recv(d->links[peer], m, sizeof(*m), fd, comm->tctx.timeout_ms, &comm->aborted);
   if (res != ncclSuccess) return link_lost(d, peer, res);
+  if (m->what == DIRECT_MSG_DONE || m->what == DIRECT_MSG_FAIL) d->heard[peer] = m->seq;
   if (m->what == DIRECT_MSG_FAIL) {
     if (*fd >= 0) close(*fd), *fd = -1;
     FAIL(ncclRemoteError, "Direct: rank %d failed in call %llu (its log says why)", peer,
@@ -298,37 +316,50 @@ static void direct_task_resolve(const struct exec_args* a, const struct direct_t
 }
 
 /* Wait for this rank's kernel, queued on its stream at issue, to have run
- * the task just let go: the stream may be busy with the user's work
- * first, so after a short spin the wait sleeps, up to 100 us. */
-static ncclResult_t deferred_wait(struct ncclComm* comm, const struct work_deferred* k) {
-  uint64_t deadline = braid_now_ns() + (uint64_t)comm->tctx.timeout_ms * 1000000ull;
+ * the task just let go. It runs at once (the stream waits on nothing else
+ * before it), so neither an abort nor a peer's failure ends the wait: a
+ * kernel still reading and writing the peers' buffers must be done before
+ * anyone's stream goes on. Only a broken stream, or the timeout (then the
+ * mappings are kept for good), ends it early. */
+static ncclResult_t deferred_wait(struct ncclComm* comm, struct cuda_direct* d,
+                                  const struct work_op* op) {
+  uint64_t start = braid_now_ns(), next_check = start + 100000000ull;
+  uint64_t deadline = start + (uint64_t)comm->tctx.timeout_ms * 1000000ull;
   long nap_ns = 0;
-  while (!cuda_deferred_ran(k)) {
-    if (atomic_load(&comm->aborted)) {
-      WARN("Direct: rank %d was aborted while its stream ran its kernel", comm->rank);
-      return ncclSystemError;
-    }
+  while (!cuda_deferred_ran(&op->deferred)) {
+    if (!braid_backoff(&nap_ns) || braid_now_ns() < next_check) continue;
+    next_check = braid_now_ns() + 100000000ull;
+    if (cuda_stream_check(comm->cuda->ctx, op->stream) != ncclSuccess)
+      return ncclUnhandledCudaError;
     if (braid_now_ns() > deadline) {
+      d->kernel_pending = 1;
       WARN("Direct: rank %d's stream did not run its kernel within %lld ms", comm->rank,
            (long long)comm->tctx.timeout_ms);
       return ncclSystemError;
     }
-    braid_backoff(&nap_ns);
   }
   return ncclSuccess;
 }
 
+/* The kernel on the comm's own stream, waited for. */
+static ncclResult_t sync_run(struct cuda_direct* d, const struct kern_dev_task* t) {
+  ncclResult_t res = ncclSuccess;
+  CHECK(cuda_reduce_copy(t, d->stream));
+  CHECK(cuda_check(cuda_driver()->cuStreamSynchronize(d->stream), "cuStreamSynchronize(direct)"));
+fail:
+  return res;
+}
+
 /* Run this rank's task: on its stream where the call is gated there (the
- * kernel is queued, waiting for it), else on the executor's device
- * backend, blocking until it is done. */
-static ncclResult_t task_run(struct ncclComm* comm, const struct work_op* op,
+ * kernel is queued, waiting for it), else on the comm's own stream,
+ * blocking until it is done. */
+static ncclResult_t task_run(struct ncclComm* comm, struct cuda_direct* d, const struct work_op* op,
                              const struct kern_task* t) {
-  if (op->deferred.slot == NULL)
-    return t->n ? exec_backend_run(comm->exec.dev_backend, comm->exec.dev_state, t) : ncclSuccess;
   struct kern_dev_task dt;
   cuda_task_to_dev(t, &dt);
+  if (op->deferred.slot == NULL) return t->n ? sync_run(d, &dt) : ncclSuccess;
   cuda_deferred_go(&op->deferred, &dt);
-  return deferred_wait(comm, &op->deferred);
+  return deferred_wait(comm, d, op);
 }
 
 static ncclResult_t direct_call(struct ncclComm* comm, struct cuda_direct* d,
@@ -347,13 +378,15 @@ static ncclResult_t direct_call(struct ncclComm* comm, struct cuda_direct* d,
        sched_coll_name(a->coll), a->count, d->nranks);
   bufs[me][DIRECT_SEND] = reads ? (char*)a->sendbuff : NULL;
   bufs[me][DIRECT_RECV] = writes ? (char*)a->recvbuff : NULL;
+  d->exposed = 0;
   CHECK(post_buffer(comm, d, DIRECT_SEND, bufs[me][DIRECT_SEND]));
   CHECK(post_buffer(comm, d, DIRECT_RECV, bufs[me][DIRECT_RECV]));
+  d->exposed = 1;
   for (int p = 0; p < d->nranks; p++)
     if (p != me) CHECK(map_peer(comm, d, p, bufs[p]));
   CHECK(direct_plan(a->coll, me, d->nranks, a->root, a->count, a->stride, MAX(16 / es, 1), &plan));
   direct_task_resolve(a, &plan, (char* const(*)[2])bufs, &task);
-  CHECK(task_run(comm, op, &task));
+  CHECK(task_run(comm, d, op, &task));
   struct direct_msg done = {d->seq, DIRECT_MSG_DONE, 0, 0, {0}};
   for (int p = 0; p < d->nranks; p++)
     if (p != me) {
@@ -379,15 +412,47 @@ static void tell_failure(struct ncclComm* comm, struct cuda_direct* d) {
     if (p != comm->rank && d->links[p] >= 0) cudaipc_fd_try_send(d->links[p], &m, sizeof(m));
 }
 
+/* A failed call whose buffers every peer got: a peer's kernel may be using
+ * them, so this rank's stream waits until each peer has said its last word
+ * of the call ("done" or "fail"), closed its link, or the timeout or an
+ * abort passed. */
+static void drain_peers(struct ncclComm* comm, struct cuda_direct* d) {
+  uint64_t deadline = braid_now_ns() + (uint64_t)comm->tctx.timeout_ms * 1000000ull;
+  for (int p = 0; p < d->nranks; p++) {
+    if (p == comm->rank || d->links[p] < 0 || d->heard[p] == d->seq) continue;
+    for (;;) {
+      struct direct_msg m;
+      int fd = -1;
+      int64_t left_ms = (int64_t)(deadline - braid_now_ns()) / 1000000;
+      if (left_ms <= 0 ||
+          cudaipc_fd_recv(d->links[p], &m, sizeof(m), &fd, left_ms, &comm->aborted) != ncclSuccess)
+        break;
+      if (fd >= 0) close(fd);
+      if (m.seq == d->seq && (m.what == DIRECT_MSG_DONE || m.what == DIRECT_MSG_FAIL)) break;
+    }
+  }
+}
+
 ncclResult_t cuda_direct_run(struct work_op* op) {
   ncclResult_t res = ncclSuccess;
   struct ncclComm* comm = op->comm;
   struct cuda_direct* d = NULL;
   CUcontext saved;
+  res = (ncclResult_t)atomic_load(&comm->error);
+  if (res != ncclSuccess) return res; /* an earlier op of the unit failed, and said so */
   CHECK(cuda_ctx_enter(comm->cuda, &saved));
   res = direct_get(comm, &d);
-  if (res == ncclSuccess) res = direct_call(comm, d, op);
-  if (res != ncclSuccess && d != NULL) tell_failure(comm, d);
+  if (res == ncclSuccess && d->broken) {
+    WARN("Direct: rank %d's links are out of step after an earlier failure", comm->rank);
+    res = ncclInvalidUsage;
+  } else if (res == ncclSuccess) {
+    res = direct_call(comm, d, op);
+  }
+  if (res != ncclSuccess && d != NULL && !d->broken) {
+    d->broken = 1;
+    tell_failure(comm, d);
+    if (d->exposed) drain_peers(comm, d);
+  }
   cuda_ctx_restore(saved);
 fail:
   return res;

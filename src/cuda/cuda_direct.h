@@ -55,7 +55,8 @@ ncclResult_t cuda_direct_arm(struct work_op* op, CUstream stream);
  * kernel there, else on the comm's internal stream. */
 ncclResult_t cuda_direct_run(struct work_op* op);
 
-/* Close the links and unmap what the cache holds (in the comm's context). */
-void cuda_direct_free(struct cuda_direct* d);
+/* Close the links and (once every stream passed what was queued on it:
+ * streams_passed) unmap what the cache holds; in the comm's context. */
+void cuda_direct_free(struct cuda_direct* d, int streams_passed);
 
 #endif /* BRAID_CUDA_DIRECT_H_ */

@@ -57,10 +57,7 @@ static int error_is_sticky(CUresult r) {
   }
 }
 
-/* The proxy's check on a stream that has not reached its gate yet. Its
- * thread queries in relaxed capture mode, so that a graph being captured
- * by another thread is neither refused to us nor spoiled by us. */
-static ncclResult_t cuda_gate_check(const struct work_gate* g) {
+ncclResult_t cuda_stream_check(void* ctx, void* stream) {
   const struct cuda_api* cu = cuda_driver();
   static __thread int relaxed;
   CUcontext now = NULL;
@@ -68,15 +65,19 @@ static ncclResult_t cuda_gate_check(const struct work_gate* g) {
     CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
     relaxed = cu->cuThreadExchangeStreamCaptureMode(&mode) == CUDA_SUCCESS;
   }
-  if (cu->cuCtxGetCurrent(&now) == CUDA_SUCCESS && now != (CUcontext)g->ctx)
-    cu->cuCtxSetCurrent((CUcontext)g->ctx);
-  CUresult r = cu->cuStreamQuery((CUstream)g->stream);
+  if (cu->cuCtxGetCurrent(&now) == CUDA_SUCCESS && now != (CUcontext)ctx)
+    cu->cuCtxSetCurrent((CUcontext)ctx);
+  CUresult r = cu->cuStreamQuery((CUstream)stream);
   if (!error_is_sticky(r)) return ncclSuccess;
   const char* name = "?";
   cu->cuGetErrorName(r, &name);
   WARN("CUDA stream %p failed (%s) before reaching a call queued on it: the call is cancelled",
-       g->stream, name);
+       stream, name);
   return ncclUnhandledCudaError;
+}
+
+static ncclResult_t cuda_gate_check(const struct work_gate* g) {
+  return cuda_stream_check(g->ctx, g->stream);
 }
 
 ncclResult_t cuda_gate_arm(struct cuda_gates* g, const struct cuda_api* cu, CUstream stream,

@@ -40,4 +40,12 @@ struct cuda_gate_inner {
 ncclResult_t cuda_gate_arm(struct cuda_gates* g, const struct cuda_api* cu, CUstream stream,
                            const struct cuda_gate_inner* inner, struct work_gate* out);
 
+/* A proxy's look at a stream it waits for (in context ctx, made current
+ * on this thread): ncclSuccess while the stream can still get there,
+ * ncclUnhandledCudaError with a WARN once it hit an error after which its
+ * context runs nothing more. Queries in relaxed capture mode, so that a
+ * graph being captured by another thread is neither refused to us nor
+ * spoiled by us. */
+ncclResult_t cuda_stream_check(void* ctx, void* stream);
+
 #endif /* BRAID_CUDA_GATE_H_ */

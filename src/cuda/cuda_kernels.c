@@ -58,11 +58,14 @@ static ncclResult_t kernel_for_current(const struct cuda_api* cu, struct loaded*
   if (res == ncclSuccess)
     res =
         cuda_check(cu->cuModuleGetFunction(&l.fn, mod, "braid_reduce_copy"), "cuModuleGetFunction");
-  if (res == ncclSuccess)
-    res = cuda_check(cu->cuModuleLoadData(&mod_at, braid_fatbin_reduce_at), "cuModuleLoadData");
-  if (res == ncclSuccess)
-    res = cuda_check(cu->cuModuleGetFunction(&l.fn_at, mod_at, "braid_reduce_copy_at"),
-                     "cuModuleGetFunction");
+  /* the second kernel is for gated direct calls only: without it they
+   * fail (cuda_reduce_copy_at), everything else works */
+  if (res == ncclSuccess &&
+      (cuda_check(cu->cuModuleLoadData(&mod_at, braid_fatbin_reduce_at), "cuModuleLoadData") !=
+           ncclSuccess ||
+       cuda_check(cu->cuModuleGetFunction(&l.fn_at, mod_at, "braid_reduce_copy_at"),
+                  "cuModuleGetFunction") != ncclSuccess))
+    l.fn_at = NULL;
   if (res == ncclSuccess &&
       cu->cuDeviceGet(&dev, 0) == CUDA_SUCCESS) /* SM counts are alike across devices here */
     cu->cuDeviceGetAttribute(&l.sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev);
@@ -107,6 +110,7 @@ ncclResult_t cuda_reduce_copy_at(CUdeviceptr task, uint64_t n_max, CUstream stre
   struct loaded k;
   if (cu == NULL) FAIL(ncclInvalidUsage, "CUDA: a kernel launch without a CUDA driver");
   CHECK(kernel_for_current(cu, &k));
+  if (k.fn_at == NULL) FAIL(ncclUnhandledCudaError, "CUDA: braid_reduce_copy_at did not load");
   CHECK(launch(cu, k.fn_at, grid_for(&k, n_max), &task, stream));
 fail:
   return res;

@@ -84,12 +84,14 @@ static int scalar_span(const struct work_op* op, struct stage_span* sp) {
   return 1;
 }
 
-/* Whether a collective runs on the device backend where its buffers are:
+/* Whether a collective runs on the device where its buffers are: direct,
+ * or on the device backend:
  * not with `colls` (everything staged), not without a backend (its setup
  * failed), nor when a buffer it uses is host memory (kernels cannot read
  * pageable memory; the device ones are staged and it runs on the host). */
 static int coll_stays(const struct work_op* op, int colls) {
   int reads, writes;
+  if (op->direct) return 1; /* its kernels read and write the buffers (cuda_direct.h) */
   coll_uses(op, &reads, &writes);
   return !colls && op->comm->exec.dev_backend != NULL && op->args.mem != MEM_HOST &&
          (!reads || is_device(op->args.sendbuff)) && (!writes || is_device(op->args.recvbuff));

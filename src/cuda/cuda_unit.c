@@ -147,7 +147,7 @@ static ncclResult_t unit_run_synchronously(struct work_op* ops, int n, const CUs
     work_cancel(ops, n);
     return res;
   }
-  if (cuda_direct_wanted(ops, n))
+  if (cuda_direct_wanted(ops, n)) /* a non-blocking init's peers are known only now */
     for (int i = 0; i < n; i++) ops[i].direct = 1;
   ran = work_run(ops, n);
   for (int k = 0; k < ns; k++) CHECK(stream_stage(ops, n, streams[k], STAGE_OUT_SYNC));
@@ -230,10 +230,10 @@ ncclResult_t cuda_unit_dispatch(struct work_op* ops, int n) {
   struct cuda_comm* cc = ops[0].comm->cuda;
   /* a direct unit stages nothing: its kernels read and write the buffers */
   int direct = cuda_direct_wanted(ops, n), gated = unit_gated(ops, n, ns);
+  for (int i = 0; i < n && direct; i++) ops[i].direct = 1;
   for (int k = 0; k < ns && res == ncclSuccess; k++)
     res = stream_stage(ops, n, streams[k], gated && !direct ? STAGE_IN_GATED : STAGE_IN_SYNC);
   if (res == ncclSuccess && !gated) return unit_run_synchronously(ops, n, streams, ns);
-  for (int i = 0; i < n && direct; i++) ops[i].direct = 1;
   if (res == ncclSuccess) res = unit_gate(ops, n, streams[0], direct, &gate);
   if (res == ncclSuccess) {
     res = stream_submit_gated(cc->proxy, ops, n, &gate, 1);

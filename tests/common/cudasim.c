@@ -35,7 +35,8 @@
  *    (every stream is being captured), CUDASIM_STREAM_ERROR (stream queries
  *    report a broken context), CUDASIM_HIDE=name (that entry point is
  *    missing, as from an older driver), CUDASIM_NO_EXPORT (cuMem exports
- *    fail from then on), CUDASIM_NO_REGISTER (cuMemHostRegister fails).
+ *    fail from then on), CUDASIM_NO_IMPORT (cuMem imports fail),
+ *    CUDASIM_NO_REGISTER (cuMemHostRegister fails).
  */
 #include <cuda.h>
 #include <pthread.h>

@@ -238,6 +238,7 @@ CUresult sim_vmm_import(CUmemGenericAllocationHandle* h, void* os_handle,
                         CUmemAllocationHandleType type) {
   struct stat st;
   int fd = (int)(intptr_t)os_handle;
+  if (getenv("CUDASIM_NO_IMPORT")) return CUDA_ERROR_NOT_PERMITTED; /* tests: nothing comes in */
   if (type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR || fstat(fd, &st) != 0)
     return CUDA_ERROR_INVALID_VALUE;
   struct sim_vmm* v = calloc(1, sizeof(*v));

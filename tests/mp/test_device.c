@@ -403,11 +403,11 @@ static void test_direct_registered(void** state) {
   launch_twice(3, direct_registered_body, NULL);
 }
 
-/* A rank whose direct call fails on its own (here: its export refused)
- * tells its peers, which fail at once with ncclRemoteError, naming a
- * failed rank (rank 1, or one that failed because of it), instead of
- * waiting out the timeout for buffers it will never describe. */
-static int direct_failure_body(const mp_env* env) {
+/* Rank 1's direct call fails on its own, the simulated driver refusing
+ * what `knob` names: it tells its peers, which fail at once with
+ * ncclRemoteError, naming a failed rank (rank 1, or one that failed
+ * because of it), instead of waiting out the timeout. */
+static int rank1_fails(const mp_env* env, const char* knob) {
   ncclComm_t comm;
   cudaStream_t s;
   void* d = NULL;
@@ -415,7 +415,7 @@ static int direct_failure_body(const mp_env* env) {
   direct_mode(env);
   if (dev_open(env, 0) || mp_comm_init(env, &comm) || (s = dev_stream(env)) == NULL) return 1;
   if (ncclMemAlloc(&d, REG_COUNT * sizeof(float))) return 1;
-  if (env->rank == 1) setenv("CUDASIM_NO_EXPORT", "1", 1);
+  if (env->rank == 1) setenv(knob, "1", 1);
   ncclResult_t rc = ncclAllReduce(d, d, REG_COUNT, ncclFloat32, ncclSum, comm, s);
   const char* why = ncclGetLastError(comm);
   rc = direct_outcome(env, comm, s, rc);
@@ -429,10 +429,28 @@ static int direct_failure_body(const mp_env* env) {
   return bad;
 }
 
+/* Before its peers got its buffers: its export refused. */
+static int direct_failure_body(const mp_env* env) {
+  return rank1_fails(env, "CUDASIM_NO_EXPORT");
+}
+
 static void test_direct_failure(void** state) {
   (void)state;
   if (strstr(getenv("BRAID_CUDA_LIB"), "cudasim") == NULL) skip();
   launch_twice(3, direct_failure_body, NULL);
+}
+
+/* After every peer got its buffers (it cannot map theirs): it holds its
+ * stream until each peer said its last word, since their kernels may be
+ * using its buffers. */
+static int direct_late_failure_body(const mp_env* env) {
+  return rank1_fails(env, "CUDASIM_NO_IMPORT");
+}
+
+static void test_direct_late_failure(void** state) {
+  (void)state;
+  if (strstr(getenv("BRAID_CUDA_LIB"), "cudasim") == NULL) skip();
+  launch_twice(3, direct_late_failure_body, NULL);
 }
 
 /* A rank killed while the others wait for its buffers in a direct call
@@ -1067,6 +1085,7 @@ int main(void) {
       cmocka_unit_test(test_direct_realloc),
       cmocka_unit_test(test_direct_registered),
       cmocka_unit_test(test_direct_failure),
+      cmocka_unit_test(test_direct_late_failure),
       cmocka_unit_test(test_direct_killed_peer),
       cmocka_unit_test(test_mixed_buffers),
       cmocka_unit_test(test_ordering),
