@@ -99,7 +99,9 @@ HAVE_MPI    := $(shell command -v $(MPICC) >/dev/null 2>&1 && echo 1)
 MPI_PERF    := $(if $(HAVE_MPI),$(patsubst perf/%.c,$(BINDIR)/%,$(wildcard perf/mpi_*.c)))
 
 # test_cuda_* need the toolkit's cuda.h and the simulated driver: HAVE_CUDA only.
-UNIT_SRCS  := $(filter-out $(if $(filter 1,$(HAVE_CUDA)),,tests/unit/test_cuda_%.c),\
+# test_ib_* need <infiniband/verbs.h> and the verbs emulation: HAVE_IBVERBS only.
+UNIT_SRCS  := $(filter-out $(if $(filter 1,$(HAVE_CUDA)),,tests/unit/test_cuda_%.c) \
+                $(if $(filter 1,$(HAVE_IBVERBS)),,tests/unit/test_ib_%.c),\
                 $(wildcard tests/unit/test_*.c))
 UNIT_BINS  := $(patsubst tests/unit/%.c,$(TSTDIR)/%,$(UNIT_SRCS))
 MP_COMMON  := $(filter-out tests/mp/test_%.c,$(wildcard tests/mp/*.c))
@@ -218,6 +220,18 @@ $(TSTDIR)/test_cuda_%: tests/unit/test_cuda_%.c $(UNIT_COMMON) tests/common/*.h 
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(TEST_INC) -I$(CUDA_HOME)/include $(LDFLAGS) $< $(UNIT_COMMON) -o $@ \
 	  $(STLIB) -lcmocka -ldl $(LDLIBS)
+endif
+
+# The verbs emulation (tests/common/fakeverbs) that LD_LIBRARY_PATH selects
+# in place of libibverbs.so.1, and the unit tests of transports/ib.
+ifeq ($(HAVE_IBVERBS),1)
+FAKEVERBS := $(TSTDIR)/fakeverbs/libibverbs.so.1
+$(FAKEVERBS): tests/common/fakeverbs/*.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -shared -Wl,-soname,libibverbs.so.1 $^ -o $@
+$(TSTDIR)/test_ib_%: tests/unit/test_ib_%.c $(STLIB) $(FAKEVERBS)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(TEST_INC) $(LDFLAGS) $< -o $@ $(STLIB) -lcmocka -ldl $(LDLIBS)
 endif
 
 $(TSTDIR)/mp_test_%: tests/mp/test_%.c $(MP_COMMON) tests/mp/*.h $(STLIB)

@@ -48,6 +48,10 @@
       "bootstrap waits and stalled calls fail after this")                                       \
   /* the transport table (transports/transport_table.c) */                                       \
   STR(net, "NCCL_NET", NULL, "Socket", 0, "network between hosts: Socket (only one built)")      \
+  /* InfiniBand / RoCE (transports/ib: the probe of NCCL_NET=IB so far) */                       \
+  STR(ib_hca, "NCCL_IB_HCA", NULL, "every active port", 0,                                       \
+      "HCAs to use: name[:port] list, prefixes, ^ excludes, = exact names")                      \
+  INT(ib_disable, "NCCL_IB_DISABLE", 0, 0, 1, 0, "1: no InfiniBand, even if NCCL_NET=IB")        \
   /* shared memory (transports/shm) */                                                           \
   INT(shm_disable, "NCCL_SHM_DISABLE", 0, 0, 1, 0, "1: ranks of one node talk TCP")              \
   INT(shm_nslots, "BRAID_SHM_NSLOTS", 32, 1, 4096, 0, "slots per shared-memory FIFO")            \

@@ -14,6 +14,9 @@
 #include "mem.h"
 #include "param.h"
 #include "transport.h"
+#ifdef BRAID_HAVE_IBVERBS
+#include "ib/ib_probe.h"
+#endif
 
 static const struct transport* const k_table[] = {&shm_transport, &tcp_transport};
 #define TABLE_SIZE (sizeof(k_table) / sizeof(k_table[0]))
@@ -72,6 +75,9 @@ ncclResult_t transport_table_init(struct transport_ctx* ctx) {
   const char* net = param_net();
   ctx->net = net_named(net);
   if (ctx->net != NULL) return ncclSuccess;
+#ifdef BRAID_HAVE_IBVERBS
+  if (strcasecmp(net, "IB") == 0) return ib_probe_refuse(); /* says what it found */
+#endif
   WARN("NCCL_NET=%s : no such network in this build (Socket)", net);
   return ncclInvalidArgument;
 }

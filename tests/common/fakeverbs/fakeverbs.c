@@ -1,0 +1,141 @@
+/*
+ * A stand-in for libibverbs.so.1 for the tests (never in the library),
+ * selected by the library path: LD_LIBRARY_PATH=build/tests/fakeverbs.
+ * So far it emulates what the IB probe calls: devices and their ports.
+ *
+ *   FAKEVERBS_HCAS   comma list of name:ports[:eth] (default: none), e.g.
+ *                    "mlx5_0:2,roce0:1:eth"; every port active, 4x EDR
+ *                    (100 Gb/s), LIDs from 1; ":eth" ports are RoCE
+ *   FAKEVERBS_DOWN   comma list of name:port that are down
+ *   FAKEVERBS_SYSFS  where each HCA's sysfs directory is (<dir>/<name>,
+ *                    read for device/numa_node)
+ */
+#include <errno.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <infiniband/verbs.h>
+
+#define FV_MAX_HCAS 16
+#define FV_EXPORT __attribute__((visibility("default")))
+
+struct fv_hca {
+  struct ibv_device dev; /* first: the library's handle is its address */
+  int nports;
+  int eth;
+};
+
+struct fv_context {
+  struct ibv_context ctx;
+  struct fv_hca* hca;
+};
+
+static struct fv_hca g_hcas[FV_MAX_HCAS];
+static int g_nhcas = -1;
+
+static void fv_load(void) {
+  const char* spec = getenv("FAKEVERBS_HCAS");
+  const char* sysfs = getenv("FAKEVERBS_SYSFS");
+  char buf[1024];
+  g_nhcas = 0;
+  if (spec == NULL) return;
+  snprintf(buf, sizeof(buf), "%s", spec);
+  for (char *save = NULL, *e = strtok_r(buf, ",", &save); e && g_nhcas < FV_MAX_HCAS;
+       e = strtok_r(NULL, ",", &save)) {
+    struct fv_hca* h = &g_hcas[g_nhcas++];
+    char* f1 = strchr(e, ':');
+    char* f2 = f1 ? strchr(f1 + 1, ':') : NULL;
+    if (f1) *f1 = '\0';
+    if (f2) *f2 = '\0';
+    memset(h, 0, sizeof(*h));
+    snprintf(h->dev.name, sizeof(h->dev.name), "%s", e);
+    snprintf(h->dev.ibdev_path, sizeof(h->dev.ibdev_path), "%s/%s", sysfs ? sysfs : "/nonexistent",
+             e);
+    h->dev.node_type = IBV_NODE_CA;
+    h->dev.transport_type = IBV_TRANSPORT_IB;
+    h->nports = f1 ? atoi(f1 + 1) : 1;
+    h->eth = f2 && strcmp(f2 + 1, "eth") == 0;
+  }
+}
+
+static int port_down(const char* name, int port) {
+  const char* down = getenv("FAKEVERBS_DOWN");
+  char want[96];
+  if (down == NULL) return 0;
+  snprintf(want, sizeof(want), "%s:%d", name, port);
+  for (const char* p = down; (p = strstr(p, want)) != NULL; p++) {
+    size_t n = strlen(want);
+    if ((p == down || p[-1] == ',') && (p[n] == '\0' || p[n] == ',')) return 1;
+  }
+  return 0;
+}
+
+FV_EXPORT struct ibv_device** ibv_get_device_list(int* n) {
+  if (g_nhcas < 0) fv_load();
+  struct ibv_device** list = calloc((size_t)g_nhcas + 1, sizeof(*list));
+  if (list == NULL) return NULL;
+  for (int i = 0; i < g_nhcas; i++) list[i] = &g_hcas[i].dev;
+  if (n) *n = g_nhcas;
+  return list;
+}
+
+FV_EXPORT void ibv_free_device_list(struct ibv_device** list) {
+  free(list);
+}
+
+FV_EXPORT const char* ibv_get_device_name(struct ibv_device* dev) {
+  return dev->name;
+}
+
+FV_EXPORT struct ibv_context* ibv_open_device(struct ibv_device* dev) {
+  struct fv_context* c = calloc(1, sizeof(*c));
+  if (c == NULL) return NULL;
+  c->ctx.device = dev;
+  c->hca = (struct fv_hca*)dev;
+  return &c->ctx;
+}
+
+FV_EXPORT int ibv_close_device(struct ibv_context* ctx) {
+  free(ctx);
+  return 0;
+}
+
+FV_EXPORT int ibv_query_device(struct ibv_context* ctx, struct ibv_device_attr* attr) {
+  const struct fv_hca* h = ((struct fv_context*)ctx)->hca;
+  memset(attr, 0, sizeof(*attr));
+  attr->phys_port_cnt = (uint8_t)h->nports;
+  attr->max_qp = 1 << 16;
+  attr->max_cqe = 1 << 22;
+  attr->max_mr_size = UINT64_MAX;
+  return 0;
+}
+
+/* verbs.h wraps the library's entry point, whose attributes are the older
+ * layout (a prefix of ibv_port_attr up to link_layer), in an inline. */
+#undef ibv_query_port
+FV_EXPORT int ibv_query_port(struct ibv_context* ctx, uint8_t port,
+                             struct _compat_ibv_port_attr* compat) {
+  const struct fv_hca* h = ((struct fv_context*)ctx)->hca;
+  struct ibv_port_attr* attr = (struct ibv_port_attr*)compat;
+  if (port < 1 || port > h->nports) return EINVAL;
+  memset(attr, 0, offsetof(struct ibv_port_attr, flags));
+  attr->state = port_down(h->dev.name, port) ? IBV_PORT_DOWN : IBV_PORT_ACTIVE;
+  attr->link_layer = h->eth ? IBV_LINK_LAYER_ETHERNET : IBV_LINK_LAYER_INFINIBAND;
+  attr->active_width = 2;  /* 4x */
+  attr->active_speed = 32; /* EDR: 25 Gb/s a lane */
+  attr->active_mtu = IBV_MTU_4096;
+  attr->lid = h->eth ? 0 : (uint16_t)(1 + (h - g_hcas) * 8 + port);
+  attr->gid_tbl_len = 4;
+  return 0;
+}
+
+FV_EXPORT int ibv_query_gid(struct ibv_context* ctx, uint8_t port, int index, union ibv_gid* gid) {
+  const struct fv_hca* h = ((struct fv_context*)ctx)->hca;
+  if (port < 1 || port > h->nports || index < 0 || index >= 4) return EINVAL;
+  memset(gid, 0, sizeof(*gid));
+  gid->raw[0] = 0xfe, gid->raw[1] = 0x80; /* link-local, then the HCA and port */
+  gid->raw[14] = (uint8_t)(h - g_hcas), gid->raw[15] = port;
+  return 0;
+}
