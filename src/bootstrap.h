@@ -21,7 +21,7 @@
 
 #define BOOTSTRAP_MAGIC 0x44494152u /* "RAID" little-endian: Braid id */
 /* 3: job keys, the root's data secret, refusal replies; 4: blobs; 5: control addresses */
-#define BOOTSTRAP_VERSION 5u
+#define BOOTSTRAP_VERSION 6u
 #define BOOTSTRAP_MAX_RANKS (1 << 20)
 
 /* What a ncclUniqueId holds; the remaining bytes of the 128 are zero. */
@@ -41,6 +41,8 @@ struct peer_info {
   uint64_t host_hash; /* hostname + boot id, or NCCL_HOSTID */
   int32_t cuda_dev;
   int32_t ncpus;                /* online cores of its host (topology) */
+  uint64_t cuda_uuid;           /* its device's UUID, hashed (0: none) */
+  uint64_t cuda_view;           /* the UUIDs its process sees, in order, hashed */
   uint32_t nic_mbps;            /* speed of the NIC its sockets use, 0 if unknown */
   uint32_t mem_mbps;            /* its host's measured memcpy bandwidth, MB/s */
   int32_t bell_fd;              /* its progress engine's bell pipe, in its process */

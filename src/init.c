@@ -201,6 +201,9 @@ static void comm_describe_self(struct ncclComm* comm, const struct topo_system* 
                              .bell_fd = comm->progress.bell_fd[0],
                              .bell_ino = comm->progress.bell_ino,
                              .ctrl = comm->ctrl_addr};
+#ifdef BRAID_HAVE_CUDA
+  cuda_device_identity(comm->cuda_dev, &mine->cuda_uuid, &mine->cuda_view);
+#endif
 }
 
 /* Nodes from the peers' host hashes; the first rank of each node logs

@@ -22,6 +22,29 @@ int cuda_current_device(void) {
   return cu->cuCtxGetDevice(&dev) == CUDA_SUCCESS ? (int)dev : 0;
 }
 
+/* FNV-1a, continued from h. */
+static uint64_t hash_bytes(uint64_t h, const void* p, size_t n) {
+  for (size_t i = 0; i < n; i++) h = (h ^ ((const unsigned char*)p)[i]) * 0x100000001b3ull;
+  return h;
+}
+
+void cuda_device_identity(int dev, uint64_t* uuid, uint64_t* view) {
+  const struct cuda_api* cu = cuda_driver();
+  int n = 0;
+  *uuid = *view = 0;
+  if (cu == NULL || dev < 0 || cu->cuDeviceGetCount(&n) != CUDA_SUCCESS) return;
+  uint64_t v = 0xcbf29ce484222325ull;
+  for (int i = 0; i < n; i++) {
+    CUdevice d;
+    CUuuid id;
+    if (cu->cuDeviceGet(&d, i) != CUDA_SUCCESS || cu->cuDeviceGetUuid(&id, d) != CUDA_SUCCESS)
+      return;
+    v = hash_bytes(v, id.bytes, sizeof(id.bytes));
+    if (i == dev) *uuid = hash_bytes(0xcbf29ce484222325ull, id.bytes, sizeof(id.bytes));
+  }
+  *view = v;
+}
+
 int cuda_peer_in_process(const struct ncclComm* comm, int p) {
   const struct peer_info* me = &comm->peers[comm->rank];
   return comm->peers[p].pid == me->pid && comm->peers[p].host_hash == me->host_hash;

@@ -40,6 +40,12 @@ struct cuda_comm {
  * without a driver. What ncclCommCuDevice reports for a comm made here. */
 int cuda_current_device(void);
 
+/* What names device `dev` across processes: a hash of its UUID, and one
+ * of the UUIDs of every device this process sees, in ordinal order (two
+ * processes number devices alike when theirs agree: not so under
+ * different CUDA_VISIBLE_DEVICES). Zeros without a driver. */
+void cuda_device_identity(int dev, uint64_t* uuid, uint64_t* view);
+
 /* Whether another rank of the comm lives in this process (ranks as
  * threads, ncclCommInitAll): their streams share one CUDA context, where a
  * stream waiting on a host flag that depends on another stream of the same

@@ -74,20 +74,27 @@ static int devices_reach(const struct ncclComm* comm) {
 }
 
 /* 2..DIRECT_MAX_RANKS ranks on this host, their devices in reach;
- * *per_device gets the most ranks sharing one device. */
+ * *per_device gets the most ranks sharing one device. Devices are told
+ * apart by UUID; ordinals (for the reach check) mean the same device in
+ * every rank only where their processes see the same devices in the same
+ * order: else direct needs every rank on one device. */
 static int comm_direct_shape(const struct ncclComm* comm, int* per_device) {
   const struct peer_info* me;
+  int one_view = 1, one_device = 1;
   if (comm->nranks < 2 || comm->nranks > DIRECT_MAX_RANKS || cuda_comm_shares_process(comm) < 0)
     return 0; /* the peers are not known yet: a non-blocking init still running */
   me = &comm->peers[comm->rank];
   *per_device = 1;
   for (int p = 0; p < comm->nranks; p++) {
+    const struct peer_info* q = &comm->peers[p];
     int same = 0;
-    if (comm->peers[p].host_hash != me->host_hash) return 0;
-    for (int q = 0; q < comm->nranks; q++) same += peer_device(comm, q) == peer_device(comm, p);
+    if (q->host_hash != me->host_hash || q->cuda_uuid == 0) return 0;
+    one_view &= q->cuda_view == comm->peers[0].cuda_view;
+    one_device &= q->cuda_uuid == comm->peers[0].cuda_uuid;
+    for (int o = 0; o < comm->nranks; o++) same += comm->peers[o].cuda_uuid == q->cuda_uuid;
     *per_device = MAX(*per_device, same);
   }
-  return devices_reach(comm);
+  return one_device || (one_view && devices_reach(comm));
 }
 
 /* The buffer size the tuner models (the larger of the two, as for host

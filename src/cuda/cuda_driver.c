@@ -62,6 +62,7 @@ static int resolve(get_proc_fn get_proc, const char* lib) {
       CUDA_SYM(cuStreamGetId),
       CUDA_SYM(cuThreadExchangeStreamCaptureMode),
       CUDA_SYM(cuDeviceCanAccessPeer),
+      CUDA_SYM(cuDeviceGetUuid),
       CUDA_SYM(cuStreamWaitValue64),
       CUDA_SYM(cuStreamWriteValue64),
       CUDA_SYM(cuStreamWaitEvent),

@@ -43,6 +43,7 @@ struct cuda_api {
   CUresult (*cuStreamGetId)(CUstream, unsigned long long*);
   CUresult (*cuThreadExchangeStreamCaptureMode)(CUstreamCaptureMode*);
   CUresult (*cuDeviceCanAccessPeer)(int*, CUdevice, CUdevice);
+  CUresult (*cuDeviceGetUuid)(CUuuid*, CUdevice);
   CUresult (*cuStreamWaitValue64)(CUstream, CUdeviceptr, cuuint64_t, unsigned int);
   CUresult (*cuStreamWriteValue64)(CUstream, CUdeviceptr, cuuint64_t, unsigned int);
   CUresult (*cuStreamWaitEvent)(CUstream, CUevent, unsigned int);

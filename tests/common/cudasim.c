@@ -36,7 +36,8 @@
  *    report a broken context), CUDASIM_HIDE=name (that entry point is
  *    missing, as from an older driver), CUDASIM_NO_EXPORT (cuMem exports
  *    fail from then on), CUDASIM_NO_IMPORT (cuMem imports fail),
- *    CUDASIM_NO_REGISTER (cuMemHostRegister fails).
+ *    CUDASIM_NO_REGISTER (cuMemHostRegister fails), CUDASIM_VISIBLE=list
+ *    (the physical devices behind the ordinals: their UUIDs).
  */
 #include <cuda.h>
 #include <pthread.h>
@@ -118,6 +119,21 @@ static CUresult sim_device_count(int* n) {
 static CUresult sim_device_get(CUdevice* d, int ordinal) {
   if (ordinal < 0 || ordinal >= g_ndev) return CUDA_ERROR_INVALID_DEVICE;
   *d = ordinal;
+  return CUDA_SUCCESS;
+}
+
+/* A device's UUID names its physical device: the ordinal, or what
+ * CUDASIM_VISIBLE maps it to (a comma list of physical numbers, as
+ * CUDA_VISIBLE_DEVICES renumbers a process's devices). */
+static CUresult sim_device_uuid(CUuuid* id, CUdevice d) {
+  const char* visible = getenv("CUDASIM_VISIBLE");
+  int physical = d;
+  if (d < 0 || d >= g_ndev) return CUDA_ERROR_INVALID_DEVICE;
+  for (int i = 0; visible && i < d; i++)
+    visible = strchr(visible, ',') ? strchr(visible, ',') + 1 : NULL;
+  if (visible) physical = atoi(visible);
+  memset(id, 0, sizeof(*id));
+  snprintf(id->bytes, sizeof(id->bytes), "cudasim-gpu%d", physical);
   return CUDA_SUCCESS;
 }
 
@@ -642,6 +658,7 @@ static const struct {
     {"cuDeviceGetCount", (void*)sim_device_count},
     {"cuDeviceGet", (void*)sim_device_get},
     {"cuDeviceGetAttribute", (void*)sim_device_attribute},
+    {"cuDeviceGetUuid", (void*)sim_device_uuid},
     {"cuDevicePrimaryCtxRetain", (void*)sim_primary_retain},
     {"cuDevicePrimaryCtxRelease", (void*)sim_primary_release},
     {"cuCtxGetCurrent", (void*)sim_ctx_get},

@@ -453,6 +453,40 @@ static void test_direct_late_failure(void** state) {
   launch_twice(3, direct_late_failure_body, NULL);
 }
 
+/* Processes that number devices differently (CUDA_VISIBLE_DEVICES: each
+ * sees its own GPU as device 0) cannot check that their GPUs reach each
+ * other: no direct, unless they share one GPU. Shown with exports refused
+ * (CUDASIM_NO_EXPORT), which only a direct call needs: on two physical
+ * GPUs the call stages and succeeds; on one (arg set) it goes direct and
+ * fails, so the knob bites. */
+static int visible_body(const mp_env* env) {
+  ncclComm_t comm;
+  cudaStream_t s;
+  void* d = NULL;
+  char physical[8];
+  int bad = 0;
+  snprintf(physical, sizeof(physical), "%d", env->arg ? 0 : env->rank);
+  setenv("CUDASIM_VISIBLE", physical, 1);
+  if (dev_open(env, 0) || mp_comm_init(env, &comm) || (s = dev_stream(env)) == NULL) return 1;
+  if (ncclMemAlloc(&d, REG_COUNT * sizeof(float))) return 1;
+  setenv("CUDASIM_NO_EXPORT", "1", 1);
+  ncclResult_t rc = ncclAllReduce(d, d, REG_COUNT, ncclFloat32, ncclSum, comm, s);
+  rc = direct_outcome(env, comm, s, rc);
+  if (!env->arg && rc != ncclSuccess)
+    mp_fail(env, "ranks on different GPUs numbered alike went direct: %d", (int)rc), bad++;
+  if (env->arg && rc == ncclSuccess)
+    mp_fail(env, "ranks sharing a GPU did not go direct (the knob did not bite)"), bad++;
+  ncclCommAbort(comm);
+  ncclMemFree(d);
+  return bad;
+}
+
+static void test_direct_visible_devices(void** state) {
+  (void)state;
+  if (strstr(getenv("BRAID_CUDA_LIB"), "cudasim") == NULL) skip();
+  launch_twice(2, visible_body, NULL);
+}
+
 /* A rank killed while the others wait for its buffers in a direct call
  * (gated: their streams wait on their flags): they get an error (its links
  * close), not a hang, their streams drain, and the next call fails. */
@@ -1086,6 +1120,7 @@ int main(void) {
       cmocka_unit_test(test_direct_registered),
       cmocka_unit_test(test_direct_failure),
       cmocka_unit_test(test_direct_late_failure),
+      cmocka_unit_test(test_direct_visible_devices),
       cmocka_unit_test(test_direct_killed_peer),
       cmocka_unit_test(test_mixed_buffers),
       cmocka_unit_test(test_ordering),
