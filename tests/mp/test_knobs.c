@@ -172,11 +172,15 @@ static int choice_body(const mp_env* env) {
   return bad != 0;
 }
 
+/* A network this build does not know fails init with ncclInvalidArgument;
+ * IB, known but without a usable device or transport here, with
+ * ncclInvalidUsage (arg set). */
 static int bad_net_body(const mp_env* env) {
   ncclComm_t comm = NULL;
-  setenv("NCCL_NET", "IB", 1);
+  setenv("NCCL_NET", env->arg ? "IB" : "Carrier-Pigeon", 1);
   return mp_expect_rc(env, NULL, ncclCommInitRank(&comm, env->nranks, env->id, env->rank),
-                      ncclInvalidArgument, "ncclCommInitRank with NCCL_NET=IB");
+                      env->arg ? ncclInvalidUsage : ncclInvalidArgument,
+                      "ncclCommInitRank with a network this build cannot use");
 }
 
 static void test_transport_choice(void** state) {
@@ -192,6 +196,10 @@ static void test_transport_choice(void** state) {
     assert_int_equal(mp_launch(3, choice_body, (void*)&cases[i], &o), 0);
   }
   assert_int_equal(mp_launch(2, bad_net_body, NULL, &o), 0);
+#ifdef BRAID_HAVE_IBVERBS
+  static int ib = 1;
+  assert_int_equal(mp_launch(2, bad_net_body, &ib, &o), 0);
+#endif
 }
 
 int main(void) {
