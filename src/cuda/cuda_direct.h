@@ -21,7 +21,7 @@
  *    the gate. No kernel waits for another rank; streams wait on flags.
  *  - synchronous (ranks as threads, several streams, no memory
  *    operations): the unit's streams were synchronized first
- *    (cuda_unit.c), the kernel runs on the comm's internal stream, and the
+ *    (cuda_unit.c), the kernel runs on a stream of the direct state, and the
  *    call blocks until every rank's task is done.
  * Either way a peer's failure (its link closes, or it says "fail"),
  * BRAID_TIMEOUT_MS or an abort ends the call with an error, and a gated
@@ -36,14 +36,15 @@
 
 struct cuda_direct;
 
-/* Whether the unit ops[0..n) runs direct: collectives of one comm (each
- * runs in turn, blocking), each on device buffers (not a PreMulSum),
- * 2..DIRECT_MAX_RANKS ranks, all on this host with their devices in reach
- * of each other, and NCCL_ALGO allows Direct; by default only where every
- * rank is a thread of one process (whose calls are synchronous anyway),
- * everywhere when NCCL_ALGO names Direct. Every rank decides alike. Threads
- * each need one comm of their own (as NCCL wants without a group): a
- * direct call blocks its thread until every rank made the call. */
+/* Whether the unit ops[0..n) runs direct: collectives of one comm (run in
+ * turn), each on device buffers (not a PreMulSum), 2..DIRECT_MAX_RANKS
+ * ranks, all on this host with their devices in reach of each other
+ * (compared by UUID), and NCCL_ALGO allows Direct; where NCCL_ALGO names
+ * it, always, else where the tuner's device model says it is faster
+ * (tuner_device.c). Every rank decides alike: the inputs are the peer
+ * table, the call and NCCL_ALGO. Threads each need one comm of their own
+ * (as NCCL wants without a group): their direct calls are synchronous, and
+ * block until every rank made the call. */
 int cuda_direct_wanted(const struct work_op* ops, int n);
 
 /* Queue op's kernel on `stream` (the comm's context current) for a call
@@ -52,7 +53,7 @@ int cuda_direct_wanted(const struct work_op* ops, int n);
 ncclResult_t cuda_direct_arm(struct work_op* op, CUstream stream);
 
 /* Run op's collective direct: on its stream if cuda_direct_arm queued its
- * kernel there, else on the comm's internal stream. */
+ * kernel there, else on a stream of the direct state, waited for. */
 ncclResult_t cuda_direct_run(struct work_op* op);
 
 /* Close the links and (once every stream passed what was queued on it:
