@@ -283,7 +283,7 @@ static void nap(void) {
 }
 
 static int wait_done(const struct sim_op* op) {
-  uint64_t v = *op->addr;
+  uint64_t v = __atomic_load_n(op->addr, __ATOMIC_ACQUIRE); /* the host wrote before its flag */
   switch (op->flags & 0xf) {
     case CU_STREAM_WAIT_VALUE_GEQ:
       return (int64_t)(v - op->value) >= 0;
