@@ -132,6 +132,10 @@ for cfg in "${configs[@]}"; do
       continue
     fi
   fi
+  # The simulated CUDA driver of this build, instrumented like the tests:
+  # the main build's would hide its atomics (the gates' flags) from TSan.
+  sim=$build/tests/libcudasim.so
+  if [ -z "${BRAID_CUDA_LIB:-}" ] && [ -f "$sim" ]; then export BRAID_CUDA_LIB=$sim; fi
   for b in "${units[@]}" "${mps[@]}"; do
     args=()
     [ "$b" = test_abi ] && args=("$build/lib/libnccl.so.2")

@@ -1056,7 +1056,7 @@ static int stream_error_body(const mp_env* env) {
       mp_fail(env, "a failed stream: async error %d, expected ncclUnhandledCudaError", (int)async),
           bad++;
     unsetenv("CUDASIM_STREAM_ERROR");
-    hold = 1; /* the stream goes on: its gate is open already */
+    __atomic_store_n(&hold, 1, __ATOMIC_RELEASE); /* the stream goes on: its gate is open */
     bad += dev_sync(env, s);
   }
   __atomic_fetch_add((int*)&env->shm[0], 1, __ATOMIC_SEQ_CST);
