@@ -11,4 +11,3 @@ extern "C" __global__ void braid_reduce_copy(struct kern_dev_task t) {
   uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
   kern_dev_task_run(&t, first, stride);
 }
-
