@@ -6,7 +6,6 @@
 #include "comm.h"
 #include "core.h"
 #include "cuda_comm.h"
-#include "cuda_deferred.h"
 #include "cuda_direct.h"
 #include "cuda_gate.h"
 #include "cuda_stage.h"
@@ -168,13 +167,12 @@ struct direct_inner {
   int n;
 };
 
+/* On a failure the unit is cancelled, and work.c lets the kernels queued
+ * so far go with empty tasks. */
 static ncclResult_t direct_kernels_arm(void* arg, CUstream s) {
   ncclResult_t res = ncclSuccess;
   struct direct_inner* in = arg;
   for (int i = 0; i < in->n && res == ncclSuccess; i++) res = cuda_direct_arm(&in->ops[i], s);
-  if (res != ncclSuccess) /* the ones queued must not wait */
-    for (int i = 0; i < in->n; i++)
-      if (in->ops[i].deferred.slot) cuda_deferred_skip(&in->ops[i].deferred);
   return res;
 }
 
