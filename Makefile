@@ -105,8 +105,8 @@ UNIT_SRCS  := $(filter-out $(if $(filter 1,$(HAVE_CUDA)),,tests/unit/test_cuda_%
                 $(wildcard tests/unit/test_*.c))
 UNIT_BINS  := $(patsubst tests/unit/%.c,$(TSTDIR)/%,$(UNIT_SRCS))
 MP_COMMON  := $(filter-out tests/mp/test_%.c,$(wildcard tests/mp/*.c))
-# mp_test_device runs device buffers on the simulated driver: HAVE_CUDA only.
-MP_SRCS    := $(filter-out $(if $(filter 1,$(HAVE_CUDA)),,tests/mp/test_device.c),\
+# mp_test_device* run device buffers on the simulated driver: HAVE_CUDA only.
+MP_SRCS    := $(filter-out $(if $(filter 1,$(HAVE_CUDA)),,tests/mp/test_device%.c),\
                 $(wildcard tests/mp/test_*.c))
 MP_BINS    := $(patsubst tests/mp/%.c,$(TSTDIR)/mp_%,$(MP_SRCS))
 
@@ -237,7 +237,7 @@ endif
 $(TSTDIR)/mp_test_%: tests/mp/test_%.c $(MP_COMMON) tests/mp/*.h $(STLIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(TEST_INC) $(LDFLAGS) -Itests/mp $< $(MP_COMMON) -o $@ $(STLIB) -lcmocka $(LDLIBS)
-$(TSTDIR)/mp_test_device: $(CUDASIM)
+$(TSTDIR)/mp_test_device $(TSTDIR)/mp_test_device_p2p: $(CUDASIM)
 
 # ---------------------------------------------------------------- braid-train (trainer/)
 # Data-parallel SGD on Fashion-MNIST. Built with mpicc when Open MPI is present: under mpirun

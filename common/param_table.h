@@ -52,6 +52,9 @@
   STR(ib_hca, "NCCL_IB_HCA", NULL, "every active port", 0,                                       \
       "HCAs to use: name[:port] list, prefixes, ^ excludes, = exact names")                      \
   INT(ib_disable, "NCCL_IB_DISABLE", 0, 0, 1, 0, "1: no InfiniBand, even if NCCL_NET=IB")        \
+  /* CUDA IPC (transports/cudaipc) */                                                            \
+  INT(p2p_disable, "NCCL_P2P_DISABLE", 0, 0, 1, 0,                                               \
+      "1: device buffers of one node's ranks go through host memory, not CUDA IPC")              \
   /* shared memory (transports/shm) */                                                           \
   INT(shm_disable, "NCCL_SHM_DISABLE", 0, 0, 1, 0, "1: ranks of one node talk TCP")              \
   INT(shm_nslots, "BRAID_SHM_NSLOTS", 32, 1, 4096, 0, "slots per shared-memory FIFO")            \

@@ -65,9 +65,9 @@ ncclResult_t comm_check_call(const struct ncclComm* comm, const char* fn) {
 
 /* Every connection of the comm, both channels and directions. */
 static void comm_conns_apply(struct ncclComm* comm, int close_them) {
-  struct transport_conn** tables[4] = {comm->send_conns, comm->recv_conns, comm->p2p_send,
-                                       comm->p2p_recv};
-  for (int t = 0; t < 4; t++)
+  struct transport_conn** tables[6] = {comm->send_conns, comm->recv_conns,   comm->p2p_send,
+                                       comm->p2p_recv,   comm->p2p_send_dev, comm->p2p_recv_dev};
+  for (int t = 0; t < 6; t++)
     for (int p = 0; tables[t] && p < comm->nranks; p++) {
       struct transport_conn* c = __atomic_load_n(&tables[t][p], __ATOMIC_ACQUIRE); /* connect.c */
       if (c == NULL) continue;
@@ -113,6 +113,7 @@ void comm_free(struct ncclComm* comm) {
   mem_regs_free(&comm->regs); /* while the transports that pinned them are up */
   comm_conns_apply(comm, 1);
   transport_accept_free(&comm->tctx);
+  transport_states_free(&comm->tctx);
   if (comm->tctx.listen_fd >= 0) close(comm->tctx.listen_fd);
   if (comm->ctrl_fd >= 0) close(comm->ctrl_fd);
   comm->tctx.listen_fd = comm->ctrl_fd = -1;
@@ -124,10 +125,14 @@ void comm_free(struct ncclComm* comm) {
   free(comm->recv_conns);
   free(comm->p2p_send);
   free(comm->p2p_recv);
+  free(comm->p2p_send_dev);
+  free(comm->p2p_recv_dev);
   free(comm->peers);
   free(comm->peer_transport);
-  comm->peer_transport = NULL;
+  free(comm->peer_transport_dev);
+  comm->peer_transport = comm->peer_transport_dev = NULL;
   comm->send_conns = comm->recv_conns = comm->p2p_send = comm->p2p_recv = NULL;
+  comm->p2p_send_dev = comm->p2p_recv_dev = NULL;
   comm->peers = NULL;
   comm->magic = 0;
   comm_unref(comm);

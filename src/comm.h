@@ -48,7 +48,10 @@ struct ncclComm {
   struct transport_conn** recv_conns;
   struct transport_conn** p2p_send; /* send/recv: their own connections */
   struct transport_conn** p2p_recv;
-  const struct transport** peer_transport; /* per peer, chosen at first need */
+  struct transport_conn** p2p_send_dev; /* send/recv of device memory device to device */
+  struct transport_conn** p2p_recv_dev;
+  const struct transport** peer_transport;     /* per peer, chosen at first need */
+  const struct transport** peer_transport_dev; /* the same, for device buffers */
   /* Work runs in the order it was issued, whichever thread or stream runs
    * it: issue takes a ticket, running waits for its turn. */
   pthread_mutex_t turn_lock;

@@ -26,10 +26,22 @@ static int op_peers(struct work_op* op, int* peers, int* sends, int* recvs) {
   return 1;
 }
 
-static struct transport_conn** conn_slot(struct work_op* op, int peer, int send) {
+struct transport_conn** work_conn_slot(struct work_op* op, int peer, int send) {
   struct ncclComm* c = op->comm;
   if (op->kind == WORK_COLL) return send ? &c->send_conns[peer] : &c->recv_conns[peer];
+  if (op->ipc) return send ? &c->p2p_send_dev[peer] : &c->p2p_recv_dev[peer];
   return send ? &c->p2p_send[peer] : &c->p2p_recv[peer];
+}
+
+/* The transport of an operation's messages to `peer`: device to device
+ * for ipc operations (their dispatch checked there is one). */
+static ncclResult_t op_transport(struct work_op* op, int peer, const struct transport** t) {
+  struct transport_ctx* ctx = &op->comm->tctx;
+  if (!op->ipc) return transport_for_peer(ctx, peer, t);
+  *t = transport_for_peer_device(ctx, peer);
+  if (*t) return ncclSuccess;
+  WARN("Rank %d: no transport moves device memory to rank %d any more", ctx->rank, peer);
+  return ncclInternalError;
 }
 
 /* A new connection enters the comm's tables with a release store: an
@@ -47,10 +59,10 @@ static ncclResult_t connect_phase(struct work_op* ops, int n, int send) {
     for (int j = 0; j < m; j++) {
       struct transport_ctx* ctx = &ops[i].comm->tctx;
       const struct transport* t;
-      CHECK(transport_for_peer(ctx, peers[j], &t));
+      CHECK(op_transport(&ops[i], peers[j], &t));
       if (t->connect_duplex && sends[j] && recvs[j]) {
-        struct transport_conn **s = conn_slot(&ops[i], peers[j], 1),
-                              **r = conn_slot(&ops[i], peers[j], 0);
+        struct transport_conn **s = work_conn_slot(&ops[i], peers[j], 1),
+                              **r = work_conn_slot(&ops[i], peers[j], 0);
         struct transport_conn *got_s = NULL, *got_r = NULL;
         if (*s == NULL && *r == NULL)
           res = t->connect_duplex(ctx, peers[j], ops[i].kind != WORK_COLL, send, &got_s, &got_r);
@@ -60,7 +72,7 @@ static ncclResult_t connect_phase(struct work_op* ops, int n, int send) {
         continue;
       }
       if (!(send ? sends[j] : recvs[j])) continue;
-      struct transport_conn** slot = conn_slot(&ops[i], peers[j], send);
+      struct transport_conn** slot = work_conn_slot(&ops[i], peers[j], send);
       struct transport_conn* got = NULL;
       if (*slot) continue;
       if (send)

@@ -20,7 +20,6 @@
 
 #ifdef BRAID_HAVE_CUDA
 #include "cuda/cuda_comm.h"
-#include "cudaipc/cudaipc_mem.h"
 #endif
 
 #define CONFIG_MAGIC 0xcafebeefu
@@ -81,23 +80,11 @@ ncclResult_t comm_config_read(const ncclConfig_t* user, ncclConfig_t* out) {
 /* ncclCommRegister'ed ranges reach the transports that pin or map memory;
  * a device buffer is exported for CUDA IPC once, not at every call. */
 static ncclResult_t regs_attach(void* tctx, struct mem_reg* reg) {
-#ifdef BRAID_HAVE_CUDA
-  if (mem_query(reg->base) == MEM_DEVICE)
-    cudaipc_export_make(reg->base, (struct cudaipc_export**)&reg->ipc);
-#endif
-  ncclResult_t res = transport_register(tctx, reg->base, reg->size, reg->handles);
-#ifdef BRAID_HAVE_CUDA
-  if (res != ncclSuccess) cudaipc_export_free(reg->ipc), reg->ipc = NULL;
-#endif
-  return res;
+  return transport_register(tctx, reg->base, reg->size, reg->handles);
 }
 
 static void regs_detach(void* tctx, struct mem_reg* reg) {
   transport_deregister(tctx, reg->handles);
-#ifdef BRAID_HAVE_CUDA
-  cudaipc_export_free(reg->ipc);
-  reg->ipc = NULL;
-#endif
 }
 
 /* The comm's executor context: its collective connections, its layout
@@ -124,7 +111,10 @@ static ncclResult_t comm_setup_local(struct ncclComm* comm, union socket_addr* l
   CHECK(braid_calloc(&comm->recv_conns, (size_t)comm->nranks, sizeof(struct transport_conn*)));
   CHECK(braid_calloc(&comm->p2p_send, (size_t)comm->nranks, sizeof(struct transport_conn*)));
   CHECK(braid_calloc(&comm->p2p_recv, (size_t)comm->nranks, sizeof(struct transport_conn*)));
+  CHECK(braid_calloc(&comm->p2p_send_dev, (size_t)comm->nranks, sizeof(struct transport_conn*)));
+  CHECK(braid_calloc(&comm->p2p_recv_dev, (size_t)comm->nranks, sizeof(struct transport_conn*)));
   CHECK(braid_calloc(&comm->peer_transport, (size_t)comm->nranks, sizeof(struct transport*)));
+  CHECK(braid_calloc(&comm->peer_transport_dev, (size_t)comm->nranks, sizeof(struct transport*)));
   CHECK(comm_exec_init(comm));
   CHECK(socket_local_addr(listen, NULL, 0));
   if (listen->sa.sa_family == AF_INET)
@@ -178,6 +168,7 @@ static ncclResult_t comm_create(struct ncclComm** out, int nranks, const ncclUni
       .aborted = &comm->aborted,
       .waits = &comm->waits,
       .chosen = comm->peer_transport,
+      .chosen_device = comm->peer_transport_dev,
   };
   CHECK(transport_table_init(&comm->tctx));
   *out = comm;

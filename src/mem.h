@@ -36,8 +36,8 @@ struct mem_reg {
   size_t size;
   int window; /* 1: a window, with its flags in win_flags */
   int win_flags;
-  void* handles[MEM_REG_HANDLES]; /* the attach hook's, by transport id */
-  void* ipc; /* device memory: its CUDA IPC export, kept while registered (NULL: none) */
+  void* handles[MEM_REG_HANDLES]; /* the attach hook's, by transport id (cudaipc: the
+                                     CUDA IPC export of device memory, or NULL) */
   struct mem_reg* next;
 };
 

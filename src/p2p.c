@@ -92,9 +92,7 @@ ncclResult_t p2p_match_self(struct work_op* ops, int n) {
  * check completion. */
 ncclResult_t p2p_step(struct work_op* op, uint64_t pass, int* progressed) {
   ncclResult_t res = ncclSuccess;
-  struct ncclComm* comm = op->comm;
-  struct transport_conn* c =
-      op->kind == WORK_SEND ? comm->p2p_send[op->peer] : comm->p2p_recv[op->peer];
+  struct transport_conn* c = *work_conn_slot(op, op->peer, op->kind == WORK_SEND);
   if (!op->started) {
     if (c->stall_pass == pass || c->posted - c->completed >= TRANSPORT_MAX_INFLIGHT) {
       c->stall_pass = pass;
@@ -102,6 +100,7 @@ ncclResult_t p2p_step(struct work_op* op, uint64_t pass, int* progressed) {
     }
     op->seq = c->posted;
     struct transport_buf b = mem_transport_buf(op->buf, op->bytes, op->mem, op->reg, c->ops);
+    if (op->deferred.slot) b.launch = &op->deferred; /* a gated ipc send's copy */
     CHECK(c->ops->post(c, &b, NULL));
     op->started = 1;
     *progressed = 1;

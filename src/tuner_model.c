@@ -64,8 +64,10 @@ static void link_socket(struct tuner_link* l, const struct tuner_model* m, doubl
   for (int a = 0; a < ALGO_COUNT; a++) l->beta_us_per_kb[a] = MAX(l->beta_us_per_kb[a], wire);
 }
 
-/* The link costs of each transport of the table (transports/transport.h),
- * from the topology (ranks per core, NIC speed) and measurement (memcpy). */
+/* The link costs of each transport of the table (transports/transport.h)
+ * that moves host memory, from the topology (ranks per core, NIC speed)
+ * and measurement (memcpy). cudaipc moves only device buffers, which the
+ * device model prices (tuner_device.c): it is never intra_transport. */
 typedef void (*link_fill_fn)(struct tuner_link* l, const struct tuner_model* m, double f,
                              int across_nodes);
 static const link_fill_fn k_link_fill[TRANSPORT_COUNT] = {

@@ -40,6 +40,7 @@ struct work_op {
   uint64_t ticket;     /* this unit's turn on op->comm (same for all its ops there) */
   cudaStream_t stream; /* the stream the call named */
   int direct;          /* a collective run by the direct algorithm (src/cuda/cuda_direct.h) */
+  int ipc; /* p2p on device memory moved device to device (transports/cudaipc), not staged */
   struct work_deferred deferred; /* direct and gated: its kernel, queued on the stream */
 };
 
@@ -91,5 +92,7 @@ void work_plan(struct work_op* ops, int n);
  * sends first, then all receives, so that ranks (or one thread driving many
  * comms) never wait on each other. */
 ncclResult_t work_connect(struct work_op* ops, int n);
+/* Where op's connection with `peer` (send or receive side) is kept. */
+struct transport_conn** work_conn_slot(struct work_op* op, int peer, int send);
 
 #endif /* BRAID_WORK_H_ */

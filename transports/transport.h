@@ -53,6 +53,28 @@ static inline void transport_wait_on_fd(struct transport_waits* w) {
 }
 
 struct transport;
+struct cudaipc_cache;
+struct work_deferred;
+
+/* The transports of the table (transport_table.c), in the order a pair of
+ * ranks tries them. The tuner keeps one link cost per id. */
+enum transport_id { TRANSPORT_CUDAIPC = 0, TRANSPORT_SHM, TRANSPORT_NET_SOCKET, TRANSPORT_COUNT };
+
+/* The comm's device, made at its first device call (src/cuda/cuda_comm.c):
+ * what a transport that moves device memory needs. */
+struct transport_device {
+  void* context;               /* CUcontext of the comm's device */
+  void* copy_stream;           /* CUstream: copies of synchronous calls, waited for */
+  struct cudaipc_cache* cache; /* peers' allocations mapped here (shared with Direct) */
+  int mappings_in_use;         /* a kernel may still use them: never unmap (timeout) */
+  /* Copy `bytes` device to device (the comm's context entered here). With
+   * `launch` (a gated call's, transport_buf): that kernel gets the copy,
+   * and runs when its stream gets there (watch launch_ran); bytes 0 lets
+   * it go empty. Without: on copy_stream, waited for. */
+  ncclResult_t (*copy)(struct transport_device* dev, const struct work_deferred* launch, void* dst,
+                       const void* src, size_t bytes);
+  int (*launch_ran)(const struct work_deferred* launch);
+};
 
 /* What a transport may know of its communicator. */
 struct transport_ctx {
@@ -69,7 +91,12 @@ struct transport_ctx {
   /* per peer: the transport that carries the pair, chosen at first need
    * (transport_for_peer), NULL until then */
   const struct transport** chosen;
-  const struct transport* net; /* the network NCCL_NET names */
+  /* per peer: the transport of device buffers, as `chosen` (NULL: not yet;
+   * transport_none: none moves device memory between the two) */
+  const struct transport** chosen_device;
+  const struct transport* net;     /* the network NCCL_NET names */
+  struct transport_device* device; /* NULL until the comm's first device call */
+  void* state[TRANSPORT_COUNT];    /* what a transport keeps per comm (free_state) */
 };
 
 /* What call a message belongs to, as its poster describes it: opaque to
@@ -86,13 +113,18 @@ enum transport_mismatch { TRANSPORT_MATCH = 0, TRANSPORT_OTHER_CALL, TRANSPORT_O
 
 /* A message's buffer as its poster describes it: where, how long, which
  * kind of memory (one TRANSPORT_CAP_*_MEM bit), and the registration that
- * covers it for transports that need one (NULL: none). A transport keeps
- * what it needs of it: the descriptor itself may live on the stack. */
+ * covers it for transports that need one (NULL: none). A device-memory
+ * send of a call gated on its stream names the kernel launch queued there
+ * for its copy (src/cuda/cuda_deferred.h): a transport that copies device
+ * to device gives that launch its task, never work on a stream of its own
+ * (which could queue behind the gated stream). A transport keeps what it
+ * needs of it: the descriptor itself may live on the stack. */
 struct transport_buf {
   void* ptr;
   size_t bytes;
   unsigned mem;
   void* reg;
+  const struct work_deferred* launch; /* NULL: none */
 };
 
 /* Messages a connection can hold in flight; the executor keeps fewer. */
@@ -119,10 +151,6 @@ struct transport_conn {
 ncclResult_t transport_check_message(struct transport_conn* conn, uint64_t seq, uint64_t bytes,
                                      const struct transport_tag* tag, uint64_t want_seq,
                                      uint64_t want_bytes, const struct transport_tag* want_tag);
-
-/* The transports of the table (transport_table.c), in the order a pair of
- * ranks tries them. The tuner keeps one link cost per id. */
-enum transport_id { TRANSPORT_SHM = 0, TRANSPORT_NET_SOCKET, TRANSPORT_COUNT };
 
 /* Capabilities: the memory kinds a transport moves, and what wakes a rank
  * that sleeps on one of its connections (transport_waits). */
@@ -177,6 +205,11 @@ struct transport {
   /* Make the peer see end-of-stream now (error cascade, abort). */
   void (*shutdown)(struct transport_conn* conn);
   void (*close)(struct transport_conn* conn);
+  /* Optional: the comm made its device (ctx->device is set): get ready to
+   * move device memory. */
+  ncclResult_t (*device_attach)(struct transport_ctx* ctx);
+  /* Optional: free ctx->state[id], after every connection closed. */
+  void (*free_state)(struct transport_ctx* ctx);
 };
 
 /* Whether conn's transport moves the memory kind of b; a WARN if not
@@ -186,7 +219,7 @@ int transport_moves(const struct transport_conn* conn, const struct transport_bu
 /* Post `bytes` at `ptr`, memory of kind `mem` (TRANSPORT_CAP_*_MEM). */
 static inline ncclResult_t transport_post(struct transport_conn* c, void* ptr, size_t bytes,
                                           unsigned mem, const struct transport_tag* tag) {
-  struct transport_buf b = {ptr, bytes, mem, NULL};
+  struct transport_buf b = {ptr, bytes, mem, NULL, NULL};
   return c->ops->post(c, &b, tag);
 }
 static inline ncclResult_t transport_post_host(struct transport_conn* c, void* ptr, size_t bytes,
@@ -196,6 +229,10 @@ static inline ncclResult_t transport_post_host(struct transport_conn* c, void* p
 
 extern const struct transport tcp_transport;
 extern const struct transport shm_transport;
+extern const struct transport cudaipc_transport;
+/* The chosen_device entry of a pair that no transport joins for device
+ * memory: their device buffers go through pinned host slots. */
+extern const struct transport transport_none;
 
 /* ---- the transport table (transport_table.c) ---- */
 
@@ -234,6 +271,11 @@ const struct transport* transport_select(const struct transport_ctx* ctx, int a,
  * logged at INFO; ncclSystemError with a WARN if none can join them. */
 ncclResult_t transport_for_peer(struct transport_ctx* ctx, int peer, const struct transport** out);
 
+/* The transport that moves device buffers between this rank and `peer`
+ * without host memory (cudaipc), chosen once and logged at INFO; NULL
+ * where none can (then they are staged through host memory). */
+const struct transport* transport_for_peer_device(struct transport_ctx* ctx, int peer);
+
 /* Remove the shared-memory segments of this host and shared-memory domain
  * (bootstrap_shm_domain(); 0: shared memory is off) whose creator died
  * before they were unlinked. Once per process; see shm_names.c. */
@@ -241,5 +283,13 @@ void transport_shm_sweep(uint64_t domain);
 
 /* Close the incoming connections nobody claimed (see tcp). */
 void transport_accept_free(struct transport_ctx* ctx);
+
+/* The comm's device is made: ctx->device = dev, and every transport that
+ * moves device memory gets ready (device_attach). */
+ncclResult_t transport_device_attach(struct transport_ctx* ctx, struct transport_device* dev);
+
+/* Free what each transport kept for the comm (ctx->state), once its
+ * connections are closed. */
+void transport_states_free(struct transport_ctx* ctx);
 
 #endif /* BRAID_TRANSPORT_H_ */

@@ -6,7 +6,10 @@
  * Each transport's blob (where it listens, what names its segments) has a
  * slice of peer_info.blobs, in the same order. NCCL's knobs steer the choice:
  * NCCL_SHM_DISABLE (a rank announces no shared-memory domain, so no pair
- * with it passes shm's check) and NCCL_NET, which names the network.
+ * with it passes shm's check), NCCL_P2P_DISABLE (no cudaipc) and NCCL_NET,
+ * which names the network. Host buffers and device buffers choose apart:
+ * only cudaipc moves device memory as it is; the others move pinned host
+ * slots the device path stages through.
  */
 #include <strings.h>
 
@@ -18,7 +21,11 @@
 #include "ib/ib_probe.h"
 #endif
 
-static const struct transport* const k_table[] = {&shm_transport, &tcp_transport};
+static const struct transport* const k_table[] = {
+#ifdef BRAID_HAVE_CUDA
+    &cudaipc_transport, /* device buffers only: the host ones go on to shm */
+#endif
+    &shm_transport, &tcp_transport};
 #define TABLE_SIZE (sizeof(k_table) / sizeof(k_table[0]))
 _Static_assert(TRANSPORT_COUNT <= MEM_REG_HANDLES, "a registration keeps a handle per transport");
 
@@ -110,4 +117,33 @@ ncclResult_t transport_for_peer(struct transport_ctx* ctx, int peer, const struc
   }
   *out = t;
   return ncclSuccess;
+}
+
+/* No transport: what chosen_device holds for a pair none joins. */
+const struct transport transport_none = {.name = "none (staged through host memory)"};
+
+const struct transport* transport_for_peer_device(struct transport_ctx* ctx, int peer) {
+  const struct transport* t = ctx->chosen_device[peer];
+  if (ctx->device == NULL) return NULL; /* no device call yet: nothing to move */
+  if (t == NULL) {
+    t = transport_select(ctx, ctx->rank, peer, TRANSPORT_CAP_DEVICE_MEM);
+    if (t == NULL) t = &transport_none;
+    ctx->chosen_device[peer] = t;
+    INFO(SUB_INIT, "Rank %d: peer %d's device buffers via %s", ctx->rank, peer, t->name);
+  }
+  return t == &transport_none ? NULL : t;
+}
+
+ncclResult_t transport_device_attach(struct transport_ctx* ctx, struct transport_device* dev) {
+  ncclResult_t res = ncclSuccess;
+  ctx->device = dev;
+  for (size_t i = 0; i < TABLE_SIZE; i++)
+    if (k_table[i]->device_attach) CHECK(k_table[i]->device_attach(ctx));
+fail:
+  return res;
+}
+
+void transport_states_free(struct transport_ctx* ctx) {
+  for (size_t i = 0; i < TABLE_SIZE; i++)
+    if (k_table[i]->free_state && ctx->state[k_table[i]->id]) k_table[i]->free_state(ctx);
 }

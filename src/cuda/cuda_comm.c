@@ -7,9 +7,11 @@
 
 #include "comm.h"
 #include "core.h"
+#include "cuda_copy.h"
 #include "cuda_direct.h"
 #include "cuda_exec.h"
 #include "cuda_stage.h"
+#include "cudaipc/cudaipc_mem.h"
 #include "param.h"
 #include "stream.h"
 
@@ -67,6 +69,27 @@ static int memops_usable(const struct cuda_api* cu, CUdevice dev) {
   return ok64 && map && param_stream_memops();
 }
 
+/* What the transports need of the device (transport.h): a copy stream,
+ * non-blocking (a user stream waiting on a gate never holds it back), the
+ * import cache, made in the comm's context. */
+static ncclResult_t cuda_comm_transports(struct ncclComm* comm, struct cuda_comm* cc) {
+  ncclResult_t res = ncclSuccess;
+  const struct cuda_api* cu = cuda_driver();
+  CUcontext saved;
+  CUstream s = NULL;
+  CHECK(cuda_ctx_enter(cc, &saved));
+  res = cuda_check(cu->cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), "cuStreamCreate(copies)");
+  cc->tdev.copy_stream = s;
+  if (res == ncclSuccess) res = cudaipc_cache_create(cc->handle, &cc->tdev.cache);
+  cuda_ctx_restore(saved);
+  cc->tdev.context = cc->ctx;
+  cc->tdev.copy = cuda_copy_device;
+  cc->tdev.launch_ran = cuda_copy_launch_ran;
+  if (res == ncclSuccess) res = transport_device_attach(&comm->tctx, &cc->tdev);
+fail:
+  return res;
+}
+
 /* The comm's device state into comm->cuda: once the primary context is
  * retained, cuda_comm_free undoes whatever was made if a later step fails. */
 static ncclResult_t cuda_comm_make(struct ncclComm* comm) {
@@ -90,6 +113,7 @@ static ncclResult_t cuda_comm_make(struct ncclComm* comm) {
     res = stream_create(&cc->proxy);
     cc->own_proxy = res == ncclSuccess;
   }
+  if (res == ncclSuccess) res = cuda_comm_transports(comm, cc);
   if (res == ncclSuccess && cuda_exec_attach(cc, &comm->exec, &cc->exec) != ncclSuccess)
     INFO(SUB_INIT,
          "Rank %d: no CUDA backend for the executor (the WARN above says why): "
@@ -117,6 +141,21 @@ ncclResult_t cuda_comm_get(struct ncclComm* comm, struct cuda_comm** out) {
   return res;
 }
 
+/* In the comm's context. The mappings go only once every stream passed
+ * what it was given, and no kernel may still use one. */
+static void cuda_comm_transports_free(struct ncclComm* comm, struct cuda_comm* cc, int passed) {
+  const struct cuda_api* cu = cuda_driver();
+  comm->tctx.device = NULL;
+  if (cc->tdev.copy_stream) {
+    cu->cuStreamSynchronize(cc->tdev.copy_stream);
+    cu->cuStreamDestroy(cc->tdev.copy_stream);
+  }
+  if (passed && !cc->tdev.mappings_in_use)
+    cudaipc_cache_destroy(cc->tdev.cache);
+  else if (cc->tdev.cache) /* unmapped under a kernel, the peers' memory would fault it */
+    WARN("CUDA IPC: a kernel may still use peers' buffers: their mappings are left in place");
+}
+
 void cuda_comm_free(struct ncclComm* comm) {
   struct cuda_comm* cc = comm->cuda;
   const struct cuda_api* cu = cuda_driver();
@@ -126,7 +165,8 @@ void cuda_comm_free(struct ncclComm* comm) {
   cuda_exec_detach(cc->exec, &comm->exec);
   if (cuda_ctx_enter(cc, &saved) == ncclSuccess) {
     int passed = cuda_mirrors_free(&cc->mirrors, cu); /* no stream waits on a flag any more */
-    cuda_direct_free(cc->direct, passed);             /* nor runs a kernel on peers' buffers */
+    cuda_direct_free(cc->direct);                     /* nor runs a kernel on peers' buffers */
+    cuda_comm_transports_free(comm, cc, passed);
     if (passed) {
       cuda_gates_free(&cc->gates, cu);
       cuda_deferred_free(&cc->deferred, cu);

@@ -15,6 +15,7 @@
 #include "cuda_deferred.h"
 #include "cuda_gate.h"
 #include "nccl.h"
+#include "transport.h"
 
 struct ncclComm;
 struct braid_stream;
@@ -31,7 +32,10 @@ struct cuda_comm {
   struct cuda_deferred_pool deferred; /* kernels of gated direct calls */
   struct cuda_mirror* mirrors;        /* one per stream the comm was called on */
   struct cuda_exec* exec;             /* the executor's device backend (synchronous calls) */
-  struct cuda_direct* direct; /* links and IPC mappings of direct calls, made at the first */
+  struct cuda_direct* direct;         /* links of direct calls, made at the first */
+  /* what the transports see of the device (ctx->device): the copy stream
+   * and the cache of peers' allocations mapped here, Direct's too */
+  struct transport_device tdev;
   struct braid_stream* proxy; /* runs the device calls (a non-blocking comm's own stream) */
   int own_proxy;              /* proxy is ours to destroy */
 };

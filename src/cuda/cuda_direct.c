@@ -36,16 +36,15 @@ struct direct_msg {
 
 struct cuda_direct {
   int nranks;
-  int* links;        /* per peer, -1 for this rank */
-  int* same_process; /* per peer: its pointers are ours to use, no IPC */
-  uint64_t* heard;   /* per peer: the last call it said "done" or "fail" in */
-  int any_remote;    /* some peer is in another process */
-  struct cudaipc_cache* cache;
-  CUstream stream; /* synchronous calls' kernels */
+  int* links;                    /* per peer, -1 for this rank */
+  int* same_process;             /* per peer: its pointers are ours to use, no IPC */
+  uint64_t* heard;               /* per peer: the last call it said "done" or "fail" in */
+  int any_remote;                /* some peer is in another process */
+  struct transport_device* tdev; /* the comm's: its cache maps the peers' buffers */
+  CUstream stream;               /* synchronous calls' kernels */
   uint64_t seq;
-  int exposed;        /* this call's buffers went to every peer: they may use them */
-  int broken;         /* a call failed: the links are out of step */
-  int kernel_pending; /* a kernel with the peers' pointers may still run: keep the mappings */
+  int exposed; /* this call's buffers went to every peer: they may use them */
+  int broken;  /* a call failed: the links are out of step */
 };
 
 /* ---- Who goes direct ---- */
@@ -133,12 +132,12 @@ static ncclResult_t direct_links(struct ncclComm* comm, struct cuda_direct* d) {
   int lfd = -1, n = comm->nranks, me = comm->rank;
   int64_t tmo = comm->tctx.timeout_ms;
   uint64_t secret = comm->tctx.secret;
-  CHECK(cudaipc_fd_listen(secret, me, &lfd));
+  CHECK(cudaipc_fd_listen(secret, "direct", me, &lfd));
   for (int p = me + 1; p < n; p++) /* to the higher ranks; the lower ones come to us */
-    CHECK(cudaipc_fd_connect(secret, me, p, tmo, &comm->aborted, &d->links[p]));
+    CHECK(cudaipc_fd_connect(secret, "direct", me, p, 0, tmo, &comm->aborted, &d->links[p]));
   for (int k = 0; k < me; k++) {
-    int link, peer;
-    CHECK(cudaipc_fd_accept(lfd, secret, tmo, &comm->aborted, &link, &peer));
+    int link, peer, tag;
+    CHECK(cudaipc_fd_accept(lfd, secret, tmo, &comm->aborted, &link, &peer, &tag));
     if (peer < 0 || peer >= me || d->links[peer] >= 0) {
       close(link);
       FAIL(ncclSystemError, "Direct: rank %d got a link from rank %d twice or out of turn", me,
@@ -170,7 +169,7 @@ static ncclResult_t direct_get(struct ncclComm* comm, struct cuda_direct** out) 
     d->same_process[p] = cuda_peer_in_process(comm, p);
     d->any_remote |= !d->same_process[p];
   }
-  CHECK(cudaipc_cache_create(cc->handle, &d->cache));
+  d->tdev = &cc->tdev;
   /* non-blocking: a user stream waiting on a gate never holds a kernel back */
   CHECK(cuda_check(cuda_driver()->cuStreamCreate(&d->stream, CU_STREAM_NON_BLOCKING),
                    "cuStreamCreate(direct)"));
@@ -182,7 +181,7 @@ fail:
   return res;
 }
 
-void cuda_direct_free(struct cuda_direct* d, int streams_passed) {
+void cuda_direct_free(struct cuda_direct* d) {
   if (d == NULL) return;
   for (int p = 0; d->links && p < d->nranks; p++)
     if (d->links[p] >= 0) close(d->links[p]);
@@ -190,10 +189,6 @@ void cuda_direct_free(struct cuda_direct* d, int streams_passed) {
     cuda_driver()->cuStreamSynchronize(d->stream);
     cuda_driver()->cuStreamDestroy(d->stream);
   }
-  if (streams_passed && !d->kernel_pending)
-    cudaipc_cache_destroy(d->cache);
-  else if (d->cache) /* unmapped under a kernel, the peers' memory would fault it */
-    WARN("Direct: a kernel may still use peers' buffers: their mappings are left in place");
   free(d->links);
   free(d->same_process);
   free(d->heard);
@@ -237,7 +232,7 @@ static ncclResult_t post_buffer(struct ncclComm* comm, struct cuda_direct* d, in
   int fd = -1, own_fd = 0;
   if (ptr && d->any_remote) {
     const struct mem_reg* reg = mem_reg_find(&comm->regs, ptr, 1);
-    const struct cudaipc_export* ex = reg ? reg->ipc : NULL;
+    const struct cudaipc_export* ex = reg ? reg->handles[TRANSPORT_CUDAIPC] : NULL;
     if (cudaipc_export_covers(ex, ptr)) {
       m.desc = ex->desc;
       fd = ex->fd;
@@ -296,7 +291,7 @@ static ncclResult_t map_peer(struct ncclComm* comm, struct cuda_direct* d, int p
     }
     bufs[k] = (char*)(uintptr_t)m.ptr; /* a thread of this process: its pointer as it is */
     if (m.ptr && !d->same_process[peer]) {
-      res = cudaipc_cache_map(d->cache, peer, &m.desc, fd, &base);
+      res = cudaipc_cache_map(d->tdev->cache, peer, &m.desc, fd, &base);
       bufs[k] = (char*)base + (m.ptr - m.desc.base);
     }
     if (fd >= 0) close(fd);
@@ -339,7 +334,7 @@ static ncclResult_t deferred_wait(struct ncclComm* comm, struct cuda_direct* d,
     if (cuda_stream_check(comm->cuda->ctx, op->stream) != ncclSuccess)
       return ncclUnhandledCudaError;
     if (braid_now_ns() > deadline) {
-      d->kernel_pending = 1;
+      d->tdev->mappings_in_use = 1;
       WARN("Direct: rank %d's stream did not run its kernel within %lld ms", comm->rank,
            (long long)comm->tctx.timeout_ms);
       return ncclSystemError;

@@ -56,8 +56,8 @@ ncclResult_t cuda_direct_arm(struct work_op* op, CUstream stream);
  * kernel there, else on a stream of the direct state, waited for. */
 ncclResult_t cuda_direct_run(struct work_op* op);
 
-/* Close the links and (once every stream passed what was queued on it:
- * streams_passed) unmap what the cache holds; in the comm's context. */
-void cuda_direct_free(struct cuda_direct* d, int streams_passed);
+/* Close the links; in the comm's context (the mappings are the comm's
+ * cache's, cuda_comm.c frees them). */
+void cuda_direct_free(struct cuda_direct* d);
 
 #endif /* BRAID_CUDA_DIRECT_H_ */

@@ -104,7 +104,7 @@ static int op_spans(const struct work_op* op, int colls, struct stage_span* sp) 
     int m = coll_stays(op, colls) ? 0 : coll_spans(op, sp);
     return m + scalar_span(op, sp + m);
   }
-  if (op->bytes == 0 || !is_device(op->buf)) return 0;
+  if (op->bytes == 0 || !is_device(op->buf) || op->ipc) return 0; /* ipc: device to device */
   sp[0] = (struct stage_span){(uintptr_t)op->buf, NULL, op->bytes, op->kind == WORK_SEND,
                               op->kind == WORK_RECV};
   return 1;
@@ -202,7 +202,7 @@ static void op_redirect(struct work_op* op, int colls, const struct stage_span* 
     op->args.recvbuff = redirect(op->args.recvbuff, sp, m);
     op->args.scalar_src = redirect(op->args.scalar_src, sp, m);
     if (!stays) op->args.mem = MEM_HOST;
-  } else {
+  } else if (!op->ipc) { /* an ipc op moves device to device */
     op->buf = redirect(op->buf, sp, m);
     op->mem = MEM_HOST;
   }

@@ -6,6 +6,7 @@
 #include "comm.h"
 #include "core.h"
 #include "cuda_comm.h"
+#include "cuda_deferred.h"
 #include "cuda_direct.h"
 #include "cuda_gate.h"
 #include "cuda_stage.h"
@@ -160,37 +161,76 @@ static void gates_open(struct work_gate* gates, int n) {
   for (int k = 0; k < n; k++) __atomic_store_n(gates[k].done, gates[k].value, __ATOMIC_RELEASE);
 }
 
-/* Between a direct unit's ready and done: each collective's kernel,
- * waiting for the proxy to give it its task. */
-struct direct_inner {
+/* Whether a send or receive moves device to device (transports/cudaipc):
+ * on device memory, to another rank that a transport of the table joins
+ * for device buffers. Decided from the peer table (transport_select is
+ * pure), so both ends of the pair agree when both buffers are on devices. */
+static int op_ipc(const struct work_op* op) {
+  struct ncclComm* c = op->comm;
+  return op->kind != WORK_COLL && op->bytes > 0 && op->peer != c->rank && op->mem == MEM_DEVICE &&
+         c->tctx.device != NULL &&
+         transport_select(&c->tctx, c->rank, op->peer, TRANSPORT_CAP_DEVICE_MEM) != NULL;
+}
+
+/* Mark the unit's ipc operations before anything is staged. A comm whose
+ * non-blocking init still runs has no peer table yet: its init is waited
+ * for first (only a unit with device send/recv does so). */
+static ncclResult_t unit_mark_ipc(struct work_op* ops, int n) {
+  ncclResult_t res = ncclSuccess;
+  for (int i = 0; i < n; i++) {
+    if (ops[i].kind == WORK_COLL || ops[i].mem != MEM_DEVICE) continue;
+    if (!atomic_load(&ops[i].comm->init_done) && ops[i].comm->internal_stream)
+      CHECK(stream_sync(ops[i].comm->internal_stream));
+    ops[i].ipc = atomic_load(&ops[i].comm->init_done) && op_ipc(&ops[i]);
+  }
+fail:
+  return res;
+}
+
+/* Between a gated unit's ready and done: the kernels of its direct
+ * collectives and of its ipc sends' copies, each waiting for the proxy to
+ * give it its task. */
+struct unit_inner {
   struct work_op* ops;
   int n;
 };
 
+static int op_has_kernel(const struct work_op* op) {
+  return op->direct || (op->ipc && op->kind == WORK_SEND);
+}
+
 /* On a failure the unit is cancelled, and work.c lets the kernels queued
  * so far go with empty tasks. */
-static ncclResult_t direct_kernels_arm(void* arg, CUstream s) {
+static ncclResult_t unit_kernels_arm(void* arg, CUstream s) {
   ncclResult_t res = ncclSuccess;
-  struct direct_inner* in = arg;
-  for (int i = 0; i < in->n && res == ncclSuccess; i++) res = cuda_direct_arm(&in->ops[i], s);
+  struct unit_inner* in = arg;
+  for (int i = 0; i < in->n && res == ncclSuccess; i++) {
+    struct work_op* op = &in->ops[i];
+    if (op->direct)
+      res = cuda_direct_arm(op, s);
+    else if (op_has_kernel(op))
+      res =
+          cuda_deferred_arm(&op->comm->cuda->deferred, cuda_driver(), s, op->bytes, &op->deferred);
+  }
   return res;
 }
 
 /* Arm the gate of a gated unit (one stream: unit_gated) with its
- * copy-outs behind it, and, for a direct unit, its kernels inside. The
+ * copy-outs behind it, and its kernels (unit_kernels_arm) inside. The
  * gate comes from the comm of the first op, whose mirror's mark behind
  * the gate also says when the gate's memory may be freed. Once armed, the
  * stream waits on it: if the copy-outs cannot be staged, it is opened
  * here. */
-static ncclResult_t unit_gate(struct work_op* ops, int n, CUstream s, int direct,
-                              struct work_gate* gate) {
+static ncclResult_t unit_gate(struct work_op* ops, int n, CUstream s, struct work_gate* gate) {
   ncclResult_t res = ncclSuccess;
   struct cuda_comm* cc = ops[0].comm->cuda;
-  struct direct_inner kernels = {ops, n};
-  struct cuda_gate_inner inner = {direct_kernels_arm, &kernels};
+  struct unit_inner kernels = {ops, n};
+  struct cuda_gate_inner inner = {unit_kernels_arm, &kernels};
+  int any_kernel = 0;
   CUcontext saved;
+  for (int i = 0; i < n; i++) any_kernel |= op_has_kernel(&ops[i]);
   CHECK(cuda_ctx_enter(cc, &saved));
-  res = cuda_gate_arm(&cc->gates, cuda_driver(), s, direct ? &inner : NULL, gate);
+  res = cuda_gate_arm(&cc->gates, cuda_driver(), s, any_kernel ? &inner : NULL, gate);
   gate->ctx = cc->ctx; /* what the proxy's check runs in */
   cuda_ctx_restore(saved);
   if (res != ncclSuccess) goto fail;
@@ -219,11 +259,12 @@ static int unit_gated(const struct work_op* ops, int n, int nstreams) {
 
 ncclResult_t cuda_unit_dispatch(struct work_op* ops, int n) {
   ncclResult_t res = ncclSuccess;
-  CUstream streams[WORK_MAX_GATES];
+  CUstream streams[WORK_MAX_GATES] = {0};
   struct work_gate gate;
   int ns = 0;
   CHECK(unit_streams(ops, n, streams, &ns));
   CHECK(unit_comms_ready(ops, n));
+  CHECK(unit_mark_ipc(ops, n));
   CHECK(work_issue(ops, n));
   struct cuda_comm* cc = ops[0].comm->cuda;
   /* a direct unit stages nothing: its kernels read and write the buffers */
@@ -232,7 +273,7 @@ ncclResult_t cuda_unit_dispatch(struct work_op* ops, int n) {
   for (int k = 0; k < ns && res == ncclSuccess; k++)
     res = stream_stage(ops, n, streams[k], gated && !direct ? STAGE_IN_GATED : STAGE_IN_SYNC);
   if (res == ncclSuccess && !gated) return unit_run_synchronously(ops, n, streams, ns);
-  if (res == ncclSuccess) res = unit_gate(ops, n, streams[0], direct, &gate);
+  if (res == ncclSuccess) res = unit_gate(ops, n, streams[0], &gate);
   if (res == ncclSuccess) {
     res = stream_submit_gated(cc->proxy, ops, n, &gate, 1);
     if (res != ncclSuccess) gates_open(&gate, 1);

@@ -23,6 +23,8 @@ static struct {
   cu_result (*stream_sync)(void*);
   cu_result (*memcpy_async)(cu_ptr, cu_ptr, size_t, void*);
   cu_result (*wait64)(void*, cu_ptr, unsigned long long, unsigned);
+  cu_result (*mem_alloc)(cu_ptr*, size_t);
+  cu_result (*mem_free)(cu_ptr);
 } g_cu;
 
 /* This thread's stream for dev_copy: non-blocking, so that a copy never
@@ -51,7 +53,8 @@ static int driver_load(const mp_env* env) {
             resolve(get, "cuStreamCreate", &g_cu.stream_create) +
             resolve(get, "cuStreamSynchronize", &g_cu.stream_sync) +
             resolve(get, "cuMemcpyAsync", &g_cu.memcpy_async) +
-            resolve(get, "cuStreamWaitValue64", &g_cu.wait64);
+            resolve(get, "cuStreamWaitValue64", &g_cu.wait64) +
+            resolve(get, "cuMemAlloc", &g_cu.mem_alloc) + resolve(get, "cuMemFree", &g_cu.mem_free);
   if (bad || g_cu.init(0) != 0) {
     mp_fail(env, "%s: missing entry points or cuInit failed", lib);
     return 1;
@@ -156,4 +159,17 @@ int dev_wait_flag(const mp_env* env, cudaStream_t s, volatile uint64_t* flag, ui
   cu_result r = g_cu.wait64((void*)s, (cu_ptr)(uintptr_t)flag, value, 0 /* GEQ */);
   if (r != 0) mp_fail(env, "cuStreamWaitValue64 returned %d", r);
   return r != 0;
+}
+
+void* dev_alloc_legacy(const mp_env* env, size_t bytes) {
+  cu_ptr p = 0;
+  if (g_cu.mem_alloc(&p, bytes) != 0) {
+    mp_fail(env, "cuMemAlloc(%zu) failed", bytes);
+    return NULL;
+  }
+  return (void*)(uintptr_t)p;
+}
+
+void dev_free_legacy(void* p) {
+  if (p) g_cu.mem_free((cu_ptr)(uintptr_t)p);
 }

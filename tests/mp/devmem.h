@@ -40,4 +40,9 @@ int dev_call_prepare(dev_call* d, const mp_env* env);
 int dev_call_fetch(dev_call* d, const mp_env* env);
 void dev_call_release(dev_call* d);
 
+/* Device memory from cuMemAlloc (dev_open first), which CUDA IPC shares
+ * by legacy handle; ncclMemAlloc's is cuMem memory, shared by fd. */
+void* dev_alloc_legacy(const mp_env* env, size_t bytes);
+void dev_free_legacy(void* p);
+
 #endif /* MP_DEVMEM_H_ */

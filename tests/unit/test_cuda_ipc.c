@@ -191,7 +191,7 @@ static void stranger_connects(uint64_t secret) {
   } hello = {secret ^ 1, 7, 0};
   memset(&a, 0, sizeof(a));
   a.sun_family = AF_UNIX;
-  int n = snprintf(a.sun_path + 1, sizeof(a.sun_path) - 1, "braid-ipc-%016llx-%d",
+  int n = snprintf(a.sun_path + 1, sizeof(a.sun_path) - 1, "braid-ipc-test-%016llx-%d",
                    (unsigned long long)secret, 0); /* cudaipc_fd.c's name for rank 0 */
   int s = socket(AF_UNIX, SOCK_SEQPACKET, 0);
   EXPECT(s >= 0 &&
@@ -209,20 +209,22 @@ static void stranger_connects(uint64_t secret) {
 static void test_fd_link(void** state) {
   (void)state;
   uint64_t secret = 0x1234abcdull ^ (uint64_t)getpid();
-  int lfd, link, peer, fd;
+  int lfd, link, peer, tag, fd;
   char msg[16] = "hello";
-  assert_int_equal(cudaipc_fd_listen(secret, 0, &lfd), ncclSuccess);
+  assert_int_equal(cudaipc_fd_listen(secret, "test", 0, &lfd), ncclSuccess);
   pid_t c = fork();
   if (c == 0) {
     close(lfd);
     stranger_connects(secret);
-    EXPECT(cudaipc_fd_connect(secret, 1, 0, TIMEOUT_MS, NULL, &link) == ncclSuccess);
+    EXPECT(cudaipc_fd_connect(secret, "test", 1, 0, 7, TIMEOUT_MS, NULL, &link) == ncclSuccess);
     EXPECT(cudaipc_fd_send(link, msg, sizeof(msg), 1 /* stdout, as an fd */, TIMEOUT_MS, NULL) ==
            ncclSuccess);
     _exit(0);
   }
-  assert_int_equal(cudaipc_fd_accept(lfd, secret, TIMEOUT_MS, NULL, &link, &peer), ncclSuccess);
+  assert_int_equal(cudaipc_fd_accept(lfd, secret, TIMEOUT_MS, NULL, &link, &peer, &tag),
+                   ncclSuccess);
   assert_int_equal(peer, 1);
+  assert_int_equal(tag, 7);
   memset(msg, 0, sizeof(msg));
   assert_int_equal(cudaipc_fd_recv(link, msg, sizeof(msg), &fd, TIMEOUT_MS, NULL), ncclSuccess);
   assert_string_equal(msg, "hello");

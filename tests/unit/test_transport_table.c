@@ -104,9 +104,9 @@ static void test_net_knob(void** state) {
 static void test_memory_kinds(void** state) {
   (void)state;
   struct transport_conn c = {.ops = &shm_transport, .peer = 1};
-  struct transport_buf host = {NULL, 8, TRANSPORT_CAP_HOST_MEM, NULL};
-  struct transport_buf device = {NULL, 8, TRANSPORT_CAP_DEVICE_MEM, NULL};
-  struct transport_buf none = {NULL, 8, 0, NULL};
+  struct transport_buf host = {NULL, 8, TRANSPORT_CAP_HOST_MEM, NULL, NULL};
+  struct transport_buf device = {NULL, 8, TRANSPORT_CAP_DEVICE_MEM, NULL, NULL};
+  struct transport_buf none = {NULL, 8, 0, NULL, NULL};
   assert_true(transport_moves(&c, &host));
   assert_false(transport_moves(&c, &device));
   assert_false(transport_moves(&c, &none));
@@ -114,6 +114,51 @@ static void test_memory_kinds(void** state) {
   assert_true(transport_moves(&c, &host));
   assert_false(transport_moves(&c, &device));
 }
+
+#ifdef BRAID_HAVE_CUDA
+/* Device buffers: CUDA IPC joins ranks of one host whose devices are known
+ * (the same device here: no driver is asked), both taking part; the other
+ * pairs have no device transport, and host buffers never take CUDA IPC. */
+static void test_device_pairs(void** state) {
+  (void)state;
+  static const uint64_t uuids[NPEERS] = {0x1111, 0x1111, 0x1111, 0x1111, 0};
+  const struct transport* chosen_dev[NPEERS] = {0};
+  struct transport_device dev = {0};
+  struct transport_ctx ctx;
+  unsetenv("NCCL_NET");
+  table_ctx(&ctx, 0);
+  ctx.chosen_device = chosen_dev;
+  unsetenv("NCCL_P2P_DISABLE");
+  param_cache_reset();
+  for (int r = 0; r < NPEERS; r++) {
+    if (r == 3) { /* rank 3 turns CUDA IPC off */
+      setenv("NCCL_P2P_DISABLE", "1", 1);
+      param_cache_reset();
+    }
+    g_peers[r].cuda_uuid = g_peers[r].cuda_view = uuids[r];
+    cudaipc_transport.blob_make(&ctx, transport_blob_in(&g_peers[r], &cudaipc_transport));
+  }
+  unsetenv("NCCL_P2P_DISABLE");
+  param_cache_reset();
+  assert_int_equal(transport_table_init(&ctx), ncclSuccess);
+  assert_ptr_equal(transport_select(&ctx, 0, 1, TRANSPORT_CAP_DEVICE_MEM), &cudaipc_transport);
+  assert_ptr_equal(transport_select(&ctx, 1, 0, TRANSPORT_CAP_DEVICE_MEM), &cudaipc_transport);
+  assert_null(transport_select(&ctx, 0, 2, TRANSPORT_CAP_DEVICE_MEM)); /* another host */
+  assert_null(transport_select(&ctx, 0, 3, TRANSPORT_CAP_DEVICE_MEM)); /* NCCL_P2P_DISABLE */
+  assert_null(transport_select(&ctx, 3, 0, TRANSPORT_CAP_DEVICE_MEM));
+  assert_null(transport_select(&ctx, 0, 4, TRANSPORT_CAP_DEVICE_MEM)); /* no device */
+  assert_null(transport_select(&ctx, 0, 0, TRANSPORT_CAP_DEVICE_MEM)); /* itself */
+  assert_ptr_equal(transport_select(&ctx, 0, 1, TRANSPORT_CAP_HOST_MEM), &shm_transport);
+  /* the per-peer choice waits for the comm's device, then is made once */
+  assert_null(transport_for_peer_device(&ctx, 1));
+  assert_null(chosen_dev[1]);
+  ctx.device = &dev;
+  assert_ptr_equal(transport_for_peer_device(&ctx, 1), &cudaipc_transport);
+  assert_null(transport_for_peer_device(&ctx, 2));
+  assert_ptr_equal(chosen_dev[2], &transport_none);
+  assert_ptr_equal(chosen_dev[1], &cudaipc_transport);
+}
+#endif
 
 /* ---- Registration: two transports that pin memory, one without ---- */
 
@@ -174,6 +219,9 @@ int main(void) {
       cmocka_unit_test(test_pairs),         cmocka_unit_test(test_chosen_once),
       cmocka_unit_test(test_net_knob),      cmocka_unit_test(test_memory_kinds),
       cmocka_unit_test(test_register_each),
+#ifdef BRAID_HAVE_CUDA
+      cmocka_unit_test(test_device_pairs),
+#endif
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

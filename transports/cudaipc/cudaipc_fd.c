@@ -24,21 +24,21 @@ union fd_ctl {
 struct fd_hello {
   uint64_t secret;
   int32_t rank;
-  int32_t pad;
+  int32_t tag;
 };
 
 /* The abstract name (leading NUL: nothing in the file system to clean). */
-static socklen_t fd_addr(uint64_t secret, int rank, struct sockaddr_un* a) {
+static socklen_t fd_addr(uint64_t secret, const char* role, int rank, struct sockaddr_un* a) {
   memset(a, 0, sizeof(*a));
   a->sun_family = AF_UNIX;
-  int n = snprintf(a->sun_path + 1, sizeof(a->sun_path) - 1, "braid-ipc-%016llx-%d",
+  int n = snprintf(a->sun_path + 1, sizeof(a->sun_path) - 1, "braid-ipc-%s-%016llx-%d", role,
                    (unsigned long long)secret, rank);
   return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
 }
 
-ncclResult_t cudaipc_fd_listen(uint64_t secret, int rank, int* fd) {
+ncclResult_t cudaipc_fd_listen(uint64_t secret, const char* role, int rank, int* fd) {
   struct sockaddr_un a;
-  socklen_t len = fd_addr(secret, rank, &a);
+  socklen_t len = fd_addr(secret, role, rank, &a);
   int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
   if (s < 0 || bind(s, (struct sockaddr*)&a, len) != 0 || listen(s, 64) != 0) {
     WARN("CUDA IPC: cannot listen on the fd socket of rank %d: %s", rank, strerror(errno));
@@ -69,23 +69,30 @@ fail:
   return res;
 }
 
+/* A message of one iovec, with fd (unless < 0) in ctl beside it. */
+static void fd_msg_out(struct msghdr* m, struct iovec* iov, union fd_ctl* ctl, int fd) {
+  memset(m, 0, sizeof(*m));
+  m->msg_iov = iov;
+  m->msg_iovlen = 1;
+  if (fd < 0) return;
+  memset(ctl, 0, sizeof(*ctl));
+  m->msg_control = ctl->buf;
+  m->msg_controllen = sizeof(ctl->buf);
+  struct cmsghdr* c = CMSG_FIRSTHDR(m);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(sizeof(int));
+  memcpy(CMSG_DATA(c), &fd, sizeof(int));
+}
+
 static ncclResult_t fd_send_at(int link, const void* msg, size_t bytes, int fd, uint64_t deadline,
                                _Atomic int* aborted) {
   ncclResult_t res = ncclSuccess;
   union fd_ctl ctl;
   struct iovec iov = {(void*)msg, bytes};
-  struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1};
+  struct msghdr m;
   ssize_t n = 0;
-  if (fd >= 0) {
-    memset(&ctl, 0, sizeof(ctl));
-    m.msg_control = ctl.buf;
-    m.msg_controllen = sizeof(ctl.buf);
-    struct cmsghdr* c = CMSG_FIRSTHDR(&m);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    memcpy(CMSG_DATA(c), &fd, sizeof(int));
-  }
+  fd_msg_out(&m, &iov, &ctl, fd);
   CHECK(fd_io(link, &m, 1, deadline, aborted, &n));
   if ((size_t)n != bytes) FAIL(ncclSystemError, "CUDA IPC: a short send on the fd link");
 fail:
@@ -107,6 +114,23 @@ int cudaipc_fd_closed(int link) {
   return n == 0 || (n < 0 && (errno == ECONNRESET || errno == EPIPE));
 }
 
+/* What recvmsg got (n bytes of `bytes` expected): the fd beside it into
+ * *fd; a closed link or a message of another size is an error. */
+static ncclResult_t fd_msg_in(struct msghdr* m, ssize_t n, size_t bytes, int* fd) {
+  ncclResult_t res = ncclSuccess;
+  for (struct cmsghdr* c = CMSG_FIRSTHDR(m); c; c = CMSG_NXTHDR(m, c))
+    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
+      memcpy(fd, CMSG_DATA(c), sizeof(int));
+  if (n == 0) FAIL(ncclSystemError, "CUDA IPC: the peer closed its fd link");
+  if ((size_t)n != bytes || (m->msg_flags & (MSG_TRUNC | MSG_CTRUNC))) {
+    if (*fd >= 0) close(*fd), *fd = -1;
+    FAIL(ncclSystemError, "CUDA IPC: a message of %zd bytes on the fd link, %zu expected", n,
+         bytes);
+  }
+fail:
+  return res;
+}
+
 ncclResult_t cudaipc_fd_recv(int link, void* msg, size_t bytes, int* fd, int64_t timeout_ms,
                              _Atomic int* aborted) {
   ncclResult_t res = ncclSuccess;
@@ -117,25 +141,44 @@ ncclResult_t cudaipc_fd_recv(int link, void* msg, size_t bytes, int* fd, int64_t
   ssize_t n = 0;
   *fd = -1;
   CHECK(fd_io(link, &m, 0, socket_deadline(timeout_ms), aborted, &n));
-  for (struct cmsghdr* c = CMSG_FIRSTHDR(&m); c; c = CMSG_NXTHDR(&m, c))
-    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
-      memcpy(fd, CMSG_DATA(c), sizeof(int));
-  if (n == 0) FAIL(ncclSystemError, "CUDA IPC: the peer closed its fd link");
-  if ((size_t)n != bytes || (m.msg_flags & (MSG_TRUNC | MSG_CTRUNC))) {
-    if (*fd >= 0) close(*fd), *fd = -1;
-    FAIL(ncclSystemError, "CUDA IPC: a message of %zd bytes on the fd link, %zu expected", n,
-         bytes);
-  }
+  CHECK(fd_msg_in(&m, n, bytes, fd));
 fail:
   return res;
 }
 
-ncclResult_t cudaipc_fd_connect(uint64_t secret, int rank, int peer, int64_t timeout_ms,
-                                _Atomic int* aborted, int* fd) {
+int cudaipc_fd_post(int link, const void* msg, size_t bytes, int fd) {
+  union fd_ctl ctl;
+  struct iovec iov = {(void*)msg, bytes};
+  struct msghdr m;
+  fd_msg_out(&m, &iov, &ctl, fd);
+  ssize_t n = sendmsg(link, &m, MSG_DONTWAIT | MSG_NOSIGNAL);
+  if (n == (ssize_t)bytes) return 1;
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return 0;
+  WARN("CUDA IPC: sendmsg on the fd link: %s", n < 0 ? strerror(errno) : "short send");
+  return -1;
+}
+
+int cudaipc_fd_poll(int link, void* msg, size_t bytes, int* fd) {
+  union fd_ctl ctl;
+  struct iovec iov = {msg, bytes};
+  struct msghdr m = {
+      .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf, .msg_controllen = sizeof(ctl.buf)};
+  *fd = -1;
+  ssize_t n = recvmsg(link, &m, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return 0;
+  if (n < 0) {
+    WARN("CUDA IPC: recvmsg on the fd link: %s", strerror(errno));
+    return -1;
+  }
+  return fd_msg_in(&m, n, bytes, fd) == ncclSuccess ? 1 : -1;
+}
+
+ncclResult_t cudaipc_fd_connect(uint64_t secret, const char* role, int rank, int peer, int tag,
+                                int64_t timeout_ms, _Atomic int* aborted, int* fd) {
   ncclResult_t res = ncclSuccess;
   struct sockaddr_un a;
-  socklen_t len = fd_addr(secret, peer, &a);
-  struct fd_hello hello = {secret, rank, 0};
+  socklen_t len = fd_addr(secret, role, peer, &a);
+  struct fd_hello hello = {secret, rank, tag};
   uint64_t deadline = socket_deadline(timeout_ms);
   int s = -1;
   for (;;) { /* the peer may not listen yet */
@@ -159,7 +202,7 @@ fail:
 }
 
 ncclResult_t cudaipc_fd_accept(int listen_fd, uint64_t secret, int64_t timeout_ms,
-                               _Atomic int* aborted, int* fd, int* peer) {
+                               _Atomic int* aborted, int* fd, int* peer, int* tag) {
   ncclResult_t res = ncclSuccess;
   uint64_t deadline = socket_deadline(timeout_ms);
   for (;;) {
@@ -176,6 +219,7 @@ ncclResult_t cudaipc_fd_accept(int listen_fd, uint64_t secret, int64_t timeout_m
     if (res == ncclSuccess && hello.secret == secret && got < 0) {
       *fd = s;
       *peer = hello.rank;
+      *tag = hello.tag;
       return ncclSuccess;
     }
     WARN("CUDA IPC: closed a link to the fd socket without this comm's hello");

@@ -1,0 +1,60 @@
+/*
+ * Device-to-device copies for transports (cuda_copy.h).
+ */
+#include "cuda_copy.h"
+
+#include <string.h>
+
+#include "core.h"
+#include "cuda_deferred.h"
+#include "cuda_driver.h"
+#include "cuda_kernels.h"
+#include "kernels.h"
+
+/* Bytes as uint8: one source without flags is a plain copy (kernels.h). */
+static void copy_task(void* dst, const void* src, size_t bytes, struct kern_dev_task* dt) {
+  struct kern_task t;
+  memset(&t, 0, sizeof(t));
+  t.redop.type = ncclUint8;
+  t.redop.op = KERN_SUM;
+  t.nsrcs = t.ndsts = 1;
+  t.n = bytes;
+  t.srcs[0] = src;
+  t.dsts[0] = dst;
+  cuda_task_to_dev(&t, dt);
+}
+
+/* On the copy stream in the comm's context, waited for: a synchronous
+ * call's caller blocks anyway, and no stream of it waits on a gate. */
+static ncclResult_t copy_now(struct transport_device* dev, const struct kern_dev_task* dt) {
+  ncclResult_t res = ncclSuccess;
+  const struct cuda_api* cu = cuda_driver();
+  CUcontext saved = NULL, ctx = dev->context;
+  CUstream s = dev->copy_stream;
+  CHECK(cuda_check(cu->cuCtxGetCurrent(&saved), "cuCtxGetCurrent"));
+  if (saved != ctx) CHECK(cuda_check(cu->cuCtxSetCurrent(ctx), "cuCtxSetCurrent"));
+  res = cuda_reduce_copy(dt, s);
+  if (res == ncclSuccess)
+    res = cuda_check(cu->cuStreamSynchronize(s), "cuStreamSynchronize(device copy)");
+  if (saved != ctx) cu->cuCtxSetCurrent(saved);
+fail:
+  return res;
+}
+
+ncclResult_t cuda_copy_device(struct transport_device* dev, const struct work_deferred* launch,
+                              void* dst, const void* src, size_t bytes) {
+  struct kern_dev_task dt;
+  if (launch && bytes == 0) {
+    cuda_deferred_skip(launch);
+    return ncclSuccess;
+  }
+  if (bytes == 0) return ncclSuccess;
+  copy_task(dst, src, bytes, &dt);
+  if (launch == NULL) return copy_now(dev, &dt);
+  cuda_deferred_go(launch, &dt); /* the task is read when the kernel starts */
+  return ncclSuccess;
+}
+
+int cuda_copy_launch_ran(const struct work_deferred* launch) {
+  return cuda_deferred_ran(launch);
+}
