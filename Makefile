@@ -285,7 +285,8 @@ deps:
 # calls that keep lists (registrations, windows) and the membership changes
 # (shrink after a kill, grow, revoke) run a second time under AddressSanitizer
 # and UBSan, built with the system compiler in $(BUILD)/san-asan/.
-LIFETIME_ASAN_TESTS := mp_test_lifetime mp_test_streams mp_test_api mp_test_resize mp_test_device
+LIFETIME_ASAN_TESTS := mp_test_lifetime mp_test_streams mp_test_api mp_test_resize mp_test_device \
+                       mp_test_device_p2p
 # The build takes a job per core unless make was given -j (nvcc's two
 # kernels, minutes each, then compile side by side).
 BUILD_JOBS = $(if $(findstring jobserver,$(MAKEFLAGS)),,-j$(shell nproc))
