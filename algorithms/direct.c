@@ -69,3 +69,17 @@ ncclResult_t direct_plan(int coll, int rank, int nranks, int root, size_t count,
   }
   return ncclSuccess;
 }
+
+ncclResult_t direct_plan_staged(int rank, int nranks, size_t count, size_t align,
+                                struct direct_task* reduce, struct direct_task* spread,
+                                size_t* lo) {
+  struct direct_task whole;
+  ncclResult_t res = direct_plan(COLL_ALLREDUCE, rank, nranks, 0, count, 0, align, &whole);
+  if (res != ncclSuccess) return res;
+  *lo = whole.srcs[0].off;
+  *reduce = whole;
+  reduce->ndsts = 1, reduce->dsts[0] = ref(rank, DIRECT_SCRATCH, 0);
+  *spread = whole;
+  spread->nsrcs = 1, spread->srcs[0] = ref(rank, DIRECT_SCRATCH, 0);
+  return ncclSuccess;
+}

@@ -19,7 +19,9 @@
 
 #define DIRECT_MAX_RANKS 8 /* a task's sources and destinations */
 
-enum direct_buf { DIRECT_SEND = 0, DIRECT_RECV = 1 };
+/* DIRECT_SCRATCH: the rank's own staging buffer, which holds its slice
+ * only (offsets from the slice's start). */
+enum direct_buf { DIRECT_SEND = 0, DIRECT_RECV = 1, DIRECT_SCRATCH = 2, DIRECT_NBUFS = 3 };
 
 /* An element of a rank's send or receive buffer. */
 struct direct_ref {
@@ -44,5 +46,12 @@ struct direct_task {
  * 16-byte vectors). ncclInvalidArgument for more than DIRECT_MAX_RANKS. */
 ncclResult_t direct_plan(int coll, int rank, int nranks, int root, size_t count, size_t stride,
                          size_t align, struct direct_task* t);
+
+/* An all-reduce's task cut in two around a stage between nodes (Hier on
+ * devices): `reduce` reduces this rank's slice from every rank's input into
+ * its scratch, `spread` writes the scratch (all-reduced between the nodes
+ * meanwhile) to every rank's output. *lo: the slice's first element. */
+ncclResult_t direct_plan_staged(int rank, int nranks, size_t count, size_t align,
+                                struct direct_task* reduce, struct direct_task* spread, size_t* lo);
 
 #endif /* BRAID_DIRECT_H_ */

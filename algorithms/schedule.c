@@ -94,7 +94,8 @@ int sched_key_equal(const struct sched_key* a, const struct sched_key* b) {
   return a->topo == b->topo && a->coll == b->coll && a->algo == b->algo && a->rank == b->rank &&
          a->nranks == b->nranks && a->root == b->root && a->count == b->count &&
          a->stride == b->stride && a->elem_size == b->elem_size &&
-         a->chunk_bytes == b->chunk_bytes && a->slices_per_step == b->slices_per_step;
+         a->chunk_bytes == b->chunk_bytes && a->slices_per_step == b->slices_per_step &&
+         a->ranks == b->ranks;
 }
 
 typedef ncclResult_t (*sched_builder)(struct schedule*, const struct sched_key*);
@@ -165,12 +166,27 @@ static int sched_position_peers(const struct sched_key* k, int* peers, int max) 
   }
 }
 
+/* A group's schedule names comm ranks (sched_key.ranks). */
+static void sched_rename_group(struct schedule* s, const int* ranks) {
+  if (ranks == NULL) return;
+  for (size_t i = 0; i < s->nsteps; i++) {
+    struct sched_step* st = &s->steps[i];
+    if (st->recv_peer >= 0) st->recv_peer = ranks[st->recv_peer];
+    if (st->send_peer >= 0) st->send_peer = ranks[st->send_peer];
+  }
+}
+
 int sched_peers(const struct sched_key* k, int* peers, int max) {
+  int m;
   if (k->nranks == 1) return 0;
-  if (k->algo == ALGO_HIER) return hier_peers(k, peers, max);
-  struct sched_key p = sched_position_key(k);
-  int m = sched_position_peers(&p, peers, max);
-  for (int i = 0; i < m; i++) peers[i] = sched_topo_rank(k->topo, peers[i]);
+  if (k->algo == ALGO_HIER) {
+    m = hier_peers(k, peers, max);
+  } else {
+    struct sched_key p = sched_position_key(k);
+    m = sched_position_peers(&p, peers, max);
+    for (int i = 0; i < m; i++) peers[i] = sched_topo_rank(k->topo, peers[i]);
+  }
+  for (int i = 0; k->ranks && i < m; i++) peers[i] = k->ranks[peers[i]];
   return m;
 }
 
@@ -201,6 +217,7 @@ ncclResult_t sched_build(struct schedule* s, const struct sched_key* key) {
   } else {
     CHECK(builders[key->coll][key->algo](s, key));
   }
+  sched_rename_group(s, key->ranks);
   s->key = *key;
   s->valid = 1;
 fail:

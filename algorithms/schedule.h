@@ -111,6 +111,10 @@ struct sched_key {
   size_t elem_size;
   size_t chunk_bytes;
   int slices_per_step; /* per iteration; at most half the executor window */
+  /* A collective among some of the comm's ranks: the algorithm runs over
+   * ranks 0..nranks-1 (rank: this one's index), whose comm ranks are
+   * ranks[]; steps and peers name comm ranks. NULL: the comm's ranks. */
+  const int* ranks;
 };
 
 /* Where rank `r`'s block starts in the gathered buffer of an all-gather or

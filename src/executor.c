@@ -108,8 +108,10 @@ void exec_ctx_key(const struct exec_ctx* ex, const struct exec_args* args, struc
   key->topo = t && t->nranks > 0 ? t : NULL;
   key->coll = args->coll;
   key->algo = args->algo;
-  key->rank = ex->conf.rank;
-  key->nranks = ex->conf.nranks;
+  key->rank = args->group_ranks ? args->group_rank : ex->conf.rank;
+  key->nranks = args->group_ranks ? args->group_size : ex->conf.nranks;
+  key->ranks = args->group_ranks;
+  if (args->group_ranks) key->topo = NULL; /* the group's ranks in its order */
   key->root = args->root;
   key->count = args->count;
   key->stride = args->stride;
@@ -123,7 +125,7 @@ void exec_ctx_key(const struct exec_ctx* ex, const struct exec_args* args, struc
 static size_t exec_piece_count(const struct exec_ctx* ex, const struct exec_args* a) {
   size_t chunk = MIN(a->chunk_bytes, ex->slot_bytes), es = kern_type_size(a->type);
   int blocked = a->coll == COLL_ALLGATHER || a->coll == COLL_REDUCESCATTER;
-  size_t per = es * (blocked ? (size_t)ex->conf.nranks : 1);
+  size_t per = es * (blocked ? (size_t)(a->group_ranks ? a->group_size : ex->conf.nranks) : 1);
   return MAX((size_t)1, MAX(chunk, (size_t)1) * EXEC_PIECE_CHUNKS / per);
 }
 

@@ -49,6 +49,12 @@ struct exec_args {
   const struct mem_reg* recvreg;
   int algo; /* enum sched_algo, from exec_plan */
   size_t chunk_bytes;
+  /* A call among some of the comm's ranks (group_ranks: group_size of them,
+   * this rank at group_rank), NULL: all. Hier on devices runs its stage
+   * between nodes so (src/cuda/cuda_direct.c). */
+  const int* group_ranks;
+  int group_size;
+  int group_rank;
 };
 
 /*

@@ -10,9 +10,13 @@
 void work_plan(struct work_op* ops, int n) {
   for (int i = 0; i < n; i++) {
     struct work_op* op = &ops[i];
-    if (op->kind == WORK_COLL)
+    if (op->kind == WORK_COLL) {
       exec_plan(op->comm, &op->args, &op->key);
-    else
+      if (op->direct == WORK_DIRECT_HIER) { /* its stage between nodes needs Hier's links */
+        op->args.algo = ALGO_HIER;
+        exec_key(op->comm, &op->args, &op->key);
+      }
+    } else
       op->reg = op->buf ? mem_reg_find(&op->comm->regs, op->buf, op->bytes) : NULL;
   }
 }

@@ -221,7 +221,8 @@ static int any_aborted(struct ncclComm* const* comms, int m) {
 static void deferred_release(struct work_op* ops, int n) {
 #ifdef BRAID_HAVE_CUDA
   for (int i = 0; i < n; i++)
-    if (ops[i].deferred.slot) cuda_deferred_skip(&ops[i].deferred);
+    for (int k = 0; k < WORK_MAX_LAUNCHES; k++)
+      if (ops[i].deferred[k].slot) cuda_deferred_skip(&ops[i].deferred[k]);
 #else
   (void)ops, (void)n;
 #endif

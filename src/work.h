@@ -15,6 +15,13 @@
 
 enum work_kind { WORK_COLL = 0, WORK_SEND, WORK_RECV };
 
+/* How a collective on device buffers runs direct (src/cuda/cuda_direct.h):
+ * all its ranks on one node, or Hier with the node's stages direct. */
+enum work_direct { WORK_DIRECT_NONE = 0, WORK_DIRECT_NODE, WORK_DIRECT_HIER };
+
+/* Kernels one operation may queue on its stream (work_op.deferred). */
+#define WORK_MAX_LAUNCHES 2
+
 /* A kernel launch queued on a stream before its task is known
  * (src/cuda/cuda_deferred.h): the slot, and the value of its flags for
  * this use. slot NULL: none. */
@@ -39,9 +46,12 @@ struct work_op {
   uint64_t seq;        /* p2p: message number on its connection */
   uint64_t ticket;     /* this unit's turn on op->comm (same for all its ops there) */
   cudaStream_t stream; /* the stream the call named */
-  int direct;          /* a collective run by the direct algorithm (src/cuda/cuda_direct.h) */
-  int ipc; /* p2p on device memory moved device to device (transports/cudaipc), not staged */
-  struct work_deferred deferred; /* direct and gated: its kernel, queued on the stream */
+  int direct; /* enum work_direct: a collective run by the direct algorithm (cuda_direct.h) */
+  int ipc;    /* p2p on device memory moved device to device (transports/cudaipc), not staged */
+  /* gated: its kernels, queued on the stream: a direct collective's (two for
+   * Hier on devices: the node's reduce-scatter, its all-gather), an ipc
+   * send's copy. slot NULL: none */
+  struct work_deferred deferred[WORK_MAX_LAUNCHES];
 };
 
 /* A unit on device streams waits for each stream to reach it and lets each

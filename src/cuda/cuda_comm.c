@@ -165,7 +165,7 @@ void cuda_comm_free(struct ncclComm* comm) {
   cuda_exec_detach(cc->exec, &comm->exec);
   if (cuda_ctx_enter(cc, &saved) == ncclSuccess) {
     int passed = cuda_mirrors_free(&cc->mirrors, cu); /* no stream waits on a flag any more */
-    cuda_direct_free(cc->direct);                     /* nor runs a kernel on peers' buffers */
+    cuda_direct_free(cc->direct, passed);             /* nor runs a kernel on peers' buffers */
     cuda_comm_transports_free(comm, cc, passed);
     if (passed) {
       cuda_gates_free(&cc->gates, cu);

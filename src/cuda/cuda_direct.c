@@ -1,9 +1,11 @@
 /*
- * The direct algorithm on device buffers (cuda_direct.h). Per call, every
+ * The direct algorithm on device buffers (cuda_direct.h). Links join the
+ * ranks of this rank's node (every rank, on one node). Per call, every
  * link carries, in order: the sender's send buffer, its receive buffer
  * (each a direct_msg, with the allocation's fd where it is cuMem memory),
  * then its "done"; a rank whose call fails sends "fail" instead of what
- * was to come, so its peers stop waiting at once.
+ * was to come, so its peers stop waiting at once. Tasks name ranks by
+ * their index on the node (algorithms/direct.h).
  */
 #include "cuda_direct.h"
 
@@ -34,9 +36,23 @@ struct direct_msg {
 
 #define DIRECT_FAIL_READ_MS 100 /* how long a failed send looks for the peer's last word */
 
+/* Hier's pinned scratch: grown by replacing it, the old ones freed with
+ * the comm (freeing pinned memory may wait for the device). */
+struct direct_scratch {
+  void* host;
+  CUdeviceptr dev;
+  size_t bytes;
+  struct direct_scratch* older;
+};
+
 struct cuda_direct {
   int nranks;
-  int* links;                    /* per peer, -1 for this rank */
+  int nlocal;                  /* the ranks of this node */
+  int local[DIRECT_MAX_RANKS]; /* their comm ranks, in node order */
+  int me_local;                /* this rank's index among them */
+  int* column;                 /* Hier: per node, the rank there with this rank's index */
+  struct direct_scratch* scratch;
+  int* links;                    /* per peer of this node, else -1 (and for this rank) */
   int* same_process;             /* per peer: its pointers are ours to use, no IPC */
   uint64_t* heard;               /* per peer: the last call it said "done" or "fail" in */
   int any_remote;                /* some peer is in another process */
@@ -57,13 +73,14 @@ static int peer_device(const struct ncclComm* comm, int p) {
   return comm->peers[p].cuda_dev < 0 ? 0 : comm->peers[p].cuda_dev;
 }
 
-/* Whether each rank's device can read every other rank's (peer access). */
-static int devices_reach(const struct ncclComm* comm) {
+/* Whether each of the n ranks' devices can read every other's (peer
+ * access). */
+static int devices_reach(const struct ncclComm* comm, const int* ranks, int n) {
   const struct cuda_api* cu = cuda_driver();
-  for (int a = 0; a < comm->nranks; a++)
-    for (int b = 0; b < comm->nranks; b++) {
+  for (int i = 0; i < n; i++)
+    for (int j = 0; j < n; j++) {
       CUdevice x, y;
-      int can = 0, da = peer_device(comm, a), db = peer_device(comm, b);
+      int can = 0, da = peer_device(comm, ranks[i]), db = peer_device(comm, ranks[j]);
       if (da == db) continue;
       if (cu->cuDeviceGet(&x, da) != CUDA_SUCCESS || cu->cuDeviceGet(&y, db) != CUDA_SUCCESS ||
           cu->cuDeviceCanAccessPeer(&can, x, y) != CUDA_SUCCESS || !can)
@@ -72,28 +89,57 @@ static int devices_reach(const struct ncclComm* comm) {
   return 1;
 }
 
-/* 2..DIRECT_MAX_RANKS ranks on this host, their devices in reach;
- * *per_device gets the most ranks sharing one device. Devices are told
- * apart by UUID; ordinals (for the reach check) mean the same device in
- * every rank only where their processes see the same devices in the same
- * order: else direct needs every rank on one device. */
-static int comm_direct_shape(const struct ncclComm* comm, int* per_device) {
-  const struct peer_info* me;
+/* The n ranks (2..DIRECT_MAX_RANKS) are on one host, their devices in
+ * reach; *per_device gets the most of them sharing one device. Devices
+ * are told apart by UUID; ordinals (for the reach check) mean the same
+ * device in every rank only where their processes see the same devices in
+ * the same order: else direct needs the ranks on one device. */
+static int ranks_direct_shape(const struct ncclComm* comm, const int* ranks, int n,
+                              int* per_device) {
+  const struct peer_info* first = &comm->peers[ranks[0]];
   int one_view = 1, one_device = 1;
-  if (comm->nranks < 2 || comm->nranks > DIRECT_MAX_RANKS || cuda_comm_shares_process(comm) < 0)
-    return 0; /* the peers are not known yet: a non-blocking init still running */
-  me = &comm->peers[comm->rank];
+  if (n < 2 || n > DIRECT_MAX_RANKS) return 0;
   *per_device = 1;
-  for (int p = 0; p < comm->nranks; p++) {
-    const struct peer_info* q = &comm->peers[p];
+  for (int i = 0; i < n; i++) {
+    const struct peer_info* q = &comm->peers[ranks[i]];
     int same = 0;
-    if (q->host_hash != me->host_hash || q->cuda_uuid == 0) return 0;
-    one_view &= q->cuda_view == comm->peers[0].cuda_view;
-    one_device &= q->cuda_uuid == comm->peers[0].cuda_uuid;
-    for (int o = 0; o < comm->nranks; o++) same += comm->peers[o].cuda_uuid == q->cuda_uuid;
+    if (q->host_hash != first->host_hash || q->cuda_uuid == 0) return 0;
+    one_view &= q->cuda_view == first->cuda_view;
+    one_device &= q->cuda_uuid == first->cuda_uuid;
+    for (int j = 0; j < n; j++) same += comm->peers[ranks[j]].cuda_uuid == q->cuda_uuid;
     *per_device = MAX(*per_device, same);
   }
-  return one_device || (one_view && devices_reach(comm));
+  return one_device || (one_view && devices_reach(comm, ranks, n));
+}
+
+/* The comm's ranks on `node`, in node order (at most DIRECT_MAX_RANKS
+ * written); returns how many it has. */
+static int node_ranks(const struct ncclComm* comm, int node, int* out) {
+  const struct sched_topo* t = &comm->layout;
+  int n = sched_topo_node_size(t, node);
+  for (int j = 0; j < n && j < DIRECT_MAX_RANKS; j++) out[j] = t->order[t->node_start[node] + j];
+  return n;
+}
+
+/* Every rank of the comm on this host, their devices in reach. */
+static int comm_direct_shape(const struct ncclComm* comm, int* per_device) {
+  int ranks[DIRECT_MAX_RANKS];
+  if (comm->nranks > DIRECT_MAX_RANKS || cuda_comm_shares_process(comm) < 0)
+    return 0; /* too many, or the peers are not known yet: a non-blocking init still running */
+  for (int r = 0; r < comm->nranks; r++) ranks[r] = r;
+  return ranks_direct_shape(comm, ranks, comm->nranks, per_device);
+}
+
+/* Several nodes of the same size, each one's ranks fit for direct. */
+static int comm_hier_shape(const struct ncclComm* comm) {
+  const struct sched_topo* t = &comm->layout;
+  int ranks[DIRECT_MAX_RANKS], per_device;
+  if (cuda_comm_shares_process(comm) < 0 || t->nnodes < 2 || t->min_ppn != t->max_ppn ||
+      t->min_ppn < 2 || t->max_ppn > DIRECT_MAX_RANKS)
+    return 0;
+  for (int node = 0; node < t->nnodes; node++)
+    if (!ranks_direct_shape(comm, ranks, node_ranks(comm, node, ranks), &per_device)) return 0;
+  return 1;
 }
 
 /* The buffer size the tuner models (the larger of the two, as for host
@@ -105,40 +151,70 @@ static size_t op_bytes(const struct work_op* op) {
   return bytes;
 }
 
-static int op_direct(const struct work_op* op) {
+/* Where the host would run Hier (or NCCL_ALGO names Direct): the node's
+ * stages then run on the devices instead of through host memory. */
+static int hier_wanted(const struct work_op* op) {
+  int algo = ALGO_RING;
+  if (op->args.coll != COLL_ALLREDUCE || !comm_hier_shape(op->comm)) return 0;
+  if (tuner_forces_direct()) return 1;
+  tuner_host_best(op->comm, op->args.coll, op_bytes(op), &algo);
+  return algo == ALGO_HIER;
+}
+
+/* Device buffers where this rank uses them. */
+static int op_on_devices(const struct work_op* op) {
   const struct exec_args* a = &op->args;
-  int reads, writes, per_device = 1;
-  if (op->kind != WORK_COLL || a->mem != MEM_DEVICE || a->pre || a->scalar_src ||
-      !tuner_allows_direct() || !comm_direct_shape(op->comm, &per_device))
-    return 0;
-  if (!tuner_forces_direct() && !tuner_prefers_direct(op->comm, a->coll, op_bytes(op), per_device))
-    return 0;
-  reads = sched_coll_reads_send(a->coll, op->comm->rank, a->root);
-  writes = sched_coll_writes_recv(a->coll, op->comm->rank, a->root);
+  int reads = sched_coll_reads_send(a->coll, op->comm->rank, a->root);
+  int writes = sched_coll_writes_recv(a->coll, op->comm->rank, a->root);
   return (!reads || mem_query(a->sendbuff) == MEM_DEVICE) &&
          (!writes || mem_query(a->recvbuff) == MEM_DEVICE);
 }
 
+int cuda_direct_kind(const struct work_op* op) {
+  const struct exec_args* a = &op->args;
+  int per_device = 1;
+  if (op->kind != WORK_COLL || a->mem != MEM_DEVICE || a->pre || a->scalar_src ||
+      !tuner_allows_direct() || !op_on_devices(op))
+    return WORK_DIRECT_NONE;
+  if (comm_direct_shape(op->comm, &per_device))
+    return tuner_forces_direct() ||
+                   tuner_prefers_direct(op->comm, a->coll, op_bytes(op), per_device)
+               ? WORK_DIRECT_NODE
+               : WORK_DIRECT_NONE;
+  return hier_wanted(op) ? WORK_DIRECT_HIER : WORK_DIRECT_NONE;
+}
+
 int cuda_direct_wanted(const struct work_op* ops, int n) {
   for (int i = 0; i < n; i++)
-    if (ops[i].comm != ops[0].comm || !op_direct(&ops[i])) return 0;
+    if (ops[i].comm != ops[0].comm || cuda_direct_kind(&ops[i]) == WORK_DIRECT_NONE) return 0;
   return n > 0;
 }
 
 /* ---- The links, made at the first direct call ---- */
 
+/* Whether `peer` is on this rank's node. */
+static int is_local(const struct cuda_direct* d, int peer) {
+  for (int j = 0; j < d->nlocal; j++)
+    if (d->local[j] == peer) return 1;
+  return 0;
+}
+
 static ncclResult_t direct_links(struct ncclComm* comm, struct cuda_direct* d) {
   ncclResult_t res = ncclSuccess;
-  int lfd = -1, n = comm->nranks, me = comm->rank;
+  int lfd = -1, me = comm->rank, lower = 0;
   int64_t tmo = comm->tctx.timeout_ms;
   uint64_t secret = comm->tctx.secret;
   CHECK(cudaipc_fd_listen(secret, "direct", me, &lfd));
-  for (int p = me + 1; p < n; p++) /* to the higher ranks; the lower ones come to us */
-    CHECK(cudaipc_fd_connect(secret, "direct", me, p, 0, tmo, &comm->aborted, &d->links[p]));
-  for (int k = 0; k < me; k++) {
+  for (int j = 0; j < d->nlocal; j++) { /* to the higher ranks; the lower ones come to us */
+    int p = d->local[j];
+    lower += p < me;
+    if (p > me)
+      CHECK(cudaipc_fd_connect(secret, "direct", me, p, 0, tmo, &comm->aborted, &d->links[p]));
+  }
+  for (int k = 0; k < lower; k++) {
     int link, peer, tag;
     CHECK(cudaipc_fd_accept(lfd, secret, tmo, &comm->aborted, &link, &peer, &tag));
-    if (peer < 0 || peer >= me || d->links[peer] >= 0) {
+    if (peer < 0 || peer >= me || !is_local(d, peer) || d->links[peer] >= 0) {
       close(link);
       FAIL(ncclSystemError, "Direct: rank %d got a link from rank %d twice or out of turn", me,
            peer);
@@ -148,6 +224,18 @@ static ncclResult_t direct_links(struct ncclComm* comm, struct cuda_direct* d) {
 fail:
   if (lfd >= 0) close(lfd);
   return res;
+}
+
+/* This rank's node and, on an even layout, its column: the rank with its
+ * index on every node. */
+static void direct_layout(const struct ncclComm* comm, struct cuda_direct* d) {
+  const struct sched_topo* t = &comm->layout;
+  d->nranks = comm->nranks;
+  d->nlocal = MIN(node_ranks(comm, t->node_of[comm->rank], d->local), DIRECT_MAX_RANKS);
+  d->me_local = t->local_of[comm->rank];
+  for (int node = 0; node < t->nnodes; node++)
+    d->column[node] =
+        t->order[t->node_start[node] + MIN(d->me_local, sched_topo_node_size(t, node) - 1)];
 }
 
 static ncclResult_t direct_get(struct ncclComm* comm, struct cuda_direct** out) {
@@ -163,26 +251,33 @@ static ncclResult_t direct_get(struct ncclComm* comm, struct cuda_direct** out) 
   CHECK(braid_calloc(&d->links, (size_t)comm->nranks, sizeof(int)));
   CHECK(braid_calloc(&d->same_process, (size_t)comm->nranks, sizeof(int)));
   CHECK(braid_calloc(&d->heard, (size_t)comm->nranks, sizeof(uint64_t)));
-  d->nranks = comm->nranks;
+  CHECK(braid_calloc(&d->column, (size_t)comm->layout.nnodes, sizeof(int)));
+  direct_layout(comm, d);
   for (int p = 0; p < comm->nranks; p++) {
     d->links[p] = -1;
     d->same_process[p] = cuda_peer_in_process(comm, p);
-    d->any_remote |= !d->same_process[p];
+    d->any_remote |= !d->same_process[p] && is_local(d, p);
   }
   d->tdev = &cc->tdev;
   /* non-blocking: a user stream waiting on a gate never holds a kernel back */
   CHECK(cuda_check(cuda_driver()->cuStreamCreate(&d->stream, CU_STREAM_NON_BLOCKING),
                    "cuStreamCreate(direct)"));
   CHECK(direct_links(comm, d));
-  INFO(SUB_INIT, "Rank %d: direct calls on device buffers, %d ranks linked", comm->rank,
-       comm->nranks);
+  INFO(SUB_INIT, "Rank %d: direct calls on device buffers, %d ranks of its node linked", comm->rank,
+       d->nlocal);
   *out = d;
 fail:
   return res;
 }
 
-void cuda_direct_free(struct cuda_direct* d) {
+void cuda_direct_free(struct cuda_direct* d, int streams_passed) {
   if (d == NULL) return;
+  while (d->scratch) { /* a kernel may still use it unless every stream passed */
+    struct direct_scratch* s = d->scratch;
+    d->scratch = s->older;
+    if (streams_passed && !d->tdev->mappings_in_use) cuda_driver()->cuMemFreeHost(s->host);
+    free(s);
+  }
   for (int p = 0; d->links && p < d->nranks; p++)
     if (d->links[p] >= 0) close(d->links[p]);
   if (d->stream) {
@@ -190,6 +285,7 @@ void cuda_direct_free(struct cuda_direct* d) {
     cuda_driver()->cuStreamDestroy(d->stream);
   }
   free(d->links);
+  free(d->column);
   free(d->same_process);
   free(d->heard);
   free(d);
@@ -242,7 +338,7 @@ static ncclResult_t post_buffer(struct ncclComm* comm, struct cuda_direct* d, in
     }
   }
   for (int p = 0; p < d->nranks; p++)
-    if (p != comm->rank) {
+    if (d->links[p] >= 0) {
       res = cudaipc_fd_send(d->links[p], &m, sizeof(m), d->same_process[p] ? -1 : fd,
                             comm->tctx.timeout_ms, &comm->aborted);
       if (res != ncclSuccess) res = link_lost(d, p, res);
@@ -278,7 +374,7 @@ fail:
 
 /* Where peer's buffers are mapped here: bufs[DIRECT_SEND], [DIRECT_RECV]. */
 static ncclResult_t map_peer(struct ncclComm* comm, struct cuda_direct* d, int peer,
-                             char* bufs[2]) {
+                             char* bufs[DIRECT_NBUFS]) {
   ncclResult_t res = ncclSuccess;
   for (int k = 0; k < 2; k++) {
     struct direct_msg m;
@@ -301,13 +397,16 @@ fail:
   return res;
 }
 
-/* The plan's task over every rank's buffers. */
+/* Buffers of the node's ranks by node index, as tasks name them. */
+typedef char* direct_bufs[DIRECT_MAX_RANKS][DIRECT_NBUFS];
+
+/* The plan's task over every rank's buffers; `flags` the post-divide. */
 static void direct_task_resolve(const struct exec_args* a, const struct direct_task* p,
-                                char* const (*bufs)[2], struct kern_task* t) {
+                                unsigned flags, direct_bufs bufs, struct kern_task* t) {
   size_t es = kern_type_size(a->type);
   memset(t, 0, sizeof(*t));
   t->redop = a->redop;
-  t->flags = a->post;
+  t->flags = flags;
   t->nsrcs = p->nsrcs;
   t->ndsts = p->ndsts;
   t->n = p->n;
@@ -324,11 +423,11 @@ static void direct_task_resolve(const struct exec_args* a, const struct direct_t
  * anyone's stream goes on. Only a broken stream, or the timeout (then the
  * mappings are kept for good), ends it early. */
 static ncclResult_t deferred_wait(struct ncclComm* comm, struct cuda_direct* d,
-                                  const struct work_op* op) {
+                                  const struct work_op* op, const struct work_deferred* k) {
   uint64_t start = braid_now_ns(), next_check = start + 100000000ull;
   uint64_t deadline = start + (uint64_t)comm->tctx.timeout_ms * 1000000ull;
   long nap_ns = 0;
-  while (!cuda_deferred_ran(&op->deferred)) {
+  while (!cuda_deferred_ran(k)) {
     if (!braid_backoff(&nap_ns) || braid_now_ns() < next_check) continue;
     next_check = braid_now_ns() + 100000000ull;
     if (cuda_stream_check(comm->cuda->ctx, op->stream) != ncclSuccess)
@@ -352,46 +451,42 @@ fail:
   return res;
 }
 
-/* Run this rank's task: on its stream where the call is gated there (the
- * kernel is queued, waiting for it), else on the comm's own stream,
- * blocking until it is done. */
+/* Run this rank's `which`-th task of the call: on its stream where the
+ * call is gated there (the kernel is queued, waiting for it), else on the
+ * comm's own stream, blocking until it is done. */
 static ncclResult_t task_run(struct ncclComm* comm, struct cuda_direct* d, const struct work_op* op,
-                             const struct kern_task* t) {
+                             int which, const struct kern_task* t) {
   struct kern_dev_task dt;
+  const struct work_deferred* k = &op->deferred[which];
   cuda_task_to_dev(t, &dt);
-  if (op->deferred.slot == NULL) return t->n ? sync_run(d, &dt) : ncclSuccess;
-  cuda_deferred_go(&op->deferred, &dt);
-  return deferred_wait(comm, d, op);
+  if (k->slot == NULL) return t->n ? sync_run(d, &dt) : ncclSuccess;
+  cuda_deferred_go(k, &dt);
+  return deferred_wait(comm, d, op, k);
 }
 
-static ncclResult_t direct_call(struct ncclComm* comm, struct cuda_direct* d,
-                                const struct work_op* op) {
+/* This rank's buffers to its node's peers, and theirs mapped here. */
+static ncclResult_t buffers_exchange(struct ncclComm* comm, struct cuda_direct* d, const void* send,
+                                     void* recv, direct_bufs bufs) {
   ncclResult_t res = ncclSuccess;
-  const struct exec_args* a = &op->args;
-  char* bufs[DIRECT_MAX_RANKS][2];
-  struct direct_task plan;
-  struct kern_task task;
-  int reads, writes, me = comm->rank;
-  size_t es = kern_type_size(a->type);
-  reads = sched_coll_reads_send(a->coll, me, a->root);
-  writes = sched_coll_writes_recv(a->coll, me, a->root);
-  d->seq++;
-  INFO(SUB_TUNING, "%s %zu elements nranks %d: Direct instead (device buffers, one node)",
-       sched_coll_name(a->coll), a->count, d->nranks);
-  bufs[me][DIRECT_SEND] = reads ? (char*)a->sendbuff : NULL;
-  bufs[me][DIRECT_RECV] = writes ? (char*)a->recvbuff : NULL;
+  bufs[d->me_local][DIRECT_SEND] = (char*)send;
+  bufs[d->me_local][DIRECT_RECV] = recv;
   d->exposed = 0;
-  CHECK(post_buffer(comm, d, DIRECT_SEND, bufs[me][DIRECT_SEND]));
-  CHECK(post_buffer(comm, d, DIRECT_RECV, bufs[me][DIRECT_RECV]));
+  CHECK(post_buffer(comm, d, DIRECT_SEND, send));
+  CHECK(post_buffer(comm, d, DIRECT_RECV, recv));
   d->exposed = 1;
-  for (int p = 0; p < d->nranks; p++)
-    if (p != me) CHECK(map_peer(comm, d, p, bufs[p]));
-  CHECK(direct_plan(a->coll, me, d->nranks, a->root, a->count, a->stride, MAX(16 / es, 1), &plan));
-  direct_task_resolve(a, &plan, (char* const(*)[2])bufs, &task);
-  CHECK(task_run(comm, d, op, &task));
+  for (int j = 0; j < d->nlocal; j++)
+    if (d->local[j] != comm->rank) CHECK(map_peer(comm, d, d->local[j], bufs[j]));
+fail:
+  return res;
+}
+
+/* "done" to every peer of the node, then theirs: no rank's stream goes on
+ * while a peer may still read its input or write its output. */
+static ncclResult_t done_exchange(struct ncclComm* comm, struct cuda_direct* d) {
+  ncclResult_t res = ncclSuccess;
   struct direct_msg done = {d->seq, DIRECT_MSG_DONE, 0, 0, {0}};
   for (int p = 0; p < d->nranks; p++)
-    if (p != me) {
+    if (d->links[p] >= 0) {
       res = cudaipc_fd_send(d->links[p], &done, sizeof(done), -1, comm->tctx.timeout_ms,
                             &comm->aborted);
       if (res != ncclSuccess) res = link_lost(d, p, res);
@@ -400,8 +495,126 @@ static ncclResult_t direct_call(struct ncclComm* comm, struct cuda_direct* d,
   for (int p = 0; p < d->nranks; p++) {
     struct direct_msg m;
     int fd = -1;
-    if (p != me) CHECK(recv_msg(comm, d, p, DIRECT_MSG_DONE, &m, &fd));
+    if (d->links[p] >= 0) CHECK(recv_msg(comm, d, p, DIRECT_MSG_DONE, &m, &fd));
   }
+fail:
+  return res;
+}
+
+/* One task over the node's buffers (every rank of the comm). */
+static ncclResult_t node_call(struct ncclComm* comm, struct cuda_direct* d,
+                              const struct work_op* op, direct_bufs bufs) {
+  ncclResult_t res = ncclSuccess;
+  const struct exec_args* a = &op->args;
+  struct direct_task plan;
+  struct kern_task task;
+  size_t es = kern_type_size(a->type);
+  CHECK(direct_plan(a->coll, d->me_local, d->nlocal, a->root, a->count, a->stride, MAX(16 / es, 1),
+                    &plan));
+  direct_task_resolve(a, &plan, a->post, bufs, &task);
+  CHECK(task_run(comm, d, op, 0, &task));
+fail:
+  return res;
+}
+
+/* Pinned scratch of at least `bytes`, mapped for the device. */
+static ncclResult_t scratch_get(struct cuda_direct* d, size_t bytes, struct direct_scratch** out) {
+  ncclResult_t res = ncclSuccess;
+  struct direct_scratch* s = d->scratch;
+  if (s == NULL || s->bytes < bytes) {
+    CHECK(braid_calloc(&s, 1, sizeof(*s)));
+    s->bytes = MAX(bytes, d->scratch ? 2 * d->scratch->bytes : (size_t)4096);
+    res = cuda_flags_alloc(cuda_driver(), s->bytes, "cuMemHostAlloc(Hier scratch)", &s->host,
+                           &s->dev);
+    if (res != ncclSuccess) {
+      free(s);
+      goto fail;
+    }
+    s->older = d->scratch;
+    d->scratch = s;
+  }
+  *out = s;
+fail:
+  return res;
+}
+
+/* The stage between nodes: this rank's slice all-reduced, in the pinned
+ * scratch, with the ranks of the other nodes that hold the same slice (a
+ * ring over the network, on the host: the executor with a group). */
+static ncclResult_t column_allreduce(struct ncclComm* comm, struct cuda_direct* d,
+                                     const struct exec_args* a, void* buf, size_t count) {
+  ncclResult_t res = ncclSuccess;
+  struct exec_args c = *a;
+  long nap_ns = 0;
+  int done = 0;
+  c.sendbuff = c.recvbuff = buf;
+  c.count = count;
+  c.stride = 0;
+  c.mem = MEM_HOST;
+  c.sendreg = c.recvreg = NULL;
+  c.scalar_src = NULL;
+  c.algo = ALGO_RING;
+  c.chunk_bytes = comm->exec.slot_bytes;
+  c.group_size = comm->layout.nnodes;
+  c.group_rank = comm->layout.node_of[comm->rank];
+  c.group_ranks = d->column;
+  CHECK(exec_comm_start(comm, &c));
+  while (!done) {
+    int progressed = 0;
+    CHECK(exec_comm_progress(comm, &done, &progressed));
+    if (progressed)
+      nap_ns = 0;
+    else
+      braid_backoff(&nap_ns);
+  }
+fail:
+  return res;
+}
+
+/* Hier with the node's stages direct: reduce this rank's slice from the
+ * node's inputs into pinned scratch, all-reduce it between nodes, write
+ * it to the node's outputs. The post-divide (avg) happens between nodes,
+ * on the total. */
+static ncclResult_t hier_call(struct ncclComm* comm, struct cuda_direct* d,
+                              const struct work_op* op, direct_bufs bufs) {
+  ncclResult_t res = ncclSuccess;
+  const struct exec_args* a = &op->args;
+  struct direct_task reduce, spread;
+  struct direct_scratch* scratch;
+  struct kern_task task;
+  size_t es = kern_type_size(a->type), lo;
+  CHECK(
+      direct_plan_staged(d->me_local, d->nlocal, a->count, MAX(16 / es, 1), &reduce, &spread, &lo));
+  CHECK(scratch_get(d, MAX(reduce.n * es, (size_t)1), &scratch));
+  bufs[d->me_local][DIRECT_SCRATCH] = (char*)(uintptr_t)scratch->dev;
+  direct_task_resolve(a, &reduce, 0, bufs, &task);
+  CHECK(task_run(comm, d, op, 0, &task));
+  if (reduce.n) CHECK(column_allreduce(comm, d, a, scratch->host, reduce.n));
+  direct_task_resolve(a, &spread, 0, bufs, &task);
+  CHECK(task_run(comm, d, op, 1, &task));
+fail:
+  return res;
+}
+
+static ncclResult_t direct_call(struct ncclComm* comm, struct cuda_direct* d,
+                                const struct work_op* op) {
+  ncclResult_t res = ncclSuccess;
+  const struct exec_args* a = &op->args;
+  direct_bufs bufs;
+  int me = comm->rank;
+  int reads = sched_coll_reads_send(a->coll, me, a->root);
+  int writes = sched_coll_writes_recv(a->coll, me, a->root);
+  d->seq++;
+  INFO(SUB_TUNING, "%s %zu elements nranks %d: %s instead (device buffers)",
+       sched_coll_name(a->coll), a->count, d->nranks,
+       op->direct == WORK_DIRECT_HIER ? "Hier with direct node stages" : "Direct");
+  memset(bufs, 0, sizeof(direct_bufs));
+  CHECK(buffers_exchange(comm, d, reads ? a->sendbuff : NULL, writes ? a->recvbuff : NULL, bufs));
+  if (op->direct == WORK_DIRECT_HIER)
+    CHECK(hier_call(comm, d, op, bufs));
+  else
+    CHECK(node_call(comm, d, op, bufs));
+  CHECK(done_exchange(comm, d));
 fail:
   return res;
 }
@@ -464,10 +677,20 @@ ncclResult_t cuda_direct_arm(struct work_op* op, CUstream stream) {
   ncclResult_t res = ncclSuccess;
   struct ncclComm* comm = op->comm;
   const struct exec_args* a = &op->args;
-  struct direct_task plan;
-  CHECK(direct_plan(a->coll, comm->rank, comm->nranks, a->root, a->count, a->stride,
-                    MAX(16 / kern_type_size(a->type), 1), &plan));
-  CHECK(cuda_deferred_arm(&comm->cuda->deferred, cuda_driver(), stream, plan.n, &op->deferred));
+  const struct sched_topo* t = &comm->layout;
+  struct direct_task plan, spread;
+  size_t lo, align = MAX(16 / kern_type_size(a->type), 1);
+  int k = sched_topo_node_size(t, t->node_of[comm->rank]), me = t->local_of[comm->rank];
+  if (op->direct == WORK_DIRECT_HIER) { /* two kernels: the node's reduce, its spread */
+    CHECK(direct_plan_staged(me, k, a->count, align, &plan, &spread, &lo));
+    CHECK(
+        cuda_deferred_arm(&comm->cuda->deferred, cuda_driver(), stream, plan.n, &op->deferred[0]));
+    CHECK(cuda_deferred_arm(&comm->cuda->deferred, cuda_driver(), stream, spread.n,
+                            &op->deferred[1]));
+    return ncclSuccess;
+  }
+  CHECK(direct_plan(a->coll, me, k, a->root, a->count, a->stride, align, &plan));
+  CHECK(cuda_deferred_arm(&comm->cuda->deferred, cuda_driver(), stream, plan.n, &op->deferred[0]));
 fail:
   return res;
 }

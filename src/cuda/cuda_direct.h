@@ -47,6 +47,15 @@ struct cuda_direct;
  * block until every rank made the call. */
 int cuda_direct_wanted(const struct work_op* ops, int n);
 
+/* How op runs direct (enum work_direct): WORK_DIRECT_NODE as above;
+ * WORK_DIRECT_HIER, an all-reduce on a comm of several nodes with the same
+ * number of ranks each (2..DIRECT_MAX_RANKS, their devices in reach as
+ * above), where the host would run Hier (or NCCL_ALGO names Direct): the
+ * node's ranks reduce-scatter direct into pinned scratch, the ranks that
+ * hold the same slice on every node all-reduce it on the host (a ring over
+ * the network), and the node's ranks all-gather it direct. */
+int cuda_direct_kind(const struct work_op* op);
+
 /* Queue op's kernel on `stream` (the comm's context current) for a call
  * gated there: it waits until cuda_direct_run, on the proxy, has the
  * task; then the call does not block its caller. */
@@ -56,8 +65,9 @@ ncclResult_t cuda_direct_arm(struct work_op* op, CUstream stream);
  * kernel there, else on a stream of the direct state, waited for. */
 ncclResult_t cuda_direct_run(struct work_op* op);
 
-/* Close the links; in the comm's context (the mappings are the comm's
- * cache's, cuda_comm.c frees them). */
-void cuda_direct_free(struct cuda_direct* d);
+/* Close the links and (once every stream passed what was queued on it:
+ * streams_passed) free Hier's pinned scratch; in the comm's context (the
+ * mappings are the comm's cache's, cuda_comm.c frees them). */
+void cuda_direct_free(struct cuda_direct* d, int streams_passed);
 
 #endif /* BRAID_CUDA_DIRECT_H_ */

@@ -148,7 +148,7 @@ static ncclResult_t unit_run_synchronously(struct work_op* ops, int n, const CUs
     return res;
   }
   if (cuda_direct_wanted(ops, n)) /* a non-blocking init's peers are known only now */
-    for (int i = 0; i < n; i++) ops[i].direct = 1;
+    for (int i = 0; i < n; i++) ops[i].direct = cuda_direct_kind(&ops[i]);
   ran = work_run(ops, n);
   for (int k = 0; k < ns; k++) CHECK(stream_stage(ops, n, streams[k], STAGE_OUT_SYNC));
   CHECK(streams_sync(ops, n, streams, ns));
@@ -209,8 +209,8 @@ static ncclResult_t unit_kernels_arm(void* arg, CUstream s) {
     if (op->direct)
       res = cuda_direct_arm(op, s);
     else if (op_has_kernel(op))
-      res =
-          cuda_deferred_arm(&op->comm->cuda->deferred, cuda_driver(), s, op->bytes, &op->deferred);
+      res = cuda_deferred_arm(&op->comm->cuda->deferred, cuda_driver(), s, op->bytes,
+                              &op->deferred[0]);
   }
   return res;
 }
@@ -269,7 +269,7 @@ ncclResult_t cuda_unit_dispatch(struct work_op* ops, int n) {
   struct cuda_comm* cc = ops[0].comm->cuda;
   /* a direct unit stages nothing: its kernels read and write the buffers */
   int direct = cuda_direct_wanted(ops, n), gated = unit_gated(ops, n, ns);
-  for (int i = 0; i < n && direct; i++) ops[i].direct = 1;
+  for (int i = 0; i < n && direct; i++) ops[i].direct = cuda_direct_kind(&ops[i]);
   for (int k = 0; k < ns && res == ncclSuccess; k++)
     res = stream_stage(ops, n, streams[k], gated && !direct ? STAGE_IN_GATED : STAGE_IN_SYNC);
   if (res == ncclSuccess && !gated) return unit_run_synchronously(ops, n, streams, ns);

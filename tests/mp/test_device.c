@@ -155,6 +155,35 @@ static void test_direct_two_devices(void** state) {
   assert_int_equal(mp_launch(4, direct_two_devices_body, NULL, NULL), 0);
 }
 
+/* Hier on devices: ranks faked into nodes of `ppn` by NCCL_HOSTID (so
+ * nodes talk TCP, ranks of a node CUDA IPC), NCCL_ALGO naming Direct. The
+ * all-reduces reduce-scatter direct inside each node into pinned scratch,
+ * all-reduce between nodes on the host, all-gather direct; the other
+ * collectives are staged. Gated on 2 x 2 and 2 x 3, synchronous on 3 x 2,
+ * every type and op (avg's division on the total). */
+struct hier_layout {
+  int ppn;
+  int sync;
+};
+
+static int hier_direct_body(const mp_env* env) {
+  const struct hier_layout* l = env->arg;
+  char host[32];
+  snprintf(host, sizeof(host), "fake-node-%d", env->rank / l->ppn);
+  setenv("NCCL_HOSTID", host, 1);
+  setenv("NCCL_ALGO", "Direct,Ring", 1);
+  if (l->sync) setenv("BRAID_STREAM_MEMOPS", "0", 1);
+  return matrix_body(env);
+}
+
+static void test_hier_direct(void** state) {
+  (void)state;
+  static const struct hier_layout two_by_two = {2, 0}, three_by_two = {2, 1}, two_by_three = {3, 0};
+  assert_int_equal(mp_launch(4, hier_direct_body, (void*)&two_by_two, NULL), 0);
+  assert_int_equal(mp_launch(6, hier_direct_body, (void*)&three_by_two, NULL), 0);
+  assert_int_equal(mp_launch(6, hier_direct_body, (void*)&two_by_three, NULL), 0);
+}
+
 /* The matrix with the ranks as threads of one process (ncclCommInitAll),
  * each driving its own comm: the tuner takes direct for the large counts
  * (the peers' pointers used as they are, no IPC); on one device, and (arg
@@ -1113,6 +1142,7 @@ int main(void) {
       cmocka_unit_test(test_matrix_synchronous),
       cmocka_unit_test(test_matrix_direct),
       cmocka_unit_test(test_direct_two_devices),
+      cmocka_unit_test(test_hier_direct),
       cmocka_unit_test(test_direct_threads),
       cmocka_unit_test(test_direct_group),
       cmocka_unit_test(test_direct_async),

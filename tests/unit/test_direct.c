@@ -5,7 +5,8 @@
  * and the outputs must equal the collective's definition; every output
  * element is written by exactly one task, and no task writes memory that
  * another rank's task reads or writes (so they may run at once: on a GPU
- * they do).
+ * they do). The staged all-reduce (Hier's intra-node stages on devices)
+ * is run the same way around a stand-in for the stage between nodes.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -31,9 +32,11 @@ struct world {
   float* recv[DIRECT_MAX_RANKS];
   float in[DIRECT_MAX_RANKS][DIRECT_MAX_RANKS * MAXN]; /* the inputs, kept */
   unsigned char writes[DIRECT_MAX_RANKS][DIRECT_MAX_RANKS * MAXN];
+  float scratch[DIRECT_MAX_RANKS][MAXN];
 };
 
 static float* resolve(struct world* w, const struct direct_ref* r) {
+  if (r->buf == DIRECT_SCRATCH) return w->scratch[r->rank] + r->off;
   return (r->buf == DIRECT_SEND ? w->send[r->rank] : w->recv[r->rank]) + r->off;
 }
 
@@ -62,20 +65,24 @@ static int refs_overlap(struct world* w, const struct direct_ref* a, size_t na,
   return na > 0 && nb > 0 && pa < pb + nb && pb < pa + na;
 }
 
+/* Task ta (rank a's) writes nothing task tb (rank b's) reads or writes. */
+static void check_pair(struct world* w, const struct direct_task* ta, int a,
+                       const struct direct_task* tb, int b) {
+  for (int d = 0; d < ta->ndsts; d++) {
+    for (int s = 0; s < tb->nsrcs; s++)
+      if (refs_overlap(w, &ta->dsts[d], ta->n, &tb->srcs[s], tb->n))
+        fail_msg("coll %d n %d: rank %d writes what rank %d reads", w->coll, w->n, a, b);
+    for (int e = 0; e < tb->ndsts; e++)
+      if (refs_overlap(w, &ta->dsts[d], ta->n, &tb->dsts[e], tb->n))
+        fail_msg("coll %d n %d: ranks %d and %d write the same bytes", w->coll, w->n, a, b);
+  }
+}
+
 /* No task writes what another rank's task reads or writes. */
 static void check_disjoint(struct world* w, const struct direct_task* t) {
   for (int a = 0; a < w->n; a++)
-    for (int b = 0; b < w->n; b++) {
-      if (a == b) continue;
-      for (int d = 0; d < t[a].ndsts; d++) {
-        for (int s = 0; s < t[b].nsrcs; s++)
-          if (refs_overlap(w, &t[a].dsts[d], t[a].n, &t[b].srcs[s], t[b].n))
-            fail_msg("coll %d n %d: rank %d writes what rank %d reads", w->coll, w->n, a, b);
-        for (int e = 0; e < t[b].ndsts; e++)
-          if (refs_overlap(w, &t[a].dsts[d], t[a].n, &t[b].dsts[e], t[b].n))
-            fail_msg("coll %d n %d: ranks %d and %d write the same bytes", w->coll, w->n, a, b);
-      }
-    }
+    for (int b = 0; b < w->n; b++)
+      if (a != b) check_pair(w, &t[a], a, &t[b], b);
 }
 
 static void run_task(struct world* w, const struct direct_task* t) {
@@ -90,6 +97,7 @@ static void run_task(struct world* w, const struct direct_task* t) {
   for (int d = 0; d < t->ndsts; d++) {
     k.dsts[d] = resolve(w, &t->dsts[d]);
     const struct direct_ref* r = &t->dsts[d];
+    if (r->buf == DIRECT_SCRATCH) continue;
     assert_int_equal(r->buf, DIRECT_RECV);
     for (size_t i = 0; i < t->n; i++) w->writes[r->rank][r->off + i]++;
   }
@@ -163,6 +171,47 @@ static void test_direct_plans(void** state) {
   free(w);
 }
 
+/* The staged all-reduce: every rank's reduce into its scratch, the stage
+ * between nodes (here: + 0.5 on every scratch element, which the outputs
+ * must show), every rank's spread. A rank's spread may run while another
+ * still reduces: they must not touch each other's bytes. */
+static void test_direct_staged(void** state) {
+  (void)state;
+  static const size_t counts[] = {0, 1, 7, 1001, MAXN};
+  struct world* w = calloc(1, sizeof(*w));
+  struct direct_task red[DIRECT_MAX_RANKS], spr[DIRECT_MAX_RANKS];
+  size_t lo[DIRECT_MAX_RANKS];
+  w->coll = COLL_ALLREDUCE;
+  for (w->n = 1; w->n <= DIRECT_MAX_RANKS; w->n++)
+    for (size_t ci = 0; ci < sizeof(counts) / sizeof(counts[0]); ci++)
+      for (w->inplace = 0; w->inplace < 2; w->inplace++) {
+        w->count = counts[ci];
+        world_setup(w);
+        for (int r = 0; r < w->n; r++)
+          assert_int_equal(direct_plan_staged(r, w->n, w->count, 4, &red[r], &spr[r], &lo[r]),
+                           ncclSuccess);
+        for (int a = 0; a < w->n; a++)
+          for (int b = 0; b < w->n; b++)
+            if (a != b) {
+              check_pair(w, &spr[a], a, &red[b], b);
+              check_pair(w, &red[b], b, &spr[a], a);
+            }
+        for (int r = w->n - 1; r >= 0; r--) run_task(w, &red[r]);
+        for (int r = 0; r < w->n; r++)
+          for (size_t i = 0; i < red[r].n; i++) {
+            assert_true(w->scratch[r][i] == sum_at(w, lo[r] + i));
+            w->scratch[r][i] += 0.5f;
+          }
+        for (int r = 0; r < w->n; r++) run_task(w, &spr[r]);
+        for (int r = 0; r < w->n; r++)
+          for (size_t i = 0; i < w->count; i++)
+            if (w->writes[r][i] != 1 || w->recv[r][i] != sum_at(w, i) + 0.5f)
+              fail_msg("staged n %d count %zu inplace %d: rank %d [%zu] = %g (written %d)", w->n,
+                       w->count, w->inplace, r, i, w->recv[r][i], w->writes[r][i]);
+      }
+  free(w);
+}
+
 static void test_direct_limits(void** state) {
   (void)state;
   struct direct_task t;
@@ -179,6 +228,7 @@ static void test_direct_limits(void** state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_direct_plans),
+      cmocka_unit_test(test_direct_staged),
       cmocka_unit_test(test_direct_limits),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
