@@ -1117,6 +1117,25 @@ static void test_host_cannot_touch(void** state) {
   assert_int_equal(mp_launch(1, touch_body, NULL, NULL), 1);
 }
 
+/* Hier on devices with a rank killed on the second node: its node peer's
+ * direct stage and its column peer's ring fail at once, the others hear
+ * of it through their failing peers; every stream drains. Gated, then
+ * synchronous. */
+static int hier_killed_body(const mp_env* env) {
+  char host[32];
+  snprintf(host, sizeof(host), "fake-node-%d", env->rank / 2);
+  setenv("NCCL_HOSTID", host, 1);
+  return direct_killed_body(env);
+}
+
+static void test_hier_direct_killed_peer(void** state) {
+  (void)state;
+  mp_opts o = MP_OPTS_INIT;
+  o.victim = 3;
+  o.kill_on_notify = 1;
+  launch_twice(4, hier_killed_body, &o);
+}
+
 static void test_direct_killed_peer(void** state) {
   (void)state;
   mp_opts o = MP_OPTS_INIT;
@@ -1152,6 +1171,7 @@ int main(void) {
       cmocka_unit_test(test_direct_late_failure),
       cmocka_unit_test(test_direct_visible_devices),
       cmocka_unit_test(test_direct_killed_peer),
+      cmocka_unit_test(test_hier_direct_killed_peer),
       cmocka_unit_test(test_mixed_buffers),
       cmocka_unit_test(test_ordering),
       cmocka_unit_test(test_many_queued),
