@@ -1,7 +1,8 @@
 /*
  * A stand-in for libibverbs.so.1 for the tests (never in the library),
  * selected by the library path: LD_LIBRARY_PATH=build/tests/fakeverbs.
- * So far it emulates what the IB probe calls: devices and their ports.
+ * This file: devices, their ports and contexts; fakeverbs.h lists the
+ * rest (memory, completions, queue pairs and their wire, faults).
  *
  *   FAKEVERBS_HCAS   comma list of name:ports[:eth] (default: none), e.g.
  *                    "mlx5_0:2,roce0:1:eth"; every port active, 4x EDR
@@ -9,7 +10,18 @@
  *   FAKEVERBS_DOWN   comma list of name:port that are down
  *   FAKEVERBS_SYSFS  where each HCA's sysfs directory is (<dir>/<name>,
  *                    read for device/numa_node)
+ *   FAKEVERBS_FAULT  faults to inject, kind:n comma list, each firing once,
+ *                    on the n-th event of its kind in the process (from 1):
+ *                    access (a request's rkey check at its target fails:
+ *                    remote access error), retry (a request is never
+ *                    acknowledged: retry exceeded), fatal (a device fatal
+ *                    async event once n requests were posted), rnr (a
+ *                    request that needs a receive finds none: RNR error
+ *                    instead of waiting for one)
+ *   FAKEVERBS_DELAY_US  the HCA pauses this long before each request
  */
+#include <fcntl.h>
+#include <unistd.h>
 #include <errno.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -18,19 +30,9 @@
 
 #include <infiniband/verbs.h>
 
+#include "fakeverbs.h"
+
 #define FV_MAX_HCAS 16
-#define FV_EXPORT __attribute__((visibility("default")))
-
-struct fv_hca {
-  struct ibv_device dev; /* first: the library's handle is its address */
-  int nports;
-  int eth;
-};
-
-struct fv_context {
-  struct ibv_context ctx;
-  struct fv_hca* hca;
-};
 
 static struct fv_hca g_hcas[FV_MAX_HCAS];
 static int g_nhcas = -1;
@@ -89,15 +91,35 @@ FV_EXPORT const char* ibv_get_device_name(struct ibv_device* dev) {
   return dev->name;
 }
 
+int fv_post_send(struct ibv_qp* qp, struct ibv_send_wr* wr, struct ibv_send_wr** bad);
+int fv_post_recv(struct ibv_qp* qp, struct ibv_recv_wr* wr, struct ibv_recv_wr** bad);
+int fv_poll_cq(struct ibv_cq* cq, int n, struct ibv_wc* wc);
+int fv_req_notify_cq(struct ibv_cq* cq, int solicited_only);
+
+/* A context: the data-path verbs (inline in verbs.h) through its ops, and
+ * async events through a pipe. */
 FV_EXPORT struct ibv_context* ibv_open_device(struct ibv_device* dev) {
   struct fv_context* c = calloc(1, sizeof(*c));
-  if (c == NULL) return NULL;
+  int fds[2];
+  if (c == NULL || pipe2(fds, O_CLOEXEC) != 0) {
+    free(c);
+    return NULL;
+  }
   c->ctx.device = dev;
+  c->ctx.async_fd = fds[0];
+  c->async_wfd = fds[1];
+  c->ctx.ops.post_send = fv_post_send;
+  c->ctx.ops.post_recv = fv_post_recv;
+  c->ctx.ops.poll_cq = fv_poll_cq;
+  c->ctx.ops.req_notify_cq = fv_req_notify_cq;
   c->hca = (struct fv_hca*)dev;
   return &c->ctx;
 }
 
 FV_EXPORT int ibv_close_device(struct ibv_context* ctx) {
+  struct fv_context* c = (struct fv_context*)ctx;
+  close(ctx->async_fd);
+  close(c->async_wfd);
   free(ctx);
   return 0;
 }
