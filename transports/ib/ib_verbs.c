@@ -30,6 +30,22 @@ static const struct {
     {"ibv_query_device", offsetof(struct ib_verbs, query_device)},
     {"ibv_query_port", offsetof(struct ib_verbs, query_port)},
     {"ibv_query_gid", offsetof(struct ib_verbs, query_gid)},
+    {"ibv_alloc_pd", offsetof(struct ib_verbs, alloc_pd)},
+    {"ibv_dealloc_pd", offsetof(struct ib_verbs, dealloc_pd)},
+    {"ibv_reg_mr", offsetof(struct ib_verbs, reg_mr)},
+    {"ibv_dereg_mr", offsetof(struct ib_verbs, dereg_mr)},
+    {"ibv_create_comp_channel", offsetof(struct ib_verbs, create_comp_channel)},
+    {"ibv_destroy_comp_channel", offsetof(struct ib_verbs, destroy_comp_channel)},
+    {"ibv_create_cq", offsetof(struct ib_verbs, create_cq)},
+    {"ibv_destroy_cq", offsetof(struct ib_verbs, destroy_cq)},
+    {"ibv_get_cq_event", offsetof(struct ib_verbs, get_cq_event)},
+    {"ibv_ack_cq_events", offsetof(struct ib_verbs, ack_cq_events)},
+    {"ibv_create_qp", offsetof(struct ib_verbs, create_qp)},
+    {"ibv_modify_qp", offsetof(struct ib_verbs, modify_qp)},
+    {"ibv_destroy_qp", offsetof(struct ib_verbs, destroy_qp)},
+    {"ibv_get_async_event", offsetof(struct ib_verbs, get_async_event)},
+    {"ibv_ack_async_event", offsetof(struct ib_verbs, ack_async_event)},
+    {"ibv_wc_status_str", offsetof(struct ib_verbs, wc_status_str)},
 };
 
 static void ib_verbs_open(void) {

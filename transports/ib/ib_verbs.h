@@ -21,6 +21,25 @@ struct ib_verbs {
   int (*query_device)(struct ibv_context* ctx, struct ibv_device_attr* attr);
   int (*query_port)(struct ibv_context* ctx, uint8_t port, struct ibv_port_attr* attr);
   int (*query_gid)(struct ibv_context* ctx, uint8_t port, int index, union ibv_gid* gid);
+  /* what a connection sets up: protection domain, memory regions,
+   * completion queue and channel, queue pairs, async events */
+  struct ibv_pd* (*alloc_pd)(struct ibv_context* ctx);
+  int (*dealloc_pd)(struct ibv_pd* pd);
+  struct ibv_mr* (*reg_mr)(struct ibv_pd* pd, void* addr, size_t length, int access);
+  int (*dereg_mr)(struct ibv_mr* mr);
+  struct ibv_comp_channel* (*create_comp_channel)(struct ibv_context* ctx);
+  int (*destroy_comp_channel)(struct ibv_comp_channel* ch);
+  struct ibv_cq* (*create_cq)(struct ibv_context* ctx, int cqe, void* cq_context,
+                              struct ibv_comp_channel* ch, int comp_vector);
+  int (*destroy_cq)(struct ibv_cq* cq);
+  int (*get_cq_event)(struct ibv_comp_channel* ch, struct ibv_cq** cq, void** cq_context);
+  void (*ack_cq_events)(struct ibv_cq* cq, unsigned int nevents);
+  struct ibv_qp* (*create_qp)(struct ibv_pd* pd, struct ibv_qp_init_attr* attr);
+  int (*modify_qp)(struct ibv_qp* qp, struct ibv_qp_attr* attr, int mask);
+  int (*destroy_qp)(struct ibv_qp* qp);
+  int (*get_async_event)(struct ibv_context* ctx, struct ibv_async_event* event);
+  void (*ack_async_event)(struct ibv_async_event* event);
+  const char* (*wc_status_str)(enum ibv_wc_status status);
 };
 
 /* The verbs of the process, opened at the first call; NULL when

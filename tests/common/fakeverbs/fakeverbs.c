@@ -153,11 +153,28 @@ FV_EXPORT int ibv_query_port(struct ibv_context* ctx, uint8_t port,
   return 0;
 }
 
+/* Index 0: link-local (fe80::hca:port). RoCE ports also have, as a NIC
+ * with an IPv4 and an IPv6 address shows them: 1 and 2 the IPv4-mapped
+ * ::ffff:10.hca.port.1 (RoCE v1 and v2: their types are what sysfs says,
+ * FAKEVERBS_SYSFS), 3 fd00::hca:port. */
 FV_EXPORT int ibv_query_gid(struct ibv_context* ctx, uint8_t port, int index, union ibv_gid* gid) {
   const struct fv_hca* h = ((struct fv_context*)ctx)->hca;
+  uint8_t hca = (uint8_t)(h - g_hcas);
   if (port < 1 || port > h->nports || index < 0 || index >= 4) return EINVAL;
   memset(gid, 0, sizeof(*gid));
-  gid->raw[0] = 0xfe, gid->raw[1] = 0x80; /* link-local, then the HCA and port */
-  gid->raw[14] = (uint8_t)(h - g_hcas), gid->raw[15] = port;
+  if (index == 0) {
+    gid->raw[0] = 0xfe, gid->raw[1] = 0x80;
+    gid->raw[14] = hca, gid->raw[15] = port;
+  } else if (h->eth && index < 3) {
+    gid->raw[10] = gid->raw[11] = 0xff;
+    gid->raw[12] = 10, gid->raw[13] = hca, gid->raw[14] = port, gid->raw[15] = 1;
+  } else if (h->eth) {
+    gid->raw[0] = 0xfd;
+    gid->raw[13] = hca, gid->raw[15] = port;
+  }
   return 0;
+}
+
+int fv_context_is_eth(struct ibv_context* ctx) {
+  return ((struct fv_context*)ctx)->hca->eth;
 }

@@ -37,6 +37,9 @@ struct fv_context {
   int async_wfd; /* async events are written here, read from ctx.async_fd */
 };
 
+/* Whether the context's HCA is RoCE (its QPs need a global route). */
+int fv_context_is_eth(struct ibv_context* ctx);
+
 /* One lock for the emulation's tables and queues (the HCA thread and the
  * verbs calls): a test's rates do not need finer. */
 extern pthread_mutex_t fv_lock;

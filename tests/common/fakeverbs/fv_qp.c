@@ -42,6 +42,7 @@ struct fv_held {
 
 struct fv_qp {
   struct ibv_qp qp;
+  struct ibv_qp_attr applied; /* what modify_qp set, for ibv_query_qp */
   int listen_fd, in_fd, out_fd;
   pthread_mutex_t send_lock; /* one poster's frame at a time on out_fd */
   uint64_t next_psn;
@@ -185,6 +186,34 @@ static void qp_connect(struct fv_qp* q, uint32_t dest) {
   q->out_fd = s;
 }
 
+/* RoCE needs a global route from a GID the port has (0..3); InfiniBand
+ * a LID. */
+static int route_valid(struct ibv_context* ctx, const struct ibv_ah_attr* ah) {
+  if (!fv_context_is_eth(ctx)) return ah->dlid != 0;
+  return ah->is_global && ah->grh.sgid_index < 4 && ah->grh.sgid_index > 0;
+}
+
+static void attr_keep(struct ibv_qp_attr* kept, const struct ibv_qp_attr* a, int mask) {
+  kept->qp_state = a->qp_state;
+  if (mask & IBV_QP_AV) kept->ah_attr = a->ah_attr;
+  if (mask & IBV_QP_PATH_MTU) kept->path_mtu = a->path_mtu;
+  if (mask & IBV_QP_DEST_QPN) kept->dest_qp_num = a->dest_qp_num;
+  if (mask & IBV_QP_TIMEOUT) kept->timeout = a->timeout;
+  if (mask & IBV_QP_RETRY_CNT) kept->retry_cnt = a->retry_cnt;
+  if (mask & IBV_QP_RNR_RETRY) kept->rnr_retry = a->rnr_retry;
+}
+
+FV_EXPORT int ibv_query_qp(struct ibv_qp* qp, struct ibv_qp_attr* attr, int mask,
+                           struct ibv_qp_init_attr* init) {
+  (void)mask;
+  pthread_mutex_lock(&fv_lock);
+  *attr = ((struct fv_qp*)qp)->applied;
+  attr->qp_state = qp->state;
+  pthread_mutex_unlock(&fv_lock);
+  if (init) memset(init, 0, sizeof(*init));
+  return 0;
+}
+
 #undef ibv_modify_qp
 FV_EXPORT int ibv_modify_qp(struct ibv_qp* qp, struct ibv_qp_attr* attr, int mask) {
   struct fv_qp* q = (struct fv_qp*)qp;
@@ -198,7 +227,8 @@ FV_EXPORT int ibv_modify_qp(struct ibv_qp* qp, struct ibv_qp_attr* attr, int mas
              (from == IBV_QPS_RTR && to == IBV_QPS_RTS) || (from == to && from != IBV_QPS_RESET)) {
     qp->state = to;
   } else if (from == IBV_QPS_INIT && to == IBV_QPS_RTR) {
-    if ((mask & (IBV_QP_DEST_QPN | IBV_QP_AV)) != (IBV_QP_DEST_QPN | IBV_QP_AV)) {
+    if ((mask & (IBV_QP_DEST_QPN | IBV_QP_AV)) != (IBV_QP_DEST_QPN | IBV_QP_AV) ||
+        !route_valid(qp->context, &attr->ah_attr)) {
       rc = EINVAL;
     } else {
       qp_connect(q, attr->dest_qp_num);
@@ -207,6 +237,10 @@ FV_EXPORT int ibv_modify_qp(struct ibv_qp* qp, struct ibv_qp_attr* attr, int mas
   } else {
     rc = EINVAL;
   }
+  if (((mask & IBV_QP_TIMEOUT) && attr->timeout > 31) ||
+      ((mask & IBV_QP_RETRY_CNT) && attr->retry_cnt > 7))
+    rc = EINVAL; /* fields of 5 and 3 bits */
+  if (rc == 0) attr_keep(&q->applied, attr, mask);
   pthread_mutex_unlock(&fv_lock);
   return rc;
 }
