@@ -106,7 +106,9 @@ UNIT_SRCS  := $(filter-out $(if $(filter 1,$(HAVE_CUDA)),,tests/unit/test_cuda_%
 UNIT_BINS  := $(patsubst tests/unit/%.c,$(TSTDIR)/%,$(UNIT_SRCS))
 MP_COMMON  := $(filter-out tests/mp/test_%.c,$(wildcard tests/mp/*.c))
 # mp_test_device* run device buffers on the simulated driver: HAVE_CUDA only.
-MP_SRCS    := $(filter-out $(if $(filter 1,$(HAVE_CUDA)),,tests/mp/test_device%.c),\
+# mp_test_ib runs the verbs transport on the emulation: HAVE_IBVERBS only.
+MP_SRCS    := $(filter-out $(if $(filter 1,$(HAVE_CUDA)),,tests/mp/test_device%.c) \
+                $(if $(filter 1,$(HAVE_IBVERBS)),,tests/mp/test_ib.c),\
                 $(wildcard tests/mp/test_*.c))
 MP_BINS    := $(patsubst tests/mp/%.c,$(TSTDIR)/mp_%,$(MP_SRCS))
 
@@ -243,6 +245,7 @@ $(TSTDIR)/mp_test_%: tests/mp/test_%.c $(MP_COMMON) tests/mp/*.h $(STLIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(TEST_INC) $(LDFLAGS) -Itests/mp $< $(MP_COMMON) -o $@ $(STLIB) -lcmocka $(LDLIBS)
 $(TSTDIR)/mp_test_device $(TSTDIR)/mp_test_device_p2p: $(CUDASIM)
+$(TSTDIR)/mp_test_ib: $(FAKEVERBS)
 
 # ---------------------------------------------------------------- braid-train (trainer/)
 # Data-parallel SGD on Fashion-MNIST. Built with mpicc when Open MPI is present: under mpirun

@@ -80,6 +80,8 @@
       "CUDA driver opened at first need; the tests' simulated driver, or none")                  \
   INT(stream_memops, "BRAID_STREAM_MEMOPS", 1, 0, 1, 0,                                          \
       "order device calls by stream memory operations; 0: synchronous calls")                    \
+  STR(ibverbs_lib, "BRAID_IBVERBS_LIB", "libibverbs.so.1", NULL, 0,                             \
+      "the verbs library, opened at run time")                                                   \
   STR(hwloc_lib, "BRAID_HWLOC_LIB", "libhwloc.so.15", NULL, 0,                                   \
       "hwloc library opened for topology detection; none: use sysfs and sysconf")                \
   STR(topo_file, "NCCL_TOPO_FILE", NULL, "unset", 0, "topology to use instead of detecting it")  \

@@ -72,6 +72,9 @@ typedef void (*link_fill_fn)(struct tuner_link* l, const struct tuner_model* m, 
                              int across_nodes);
 static const link_fill_fn k_link_fill[TRANSPORT_COUNT] = {
     [TRANSPORT_SHM] = link_shm,
+    /* verbs: priced as sockets (the NIC's rate bounds both) until measured
+     * on RDMA hardware, which no machine here has */
+    [TRANSPORT_NET_IB] = link_socket,
     [TRANSPORT_NET_SOCKET] = link_socket,
 };
 

@@ -58,7 +58,13 @@ struct work_deferred;
 
 /* The transports of the table (transport_table.c), in the order a pair of
  * ranks tries them. The tuner keeps one link cost per id. */
-enum transport_id { TRANSPORT_CUDAIPC = 0, TRANSPORT_SHM, TRANSPORT_NET_SOCKET, TRANSPORT_COUNT };
+enum transport_id {
+  TRANSPORT_CUDAIPC = 0,
+  TRANSPORT_SHM,
+  TRANSPORT_NET_IB,
+  TRANSPORT_NET_SOCKET,
+  TRANSPORT_COUNT
+};
 
 /* The comm's device, made at its first device call (src/cuda/cuda_comm.c):
  * what a transport that moves device memory needs. */
@@ -230,6 +236,7 @@ static inline ncclResult_t transport_post_host(struct transport_conn* c, void* p
 extern const struct transport tcp_transport;
 extern const struct transport shm_transport;
 extern const struct transport cudaipc_transport;
+extern const struct transport ib_transport;
 /* The chosen_device entry of a pair that no transport joins for device
  * memory: their device buffers go through pinned host slots. */
 extern const struct transport transport_none;

@@ -25,14 +25,20 @@ static const struct transport* const k_table[] = {
 #ifdef BRAID_HAVE_CUDA
     &cudaipc_transport, /* device buffers only: the host ones go on to shm */
 #endif
-    &shm_transport, &tcp_transport};
+    &shm_transport,
+#ifdef BRAID_HAVE_IBVERBS
+    &ib_transport, /* where NCCL_NET=IB */
+#endif
+    &tcp_transport};
 #define TABLE_SIZE (sizeof(k_table) / sizeof(k_table[0]))
 _Static_assert(TRANSPORT_COUNT <= MEM_REG_HANDLES, "a registration keeps a handle per transport");
 
-/* Networks by NCCL_NET's names. Only Socket is built here; "IB" joins
- * with the verbs transport. */
+/* Networks by NCCL_NET's names. */
 static const struct transport* net_named(const char* name) {
   if (name == NULL || strcasecmp(name, "Socket") == 0) return &tcp_transport;
+#ifdef BRAID_HAVE_IBVERBS
+  if (strcasecmp(name, "IB") == 0) return &ib_transport;
+#endif
   return NULL;
 }
 
@@ -75,17 +81,23 @@ void transport_deregister(struct transport_ctx* ctx, void** handles) {
 }
 
 static int is_network(const struct transport* t) {
-  return t->id == TRANSPORT_NET_SOCKET;
+  return t->id == TRANSPORT_NET_SOCKET || t->id == TRANSPORT_NET_IB;
 }
 
 ncclResult_t transport_table_init(struct transport_ctx* ctx) {
   const char* net = param_net();
   ctx->net = net_named(net);
-  if (ctx->net != NULL) return ncclSuccess;
 #ifdef BRAID_HAVE_IBVERBS
-  if (strcasecmp(net, "IB") == 0) return ib_probe_refuse(); /* says what it found */
+  if (ctx->net == &ib_transport) return ib_probe(); /* a clear error unless a port is usable */
 #endif
-  WARN("NCCL_NET=%s : no such network in this build (Socket)", net);
+  if (ctx->net != NULL) return ncclSuccess;
+  WARN("NCCL_NET=%s : no such network in this build (Socket%s)", net,
+#ifdef BRAID_HAVE_IBVERBS
+       ", IB"
+#else
+       ""
+#endif
+  );
   return ncclInvalidArgument;
 }
 

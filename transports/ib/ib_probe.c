@@ -13,7 +13,7 @@
 
 #define PROBE_MAX_PORTS 16
 
-ncclResult_t ib_probe_refuse(void) {
+ncclResult_t ib_probe(void) {
   const char *why = NULL, *hca = param_ib_hca();
   struct ib_port ports[PROBE_MAX_PORTS];
   char list[PROBE_MAX_PORTS * 48] = "";
@@ -42,7 +42,6 @@ ncclResult_t ib_probe_refuse(void) {
     if (i) o += (size_t)snprintf(list + o, sizeof(list) - o, ", ");
     ib_port_describe(&ports[i], list + o, sizeof(list) - o);
   }
-  WARN("NCCL_NET=IB: %s found, but the verbs transport is not built yet: use NCCL_NET=Socket",
-       list);
-  return ncclInvalidUsage;
+  INFO(SUB_INIT | SUB_NET, "NCCL_NET=IB: %s", list);
+  return ncclSuccess;
 }

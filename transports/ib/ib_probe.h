@@ -1,16 +1,14 @@
 /*
- * What NCCL_NET=IB finds on this host while the verbs transport is not in
- * the table yet (issue 19 builds it): the verbs library, the HCAs, their
- * selected active ports. The table refuses NCCL_NET=IB with one WARN that
- * says which of those is missing, or that the ports are there and the
- * transport is not.
+ * Whether NCCL_NET=IB can be served on this host: the verbs library, an
+ * HCA, an active port NCCL_IB_HCA selects. If not, init fails with
+ * ncclInvalidUsage and one WARN saying which of those is missing.
  */
 #ifndef BRAID_IB_PROBE_H_
 #define BRAID_IB_PROBE_H_
 
 #include "nccl.h"
 
-/* NCCL_NET=IB: always ncclInvalidUsage here, with the WARN above. */
-ncclResult_t ib_probe_refuse(void);
+/* ncclSuccess (an INFO line names the ports) or ncclInvalidUsage (WARN). */
+ncclResult_t ib_probe(void);
 
 #endif /* BRAID_IB_PROBE_H_ */

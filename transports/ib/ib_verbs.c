@@ -9,7 +9,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
-#define IB_VERBS_LIB "libibverbs.so.1"
+#include "param.h"
 
 static struct {
   pthread_once_t once;
@@ -49,15 +49,16 @@ static const struct {
 };
 
 static void ib_verbs_open(void) {
-  void* lib = dlopen(IB_VERBS_LIB, RTLD_NOW | RTLD_LOCAL);
+  const char* name = param_ibverbs_lib();
+  void* lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
   if (lib == NULL) {
-    snprintf(g_ib.why, sizeof(g_ib.why), "%s not found (%s)", IB_VERBS_LIB, dlerror());
+    snprintf(g_ib.why, sizeof(g_ib.why), "%s not found (%s)", name, dlerror());
     return;
   }
   for (size_t i = 0; i < sizeof(k_entries) / sizeof(k_entries[0]); i++) {
     void* fn = dlsym(lib, k_entries[i].name);
     if (fn == NULL) {
-      snprintf(g_ib.why, sizeof(g_ib.why), "%s lacks %s", IB_VERBS_LIB, k_entries[i].name);
+      snprintf(g_ib.why, sizeof(g_ib.why), "%s lacks %s", name, k_entries[i].name);
       return; /* left open: a half-resolved library is not used, and not unloaded under us */
     }
     *(void**)((char*)&g_ib.verbs + k_entries[i].offset) = fn;

@@ -4,8 +4,9 @@
  * the entry points Braid calls are resolved; the data-path verbs
  * (post_send, post_recv, poll_cq, req_notify_cq) are inline in
  * <infiniband/verbs.h> and go through the device context's own table.
- * The library is found as the dynamic linker finds it
- * (LD_LIBRARY_PATH=build/tests/fakeverbs selects the tests' emulation).
+ * The library is BRAID_IBVERBS_LIB (libibverbs.so.1, found as the dynamic
+ * linker finds it; the tests name their emulation,
+ * build/tests/fakeverbs/libibverbs.so.1, or put it on LD_LIBRARY_PATH).
  */
 #ifndef BRAID_IB_VERBS_H_
 #define BRAID_IB_VERBS_H_

@@ -42,6 +42,15 @@ struct tcp_hello {
   int32_t reserved;
 };
 
+/* Out-of-band sockets for another transport's setup and liveness (the
+ * verbs transport's QP numbers, its peer's death): one socket per
+ * (peer, channel), dialled by the side that sends, answered by the one
+ * that receives, after the same hello, on hello channels past TCP's own. */
+#define TCP_OOB_CHANNELS 2
+#define TCP_OOB_CHANNEL(channel) (2 + (channel))
+ncclResult_t tcp_oob_dial(struct transport_ctx* ctx, int peer, int channel, int* fd);
+ncclResult_t tcp_oob_answer(struct transport_ctx* ctx, int peer, int channel, int* fd);
+
 /* Why a hello is refused, or NULL; exposed for the fuzzer. */
 const char* tcp_hello_problem(const struct transport_ctx* ctx, const struct tcp_hello* h);
 

@@ -122,7 +122,7 @@ const char* tcp_hello_problem(const struct transport_ctx* ctx, const struct tcp_
   if (h->to != ctx->rank || h->from < 0 || h->from >= ctx->nranks) return "wrong ranks";
   if (h->nsocks < 1 || h->nsocks > TCP_MAX_SOCKS || h->sock_idx < 0 || h->sock_idx >= h->nsocks)
     return "bad socket numbering";
-  if (h->channel < 0 || h->channel > 1) return "bad channel";
+  if (h->channel < 0 || h->channel > 1 + TCP_OOB_CHANNELS) return "bad channel";
   return NULL;
 }
 
@@ -282,6 +282,40 @@ ncclResult_t tcp_connect_duplex(struct transport_ctx* ctx, int peer, int channel
   *send = dial ? &c->base : &t->base;
   *recv = dial ? &t->base : &c->base;
   return ncclSuccess;
+fail:
+  if (c) tcp_transport.close(&c->base);
+  return res;
+}
+
+/* ---- Out-of-band sockets for other transports (tcp.h) ---- */
+
+ncclResult_t tcp_oob_dial(struct transport_ctx* ctx, int peer, int channel, int* fd) {
+  ncclResult_t res = ncclSuccess;
+  union socket_addr addr;
+  uint64_t deadline = socket_deadline(ctx->timeout_ms);
+  struct tcp_hello h = {
+      TCP_MAGIC, TCP_VERSION, ctx->secret, ctx->rank, peer, 0, 1, TCP_OOB_CHANNEL(channel), 0};
+  const struct tcp_blob* b = transport_peer_blob(ctx, &tcp_transport, peer);
+  *fd = -1;
+  socket_addr_from_wire(&b->listen, &addr);
+  CHECK(socket_connect(&addr, deadline, ctx->aborted, fd));
+  res = socket_send_all(*fd, &h, sizeof(h), deadline, ctx->aborted);
+  if (res != ncclSuccess) close(*fd), *fd = -1;
+fail:
+  return res;
+}
+
+ncclResult_t tcp_oob_answer(struct transport_ctx* ctx, int peer, int channel, int* fd) {
+  ncclResult_t res = ncclSuccess;
+  struct tcp_conn* c = NULL;
+  struct transport_accept* a = NULL;
+  uint64_t deadline = socket_deadline(ctx->timeout_ms);
+  CHECK(tcp_accept_get(ctx, &a));
+  CHECK(tcp_conn_alloc(peer, 0, 0, &c));
+  while (tcp_claim_parked(a, c, TCP_OOB_CHANNEL(channel)) < 1)
+    CHECK(tcp_accept_some(ctx, a, deadline, peer));
+  *fd = c->socks[0].fd;
+  c->socks[0].fd = -1;
 fail:
   if (c) tcp_transport.close(&c->base);
   return res;

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "fakeverbs.h"
@@ -19,7 +20,7 @@ static pthread_t g_thread;
 int fv_write_all(int fd, const void* buf, size_t len) {
   const char* p = buf;
   while (len > 0) {
-    ssize_t n = write(fd, p, len);
+    ssize_t n = send(fd, p, len, MSG_NOSIGNAL); /* a peer gone is an error, not SIGPIPE */
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) return -1;
     p += n, len -= (size_t)n;

@@ -52,6 +52,7 @@ struct fv_qp {
   int rq_cap, rq_head, rq_count;
   struct fv_held* held;
   int held_head, held_count;
+  int stalled; /* a request was lost: none after it goes out (RC delivers in order) */
 };
 
 static struct fv_qp* g_qps[FV_MAX_QPS];
@@ -223,7 +224,10 @@ FV_EXPORT int ibv_modify_qp(struct ibv_qp* qp, struct ibv_qp_attr* attr, int mas
   enum ibv_qp_state from = qp->state, to = attr->qp_state;
   if (to == IBV_QPS_ERR) {
     qp_error(q);
-  } else if (to == IBV_QPS_RESET || (from == IBV_QPS_RESET && to == IBV_QPS_INIT) ||
+  } else if (to == IBV_QPS_RESET) {
+    qp->state = to;
+    q->stalled = 0;
+  } else if ((from == IBV_QPS_RESET && to == IBV_QPS_INIT) ||
              (from == IBV_QPS_RTR && to == IBV_QPS_RTS) || (from == to && from != IBV_QPS_RESET)) {
     qp->state = to;
   } else if (from == IBV_QPS_INIT && to == IBV_QPS_RTR) {
@@ -250,17 +254,24 @@ FV_EXPORT int ibv_modify_qp(struct ibv_qp* qp, struct ibv_qp_attr* attr, int mas
 static int send_queue(struct fv_qp* q, const struct ibv_send_wr* wr, uint64_t* psn) {
   uint32_t len = wr->num_sge ? wr->sg_list[0].length : 0;
   enum ibv_wc_opcode op = wr->opcode == IBV_WR_SEND ? IBV_WC_SEND : IBV_WC_RDMA_WRITE;
+  if (q->qp.state == IBV_QPS_ERR) { /* as a NIC: flushed, not refused */
+    complete(q->qp.send_cq, q, wr->wr_id, IBV_WC_WR_FLUSH_ERR, op, 0, 0, 0);
+    return -1;
+  }
   if (q->qp.state != IBV_QPS_RTS || wr->num_sge > 1 || q->sq_count == q->sq_cap - 1) return ENOMEM;
   struct fv_swr* w = &q->sq[(q->sq_head + q->sq_count++) % q->sq_cap];
   *w = (struct fv_swr){wr->wr_id, q->next_psn,   len, (wr->send_flags & IBV_SEND_SIGNALED) != 0,
                        op,        IBV_WC_SUCCESS};
   *psn = q->next_psn++;
   if (fv_fault_now(FV_FAULT_FATAL)) fv_async_raise(q->qp.context, IBV_EVENT_DEVICE_FATAL, NULL);
-  if (len && fv_mr_check(wr->sg_list[0].lkey, wr->sg_list[0].addr, len, 0) == NULL)
+  if (q->stalled)
+    w->fails = IBV_WC_WR_FLUSH_ERR; /* behind a lost request: flushed when it fails */
+  else if (len && fv_mr_check(wr->sg_list[0].lkey, wr->sg_list[0].addr, len, 0) == NULL)
     w->fails = IBV_WC_LOC_PROT_ERR;
   else if (q->out_fd < 0 || fv_fault_now(FV_FAULT_RETRY))
     w->fails = IBV_WC_RETRY_EXC_ERR; /* never acknowledged */
   if (w->fails == IBV_WC_SUCCESS) return 0;
+  q->stalled = 1;
   if (q->sq_count == 1) send_done(q, w->fails); /* else after the requests before it */
   return -1;
 }
