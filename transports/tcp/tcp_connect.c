@@ -205,9 +205,9 @@ static int tcp_claim_parked(struct transport_accept* a, struct tcp_conn* c, int 
   return have;
 }
 
-/* Take the sockets `peer` dialled, accepting until all have come; `c` is
- * a receive conn. */
-static ncclResult_t tcp_answer(struct transport_ctx* ctx, int peer, int channel,
+/* Take the sockets `peer` dialled on hello channel `channel`, accepting
+ * until all have come, into a receive conn. */
+static ncclResult_t tcp_gather(struct transport_ctx* ctx, int peer, int channel,
                                struct tcp_conn** out) {
   ncclResult_t res = ncclSuccess;
   struct tcp_conn* c = NULL;
@@ -219,6 +219,19 @@ static ncclResult_t tcp_answer(struct transport_ctx* ctx, int peer, int channel,
   /* Sockets from this peer may have arrived while we waited for another. */
   while (tcp_claim_parked(a, c, channel) < c->nsocks || c->nsocks == 0)
     CHECK(tcp_accept_some(ctx, a, deadline, peer));
+  *out = c;
+  return ncclSuccess;
+fail:
+  if (c) tcp_transport.close(&c->base);
+  return res;
+}
+
+/* The receive side's sockets, in the progress engine's epoll set. */
+static ncclResult_t tcp_answer(struct transport_ctx* ctx, int peer, int channel,
+                               struct tcp_conn** out) {
+  ncclResult_t res = ncclSuccess;
+  struct tcp_conn* c = NULL;
+  CHECK(tcp_gather(ctx, peer, channel, &c));
   for (int s = 0; s < c->nsocks; s++) CHECK(tcp_sock_ready(ctx, c->socks[s].fd));
   *out = c;
   return ncclSuccess;
@@ -308,16 +321,11 @@ fail:
 ncclResult_t tcp_oob_answer(struct transport_ctx* ctx, int peer, int channel, int* fd) {
   ncclResult_t res = ncclSuccess;
   struct tcp_conn* c = NULL;
-  struct transport_accept* a = NULL;
-  uint64_t deadline = socket_deadline(ctx->timeout_ms);
-  CHECK(tcp_accept_get(ctx, &a));
-  CHECK(tcp_conn_alloc(peer, 0, 0, &c));
-  while (tcp_claim_parked(a, c, TCP_OOB_CHANNEL(channel)) < 1)
-    CHECK(tcp_accept_some(ctx, a, deadline, peer));
-  *fd = c->socks[0].fd;
+  CHECK(tcp_gather(ctx, peer, TCP_OOB_CHANNEL(channel), &c));
+  *fd = c->socks[0].fd; /* the dialler sent one socket (nsocks 1) */
   c->socks[0].fd = -1;
+  tcp_transport.close(&c->base);
 fail:
-  if (c) tcp_transport.close(&c->base);
   return res;
 }
 
