@@ -10,6 +10,9 @@
 #    integer, half, double and bfloat16 data, every op, and every root. A forced algorithm is
 #    checked to be the one the ranks used (NCCL_DEBUG_SUBSYS=TUNING) where the layout supports
 #    it for that collective, Ring where not.
+#    Then the same over NET/IB: the verbs transport on the verbs emulation
+#    (build/tests/fakeverbs, its QP sockets in a directory every host sees), all-reduce,
+#    send/recv and all-to-all on 2x2 and 4x1, Ring and the tuner.
 # 2. Link down: a long all-reduce on 2x2 (tuner) and 3x1 (Tree) hosts with shaped links; h1's
 #    link goes down mid-collective; every rank must fail (non-zero exit with an NCCL error)
 #    within BRAID_TIMEOUT_MS + a margin, and none may hang. Stacks of ranks still running are
@@ -206,7 +209,7 @@ run_case() {
   dir=$tmp/$layout.$tool.$algo
   mkdir -p "$dir"
   env=(-x "BRAID_TIMEOUT_MS=$CASE_TIMEOUT_MS" -x NCCL_DEBUG=INFO -x "NCCL_DEBUG_SUBSYS=ENV,TUNING"
-    -x "NCCL_DEBUG_FILE=$dir/log.%h.%p" "${TOPOENV[@]}")
+    -x "NCCL_DEBUG_FILE=$dir/log.%h.%p" "${TOPOENV[@]}" "${NETENV[@]}")
   [ "$algo" != tuner ] && env+=(-x "NCCL_ALGO=$algo")
   ncases=$((ncases + 1))
   t0=$(now)
@@ -391,6 +394,28 @@ for l in "${LAYOUTS[@]}"; do
     done
   done
 done
+# The same over NET/IB, where this build has the verbs transport and its emulation.
+NETENV=()
+fakeverbs=$build/tests/fakeverbs/libibverbs.so.1
+if [ -f "$fakeverbs" ]; then
+  mkdir -p "$tmp/lib" "$tmp/fabric"
+  cp "$fakeverbs" "$tmp/lib/"
+  NETENV=(-x NCCL_NET=IB -x "BRAID_IBVERBS_LIB=$tmp/lib/libibverbs.so.1" -x FAKEVERBS_HCAS=mlx5_0:1
+    -x "FAKEVERBS_FABRIC=$tmp/fabric")
+  for l in "2x2ib h0:2,h1:2 4" "4x1ib h0,h1,h2,h3 4"; do
+    read -r layout hosts np <<<"$l"
+    for tool in all_reduce sendrecv alltoall; do
+      for algo in Ring tuner; do
+        [[ "$layout/$tool/$algo" =~ ${only:-.} ]] || continue
+        run_case "$layout" "$hosts" "$np" "$tool" "$algo"
+      done
+    done
+  done
+  NETENV=()
+else
+  echo "cluster tests: NET/IB cases skipped (no $fakeverbs: built without <infiniband/verbs.h>)"
+fi
+
 # layout, -host, ranks, the host whose link goes down, algorithm
 LINKDOWN=("2x2 h0:2,h1:2 4 h1 tuner" "3x1 h0,h1,h2 3 h1 Tree")
 for l in "${LINKDOWN[@]}"; do

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -66,11 +67,18 @@ struct fv_qp* fv_qp_lookup(uint32_t qpn) {
   return q && q->qp.qp_num == qpn ? q : NULL;
 }
 
+/* The "fabric": a directory of QP sockets, FAKEVERBS_FABRIC or
+ * /tmp/fakeverbs-fabric. Named in the file system, not abstract, so that
+ * processes in different network namespaces (the emulated cluster's
+ * hosts) reach each other, as hosts on one fabric do. */
 static socklen_t qp_addr(uint32_t qpn, struct sockaddr_un* a) {
+  const char* dir = getenv("FAKEVERBS_FABRIC");
+  if (dir == NULL || *dir == '\0') dir = "/tmp/fakeverbs-fabric";
+  mkdir(dir, 0777);
   memset(a, 0, sizeof(*a));
   a->sun_family = AF_UNIX;
-  int n = snprintf(a->sun_path + 1, sizeof(a->sun_path) - 1, "fakeverbs-qp-%06x", qpn);
-  return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
+  snprintf(a->sun_path, sizeof(a->sun_path), "%s/qp-%06x", dir, qpn);
+  return (socklen_t)sizeof(*a);
 }
 
 /* ---- Completions and errors (under fv_lock) ---- */
@@ -116,6 +124,18 @@ static void send_done(struct fv_qp* q, enum ibv_wc_status st) {
 
 /* ---- Verbs ---- */
 
+/* A process that exits with QPs left (an abort, a test's child) takes
+ * their socket files along; one killed leaves them, and the next QP of
+ * that number unlinks it. */
+static void qp_files_remove(void) {
+  struct sockaddr_un a;
+  for (int i = 0; i < FV_MAX_QPS; i++)
+    if (g_qps[i]) {
+      qp_addr(g_qps[i]->qp.qp_num, &a);
+      unlink(a.sun_path);
+    }
+}
+
 FV_EXPORT struct ibv_qp* ibv_create_qp(struct ibv_pd* pd, struct ibv_qp_init_attr* attr) {
   struct fv_qp* q = calloc(1, sizeof(*q));
   struct sockaddr_un a;
@@ -138,9 +158,15 @@ FV_EXPORT struct ibv_qp* ibv_create_qp(struct ibv_pd* pd, struct ibv_qp_init_att
   q->qp.qp_type = IBV_QPT_RC;
   q->qp.state = IBV_QPS_RESET;
   pthread_mutex_lock(&fv_lock);
+  static int at_exit;
+  if (!at_exit) at_exit = atexit(qp_files_remove) == 0;
   for (int tries = 0; tries < FV_MAX_QPS && q->qp.qp_num == 0; tries++, next++)
     if (g_qps[next % FV_MAX_QPS] == NULL) /* the pid in the high bits: unique on the host */
       q->qp.qp_num = ((uint32_t)getpid() & 0x3fffu) << 10 | (next % FV_MAX_QPS);
+  if (q->qp.qp_num != 0) {
+    qp_addr(q->qp.qp_num, &a);
+    unlink(a.sun_path); /* left by a process that died holding this number */
+  }
   int ok = q->qp.qp_num != 0 &&
            bind(q->listen_fd, (struct sockaddr*)&a, qp_addr(q->qp.qp_num, &a)) == 0 &&
            listen(q->listen_fd, 4) == 0 && fv_hw_watch(q, q->listen_fd, FV_FD_LISTEN) == 0;
@@ -157,6 +183,9 @@ fail:
 
 FV_EXPORT int ibv_destroy_qp(struct ibv_qp* qp) {
   struct fv_qp* q = (struct fv_qp*)qp;
+  struct sockaddr_un a;
+  qp_addr(qp->qp_num, &a);
+  unlink(a.sun_path);
   pthread_mutex_lock(&fv_lock);
   g_qps[qp->qp_num % FV_MAX_QPS] = NULL;
   pthread_mutex_unlock(&fv_lock);
