@@ -228,10 +228,10 @@ void tuner_log_table(const struct ncclComm* comm) {
   if (comm->rank != 0 || !debug_enabled(DEBUG_INFO, SUB_TUNING)) return;
   INFO(SUB_TUNING,
        "Tuner model: %d nodes, %d-%d ranks/node, %.2f ranks/core; intra %s ring alpha %.1f us "
-       "beta %.4f us/KB; net (%u Mb/s) ring alpha %.1f us beta %.4f us/KB",
+       "beta %.4f us/KB; net %s (%u Mb/s) ring alpha %.1f us beta %.4f us/KB",
        m->nnodes, m->min_ppn, m->max_ppn, m->oversub, m->intra_transport->name,
-       m->intra.alpha_us[ALGO_RING], m->intra.beta_us_per_kb[ALGO_RING], m->nic_mbps,
-       m->net.alpha_us[ALGO_RING], m->net.beta_us_per_kb[ALGO_RING]);
+       m->intra.alpha_us[ALGO_RING], m->intra.beta_us_per_kb[ALGO_RING], m->net_transport->name,
+       m->nic_mbps, m->net.alpha_us[ALGO_RING], m->net.beta_us_per_kb[ALGO_RING]);
   for (int c = 0; c < COLL_COUNT; c++)
     for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
       char line[320];

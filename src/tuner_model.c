@@ -56,7 +56,8 @@ static void link_shm(struct tuner_link* l, const struct tuner_model* m, double f
   }
 }
 
-/* Sockets: loopback TCP's costs; across nodes never faster than the NIC. */
+/* Sockets: loopback TCP's costs; across nodes never faster than the NIC
+ * (for verbs, the HCA port's rate: transport link_mbps). */
 static void link_socket(struct tuner_link* l, const struct tuner_model* m, double f, int across) {
   link_from_lines(l, k_tcp, f);
   if (!across || m->nic_mbps == 0) return;
@@ -125,7 +126,9 @@ ncclResult_t tuner_model_init(struct ncclComm* comm) {
     const struct peer_info* p = &comm->peers[r];
     int ppn = sched_topo_node_size(t, t->node_of[r]);
     f = MAX(f, (double)ppn / (double)MAX(1, p->ncpus));
-    m->nic_mbps = MIN(m->nic_mbps, p->nic_mbps);
+    uint32_t nic = m->net_transport->link_mbps ? m->net_transport->link_mbps(&comm->tctx, r)
+                                               : p->nic_mbps; /* the HCA's, for verbs */
+    m->nic_mbps = MIN(m->nic_mbps, nic);
     m->mem_mbps = MIN(m->mem_mbps, p->mem_mbps);
   }
   m->oversub = f;

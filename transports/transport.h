@@ -211,6 +211,9 @@ struct transport {
   /* Make the peer see end-of-stream now (error cascade, abort). */
   void (*shutdown)(struct transport_conn* conn);
   void (*close)(struct transport_conn* conn);
+  /* Optional (NULL: the peer table's NIC speed): the line rate of `rank`'s
+   * link on this transport, Mb/s, 0 unknown; what the tuner prices. */
+  uint32_t (*link_mbps)(const struct transport_ctx* ctx, int rank);
   /* Optional: the comm made its device (ctx->device is set): get ready to
    * move device memory. */
   ncclResult_t (*device_attach)(struct transport_ctx* ctx);

@@ -225,6 +225,8 @@ run_case() {
   elif [ "$(awk '/^#  Rank / { print $3 }' "$dir/out" | sort -u | wc -l)" != "$np" ] ||
     [ "$(awk '/^#  Rank / { print $9 }' "$dir/out" | sort -u | wc -l)" != "$nhosts" ]; then
     why="the tool did not report $np ranks on $nhosts hosts (built without MPI?)"
+  elif [ ${#NETENV[@]} -gt 0 ] && ! grep -qs "net NET/IB (100000 Mb/s)" "$dir"/log.*; then
+    why="the tuner did not price NET/IB at its port's 100000 Mb/s (no 'net NET/IB' model line)"
   elif [ "$algo" != tuner ] && [ -n "${COLL[$tool]:-}" ]; then
     why=$(check_algo "$dir" "${COLL[$tool]}" "$algo")
     [ "$why" = ok ] && why=""

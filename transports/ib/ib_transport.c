@@ -46,6 +46,7 @@ struct ib_blob {
   uint8_t valid;
   uint8_t link_layer;
   uint8_t pad[2];
+  uint32_t mbps; /* its port's rate */
 };
 
 /* The comm's device: one port (the first NCCL_IB_HCA selects). */
@@ -170,12 +171,13 @@ fail:
 
 static ncclResult_t ib_blob_make(struct transport_ctx* ctx, void* blob) {
   ncclResult_t res = ncclSuccess;
-  struct ib_blob b = {0, 0, {0, 0}};
+  struct ib_blob b = {0, 0, {0, 0}, 0};
   struct ib_state* st = NULL;
   if (ctx->net == &ib_transport) { /* only where NCCL_NET chose it */
     CHECK(ib_state_open(ctx, &st));
     b.valid = 1;
     b.link_layer = st->self.link_layer;
+    b.mbps = st->port.mbps;
     char d[96];
     ib_port_describe(&st->port, d, sizeof(d));
     INFO(SUB_INIT | SUB_NET, "NET/IB : rank %d on %s, GID index %d", ctx->rank, d,
@@ -184,6 +186,12 @@ static ncclResult_t ib_blob_make(struct transport_ctx* ctx, void* blob) {
   memcpy(blob, &b, sizeof(b));
 fail:
   return res;
+}
+
+static uint32_t ib_link_mbps(const struct transport_ctx* ctx, int rank) {
+  struct ib_blob b;
+  memcpy(&b, transport_peer_blob(ctx, &ib_transport, rank), sizeof(b));
+  return b.valid ? b.mbps : 0;
 }
 
 static int ib_can_connect(const struct transport_ctx* ctx, int a, int b) {
@@ -593,4 +601,5 @@ const struct transport ib_transport = {
     .shutdown = ib_shutdown,
     .close = ib_close,
     .free_state = ib_free_state,
+    .link_mbps = ib_link_mbps,
 };
