@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "ib/ib_devices.h"
+#include "ib/ib_gdr.h"
 #include "ib/ib_gid.h"
 #include "ib/ib_qp.h"
 
@@ -245,11 +246,33 @@ static void test_qp_roce(void** state) {
   assert_non_null(strstr(out, "connect failed"));
 }
 
+/* GPUDirect RDMA's kernel module, as NCCL looks for it. */
+static void test_gdr_probe(void** state) {
+  (void)state;
+  char root[] = "/tmp/braid_gdr.XXXXXX", path[256];
+  assert_non_null(mkdtemp(root));
+  assert_null(ib_gdr_module(root));
+  snprintf(path, sizeof(path), "%s/sys", root);
+  mkdir(path, 0755);
+  snprintf(path, sizeof(path), "%s/sys/module", root);
+  mkdir(path, 0755);
+  snprintf(path, sizeof(path), "%s/sys/module/nvidia_peermem", root);
+  mkdir(path, 0755);
+  assert_string_equal(ib_gdr_module(root), "nvidia_peermem");
+  rmdir(path);
+  snprintf(path, sizeof(path), "%s/sys/module", root);
+  rmdir(path);
+  snprintf(path, sizeof(path), "%s/sys", root);
+  rmdir(path);
+  rmdir(root);
+}
+
 int main(int argc, char** argv) {
   g_self = argv[0];
   if (argc > 1 && strcmp(argv[1], "qp") == 0) return child_qp();
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_gid_rules),
+      cmocka_unit_test(test_gdr_probe),
       cmocka_unit_test(test_qp_infiniband),
       cmocka_unit_test(test_qp_roce),
   };

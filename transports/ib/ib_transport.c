@@ -28,6 +28,7 @@
 
 #include "core.h"
 #include "ib_devices.h"
+#include "ib_gdr.h"
 #include "ib_gid.h"
 #include "ib_mr_cache.h"
 #include "ib_qp.h"
@@ -180,8 +181,12 @@ static ncclResult_t ib_blob_make(struct transport_ctx* ctx, void* blob) {
     b.mbps = st->port.mbps;
     char d[96];
     ib_port_describe(&st->port, d, sizeof(d));
-    INFO(SUB_INIT | SUB_NET, "NET/IB : rank %d on %s, GID index %d", ctx->rank, d,
-         st->self.gid_index);
+    const char* gdr = ib_gdr_module("/");
+    INFO(SUB_INIT | SUB_NET,
+         "NET/IB : rank %d on %s, GID index %d; GPUDirect RDMA %s%s%s (not used yet: device "
+         "buffers go through pinned host slots)",
+         ctx->rank, d, st->self.gid_index, gdr ? "would be available: " : "unavailable",
+         gdr ? gdr : "", gdr ? " loaded" : " (no nvidia_peermem)");
   }
   memcpy(blob, &b, sizeof(b));
 fail:
