@@ -169,6 +169,7 @@ declare -A ESIZE=([float]=4 [int32]=4 [half]=2 [double]=8 [bfloat16]=2 [int8]=1)
 
 ncases=0
 failed=()
+NETENV=() # the network's settings of the cases running now (NET/IB's below)
 
 # The algorithm the ranks of a forced-algorithm run chose for COLL, from their TUNING logs:
 # prints "ok" or why not.
@@ -397,7 +398,6 @@ for l in "${LAYOUTS[@]}"; do
   done
 done
 # The same over NET/IB, where this build has the verbs transport and its emulation.
-NETENV=()
 fakeverbs=$build/tests/fakeverbs/libibverbs.so.1
 if [ -f "$fakeverbs" ]; then
   mkdir -p "$tmp/lib" "$tmp/fabric"
