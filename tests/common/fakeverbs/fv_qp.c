@@ -57,6 +57,7 @@ struct fv_qp {
 };
 
 static struct fv_qp* g_qps[FV_MAX_QPS];
+static uint64_t g_sent_requests, g_sent_bytes; /* what this process put on the wire */
 
 uint32_t fv_qp_num(const struct fv_qp* qp) {
   return qp->qp.qp_num;
@@ -124,11 +125,24 @@ static void send_done(struct fv_qp* q, enum ibv_wc_status st) {
 
 /* ---- Verbs ---- */
 
+/* FAKEVERBS_STATS=file: one line per process at exit, "pid requests
+ * bytes": the requests (writes, writes with immediate, sends) it put on
+ * the wire and their payload, for the benchmark report. */
+static void stats_write(void) {
+  const char* path = getenv("FAKEVERBS_STATS");
+  FILE* f = path ? fopen(path, "a") : NULL;
+  if (f == NULL) return;
+  fprintf(f, "%d %llu %llu\n", (int)getpid(), (unsigned long long)g_sent_requests,
+          (unsigned long long)g_sent_bytes);
+  fclose(f);
+}
+
 /* A process that exits with QPs left (an abort, a test's child) takes
  * their socket files along; one killed leaves them, and the next QP of
  * that number unlinks it. */
 static void qp_files_remove(void) {
   struct sockaddr_un a;
+  stats_write();
   for (int i = 0; i < FV_MAX_QPS; i++)
     if (g_qps[i]) {
       qp_addr(g_qps[i]->qp.qp_num, &a);
@@ -323,6 +337,7 @@ int fv_post_send(struct ibv_qp* qp, struct ibv_send_wr* wr, struct ibv_send_wr**
     pthread_mutex_lock(&fv_lock);
     int rc = send_queue(q, wr, &f.psn);
     int fd = q->out_fd;
+    if (rc == 0) g_sent_requests++, g_sent_bytes += f.len;
     pthread_mutex_unlock(&fv_lock);
     if (rc == 0 && (fv_write_all(fd, &f, sizeof(f)) != 0 ||
                     (f.len && fv_write_all(fd, (void*)(uintptr_t)wr->sg_list[0].addr, f.len) != 0)))
