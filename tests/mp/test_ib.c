@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <dlfcn.h>
 
 #include "collcheck.h"
 #include "dtypes.h"
@@ -136,6 +137,69 @@ static void test_p2p(void** state) {
   assert_int_equal(mp_launch(2, mismatch_body, NULL, NULL), 0);
 }
 
+/* ---- Registered buffers, and a slow HCA ---- */
+
+#define REG_SLICE (1 << 18)
+#define REG_SLICES 8
+
+/* The emulation's count of registrations (a test hook beside the verbs). */
+static uint64_t registrations(void) {
+  void* lib = dlopen(getenv("BRAID_IBVERBS_LIB"), RTLD_NOW | RTLD_NOLOAD);
+  uint64_t (*count)(void) = lib ? (uint64_t(*)(void))dlsym(lib, "fakeverbs_registrations") : NULL;
+  return count ? count() : UINT64_MAX;
+}
+
+/* All-reduces on REG_SLICES slices of buf at offsets no earlier slice's
+ * registration covers; how many registrations they made. */
+static uint64_t slices_allreduce(const mp_env* env, ncclComm_t comm, float* buf, int* bad) {
+  uint64_t before = registrations();
+  for (int k = 0; k < REG_SLICES; k++) {
+    float* x = buf + (size_t)k * (REG_SLICE + 4096);
+    *bad +=
+        mp_expect_rc(env, comm, ncclAllReduce(x, x, REG_SLICE, ncclFloat32, ncclSum, comm, NULL),
+                     ncclSuccess, "allreduce on a slice");
+  }
+  return registrations() - before;
+}
+
+/* A buffer given to ncclCommRegister is registered once, at registration:
+ * calls on any part of it register nothing more; the same calls on a
+ * buffer not registered do (so the count is watched). With
+ * FAKEVERBS_DELAY_US on one rank (a slow HCA) the results stay right. */
+static int registered_body(const mp_env* env) {
+  ncclComm_t comm;
+  void* handle = NULL;
+  int bad = 0;
+  size_t bytes = (size_t)REG_SLICES * (REG_SLICE + 4096) * sizeof(float);
+  float *a = calloc(1, bytes), *b = calloc(1, bytes);
+  ib_env();
+  if (env->rank == 1) setenv("FAKEVERBS_DELAY_US", "200", 1);
+  if (a == NULL || b == NULL || mp_comm_init(env, &comm)) return 1;
+  for (size_t i = 0; i < bytes / sizeof(float); i++) a[i] = b[i] = (float)(i % 7);
+  (void)slices_allreduce(env, comm, b, &bad); /* the slots are registered by now */
+  bad += mp_expect_rc(env, comm, ncclCommRegister(comm, a, bytes, &handle), ncclSuccess,
+                      "ncclCommRegister");
+  uint64_t on_registered = slices_allreduce(env, comm, a, &bad);
+  uint64_t on_plain = slices_allreduce(env, comm, b + 1024, &bad);
+  if (on_registered != 0 || on_plain == 0)
+    mp_fail(env, "registrations: %llu on the registered buffer (0 expected), %llu on another",
+            (unsigned long long)on_registered, (unsigned long long)on_plain),
+        bad++;
+  for (int k = 0; k < REG_SLICES && !bad; k++) /* i % 7 summed over 2 ranks, once */
+    for (size_t i = (size_t)k * (REG_SLICE + 4096); i < (size_t)k * (REG_SLICE + 4096) + REG_SLICE;
+         i += 4099)
+      if (a[i] != 2.0f * (float)(i % 7)) mp_fail(env, "[%zu] = %g", i, a[i]), bad++;
+  bad += mp_expect_rc(env, comm, ncclCommDeregister(comm, handle), ncclSuccess, "deregister");
+  bad += mp_expect_rc(env, comm, ncclCommDestroy(comm), ncclSuccess, "ncclCommDestroy");
+  free(a), free(b);
+  return bad;
+}
+
+static void test_registered(void** state) {
+  (void)state;
+  assert_int_equal(mp_launch(2, registered_body, NULL, NULL), 0);
+}
+
 /* ---- Faults: every rank fails, none hangs ---- */
 
 /* arg: the FAKEVERBS_FAULT of rank 0 (the others run clean). Each rank
@@ -199,9 +263,8 @@ static void test_killed_peer(void** state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_matrix),
-      cmocka_unit_test(test_p2p),
-      cmocka_unit_test(test_faults),
+      cmocka_unit_test(test_matrix),      cmocka_unit_test(test_p2p),
+      cmocka_unit_test(test_registered),  cmocka_unit_test(test_faults),
       cmocka_unit_test(test_killed_peer),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -32,6 +32,7 @@
 #include "ib_gid.h"
 #include "ib_mr_cache.h"
 #include "ib_qp.h"
+#include "mem.h"
 #include "param.h"
 #include "tcp/tcp.h"
 
@@ -363,6 +364,24 @@ static void ib_close(struct transport_conn* conn) {
   conn_free((struct ib_conn*)conn);
 }
 
+/* ---- Registration ---- */
+
+/* ncclCommRegister: a host range registered now and held until it is
+ * deregistered, so messages inside it find it in the cache. Device memory
+ * is left alone: without GPUDirect RDMA the NIC cannot register it, and
+ * its messages cross through pinned host slots. */
+static ncclResult_t ib_reg(struct transport_ctx* ctx, void* base, size_t size, void** handle) {
+  struct ib_state* st = ib_state_of(ctx);
+  *handle = NULL;
+  if (st == NULL || mem_query(base) != MEM_HOST) return ncclSuccess;
+  return ib_mr_get(&st->cache, base, size, (struct ib_mr_ent**)handle);
+}
+
+static void ib_dereg(struct transport_ctx* ctx, void* handle) {
+  (void)ctx;
+  ib_mr_put(handle);
+}
+
 /* ---- Messages ---- */
 
 static ncclResult_t ib_post(struct transport_conn* conn, const struct transport_buf* buf,
@@ -601,6 +620,8 @@ const struct transport ib_transport = {
     .blob_make = ib_blob_make,
     .connect_send = ib_connect_send,
     .connect_recv = ib_connect_recv,
+    .reg = ib_reg,
+    .dereg = ib_dereg,
     .post = ib_post,
     .progress = ib_progress,
     .shutdown = ib_shutdown,

@@ -15,6 +15,15 @@
 
 pthread_mutex_t fv_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct ibv_mr* g_mrs[FV_MAX_MRS];
+static uint64_t g_registrations;
+
+/* For tests (not a verb): how many regions this process registered. */
+FV_EXPORT uint64_t fakeverbs_registrations(void) {
+  pthread_mutex_lock(&fv_lock);
+  uint64_t n = g_registrations;
+  pthread_mutex_unlock(&fv_lock);
+  return n;
+}
 
 FV_EXPORT struct ibv_pd* ibv_alloc_pd(struct ibv_context* ctx) {
   struct ibv_pd* pd = calloc(1, sizeof(*pd));
@@ -48,6 +57,7 @@ FV_EXPORT struct ibv_mr* ibv_reg_mr(struct ibv_pd* pd, void* addr, size_t length
                         .rkey = FV_KEY_BASE + (uint32_t)i};
   mr->handle = (uint32_t)access; /* the access flags: ibv_mr has no field of its own for them */
   g_mrs[i] = mr;
+  g_registrations++;
   pthread_mutex_unlock(&fv_lock);
   return mr;
 }
