@@ -34,7 +34,11 @@ export BRAID_TIMEOUT_MS=20000 # a safety net: nothing here should wait that long
 HANG_S=60                     # a rank still running after this is hung
 small=(--data "$data" --hidden 32 --limit-train 1024 --limit-test 256 --batch 64 --lr 0.05
   --csv none --plot none --progress never)
-port=$((20000 + RANDOM % 20000))
+# Below the kernel's ephemeral range (32768 and up here): a port there may be the
+# local end of any live connection on the machine, and rank 0 could not serve it
+# (a CI run failed so: "cannot serve NCCL_COMM_ID=127.0.0.1:32776: Address already in
+# use"). Each run takes the next port; the script starts well under 32000 runs.
+port=$((20000 + RANDOM % 12000))
 failures=0
 
 fail() {
