@@ -52,17 +52,17 @@
   STR(ib_hca, "NCCL_IB_HCA", NULL, "every active port", 0,                                       \
       "HCAs to use: name[:port] list, prefixes, ^ excludes, = exact names")                      \
   INT(ib_disable, "NCCL_IB_DISABLE", 0, 0, 1, 0, "1: no InfiniBand, even if NCCL_NET=IB")        \
-  INT(ib_timeout, "NCCL_IB_TIMEOUT", 20, 1, 31, 0, "QP ack timeout: 4.096 us x 2^value")          \
-  INT(ib_retry_cnt, "NCCL_IB_RETRY_CNT", 7, 0, 7, 0, "QP transport retries before an error")       \
-  INT(ib_sl, "NCCL_IB_SL", 0, 0, 15, 0, "InfiniBand service level of the QPs")                     \
-  INT(ib_tc, "NCCL_IB_TC", 0, 0, 255, 0, "RoCE traffic class of the QPs")                          \
-  INT(ib_gid_index, "NCCL_IB_GID_INDEX", -1, -1, 255, 0,                                           \
-      "RoCE GID index; -1: chosen by family, range and RoCE version")                             \
-  INT(ib_roce_version, "NCCL_IB_ROCE_VERSION_NUM", 2, 1, 2, 0, "RoCE version of the GID to use")  \
-  STR(ib_addr_family, "NCCL_IB_ADDR_FAMILY", "AF_INET", NULL, 0,                                   \
-      "RoCE GID address family: AF_INET or AF_INET6")                                              \
-  STR(ib_addr_range, "NCCL_IB_ADDR_RANGE", NULL, "any", 0,                                         \
-      "RoCE GID address range, a CIDR prefix (10.0.0.0/8, fd00::/8)")                              \
+  INT(ib_timeout, "NCCL_IB_TIMEOUT", 20, 1, 31, 0, "QP ack timeout: 4.096 us x 2^value")         \
+  INT(ib_retry_cnt, "NCCL_IB_RETRY_CNT", 7, 0, 7, 0, "QP transport retries before an error")     \
+  INT(ib_sl, "NCCL_IB_SL", 0, 0, 15, 0, "InfiniBand service level of the QPs")                   \
+  INT(ib_tc, "NCCL_IB_TC", 0, 0, 255, 0, "RoCE traffic class of the QPs")                        \
+  INT(ib_gid_index, "NCCL_IB_GID_INDEX", -1, -1, 255, 0,                                         \
+      "RoCE GID index; -1: chosen by family, range and RoCE version")                            \
+  INT(ib_roce_version, "NCCL_IB_ROCE_VERSION_NUM", 2, 1, 2, 0, "RoCE version of the GID to use") \
+  STR(ib_addr_family, "NCCL_IB_ADDR_FAMILY", "AF_INET", NULL, 0,                                 \
+      "RoCE GID address family: AF_INET or AF_INET6")                                            \
+  STR(ib_addr_range, "NCCL_IB_ADDR_RANGE", NULL, "any", 0,                                       \
+      "RoCE GID address range, a CIDR prefix (10.0.0.0/8, fd00::/8)")                            \
   /* CUDA IPC (transports/cudaipc) */                                                            \
   INT(p2p_disable, "NCCL_P2P_DISABLE", 0, 0, 1, 0,                                               \
       "1: device buffers of one node's ranks go through host memory, not CUDA IPC")              \
@@ -80,7 +80,7 @@
       "CUDA driver opened at first need; the tests' simulated driver, or none")                  \
   INT(stream_memops, "BRAID_STREAM_MEMOPS", 1, 0, 1, 0,                                          \
       "order device calls by stream memory operations; 0: synchronous calls")                    \
-  STR(ibverbs_lib, "BRAID_IBVERBS_LIB", "libibverbs.so.1", NULL, 0,                             \
+  STR(ibverbs_lib, "BRAID_IBVERBS_LIB", "libibverbs.so.1", NULL, 0,                              \
       "the verbs library, opened at run time")                                                   \
   STR(hwloc_lib, "BRAID_HWLOC_LIB", "libhwloc.so.15", NULL, 0,                                   \
       "hwloc library opened for topology detection; none: use sysfs and sysconf")                \
