@@ -51,6 +51,11 @@ static inline void transport_wait_on_futex(struct transport_waits* w, _Atomic ui
 static inline void transport_wait_on_fd(struct transport_waits* w) {
   if (w) w->nfd++;
 }
+/* Blocked on something nothing wakes (a kernel's end, a full socket): the
+ * waiter naps instead of sleeping. */
+static inline void transport_wait_nap(struct transport_waits* w) {
+  if (w) w->npoll++;
+}
 
 struct transport;
 struct cudaipc_cache;

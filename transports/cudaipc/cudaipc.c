@@ -349,7 +349,7 @@ static ncclResult_t recv_announce(struct ipc_conn* c, int* progressed) {
     int sent = cudaipc_fd_post(c->link, &c->held, sizeof(c->held), c->held_fd);
     if (sent < 0) return link_lost(c);
     if (sent == 0) { /* no room: nothing wakes us for room, so the waiter naps */
-      if (c->ctx->waits) c->ctx->waits->npoll++;
+      transport_wait_nap(c->ctx->waits);
       break;
     }
     if (c->held_fd >= 0) close(c->held_fd);
@@ -462,14 +462,14 @@ static ncclResult_t ipc_send_progress(struct ipc_conn* c, int* progressed) {
     if (e->step == IPC_WAITING) CHECK(send_copy_start(c, e, r));
     if (e->step == IPC_COPYING && c->ctx->device->launch_ran(e->launch)) e->step = IPC_COPIED;
     if (e->step == IPC_COPYING) { /* a kernel's end wakes nobody: the waiter naps */
-      if (c->ctx->waits) c->ctx->waits->npoll++;
+      transport_wait_nap(c->ctx->waits);
       return ncclSuccess;
     }
     struct ipc_msg fin = {k, IPC_FIN, (uint32_t)e->copied, e->bytes, 0, e->tag, {0}};
     int sent = cudaipc_fd_post(c->link, &fin, sizeof(fin), -1);
     if (sent < 0) return link_lost(c);
     if (sent == 0) {
-      if (c->ctx->waits) c->ctx->waits->npoll++;
+      transport_wait_nap(c->ctx->waits);
       return ncclSuccess;
     }
     c->base.completed++;

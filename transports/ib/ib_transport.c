@@ -20,6 +20,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -34,6 +35,7 @@
 #include "ib_qp.h"
 #include "mem.h"
 #include "param.h"
+#include "socket.h"
 #include "tcp/tcp.h"
 
 #define IB_DEPTH TRANSPORT_MAX_INFLIGHT
@@ -330,17 +332,12 @@ static ncclResult_t ib_connect_recv(struct transport_ctx* ctx, int peer, int cha
   ncclResult_t res = ncclSuccess;
   struct ib_conn* c = NULL;
   int oob = -1, got = 0;
-  uint64_t deadline = braid_now_ns() + (uint64_t)ctx->timeout_ms * 1000000ull;
-  long nap = 0;
+  uint64_t deadline = socket_deadline(ctx->timeout_ms);
   CHECK(tcp_oob_answer(ctx, peer, channel, &oob));
   CHECK(conn_make(ctx, peer, 0, oob, &c));
-  while (res == ncclSuccess && !got) {
-    res = info_take(c, &got);
-    if (res == ncclSuccess && !got && (braid_now_ns() > deadline || atomic_load(ctx->aborted))) {
-      WARN("NET/IB : rank %d sent no QP info within %lld ms", peer, (long long)ctx->timeout_ms);
-      res = ncclSystemError;
-    }
-    if (!got) braid_backoff(&nap);
+  while (res == ncclSuccess && !got) { /* sleeps in poll until the socket has bytes */
+    res = socket_wait(c->oob, POLLIN, deadline, ctx->aborted, "NET/IB QP info");
+    if (res == ncclSuccess) res = info_take(c, &got);
   }
   if (res == ncclSuccess) res = info_send(c);
   if (res != ncclSuccess) {
@@ -554,7 +551,7 @@ static ncclResult_t oob_check(struct ib_conn* c) {
     return ncclSuccess;
   if (c->gone_since == 0) c->gone_since = braid_now_ns();
   if (braid_now_ns() - c->gone_since < IB_GONE_GRACE_NS) {
-    if (c->tctx->waits) c->tctx->waits->npoll++;
+    transport_wait_nap(c->tctx->waits);
     return ncclSuccess;
   }
   WARN("NET/IB : rank %d closed its connection (it failed, aborted or died)", c->base.peer);
