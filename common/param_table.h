@@ -56,6 +56,8 @@
   INT(ib_retry_cnt, "NCCL_IB_RETRY_CNT", 7, 0, 7, 0, "QP transport retries before an error")     \
   INT(ib_sl, "NCCL_IB_SL", 0, 0, 15, 0, "InfiniBand service level of the QPs")                   \
   INT(ib_tc, "NCCL_IB_TC", 0, 0, 255, 0, "RoCE traffic class of the QPs")                        \
+  INT(ib_qps_per_conn, "NCCL_IB_QPS_PER_CONNECTION", 1, 1, 16, 0,                                \
+      "QPs per connection, each message striped across them (the sending end's count rules)")    \
   INT(ib_gid_index, "NCCL_IB_GID_INDEX", -1, -1, 255, 0,                                         \
       "RoCE GID index; -1: chosen by family, range and RoCE version")                            \
   INT(ib_roce_version, "NCCL_IB_ROCE_VERSION_NUM", 2, 1, 2, 0, "RoCE version of the GID to use") \

@@ -54,17 +54,19 @@ static char* slot_ptr(const struct exec_ctx* ex, int slot) {
   return ex->slot_mem + (size_t)slot * ex->slot_bytes;
 }
 
-/* Post one message of the running call. The staging slots are host memory;
- * anything else is the user's, of the kind the plan found, maybe inside a
- * registration (of the receive buffer, else of the send buffer). */
+/* Post one message of the running call. The staging slots are host memory
+ * the comm owns (a transport may keep them registered); anything else is
+ * the user's, of the kind the plan found, maybe inside a registration (of
+ * the receive buffer, else of the send buffer). */
 static ncclResult_t post_msg(struct exec_ctx* ex, struct transport_conn* c, void* ptr,
                              size_t bytes) {
   const char* p = ptr;
   const struct exec_args* a = &ex->args;
   struct transport_buf b;
-  if (p >= ex->slot_mem && p < ex->slot_mem + (size_t)ex->nslots * ex->slot_bytes)
+  if (p >= ex->slot_mem && p < ex->slot_mem + (size_t)ex->nslots * ex->slot_bytes) {
     b = mem_transport_buf(ptr, bytes, MEM_HOST, NULL, c->ops);
-  else {
+    b.owned = 1;
+  } else {
     b = mem_transport_buf(ptr, bytes, a->mem, a->recvreg, c->ops);
     if (b.reg == NULL) b = mem_transport_buf(ptr, bytes, a->mem, a->sendreg, c->ops);
   }

@@ -129,13 +129,17 @@ enum transport_mismatch { TRANSPORT_MATCH = 0, TRANSPORT_OTHER_CALL, TRANSPORT_O
  * for its copy (src/cuda/cuda_deferred.h): a transport that copies device
  * to device gives that launch its task, never work on a stream of its own
  * (which could queue behind the gated stream). A transport keeps what it
- * needs of it: the descriptor itself may live on the stack. */
+ * needs of it: the descriptor itself may live on the stack. `owned`: the
+ * comm's own memory (executor slots), allocated for the comm's life, so a
+ * transport may keep it pinned or mapped past the message; a user's buffer
+ * may be freed and its address reused once the call returns. */
 struct transport_buf {
   void* ptr;
   size_t bytes;
   unsigned mem;
   void* reg;
   const struct work_deferred* launch; /* NULL: none */
+  int owned;
 };
 
 /* Messages a connection can hold in flight; the executor keeps fewer. */
@@ -233,7 +237,7 @@ int transport_moves(const struct transport_conn* conn, const struct transport_bu
 /* Post `bytes` at `ptr`, memory of kind `mem` (TRANSPORT_CAP_*_MEM). */
 static inline ncclResult_t transport_post(struct transport_conn* c, void* ptr, size_t bytes,
                                           unsigned mem, const struct transport_tag* tag) {
-  struct transport_buf b = {ptr, bytes, mem, NULL, NULL};
+  struct transport_buf b = {ptr, bytes, mem, NULL, NULL, 0};
   return c->ops->post(c, &b, tag);
 }
 static inline ncclResult_t transport_post_host(struct transport_conn* c, void* ptr, size_t bytes,

@@ -4,7 +4,7 @@
  * collective x types x ops x counts x in place on 1..8 ranks on Ring,
  * Tree and the tuner's choice, groups of send/recv, a size mismatch
  * reported by the receiver, faults the NIC reports (a remote access error,
- * retry exceeded, a receiver-not-ready), a killed peer: every rank gets an
+ * retry exceeded, a fatal event, a receiver-not-ready), a killed peer: every rank gets an
  * error, none hangs, none succeeds with wrong data. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -17,6 +17,7 @@
 
 #include <cmocka.h>
 #include <dlfcn.h>
+#include <sys/mman.h>
 
 #include "collcheck.h"
 #include "dtypes.h"
@@ -142,11 +143,22 @@ static void test_p2p(void** state) {
 #define REG_SLICE (1 << 18)
 #define REG_SLICES 8
 
-/* The emulation's count of registrations (a test hook beside the verbs). */
-static uint64_t registrations(void) {
+/* The emulation's test hooks beside the verbs. */
+static void* hook(const char* name) {
   void* lib = dlopen(getenv("BRAID_IBVERBS_LIB"), RTLD_NOW | RTLD_NOLOAD);
-  uint64_t (*count)(void) = lib ? (uint64_t(*)(void))dlsym(lib, "fakeverbs_registrations") : NULL;
+  return lib ? dlsym(lib, name) : NULL;
+}
+
+/* How many regions this process registered so far. */
+static uint64_t registrations(void) {
+  uint64_t (*count)(void) = (uint64_t(*)(void))hook("fakeverbs_registrations");
   return count ? count() : UINT64_MAX;
+}
+
+/* How many live regions overlap [p, p + bytes) (-1: no hook). */
+static int registered_on(const void* p, size_t bytes) {
+  int (*count)(const void*, size_t) = (int (*)(const void*, size_t))hook("fakeverbs_registered");
+  return count ? count(p, bytes) : -1;
 }
 
 /* All-reduces on REG_SLICES slices of buf at offsets no earlier slice's
@@ -163,9 +175,11 @@ static uint64_t slices_allreduce(const mp_env* env, ncclComm_t comm, float* buf,
 }
 
 /* A buffer given to ncclCommRegister is registered once, at registration:
- * calls on any part of it register nothing more; the same calls on a
- * buffer not registered do (so the count is watched). With
- * FAKEVERBS_DELAY_US on one rank (a slow HCA) the results stay right. */
+ * calls on any part of it register nothing more, and its deregistration
+ * leaves nothing pinned. A buffer nobody registered goes through bounce
+ * slots (messages of a pipeline chunk): nothing registered on it, during
+ * or after. With FAKEVERBS_DELAY_US on one rank (a slow HCA) the results
+ * stay right. */
 static int registered_body(const mp_env* env) {
   ncclComm_t comm;
   void* handle = NULL;
@@ -181,15 +195,20 @@ static int registered_body(const mp_env* env) {
                       "ncclCommRegister");
   uint64_t on_registered = slices_allreduce(env, comm, a, &bad);
   uint64_t on_plain = slices_allreduce(env, comm, b + 1024, &bad);
-  if (on_registered != 0 || on_plain == 0)
-    mp_fail(env, "registrations: %llu on the registered buffer (0 expected), %llu on another",
-            (unsigned long long)on_registered, (unsigned long long)on_plain),
+  if (on_registered != 0 || on_plain != 0 || registered_on(b, bytes) != 0)
+    mp_fail(env,
+            "registrations: %llu on the registered buffer, %llu on another (0 expected), %d "
+            "left on it",
+            (unsigned long long)on_registered, (unsigned long long)on_plain,
+            registered_on(b, bytes)),
         bad++;
   for (int k = 0; k < REG_SLICES && !bad; k++) /* i % 7 summed over 2 ranks, once */
     for (size_t i = (size_t)k * (REG_SLICE + 4096); i < (size_t)k * (REG_SLICE + 4096) + REG_SLICE;
          i += 4099)
       if (a[i] != 2.0f * (float)(i % 7)) mp_fail(env, "[%zu] = %g", i, a[i]), bad++;
   bad += mp_expect_rc(env, comm, ncclCommDeregister(comm, handle), ncclSuccess, "deregister");
+  if (registered_on(a, bytes) != 0)
+    mp_fail(env, "%d registrations left on a deregistered buffer", registered_on(a, bytes)), bad++;
   bad += mp_expect_rc(env, comm, ncclCommDestroy(comm), ncclSuccess, "ncclCommDestroy");
   free(a), free(b);
   return bad;
@@ -198,6 +217,97 @@ static int registered_body(const mp_env* env) {
 static void test_registered(void** state) {
   (void)state;
   assert_int_equal(mp_launch(2, registered_body, NULL, NULL), 0);
+}
+
+/* ---- Large messages, a buffer mapped again, QPs per connection ---- */
+
+#define BIG_BYTES ((size_t)(4 << 20) + 12345)
+
+/* Both ranks send each other BIG_BYTES of `seed`'s pattern from one
+ * mapping to another and check what came. */
+static int big_exchange(const mp_env* env, ncclComm_t comm, unsigned char* out, unsigned char* in,
+                        unsigned seed) {
+  int peer = 1 - env->rank, bad = 0;
+  for (size_t i = 0; i < BIG_BYTES; i++) out[i] = (unsigned char)(i * 31 + seed * 7 + env->rank);
+  memset(in, 0, BIG_BYTES);
+  bad += mp_expect_rc(env, comm, ncclGroupStart(), ncclSuccess, "group start");
+  bad += mp_expect_rc(env, comm, ncclSend(out, BIG_BYTES, ncclUint8, peer, comm, NULL), ncclSuccess,
+                      "send");
+  bad += mp_expect_rc(env, comm, ncclRecv(in, BIG_BYTES, ncclUint8, peer, comm, NULL), ncclSuccess,
+                      "recv");
+  bad += mp_expect_rc(env, comm, ncclGroupEnd(), ncclSuccess, "group end");
+  for (size_t i = 0; i < BIG_BYTES && !bad; i++)
+    if (in[i] != (unsigned char)(i * 31 + seed * 7 + peer))
+      mp_fail(env, "round %u: byte %zu is %u", seed, i, in[i]), bad++;
+  return bad;
+}
+
+static void* map_at(void* where) {
+  void* p = mmap(where, 2 * BIG_BYTES, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | (where ? MAP_FIXED_NOREPLACE : 0), -1, 0);
+  return p == MAP_FAILED ? NULL : p;
+}
+
+/* Messages larger than a bounce slot are registered while they are out,
+ * and no longer: after the call nothing is left pinned on the buffer, so
+ * the program may unmap it and map new pages at the same address, and
+ * the next call moves the new pages' bytes. arg: NCCL_IB_QPS_PER_CONNECTION;
+ * with several, every QP carries writes (the messages are striped). */
+static int big_body(const mp_env* env) {
+  ncclComm_t comm;
+  int bad = 0, qps = atoi(env->arg);
+  ib_env();
+  setenv("NCCL_IB_QPS_PER_CONNECTION", env->arg, 1);
+  unsigned char* buf = map_at(NULL);
+  if (buf == NULL || mp_comm_init(env, &comm)) return 1;
+  uint64_t before = registrations();
+  bad += big_exchange(env, comm, buf, buf + BIG_BYTES, 1);
+  if (registrations() == before || registered_on(buf, 2 * BIG_BYTES) != 0)
+    mp_fail(env, "%llu registrations made, %d left on the buffer after the call",
+            (unsigned long long)(registrations() - before), registered_on(buf, 2 * BIG_BYTES)),
+        bad++;
+  munmap(buf, 2 * BIG_BYTES);
+  if (map_at(buf) != buf) mp_fail(env, "cannot map the same address again"), bad++;
+  if (!bad) bad += big_exchange(env, comm, buf, buf + BIG_BYTES, 2);
+  int (*writing)(void) = (int (*)(void))hook("fakeverbs_qps_writing");
+  int busy = writing ? writing() : -1;
+  if (qps > 1 && busy < qps) mp_fail(env, "%d QPs wrote, with %d per connection", busy, qps), bad++;
+  mp_log(env, "%d QPs per connection: %d QPs wrote", qps, busy);
+  bad += mp_expect_rc(env, comm, ncclCommDestroy(comm), ncclSuccess, "ncclCommDestroy");
+  munmap(buf, 2 * BIG_BYTES);
+  return bad;
+}
+
+static void test_big_messages(void** state) {
+  (void)state;
+  assert_int_equal(mp_launch(2, big_body, "1", NULL), 0);
+  assert_int_equal(mp_launch(2, big_body, "4", NULL), 0);
+}
+
+/* The matrix's reductions over striped connections. */
+static int striped_body(const mp_env* env) {
+  ncclComm_t comm;
+  int bad = 0, i = 0;
+  ib_env();
+  setenv("NCCL_IB_QPS_PER_CONNECTION", "3", 1);
+  if (mp_comm_init(env, &comm)) return 1;
+  for (int coll = 0; coll < CC_NCOLLS && !bad; coll++)
+    for (size_t ci = 0; ci < NCOUNTS && !bad; ci++, i++) {
+      cc_call c = {.coll = coll, .type = kTypes[i % NTYPES], .count = kCounts[ci]};
+      c.kind = cc_is_reduction(coll) ? i % AR_NKINDS : AR_SUM;
+      c.root = cc_has_root(coll) ? i % env->nranks : 0;
+      c.salt = (uint64_t)i;
+      if (cc_is_reduction(coll) && ar_op_create(env, comm, c.type, c.kind, &c.op)) return 1;
+      bad += cc_run(&c, env, comm) != 0;
+      if (c.kind == AR_PREMUL) ncclRedOpDestroy(c.op, comm);
+    }
+  bad += mp_expect_rc(env, comm, ncclCommDestroy(comm), ncclSuccess, "ncclCommDestroy");
+  return bad;
+}
+
+static void test_striped(void** state) {
+  (void)state;
+  assert_int_equal(mp_launch(3, striped_body, NULL, NULL), 0);
 }
 
 /* ---- Faults: every rank fails, none hangs ---- */
@@ -218,6 +328,10 @@ static int fault_body(const mp_env* env) {
     rc = ncclAllReduce(x, x, 100003, ncclFloat32, ncclSum, comm, NULL);
   if (rc == ncclSuccess)
     mp_fail(env, "fault %s: every call succeeded", (const char*)env->arg), bad++;
+  if (rc != ncclSuccess && rc != ncclSystemError && rc != ncclRemoteError)
+    mp_fail(env, "fault %s: %s, not the NIC's error or its peer's", (const char*)env->arg,
+            ncclGetErrorString(rc)),
+        bad++;
   mp_log(env, "fault %s: %s", (const char*)env->arg, ncclGetErrorString(rc));
   ncclCommAbort(comm);
   free(x);
@@ -226,7 +340,7 @@ static int fault_body(const mp_env* env) {
 
 static void test_faults(void** state) {
   (void)state;
-  static const char* const faults[] = {"access:3", "retry:5", "fatal:4"};
+  static const char* const faults[] = {"access:3", "retry:5", "fatal:4", "rnr:6"};
   for (size_t i = 0; i < sizeof(faults) / sizeof(faults[0]); i++)
     assert_int_equal(mp_launch(3, fault_body, (void*)faults[i], NULL), 0);
 }
@@ -264,7 +378,8 @@ static void test_killed_peer(void** state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_matrix),      cmocka_unit_test(test_p2p),
-      cmocka_unit_test(test_registered),  cmocka_unit_test(test_faults),
+      cmocka_unit_test(test_registered),  cmocka_unit_test(test_big_messages),
+      cmocka_unit_test(test_striped),     cmocka_unit_test(test_faults),
       cmocka_unit_test(test_killed_peer),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -15,9 +15,11 @@
  *                    access (a request's rkey check at its target fails:
  *                    remote access error), retry (a request is never
  *                    acknowledged: retry exceeded), fatal (a device fatal
- *                    async event once n requests were posted), rnr (a
- *                    request that needs a receive finds none: RNR error
- *                    instead of waiting for one)
+ *                    async event once n requests were posted), rnr (the
+ *                    n-th request that needs a receive is refused as if
+ *                    its receiver had run out of them for good: RNR retry
+ *                    exceeded; without the fault such a request waits for
+ *                    a receive, as with unlimited RNR retries)
  *   FAKEVERBS_DELAY_US  the HCA pauses this long before each request
  */
 #include <fcntl.h>

@@ -25,6 +25,22 @@ FV_EXPORT uint64_t fakeverbs_registrations(void) {
   return n;
 }
 
+/* For tests (not a verb): how many live regions overlap [addr, addr +
+ * len). A registration pins the pages as they were: one left on a user's
+ * buffer after it may have been freed is what this finds. */
+FV_EXPORT int fakeverbs_registered(const void* addr, size_t len) {
+  uintptr_t lo = (uintptr_t)addr, hi = lo + len;
+  int n = 0;
+  pthread_mutex_lock(&fv_lock);
+  for (int i = 0; i < FV_MAX_MRS; i++)
+    if (g_mrs[i]) {
+      uintptr_t b = (uintptr_t)g_mrs[i]->addr, e = b + g_mrs[i]->length;
+      n += b < hi && lo < e;
+    }
+  pthread_mutex_unlock(&fv_lock);
+  return n;
+}
+
 FV_EXPORT struct ibv_pd* ibv_alloc_pd(struct ibv_context* ctx) {
   struct ibv_pd* pd = calloc(1, sizeof(*pd));
   if (pd) pd->context = ctx;

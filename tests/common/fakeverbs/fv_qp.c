@@ -53,7 +53,12 @@ struct fv_qp {
   int rq_cap, rq_head, rq_count;
   struct fv_held* held;
   int held_head, held_count;
-  int stalled; /* a request was lost: none after it goes out (RC delivers in order) */
+  int stalled;     /* a request was lost: none after it goes out (RC delivers in order) */
+  uint64_t writes; /* RDMA writes it put on the wire, for fakeverbs_qps_writing */
+  /* the responder refused a request (receiver not ready) for good: the
+   * later ones of the stream are out of sequence and dropped, as a NIC's
+   * responder drops packets past the one it NAKed (the requester fails) */
+  int refused;
 };
 
 static struct fv_qp* g_qps[FV_MAX_QPS];
@@ -124,6 +129,17 @@ static void send_done(struct fv_qp* q, enum ibv_wc_status st) {
 }
 
 /* ---- Verbs ---- */
+
+/* For tests (not a verb): how many of this process's live QPs have put
+ * an RDMA write on the wire (a connection striping its messages uses all
+ * of its QPs). */
+FV_EXPORT int fakeverbs_qps_writing(void) {
+  int n = 0;
+  pthread_mutex_lock(&fv_lock);
+  for (int i = 0; i < FV_MAX_QPS; i++) n += g_qps[i] && g_qps[i]->writes > 0;
+  pthread_mutex_unlock(&fv_lock);
+  return n;
+}
 
 /* FAKEVERBS_STATS=file: one line per process at exit, "pid requests
  * bytes": the requests (writes, writes with immediate, sends) it put on
@@ -337,7 +353,7 @@ int fv_post_send(struct ibv_qp* qp, struct ibv_send_wr* wr, struct ibv_send_wr**
     pthread_mutex_lock(&fv_lock);
     int rc = send_queue(q, wr, &f.psn);
     int fd = q->out_fd;
-    if (rc == 0) g_sent_requests++, g_sent_bytes += f.len;
+    if (rc == 0) g_sent_requests++, g_sent_bytes += f.len, q->writes += f.type != FV_REQ_SEND;
     pthread_mutex_unlock(&fv_lock);
     if (rc == 0 && (fv_write_all(fd, &f, sizeof(f)) != 0 ||
                     (f.len && fv_write_all(fd, (void*)(uintptr_t)wr->sg_list[0].addr, f.len) != 0)))
@@ -409,6 +425,10 @@ static void request(struct fv_qp* q, const struct fv_frame* f) {
     if (payload_read(q->in_fd, NULL, f->len) == 0) ack(q, f->psn, IBV_WC_RETRY_EXC_ERR);
     return;
   }
+  if (q->refused) {
+    payload_read(q->in_fd, NULL, f->len);
+    return;
+  }
   if (f->type != FV_REQ_SEND) { /* an RDMA write: the rkey decides */
     void* dst = (void*)(uintptr_t)f->raddr;
     int ok = !f->len || fv_mr_check(f->rkey, f->raddr, f->len, IBV_ACCESS_REMOTE_WRITE) != NULL;
@@ -423,9 +443,10 @@ static void request(struct fv_qp* q, const struct fv_frame* f) {
     h.payload = malloc(f->len);
     if (h.payload == NULL || payload_read(q->in_fd, h.payload, f->len) != 0) return free(h.payload);
   }
-  if (q->rq_count == 0 && fv_fault_now(FV_FAULT_RNR))
+  if (fv_fault_now(FV_FAULT_RNR) || q->held_count == q->rq_cap) { /* receiver not ready */
+    q->refused = 1;
     return free(h.payload), ack(q, f->psn, IBV_WC_RNR_RETRY_EXC_ERR);
-  if (q->held_count == q->rq_cap) return free(h.payload), ack(q, f->psn, IBV_WC_RNR_RETRY_EXC_ERR);
+  }
   q->held[(q->held_head + q->held_count++) % q->rq_cap] = h;
   held_drain(q);
 }
