@@ -95,8 +95,10 @@ static void run_child(const char* what, int emulated, const char* const* env, ch
     _exit(127);
   }
   close(fds[1]);
-  ssize_t got = read(fds[0], out, len - 1);
-  out[got > 0 ? got : 0] = '\0';
+  size_t have = 0;
+  for (ssize_t got; have < len - 1 && (got = read(fds[0], out + have, len - 1 - have)) > 0;)
+    have += (size_t)got;
+  out[have] = '\0';
   close(fds[0]);
   int status;
   assert_int_equal(waitpid(pid, &status, 0), pid);
@@ -130,6 +132,59 @@ static void test_ports_found(void** state) {
   assert_non_null(strstr(out, "roce0:1"));
 }
 
+/* ---- The port a rank takes, and its price ---- */
+
+static void test_port_pick(void** state) {
+  (void)state;
+  struct ib_port p[3] = {{.dev = "far", .mbps = 100000, .numa = 1},
+                         {.dev = "near", .mbps = 100000, .numa = 0},
+                         {.dev = "fast", .mbps = 200000, .numa = -1}};
+  assert_int_equal(ib_port_pick(p, 3, 0), 1); /* on the rank's node */
+  assert_int_equal(ib_port_pick(p, 3, 1), 0);
+  assert_int_equal(ib_port_pick(p, 3, -1), 2); /* node unknown: the fastest */
+  assert_int_equal(ib_port_pick(p, 3, 2), 2);  /* none near: the fastest */
+  assert_int_equal(ib_port_pick(p, 2, 2), 0);  /* a tie: the first listed */
+  assert_true(ib_port_far(&p[0], 0));
+  assert_false(ib_port_far(&p[1], 0));
+  assert_false(ib_port_far(&p[2], 0)); /* the port's node unknown */
+  assert_false(ib_port_far(&p[0], -1));
+}
+
+/* This machine's ranks run on NUMA node 0: with an HCA listed first on
+ * node 1 and one on node 0, init takes the one on node 0; with only the
+ * far one, it says so and the tuner prices the network at the link
+ * between sockets. */
+static void test_port_numa(void** state) {
+  (void)state;
+  static char out[1 << 16];
+  FILE* f;
+  mkdir("/tmp/braid_fv_numa", 0755);
+  for (int i = 0; i < 2; i++) {
+    char path[96];
+    snprintf(path, sizeof(path), "/tmp/braid_fv_numa/mlx5_%d", i);
+    mkdir(path, 0755);
+    snprintf(path, sizeof(path), "/tmp/braid_fv_numa/mlx5_%d/device", i);
+    mkdir(path, 0755);
+    snprintf(path, sizeof(path), "/tmp/braid_fv_numa/mlx5_%d/device/numa_node", i);
+    assert_non_null(f = fopen(path, "w"));
+    fprintf(f, "%d\n", 1 - i);
+    fclose(f);
+  }
+  const char* const both[] = {"FAKEVERBS_HCAS=mlx5_0:1,mlx5_1:1",
+                              "FAKEVERBS_SYSFS=/tmp/braid_fv_numa",
+                              "NCCL_NET=IB",
+                              "NCCL_DEBUG=INFO",
+                              "NCCL_DEBUG_SUBSYS=INIT,NET,TUNING",
+                              NULL};
+  run_child("init", 1, both, out, sizeof(out));
+  assert_non_null(strstr(out, "(NUMA 0) on mlx5_1:1 IB 100000 Mb/s NUMA 0,"));
+  assert_non_null(strstr(out, "net NET/IB (100000 Mb/s)"));
+  const char* const far[] = {"FAKEVERBS_HCAS=mlx5_0:1", both[1], both[2], both[3], both[4], NULL};
+  run_child("init", 1, far, out, sizeof(out));
+  assert_non_null(strstr(out, "on mlx5_0:1 IB 100000 Mb/s NUMA 1 across sockets"));
+  assert_non_null(strstr(out, "net NET/IB (80000 Mb/s)"));
+}
+
 static void test_net_ib_refused(void** state) {
   (void)state;
   char out[1024];
@@ -161,8 +216,8 @@ int main(int argc, char** argv) {
   if (argc > 1 && strcmp(argv[1], "ports") == 0) return child_ports();
   if (argc > 1 && strcmp(argv[1], "init") == 0) return child_init();
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_hca_rules),
-      cmocka_unit_test(test_ports_found),
+      cmocka_unit_test(test_hca_rules),      cmocka_unit_test(test_ports_found),
+      cmocka_unit_test(test_port_pick),      cmocka_unit_test(test_port_numa),
       cmocka_unit_test(test_net_ib_refused),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

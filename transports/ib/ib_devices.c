@@ -103,6 +103,23 @@ void ib_ports_find(const struct ib_verbs* v, const char* hca_spec, struct ib_por
   v->free_device_list(list);
 }
 
+int ib_port_far(const struct ib_port* p, int numa) {
+  return numa >= 0 && p->numa >= 0 && p->numa != numa;
+}
+
+static int port_near(const struct ib_port* p, int numa) {
+  return numa >= 0 && p->numa == numa;
+}
+
+int ib_port_pick(const struct ib_port* ports, int n, int numa) {
+  int best = 0;
+  for (int i = 1; i < n; i++) {
+    int near = port_near(&ports[i], numa), best_near = port_near(&ports[best], numa);
+    if (near > best_near || (near == best_near && ports[i].mbps > ports[best].mbps)) best = i;
+  }
+  return best;
+}
+
 void ib_port_describe(const struct ib_port* p, char* buf, size_t len) {
   snprintf(buf, len, "%s:%d %s %u Mb/s NUMA %d", p->dev, p->port,
            p->link_layer == IBV_LINK_LAYER_ETHERNET ? "RoCE" : "IB", p->mbps, p->numa);

@@ -28,6 +28,15 @@ struct ib_port {
 void ib_ports_find(const struct ib_verbs* v, const char* hca_spec, struct ib_port* out, int max,
                    int* n, int* nhca);
 
+/* Which of n ports a rank on NUMA node `numa` (-1: unknown) uses, as
+ * NCCL prefers the nearest NIC: one on its node first, then the fastest,
+ * then the first listed. */
+int ib_port_pick(const struct ib_port* ports, int n, int numa);
+
+/* Whether a port is on another NUMA node than the rank (both known): its
+ * traffic then crosses the link between sockets. */
+int ib_port_far(const struct ib_port* p, int numa);
+
 /* "mlx5_0:1 IB 100000 Mb/s NUMA 0" */
 void ib_port_describe(const struct ib_port* p, char* buf, size_t len);
 

@@ -21,6 +21,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -58,9 +59,15 @@
 struct ib_blob {
   uint8_t valid;
   uint8_t link_layer;
-  uint8_t pad[2];
+  uint8_t far; /* its port is on another NUMA node than the rank */
+  uint8_t pad;
   uint32_t mbps; /* its port's rate */
 };
+
+/* What a port on the other socket is priced at, at most: the link between
+ * sockets bounds its traffic. NCCL's figure for a Skylake-class link
+ * (10 GB/s); no machine here has two sockets to measure one. */
+#define IB_CROSS_SOCKET_MBPS 80000u
 
 /* The comm's device: one port (the first NCCL_IB_HCA selects). */
 struct ib_state {
@@ -68,6 +75,7 @@ struct ib_state {
   struct ibv_context* ctx;
   struct ibv_pd* pd;
   struct ib_port port;
+  int numa;               /* the rank's NUMA node when it opened the device (-1: unknown) */
   struct ib_qp_info self; /* lid, link layer, MTU, GID: every QP's */
   struct ib_qp_knobs knobs;
   int nqps; /* NCCL_IB_QPS_PER_CONNECTION: this end's, when it sends */
@@ -163,7 +171,15 @@ static void ib_free_state(struct transport_ctx* ctx) {
   ctx->state[TRANSPORT_NET_IB] = NULL;
 }
 
-/* Open the first selected port's device: PD, GID, the QPs' common info. */
+/* The NUMA node this rank runs on (-1: unknown): where its buffers are
+ * likely to live, so the HCA it would rather use. */
+static int rank_numa(void) {
+  unsigned cpu, node;
+  return getcpu(&cpu, &node) == 0 ? (int)node : -1;
+}
+
+/* Open the device of the selected port nearest this rank: PD, GID, the
+ * QPs' common info. */
 static ncclResult_t ib_state_open(struct transport_ctx* ctx, struct ib_state** out) {
   ncclResult_t res = ncclSuccess;
   const char* why = NULL;
@@ -179,7 +195,8 @@ static ncclResult_t ib_state_open(struct transport_ctx* ctx, struct ib_state** o
   CHECK(braid_calloc(&st, 1, sizeof(*st)));
   ctx->state[TRANSPORT_NET_IB] = st; /* ib_free_state undoes the rest */
   st->v = v;
-  st->port = ports[0];
+  st->numa = rank_numa();
+  st->port = ports[ib_port_pick(ports, n, st->numa)];
   list = v->get_device_list(&n);
   for (int i = 0; list && i < n && st->ctx == NULL; i++)
     if (strcmp(v->get_device_name(list[i]), st->port.dev) == 0) st->ctx = v->open_device(list[i]);
@@ -205,21 +222,23 @@ fail:
 
 static ncclResult_t ib_blob_make(struct transport_ctx* ctx, void* blob) {
   ncclResult_t res = ncclSuccess;
-  struct ib_blob b = {0, 0, {0, 0}, 0};
+  struct ib_blob b = {0, 0, 0, 0, 0};
   struct ib_state* st = NULL;
   if (ctx->net == &ib_transport) { /* only where NCCL_NET chose it */
     CHECK(ib_state_open(ctx, &st));
     b.valid = 1;
     b.link_layer = st->self.link_layer;
+    b.far = (uint8_t)ib_port_far(&st->port, st->numa);
     b.mbps = st->port.mbps;
     char d[96];
     ib_port_describe(&st->port, d, sizeof(d));
     const char* gdr = ib_gdr_module("/");
     INFO(SUB_INIT | SUB_NET,
-         "NET/IB : rank %d on %s, GID index %d; GPUDirect RDMA %s%s%s (not used yet: device "
-         "buffers go through pinned host slots)",
-         ctx->rank, d, st->self.gid_index, gdr ? "would be available: " : "unavailable",
-         gdr ? gdr : "", gdr ? " loaded" : " (no nvidia_peermem)");
+         "NET/IB : rank %d (NUMA %d) on %s%s, GID index %d; GPUDirect RDMA %s%s%s (not used yet: "
+         "device buffers go through pinned host slots)",
+         ctx->rank, st->numa, d, b.far ? " across sockets" : "", st->self.gid_index,
+         gdr ? "would be available: " : "unavailable", gdr ? gdr : "",
+         gdr ? " loaded" : " (no nvidia_peermem)");
   }
   memcpy(blob, &b, sizeof(b));
 fail:
@@ -229,7 +248,8 @@ fail:
 static uint32_t ib_link_mbps(const struct transport_ctx* ctx, int rank) {
   struct ib_blob b;
   memcpy(&b, transport_peer_blob(ctx, &ib_transport, rank), sizeof(b));
-  return b.valid ? b.mbps : 0;
+  if (!b.valid) return 0;
+  return b.far ? MIN(b.mbps, IB_CROSS_SOCKET_MBPS) : b.mbps;
 }
 
 static int ib_can_connect(const struct transport_ctx* ctx, int a, int b) {
