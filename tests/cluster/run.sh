@@ -12,7 +12,8 @@
 #    it for that collective, Ring where not.
 #    Then the same over NET/IB: the verbs transport on the verbs emulation
 #    (build/tests/fakeverbs, its QP sockets in a directory every host sees), all-reduce,
-#    send/recv and all-to-all on 2x2 and 4x1, Ring and the tuner.
+#    send/recv and all-to-all on 2x2 and 4x1 (4x1 striping each connection over 2 QPs), Ring and the
+#    tuner.
 # 2. Link down: a long all-reduce on 2x2 (tuner) and 3x1 (Tree) hosts with shaped links; h1's
 #    link goes down mid-collective; every rank must fail (non-zero exit with an NCCL error)
 #    within BRAID_TIMEOUT_MS + a margin, and none may hang. Stacks of ranks still running are
@@ -402,10 +403,11 @@ fakeverbs=$build/tests/fakeverbs/libibverbs.so.1
 if [ -f "$fakeverbs" ]; then
   mkdir -p "$tmp/lib" "$tmp/fabric"
   cp "$fakeverbs" "$tmp/lib/"
-  NETENV=(-x NCCL_NET=IB -x "BRAID_IBVERBS_LIB=$tmp/lib/libibverbs.so.1" -x FAKEVERBS_HCAS=mlx5_0:1
-    -x "FAKEVERBS_FABRIC=$tmp/fabric")
-  for l in "2x2ib h0:2,h1:2 4" "4x1ib h0,h1,h2,h3 4"; do
-    read -r layout hosts np <<<"$l"
+  # the 4x1 cases stripe each connection over 2 QPs
+  for l in "2x2ib h0:2,h1:2 4 1" "4x1ib h0,h1,h2,h3 4 2"; do
+    read -r layout hosts np qps <<<"$l"
+    NETENV=(-x NCCL_NET=IB -x "BRAID_IBVERBS_LIB=$tmp/lib/libibverbs.so.1" -x FAKEVERBS_HCAS=mlx5_0:1
+      -x "FAKEVERBS_FABRIC=$tmp/fabric" -x NCCL_IB_QPS_PER_CONNECTION="$qps")
     for tool in all_reduce sendrecv alltoall; do
       for algo in Ring tuner; do
         [[ "$layout/$tool/$algo" =~ ${only:-.} ]] || continue
