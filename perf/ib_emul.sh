@@ -8,7 +8,8 @@
 # per rank, in messages of at most one chunk: 2(n-1) x ceil(S/n/chunk),
 # each with the receiver's announcement beside it). Then the cost of an 8 B
 # all-reduce on 2 ranks over NET/IB and over NET/Socket in the same run
-# (the CPU's work per message, both through the loopback here).
+# (both through the loopback here), and the CPU time each path spends per
+# message (the emulated HCA's own work taken out).
 #
 #   perf/ib_emul.sh [build]
 set -u
@@ -17,7 +18,7 @@ B=${1:-build}
 FV=$(pwd)/$B/tests/fakeverbs/libibverbs.so.1
 [ -f "$FV" ] || { echo "ib_emul: no $FV (built without <infiniband/verbs.h>)"; exit 0; }
 ITERS=20
-CHUNK=$((128 * 1024)) # BRAID_CHUNK_SIZE's default: the ring's message at most
+CHUNK=$((64 * 1024)) # BRAID_CHUNK_SIZE's default: the ring's message at most
 
 # run NET n bytes [env...]: n processes, rank 0's table line; stats into $stats
 run() {
@@ -50,10 +51,44 @@ for n in 2 4; do
   done
 done
 echo "# messages: requests / 2 (each message is the sender's write with immediate and"
-echo "#  the receiver's announcement); ring_min: 2(n-1) x ceil(S/n / 128 KiB), the"
+echo "#  the receiver's announcement); ring_min: 2(n-1) x ceil(S/n / 64 KiB), the"
 echo "#  fewest a ring could send; the counts include the tool's start-up calls"
 echo "# 8 B all-reduce, 2 ranks, out-of-place time (us): NET/IB vs NET/Socket in the same run"
 for net in IB Socket; do
   stats=/dev/null
   printf "  %-7s %s\n" "$net" "$(run $net 2 8 | awk '{ print $6 }')"
 done
+
+# cpu NET iters: 2 ranks, iters 8 B all-reduces, no spinning (BRAID_SPIN_US=0: a
+# waiter sleeps at once, so CPU time is work, not polling); prints the two
+# ranks' user+sys seconds summed, and the HCA threads' (from $stats).
+cpu() {
+  local net=$1 iters=$2 port=$((29500 + RANDOM % 1000)) r out
+  out=$(mktemp -d)
+  for ((r = 0; r < 2; r++)); do
+    env NCCL_COMM_ID=127.0.0.1:$port RANK=$r WORLD_SIZE=2 NCCL_NET=$net NCCL_SHM_DISABLE=1 \
+      NCCL_ALGO=Ring BRAID_SPIN_US=0 BRAID_IBVERBS_LIB="$FV" FAKEVERBS_HCAS=mlx5_0:1 \
+      FAKEVERBS_STATS="$stats" /usr/bin/time -f "%U %S" -o "$out/t$r" \
+      timeout 300 "$B/bin/all_reduce_perf" -b 8 -e 8 -n "$iters" -w 0 -c 0 -d float >/dev/null 2>&1 &
+  done
+  wait
+  cat "$out"/t0 "$out"/t1 | awk '{ s += $1 + $2 } END { printf "%.3f", s }'
+  rm -rf "$out"
+}
+if [ -x /usr/bin/time ]; then
+  N=2000
+  stats=$(mktemp)
+  ib_cpu=$(cpu IB $N)
+  read -r ib_req ib_hca < <(awk '{ r += $2; h += $4 } END { printf "%d %.3f", r, h / 1e9 }' "$stats")
+  rm -f "$stats"
+  stats=/dev/null
+  sock_cpu=$(cpu Socket $N)
+  # the same schedule on both networks: as many messages on each
+  awk -v ic="$ib_cpu" -v ih="$ib_hca" -v req="$ib_req" -v sc="$sock_cpu" -v n=$N 'BEGIN {
+    msgs = req / 2
+    printf "# CPU per message, 2 ranks x 2 x %d 8 B all-reduces (in and out of place; %d messages\n#  in all), user+sys of\n", n, msgs
+    printf "#  both processes; for NET/IB less the emulated HCA threads'"'"' %.3f s, which a NIC does;\n", ih
+    printf "#  its posts stay in: each is a socket write here, a doorbell on a NIC)\n"
+    printf "  IB      %.1f us   (%.3f s - %.3f s)\n", (ic - ih) / msgs * 1e6, ic, ih
+    printf "  Socket  %.1f us   (%.3f s; the kernel'"'"'s TCP work in softirq is not all counted)\n", sc / msgs * 1e6, sc }'
+fi
