@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #define CKPT_MAGIC "BRAIDCKP"
-#define CKPT_VERSION 1u
+#define CKPT_VERSION 2u
 
 typedef struct {
   char magic[8];
@@ -19,6 +19,8 @@ typedef struct {
   uint32_t meta_bytes, row_bytes, pad_;
   uint64_t nparams;
   uint64_t total_bytes;
+  uint64_t state_floats; /* per rank */
+  uint32_t state_ranks, pad2_;
 } ckpt_head_t;
 
 uint64_t ckpt_fnv1a(const void* data, size_t bytes, uint64_t h) {
@@ -27,21 +29,25 @@ uint64_t ckpt_fnv1a(const void* data, size_t bytes, uint64_t h) {
   return h;
 }
 
-static size_t body_bytes(int nhistory, size_t nparams) {
+static size_t body_bytes(int nhistory, size_t nparams, size_t states) {
   return sizeof(ckpt_head_t) + sizeof(ckpt_meta_t) + (size_t)nhistory * sizeof(epoch_row_t) +
-         2 * nparams * sizeof(float);
+         (2 * nparams + states) * sizeof(float);
 }
 
 int ckpt_build(ckpt_blob_t* blob, const ckpt_meta_t* meta, const epoch_row_t* history,
-               const float* params, const float* velocity, size_t nparams) {
-  const size_t body = body_bytes(meta->nhistory, nparams);
+               const float* params, const float* velocity, size_t nparams, const float* states,
+               int state_ranks, size_t state_floats) {
+  const size_t nstates = (size_t)state_ranks * state_floats;
+  const size_t body = body_bytes(meta->nhistory, nparams, nstates);
   char* p = malloc(body + sizeof(uint64_t));
   if (p == NULL) return -1;
   ckpt_head_t head = {.version = CKPT_VERSION,
                       .meta_bytes = sizeof(ckpt_meta_t),
                       .row_bytes = sizeof(epoch_row_t),
                       .nparams = nparams,
-                      .total_bytes = body + sizeof(uint64_t)};
+                      .total_bytes = body + sizeof(uint64_t),
+                      .state_floats = state_floats,
+                      .state_ranks = (uint32_t)state_ranks};
   memcpy(head.magic, CKPT_MAGIC, sizeof(head.magic));
   size_t off = 0;
   memcpy(p + off, &head, sizeof(head));
@@ -54,6 +60,8 @@ int ckpt_build(ckpt_blob_t* blob, const ckpt_meta_t* meta, const epoch_row_t* hi
   off += nparams * sizeof(float);
   memcpy(p + off, velocity, nparams * sizeof(float));
   off += nparams * sizeof(float);
+  if (nstates) memcpy(p + off, states, nstates * sizeof(float));
+  off += nstates * sizeof(float);
   uint64_t sum = ckpt_fnv1a(p, off, CKPT_FNV_SEED);
   memcpy(p + off, &sum, sizeof(sum));
   blob->data = p;
@@ -170,7 +178,9 @@ int ckpt_parse(const ckpt_blob_t* blob, ckpt_meta_t* meta, epoch_row_t* history,
   memcpy(meta, p, sizeof(*meta));
   p += sizeof(*meta);
   if (meta->nhistory < 0 ||
-      body_bytes(meta->nhistory, head.nparams) + sizeof(uint64_t) != blob->bytes) {
+      body_bytes(meta->nhistory, head.nparams, (size_t)head.state_ranks * head.state_floats) +
+              sizeof(uint64_t) !=
+          blob->bytes) {
     snprintf(err, errlen, "checkpoint layout is inconsistent: corrupt");
     return -1;
   }
@@ -187,6 +197,17 @@ int ckpt_parse(const ckpt_blob_t* blob, ckpt_meta_t* meta, epoch_row_t* history,
   p += nparams * sizeof(float);
   memcpy(velocity, p, nparams * sizeof(float));
   return 0;
+}
+
+const float* ckpt_states(const ckpt_blob_t* blob, int* ranks, size_t* floats) {
+  ckpt_head_t head;
+  ckpt_meta_t meta;
+  memcpy(&head, blob->data, sizeof(head));
+  memcpy(&meta, (const char*)blob->data + sizeof(head), sizeof(meta));
+  *ranks = (int)head.state_ranks;
+  *floats = (size_t)head.state_floats;
+  if (head.state_ranks == 0) return NULL;
+  return (const float*)((const char*)blob->data + body_bytes(meta.nhistory, head.nparams, 0));
 }
 
 void ckpt_blob_free(ckpt_blob_t* blob) {

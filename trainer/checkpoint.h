@@ -1,7 +1,10 @@
 /* Checkpoints: weights, momentum, RNG state, position (epoch, step), the current epoch's
- * running sums and the finished epochs' rows, in one file written atomically (temp file,
- * fsync, rename, fsync of the directory) and protected by a checksum. The layout is this
- * program's structs as they are in memory: resume on the same kind of machine. */
+ * running sums and the finished epochs' rows, then every rank's own state (its parameters
+ * and momentum, which differ between ranks in some schemes, and what its scheme keeps:
+ * residuals, stale gradients, averaging anchors; sync.h), in one file written atomically
+ * (temp file, fsync, rename, fsync of the directory) and protected by a checksum. The
+ * weights and momentum up front are rank 0's. The layout is this program's structs as they
+ * are in memory: resume on the same kind of machine. */
 #ifndef TRAIN_CHECKPOINT_H_
 #define TRAIN_CHECKPOINT_H_
 
@@ -31,8 +34,10 @@ typedef struct {
   size_t bytes;
 } ckpt_blob_t;
 
+/* states: state_ranks x state_floats floats, rank after rank (NULL and 0: none). */
 int ckpt_build(ckpt_blob_t* blob, const ckpt_meta_t* meta, const epoch_row_t* history,
-               const float* params, const float* velocity, size_t nparams);
+               const float* params, const float* velocity, size_t nparams, const float* states,
+               int state_ranks, size_t state_floats);
 int ckpt_write(const char* path, const ckpt_blob_t* blob, char* err, size_t errlen);
 int ckpt_read(const char* path, ckpt_blob_t* blob, char* err, size_t errlen);
 
@@ -43,6 +48,10 @@ int ckpt_parse(const ckpt_blob_t* blob, ckpt_meta_t* meta, epoch_row_t* history,
 
 /* Parameter count stored in a blob, or 0 when it is not a checkpoint. */
 size_t ckpt_nparams(const ckpt_blob_t* blob);
+
+/* The ranks' states of a blob that ckpt_parse accepted: where they start (NULL: none), how
+ * many ranks, how many floats each. */
+const float* ckpt_states(const ckpt_blob_t* blob, int* ranks, size_t* floats);
 
 void ckpt_blob_free(ckpt_blob_t* blob);
 

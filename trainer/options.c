@@ -34,6 +34,8 @@ static void set_defaults(options_t* o) {
   o->bucket_mb = 1.0;
   o->first_bucket_mb = 0.25;
   o->overlap = 1;
+  o->sync.kind = SYNC_ALLREDUCE;
+  o->sync.compress.kind = COMPRESS_NONE;
   o->blas_threads = 1;
   snprintf(o->csv, sizeof(o->csv), "braid-train.csv");
   snprintf(o->plot, sizeof(o->plot), "braid-train.png");
@@ -49,7 +51,8 @@ static void usage(FILE* out) {
       "       mpirun -np N braid-train [flags]\n"
       "       NCCL_COMM_ID=host:port RANK=r WORLD_SIZE=N braid-train [flags]   (each rank)\n"
       "\n"
-      "Data-parallel SGD on Fashion-MNIST over Braid (ncclAllReduce of gradient buckets).\n"
+      "Distributed SGD on Fashion-MNIST over Braid, one scheme of the distributed-training\n"
+      "taxonomy at a time (--sync, --compress); it reports accuracy, time and bytes sent.\n"
       "\n"
       "model\n"
       "  --model mlp|cnn          network (default mlp)\n"
@@ -74,6 +77,31 @@ static void usage(FILE* out) {
       "  --step-epochs N          step: multiply the rate by --gamma every N epochs (default %d)\n"
       "  --gamma X                step: the factor (default %g)\n"
       "  --seed N                 weights and shuffles; same seed, same run (default %llu)\n"
+      "synchronisation (the taxonomy: how workers agree, and how much they send)\n"
+      "  --sync SCHEME            how the ranks' models stay together (default allreduce):\n"
+      "                             allreduce  synchronous data parallelism: gradients\n"
+      "                                        all-reduced every step, overlapped with backward\n"
+      "                             ps[:R]     centralised parameter server on rank R (default\n"
+      "                                        0): gradients reduced to R, R steps the optimizer,\n"
+      "                                        new weights broadcast; workers hold no optimizer\n"
+      "                                        state\n"
+      "                             local:K    local SGD / periodic model averaging: each rank\n"
+      "                                        steps alone, parameters averaged every K steps\n"
+      "                                        (momentum stays local)\n"
+      "                             gossip     decentralised averaging (D-PSGD): each step a rank\n"
+      "                                        averages with its two ring neighbours; one final\n"
+      "                                        all-reduce averages the model\n"
+      "                             stale:S    bounded staleness (S <= %d): gradients applied S\n"
+      "                                        steps late, their all-reduce behind S steps of\n"
+      "                                        compute\n"
+      "  --compress CODE          what allreduce, ps and local send (default none):\n"
+      "                             none       full precision (float32)\n"
+      "                             fp16|bf16  low precision: all-reduced in that type\n"
+      "                             fp8        low precision: e4m3 with a per-bucket scale the\n"
+      "                                        ranks agree on\n"
+      "                             topk:F     sparsification: the largest fraction F of each\n"
+      "                                        bucket as (index, value) pairs, all-gathered\n"
+      "                           lossy codes keep an error-feedback residual per rank\n"
       "communication\n"
       "  --bucket-mb X            gradient bucket size in MiB (default %g)\n"
       "  --first-bucket-mb X      the first bucket, small so it leaves early (default %g)\n"
@@ -105,8 +133,8 @@ static void usage(FILE* out) {
       "every rank. NCCL_* and BRAID_* variables tune the library (README).\n",
       d.model.kernel, d.data_dir, d.epochs, d.global_batch, OPTIM_REFERENCE_BATCH, d.optim.lr,
       d.optim.momentum, d.optim.weight_decay, d.optim.warmup_epochs, d.optim.step_epochs,
-      d.optim.gamma, (unsigned long long)d.seed, d.bucket_mb, d.first_bucket_mb, d.blas_threads,
-      d.csv, d.plot);
+      d.optim.gamma, (unsigned long long)d.seed, SYNC_MAX_STALE, d.bucket_mb, d.first_bucket_mb,
+      d.blas_threads, d.csv, d.plot);
 }
 
 static int bad(int speak, const char* flag, const char* value, const char* want) {
@@ -186,6 +214,8 @@ enum {
   OPT_BUCKET,
   OPT_FIRST_BUCKET,
   OPT_NO_OVERLAP,
+  OPT_SYNC,
+  OPT_COMPRESS,
   OPT_CHECK_SYNC,
   OPT_BLAS,
   OPT_SHARE_CORES,
@@ -221,6 +251,8 @@ static const struct option kLong[] = {
     {"bucket-mb", 1, 0, OPT_BUCKET},
     {"first-bucket-mb", 1, 0, OPT_FIRST_BUCKET},
     {"no-overlap", 0, 0, OPT_NO_OVERLAP},
+    {"sync", 1, 0, OPT_SYNC},
+    {"compress", 1, 0, OPT_COMPRESS},
     {"check-sync", 1, 0, OPT_CHECK_SYNC},
     {"blas-threads", 1, 0, OPT_BLAS},
     {"share-cores", 1, 0, OPT_SHARE_CORES},
@@ -315,6 +347,12 @@ static int apply(options_t* o, int opt, const char* v, int* hidden_given, int sp
     case OPT_NO_OVERLAP:
       o->overlap = 0;
       return 0;
+    case OPT_SYNC:
+      if (sync_parse(v, &o->sync) == 0) return 0;
+      return bad(speak, "--sync", v, "allreduce, ps[:R], local:K, gossip or stale:S (see --help)");
+    case OPT_COMPRESS:
+      if (compress_parse(v, &o->sync.compress) == 0) return 0;
+      return bad(speak, "--compress", v, "none, fp16, bf16, fp8 or topk:F with F in (0, 1]");
     case OPT_CHECK_SYNC:
       return parse_int("--check-sync", v, 0, 1 << 30, &o->check_sync, speak);
     case OPT_BLAS:
@@ -376,6 +414,11 @@ int options_parse(int argc, char** argv, options_t* o, int speak) {
   }
   if (o->model.kind == MODEL_CNN && o->model.kernel % 2 == 0)
     return bad(speak, "--kernel", "even", "an odd size");
+  char why[160];
+  if (sync_validate(&o->sync, o->sync.kind == SYNC_PS ? o->sync.arg + 1 : 1, why, sizeof(why))) {
+    if (speak) fprintf(stderr, "braid-train: %s\n", why);
+    return -1;
+  }
   if (o->resume && o->checkpoint[0] == '\0') {
     if (speak) fprintf(stderr, "braid-train: --resume needs --checkpoint PATH\n");
     return -1;
@@ -384,15 +427,16 @@ int options_parse(int argc, char** argv, options_t* o, int speak) {
 }
 
 void options_config_string(const options_t* o, char* out, size_t outlen) {
-  char hidden[72], channels[72]; /* 8 widths of up to 7 digits */
+  char hidden[72], channels[72], scheme[64]; /* 8 widths of up to 7 digits */
+  sync_describe(&o->sync, scheme, sizeof(scheme));
   model_widths_format(o->model.hidden, o->model.nhidden, hidden, sizeof(hidden));
   model_widths_format(o->model.channels, o->model.nchannels, channels, sizeof(channels));
   if (o->model.kind == MODEL_CNN)
-    snprintf(out, outlen, "model=cnn channels=%s kernel=%d hidden=%s batch=%d train=%d", channels,
-             o->model.kernel, hidden, o->global_batch, o->limit_train);
+    snprintf(out, outlen, "model=cnn channels=%s kernel=%d hidden=%s batch=%d train=%d sync=%s",
+             channels, o->model.kernel, hidden, o->global_batch, o->limit_train, scheme);
   else
-    snprintf(out, outlen, "model=mlp hidden=%s batch=%d train=%d", hidden, o->global_batch,
-             o->limit_train);
+    snprintf(out, outlen, "model=mlp hidden=%s batch=%d train=%d sync=%s", hidden, o->global_batch,
+             o->limit_train, scheme);
 }
 
 void options_print(const options_t* o, FILE* out) {

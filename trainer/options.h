@@ -9,6 +9,7 @@
 #include "cores.h"
 #include "model.h"
 #include "optim.h"
+#include "sync.h"
 
 #define OPT_PATH_MAX 4096
 
@@ -23,6 +24,7 @@ typedef struct {
   uint64_t seed;
   double bucket_mb, first_bucket_mb;
   int overlap;
+  sync_spec_t sync; /* --sync and --compress */
   int blas_threads;
   share_mode_t share_cores;
   int check_sync; /* every N steps; 0: at the end of each epoch only */

@@ -46,13 +46,16 @@ void report_epoch_line(FILE* out, const epoch_row_t* r, int epochs) {
   const double hidden_pct = r->comm_s > 0 ? 100.0 * r->hidden_s / r->comm_s : 0.0;
   fprintf(out,
           "epoch %2d/%d  loss %.4f  train acc %6.2f%%  test acc %6.2f%%  %8.0f samples/s  "
-          "%6.2f s  comm %.2f s (hidden %.2f s, %.0f%%)  lr %.4g\n",
+          "%6.2f s  comm %.2f s (hidden %.2f s, %.0f%%)  lr %.4g  sent %.1f MB",
           r->epoch, epochs, r->train_loss, 100.0 * r->train_acc, 100.0 * r->test_acc,
-          r->samples_per_s, r->epoch_s, r->comm_s, r->hidden_s, hidden_pct, r->lr);
+          r->samples_per_s, r->epoch_s, r->comm_s, r->hidden_s, hidden_pct, r->lr, r->sent_mb);
+  if (r->spread >= 0) fprintf(out, "  spread %.3g", r->spread);
+  fputc('\n', out);
   fflush(out);
 }
 
-int report_write_csv(const char* path, const epoch_row_t* rows, int n, char* err, size_t errlen) {
+int report_write_csv(const char* path, const epoch_row_t* rows, int n, const char* scheme,
+                     char* err, size_t errlen) {
   char tmp[4096];
   snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid());
   FILE* f = fopen(tmp, "w");
@@ -60,11 +63,14 @@ int report_write_csv(const char* path, const epoch_row_t* rows, int n, char* err
     snprintf(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
     return -1;
   }
-  fprintf(f, "epoch,train_loss,train_acc,test_acc,samples_per_s,epoch_s,comm_s,hidden_s,lr\n");
+  fprintf(f,
+          "epoch,train_loss,train_acc,test_acc,samples_per_s,epoch_s,comm_s,hidden_s,lr,"
+          "scheme,sent_mb,total_mb,spread\n");
   for (int i = 0; i < n; i++) {
     const epoch_row_t* r = &rows[i];
-    fprintf(f, "%d,%.6f,%.6f,%.6f,%.1f,%.3f,%.3f,%.3f,%.6g\n", r->epoch, r->train_loss,
-            r->train_acc, r->test_acc, r->samples_per_s, r->epoch_s, r->comm_s, r->hidden_s, r->lr);
+    fprintf(f, "%d,%.6f,%.6f,%.6f,%.1f,%.3f,%.3f,%.3f,%.6g,%s,%.3f,%.3f,%.6g\n", r->epoch,
+            r->train_loss, r->train_acc, r->test_acc, r->samples_per_s, r->epoch_s, r->comm_s,
+            r->hidden_s, r->lr, scheme, r->sent_mb, r->total_mb, r->spread);
   }
   int bad = ferror(f);
   bad |= fclose(f) != 0;

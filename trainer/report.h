@@ -14,6 +14,9 @@ typedef struct {
   double hidden_s; /* of which not waited for after backward */
   double epoch_s;  /* training time of the epoch (rank 0) */
   double lr;       /* at the end of the epoch */
+  double sent_mb;  /* training bytes handed to Braid this epoch, MB, mean over ranks */
+  double total_mb; /* the same since the start */
+  double spread;   /* RMS over parameters of their deviation across ranks (-1: replicas) */
 } epoch_row_t;
 
 typedef struct {
@@ -28,8 +31,10 @@ void progress_end(progress_t* p);
 
 void report_epoch_line(FILE* out, const epoch_row_t* row, int epochs);
 
-/* Rewrites the whole CSV from the rows so far (a resumed run keeps the earlier epochs). */
-int report_write_csv(const char* path, const epoch_row_t* rows, int n, char* err, size_t errlen);
+/* Rewrites the whole CSV from the rows so far (a resumed run keeps the earlier epochs);
+ * `scheme` ("allreduce none") goes in every row. */
+int report_write_csv(const char* path, const epoch_row_t* rows, int n, const char* scheme,
+                     char* err, size_t errlen);
 
 /* Runs gnuplot on the CSV to make a PNG of loss and accuracies per epoch. */
 int report_plot(const char* csv, const char* png, const char* title, int epochs, char* err,

@@ -17,6 +17,7 @@
 /* Every rank learns whether all ranks are fine; the failing one has said why. */
 static void agree_or_stop(trainer_t* t, int ok, const char* what) {
   int32_t all = ok;
+  wire_add_other(&t->sync.wire, ncclInt32, 1);
   train_check_nccl(t, ncclAllReduce(&all, &all, 1, ncclInt32, ncclMin, t->comm, NULL), what);
   if (!all) {
     if (ok)
@@ -87,8 +88,17 @@ static int build(trainer_t* t, char* err, size_t errlen) {
   t->optim.epochs = o->epochs;
   t->optim.steps_per_epoch = t->plan.steps_per_epoch;
   t->optim.global_batch = o->global_batch;
-  return buckets_init(&t->buckets, t->comm, t->model.grads, n, o->first_bucket_mb, o->bucket_mb,
-                      o->overlap, err, errlen);
+  if (buckets_init(&t->buckets, t->comm, n, o->first_bucket_mb, o->bucket_mb, o->overlap,
+                   sync_streams(&o->sync), err, errlen) != 0 ||
+      sync_init(&t->sync, &o->sync, t->comm, t->rank, t->world, &t->buckets, &t->model, err,
+                errlen) != 0)
+    return -1;
+  size_t states = sync_state_floats(&t->sync) * (size_t)(t->rank == 0 ? t->world : 1);
+  if ((t->states = malloc(states * sizeof(float))) == NULL) {
+    snprintf(err, errlen, "out of memory");
+    return -1;
+  }
+  return 0;
 }
 
 /* ---------------------------------------------------------------- resume */
@@ -102,6 +112,7 @@ static int64_t share_checkpoint(trainer_t* t, ckpt_blob_t* blob) {
     size = ckpt_read(t->o->checkpoint, blob, err, sizeof(err)) == 0 ? (int64_t)blob->bytes : -1;
     if (size < 0) fprintf(stderr, "braid-train: rank 0: %s\n", err);
   }
+  wire_add_other(&t->sync.wire, ncclInt64, 1);
   train_check_nccl(t, ncclBroadcast(&size, &size, 1, ncclInt64, 0, t->comm, NULL),
                    "sharing the checkpoint");
   if (size <= 0) return size;
@@ -110,6 +121,7 @@ static int64_t share_checkpoint(trainer_t* t, ckpt_blob_t* blob) {
     if ((blob->data = malloc(blob->bytes)) == NULL)
       train_die(t, "out of memory for the checkpoint");
   }
+  wire_add_other(&t->sync.wire, ncclUint8, blob->bytes);
   train_check_nccl(t,
                    ncclBroadcast(blob->data, blob->data, blob->bytes, ncclUint8, 0, t->comm, NULL),
                    "sharing the checkpoint");
@@ -129,11 +141,25 @@ static int apply_checkpoint(trainer_t* t, const ckpt_blob_t* blob, char* err, si
              meta.config, (unsigned long long)meta.seed, t->config, (unsigned long long)t->o->seed);
     return -1;
   }
-  if (meta.world != t->world && t->rank == 0)
+  int ranks;
+  size_t floats;
+  const float* states = ckpt_states(blob, &ranks, &floats);
+  if (states != NULL && ranks == t->world && floats == sync_state_floats(&t->sync)) {
+    sync_state_load(&t->sync, &t->model, t->velocity, states + floats * (size_t)t->rank);
+  } else if (t->o->sync.kind != SYNC_ALLREDUCE || compress_lossy(&t->o->sync.compress)) {
+    char scheme[64];
+    sync_describe(&t->o->sync, scheme, sizeof(scheme));
+    snprintf(err, errlen,
+             "the checkpoint holds the states of %d ranks; '%s' needs each of this run's %d "
+             "ranks' own",
+             ranks, scheme, t->world);
+    return -1;
+  } else if (t->rank == 0) {
     fprintf(stderr,
             "braid-train: note: the checkpoint was written by %d ranks, this run has %d: "
             "it continues, but not bitwise as the original would have\n",
             meta.world, t->world);
+  }
   t->epoch = meta.epoch;
   t->step = meta.step;
   t->global_step = meta.global_step;
@@ -179,10 +205,12 @@ static void fresh_start(trainer_t* t) {
   train_rng_seed(&t->rng, t->o->seed, INIT_PURPOSE);
   model_init_params(&t->model, &t->rng);
   /* Identical by construction; the broadcast makes it so whatever the ranks' libm does. */
+  wire_add_other(&t->sync.wire, ncclFloat, t->model.nparams);
   train_check_nccl(t,
                    ncclBroadcast(t->model.params, t->model.params, t->model.nparams, ncclFloat, 0,
                                  t->comm, NULL),
                    "broadcasting the initial weights");
+  sync_start(&t->sync);
 }
 
 static void print_header(const trainer_t* t) {
@@ -199,6 +227,10 @@ static void print_header(const trainer_t* t) {
       t->buckets.nbuckets, t->buckets.nbuckets > 1 ? "s" : "", o->first_bucket_mb, o->bucket_mb,
       o->overlap ? "overlapped with" : "after", t->launch->local_ranks,
       t->launch->local_ranks > 1 ? "s" : "", t->launch->cores);
+  char scheme[64];
+  sync_describe(&o->sync, scheme, sizeof(scheme));
+  printf("# synchronisation: --sync %s --compress %s\n", scheme,
+         strchr(scheme, ' ') ? strchr(scheme, ' ') + 1 : "none");
   const char* spin = getenv("BRAID_SPIN_US");
   if (t->cores.sharing)
     printf("# cores: ranks take turns between layers (rank 0: %s); ", t->cores.note);
@@ -230,6 +262,7 @@ void trainer_setup(trainer_t* t, const options_t* o, launch_t* launch) {
 }
 
 void trainer_close_comm(trainer_t* t) {
+  sync_free(&t->sync);
   buckets_destroy(&t->buckets);
   if (t->comm) ncclCommDestroy(t->comm);
   t->comm = NULL;
@@ -245,6 +278,7 @@ void trainer_teardown(trainer_t* t) {
   free(t->labels);
   free(t->history);
   free(t->fingerprints);
+  free(t->states);
 }
 
 void trainer_outputs(trainer_t* t) {

@@ -15,10 +15,20 @@
 #include "report.h"
 #include "rng.h"
 #include "shard.h"
+#include "sync.h"
 
 /* The current epoch's running sums of this rank. A checkpoint holds their sums over all ranks
  * (rank 0 takes them back on resume, the others start from zero) and rank 0's elapsed time. */
-enum { PART_LOSS, PART_CORRECT, PART_SEEN, PART_BUSY, PART_WAIT, PART_HIDDEN, PART_ELAPSED };
+enum {
+  PART_LOSS,
+  PART_CORRECT,
+  PART_SEEN,
+  PART_BUSY,
+  PART_WAIT,
+  PART_HIDDEN,
+  PART_SENT, /* training bytes handed to Braid */
+  PART_ELAPSED
+};
 
 typedef struct {
   const options_t* o;
@@ -32,6 +42,8 @@ typedef struct {
   float* velocity;
   uint8_t* labels;
   buckets_t buckets;
+  sync_t sync;
+  double wire_seen; /* training bytes already in partial[PART_SENT] */
   cores_t cores;
   optim_config_t optim;
   train_rng_t rng;
@@ -44,6 +56,7 @@ typedef struct {
   epoch_row_t* history;
   int nhistory;
   uint64_t* fingerprints; /* one per rank, for --check-sync */
+  float* states;          /* rank 0: every rank's checkpoint state; the others: their own */
 } trainer_t;
 
 /* Everything before the first step; exits with a message on failure. */

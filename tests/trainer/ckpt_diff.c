@@ -1,8 +1,9 @@
 /*
  * trainer_ckpt_diff A B [TOL]: compares the weights and momentum of two braid-train
- * checkpoints (and their position in the run). TOL 0 (the default) asks for bitwise equality;
- * otherwise every value may differ by TOL x (1 + |value|). Exit 0 when they match, 1 when
- * not, 2 when a file cannot be read.
+ * checkpoints (rank 0's, and their position in the run). TOL 0 (the default) asks for bitwise
+ * equality, and of every rank's state too (parameters, momentum, residuals, queued gradients:
+ * a resumed run must carry on exactly); otherwise every weight and momentum value may differ
+ * by TOL x (1 + |value|). Exit 0 when they match, 1 when not, 2 when a file cannot be read.
  */
 #include <math.h>
 #include <stdio.h>
@@ -15,6 +16,9 @@ typedef struct {
   ckpt_meta_t meta;
   float *params, *velocity;
   size_t n;
+  float* states; /* a copy */
+  int state_ranks;
+  size_t state_floats;
 } loaded_t;
 
 static int load(const char* path, loaded_t* out) {
@@ -31,6 +35,11 @@ static int load(const char* path, loaded_t* out) {
     if (out->n == 0) snprintf(err, sizeof(err), "not a valid checkpoint");
     goto fail;
   }
+  const float* states = ckpt_states(&blob, &out->state_ranks, &out->state_floats);
+  size_t nstates = (size_t)out->state_ranks * out->state_floats;
+  out->states = malloc((nstates + 1) * sizeof(float));
+  if (out->states == NULL) goto fail;
+  if (nstates) memcpy(out->states, states, nstates * sizeof(float));
   ckpt_blob_free(&blob);
   return 0;
 fail:
@@ -80,5 +89,18 @@ int main(int argc, char** argv) {
       "difference %.3g (weight %zu), %.3g (momentum %zu); tolerance %g\n",
       a.n, pdiff, vdiff, pw, pat, vw, vat, tol);
   int same = tol == 0 ? pdiff == 0 && vdiff == 0 : pw <= tol && vw <= tol;
+  if (tol == 0 && same) { /* every rank's state, bitwise */
+    size_t nstates = (size_t)a.state_ranks * a.state_floats, sdiff = 0;
+    if (a.state_ranks != b.state_ranks || a.state_floats != b.state_floats) {
+      printf("different rank states: %d x %zu vs %d x %zu floats\n", a.state_ranks, a.state_floats,
+             b.state_ranks, b.state_floats);
+      return 1;
+    }
+    for (size_t i = 0; i < nstates; i++)
+      sdiff += memcmp(&a.states[i], &b.states[i], sizeof(float)) != 0;
+    printf("%d ranks' states of %zu floats: %zu differ bitwise\n", a.state_ranks, a.state_floats,
+           sdiff);
+    same = sdiff == 0;
+  }
   return same ? 0 : 1;
 }

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # braid-train end to end on a small slice of Fashion-MNIST, ranks launched with NCCL_COMM_ID
-# (and once under mpirun): 2 ranks end where 1 rank does (to float tolerance), ranks sharing
+# (and once under mpirun): every --sync scheme and --compress code deterministic, resumable
+# bitwise and ending with identical replicas; 2 ranks end where 1 rank does (to float tolerance), ranks sharing
 # cores end bitwise where ranks that do not, a resumed run
 # ends bitwise where an uninterrupted one does, --check-sync catches a planted divergence, a
 # killed rank makes the others stop with a clear error, bad data stops every rank, and ranks on
@@ -194,11 +195,76 @@ else
   echo "== two emulated hosts: skipped (needs mpirun, root and network namespaces)"
 fi
 
-# 8. --help names every flag.
+# 8. The taxonomy: every scheme (--sync) and code (--compress) is deterministic for a seed (two
+#    runs end bitwise equal, every rank's state included), ends with the same model on every
+#    rank (the trainer checks it after the final average and dies if not), and a run stopped
+#    after 23 steps and resumed from its step-20 checkpoint ends bitwise where the
+#    uninterrupted run ends (residuals, stale gradients, averaging anchors and the local
+#    step count are in the checkpoint).
+echo "== taxonomy: deterministic, identical replicas at the end, resume equals uninterrupted"
+schemes=("allreduce fp16" "allreduce bf16" "allreduce fp8" "allreduce topk:0.05" "ps:1 none"
+  "ps fp8" "local:4 none" "local:3 topk:0.1" "gossip none" "stale:2 none")
+for sc in "${schemes[@]}"; do
+  read -r sync code <<<"$sc"
+  tag=${sync//:/_}_${code//[:.]/_}
+  flags=("${small[@]}" --epochs 3 --sync "$sync" --compress "$code" --check-sync 1)
+  run "$tag.a" 3 "${flags[@]}" --checkpoint "$work/$tag.a.ckpt" || fail "$sc: first run"
+  run "$tag.b" 3 "${flags[@]}" --checkpoint "$work/$tag.b.ckpt" || fail "$sc: second run"
+  "$ckdiff" "$work/$tag.a.ckpt" "$work/$tag.b.ckpt" 0 >/dev/null ||
+    fail "$sc: two runs with one seed differ"
+  start "$tag.cut" 3 "${flags[@]}" --checkpoint "$work/$tag.cut.ckpt" --checkpoint-every 5 \
+    --stop-after-steps 23
+  finish "$tag.cut"
+  [ "${codes[*]}" = "3 3 3" ] || { show "$tag.cut"; fail "$sc: the interrupted run exited ${codes[*]}"; }
+  run "$tag.res" 3 "${flags[@]}" --checkpoint "$work/$tag.cut.ckpt" --checkpoint-every 5 \
+    --resume || fail "$sc: resumed run"
+  "$ckdiff" "$work/$tag.a.ckpt" "$work/$tag.cut.ckpt" 0 >/dev/null ||
+    fail "$sc: the resumed run differs from the uninterrupted one"
+  grep -q "^epoch  3/3 .* sent [0-9.]* MB" "$work/$tag.a.0" || fail "$sc: no bytes in the epoch line"
+  grep -q "^# sent per rank (mean): " "$work/$tag.a.0" || fail "$sc: no byte summary"
+done
+# what each scheme hands to Braid, by collective and type
+grep -q "sent per rank (mean): .*allreduce e4m3" "$work/allreduce_fp8.a.0" || fail "fp8 sent no e4m3"
+grep -q "sent per rank (mean): allgather u32" "$work/allreduce_topk_0_05.a.0" ||
+  fail "topk sent no pairs"
+grep -q "reduce f32 .*broadcast f32" "$work/ps_1_none.a.0" || fail "ps did not reduce and broadcast"
+grep -q "send f32" "$work/gossip_none.a.0" || fail "gossip sent nothing to its neighbours"
+grep -q "spread [0-9]" "$work/gossip_none.a.0" || fail "gossip reported no spread"
+
+# 8b. The schemes' own exchanges fail as the all-reduce does: a rank killed under gossip
+#     (send/recv) stops its neighbours with a clear error.
+echo "== killed rank under gossip"
+start gkill 3 "${small[@]}" --epochs 100000 --sync gossip
+for ((i = 0; i < 300; i++)); do
+  grep -q "^epoch  1/" "$work/gkill.0" && break
+  sleep 0.1
+done
+{
+  kill -9 "${ranks[2]}"
+  finish gkill
+} 2>/dev/null
+for r in 0 1; do
+  [ "${codes[$r]}" = 1 ] || fail "gossip: survivor rank $r exited ${codes[$r]}, not 1"
+  grep -q "braid-train: rank $r: .*failed at epoch" "$work/gkill.$r" ||
+    { show gkill; fail "gossip: survivor rank $r gave no clear error"; }
+done
+
+# 8c. Bad combinations are refused before anything runs, with the reason.
+"$bin" --sync gossip --compress fp16 2>"$work/bad1" && fail "gossip with fp16 was accepted"
+grep -q "works with --sync allreduce, ps and local" "$work/bad1" || fail "no reason for gossip+fp16"
+"$bin" --compress topk:2 2>"$work/bad2" && fail "topk:2 was accepted"
+grep -q "expected none, fp16, bf16, fp8 or topk:F" "$work/bad2" || fail "no reason for topk:2"
+start badps 2 "${small[@]}" --sync ps:5
+finish badps
+[ "${codes[*]}" = "1 1" ] || fail "ps:5 on 2 ranks: ranks exited ${codes[*]}, not 1 1"
+grep -q "ps:5 names a server rank, but there are 2 ranks" "$work/badps.0" ||
+  { show badps; fail "no reason for ps:5 on 2 ranks"; }
+
+# 9. --help names every flag.
 "$bin" --help >"$work/help" || fail "--help exited non-zero"
 for flag in model hidden channels kernel data limit-train limit-test epochs batch lr momentum \
-  weight-decay warmup-epochs schedule step-epochs gamma seed bucket-mb first-bucket-mb \
-  no-overlap check-sync blas-threads share-cores checkpoint checkpoint-every resume csv plot \
+  weight-decay warmup-epochs schedule step-epochs gamma seed sync compress bucket-mb \
+  first-bucket-mb no-overlap check-sync blas-threads share-cores checkpoint checkpoint-every resume csv plot \
   progress stop-after-steps inject-divergence; do
   grep -q -- "--$flag " "$work/help" || fail "--help does not document --$flag"
 done

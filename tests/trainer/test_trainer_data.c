@@ -314,7 +314,8 @@ static void test_checkpoint_round_trip(void** state) {
   snprintf(meta.config, sizeof(meta.config), "model=mlp");
   epoch_row_t rows[2] = {{.epoch = 1, .train_loss = 0.5}, {.epoch = 2, .train_loss = 0.4}};
   ckpt_blob_t blob, back;
-  assert_int_equal(ckpt_build(&blob, &meta, rows, params, velocity, N), 0);
+  float states[2][3] = {{1, 2, 3}, {4, 5, 6}};
+  assert_int_equal(ckpt_build(&blob, &meta, rows, params, velocity, N, &states[0][0], 2, 3), 0);
   char path[512], err[1024];
   path_of(path, sizeof(path), "ckpt");
   assert_int_equal(ckpt_write(path, &blob, err, sizeof(err)), 0);
@@ -327,6 +328,11 @@ static void test_checkpoint_round_trip(void** state) {
   assert_memory_equal(v2, velocity, sizeof(velocity));
   assert_true(r2[1].train_loss == 0.4);
   assert_int_equal(ckpt_nparams(&back), N);
+  int sranks;
+  size_t sfloats;
+  const float* sback = ckpt_states(&back, &sranks, &sfloats);
+  assert_true(sback != NULL && sranks == 2 && sfloats == 3);
+  assert_memory_equal(sback, states, sizeof(states));
   /* a model of another size */
   assert_int_not_equal(ckpt_parse(&back, &m2, r2, 4, p2, v2, N - 1, err, sizeof(err)), 0);
   assert_non_null(strstr(err, "parameters"));
