@@ -18,6 +18,7 @@
 #   DATA=/usr/share/datasets/fashion-mnist
 #   OUT=BUILD_DIR/taxonomy              tables, plots, CSVs and logs
 #   EXTRA="..."                         more braid-train flags for every run
+#   REPORT_ONLY=1                       run nothing: the tables and plots again from OUT's CSVs
 set -u
 top=$(cd "$(dirname "$0")/.." && pwd)
 build=$(cd "${1:-$top/build}" && pwd)
@@ -31,6 +32,7 @@ RATE=${RATE:-2gbit}
 DATA=${DATA:-/usr/share/datasets/fashion-mnist}
 OUT=${OUT:-$build/taxonomy}
 EXTRA=${EXTRA:-}
+REPORT_ONLY=${REPORT_ONLY:-0}
 [ -x "$bin" ] || { echo "taxonomy: no $bin (make first)"; exit 1; }
 [ -r "$DATA/train-images-idx3-ubyte.gz" ] || { echo "taxonomy: no Fashion-MNIST at $DATA"; exit 1; }
 mkdir -p "$OUT"
@@ -97,7 +99,7 @@ table() {
       NR == 1 { ra = $3; rm = $4 }
       $3 == "-" { printf "| %s | failed | | | | | |\n", name; next }
       { printf "| %s | %.2f%% | %+.2f | %.1f | %.4f | %.2f | %.1f |\n", name, 100 * $3,
-               100 * ($3 - ra), $4, rm > 0 ? $4 / rm : 0, $6, $5 }'
+               100 * ($3 - ra), $4, (rm > 0 ? $4 / rm : 0), $6, $5 }'
     echo
   } | tee "$OUT/$setting.md"
 }
@@ -108,11 +110,15 @@ plot() {
   summary "$setting" | awk '$3 != "-" { printf "\"%s %s\" %s %s %s\n", $1, $2, 100 * $3, $4, $5 }' \
     >"$OUT/$setting.dat"
   command -v gnuplot >/dev/null || { echo "(no gnuplot: no $setting.png)"; return; }
+  local ref
+  ref=$(awk 'NR == 1 { print $(NF - 2) }' "$OUT/$setting.dat") # the fp32 run's accuracy
   gnuplot <<GP
 set terminal pngcairo size 1100,450 noenhanced
 set output '$OUT/$setting.png'
 set multiplot layout 1,2 title '$title: test accuracy after $EPOCHS epochs, one point per scheme'
 set grid
+set arrow from graph 0, first $ref to graph 1, first $ref nohead dashtype 2
+set label 'synchronous fp32' at graph 0.02, first $ref offset 0,-0.7 font ',8'
 set ylabel 'test accuracy (%)'
 set xlabel 'MB sent per rank (log)'
 set logscale x
@@ -127,6 +133,7 @@ GP
 
 echo "# taxonomy: $EPOCHS epochs, batch $BATCH, $(nproc) cores, $(date -u '+%F %H:%M UTC')"
 for s in $SCHEMES; do
+  [ "$REPORT_ONLY" = 1 ] && break
   split_scheme "$s"
   echo "local $RANKS ranks: --sync $sync --compress $code"
   run_local "local-${s//[:.]/_}" || echo "  failed: see $OUT/local-${s//[:.]/_}.log.*"
@@ -134,7 +141,10 @@ done
 table local "$RANKS ranks on one host"
 plot local "$RANKS ranks on one host"
 
-if [ "$CLUSTER" != 0 ] && [ "$(id -u)" -eq 0 ] && command -v mpirun >/dev/null &&
+if [ "$REPORT_ONLY" = 1 ]; then
+  [ -f "$OUT/cluster.dat" ] && table cluster "4 emulated hosts, 1 rank each, $RATE links" &&
+    plot cluster "4x1 emulated cluster, $RATE links"
+elif [ "$CLUSTER" != 0 ] && [ "$(id -u)" -eq 0 ] && command -v mpirun >/dev/null &&
   BRAID_CLUSTER=tax "$top/scripts/cluster.sh" check 2>/dev/null; then
   export BRAID_CLUSTER=tax BRAID_CLUSTER_SUBNET=198.18.71
   cluster_up=1

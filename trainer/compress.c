@@ -52,96 +52,103 @@ size_t compress_elem_bytes(compress_kind_t kind) {
   return kind == COMPRESS_FP8 ? 1 : kind == COMPRESS_FP16 || kind == COMPRESS_BF16 ? 2 : 4;
 }
 
-/* ---- the element conversions ---- */
+/* ---- the element conversions (bit by bit: the codes run over every gradient each step) ---- */
 
-static uint16_t to_bf16(float x) {
+static uint32_t bits_of(float x) {
   uint32_t u;
   memcpy(&u, &x, sizeof(u));
+  return u;
+}
+
+static float float_of(uint32_t u) {
+  float x;
+  memcpy(&x, &u, sizeof(x));
+  return x;
+}
+
+/* float -> IEEE half, to nearest even; from 65520 on, infinity. */
+static uint16_t to_half(float x) {
+  uint32_t u = bits_of(x), sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
+  if (a >= 0x7f800000u) return (uint16_t)(sign | 0x7c00u | (a > 0x7f800000u ? 0x200u : 0u));
+  if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u);
+  if (a < 0x38800000u) /* half subnormal: adding 0.5 rounds at 2^-24, the float unit does it */
+    return (uint16_t)(sign | (bits_of(float_of(a) + 0.5f) - 0x3f000000u));
+  a += 0xc8000fffu + ((a >> 13) & 1u); /* exponent rebias, and round to nearest even */
+  return (uint16_t)(sign | (a >> 13));
+}
+
+static float from_half(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+  if (e == 0x1f) return float_of(sign | 0x7f800000u | (m << 13));
+  if (e) return float_of(sign | ((e + 112u) << 23) | (m << 13));
+  return float_of(sign | bits_of((float)m * 0x1p-24f)); /* zero or subnormal */
+}
+
+static uint16_t to_bf16(float x) {
+  uint32_t u = bits_of(x);
   if (isnan(x)) return (uint16_t)((u >> 16) | 0x40); /* stays a (quiet) NaN */
   u += 0x7fffu + ((u >> 16) & 1u);
   return (uint16_t)(u >> 16);
 }
 
 static float from_bf16(uint16_t h) {
-  uint32_t u = (uint32_t)h << 16;
-  float x;
-  memcpy(&x, &u, sizeof(x));
-  return x;
+  return float_of((uint32_t)h << 16);
 }
 
 /* e4m3 (OCP "E4M3FN"): bias 7, no infinities, 0x7f NaN; saturating at 448. */
 static uint8_t to_e4m3(float x) {
-  uint8_t sign = signbit(x) ? 0x80 : 0;
-  float a = fabsf(x);
-  int e;
-  if (isnan(x)) return sign | 0x7f;
-  if (a >= E4M3_MAX) return sign | 0x7e;
-  if (a < 0x1p-6f) /* subnormal: multiples of 2^-9 (8 of them reach the first normal) */
-    return sign | (uint8_t)nearbyintf(a * 0x1p9f);
-  frexpf(a, &e); /* a = m 2^e, m in [0.5, 1) */
-  int q = (int)nearbyintf((ldexpf(a, 1 - e) - 1.0f) * 8.0f), biased = e - 1 + 7;
-  if (q == 8) q = 0, biased++;
-  int bits = biased << 3 | q;
-  return sign | (uint8_t)(bits > 0x7e ? 0x7e : bits);
+  uint32_t u = bits_of(x), sign = (u >> 24) & 0x80u, a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return (uint8_t)(sign | 0x7fu);
+  if (a >= 0x43e00000u) return (uint8_t)(sign | 0x7eu); /* 448 and past, infinity too */
+  if (a < 0x3c800000u) /* below 2^-6: multiples of 2^-9; adding 2^14 rounds there */
+    return (uint8_t)(sign | (bits_of(float_of(a) + 0x1p14f) - 0x46800000u));
+  a += 0x7ffffu + ((a >> 20) & 1u); /* round to nearest even at 3 mantissa bits */
+  uint32_t code = ((a >> 23) - 120u) << 3 | ((a >> 20) & 7u);
+  return (uint8_t)(sign | (code > 0x7eu ? 0x7eu : code));
 }
 
 static float from_e4m3(uint8_t b) {
-  int exp = (b >> 3) & 0xf, man = b & 7;
-  float a;
-  if ((b & 0x7f) == 0x7f) return NAN;
-  a = exp == 0 ? ldexpf((float)man, -9) : ldexpf(1.0f + (float)man / 8.0f, exp - 7);
-  return b & 0x80 ? -a : a;
+  uint32_t sign = (uint32_t)(b & 0x80u) << 24, e = (b >> 3) & 0xfu, m = b & 7u;
+  if ((b & 0x7fu) == 0x7fu) return NAN;
+  if (e) return float_of(sign | ((e + 120u) << 23) | (m << 20));
+  return float_of(sign | bits_of((float)m * 0x1p-9f));
 }
 
-/* One value encoded and decoded back (in the encoding's units). */
-static float encode_one(compress_kind_t kind, float v, void* out, size_t i) {
-  switch (kind) {
-    case COMPRESS_FP16: {
-      _Float16 h = (_Float16)v;
-      ((_Float16*)out)[i] = h;
-      return (float)h;
-    }
-    case COMPRESS_BF16: {
-      uint16_t h = to_bf16(v);
-      ((uint16_t*)out)[i] = h;
-      return from_bf16(h);
-    }
-    case COMPRESS_FP8: {
-      uint8_t b = to_e4m3(v);
-      ((uint8_t*)out)[i] = b;
-      return from_e4m3(b);
-    }
-    default:
-      ((float*)out)[i] = v;
-      return v;
-  }
-}
+/* Each code's loop: the value asked (x + r, times scale), its code, and what is kept. */
+#define ENCODE_LOOP(type, to, from)            \
+  do {                                         \
+    type* o = out;                             \
+    for (size_t i = 0; i < n; i++) {           \
+      float want = x[i] + (r ? r[i] : 0.0f);   \
+      o[i] = to(want * scale);                 \
+      if (r) r[i] = want - from(o[i]) / scale; \
+    }                                          \
+  } while (0)
 
 void compress_encode(compress_kind_t kind, const float* x, float* r, void* out, size_t n,
                      float scale) {
-  for (size_t i = 0; i < n; i++) {
-    float want = x[i] + (r ? r[i] : 0.0f);
-    float sent = encode_one(kind, want * scale, out, i) / scale;
-    if (r) r[i] = want - sent;
+  switch (kind) {
+    case COMPRESS_FP16:
+      ENCODE_LOOP(uint16_t, to_half, from_half);
+      break;
+    case COMPRESS_BF16:
+      ENCODE_LOOP(uint16_t, to_bf16, from_bf16);
+      break;
+    case COMPRESS_FP8:
+      ENCODE_LOOP(uint8_t, to_e4m3, from_e4m3);
+      break;
+    default:
+      for (size_t i = 0; i < n; i++) ((float*)out)[i] = x[i] + (r ? r[i] : 0.0f);
+      if (r) memset(r, 0, n * sizeof(float));
   }
 }
 
 void compress_decode(compress_kind_t kind, const void* in, float* out, size_t n, float scale) {
   for (size_t i = 0; i < n; i++) {
-    float v;
-    switch (kind) {
-      case COMPRESS_FP16:
-        v = (float)((const _Float16*)in)[i];
-        break;
-      case COMPRESS_BF16:
-        v = from_bf16(((const uint16_t*)in)[i]);
-        break;
-      case COMPRESS_FP8:
-        v = from_e4m3(((const uint8_t*)in)[i]);
-        break;
-      default:
-        v = ((const float*)in)[i];
-    }
+    float v = kind == COMPRESS_FP16   ? from_half(((const uint16_t*)in)[i])
+              : kind == COMPRESS_BF16 ? from_bf16(((const uint16_t*)in)[i])
+              : kind == COMPRESS_FP8  ? from_e4m3(((const uint8_t*)in)[i])
+                                      : ((const float*)in)[i];
     out[i] = v / scale;
   }
 }

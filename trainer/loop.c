@@ -140,7 +140,9 @@ enum { SUM_TEST_OK = PART_ELAPSED, SUM_TEST_N, SUM_COUNT };
  * standard deviation across ranks. -1 for schemes that keep replicas. */
 static double measure_spread(trainer_t* t) {
   const size_t n = t->model.nparams;
-  if (t->o->sync.kind != SYNC_LOCAL && t->o->sync.kind != SYNC_GOSSIP) return -1;
+  if (t->o->sync.kind != SYNC_LOCAL && t->o->sync.kind != SYNC_GOSSIP &&
+      t->o->sync.kind != SYNC_STALE)
+    return -1;
   double* m = malloc(2 * n * sizeof(double)); /* once an epoch, not per step */
   if (m == NULL) train_die(t, "out of memory measuring the spread of the parameters");
   for (size_t i = 0; i < n; i++) {
@@ -225,8 +227,10 @@ static void run_epoch(trainer_t* t) {
   progress_end(&bar);
   double spread = measure_spread(t);
   int last = t->epoch == o->epochs - 1;
-  if (last) { /* every rank ends with the same model, whatever the scheme */
-    sync_step_t st = step_args(t, 0, lr);
+  if (last) {       /* every rank ends with the same model, whatever the scheme */
+    int first, end; /* this rank's share of a global batch, as in every step */
+    shard_split(t->o->global_batch, t->rank, t->world, &first, &end);
+    sync_step_t st = step_args(t, end - first, lr);
     st.step = t->global_step - 1;
     train_check_nccl(t, sync_end_training(&t->sync, &st), "the final exchange");
     count_sent(t);

@@ -44,7 +44,9 @@ static int scheme_buffers(sync_t* y) {
       return y->peers[0] && y->peers[1] ? 0 : -1;
     case SYNC_STALE:
       y->queue = calloc(y->n * (size_t)(y->spec.arg + 1), sizeof(float));
-      return y->queue ? 0 : -1;
+      y->mine = calloc(y->n * (size_t)(y->spec.arg + 1), sizeof(float));
+      y->work = calloc(y->n, sizeof(float));
+      return y->queue && y->mine && y->work ? 0 : -1;
     default:
       return 0;
   }
@@ -86,6 +88,7 @@ void sync_free(sync_t* y) {
   free(y->peers[0]);
   free(y->peers[1]);
   free(y->queue);
+  free(y->mine);
   memset(y, 0, sizeof(*y));
 }
 
@@ -187,9 +190,9 @@ static void ranges_take(sync_t* y, float* src) {
   }
 }
 
-/* The stale slot of a step. */
-static float* slot_of(const sync_t* y, int64_t step) {
-  return y->queue + y->n * (size_t)(step % (y->spec.arg + 1));
+/* A step's slot of one of stale's rings (queue or mine). */
+static float* slot_of(const sync_t* y, float* ring, int64_t step) {
+  return ring + y->n * (size_t)(step % (y->spec.arg + 1));
 }
 
 /* A bucket backward finished: the scheme's call for it (stale sends a copy in its slot, so
@@ -199,7 +202,7 @@ static ncclResult_t bucket_send(void* ctx, int bucket, size_t begin, size_t n,
   sync_t* y = ctx;
   float* src = y->grads;
   if (y->spec.kind == SYNC_STALE) {
-    src = slot_of(y, y->step);
+    src = slot_of(y, y->queue, y->step);
     memcpy(src + begin, y->grads + begin, n * sizeof(float));
   }
   return range_send(y, bucket, src, begin, n, stream);
@@ -219,6 +222,12 @@ static ncclResult_t work_send(void* ctx, int bucket, size_t begin, size_t n, cud
 }
 
 /* ---- the update ---- */
+
+/* One call of the scheme's own, waited for (on this step's stream). */
+static ncclResult_t call_and_wait(sync_t* y, buckets_send_fn fn) {
+  ncclResult_t res = buckets_call(y->buckets, fn, y);
+  return res != ncclSuccess ? res : buckets_wait(y->buckets, y->buckets->cur);
+}
 
 /* The optimizer's step on `grads` (gradient sums over `samples`). */
 static void apply(const sync_step_t* st, float* grads, int samples) {
@@ -277,6 +286,7 @@ int sync_replicas_after(const sync_t* y, int64_t step, int64_t total_steps) {
     case SYNC_LOCAL:
       return local_averages(y->spec.arg, step, total_steps);
     case SYNC_GOSSIP:
+    case SYNC_STALE:
       return y->world == 1;
     default:
       return 1;
@@ -295,12 +305,43 @@ ncclResult_t sync_step_begin(sync_t* y, const sync_step_t* st) {
 static ncclResult_t local_average(sync_t* y) {
   ncclResult_t res;
   for (size_t i = 0; i < y->n; i++) y->work[i] = y->params[i] - y->anchor[i];
-  if ((res = buckets_call(y->buckets, work_send, y)) != ncclSuccess ||
-      (res = buckets_wait(y->buckets, 0)) != ncclSuccess)
-    return res;
+  if ((res = call_and_wait(y, work_send)) != ncclSuccess) return res;
   ranges_take(y, y->work);
   for (size_t i = 0; i < y->n; i++) y->params[i] = y->anchor[i] + y->work[i] / (float)y->world;
   memcpy(y->anchor, y->params, y->n * sizeof(float));
+  return ncclSuccess;
+}
+
+/* stale (delayed gradient averaging): this step's own gradient now, plus, once step t-S's
+ * sum has arrived, what it says this rank's gradient of step t-S missed. */
+static ncclResult_t stale_step(sync_t* y, const sync_step_t* st) {
+  const int S = y->spec.arg;
+  const float own = 1.0f / (float)st->local_n, all = 1.0f / (float)st->global_batch;
+  ncclResult_t res = buckets_flush(y->buckets);
+  if (res != ncclSuccess) return res;
+  for (size_t i = 0; i < y->n; i++) y->work[i] = y->grads[i] * own;
+  if (st->step >= S) {
+    const float *sum = slot_of(y, y->queue, st->step - S), *was = slot_of(y, y->mine, st->step - S);
+    if ((res = buckets_wait(y->buckets, (int)((st->step - S) % (S + 1)))) != ncclSuccess)
+      return res;
+    for (size_t i = 0; i < y->n; i++) y->work[i] += sum[i] * all - was[i] * own;
+  }
+  memcpy(slot_of(y, y->mine, st->step), y->grads, y->n * sizeof(float));
+  apply(st, y->work, 1);
+  return ncclSuccess;
+}
+
+/* stale's last S corrections, owed at the end: plain steps, the optimizer's state done. */
+static ncclResult_t stale_drain(sync_t* y, const sync_step_t* st) {
+  const int S = y->spec.arg;
+  const float own = 1.0f / (float)st->local_n, all = 1.0f / (float)st->global_batch;
+  const float lr = (float)st->lr;
+  for (int64_t s = st->step - S + 1 < 0 ? 0 : st->step - S + 1; s <= st->step; s++) {
+    const float *sum = slot_of(y, y->queue, s), *was = slot_of(y, y->mine, s);
+    ncclResult_t res = buckets_wait(y->buckets, (int)(s % (S + 1)));
+    if (res != ncclSuccess) return res;
+    for (size_t i = 0; i < y->n; i++) y->params[i] -= lr * (sum[i] * all - was[i] * own);
+  }
   return ncclSuccess;
 }
 
@@ -328,14 +369,9 @@ ncclResult_t sync_step_end(sync_t* y, const sync_step_t* st) {
         ranges_take(y, y->grads);
         apply(st, y->grads, st->global_batch);
       }
-      if ((res = buckets_call(y->buckets, server_broadcast, y)) != ncclSuccess) return res;
-      return buckets_wait(y->buckets, 0);
+      return call_and_wait(y, server_broadcast);
     case SYNC_STALE:
-      if ((res = buckets_flush(y->buckets)) != ncclSuccess || st->step < S) return res;
-      if ((res = buckets_wait(y->buckets, (int)((st->step - S) % (S + 1)))) != ncclSuccess)
-        return res;
-      apply(st, slot_of(y, st->step - S), st->global_batch);
-      return ncclSuccess;
+      return stale_step(y, st);
     case SYNC_LOCAL:
       apply(st, y->grads, st->local_n);
       return local_averages(S, st->step, st->total_steps) ? local_average(y) : ncclSuccess;
@@ -350,16 +386,9 @@ ncclResult_t sync_step_end(sync_t* y, const sync_step_t* st) {
 
 ncclResult_t sync_end_training(sync_t* y, const sync_step_t* st) {
   ncclResult_t res = ncclSuccess;
-  int S = y->spec.arg;
-  if (y->spec.kind == SYNC_STALE) /* the last S steps' gradients, in order */
-    for (int64_t s = st->step - S + 1 < 0 ? 0 : st->step - S + 1; s <= st->step; s++) {
-      if ((res = buckets_wait(y->buckets, (int)(s % (S + 1)))) != ncclSuccess) return res;
-      apply(st, slot_of(y, s), st->global_batch);
-    }
-  if (y->spec.kind == SYNC_GOSSIP && y->world > 1) {
-    if ((res = buckets_call(y->buckets, params_sum, y)) != ncclSuccess ||
-        (res = buckets_wait(y->buckets, 0)) != ncclSuccess)
-      return res;
+  if (y->spec.kind == SYNC_STALE && (res = stale_drain(y, st)) != ncclSuccess) return res;
+  if ((y->spec.kind == SYNC_GOSSIP || y->spec.kind == SYNC_STALE) && y->world > 1) {
+    if ((res = call_and_wait(y, params_sum)) != ncclSuccess) return res;
     for (size_t i = 0; i < y->n; i++) y->params[i] /= (float)y->world;
   }
   return res;
@@ -389,8 +418,8 @@ static int state_parts(const sync_t* y, float* const* ptrs, float** out, size_t*
 
 size_t sync_state_floats(const sync_t* y) {
   float* ptrs[2] = {y->params, y->params};
-  float* parts[6];
-  size_t lens[6], total = 0;
+  float* parts[7];
+  size_t lens[7], total = 0;
   int k = state_parts(y, ptrs, parts, lens);
   for (int i = 0; i < k; i++) total += lens[i];
   return total;
@@ -398,16 +427,16 @@ size_t sync_state_floats(const sync_t* y) {
 
 void sync_state_save(const sync_t* y, const model_t* m, const float* velocity, float* out) {
   float* ptrs[2] = {m->params, (float*)velocity};
-  float* parts[6];
-  size_t lens[6];
+  float* parts[7];
+  size_t lens[7];
   int k = state_parts(y, ptrs, parts, lens);
   for (int i = 0; i < k; i++, out += lens[i - 1]) memcpy(out, parts[i], lens[i] * sizeof(float));
 }
 
 void sync_state_load(sync_t* y, model_t* m, float* velocity, const float* in) {
   float* ptrs[2] = {m->params, velocity};
-  float* parts[6];
-  size_t lens[6];
+  float* parts[7];
+  size_t lens[7];
   int k = state_parts(y, ptrs, parts, lens);
   for (int i = 0; i < k; i++, in += lens[i - 1]) memcpy(parts[i], in, lens[i] * sizeof(float));
 }

@@ -16,7 +16,15 @@
  *              backward), then steps on its own gradients; one all-reduce averages the
  *              model at the end
  *   stale:S    bounded staleness: a step's gradient all-reduce runs behind the next S
- *              steps' compute and is applied S steps late (the last S at the end)
+ *              steps' compute, and its sum is applied S steps late. Applied alone (as the
+ *              update) a late gradient diverges here: on a quadratic, heavy-ball momentum mu
+ *              with a one-step delay is stable only for lr x curvature < 1 - mu (0.1 at mu
+ *              0.9, against 3.8 without delay), and the MLP went to NaN in its first epoch.
+ *              So it is delayed gradient averaging (Zhu et al., NeurIPS 2021): a rank steps
+ *              at once on its own gradient, and when the sum of step t arrives at step t+S
+ *              it adds the difference between that mean and its own gradient of step t.
+ *              The ranks' models differ by their last S own steps until the end, where the
+ *              last S differences are applied and one all-reduce averages the model
  *
  * Compression (compress.h) applies to allreduce, ps and local (local compresses the change
  * it averages). Every scheme is deterministic for a seed. */
@@ -83,6 +91,7 @@ typedef struct {
   float* anchor;      /* local: the parameters at the last average */
   float* peers[2];    /* gossip: the left and right neighbours' parameters */
   float* queue;       /* stale: S + 1 slots of summed gradients, slot = step % (S + 1) */
+  float* mine;        /* stale: this rank's own gradients of the same steps */
   int64_t step;       /* the step being sent */
   wire_t wire;
 } sync_t;
@@ -101,8 +110,9 @@ int sync_uses_buckets(const sync_t* y);
 ncclResult_t sync_step_end(sync_t* y, const sync_step_t* st);
 /* Whether every rank holds the same parameters after update `step` (for --check-sync). */
 int sync_replicas_after(const sync_t* y, int64_t step, int64_t total_steps);
-/* End of training: stale's queued gradients applied, local's and gossip's replicas
- * averaged; every rank then holds the same model. st: the last step's. */
+/* End of training: stale's queued differences applied, stale's and gossip's replicas
+ * averaged (local's last step averaged them); every rank then holds the same model. st:
+ * the last step's. */
 ncclResult_t sync_end_training(sync_t* y, const sync_step_t* st);
 /* Nothing left in flight (before a checkpoint). */
 ncclResult_t sync_quiesce(sync_t* y);

@@ -37,6 +37,55 @@ static void test_half_and_bf16(void** state) {
   assert_true(isnan(round_trip(COMPRESS_BF16, NAN, 1)));
 }
 
+/* A float from a pseudo-random word, spread over every exponent. */
+static float any_float(uint64_t* x) {
+  *x = *x * 6364136223846793005ull + 1442695040888963407ull;
+  uint32_t u = (uint32_t)(*x >> 32);
+  float f;
+  memcpy(&f, &u, sizeof(f));
+  return f;
+}
+
+/* The bit-level half conversion against the compiler's (_Float16, to nearest even). */
+static void test_half_like_the_compiler(void** state) {
+  (void)state;
+  uint64_t seed = 1;
+  for (int i = 0; i < 2000000; i++) {
+    float v = any_float(&seed), got = round_trip(COMPRESS_FP16, v, 1);
+    float want = (float)(_Float16)v;
+    if (isnan(v)) {
+      assert_true(isnan(got));
+      continue;
+    }
+    if (memcmp(&got, &want, sizeof(got)) != 0) fail_msg("half of %a: %a, want %a", v, got, want);
+  }
+}
+
+/* e4m3 as the format defines it, slowly: the nearest code (ties to an even mantissa),
+ * saturating at 448. */
+static float e4m3_reference(float v) {
+  float a = fabsf(v), best = 0.0f;
+  if (a >= 448.0f) return copysignf(448.0f, v);
+  for (int code = 0; code <= 0x7e; code++) {
+    int e = code >> 3, m = code & 7;
+    float c = e ? ldexpf(1.0f + m / 8.0f, e - 7) : ldexpf((float)m, -9);
+    float d = fabsf(c - a), bd = fabsf(best - a);
+    if (d < bd || (d == bd && (code & 1) == 0)) best = c;
+  }
+  return copysignf(best, v);
+}
+
+static void test_e4m3_like_the_reference(void** state) {
+  (void)state;
+  uint64_t seed = 7;
+  for (int i = 0; i < 200000; i++) {
+    float v = ldexpf(any_float(&seed) > 0 ? 1.0f : -1.0f, 0) *
+              ldexpf((float)(seed >> 40 & 0xffff) / 65536.0f, (int)(seed >> 20 & 31) - 16);
+    float got = round_trip(COMPRESS_FP8, v, 1), want = e4m3_reference(v);
+    if (got != want) fail_msg("e4m3 of %a: %a, want %a", v, got, want);
+  }
+}
+
 static void test_e4m3(void** state) {
   (void)state;
   assert_true(round_trip(COMPRESS_FP8, 448.0f, 1) == 448.0f);
@@ -143,7 +192,8 @@ static void test_flags(void** state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_half_and_bf16),  cmocka_unit_test(test_e4m3),
+      cmocka_unit_test(test_half_and_bf16),  cmocka_unit_test(test_half_like_the_compiler),
+      cmocka_unit_test(test_e4m3),           cmocka_unit_test(test_e4m3_like_the_reference),
       cmocka_unit_test(test_error_feedback), cmocka_unit_test(test_topk),
       cmocka_unit_test(test_flags),
   };
