@@ -407,11 +407,12 @@ ncclResult_t sync_quiesce(sync_t* y) {
 /* The arrays a rank's state is made of, in order, and their lengths. */
 static int state_parts(const sync_t* y, float* const* ptrs, float** out, size_t* lens) {
   int k = 0;
-  float* extra[] = {y->residual, y->anchor, y->queue, y->amax};
-  size_t extra_len[] = {y->n, y->n, y->n * (size_t)(y->spec.arg + 1), (size_t)y->buckets->nbuckets};
+  float* extra[] = {y->residual, y->anchor, y->queue, y->mine, y->amax};
+  size_t ring = y->n * (size_t)(y->spec.arg + 1);
+  size_t extra_len[] = {y->n, y->n, ring, ring, (size_t)y->buckets->nbuckets};
   out[k] = ptrs[0], lens[k++] = y->n; /* parameters */
   out[k] = ptrs[1], lens[k++] = y->n; /* momentum */
-  for (int i = 0; i < 4; i++)
+  for (int i = 0; i < 5; i++)
     if (extra[i]) out[k] = extra[i], lens[k++] = extra_len[i];
   return k;
 }
