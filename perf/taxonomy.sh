@@ -117,6 +117,7 @@ set terminal pngcairo size 1100,450 noenhanced
 set output '$OUT/$setting.png'
 set multiplot layout 1,2 title '$title: test accuracy after $EPOCHS epochs, one point per scheme'
 set grid
+set offsets graph 0.05, graph 0.05, graph 0.1, graph 0.05
 set arrow from graph 0, first $ref to graph 1, first $ref nohead dashtype 2
 set label 'synchronous fp32' at graph 0.02, first $ref offset 0,-0.7 font ',8'
 set ylabel 'test accuracy (%)'
