@@ -114,19 +114,28 @@ static float from_e4m3(uint8_t b) {
   return float_of(sign | bits_of((float)m * 0x1p-9f));
 }
 
-/* Each code's loop: the value asked (x + r, times scale), its code, and what is kept. */
-#define ENCODE_LOOP(type, to, from)            \
-  do {                                         \
-    type* o = out;                             \
-    for (size_t i = 0; i < n; i++) {           \
-      float want = x[i] + (r ? r[i] : 0.0f);   \
-      o[i] = to(want * scale);                 \
-      if (r) r[i] = want - from(o[i]) / scale; \
-    }                                          \
+/* Each code's loop: the value asked (x + r, times scale), its code, and what is kept (the
+ * code's value, divided back as the decoder does: times 1 / scale). */
+#define ENCODE_LOOP(type, to, value)          \
+  do {                                        \
+    type* o = out;                            \
+    for (size_t i = 0; i < n; i++) {          \
+      float want = x[i] + (r ? r[i] : 0.0f);  \
+      o[i] = to(want * scale);                \
+      if (r) r[i] = want - value(o[i]) * inv; \
+    }                                         \
   } while (0)
+
+/* e4m3's 256 values, made per call: cheaper to index than to rebuild bit by bit. */
+static void e4m3_table(float* t) {
+  for (int b = 0; b < 256; b++) t[b] = from_e4m3((uint8_t)b);
+}
+#define E4M3_VALUE(b) e4m3[b]
 
 void compress_encode(compress_kind_t kind, const float* x, float* r, void* out, size_t n,
                      float scale) {
+  const float inv = 1.0f / scale;
+  float e4m3[256];
   switch (kind) {
     case COMPRESS_FP16:
       ENCODE_LOOP(uint16_t, to_half, from_half);
@@ -135,7 +144,8 @@ void compress_encode(compress_kind_t kind, const float* x, float* r, void* out, 
       ENCODE_LOOP(uint16_t, to_bf16, from_bf16);
       break;
     case COMPRESS_FP8:
-      ENCODE_LOOP(uint8_t, to_e4m3, from_e4m3);
+      e4m3_table(e4m3);
+      ENCODE_LOOP(uint8_t, to_e4m3, E4M3_VALUE);
       break;
     default:
       for (size_t i = 0; i < n; i++) ((float*)out)[i] = x[i] + (r ? r[i] : 0.0f);
@@ -144,12 +154,21 @@ void compress_encode(compress_kind_t kind, const float* x, float* r, void* out, 
 }
 
 void compress_decode(compress_kind_t kind, const void* in, float* out, size_t n, float scale) {
-  for (size_t i = 0; i < n; i++) {
-    float v = kind == COMPRESS_FP16   ? from_half(((const uint16_t*)in)[i])
-              : kind == COMPRESS_BF16 ? from_bf16(((const uint16_t*)in)[i])
-              : kind == COMPRESS_FP8  ? from_e4m3(((const uint8_t*)in)[i])
-                                      : ((const float*)in)[i];
-    out[i] = v / scale;
+  const float inv = 1.0f / scale;
+  float e4m3[256];
+  switch (kind) {
+    case COMPRESS_FP16:
+      for (size_t i = 0; i < n; i++) out[i] = from_half(((const uint16_t*)in)[i]) * inv;
+      break;
+    case COMPRESS_BF16:
+      for (size_t i = 0; i < n; i++) out[i] = from_bf16(((const uint16_t*)in)[i]) * inv;
+      break;
+    case COMPRESS_FP8:
+      e4m3_table(e4m3);
+      for (size_t i = 0; i < n; i++) out[i] = e4m3[((const uint8_t*)in)[i]] * inv;
+      break;
+    default:
+      for (size_t i = 0; i < n; i++) out[i] = ((const float*)in)[i] * inv;
   }
 }
 

@@ -48,7 +48,7 @@ size_t compress_elem_bytes(compress_kind_t kind);
  * `scale` first for fp8, 1 otherwise), r what it lost (in x's units). */
 void compress_encode(compress_kind_t kind, const float* x, float* r, void* out, size_t n,
                      float scale);
-/* out = encoded values / scale. */
+/* out = encoded values x (1 / scale), as the encoder reckons what it sent. */
 void compress_decode(compress_kind_t kind, const void* in, float* out, size_t n, float scale);
 
 /* The largest magnitude of x + r (what fp8's scale is taken from). */
