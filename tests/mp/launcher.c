@@ -102,6 +102,16 @@ int mp_expect_rc(const mp_env* env, ncclComm_t comm, ncclResult_t got, ncclResul
   return 1;
 }
 
+int mp_sendrecv(const mp_env* env, ncclComm_t comm, const void* out, void* in, size_t bytes, int to,
+                int from) {
+  int bad = mp_expect_rc(env, comm, ncclGroupStart(), ncclSuccess, "ncclGroupStart");
+  bad += mp_expect_rc(env, comm, ncclSend(out, bytes, ncclUint8, to, comm, NULL), ncclSuccess,
+                      "ncclSend");
+  bad += mp_expect_rc(env, comm, ncclRecv(in, bytes, ncclUint8, from, comm, NULL), ncclSuccess,
+                      "ncclRecv");
+  return bad + mp_expect_rc(env, comm, ncclGroupEnd(), ncclSuccess, "ncclGroupEnd");
+}
+
 int mp_expect_last_error(const mp_env* env, ncclComm_t comm, const char* what) {
   const char* s = ncclGetLastError(comm);
   if (s != NULL && s[0] != '\0') {

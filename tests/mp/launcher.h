@@ -61,6 +61,10 @@ int mp_verbose(void);
  * error. Returns 0 when equal, 1 otherwise. */
 int mp_expect_rc(const mp_env* env, ncclComm_t comm, ncclResult_t got, ncclResult_t want,
                  const char* what);
+/* One group: `bytes` of out sent to rank `to`, as many received from rank
+ * `from` into in; 0 when every call succeeded, else the failures. */
+int mp_sendrecv(const mp_env* env, ncclComm_t comm, const void* out, void* in, size_t bytes, int to,
+                int from);
 /* Checks that ncclGetLastError(comm) is a non-empty string; 0 when it is. */
 int mp_expect_last_error(const mp_env* env, ncclComm_t comm, const char* what);
 

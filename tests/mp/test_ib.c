@@ -230,12 +230,7 @@ static int big_exchange(const mp_env* env, ncclComm_t comm, unsigned char* out, 
   int peer = 1 - env->rank, bad = 0;
   for (size_t i = 0; i < BIG_BYTES; i++) out[i] = (unsigned char)(i * 31 + seed * 7 + env->rank);
   memset(in, 0, BIG_BYTES);
-  bad += mp_expect_rc(env, comm, ncclGroupStart(), ncclSuccess, "group start");
-  bad += mp_expect_rc(env, comm, ncclSend(out, BIG_BYTES, ncclUint8, peer, comm, NULL), ncclSuccess,
-                      "send");
-  bad += mp_expect_rc(env, comm, ncclRecv(in, BIG_BYTES, ncclUint8, peer, comm, NULL), ncclSuccess,
-                      "recv");
-  bad += mp_expect_rc(env, comm, ncclGroupEnd(), ncclSuccess, "group end");
+  bad += mp_sendrecv(env, comm, out, in, BIG_BYTES, peer, peer);
   for (size_t i = 0; i < BIG_BYTES && !bad; i++)
     if (in[i] != (unsigned char)(i * 31 + seed * 7 + peer))
       mp_fail(env, "round %u: byte %zu is %u", seed, i, in[i]), bad++;

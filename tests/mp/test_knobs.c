@@ -35,12 +35,7 @@ static int p2p_ring(const mp_env* env, ncclComm_t comm) {
   if (out == NULL || in == NULL) return 1;
   for (size_t i = 0; i < P2P_BYTES; i++) out[i] = (unsigned char)(i * 7u + (unsigned)env->rank);
   memset(in, 0, P2P_BYTES);
-  bad += mp_expect_rc(env, comm, ncclGroupStart(), ncclSuccess, "ncclGroupStart");
-  bad += mp_expect_rc(env, comm, ncclSend(out, P2P_BYTES, ncclUint8, next, comm, NULL), ncclSuccess,
-                      "ncclSend");
-  bad += mp_expect_rc(env, comm, ncclRecv(in, P2P_BYTES, ncclUint8, prev, comm, NULL), ncclSuccess,
-                      "ncclRecv");
-  bad += mp_expect_rc(env, comm, ncclGroupEnd(), ncclSuccess, "ncclGroupEnd");
+  bad += mp_sendrecv(env, comm, out, in, P2P_BYTES, next, prev);
   for (size_t i = 0; i < P2P_BYTES && bad == 0; i++)
     if (in[i] != (unsigned char)(i * 7u + (unsigned)prev)) {
       mp_fail(env, "send/recv: byte %zu from rank %d is %u", i, prev, in[i]);
