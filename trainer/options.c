@@ -429,8 +429,10 @@ int options_parse(int argc, char** argv, options_t* o, int speak) {
 }
 
 void options_config_string(const options_t* o, char* out, size_t outlen) {
-  char hidden[72], channels[72], scheme[64]; /* 8 widths of up to 7 digits */
-  sync_describe(&o->sync, scheme, sizeof(scheme));
+  char hidden[72], channels[72], sync[32], code[32], scheme[80]; /* 8 widths of 7 digits */
+  sync_format(&o->sync, sync, sizeof(sync));
+  compress_format(&o->sync.compress, code, sizeof(code));
+  snprintf(scheme, sizeof(scheme), "%s compress=%s", sync, code);
   model_widths_format(o->model.hidden, o->model.nhidden, hidden, sizeof(hidden));
   model_widths_format(o->model.channels, o->model.nchannels, channels, sizeof(channels));
   if (o->model.kind == MODEL_CNN)

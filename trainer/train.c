@@ -221,16 +221,16 @@ static void print_header(const trainer_t* t) {
       "images from %s\n",
       t->world, t->world > 1 ? "s" : "", t->launch->how, o->global_batch, t->max_local,
       t->plan.steps_per_epoch, t->train.count, t->test.count, o->data_dir);
-  printf(
-      "# %d gradient bucket%s (first %g MiB, then %g MiB), all-reduce %s backward; %d "
-      "rank%s on %d cores here\n",
-      t->buckets.nbuckets, t->buckets.nbuckets > 1 ? "s" : "", o->first_bucket_mb, o->bucket_mb,
-      o->overlap ? "overlapped with" : "after", t->launch->local_ranks,
-      t->launch->local_ranks > 1 ? "s" : "", t->launch->cores);
-  char scheme[64];
-  sync_describe(&o->sync, scheme, sizeof(scheme));
-  printf("# synchronisation: --sync %s --compress %s\n", scheme,
-         strchr(scheme, ' ') ? strchr(scheme, ' ') + 1 : "none");
+  printf("# %d gradient bucket%s (first %g MiB, then %g MiB), %s; %d rank%s on %d cores here\n",
+         t->buckets.nbuckets, t->buckets.nbuckets > 1 ? "s" : "", o->first_bucket_mb, o->bucket_mb,
+         !sync_uses_buckets(&t->sync) ? "kept on each rank (the scheme sends parameters)"
+         : o->overlap                 ? "sent overlapped with backward"
+                                      : "sent after backward",
+         t->launch->local_ranks, t->launch->local_ranks > 1 ? "s" : "", t->launch->cores);
+  char sync[32], code[32];
+  sync_format(&o->sync, sync, sizeof(sync));
+  compress_format(&o->sync.compress, code, sizeof(code));
+  printf("# synchronisation: --sync %s --compress %s\n", sync, code);
   const char* spin = getenv("BRAID_SPIN_US");
   if (t->cores.sharing)
     printf("# cores: ranks take turns between layers (rank 0: %s); ", t->cores.note);
