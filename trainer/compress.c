@@ -143,13 +143,9 @@ void compress_encode(compress_kind_t kind, const float* x, float* r, void* out, 
     case COMPRESS_BF16:
       ENCODE_LOOP(uint16_t, to_bf16, from_bf16);
       break;
-    case COMPRESS_FP8:
+    default: /* fp8 */
       e4m3_table(e4m3);
       ENCODE_LOOP(uint8_t, to_e4m3, E4M3_VALUE);
-      break;
-    default:
-      for (size_t i = 0; i < n; i++) ((float*)out)[i] = x[i] + (r ? r[i] : 0.0f);
-      if (r) memset(r, 0, n * sizeof(float));
   }
 }
 
@@ -163,12 +159,9 @@ void compress_decode(compress_kind_t kind, const void* in, float* out, size_t n,
     case COMPRESS_BF16:
       for (size_t i = 0; i < n; i++) out[i] = from_bf16(((const uint16_t*)in)[i]) * inv;
       break;
-    case COMPRESS_FP8:
+    default: /* fp8 */
       e4m3_table(e4m3);
       for (size_t i = 0; i < n; i++) out[i] = e4m3[((const uint8_t*)in)[i]] * inv;
-      break;
-    default:
-      for (size_t i = 0; i < n; i++) out[i] = ((const float*)in)[i] * inv;
   }
 }
 

@@ -44,11 +44,13 @@ static inline int compress_lossy(const compress_spec_t* c) {
 ncclDataType_t compress_nccl_type(compress_kind_t kind);
 size_t compress_elem_bytes(compress_kind_t kind);
 
-/* Dense encoding of n values x plus the residual r: out gets the encoding of x + r (times
- * `scale` first for fp8, 1 otherwise), r what it lost (in x's units). */
+/* Dense encoding (fp16, bf16 or fp8) of n values x plus the residual r: out gets the
+ * encoding of x + r (times `scale` first for fp8, 1 otherwise), r what it lost (in x's
+ * units). */
 void compress_encode(compress_kind_t kind, const float* x, float* r, void* out, size_t n,
                      float scale);
-/* out = encoded values x (1 / scale), as the encoder reckons what it sent. */
+/* out = encoded values (fp16, bf16 or fp8) x (1 / scale), as the encoder reckons what it
+ * sent. */
 void compress_decode(compress_kind_t kind, const void* in, float* out, size_t n, float scale);
 
 /* The largest magnitude of x + r (what fp8's scale is taken from). */

@@ -83,7 +83,7 @@ static void gather_states(trainer_t* t) {
   size_t floats = sync_state_floats(&t->sync);
   float* mine = t->states; /* rank 0: its part comes first */
   train_check_nccl(t, sync_quiesce(&t->sync), "finishing the exchange before a checkpoint");
-  sync_state_save(&t->sync, &t->model, t->velocity, mine);
+  sync_state_save(&t->sync, t->velocity, mine);
   wire_add_other(&t->sync.wire, ncclFloat, floats);
   train_check_nccl(t, ncclGather(mine, t->states, floats, ncclFloat, 0, t->comm, NULL),
                    "gathering the ranks' states");

@@ -125,10 +125,11 @@ static ncclResult_t fp8_scale(sync_t* y, int b, const float* src, size_t begin, 
 }
 
 /* Sums [begin, begin + n) of `src` over the ranks (at the server only, for ps) in the
- * scheme's encoding, enqueued on `stream`: uncompressed values in place, encoded ones in
- * `packed`, pairs in `gathered`. The residual is indexed as src is (src is the gradients,
- * a stale slot or local's change, each n long). */
-static ncclResult_t range_send(sync_t* y, int b, float* src, size_t begin, size_t n,
+ * scheme's encoding, enqueued on `stream`: uncompressed values into `sum` (src itself, but
+ * for stale, whose own gradients stay beside their sum), encoded ones in `packed`, pairs in
+ * `gathered`. The residual is indexed as src is (src is the gradients, a stale slot or
+ * local's change, each n long). */
+static ncclResult_t range_send(sync_t* y, int b, float* src, float* sum, size_t begin, size_t n,
                                cudaStream_t stream) {
   const compress_spec_t* c = &y->spec.compress;
   int root = y->spec.arg;
@@ -143,19 +144,19 @@ static ncclResult_t range_send(sync_t* y, int b, float* src, size_t begin, size_
                         : ncclAllGather(pairs, all, 2 * k, ncclUint32, y->comm, stream);
   }
   ncclDataType_t type = compress_nccl_type(c->kind);
-  void* buf = src + begin;
+  void *buf = src + begin, *out = sum + begin;
   if (c->kind == COMPRESS_FP8) {
     ncclResult_t res = fp8_scale(y, b, src, begin, n, stream);
     if (res != ncclSuccess) return res;
   }
   if (c->kind != COMPRESS_NONE) {
-    buf = (char*)y->packed + begin * compress_elem_bytes(c->kind);
+    buf = out = (char*)y->packed + begin * compress_elem_bytes(c->kind);
     compress_encode(c->kind, src + begin, y->residual + begin, buf, n,
                     c->kind == COMPRESS_FP8 ? y->scale[b] : 1.0f);
   }
   wire_add(&y->wire, to_server(y) ? WIRE_REDUCE : WIRE_ALLREDUCE, type, n);
-  return to_server(y) ? ncclReduce(buf, buf, n, type, ncclSum, root, y->comm, stream)
-                      : ncclAllReduce(buf, buf, n, type, ncclSum, y->comm, stream);
+  return to_server(y) ? ncclReduce(buf, out, n, type, ncclSum, root, y->comm, stream)
+                      : ncclAllReduce(buf, out, n, type, ncclSum, y->comm, stream);
 }
 
 /* Range b's sums into src (after its call completed: uncompressed ones are there already);
@@ -195,17 +196,17 @@ static float* slot_of(const sync_t* y, float* ring, int64_t step) {
   return ring + y->n * (size_t)(step % (y->spec.arg + 1));
 }
 
-/* A bucket backward finished: the scheme's call for it (stale sends a copy in its slot, so
- * the next backward may overwrite the gradients). */
+/* A bucket backward finished: the scheme's call for it. Stale keeps a copy of its own
+ * gradients in this step's slot (the next backward overwrites the gradients, and the
+ * correction S steps on needs them) and sums from there into the step's queue slot. */
 static ncclResult_t bucket_send(void* ctx, int bucket, size_t begin, size_t n,
                                 cudaStream_t stream) {
   sync_t* y = ctx;
-  float* src = y->grads;
-  if (y->spec.kind == SYNC_STALE) {
-    src = slot_of(y, y->queue, y->step);
-    memcpy(src + begin, y->grads + begin, n * sizeof(float));
-  }
-  return range_send(y, bucket, src, begin, n, stream);
+  if (y->spec.kind != SYNC_STALE)
+    return range_send(y, bucket, y->grads, y->grads, begin, n, stream);
+  float* mine = slot_of(y, y->mine, y->step);
+  memcpy(mine + begin, y->grads + begin, n * sizeof(float));
+  return range_send(y, bucket, mine, slot_of(y, y->queue, y->step), begin, n, stream);
 }
 
 /* Every range of y->work as one call (local's average). */
@@ -215,7 +216,7 @@ static ncclResult_t work_send(void* ctx, int bucket, size_t begin, size_t n, cud
   for (int i = 0; i < y->buckets->nbuckets; i++) {
     size_t b0, bn;
     bucket_range(y->buckets, i, &b0, &bn);
-    ncclResult_t res = range_send(y, i, y->work, b0, bn, stream);
+    ncclResult_t res = range_send(y, i, y->work, y->work, b0, bn, stream);
     if (res != ncclSuccess) return res;
   }
   return ncclSuccess;
@@ -326,7 +327,6 @@ static ncclResult_t stale_step(sync_t* y, const sync_step_t* st) {
       return res;
     for (size_t i = 0; i < y->n; i++) y->work[i] += sum[i] * all - was[i] * own;
   }
-  memcpy(slot_of(y, y->mine, st->step), y->grads, y->n * sizeof(float));
   apply(st, y->work, 1);
   return ncclSuccess;
 }
@@ -404,40 +404,38 @@ ncclResult_t sync_quiesce(sync_t* y) {
 
 /* ---- checkpoint state ---- */
 
-/* The arrays a rank's state is made of, in order, and their lengths. */
-static int state_parts(const sync_t* y, float* const* ptrs, float** out, size_t* lens) {
-  int k = 0;
-  float* extra[] = {y->residual, y->anchor, y->queue, y->mine, y->amax};
+/* The arrays a rank's state is made of, in order, and their lengths: its parameters and
+ * momentum, then what the scheme keeps. velocity may be NULL when only the lengths count. */
+#define STATE_PARTS 7
+static int state_parts(const sync_t* y, float* velocity, float** out, size_t* lens) {
   size_t ring = y->n * (size_t)(y->spec.arg + 1);
-  size_t extra_len[] = {y->n, y->n, ring, ring, (size_t)y->buckets->nbuckets};
-  out[k] = ptrs[0], lens[k++] = y->n; /* parameters */
-  out[k] = ptrs[1], lens[k++] = y->n; /* momentum */
-  for (int i = 0; i < 5; i++)
-    if (extra[i]) out[k] = extra[i], lens[k++] = extra_len[i];
+  float* all[STATE_PARTS] = {y->params, velocity, y->residual, y->anchor,
+                             y->queue,  y->mine,  y->amax};
+  size_t len[STATE_PARTS] = {y->n, y->n, y->n, y->n, ring, ring, (size_t)y->buckets->nbuckets};
+  int k = 0;
+  for (int i = 0; i < STATE_PARTS; i++)
+    if (all[i] || i == 1) out[k] = all[i], lens[k++] = len[i];
   return k;
 }
 
 size_t sync_state_floats(const sync_t* y) {
-  float* ptrs[2] = {y->params, y->params};
-  float* parts[7];
-  size_t lens[7], total = 0;
-  int k = state_parts(y, ptrs, parts, lens);
+  float* parts[STATE_PARTS];
+  size_t lens[STATE_PARTS], total = 0;
+  int k = state_parts(y, NULL, parts, lens);
   for (int i = 0; i < k; i++) total += lens[i];
   return total;
 }
 
-void sync_state_save(const sync_t* y, const model_t* m, const float* velocity, float* out) {
-  float* ptrs[2] = {m->params, (float*)velocity};
-  float* parts[7];
-  size_t lens[7];
-  int k = state_parts(y, ptrs, parts, lens);
-  for (int i = 0; i < k; i++, out += lens[i - 1]) memcpy(out, parts[i], lens[i] * sizeof(float));
+void sync_state_save(const sync_t* y, const float* velocity, float* out) {
+  float* parts[STATE_PARTS];
+  size_t lens[STATE_PARTS];
+  int k = state_parts(y, (float*)velocity, parts, lens);
+  for (int i = 0; i < k; out += lens[i], i++) memcpy(out, parts[i], lens[i] * sizeof(float));
 }
 
-void sync_state_load(sync_t* y, model_t* m, float* velocity, const float* in) {
-  float* ptrs[2] = {m->params, velocity};
-  float* parts[7];
-  size_t lens[7];
-  int k = state_parts(y, ptrs, parts, lens);
-  for (int i = 0; i < k; i++, in += lens[i - 1]) memcpy(parts[i], in, lens[i] * sizeof(float));
+void sync_state_load(sync_t* y, float* velocity, const float* in) {
+  float* parts[STATE_PARTS];
+  size_t lens[STATE_PARTS];
+  int k = state_parts(y, velocity, parts, lens);
+  for (int i = 0; i < k; in += lens[i], i++) memcpy(parts[i], in, lens[i] * sizeof(float));
 }

@@ -91,7 +91,7 @@ typedef struct {
   float* anchor;      /* local: the parameters at the last average */
   float* peers[2];    /* gossip: the left and right neighbours' parameters */
   float* queue;       /* stale: S + 1 slots of summed gradients, slot = step % (S + 1) */
-  float* mine;        /* stale: this rank's own gradients of the same steps */
+  float* mine;        /* stale: this rank's own gradients of the same steps (summed from) */
   int64_t step;       /* the step being sent */
   wire_t wire;
 } sync_t;
@@ -119,7 +119,7 @@ ncclResult_t sync_quiesce(sync_t* y);
 
 /* Per-rank state of a checkpoint: parameters, momentum and what the scheme keeps. */
 size_t sync_state_floats(const sync_t* y);
-void sync_state_save(const sync_t* y, const model_t* m, const float* velocity, float* out);
-void sync_state_load(sync_t* y, model_t* m, float* velocity, const float* in);
+void sync_state_save(const sync_t* y, const float* velocity, float* out);
+void sync_state_load(sync_t* y, float* velocity, const float* in);
 
 #endif /* TRAIN_SYNC_H_ */

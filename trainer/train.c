@@ -145,7 +145,7 @@ static int apply_checkpoint(trainer_t* t, const ckpt_blob_t* blob, char* err, si
   size_t floats;
   const float* states = ckpt_states(blob, &ranks, &floats);
   if (states != NULL && ranks == t->world && floats == sync_state_floats(&t->sync)) {
-    sync_state_load(&t->sync, &t->model, t->velocity, states + floats * (size_t)t->rank);
+    sync_state_load(&t->sync, t->velocity, states + floats * (size_t)t->rank);
   } else if (t->o->sync.kind != SYNC_ALLREDUCE || compress_lossy(&t->o->sync.compress)) {
     char scheme[64];
     sync_describe(&t->o->sync, scheme, sizeof(scheme));
