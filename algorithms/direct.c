@@ -36,6 +36,7 @@ ncclResult_t direct_plan(int coll, int rank, int nranks, int root, size_t count,
     return ncclInvalidArgument;
   }
   if (stride == 0) stride = count;
+  t->rows = 1;
   direct_slice(count, rank, nranks, MAX(align, (size_t)1), &lo, &hi);
   switch (coll) {
     case COLL_ALLREDUCE:
@@ -70,16 +71,83 @@ ncclResult_t direct_plan(int coll, int rank, int nranks, int root, size_t count,
   return ncclSuccess;
 }
 
-ncclResult_t direct_plan_staged(int rank, int nranks, size_t count, size_t align,
-                                struct direct_task* reduce, struct direct_task* spread,
-                                size_t* lo) {
+/* The node's ranks' blocks of the column's rank on each node, as rows:
+ * row j at column0 + j * step blocks of `stride` elements. */
+static int refs_column(struct direct_ref* out, const struct direct_hier* h, int buf, size_t stride,
+                       ptrdiff_t* row) {
+  *row = (ptrdiff_t)h->column_step * (ptrdiff_t)stride;
+  return refs_all(out, h->nlocal, buf, (size_t)h->column0 * stride);
+}
+
+/* Both tasks one row per node between this rank's input or output and
+ * its scratch rows (reduce-scatter: reduced in; all-gather: spread out). */
+static void hier_blocks(const struct direct_hier* h, struct direct_staged* st) {
+  size_t stride = h->stride ? h->stride : h->count, mine = (size_t)h->node * h->count;
+  struct direct_task *in = &st->before, *out = &st->after;
+  in->n = out->n = h->count;
+  in->rows = out->rows = 1;
+  st->scratch = (size_t)h->nnodes * h->count;
+  st->count = h->count;
+  if (h->coll == COLL_REDUCESCATTER) {
+    in->rows = (size_t)h->nnodes;
+    in->nsrcs = refs_column(in->srcs, h, DIRECT_SEND, stride, &in->src_row);
+    in->ndsts = 1, in->dsts[0] = ref(h->local, DIRECT_SCRATCH, 0);
+    in->dst_row = (ptrdiff_t)h->count;
+    st->send_off = 0, st->recv_off = mine;
+    out->nsrcs = 1, out->srcs[0] = ref(h->local, DIRECT_SCRATCH, mine);
+    out->ndsts = 1, out->dsts[0] = ref(h->local, DIRECT_RECV, 0);
+  } else {
+    in->nsrcs = 1, in->srcs[0] = ref(h->local, DIRECT_SEND, 0);
+    in->ndsts = 1, in->dsts[0] = ref(h->local, DIRECT_SCRATCH, mine);
+    st->send_off = mine, st->recv_off = 0;
+    out->rows = (size_t)h->nnodes;
+    out->nsrcs = 1, out->srcs[0] = ref(h->local, DIRECT_SCRATCH, 0);
+    out->src_row = (ptrdiff_t)h->count;
+    out->ndsts = refs_column(out->dsts, h, DIRECT_RECV, stride, &out->dst_row);
+  }
+}
+
+/* All-reduce: the node's task cut around the scratch, which holds this
+ * rank's slice only. */
+static ncclResult_t hier_slice(const struct direct_hier* h, struct direct_staged* st) {
   struct direct_task whole;
-  ncclResult_t res = direct_plan(COLL_ALLREDUCE, rank, nranks, 0, count, 0, align, &whole);
+  ncclResult_t res =
+      direct_plan(COLL_ALLREDUCE, h->local, h->nlocal, 0, h->count, 0, h->align, &whole);
   if (res != ncclSuccess) return res;
-  *lo = whole.srcs[0].off;
-  *reduce = whole;
-  reduce->ndsts = 1, reduce->dsts[0] = ref(rank, DIRECT_SCRATCH, 0);
-  *spread = whole;
-  spread->nsrcs = 1, spread->srcs[0] = ref(rank, DIRECT_SCRATCH, 0);
+  st->before = st->after = whole;
+  st->before.ndsts = 1, st->before.dsts[0] = ref(h->local, DIRECT_SCRATCH, 0);
+  st->after.nsrcs = 1, st->after.srcs[0] = ref(h->local, DIRECT_SCRATCH, 0);
+  st->scratch = st->count = whole.n;
   return ncclSuccess;
+}
+
+ncclResult_t direct_plan_hier(const struct direct_hier* h, struct direct_staged* st) {
+  memset(st, 0, sizeof(*st));
+  if (h->nlocal < 1 || h->nlocal > DIRECT_MAX_RANKS || h->local < 0 || h->local >= h->nlocal ||
+      h->node < 0 || h->node >= h->nnodes) {
+    WARN("Direct: Hier's node stages for index %d of %d on node %d of %d; a node holds 1 to %d",
+         h->local, h->nlocal, h->node, h->nnodes, DIRECT_MAX_RANKS);
+    return ncclInvalidArgument;
+  }
+  switch (h->coll) {
+    case COLL_ALLREDUCE:
+      return hier_slice(h, st);
+    case COLL_REDUCESCATTER:
+    case COLL_ALLGATHER:
+      hier_blocks(h, st);
+      return ncclSuccess;
+    default:
+      WARN("Direct: collective %d has no Hier plan", h->coll);
+      return ncclInvalidArgument;
+  }
+}
+
+int direct_column(const struct sched_topo* t, int local, int* first, int* step) {
+  for (int j = 0; j < t->nnodes; j++)
+    if (sched_topo_node_size(t, j) <= local) return 0;
+  *first = t->order[t->node_start[0] + local];
+  *step = t->nnodes > 1 ? t->order[t->node_start[1] + local] - *first : 0;
+  for (int j = 2; j < t->nnodes; j++)
+    if (t->order[t->node_start[j] + local] != *first + j * *step) return 0;
+  return 1;
 }

@@ -17,6 +17,8 @@
 
 #include "nccl.h"
 
+struct sched_topo;
+
 #define DIRECT_MAX_RANKS 8 /* a task's sources and destinations */
 
 /* DIRECT_SCRATCH: the rank's own staging buffer, which holds its slice
@@ -31,9 +33,14 @@ struct direct_ref {
 };
 
 /* Sources combined in order (one: a copy), the result to every
- * destination; n elements from each ref on. n == 0: nothing to do. */
+ * destination; n elements from each ref on. n == 0: nothing to do. With
+ * rows > 1, the same again on each row r < rows, every source src_row
+ * elements further on per row and every destination dst_row (the kernel's
+ * rows, kern_body.h). */
 struct direct_task {
   size_t n;
+  size_t rows;
+  ptrdiff_t src_row, dst_row;
   int nsrcs, ndsts;
   struct direct_ref srcs[DIRECT_MAX_RANKS];
   struct direct_ref dsts[DIRECT_MAX_RANKS];
@@ -47,11 +54,53 @@ struct direct_task {
 ncclResult_t direct_plan(int coll, int rank, int nranks, int root, size_t count, size_t stride,
                          size_t align, struct direct_task* t);
 
-/* An all-reduce's task cut in two around a stage between nodes (Hier on
- * devices): `reduce` reduces this rank's slice from every rank's input into
- * its scratch, `spread` writes the scratch (all-reduced between the nodes
- * meanwhile) to every rank's output. *lo: the slice's first element. */
-ncclResult_t direct_plan_staged(int rank, int nranks, size_t count, size_t align,
-                                struct direct_task* reduce, struct direct_task* spread, size_t* lo);
+/*
+ * Hier with its node stages direct (devices on several nodes of the same
+ * size): a task before the stage between nodes and one after, around the
+ * rank's scratch, with the stage between them run by the ranks holding
+ * this rank's index on every node (its column) on the host:
+ *  - all-reduce: reduce this rank's slice from the node's inputs into the
+ *    scratch; all-reduce it along the column; write it to every output of
+ *    the node;
+ *  - reduce-scatter: for each node j, reduce the block of the column's
+ *    rank there from the node's inputs into scratch row j (one task, a row
+ *    per node); reduce-scatter the rows along the column; copy this
+ *    rank's row to its output;
+ *  - all-gather: copy this rank's input into its scratch row; all-gather
+ *    the rows along the column; write row j, the block of the column's
+ *    rank on node j, to every output of the node (a row per node).
+ * Each input byte of the node is read once and each output byte written
+ * once. Rows need the column's ranks evenly spaced: on node j, rank
+ * column0 + j * column_step (direct_column finds them).
+ */
+struct direct_hier {
+  int coll;   /* COLL_ALLREDUCE, COLL_REDUCESCATTER or COLL_ALLGATHER */
+  int local;  /* this rank's index on its node */
+  int nlocal; /* ranks per node */
+  int node;   /* this rank's node */
+  int nnodes;
+  int column0; /* rank with this rank's index on node 0 */
+  int column_step;
+  size_t count; /* as in exec_args */
+  size_t stride;
+  size_t align;
+};
+
+/* The plan: its two tasks, the scratch they use (elements), and the
+ * stage between nodes: the column's collective from scratch + send_off
+ * into scratch + recv_off, `count` as in exec_args (0: none). */
+struct direct_staged {
+  struct direct_task before, after;
+  size_t scratch;
+  size_t send_off, recv_off, count;
+};
+
+ncclResult_t direct_plan_hier(const struct direct_hier* h, struct direct_staged* out);
+
+/* Whether the ranks with index `local` on each node are evenly spaced
+ * (node-major and round-robin layouts are, and any layout of 2 nodes):
+ * then *first is node 0's and *step the distance from one node's to the
+ * next. Needs every node to have more than `local` ranks. */
+int direct_column(const struct sched_topo* t, int local, int* first, int* step);
 
 #endif /* BRAID_DIRECT_H_ */

@@ -49,8 +49,8 @@ struct work_op {
   int direct; /* enum work_direct: a collective run by the direct algorithm (cuda_direct.h) */
   int ipc;    /* p2p on device memory moved device to device (transports/cudaipc), not staged */
   /* gated: its kernels, queued on the stream: a direct collective's (two for
-   * Hier on devices: the node's reduce-scatter, its all-gather), an ipc
-   * send's copy. slot NULL: none */
+   * Hier on devices: into its scratch, out of it), an ipc send's copy. slot
+   * NULL: none */
   struct work_deferred deferred[WORK_MAX_LAUNCHES];
 };
 

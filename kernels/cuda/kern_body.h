@@ -5,11 +5,13 @@
  *
  * A task is kernels.h's kern_task in device form: up to 8 sources chained
  * (each step rounded to the type, as a chain of ranks does), the result
- * written to up to 8 destinations. The results are bitwise those of the
- * CPU kernels: the same order of operations, no fused multiply-add (nvcc
- * -fmad=false, host -ffp-contract=off), the conversions of kern_convert.h,
- * and x86's NaN rules written out, since a GPU's arithmetic returns a
- * canonical NaN where x86 keeps an operand's payload: a NaN operand wins,
+ * written to up to 8 destinations, optionally repeated on evenly spaced
+ * rows (one launch for Hier's node stages, whose blocks are strided). The
+ * results are bitwise those of the CPU kernels: the same order of
+ * operations, no fused multiply-add (nvcc -fmad=false, host
+ * -ffp-contract=off), the conversions of kern_convert.h, and x86's NaN
+ * rules written out, since a GPU's arithmetic returns a canonical NaN
+ * where x86 keeps an operand's payload: a NaN operand wins,
  * the left one first, quieted; an invalid operation (inf - inf, 0 * inf)
  * gives x86's default NaN, negative; max and min are x > y ? x : y and
  * x < y ? x : y, never fmaxf/fminf (docs/gpu-validation.md).
@@ -56,7 +58,9 @@ struct kern_dev_task {
   uint64_t n;      /* elements */
   uint64_t scalar; /* the premul factor in the type's encoding */
   uint32_t postdiv;
-  uint32_t reserved;
+  uint32_t rows;   /* 0 or 1: one; else the task again on each row r < rows, */
+  int64_t src_row; /* every source src_row bytes further on per row */
+  int64_t dst_row; /* and every destination dst_row bytes (kern_dev_task_rows) */
   const void* srcs[KB_MAX_SRCS];
   void* dsts[KB_MAX_DSTS];
 };
@@ -305,7 +309,7 @@ KERN_HD float kb_scalar_f(const struct kern_dev_task* t) {
   }
 }
 
-/* Thread `first` of `stride` threads: its share of the task. */
+/* Thread `first` of `stride` threads: its share of the task (one row). */
 KERN_HD void kern_dev_task_run(const struct kern_dev_task* t, uint64_t first, uint64_t stride) {
   uint32_t div = t->postdiv ? t->postdiv : 1u;
   uint64_t sc = t->scalar;
@@ -349,6 +353,19 @@ KERN_HD void kern_dev_task_run(const struct kern_dev_task* t, uint64_t first, ui
     default:
       break;
   }
+}
+
+/* Rows: braid_reduce_copy_at runs the task once per row, moving every
+ * pointer on by one row in between (one inlined body, whatever the rows;
+ * the by-value kernel runs one row, and its host side launches each). */
+KERN_HD uint32_t kern_dev_task_rows(const struct kern_dev_task* t) {
+  return t->rows > 1 ? t->rows : 1u;
+}
+
+KERN_HD void kern_dev_task_next_row(struct kern_dev_task* t) {
+  for (int k = 0; k < t->nsrcs && k < KB_MAX_SRCS; k++)
+    t->srcs[k] = (const char*)t->srcs[k] + t->src_row;
+  for (int d = 0; d < t->ndsts && d < KB_MAX_DSTS; d++) t->dsts[d] = (char*)t->dsts[d] + t->dst_row;
 }
 
 /* A task read from memory at run time rather than passed at the launch

@@ -151,11 +151,32 @@ static size_t op_bytes(const struct work_op* op) {
   return bytes;
 }
 
+/* Reduce-scatter and all-gather run their node stages as one task of a
+ * row per node: each index's ranks must be evenly spaced across nodes. */
+static int comm_hier_columns(const struct ncclComm* comm) {
+  int first, step;
+  for (int local = 0; local < comm->layout.min_ppn; local++)
+    if (!direct_column(&comm->layout, local, &first, &step)) return 0;
+  return 1;
+}
+
+static int hier_fits(const struct work_op* op) {
+  switch (op->args.coll) {
+    case COLL_ALLREDUCE:
+      return comm_hier_shape(op->comm);
+    case COLL_REDUCESCATTER:
+    case COLL_ALLGATHER:
+      return comm_hier_shape(op->comm) && comm_hier_columns(op->comm);
+    default:
+      return 0;
+  }
+}
+
 /* Where the host would run Hier (or NCCL_ALGO names Direct): the node's
  * stages then run on the devices instead of through host memory. */
 static int hier_wanted(const struct work_op* op) {
   int algo = ALGO_RING;
-  if (op->args.coll != COLL_ALLREDUCE || !comm_hier_shape(op->comm)) return 0;
+  if (!hier_fits(op)) return 0;
   if (tuner_forces_direct()) return 1;
   tuner_host_best(op->comm, op->args.coll, op_bytes(op), &algo);
   return algo == ALGO_HIER;
@@ -400,20 +421,26 @@ fail:
 /* Buffers of the node's ranks by node index, as tasks name them. */
 typedef char* direct_bufs[DIRECT_MAX_RANKS][DIRECT_NBUFS];
 
-/* The plan's task over every rank's buffers; `flags` the post-divide. */
+/* The plan's task over every rank's buffers, in the kernel's form;
+ * `flags` the post-divide. */
 static void direct_task_resolve(const struct exec_args* a, const struct direct_task* p,
-                                unsigned flags, direct_bufs bufs, struct kern_task* t) {
+                                unsigned flags, direct_bufs bufs, struct kern_dev_task* dt) {
   size_t es = kern_type_size(a->type);
-  memset(t, 0, sizeof(*t));
-  t->redop = a->redop;
-  t->flags = flags;
-  t->nsrcs = p->nsrcs;
-  t->ndsts = p->ndsts;
-  t->n = p->n;
+  struct kern_task t;
+  memset(&t, 0, sizeof(t));
+  t.redop = a->redop;
+  t.flags = flags;
+  t.nsrcs = p->nsrcs;
+  t.ndsts = p->ndsts;
+  t.n = p->n;
   for (int s = 0; s < p->nsrcs; s++)
-    t->srcs[s] = bufs[p->srcs[s].rank][p->srcs[s].buf] + p->srcs[s].off * es;
+    t.srcs[s] = bufs[p->srcs[s].rank][p->srcs[s].buf] + p->srcs[s].off * es;
   for (int j = 0; j < p->ndsts; j++)
-    t->dsts[j] = bufs[p->dsts[j].rank][p->dsts[j].buf] + p->dsts[j].off * es;
+    t.dsts[j] = bufs[p->dsts[j].rank][p->dsts[j].buf] + p->dsts[j].off * es;
+  cuda_task_to_dev(&t, dt);
+  dt->rows = (uint32_t)p->rows;
+  dt->src_row = (int64_t)p->src_row * (int64_t)es;
+  dt->dst_row = (int64_t)p->dst_row * (int64_t)es;
 }
 
 /* Wait for this rank's kernel, queued on its stream at issue, to have run
@@ -455,12 +482,10 @@ fail:
  * call is gated there (the kernel is queued, waiting for it), else on the
  * comm's own stream, blocking until it is done. */
 static ncclResult_t task_run(struct ncclComm* comm, struct cuda_direct* d, const struct work_op* op,
-                             int which, const struct kern_task* t) {
-  struct kern_dev_task dt;
+                             int which, const struct kern_dev_task* t) {
   const struct work_deferred* k = &op->deferred[which];
-  cuda_task_to_dev(t, &dt);
-  if (k->slot == NULL) return t->n ? sync_run(d, &dt) : ncclSuccess;
-  cuda_deferred_go(k, &dt);
+  if (k->slot == NULL) return t->n ? sync_run(d, t) : ncclSuccess;
+  cuda_deferred_go(k, t);
   return deferred_wait(comm, d, op, k);
 }
 
@@ -507,7 +532,7 @@ static ncclResult_t node_call(struct ncclComm* comm, struct cuda_direct* d,
   ncclResult_t res = ncclSuccess;
   const struct exec_args* a = &op->args;
   struct direct_task plan;
-  struct kern_task task;
+  struct kern_dev_task task;
   size_t es = kern_type_size(a->type);
   CHECK(direct_plan(a->coll, d->me_local, d->nlocal, a->root, a->count, a->stride, MAX(16 / es, 1),
                     &plan));
@@ -538,17 +563,40 @@ fail:
   return res;
 }
 
-/* The stage between nodes: this rank's slice all-reduced, in the pinned
- * scratch, with the ranks of the other nodes that hold the same slice (a
- * ring over the network, on the host: the executor with a group). */
-static ncclResult_t column_allreduce(struct ncclComm* comm, struct cuda_direct* d,
-                                     const struct exec_args* a, void* buf, size_t count) {
+/* This rank's Hier plan for the call (algorithms/direct.h), from the
+ * comm's layout: the same at issue (cuda_direct_arm) and on the proxy. */
+static ncclResult_t hier_plan(const struct ncclComm* comm, const struct exec_args* a,
+                              struct direct_staged* st) {
+  const struct sched_topo* t = &comm->layout;
+  struct direct_hier h = {.coll = a->coll,
+                          .local = t->local_of[comm->rank],
+                          .nlocal = t->min_ppn,
+                          .node = t->node_of[comm->rank],
+                          .nnodes = t->nnodes,
+                          .count = a->count,
+                          .stride = a->stride,
+                          .align = MAX(16 / kern_type_size(a->type), 1)};
+  if (a->coll != COLL_ALLREDUCE && !direct_column(t, h.local, &h.column0, &h.column_step)) {
+    WARN("Direct: rank %d's column is not evenly spaced", comm->rank); /* hier_fits said it was */
+    return ncclInternalError;
+  }
+  return direct_plan_hier(&h, st);
+}
+
+/* The stage between nodes, in the pinned scratch: the call's collective
+ * among the ranks of the other nodes that hold this rank's index (a ring
+ * over the network, on the host: the executor with a group). */
+static ncclResult_t column_call(struct ncclComm* comm, struct cuda_direct* d,
+                                const struct exec_args* a, char* scratch,
+                                const struct direct_staged* st) {
   ncclResult_t res = ncclSuccess;
   struct exec_args c = *a;
+  size_t es = kern_type_size(a->type);
   long nap_ns = 0;
   int done = 0;
-  c.sendbuff = c.recvbuff = buf;
-  c.count = count;
+  c.sendbuff = scratch + st->send_off * es;
+  c.recvbuff = scratch + st->recv_off * es;
+  c.count = st->count;
   c.stride = 0;
   c.mem = MEM_HOST;
   c.sendreg = c.recvreg = NULL;
@@ -571,26 +619,24 @@ fail:
   return res;
 }
 
-/* Hier with the node's stages direct: reduce this rank's slice from the
- * node's inputs into pinned scratch, all-reduce it between nodes, write
- * it to the node's outputs. The post-divide (avg) happens between nodes,
- * on the total. */
+/* Hier with the node's stages direct (direct_plan_hier): the first task
+ * into pinned scratch, the stage between nodes there, the second task out
+ * of it. The post-divide (avg) happens between nodes, on the total. */
 static ncclResult_t hier_call(struct ncclComm* comm, struct cuda_direct* d,
                               const struct work_op* op, direct_bufs bufs) {
   ncclResult_t res = ncclSuccess;
   const struct exec_args* a = &op->args;
-  struct direct_task reduce, spread;
+  struct direct_staged st;
   struct direct_scratch* scratch;
-  struct kern_task task;
-  size_t es = kern_type_size(a->type), lo;
-  CHECK(
-      direct_plan_staged(d->me_local, d->nlocal, a->count, MAX(16 / es, 1), &reduce, &spread, &lo));
-  CHECK(scratch_get(d, MAX(reduce.n * es, (size_t)1), &scratch));
+  struct kern_dev_task task;
+  size_t es = kern_type_size(a->type);
+  CHECK(hier_plan(comm, a, &st));
+  CHECK(scratch_get(d, MAX(st.scratch * es, (size_t)1), &scratch));
   bufs[d->me_local][DIRECT_SCRATCH] = (char*)(uintptr_t)scratch->dev;
-  direct_task_resolve(a, &reduce, 0, bufs, &task);
+  direct_task_resolve(a, &st.before, 0, bufs, &task);
   CHECK(task_run(comm, d, op, 0, &task));
-  if (reduce.n) CHECK(column_allreduce(comm, d, a, scratch->host, reduce.n));
-  direct_task_resolve(a, &spread, 0, bufs, &task);
+  if (st.count) CHECK(column_call(comm, d, a, scratch->host, &st));
+  direct_task_resolve(a, &st.after, 0, bufs, &task);
   CHECK(task_run(comm, d, op, 1, &task));
 fail:
   return res;
@@ -678,19 +724,19 @@ ncclResult_t cuda_direct_arm(struct work_op* op, CUstream stream) {
   struct ncclComm* comm = op->comm;
   const struct exec_args* a = &op->args;
   const struct sched_topo* t = &comm->layout;
-  struct direct_task plan, spread;
-  size_t lo, align = MAX(16 / kern_type_size(a->type), 1);
+  struct cuda_deferred_pool* pool = &comm->cuda->deferred;
+  struct direct_task plan;
+  struct direct_staged st;
+  size_t align = MAX(16 / kern_type_size(a->type), 1);
   int k = sched_topo_node_size(t, t->node_of[comm->rank]), me = t->local_of[comm->rank];
-  if (op->direct == WORK_DIRECT_HIER) { /* two kernels: the node's reduce, its spread */
-    CHECK(direct_plan_staged(me, k, a->count, align, &plan, &spread, &lo));
-    CHECK(
-        cuda_deferred_arm(&comm->cuda->deferred, cuda_driver(), stream, plan.n, &op->deferred[0]));
-    CHECK(cuda_deferred_arm(&comm->cuda->deferred, cuda_driver(), stream, spread.n,
-                            &op->deferred[1]));
+  if (op->direct == WORK_DIRECT_HIER) { /* two kernels: into the scratch, out of it */
+    CHECK(hier_plan(comm, a, &st));
+    CHECK(cuda_deferred_arm(pool, cuda_driver(), stream, st.before.n, &op->deferred[0]));
+    CHECK(cuda_deferred_arm(pool, cuda_driver(), stream, st.after.n, &op->deferred[1]));
     return ncclSuccess;
   }
   CHECK(direct_plan(a->coll, me, k, a->root, a->count, a->stride, align, &plan));
-  CHECK(cuda_deferred_arm(&comm->cuda->deferred, cuda_driver(), stream, plan.n, &op->deferred[0]));
+  CHECK(cuda_deferred_arm(pool, cuda_driver(), stream, plan.n, &op->deferred[0]));
 fail:
   return res;
 }

@@ -48,12 +48,15 @@ struct cuda_direct;
 int cuda_direct_wanted(const struct work_op* ops, int n);
 
 /* How op runs direct (enum work_direct): WORK_DIRECT_NODE as above;
- * WORK_DIRECT_HIER, an all-reduce on a comm of several nodes with the same
- * number of ranks each (2..DIRECT_MAX_RANKS, their devices in reach as
- * above), where the host would run Hier (or NCCL_ALGO names Direct): the
- * node's ranks reduce-scatter direct into pinned scratch, the ranks that
- * hold the same slice on every node all-reduce it on the host (a ring over
- * the network), and the node's ranks all-gather it direct. */
+ * WORK_DIRECT_HIER, an all-reduce, reduce-scatter or all-gather on a comm
+ * of several nodes with the same number of ranks each (2..DIRECT_MAX_RANKS,
+ * their devices in reach as above; for the last two, each index's ranks
+ * evenly spaced across nodes, as node-major and round-robin layouts are),
+ * where the host would run Hier (or NCCL_ALGO names Direct): a kernel
+ * moves the node's part into pinned scratch, the ranks holding this rank's
+ * index on every node run the collective there on the host (a ring over
+ * the network), and a second kernel writes the node's outputs
+ * (algorithms/direct.h, direct_plan_hier). */
 int cuda_direct_kind(const struct work_op* op);
 
 /* Queue op's kernel on `stream` (the comm's context current) for a call

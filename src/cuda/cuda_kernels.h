@@ -13,12 +13,13 @@
 #include "nccl.h"
 
 /* Enqueue `task` (its pointers device-accessible) on `stream` in the
- * current context. */
+ * current context; a launch per row where it has several. */
 ncclResult_t cuda_reduce_copy(const struct kern_dev_task* task, CUstream stream);
 
 /* Enqueue the kernel that reads its task at `task` (device-accessible)
- * when it runs, with a grid for at most n_max elements: for launches
- * queued before their pointers are known. A task of n == 0 does nothing. */
+ * when it runs, with a grid for at most n_max elements (per row; it runs
+ * every row itself): for launches queued before their pointers are
+ * known. A task of n == 0 does nothing. */
 ncclResult_t cuda_reduce_copy_at(CUdeviceptr task, uint64_t n_max, CUstream stream);
 
 /* kernels.h's task in the kernel's form: the same type and operator

@@ -305,13 +305,33 @@ static int operand_reachable(const void* p, size_t bytes) {
   return 0;
 }
 
-static int task_reachable(const struct kern_dev_task* t) {
+/* Whether row operand p translates as the first row's, `base`: the GPU's
+ * address space is flat, but the simulation translates the first row's
+ * pointers only, so a row in another allocation would land elsewhere. */
+static int row_translates(const void* base, const void* p) {
+  intptr_t moved = (intptr_t)gpu_addr((uintptr_t)p) - (intptr_t)gpu_addr((uintptr_t)base);
+  if (moved == (intptr_t)p - (intptr_t)base) return 1;
+  fprintf(stderr, "cudasim: kernel operand %p is not in the allocation of its first row %p\n", p,
+          base);
+  return 0;
+}
+
+/* The first `rows` rows of every operand: device or pinned memory, each
+ * in one allocation. */
+static int task_reachable(const struct kern_dev_task* t, uint32_t rows) {
   static const size_t sizes[] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1};
   size_t bytes = t->type >= 0 && t->type < 12 ? (size_t)t->n * sizes[t->type] : 0;
-  for (int i = 0; i < t->nsrcs && i < KB_MAX_SRCS; i++)
-    if (!operand_reachable(t->srcs[i], bytes)) return 0;
-  for (int i = 0; i < t->ndsts && i < KB_MAX_DSTS; i++)
-    if (!operand_reachable(t->dsts[i], bytes)) return 0;
+  int nsrcs = t->nsrcs < KB_MAX_SRCS ? t->nsrcs : KB_MAX_SRCS;
+  int ndsts = t->ndsts < KB_MAX_DSTS ? t->ndsts : KB_MAX_DSTS;
+  struct kern_dev_task row = *t;
+  for (uint32_t r = 0; r < rows; r++, kern_dev_task_next_row(&row)) {
+    for (int i = 0; i < nsrcs; i++)
+      if (!operand_reachable(row.srcs[i], bytes) || !row_translates(t->srcs[i], row.srcs[i]))
+        return 0;
+    for (int i = 0; i < ndsts; i++)
+      if (!operand_reachable(row.dsts[i], bytes) || !row_translates(t->dsts[i], row.dsts[i]))
+        return 0;
+  }
   return 1;
 }
 
@@ -329,12 +349,12 @@ static void launch_at_run(struct sim_op* op) {
   struct kern_dev_task t;
   kern_dev_task_load(&t, op->src);
   if (t.n == 0) return;
-  if (!task_reachable(&t)) {
+  if (!task_reachable(&t, kern_dev_task_rows(&t))) {
     fprintf(stderr, "cudasim: braid_reduce_copy_at faulted: the context is lost\n");
     abort();
   }
   task_to_gpu(&t);
-  kern_emulate_reduce_copy(&t, op->grid, op->block);
+  kern_emulate_reduce_copy_at(&t, op->grid, op->block);
 }
 
 static void op_run(struct sim_op* op) {
@@ -619,7 +639,7 @@ static CUresult sim_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, 
     return stream_push(s, &op);
   }
   memcpy(&op.task, args[0], sizeof(op.task)); /* parameters are taken at the launch */
-  if (!task_reachable(&op.task)) return CUDA_ERROR_ILLEGAL_ADDRESS;
+  if (!task_reachable(&op.task, 1)) return CUDA_ERROR_ILLEGAL_ADDRESS; /* it runs one row */
   task_to_gpu(&op.task);
   return stream_push(s, &op);
 }

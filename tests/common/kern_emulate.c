@@ -7,3 +7,11 @@ void kern_emulate_reduce_copy(const struct kern_dev_task* t, unsigned grid, unsi
   for (unsigned b = 0; b < grid; b++)
     for (unsigned x = 0; x < block; x++) kern_dev_task_run(t, (uint64_t)b * block + x, stride);
 }
+
+void kern_emulate_reduce_copy_at(const struct kern_dev_task* t, unsigned grid, unsigned block) {
+  struct kern_dev_task row = *t;
+  for (uint32_t r = 0; r < kern_dev_task_rows(t); r++) {
+    if (r > 0) kern_dev_task_next_row(&row);
+    kern_emulate_reduce_copy(&row, grid, block);
+  }
+}

@@ -11,4 +11,9 @@
 
 void kern_emulate_reduce_copy(const struct kern_dev_task* t, unsigned grid, unsigned block);
 
+/* braid_reduce_copy_at on a task already loaded: every row in turn (the
+ * kernel's blocks step through the rows together; the rows are disjoint,
+ * so one after another gives the same bytes). */
+void kern_emulate_reduce_copy_at(const struct kern_dev_task* t, unsigned grid, unsigned block);
+
 #endif

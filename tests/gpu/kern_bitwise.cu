@@ -3,11 +3,11 @@
  * a real GPU against the CPU kernels (kern_task_run, libbraid.a): every
  * type x operator x flags x source count x destination count x length x
  * element offset, on random bits salted with special values, compared bit
- * for bit (the same matrix test_kern_cuda runs on the CPU grid emulation);
- * then the fused 2-source float sum on 256 MiB timed next to a
+ * for bit (the same matrix test_kern_cuda runs on the CPU grid emulation),
+ * and tasks of several rows; then the fused 2-source float sum on 256 MiB timed next to a
  * device-to-device copy of the same bytes.
  *
- *   tests/gpu/kern_bitwise <fatbin> [bw|small]
+ *   tests/gpu/kern_bitwise <dir>/reduce.fatbin [bw|small]   (reduce_at.fatbin beside it)
  *     bw: the timings only; small: the matrix up to 4099 elements, no
  *     timings (what compute-sanitizer runs)
  */
@@ -15,6 +15,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <string>
 
 extern "C" {
 #include "cuda/kern_body.h"
@@ -39,7 +41,7 @@ extern "C" {
 static const size_t k_lens[] = {0, 1, 2, 7, 33, 64, 1000, MAX_N, 1 << 20};
 static const int k_nsrcs[] = {1, 2, 3, 8};
 
-static CUfunction g_fn;
+static CUfunction g_fn, g_fn_at;
 static int g_sms;
 static unsigned g_block = 256, g_blocks_per_sm = 8;
 
@@ -97,6 +99,63 @@ static size_t one(int type, int op, unsigned pre, int post, int ns, int nd, size
       bad++;
     }
   }
+  return bad;
+}
+
+/* braid_reduce_copy_at on a task copied to the device first. */
+static void launch_at(const struct kern_dev_task* d, CUstream s) {
+  CUdeviceptr at;
+  CU(cuMemAlloc(&at, sizeof(*d)));
+  CU(cuMemcpyHtoD(at, d, sizeof(*d)));
+  void* args[] = {&at};
+  unsigned block = g_block, grid = (unsigned)(d->n / block + 1);
+  if (grid > (unsigned)g_sms * g_blocks_per_sm) grid = (unsigned)g_sms * g_blocks_per_sm;
+  CU(cuLaunchKernel(g_fn_at, grid, 1, 1, block, 1, 1, 0, s, args, NULL));
+  CU(cuCtxSynchronize());
+  CU(cuMemFree(at));
+}
+
+/* A task of 3 rows (Hier's node stages: braid_reduce_copy_at steps
+ * through them), float sum of 3 sources into 2 destinations, rows upwards
+ * and downwards with pitches that misalign every other row, against the
+ * CPU kernels row by row; the bytes between rows must stay untouched.
+ * Returns differing bytes. */
+static size_t rows_check(unsigned char** hsrc, unsigned char** hcpu, unsigned char* hgpu,
+                         CUdeviceptr* dsrc, CUdeviceptr* ddst) {
+  const size_t n = 100003, sp = n * 4 + 20, dp = n * 4 + 44, rows = 3, slot = rows * dp;
+  size_t bad = 0;
+  for (int down = 0; down < 2; down++) {
+    struct kern_dev_task d;
+    memset(&d, 0, sizeof(d));
+    d.type = KB_FLOAT, d.op = KB_SUM, d.nsrcs = 3, d.ndsts = 2, d.n = n, d.rows = (uint32_t)rows;
+    d.src_row = down ? -(int64_t)sp : (int64_t)sp;
+    d.dst_row = down ? -(int64_t)dp : (int64_t)dp;
+    size_t s0 = down ? (rows - 1) * sp : 0, d0 = down ? (rows - 1) * dp : 0;
+    for (int k = 0; k < 3; k++) {
+      fill(ncclFloat32, hsrc[k], slot / 4);
+      CU(cuMemcpyHtoD(dsrc[k], hsrc[k], slot));
+      d.srcs[k] = (const void*)(dsrc[k] + s0);
+    }
+    for (int j = 0; j < 2; j++) {
+      memset(hcpu[j], 0xA5, slot);
+      CU(cuMemsetD8(ddst[j], 0xA5, slot));
+      d.dsts[j] = (void*)(ddst[j] + d0);
+    }
+    for (size_t r = 0; r < rows; r++) {
+      struct kern_task t;
+      memset(&t, 0, sizeof(t));
+      t.redop.type = ncclFloat32, t.redop.op = KERN_SUM, t.nsrcs = 3, t.ndsts = 2, t.n = n;
+      for (int k = 0; k < 3; k++) t.srcs[k] = hsrc[k] + s0 + (int64_t)r * d.src_row;
+      for (int j = 0; j < 2; j++) t.dsts[j] = hcpu[j] + d0 + (int64_t)r * d.dst_row;
+      kern_task_run(&t);
+    }
+    launch_at(&d, 0);
+    for (int j = 0; j < 2; j++) {
+      CU(cuMemcpyDtoH(hgpu, ddst[j], slot));
+      for (size_t i = 0; i < slot; i++) bad += hcpu[j][i] != hgpu[i];
+    }
+  }
+  printf("rows: 2 tasks of 3 rows, %zu bytes differ from the CPU kernels\n", bad);
   return bad;
 }
 
@@ -176,7 +235,7 @@ int main(int argc, char** argv) {
   }
   CUdevice dev;
   CUcontext ctx;
-  CUmodule mod;
+  CUmodule mod, mod_at;
   CU(cuInit(0));
   CU(cuDeviceGet(&dev, 0));
   CU(cuDevicePrimaryCtxRetain(&ctx, dev));
@@ -184,6 +243,11 @@ int main(int argc, char** argv) {
   CU(cuDeviceGetAttribute(&g_sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev));
   CU(cuModuleLoad(&mod, argv[1]));
   CU(cuModuleGetFunction(&g_fn, mod, "braid_reduce_copy"));
+  std::string at_path(argv[1]); /* reduce_at.fatbin beside reduce.fatbin */
+  size_t slash = at_path.find_last_of('/');
+  at_path = at_path.substr(0, slash == std::string::npos ? 0 : slash + 1) + "reduce_at.fatbin";
+  CU(cuModuleLoad(&mod_at, at_path.c_str()));
+  CU(cuModuleGetFunction(&g_fn_at, mod_at, "braid_reduce_copy_at"));
   size_t big = (size_t)(1 << 20) + MAX_OFF, slot = big * 8;
   unsigned char *hsrc[8], *hcpu[3], *hgpu = (unsigned char*)malloc(slot);
   CUdeviceptr dsrc[8], ddst[3];
@@ -216,6 +280,7 @@ int main(int argc, char** argv) {
     bad += type_bad;
   }
   printf("bitwise: %zu tasks, %zu elements differ from the CPU kernels\n", tasks, bad);
+  if (!bw_only) bad += rows_check(hsrc, hcpu, hgpu, dsrc, ddst);
   if (!small) bandwidth();
   return bad != 0;
 }

@@ -15,7 +15,7 @@ cp build/tests/mp_test_device build/tests/test_cuda_ipc build/bin/all_reduce_per
   build/bin/all_gather_perf build/bin/reduce_scatter_perf "$C/bin/"
 nvcc -O2 -arch=sm_90 -Ikernels -Iinclude -Icommon -Itests -o "$C/bin/kern_bitwise" \
   tests/gpu/kern_bitwise.cu build/lib/libbraid.a -L/usr/local/cuda/lib64/stubs -lcuda -lpthread -lm
-cp build/obj/kernels/cuda/reduce.fatbin "$C/bin/"
+cp build/obj/kernels/cuda/reduce.fatbin build/obj/kernels/cuda/reduce_at.fatbin "$C/bin/"
 cc -O2 -shared -fPIC -o "$C/lib/set_device_shim.so" tests/gpu/set_device_shim.c -ldl
 if [ -n "${NCCL_TESTS_SRC:-}" ]; then
   H=$(mktemp -d)

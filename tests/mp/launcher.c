@@ -516,21 +516,43 @@ static int line_matches(const char* line, const char* pattern) {
   return 1;
 }
 
-int mp_capture_end(mp_capture* cap, const char* needle) {
+/* Lines of the capture holding `needle`; each echoed to `echo` if set,
+ * but for NCCL INFO lines where `echo_info` is 0. */
+static int capture_lines(const mp_capture* cap, const char* needle, FILE* echo, int echo_info) {
   char line[1024];
   int n = 0;
+  fflush(stdout);
+  fflush(stderr);
+  FILE* f = fopen(cap->path, "r");
+  while (f && fgets(line, sizeof(line), f)) {
+    if (echo && (echo_info || strstr(line, " NCCL INFO ") == NULL)) fputs(line, echo);
+    n += line_matches(line, needle);
+  }
+  if (f) fclose(f);
+  return n;
+}
+
+int mp_capture_count(const mp_capture* cap, const char* needle) {
+  return capture_lines(cap, needle, NULL, 0);
+}
+
+/* Restore stdout and stderr; echo the capture to stderr and remove it. */
+static int capture_finish(mp_capture* cap, const char* needle, int echo_info) {
   fflush(stdout);
   fflush(stderr);
   dup2(cap->saved[0], 1);
   dup2(cap->saved[1], 2);
   close(cap->saved[0]);
   close(cap->saved[1]);
-  FILE* f = fopen(cap->path, "r");
-  while (f && fgets(line, sizeof(line), f)) {
-    fputs(line, stderr);
-    n += line_matches(line, needle);
-  }
-  if (f) fclose(f);
+  int n = capture_lines(cap, needle, stderr, echo_info);
   unlink(cap->path);
   return n;
+}
+
+int mp_capture_end(mp_capture* cap, const char* needle) {
+  return capture_finish(cap, needle, 1);
+}
+
+void mp_capture_end_quiet(mp_capture* cap) {
+  capture_finish(cap, "", 0);
 }

@@ -97,5 +97,11 @@ int mp_capture_begin(mp_capture* cap);
 /* Restores both, echoes what was captured to stderr, and returns how many
  * captured lines hold `needle` ("a*b": a, then later b). */
 int mp_capture_end(mp_capture* cap, const char* needle);
+/* How many lines captured so far hold `needle`, capture going on (for a
+ * count of several needles before mp_capture_end). */
+int mp_capture_count(const mp_capture* cap, const char* needle);
+/* mp_capture_end without the NCCL INFO lines in the echo (a long log
+ * that was only counted). */
+void mp_capture_end_quiet(mp_capture* cap);
 
 #endif /* MP_LAUNCHER_H_ */

@@ -155,33 +155,85 @@ static void test_direct_two_devices(void** state) {
   assert_int_equal(mp_launch(4, direct_two_devices_body, NULL, NULL), 0);
 }
 
-/* Hier on devices: ranks faked into nodes of `ppn` by NCCL_HOSTID (so
- * nodes talk TCP, ranks of a node CUDA IPC), NCCL_ALGO naming Direct. The
- * all-reduces reduce-scatter direct inside each node into pinned scratch,
- * all-reduce between nodes on the host, all-gather direct; the other
- * collectives are staged. Gated on 2 x 2 and 2 x 3, synchronous on 3 x 2,
- * every type and op (avg's division on the total). */
+/* Hier on devices: ranks faked into nodes by NCCL_HOSTID (so nodes talk
+ * TCP, ranks of a node CUDA IPC), NCCL_ALGO naming Direct. All-reduce,
+ * reduce-scatter and all-gather run their node stages direct around pinned
+ * scratch and the stage between nodes on the host; the other collectives
+ * are staged. Every type and op (avg's division on the total). Layouts:
+ * node-major (gated on 2 x 2 and 2 x 3, synchronous on 3 x 2),
+ * round-robin, mirrored (a column's ranks step down: 0 1 2 | 5 4 3), and
+ * one whose columns are uneven (nodes {0,1} {2,4} {3,5}), where
+ * reduce-scatter and all-gather must stay staged. The TUNING log says
+ * which ran. */
+enum hier_kind { HIER_NODE_MAJOR, HIER_ROUND_ROBIN, HIER_MIRRORED, HIER_UNEVEN };
+
 struct hier_layout {
-  int ppn;
+  int ppn, nnodes;
   int sync;
+  int kind; /* enum hier_kind */
 };
+
+static int hier_node_of(const struct hier_layout* l, int r) {
+  static const int uneven[] = {0, 0, 1, 2, 1, 2};
+  switch (l->kind) {
+    case HIER_ROUND_ROBIN:
+      return r % l->nnodes;
+    case HIER_MIRRORED:
+      return (r / l->nnodes) % 2 ? l->nnodes - 1 - r % l->nnodes : r % l->nnodes;
+    case HIER_UNEVEN:
+      return uneven[r % 6];
+    default:
+      return r / l->ppn;
+  }
+}
+
+/* Whether the TUNING log says `coll` ran as Hier with direct node stages
+ * (want) or never did (!want). */
+static int hier_ran(const mp_env* env, const mp_capture* cap, const char* coll, int want) {
+  char pattern[96];
+  snprintf(pattern, sizeof(pattern), "%s *: Hier with direct node stages", coll);
+  int n = mp_capture_count(cap, pattern);
+  if ((want && n == 0) || (!want && n > 0)) {
+    mp_fail(env, "%d %s calls ran as Hier with direct node stages, want %s", n, coll,
+            want ? "some" : "none");
+    return 1;
+  }
+  return 0;
+}
 
 static int hier_direct_body(const mp_env* env) {
   const struct hier_layout* l = env->arg;
   char host[32];
-  snprintf(host, sizeof(host), "fake-node-%d", env->rank / l->ppn);
+  mp_capture cap;
+  snprintf(host, sizeof(host), "fake-node-%d", hier_node_of(l, env->rank));
   setenv("NCCL_HOSTID", host, 1);
   setenv("NCCL_ALGO", "Direct,Ring", 1);
+  setenv("NCCL_DEBUG", "INFO", 1);
+  setenv("NCCL_DEBUG_SUBSYS", "TUNING", 1);
   if (l->sync) setenv("BRAID_STREAM_MEMOPS", "0", 1);
-  return matrix_body(env);
+  if (mp_capture_begin(&cap) != 0) return 1;
+  int bad = matrix_body(env), rows = l->kind != HIER_UNEVEN;
+  bad += hier_ran(env, &cap, "AllReduce", 1);
+  bad += hier_ran(env, &cap, "ReduceScatter", rows);
+  bad += hier_ran(env, &cap, "AllGather", rows);
+  mp_capture_end_quiet(&cap);
+  return bad;
 }
 
 static void test_hier_direct(void** state) {
   (void)state;
-  static const struct hier_layout two_by_two = {2, 0}, three_by_two = {2, 1}, two_by_three = {3, 0};
+  static const struct hier_layout two_by_two = {2, 2, 0, HIER_NODE_MAJOR},
+                                  three_by_two = {2, 3, 1, HIER_NODE_MAJOR},
+                                  two_by_three = {3, 2, 0, HIER_NODE_MAJOR},
+                                  round_robin = {2, 3, 0, HIER_ROUND_ROBIN},
+                                  mirrored = {2, 3, 0, HIER_MIRRORED},
+                                  uneven = {2, 3, 0, HIER_UNEVEN};
   assert_int_equal(mp_launch(4, hier_direct_body, (void*)&two_by_two, NULL), 0);
   assert_int_equal(mp_launch(6, hier_direct_body, (void*)&three_by_two, NULL), 0);
   assert_int_equal(mp_launch(6, hier_direct_body, (void*)&two_by_three, NULL), 0);
+  assert_int_equal(mp_launch(6, hier_direct_body, (void*)&round_robin, NULL), 0);
+  assert_int_equal(mp_launch(6, hier_direct_body, (void*)&mirrored, NULL), 0);
+  assert_int_equal(mp_launch(6, hier_direct_body, (void*)&uneven, NULL), 0);
 }
 
 /* The matrix with the ranks as threads of one process (ncclCommInitAll),

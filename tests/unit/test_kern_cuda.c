@@ -4,7 +4,8 @@
  * operator x flags (premul on some sources, avg's division) x source count
  * (1, 2, 3, 8) x destination count x length x element offset, on random
  * bits salted with the special values (NaNs with payloads, infinities,
- * signed zeros, subnormals), compared bit for bit. tests/gpu runs the same
+ * signed zeros, subnormals), compared bit for bit; and tasks of several
+ * rows, row by row. tests/gpu runs the same
  * comparison on a real GPU.
  */
 #include <setjmp.h>
@@ -132,10 +133,80 @@ static void test_nan_rules(void** state) {
       }
 }
 
+/* Rows (Hier's node stages, braid_reduce_copy_at): the task again on
+ * evenly spaced rows, the sources and destinations with pitches of their
+ * own, upwards or downwards, against the CPU kernels row by row; the bytes
+ * between rows stay untouched. */
+#define ROWS 3
+#define ROW_N 1000
+#define ROW_GAP 24 /* bytes between rows beyond the row itself: misaligns the next */
+
+struct rows_bufs {
+  _Alignas(64) unsigned char src[3][ROWS * (ROW_N * 8 + 2 * ROW_GAP)];
+  unsigned char cpu[2][ROWS * (ROW_N * 8 + 2 * ROW_GAP)];
+  unsigned char emu[2][ROWS * (ROW_N * 8 + 2 * ROW_GAP)];
+};
+
+static size_t rows_one(struct rows_bufs* b, ncclDataType_t type, int ns, int nd, size_t n,
+                       int down) {
+  size_t es = kern_type_size(type), sp = n * es + ROW_GAP, dp = n * es + 2 * ROW_GAP;
+  size_t first_s = down ? (ROWS - 1) * sp : 0, first_d = down ? (ROWS - 1) * dp : 0;
+  struct kern_dev_task d;
+  memset(&d, 0, sizeof(d));
+  d.type = (int32_t)type, d.op = ns == 1 ? KB_COPY : KB_SUM;
+  d.nsrcs = ns, d.ndsts = nd, d.n = n;
+  d.rows = ROWS;
+  d.src_row = down ? -(int64_t)sp : (int64_t)sp;
+  d.dst_row = down ? -(int64_t)dp : (int64_t)dp;
+  for (int k = 0; k < ns; k++) {
+    fill(type, b->src[k], sizeof(b->src[k]) / es);
+    d.srcs[k] = b->src[k] + first_s;
+  }
+  for (int j = 0; j < nd; j++) {
+    memset(b->cpu[j], 0xA5, sizeof(b->cpu[j]));
+    memset(b->emu[j], 0xA5, sizeof(b->emu[j]));
+    d.dsts[j] = b->emu[j] + first_d;
+  }
+  for (int r = 0; r < ROWS; r++) {
+    struct kern_task t;
+    memset(&t, 0, sizeof(t));
+    t.redop.type = type, t.redop.op = KERN_SUM;
+    t.nsrcs = ns, t.ndsts = nd, t.n = n;
+    for (int k = 0; k < ns; k++) t.srcs[k] = (const char*)d.srcs[k] + r * d.src_row;
+    for (int j = 0; j < nd; j++) t.dsts[j] = b->cpu[j] + first_d + r * d.dst_row;
+    kern_task_run(&t);
+  }
+  kern_emulate_reduce_copy_at(&d, 3, 5);
+  size_t bad = 0;
+  for (int j = 0; j < nd; j++)
+    for (size_t i = 0; i < sizeof(b->cpu[j]); i++) bad += b->cpu[j][i] != b->emu[j][i];
+  if (bad)
+    fprintf(stderr, "rows: type %d ns %d nd %d n %zu down %d: %zu bytes differ\n", (int)type, ns,
+            nd, n, down, bad);
+  return bad;
+}
+
+static void test_rows(void** state) {
+  (void)state;
+  static struct rows_bufs b;
+  static const ncclDataType_t types[] = {ncclInt8, ncclFloat16, ncclFloat32, ncclFloat64,
+                                         ncclFloat8e4m3};
+  static const size_t lens[] = {1, 7, 33, ROW_N};
+  size_t bad = 0;
+  for (size_t t = 0; t < sizeof(types) / sizeof(types[0]); t++)
+    for (int ns = 1; ns <= 3; ns++)
+      for (int nd = 1; nd <= 2; nd++)
+        for (size_t li = 0; li < sizeof(lens) / sizeof(lens[0]); li++)
+          for (int down = 0; down < 2; down++)
+            bad += rows_one(&b, types[t], ns, nd, lens[li], down);
+  assert_int_equal(bad, 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_nan_rules),
       cmocka_unit_test(test_bitwise_equal),
+      cmocka_unit_test(test_rows),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
