@@ -189,4 +189,51 @@ KERN_INLINE vi_t vi_min_u64(vi_t x, vi_t y) {
   return _mm256_blendv_epi8(y, x, _mm256_cmpgt_epi64(flip64(y), flip64(x)));
 }
 
+/* ---- 32-bit lanes for fp8 (reduce_simd.h): VF_N lanes, one per element ---- */
+KERN_INLINE vi_t vi_load_u8x(const char* p) { /* VF_N bytes, zero-extended */
+  return _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i*)(const void*)p));
+}
+KERN_INLINE void vi_store_u8x(char* p, vi_t v) { /* the low byte of each lane */
+  const __m256i pick =
+      _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, 0, 4, 8, 12, -1,
+                       -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
+  __m256i b = _mm256_shuffle_epi8(v, pick);
+  __m128i lo = _mm256_castsi256_si128(b), hi = _mm256_extracti128_si256(b, 1);
+  _mm_storel_epi64((__m128i*)(void*)p, _mm_unpacklo_epi32(lo, hi));
+}
+KERN_INLINE vi_t vi_set1_32(uint32_t x) {
+  return _mm256_set1_epi32((int)x);
+}
+KERN_INLINE vi_t vi_sub32(vi_t x, vi_t y) {
+  return _mm256_sub_epi32(x, y);
+}
+KERN_INLINE vi_t vi_and(vi_t x, vi_t y) {
+  return _mm256_and_si256(x, y);
+}
+KERN_INLINE vi_t vi_or(vi_t x, vi_t y) {
+  return _mm256_or_si256(x, y);
+}
+KERN_INLINE vi_t vi_srlv32(vi_t x, vi_t s) {
+  return _mm256_srlv_epi32(x, s);
+}
+KERN_INLINE vi_t vi_sllv32(vi_t x, vi_t s) {
+  return _mm256_sllv_epi32(x, s);
+}
+/* a > b (signed) ? x : y, and a == b ? x : y, lane by lane */
+KERN_INLINE vi_t vi_sel_gt32(vi_t a, vi_t b, vi_t x, vi_t y) {
+  return _mm256_blendv_epi8(y, x, _mm256_cmpgt_epi32(a, b));
+}
+KERN_INLINE vi_t vi_sel_eq32(vi_t a, vi_t b, vi_t x, vi_t y) {
+  return _mm256_blendv_epi8(y, x, _mm256_cmpeq_epi32(a, b));
+}
+KERN_INLINE vf_t vi_to_f(vi_t x) {
+  return _mm256_cvtepi32_ps(x);
+}
+KERN_INLINE vf_t vi_as_f(vi_t x) {
+  return _mm256_castsi256_ps(x);
+}
+KERN_INLINE vi_t vf_as_i(vf_t x) {
+  return _mm256_castps_si256(x);
+}
+
 #include "reduce_simd.h"

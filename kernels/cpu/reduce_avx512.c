@@ -182,4 +182,46 @@ KERN_INLINE vi_t vi_min_u64(vi_t x, vi_t y) {
   return _mm512_min_epu64(x, y);
 }
 
+/* ---- 32-bit lanes for fp8 (reduce_simd.h): VF_N lanes, one per element ---- */
+KERN_INLINE vi_t vi_load_u8x(const char* p) { /* VF_N bytes, zero-extended */
+  return _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)(const void*)p));
+}
+KERN_INLINE void vi_store_u8x(char* p, vi_t v) { /* the low byte of each lane */
+  _mm_storeu_si128((__m128i*)(void*)p, _mm512_cvtepi32_epi8(v));
+}
+KERN_INLINE vi_t vi_set1_32(uint32_t x) {
+  return _mm512_set1_epi32((int)x);
+}
+KERN_INLINE vi_t vi_sub32(vi_t x, vi_t y) {
+  return _mm512_sub_epi32(x, y);
+}
+KERN_INLINE vi_t vi_and(vi_t x, vi_t y) {
+  return _mm512_and_si512(x, y);
+}
+KERN_INLINE vi_t vi_or(vi_t x, vi_t y) {
+  return _mm512_or_si512(x, y);
+}
+KERN_INLINE vi_t vi_srlv32(vi_t x, vi_t s) {
+  return _mm512_srlv_epi32(x, s);
+}
+KERN_INLINE vi_t vi_sllv32(vi_t x, vi_t s) {
+  return _mm512_sllv_epi32(x, s);
+}
+/* a > b (signed) ? x : y, and a == b ? x : y, lane by lane */
+KERN_INLINE vi_t vi_sel_gt32(vi_t a, vi_t b, vi_t x, vi_t y) {
+  return _mm512_mask_blend_epi32(_mm512_cmpgt_epi32_mask(a, b), y, x);
+}
+KERN_INLINE vi_t vi_sel_eq32(vi_t a, vi_t b, vi_t x, vi_t y) {
+  return _mm512_mask_blend_epi32(_mm512_cmpeq_epi32_mask(a, b), y, x);
+}
+KERN_INLINE vf_t vi_to_f(vi_t x) {
+  return _mm512_cvtepi32_ps(x);
+}
+KERN_INLINE vf_t vi_as_f(vi_t x) {
+  return _mm512_castsi512_ps(x);
+}
+KERN_INLINE vi_t vf_as_i(vf_t x) {
+  return _mm512_castps_si512(x);
+}
+
 #include "reduce_simd.h"

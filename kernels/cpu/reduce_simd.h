@@ -26,6 +26,11 @@
  *   vf_rt_bf16(x)         x rounded to bf16 and widened back, lane by lane
  *   vd_*                  as vf_* for double
  *   vi_load, vi_store, vi_add{8,32,64}, vi_{max,min}_{s,u}{8,32,64}
+ *   vi_load_u8x, vi_store_u8x: VF_N bytes to and from 32-bit lanes (fp8)
+ *   vi_set1_32, vi_sub32, vi_and, vi_or, vi_srlv32, vi_sllv32 (per-lane
+ *                         shift counts), vi_sel_gt32(a, b, x, y) (a > b
+ *                         signed ? x : y), vi_sel_eq32, vi_to_f (convert),
+ *                         vi_as_f, vf_as_i (reinterpret)
  */
 
 /*
@@ -152,6 +157,98 @@ SIMD_FP_LOOP(loop_f64_nt, vd_t, vd, VD_N, 8, vd_load, vd_stream, SIMD_RT_NONE)
 SIMD_BF16_LOOP(loop_bf16, vi_store)
 SIMD_BF16_LOOP(loop_bf16_nt, vi_stream)
 
+/*
+ * fp8 through 32-bit integer lanes, one element per lane: the bit recipes
+ * of kern_convert.h written lane-parallel, so every result is kc_*'s.
+ */
+
+/* e4m3: bias 7, S.1111.111 the only NaN (quiet, sign kept), no inf. */
+KERN_INLINE vf_t v8_widen_e4m3(vi_t b) {
+  vi_t mag = vi_and(b, vi_set1_32(0x7f)),
+       sign = vi_sllv32(vi_and(b, vi_set1_32(0x80)), vi_set1_32(24));
+  vi_t normal = vi_add32(vi_sllv32(mag, vi_set1_32(20)), vi_set1_32(120u << 23));
+  vi_t sub = vf_as_i(vf_mul(vi_to_f(mag), vf_set1(0x1p-9f))); /* exact: mag < 8 */
+  vi_t r = vi_sel_gt32(vi_set1_32(8), mag, sub, normal);
+  r = vi_sel_eq32(mag, vi_set1_32(0x7f), vi_set1_32(0x7fc00000u), r);
+  return vi_as_f(vi_or(r, sign));
+}
+
+/* e5m2: the top byte of a half; exponent 31 is inf, or NaN with its payload. */
+KERN_INLINE vf_t v8_widen_e5m2(vi_t b) {
+  vi_t mag = vi_and(b, vi_set1_32(0x7f)),
+       sign = vi_sllv32(vi_and(b, vi_set1_32(0x80)), vi_set1_32(24));
+  vi_t bits = vi_sllv32(mag, vi_set1_32(21));
+  vi_t normal = vi_add32(bits, vi_set1_32(112u << 23));
+  vi_t special = vi_add32(bits, vi_set1_32(224u << 23));       /* exponent 31 to 255 */
+  vi_t sub = vf_as_i(vf_mul(vi_to_f(mag), vf_set1(0x1p-16f))); /* exact: mag < 4 */
+  vi_t r = vi_sel_gt32(vi_set1_32(4), mag, sub, normal);
+  r = vi_sel_gt32(mag, vi_set1_32(0x7b), special, r);
+  return vi_as_f(vi_or(r, sign));
+}
+
+/* kc_rne_shift lane by lane: v / 2^s to nearest, ties to even (v < 2^31,
+ * 1 <= s <= 31, so the signed comparisons hold). */
+KERN_INLINE vi_t v8_rne_shift(vi_t v, vi_t s) {
+  vi_t one = vi_set1_32(1), q = vi_srlv32(v, s);
+  vi_t rem = vi_sub32(v, vi_sllv32(q, s)), half = vi_sllv32(one, vi_sub32(s, one));
+  vi_t tie_up = vi_sel_eq32(rem, half, vi_and(q, one), vi_set1_32(0));
+  return vi_add32(q, vi_sel_gt32(rem, half, one, tie_up));
+}
+
+/* kc_float_to_e4m3 / kc_float_to_e5m2 lane by lane: the magnitude of
+ * kc_narrow_mag (mbits mantissa bits, exponent bias), clamped to `sat`
+ * from `sat_mag` on (and inf), NaN to 0x7f, the sign on top. */
+KERN_INLINE vi_t v8_narrow(vf_t f, unsigned mbits, int bias, uint32_t sat_mag, uint32_t sat) {
+  vi_t x = vf_as_i(f), ax = vi_and(x, vi_set1_32(0x7fffffffu));
+  vi_t sign = vi_and(vi_srlv32(x, vi_set1_32(24)), vi_set1_32(0x80));
+  vi_t e = vi_srlv32(ax, vi_set1_32(23));
+  /* the target's normals: ax less the exponent bias difference, s fixed;
+   * its subnormals (and below): the implicit-one mantissa, s from e */
+  vi_t v_norm = vi_sub32(ax, vi_set1_32((uint32_t)(127 - bias) << 23));
+  vi_t v_sub = vi_or(vi_and(ax, vi_set1_32(0x7fffffu)), vi_set1_32(0x800000u));
+  vi_t s_sub = vi_sub32(vi_set1_32(151u - mbits - (uint32_t)bias), e);
+  s_sub = vi_min_u32(s_sub, vi_set1_32(31));         /* below half a unit: 0 */
+  vi_t is_norm = vi_set1_32((uint32_t)(127 - bias)); /* e > this: normal */
+  vi_t v = vi_sel_gt32(e, is_norm, v_norm, v_sub);
+  vi_t s = vi_sel_gt32(e, is_norm, vi_set1_32(23 - mbits), s_sub);
+  vi_t r = vi_min_u32(v8_rne_shift(v, s), vi_set1_32(sat));
+  r = vi_sel_gt32(vi_set1_32(sat_mag), ax, r, vi_set1_32(sat));
+  r = vi_sel_gt32(ax, vi_set1_32(0x7f800000u), vi_set1_32(0x7f), r);
+  return vi_or(r, sign);
+}
+
+KERN_INLINE vi_t v8_to_e4m3(vf_t f) {
+  return v8_narrow(f, 3, 7, 0x43e00000u, 0x7e);
+}
+KERN_INLINE vi_t v8_to_e5m2(vf_t f) {
+  return v8_narrow(f, 2, 15, 0x47600000u, 0x7b);
+}
+
+KERN_INLINE vf_t ld_e4m3(const char* p) {
+  return v8_widen_e4m3(vi_load_u8x(p));
+}
+KERN_INLINE void st_e4m3(char* p, vf_t v) {
+  vi_store_u8x(p, v8_to_e4m3(v));
+}
+KERN_INLINE vf_t rt_e4m3(vf_t v) {
+  return v8_widen_e4m3(v8_to_e4m3(v));
+}
+KERN_INLINE vf_t ld_e5m2(const char* p) {
+  return v8_widen_e5m2(vi_load_u8x(p));
+}
+KERN_INLINE void st_e5m2(char* p, vf_t v) {
+  vi_store_u8x(p, v8_to_e5m2(v));
+}
+KERN_INLINE vf_t rt_e5m2(vf_t v) {
+  return v8_widen_e5m2(v8_to_e5m2(v));
+}
+
+/* VF_N bytes per store: no streaming variant, the _nt names store plainly. */
+SIMD_FP_LOOP(loop_e4m3, vf_t, vf, VF_N, 1, ld_e4m3, st_e4m3, rt_e4m3)
+SIMD_FP_LOOP(loop_e4m3_nt, vf_t, vf, VF_N, 1, ld_e4m3, st_e4m3, rt_e4m3)
+SIMD_FP_LOOP(loop_e5m2, vf_t, vf, VF_N, 1, ld_e5m2, st_e5m2, rt_e5m2)
+SIMD_FP_LOOP(loop_e5m2_nt, vf_t, vf, VF_N, 1, ld_e5m2, st_e5m2, rt_e5m2)
+
 /* Integer loops cover sum/max/min without flags: products, premul and the
  * (scalar-only) division stay on the portable path. All sources in one
  * pass, as above. */
@@ -223,11 +320,14 @@ static size_t simd_body(const struct kern_call* c, int nt, size_t off) {
     SIMD_FP_RUN(loop_f64);
     return done;
   }
-  if (r->type == ncclFloat32 || r->type == ncclFloat16 || r->type == ncclBfloat16) {
+  if (r->type == ncclFloat32 || r->type == ncclFloat16 || r->type == ncclBfloat16 ||
+      r->type == ncclFloat8e4m3 || r->type == ncclFloat8e5m2) {
     vf_t sc = vf_set1(kern_scalar_f32(r)), dv = vf_set1((float)kern_divisor(r));
     if (r->type == ncclFloat32) SIMD_FP_RUN(loop_f32);
     if (r->type == ncclFloat16) SIMD_FP_RUN(loop_f16);
     if (r->type == ncclBfloat16) SIMD_FP_RUN(loop_bf16);
+    if (r->type == ncclFloat8e4m3) SIMD_FP_RUN(loop_e4m3);
+    if (r->type == ncclFloat8e5m2) SIMD_FP_RUN(loop_e5m2);
     return done;
   }
   if (c->fl != 0 || c->op == KERN_PROD || c->op > KERN_MIN) return 0;
