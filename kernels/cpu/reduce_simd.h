@@ -224,30 +224,23 @@ KERN_INLINE vi_t v8_to_e5m2(vf_t f) {
   return v8_narrow(f, 2, 15, 0x47600000u, 0x7b);
 }
 
-KERN_INLINE vf_t ld_e4m3(const char* p) {
-  return v8_widen_e4m3(vi_load_u8x(p));
-}
-KERN_INLINE void st_e4m3(char* p, vf_t v) {
-  vi_store_u8x(p, v8_to_e4m3(v));
-}
-KERN_INLINE vf_t rt_e4m3(vf_t v) {
-  return v8_widen_e4m3(v8_to_e4m3(v));
-}
-KERN_INLINE vf_t ld_e5m2(const char* p) {
-  return v8_widen_e5m2(vi_load_u8x(p));
-}
-KERN_INLINE void st_e5m2(char* p, vf_t v) {
-  vi_store_u8x(p, v8_to_e5m2(v));
-}
-KERN_INLINE vf_t rt_e5m2(vf_t v) {
-  return v8_widen_e5m2(v8_to_e5m2(v));
-}
+/* Loads, stores and the round trip of fp8 type T, and its loops: VF_N
+ * bytes per store, so no streaming variant (the _nt loop stores plainly). */
+#define SIMD_FP8(T)                                                 \
+  KERN_INLINE vf_t ld_##T(const char* p) {                          \
+    return v8_widen_##T(vi_load_u8x(p));                            \
+  }                                                                 \
+  KERN_INLINE void st_##T(char* p, vf_t v) {                        \
+    vi_store_u8x(p, v8_to_##T(v));                                  \
+  }                                                                 \
+  KERN_INLINE vf_t rt_##T(vf_t v) {                                 \
+    return v8_widen_##T(v8_to_##T(v));                              \
+  }                                                                 \
+  SIMD_FP_LOOP(loop_##T, vf_t, vf, VF_N, 1, ld_##T, st_##T, rt_##T) \
+  SIMD_FP_LOOP(loop_##T##_nt, vf_t, vf, VF_N, 1, ld_##T, st_##T, rt_##T)
 
-/* VF_N bytes per store: no streaming variant, the _nt names store plainly. */
-SIMD_FP_LOOP(loop_e4m3, vf_t, vf, VF_N, 1, ld_e4m3, st_e4m3, rt_e4m3)
-SIMD_FP_LOOP(loop_e4m3_nt, vf_t, vf, VF_N, 1, ld_e4m3, st_e4m3, rt_e4m3)
-SIMD_FP_LOOP(loop_e5m2, vf_t, vf, VF_N, 1, ld_e5m2, st_e5m2, rt_e5m2)
-SIMD_FP_LOOP(loop_e5m2_nt, vf_t, vf, VF_N, 1, ld_e5m2, st_e5m2, rt_e5m2)
+SIMD_FP8(e4m3)
+SIMD_FP8(e5m2)
 
 /* Integer loops cover sum/max/min without flags: products, premul and the
  * (scalar-only) division stay on the portable path. All sources in one
