@@ -235,6 +235,28 @@ static void test_fd_link(void** state) {
   assert_int_equal(child_status(c), 0);
 }
 
+/* A peer that sent its last word and closed with our message unread:
+ * the link is reset, and the kernel says so ahead of that last word. The
+ * receiver must still get the word, then the end of the link (a direct
+ * call's peers learn so which rank failed, not just "connection reset"). */
+static void test_fd_link_reset(void** state) {
+  (void)state;
+  int sv[2], fd;
+  char last[16] = "fail", unread[16] = "done", got[16] = {0};
+  assert_int_equal(socketpair(AF_UNIX, SOCK_SEQPACKET, 0, sv), 0);
+  assert_int_equal(cudaipc_fd_send(sv[1], last, sizeof(last), -1, TIMEOUT_MS, NULL), ncclSuccess);
+  assert_int_equal(cudaipc_fd_send(sv[0], unread, sizeof(unread), -1, TIMEOUT_MS, NULL),
+                   ncclSuccess);
+  close(sv[1]); /* with "done" unread: a reset */
+  assert_int_equal(cudaipc_fd_recv(sv[0], got, sizeof(got), &fd, TIMEOUT_MS, NULL), ncclSuccess);
+  assert_string_equal(got, "fail");
+  assert_int_equal(fd, -1);
+  assert_int_equal(cudaipc_fd_recv(sv[0], got, sizeof(got), &fd, TIMEOUT_MS, NULL),
+                   ncclSystemError); /* then the end */
+  assert_true(cudaipc_fd_closed(sv[0]));
+  close(sv[0]);
+}
+
 int main(int argc, char** argv) {
   (void)argc;
   char lib[4096];
@@ -244,6 +266,7 @@ int main(int argc, char** argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_export_import),
       cmocka_unit_test(test_fd_link),
+      cmocka_unit_test(test_fd_link_reset),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -50,12 +50,22 @@ ncclResult_t cudaipc_fd_listen(uint64_t secret, const char* role, int rank, int*
 }
 
 /* sendmsg or recvmsg once the socket is ready, until the deadline. */
+/* recvmsg without blocking. A peer that closed its end with our messages
+ * unread resets the link, and the kernel reports that once, ahead of what
+ * the peer sent before it went (its last word: a "fail" that names it),
+ * which is still queued: so read on once past the reset, to those messages
+ * and then the end of the link. */
+static ssize_t fd_recvmsg(int link, struct msghdr* m) {
+  ssize_t n = recvmsg(link, m, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+  if (n < 0 && errno == ECONNRESET) n = recvmsg(link, m, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+  return n;
+}
+
 static ncclResult_t fd_io(int link, struct msghdr* m, int sending, uint64_t deadline,
                           _Atomic int* aborted, ssize_t* got) {
   ncclResult_t res = ncclSuccess;
   for (;;) {
-    ssize_t n = sending ? sendmsg(link, m, MSG_DONTWAIT | MSG_NOSIGNAL)
-                        : recvmsg(link, m, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+    ssize_t n = sending ? sendmsg(link, m, MSG_DONTWAIT | MSG_NOSIGNAL) : fd_recvmsg(link, m);
     if (n >= 0) {
       *got = n;
       return ncclSuccess;
@@ -164,7 +174,7 @@ int cudaipc_fd_poll(int link, void* msg, size_t bytes, int* fd) {
   struct msghdr m = {
       .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf, .msg_controllen = sizeof(ctl.buf)};
   *fd = -1;
-  ssize_t n = recvmsg(link, &m, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+  ssize_t n = fd_recvmsg(link, &m);
   if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return 0;
   if (n < 0) {
     WARN("CUDA IPC: recvmsg on the fd link: %s", strerror(errno));
