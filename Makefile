@@ -241,10 +241,17 @@ $(TSTDIR)/test_ib_%: tests/unit/test_ib_%.c $(STLIB) $(FAKEVERBS)
 	$(CC) $(ALL_CFLAGS) $(TEST_INC) $(LDFLAGS) $< -o $@ $(STLIB) -lcmocka -ldl $(LDLIBS)
 endif
 
+MP_FLAGS :=
 $(TSTDIR)/mp_test_%: tests/mp/test_%.c $(MP_COMMON) tests/mp/*.h $(STLIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) $(TEST_INC) $(LDFLAGS) -Itests/mp $< $(MP_COMMON) -o $@ $(STLIB) -lcmocka $(LDLIBS)
-$(TSTDIR)/mp_test_device $(TSTDIR)/mp_test_device_p2p: $(CUDASIM)
+	$(CC) $(ALL_CFLAGS) $(TEST_INC) $(LDFLAGS) -Itests/mp $(MP_FLAGS) $< $(MP_COMMON) -o $@ $(STLIB) \
+	  -lcmocka $(LDLIBS)
+$(TSTDIR)/mp_test_device $(TSTDIR)/mp_test_device_p2p $(TSTDIR)/mp_test_device_trust: $(CUDASIM)
+# mp_test_device_trust plays a rank that lies about its buffers (cudaipc_describe
+# wrapped) and strangers that speak the fd links' protocol (cuda.h's types; searched
+# last: the toolkit ships NVIDIA's nccl.h, which must not stand in for Braid's).
+$(TSTDIR)/mp_test_device_trust: MP_FLAGS := -idirafter $(CUDA_HOME)/include \
+                                            -Wl,--wrap=cudaipc_describe
 $(TSTDIR)/mp_test_ib: $(FAKEVERBS)
 
 # ---------------------------------------------------------------- braid-train (trainer/)
@@ -290,11 +297,12 @@ deps:
 	@scripts/deps.sh
 
 # The lifetime tests (destroy and abort with work still queued), the API
-# calls that keep lists (registrations, windows) and the membership changes
-# (shrink after a kill, grow, revoke) run a second time under AddressSanitizer
-# and UBSan, built with the system compiler in $(BUILD)/san-asan/.
+# calls that keep lists (registrations, windows), the membership changes
+# (shrink after a kill, grow, revoke) and teardown while a call waits
+# (mp_test_hardening) run a second time under AddressSanitizer and UBSan,
+# built with the system compiler in $(BUILD)/san-asan/.
 LIFETIME_ASAN_TESTS := mp_test_lifetime mp_test_streams mp_test_api mp_test_resize mp_test_device \
-                       mp_test_device_p2p
+                       mp_test_device_p2p mp_test_hardening
 # The build takes a job per core unless make was given -j (nvcc's two
 # kernels, minutes each, then compile side by side).
 BUILD_JOBS = $(if $(findstring jobserver,$(MAKEFLAGS)),,-j$(shell nproc))

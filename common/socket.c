@@ -269,16 +269,47 @@ ncclResult_t socket_wait(int fd, short events, uint64_t deadline_ns, _Atomic int
   }
 }
 
-/* A peer may not be listening yet: retry refused connections until the
- * deadline, with a short back-off. */
+/* A socket for connecting to `addr`, bound to from's address (any port)
+ * when from is not NULL. */
+static ncclResult_t socket_for(const union socket_addr* addr, const union socket_addr* from,
+                               int* fdp) {
+  char buf[SOCKET_ADDR_STRLEN];
+  int fd = socket(addr->sa.sa_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) {
+    WARN("socket() failed: %s", strerror(errno));
+    return ncclSystemError;
+  }
+  if (from) {
+    union socket_addr any = *from;
+    if (any.sa.sa_family == AF_INET)
+      any.sin.sin_port = 0;
+    else
+      any.sin6.sin6_port = 0;
+    if (bind(fd, &any.sa, socket_addr_len(&any)) != 0) {
+      WARN("Cannot bind a connection to %s: %s", socket_addr_str(&any, buf, sizeof(buf)),
+           strerror(errno));
+      close(fd);
+      return ncclSystemError;
+    }
+  }
+  *fdp = fd;
+  return ncclSuccess;
+}
+
 ncclResult_t socket_connect(const union socket_addr* addr, uint64_t deadline_ns,
                             _Atomic int* aborted, int* fdp) {
+  return socket_connect_from(addr, NULL, deadline_ns, aborted, fdp);
+}
+
+/* A peer may not be listening yet: retry refused connections until the
+ * deadline, with a short back-off. */
+ncclResult_t socket_connect_from(const union socket_addr* addr, const union socket_addr* from,
+                                 uint64_t deadline_ns, _Atomic int* aborted, int* fdp) {
   ncclResult_t res = ncclSuccess;
   char buf[SOCKET_ADDR_STRLEN];
   int fd = -1;
   for (;;) {
-    fd = socket(addr->sa.sa_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (fd < 0) FAIL(ncclSystemError, "socket() failed: %s", strerror(errno));
+    CHECK(socket_for(addr, from, &fd));
     int rc = connect(fd, &addr->sa, socket_addr_len(addr));
     if (rc != 0 && errno == EINPROGRESS) {
       CHECK(socket_wait(fd, POLLOUT, deadline_ns, aborted, "connect"));

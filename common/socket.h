@@ -55,6 +55,10 @@ ncclResult_t socket_listen(union socket_addr* addr, int* fd);
  * not NULL) is set: ncclCommAbort reaches them within 0.1 s. */
 ncclResult_t socket_connect(const union socket_addr* addr, uint64_t deadline_ns,
                             _Atomic int* aborted, int* fd);
+/* The same from the IP address of `from` (its port is ignored): a peer
+ * that checks where a connection comes from sees that address. */
+ncclResult_t socket_connect_from(const union socket_addr* addr, const union socket_addr* from,
+                                 uint64_t deadline_ns, _Atomic int* aborted, int* fd);
 /* Wait until fd is ready for `events`. */
 ncclResult_t socket_wait(int fd, short events, uint64_t deadline_ns, _Atomic int* aborted,
                          const char* what);

@@ -127,7 +127,7 @@ uint64_t bootstrap_job_key(const char* comm_id) {
   return mix64(h);
 }
 
-ncclResult_t bootstrap_new_root_id(ncclUniqueId* out) {
+ncclResult_t bootstrap_new_root_id(ncclUniqueId* out, struct bootstrap_root** root) {
   ncclResult_t res = ncclSuccess;
   struct bootstrap_id id = {BOOTSTRAP_MAGIC, BOOTSTRAP_VERSION, 0, {0}};
   union socket_addr addr;
@@ -137,7 +137,7 @@ ncclResult_t bootstrap_new_root_id(ncclUniqueId* out) {
   else
     addr.sin6.sin6_port = 0;
   id.key = bootstrap_random64();
-  CHECK(bootstrap_root_start(&addr, id.key, 0, NULL, NULL));
+  CHECK(bootstrap_root_start(&addr, id.key, 0, root, NULL));
   socket_addr_to_wire(&addr, &id.root);
   bootstrap_id_encode(&id, out);
 fail:
@@ -149,7 +149,7 @@ ncclResult_t bootstrap_get_unique_id(ncclUniqueId* out) {
   struct bootstrap_id id = {BOOTSTRAP_MAGIC, BOOTSTRAP_VERSION, 0, {0}};
   union socket_addr addr;
   const char* env = param_comm_id();
-  if (env == NULL) return bootstrap_new_root_id(out);
+  if (env == NULL) return bootstrap_new_root_id(out, NULL);
   CHECK(socket_parse_hostport(env, &addr));
   id.key = bootstrap_job_key(env);
   socket_addr_to_wire(&addr, &id.root);

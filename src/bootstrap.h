@@ -91,6 +91,8 @@ struct root_reply {
  * then checked against the job by the root. Exposed for the fuzzer. */
 const char* bootstrap_hello_stranger(const struct root_hello* h, uint64_t key);
 
+struct bootstrap_root; /* the root's state (bootstrap_root.c) */
+
 /* ---- ids ---- */
 
 void bootstrap_id_encode(const struct bootstrap_id* id, ncclUniqueId* out);
@@ -103,15 +105,15 @@ ncclResult_t bootstrap_id_decode(const ncclUniqueId* in, struct bootstrap_id* id
 ncclResult_t bootstrap_get_unique_id(ncclUniqueId* out);
 
 /* A fresh key and a root serving it, whatever NCCL_COMM_ID says (for
- * communicators made from others, e.g. by ncclCommSplit). */
-ncclResult_t bootstrap_new_root_id(ncclUniqueId* out);
+ * communicators made from others, e.g. by ncclCommSplit). With `root`
+ * (not NULL) the caller owns the root: bootstrap_root_release stops it,
+ * bootstrap_root_detach lets it serve on alone. */
+ncclResult_t bootstrap_new_root_id(ncclUniqueId* out, struct bootstrap_root** root);
 
 /* The job key of NCCL_COMM_ID `comm_id` and this process's environment. */
 uint64_t bootstrap_job_key(const char* comm_id);
 
 /* ---- the root ---- */
-
-struct bootstrap_root;
 
 /* Serve `key` on addr (port 0: any; the port taken is written back) until
  * nranks ranks (0: as many as the first hello says) have registered, or
@@ -122,6 +124,8 @@ ncclResult_t bootstrap_root_start(union socket_addr* addr, uint64_t key, int nra
                                   struct bootstrap_root** out, int* listen_err);
 /* Stop waiting for ranks (registered ones are told) and let go of it. */
 void bootstrap_root_release(struct bootstrap_root* root);
+/* Let go of it while it serves on until its ranks came or its timeout. */
+void bootstrap_root_detach(struct bootstrap_root* root);
 
 /* With NCCL_COMM_ID, rank 0 starts the root inside ncclCommInitRank. A
  * rank 0 that finds the address taken tells whoever holds it (a root of

@@ -102,8 +102,11 @@ static void root_fail(struct bootstrap_root* st, enum root_status status, const 
   st->failure = why;
   st->failure_status = status;
   if (status == ROOT_CONFLICT) atomic_store(&st->conflict, 1);
-  WARN("Bootstrap root: %s; failing the bootstrap of all %d registered ranks", why,
-       st->nregistered);
+  if (st->nregistered > 0 || status == ROOT_CONFLICT)
+    WARN("Bootstrap root: %s; failing the bootstrap of all %d registered ranks", why,
+         st->nregistered);
+  else /* nobody came yet: an id given up (a grow that never happened), not a failure */
+    INFO(SUB_BOOTSTRAP, "Bootstrap root: %s; no rank had registered", why);
   for (int r = 0; st->fds && r < st->nranks; r++)
     if (st->fds[r] >= 0) root_reply_close(st->fds[r], status), st->fds[r] = -1;
 }
@@ -308,4 +311,10 @@ void bootstrap_root_release(struct bootstrap_root* root) {
   }
   pthread_join(root->thread, NULL);
   root_unref(root);
+}
+
+void bootstrap_root_detach(struct bootstrap_root* root) {
+  if (root == NULL) return;
+  pthread_detach(root->thread);
+  root_unref(root); /* the thread's reference frees it when it is done */
 }

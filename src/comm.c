@@ -47,20 +47,51 @@ ncclResult_t comm_check_count(const char* fn, size_t count, size_t elem_size, si
   return ncclInvalidArgument;
 }
 
-ncclResult_t comm_check_call(const struct ncclComm* comm, const char* fn) {
-  ncclResult_t res = comm_check(comm, fn);
-  if (res == ncclSuccess && comm->finalized) {
+/* Why a live comm takes no call now (`allow`: enum comm_call_allow). */
+static ncclResult_t comm_call_state(const struct ncclComm* comm, const char* fn, int allow) {
+  ncclResult_t res = ncclSuccess;
+  if (comm->finalized) {
     WARN("%s : comm %p is finalized", fn, (const void*)comm);
     res = ncclInvalidUsage;
-  } else if (res == ncclSuccess && atomic_load(&comm->suspended)) {
+  } else if (atomic_load(&comm->suspended)) {
     WARN("%s : comm %p is suspended (ncclCommResume first)", fn, (const void*)comm);
     res = ncclInvalidUsage;
-  } else if (res == ncclSuccess && atomic_load(&comm->revoked)) {
+  } else if (atomic_load(&comm->revoked) && !(allow & COMM_CALL_REVOKED_TOO)) {
     WARN("%s : comm %p is revoked (ncclCommRevoke or an aborting shrink): destroy or shrink it", fn,
          (const void*)comm);
     res = ncclInvalidUsage;
   }
   return res;
+}
+
+ncclResult_t comm_check_call(const struct ncclComm* comm, const char* fn) {
+  ncclResult_t res = comm_check(comm, fn);
+  return res == ncclSuccess ? comm_call_state(comm, fn, COMM_CALL_WORKING) : res;
+}
+
+ncclResult_t comm_call_hold(struct ncclComm* comm, const char* fn) {
+  ncclResult_t res = comm_check(comm, fn); /* its WARNs for NULL and unknown handles */
+  if (res != ncclSuccess) return res;
+  if (!comm_registry_enter(comm)) { /* aborted or destroyed since */
+    WARN("%s : comm %p is not a live communicator (destroyed?)", fn, (const void*)comm);
+    return ncclInvalidArgument;
+  }
+  return ncclSuccess;
+}
+
+ncclResult_t comm_call_enter(struct ncclComm* comm, const char* fn, int allow) {
+  ncclResult_t res = comm_call_hold(comm, fn);
+  if (res != ncclSuccess) return res;
+  res = comm_call_state(comm, fn, allow);
+  if (res != ncclSuccess) comm_call_leave(comm);
+  return res;
+}
+
+void comm_call_leave(struct ncclComm* comm) {
+  pthread_mutex_lock(&comm->turn_lock);
+  atomic_fetch_sub(&comm->calls, 1);
+  pthread_cond_broadcast(&comm->turn_cv);
+  pthread_mutex_unlock(&comm->turn_lock);
 }
 
 /* Every connection of the comm, both channels and directions. */
@@ -134,14 +165,22 @@ void comm_free(struct ncclComm* comm) {
   comm->send_conns = comm->recv_conns = comm->p2p_send = comm->p2p_recv = NULL;
   comm->p2p_send_dev = comm->p2p_recv_dev = NULL;
   comm->peers = NULL;
+  if (comm->grow_root) bootstrap_root_release(comm->grow_root); /* an id never used */
+  comm->grow_root = NULL;
   comm->magic = 0;
   comm_unref(comm);
 }
 
-NCCL_API(ncclResult_t, ncclCommFinalize, ncclComm_t comm);
-ncclResult_t ncclCommFinalize(ncclComm_t comm) {
-  ncclResult_t res = comm_check(comm, "ncclCommFinalize");
-  if (res != ncclSuccess) return res;
+/* Wait until no call comm_call_enter'ed is in flight (each is bounded by
+ * BRAID_TIMEOUT_MS, and an abort ends it sooner). */
+static void comm_wait_calls(struct ncclComm* comm) {
+  pthread_mutex_lock(&comm->turn_lock);
+  while (atomic_load(&comm->calls) > 0) pthread_cond_wait(&comm->turn_cv, &comm->turn_lock);
+  pthread_mutex_unlock(&comm->turn_lock);
+}
+
+ncclResult_t comm_flush(struct ncclComm* comm) {
+  ncclResult_t res = ncclSuccess;
   /* Blocking comms finish every call before it returns; a non-blocking
    * comm's queue is flushed here. */
   if (comm->internal_stream) res = stream_sync(comm->internal_stream);
@@ -149,6 +188,15 @@ ncclResult_t ncclCommFinalize(ncclComm_t comm) {
   if (res == ncclSuccess && comm->cuda && comm->cuda->own_proxy)
     res = stream_sync(comm->cuda->proxy);
 #endif
+  return res;
+}
+
+NCCL_API(ncclResult_t, ncclCommFinalize, ncclComm_t comm);
+ncclResult_t ncclCommFinalize(ncclComm_t comm) {
+  ncclResult_t res = comm_check(comm, "ncclCommFinalize");
+  if (res != ncclSuccess) return res;
+  comm_wait_calls(comm); /* a shrink or grow in flight finishes first */
+  res = comm_flush(comm);
   comm->finalized = 1;
   return res;
 }
@@ -185,7 +233,14 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm) {
          comm->rank);
     comm_abort_waits(comm);
   }
-  comm_wait_units(comm, 1); /* work still queued on host streams needs the comm */
+  comm_wait_units(comm, 1);            /* work still queued on host streams needs the comm */
+  if (atomic_load(&comm->calls) > 0) { /* a shrink or grow waits: it fails now */
+    INFO(SUB_INIT, "comm %p rank %d destroyed while a call waited on it: that call fails",
+         (void*)comm, comm->rank);
+    atomic_store(&comm->closing, 1);
+    comm_abort_waits(comm);
+    comm_wait_calls(comm);
+  }
   INFO(SUB_INIT, "comm %p rank %d nranks %d - Destroy COMPLETE", (void*)comm, comm->rank,
        comm->nranks);
   comm_free(comm);
@@ -198,10 +253,12 @@ ncclResult_t ncclCommAbort(ncclComm_t comm) {
   ncclResult_t res = comm_check(comm, "ncclCommAbort");
   if (res != ncclSuccess) return res;
   comm_registry_remove(comm);
+  atomic_store(&comm->closing, 1);
   comm_abort_waits(comm);
   /* A unit running now wakes on the eventfd and leaves; queued ones find
    * the comm aborted when their turn comes and hold it until then. */
   comm_wait_units(comm, 0);
+  comm_wait_calls(comm); /* a waiting shrink or grow saw the abort and leaves */
   INFO(SUB_INIT, "comm %p rank %d nranks %d - Abort COMPLETE", (void*)comm, comm->rank,
        comm->nranks);
   comm_free(comm);
@@ -231,32 +288,36 @@ ncclResult_t ncclCommRevoke(ncclComm_t comm, int revokeFlags) {
   return comm_revoke(comm);
 }
 
+/* A watchdog thread asks while another aborts: the comm is held. */
 NCCL_API(ncclResult_t, ncclCommGetAsyncError, ncclComm_t comm, ncclResult_t* asyncError);
 ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError) {
-  ncclResult_t res = comm_check(comm, "ncclCommGetAsyncError");
+  ncclResult_t res = comm_call_hold(comm, "ncclCommGetAsyncError");
   if (res != ncclSuccess) return res;
   if (asyncError == NULL) {
     WARN("ncclCommGetAsyncError : asyncError is NULL");
-    return ncclInvalidArgument;
+    res = ncclInvalidArgument;
+  } else {
+    *asyncError = (ncclResult_t)atomic_load(&comm->error);
+    if (*asyncError == ncclSuccess && comm->internal_stream)
+      *asyncError = stream_query(comm->internal_stream);
   }
-  *asyncError = (ncclResult_t)atomic_load(&comm->error);
-  if (*asyncError == ncclSuccess && comm->internal_stream)
-    *asyncError = stream_query(comm->internal_stream);
-  return ncclSuccess;
+  comm_call_leave(comm);
+  return res;
 }
 
-/* The three queries share one shape: check, then read one int field (at
+/* The three queries share one shape: hold, then read one int field (at
  * `field`, an offset: a refused handle may be freed memory, never read). */
-static ncclResult_t comm_query(const struct ncclComm* comm, int* out, const char* fn,
-                               size_t field) {
-  ncclResult_t res = comm_check(comm, fn);
+static ncclResult_t comm_query(ncclComm_t comm, int* out, const char* fn, size_t field) {
+  ncclResult_t res = comm_call_hold(comm, fn);
   if (res != ncclSuccess) return res;
   if (out == NULL) {
     WARN("%s : output pointer is NULL", fn);
-    return ncclInvalidArgument;
+    res = ncclInvalidArgument;
+  } else {
+    memcpy(out, (const char*)comm + field, sizeof(*out));
   }
-  memcpy(out, (const char*)comm + field, sizeof(*out));
-  return ncclSuccess;
+  comm_call_leave(comm);
+  return res;
 }
 
 NCCL_API(ncclResult_t, ncclCommCount, const ncclComm_t comm, int* count);

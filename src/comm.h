@@ -75,6 +75,8 @@ struct ncclComm {
   _Atomic int error;     /* ncclResult_t of the first failure, 0 if none */
   _Atomic int active;    /* units running on this comm (changed under turn_lock) */
   _Atomic int refs;      /* the user's handle, and one per unit issued and not yet run */
+  _Atomic int calls;     /* API calls waiting on it outside a unit (comm_call_enter) */
+  _Atomic int closing;   /* ncclCommAbort or ncclCommDestroy: those calls must leave */
   _Atomic int init_done; /* bootstrap completed: destroying it no longer aborts init */
   _Atomic int revoked;   /* ncclCommRevoke (or a shrink that aborted it): no new calls */
   _Atomic int suspended; /* ncclCommSuspend until ncclCommResume: no new calls */
@@ -86,7 +88,12 @@ struct ncclComm {
   uint64_t grow_epoch;
   int grow_id_pending; /* ncclCommGetUniqueId made grow_id; ncclCommGrow consumes it */
   ncclUniqueId grow_id;
+  struct bootstrap_root* grow_root; /* grow_id's root while it is pending */
 };
+
+/* Wait until the work queued on the comm's own streams (a non-blocking
+ * comm's, its device proxy's) has run: what ncclCommFinalize waits for. */
+ncclResult_t comm_flush(struct ncclComm* comm);
 
 /* ncclCommRevoke's work: stop what runs, refuse new calls, keep the comm. */
 ncclResult_t comm_revoke(struct ncclComm* comm);
@@ -122,6 +129,22 @@ ncclResult_t comm_check_call(const struct ncclComm* comm, const char* fn);
 
 /* Validate a comm argument (non-NULL, live). */
 ncclResult_t comm_check(const struct ncclComm* comm, const char* fn);
+
+/* What a comm_call_enter'ed call may find besides a working comm. */
+enum comm_call_allow { COMM_CALL_WORKING = 0, COMM_CALL_REVOKED_TOO = 1 };
+
+/* An API call that waits on the comm outside a unit (split, shrink, grow,
+ * suspend, registration): refused as comm_check_call refuses (a revoked
+ * comm too unless `allow` says otherwise). Once entered, ncclCommAbort
+ * and ncclCommDestroy wake it (comm->aborted: the call then fails) and
+ * wait for comm_call_leave before they free the comm. */
+ncclResult_t comm_call_enter(struct ncclComm* comm, const char* fn, int allow);
+/* The same for a call any live comm takes, whatever its state (queries). */
+ncclResult_t comm_call_hold(struct ncclComm* comm, const char* fn);
+void comm_call_leave(struct ncclComm* comm);
+/* Under the registry's lock: count a call in (comm->calls) if comm is
+ * live; 0 if it is not (comm_registry.c). */
+int comm_registry_enter(struct ncclComm* comm);
 
 /* Record the first failure, and make every peer notice it (shut down our
  * connections) so nobody waits for us. */

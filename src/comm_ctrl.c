@@ -13,10 +13,14 @@
 #include "core.h"
 #include "hello_pool.h"
 #include "param.h"
+#include "siphash.h"
 #include "socket.h"
+#include "socket_peer.h"
 
 #define CTRL_HELLO_MS 5000 /* a connection sends its whole message within this */
 #define CTRL_MAX_PENDING 8
+#define CTRL_ACK 'A'
+#define CTRL_KEY_TWEAK 0x636f6e74726f6c00ull /* "control": its keys apart from other uses */
 
 ncclResult_t ctrl_listen(struct ncclComm* comm, union socket_addr* where) {
   if (where->sa.sa_family == AF_INET)
@@ -26,19 +30,39 @@ ncclResult_t ctrl_listen(struct ncclComm* comm, union socket_addr* where) {
   return socket_listen(where, &comm->ctrl_fd);
 }
 
-ncclResult_t ctrl_send(struct ncclComm* comm, int peer, const struct ctrl_msg* msg,
-                       uint64_t deadline_ns) {
+/* The keyed hash of m (its proof field taken as 0). */
+static uint64_t ctrl_proof(uint64_t secret, const struct ctrl_msg* m) {
+  struct ctrl_msg c = *m;
+  c.proof = 0;
+  return siphash24(secret, secret ^ CTRL_KEY_TWEAK, &c, sizeof(c));
+}
+
+void ctrl_msg_seal(struct ctrl_msg* m, uint64_t secret) {
+  m->proof = ctrl_proof(secret, m);
+}
+
+/* One message to `peer` on a fresh connection from this rank's control
+ * address, and its answer: the peer took it. */
+static ncclResult_t ctrl_send(struct ncclComm* comm, int peer, const struct ctrl_msg* msg,
+                              uint64_t deadline_ns) {
   ncclResult_t res = ncclSuccess;
-  union socket_addr addr;
+  union socket_addr addr, mine;
+  char ack = 0;
   int fd = -1;
-  if (socket_addr_from_wire(&comm->peers[peer].ctrl, &addr) != 0)
-    FAIL(ncclInternalError, "Rank %d: rank %d published no control address", comm->rank, peer);
-  CHECK(socket_connect(&addr, deadline_ns, NULL, &fd));
-  CHECK(socket_send_all(fd, msg, sizeof(*msg), deadline_ns, NULL));
+  if (socket_addr_from_wire(&comm->peers[peer].ctrl, &addr) != 0 ||
+      socket_addr_from_wire(&comm->ctrl_addr, &mine) != 0)
+    FAIL(ncclInternalError, "Rank %d: rank %d or itself published no control address", comm->rank,
+         peer);
+  CHECK(socket_connect_from(&addr, &mine, deadline_ns, &comm->closing, &fd));
+  CHECK(socket_send_all(fd, msg, sizeof(*msg), deadline_ns, &comm->closing));
+  CHECK(socket_recv_all(fd, &ack, 1, deadline_ns, &comm->closing));
+  if (ack != CTRL_ACK)
+    FAIL(ncclInternalError, "Rank %d: rank %d answered %d", comm->rank, peer, ack);
 fail:
   if (fd >= 0) close(fd);
   if (res != ncclSuccess)
-    WARN("Rank %d: could not reach rank %d's control listener (is it alive?)", comm->rank, peer);
+    WARN("Rank %d: rank %d did not take a control message (is it alive, and in the same call?)",
+         comm->rank, peer);
   return res;
 }
 
@@ -47,7 +71,8 @@ ncclResult_t ctrl_send_id(struct ncclComm* comm, uint32_t kind, uint64_t epoch,
   ncclResult_t res = ncclSuccess;
   struct ctrl_msg m;
   memset(&m, 0, sizeof(m));
-  m = (struct ctrl_msg){CTRL_MAGIC, kind, comm->tctx.secret, epoch, comm->rank, 0, *id};
+  m = (struct ctrl_msg){CTRL_MAGIC, kind, 0, epoch, comm->rank, 0, *id};
+  ctrl_msg_seal(&m, comm->tctx.secret);
   uint64_t deadline = socket_deadline(param_timeout_ms());
   for (int r = 0; r < comm->nranks; r++)
     if (r != comm->rank && !(skip && skip[r])) CHECK(ctrl_send(comm, r, &m, deadline));
@@ -61,54 +86,75 @@ struct ctrl_wait {
   uint64_t epoch;
   int from;
   int got;
-  struct hello_pool* pool;
+  struct hello_pool pool;
   struct ctrl_msg* out;
 };
 
+/* Why connection fd is not from member `from` (NULL: it is): from the
+ * address that rank published, and on this host from its process. */
+static const char* ctrl_stranger(const struct ncclComm* comm, int fd, int from) {
+  union socket_addr addr;
+  if (socket_addr_from_wire(&comm->peers[from].ctrl, &addr) != 0) return "a rank without address";
+  if (!socket_peer_from(fd, &addr)) return "not from the address of the rank it names";
+  if (socket_peer_local(fd) && !socket_peer_held_by(fd, comm->peers[from].pid))
+    return "not from the process of the rank it names";
+  return NULL;
+}
+
 /* Why a message is not the awaited one, NULL when it is. */
-static const char* ctrl_mismatch(const struct ctrl_wait* w, const struct ctrl_msg* m) {
+static const char* ctrl_mismatch(const struct ctrl_wait* w, int fd, const struct ctrl_msg* m) {
+  const struct ncclComm* comm = w->comm;
   if (m->magic != CTRL_MAGIC) return "not a control message";
-  if (m->secret != w->comm->tctx.secret) return "not from this communicator";
+  if (m->from < 0 || m->from >= comm->nranks || m->from == comm->rank) return "not from a peer";
+  if (m->proof != ctrl_proof(comm->tctx.secret, m)) return "not from this communicator";
   if (m->kind != w->kind || (w->from >= 0 && m->from != w->from)) return "another request";
   if (m->epoch != w->epoch) return "an earlier request";
-  return NULL;
+  return ctrl_stranger(comm, fd, m->from);
 }
 
 static void ctrl_hello_done(void* arg, int fd, const void* hello) {
   struct ctrl_wait* w = arg;
-  const struct ctrl_msg* m = hello;
-  const char* why = ctrl_mismatch(w, m);
+  struct ctrl_msg m;
+  const char ack = CTRL_ACK;
+  memcpy(&m, hello, sizeof(m));
+  const char* why = w->got ? "a second answer" : ctrl_mismatch(w, fd, &m);
+  if (why == NULL && send(fd, &ack, 1, MSG_DONTWAIT | MSG_NOSIGNAL) != 1)
+    why = "its sender left before the answer";
   close(fd);
   if (why != NULL) {
-    hello_pool_log_refusal(w->pool, why);
+    hello_pool_log_refusal(&w->pool, why);
     return;
   }
-  if (!w->got) memcpy(w->out, m, sizeof(*m));
+  memcpy(w->out, &m, sizeof(m));
   w->got = 1;
 }
 
 ncclResult_t ctrl_recv(struct ncclComm* comm, uint32_t kind, uint64_t epoch, int from,
                        struct ctrl_msg* out, uint64_t deadline_ns) {
   ncclResult_t res = ncclSuccess;
-  struct hello_pool pool;
   struct pollfd p[1 + CTRL_MAX_PENDING];
-  struct ctrl_wait w = {comm, kind, epoch, from, 0, &pool, out};
-  CHECK(hello_pool_init(&pool, "Control listener", comm->ctrl_fd, sizeof(struct ctrl_msg),
+  struct ctrl_wait w = {comm, kind, epoch, from, 0, {0}, out};
+  CHECK(hello_pool_init(&w.pool, "Control listener", comm->ctrl_fd, sizeof(struct ctrl_msg),
                         CTRL_HELLO_MS, CTRL_MAX_PENDING));
   while (!w.got) {
     uint64_t now = braid_now_ns();
+    if (atomic_load(&comm->closing)) {
+      WARN("Rank %d: the communicator was aborted or destroyed during the call", comm->rank);
+      res = ncclInvalidUsage;
+      break;
+    }
     if (now >= deadline_ns) {
       WARN("Rank %d: no word from rank %d on the control channel within BRAID_TIMEOUT_MS",
            comm->rank, from);
       res = ncclRemoteError;
       break;
     }
-    int n = hello_pool_pollfds(&pool, p);
-    int cap = (int)MIN((deadline_ns - now) / 1000000ull + 1, 100ull);
-    if (poll(p, (nfds_t)n, hello_pool_timeout_ms(&pool, cap)) > 0)
-      hello_pool_service(&pool, p, n, ctrl_hello_done, &w);
+    int n = hello_pool_pollfds(&w.pool, p);
+    int cap = (int)MIN((deadline_ns - now) / 1000000ull + 1, 100ull); /* closing seen in 0.1 s */
+    if (poll(p, (nfds_t)n, hello_pool_timeout_ms(&w.pool, cap)) > 0)
+      hello_pool_service(&w.pool, p, n, ctrl_hello_done, &w);
   }
-  hello_pool_free(&pool);
+  hello_pool_free(&w.pool);
 fail:
   return res;
 }

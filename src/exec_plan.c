@@ -11,8 +11,7 @@ void exec_key(const struct ncclComm* comm, const struct exec_args* args, struct 
   exec_ctx_key(&comm->exec, args, key);
 }
 
-/* Bytes of the send and the receive buffer a call touches on this rank. */
-static void exec_extents(const struct exec_args* a, int nranks, size_t* send, size_t* recv) {
+void exec_extents(const struct exec_args* a, int nranks, size_t* send, size_t* recv) {
   size_t es = kern_type_size(a->type), block = a->count * es;
   size_t stride = a->stride ? a->stride : a->count;
   size_t blocks = ((size_t)(nranks - 1) * stride + a->count) * es;

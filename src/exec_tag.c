@@ -56,17 +56,22 @@ static void exec_tag_describe(const struct transport_tag* tag, char* buf, size_t
            sched_algo_name(t.algo), t.chunk_bytes, t.slices_per_step);
 }
 
-void exec_tag_report(const struct ncclComm* comm, const struct transport_tag* mine) {
+void exec_tag_warn(const struct ncclComm* comm, const struct transport_tag* mine, int peer,
+                   const struct transport_tag* theirs) {
   char here[192], there[192];
+  exec_tag_describe(mine, here, sizeof(here));
+  exec_tag_describe(theirs, there, sizeof(there));
+  WARN(
+      "Rank %d called %s; rank %d called %s: every rank must make the same collective calls "
+      "on a communicator, in the same order, with the same environment",
+      comm->rank, here, peer, there);
+}
+
+void exec_tag_report(const struct ncclComm* comm, const struct transport_tag* mine) {
   for (int p = 0; p < comm->nranks; p++) {
     const struct transport_conn* c = comm->recv_conns[p];
     if (c == NULL || c->mismatch == TRANSPORT_MATCH) continue;
-    exec_tag_describe(mine, here, sizeof(here));
-    exec_tag_describe(&c->peer_tag, there, sizeof(there));
-    WARN(
-        "Rank %d called %s; rank %d called %s: every rank must make the same collective calls "
-        "on a communicator, in the same order, with the same environment",
-        comm->rank, here, p, there);
+    exec_tag_warn(comm, mine, p, &c->peer_tag);
     return;
   }
 }

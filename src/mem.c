@@ -1,6 +1,6 @@
 /*
- * Memory: buffer kinds, copies, the registration cache behind
- * ncclCommRegister/ncclCommDeregister, and ncclMemAlloc/ncclMemFree.
+ * Memory: buffer kinds, copies, and the registration cache behind
+ * ncclCommRegister/ncclCommDeregister (ncclMemAlloc: mem_alloc.c).
  */
 #include "mem.h"
 
@@ -87,11 +87,6 @@ ncclResult_t mem_reg_add(struct mem_regs* regs, void* base, size_t size, struct 
   return reg_add(regs, base, size, 0, 0, out);
 }
 
-ncclResult_t mem_window_add(struct mem_regs* regs, void* base, size_t size, int flags,
-                            struct mem_reg** out) {
-  return reg_add(regs, base, size, 1, flags, out);
-}
-
 ncclResult_t mem_reg_remove(struct mem_regs* regs, struct mem_reg* reg) {
   struct mem_reg* found = NULL;
   pthread_mutex_lock(&regs->lock);
@@ -139,21 +134,38 @@ struct transport_buf mem_transport_buf(void* ptr, size_t bytes, enum mem_kind ki
   return (struct transport_buf){ptr, bytes, mem, inside ? reg->handles[t->id] : NULL, NULL, 0};
 }
 
+/* A range a registration may name: a buffer no machine can hold (a size
+ * like SIZE_MAX, a negative number cast) or one that wraps is a bug. */
+static ncclResult_t reg_range_check(const char* fn, const void* buff, size_t size) {
+  if (size <= COMM_MAX_BYTES && (uintptr_t)buff <= UINTPTR_MAX - size) return ncclSuccess;
+  WARN("%s : [%p, +%zu) is larger than any buffer can be (2^56 bytes) or wraps", fn, buff, size);
+  return ncclInvalidArgument;
+}
+
+ncclResult_t mem_reg_api(struct ncclComm* comm, const char* fn, void* buff, size_t size, int window,
+                         int win_flags, struct mem_reg** out) {
+  ncclResult_t res = ncclSuccess;
+  CHECK(comm_call_enter(comm, fn, COMM_CALL_WORKING));
+  if (buff == NULL || size == 0 || out == NULL) {
+    WARN("%s : buff %p size %zu handle %p", fn, buff, size, (void*)out);
+    res = ncclInvalidArgument;
+  }
+  if (res == ncclSuccess) res = reg_range_check(fn, buff, size);
+  if (res == ncclSuccess) res = reg_add(&comm->regs, buff, size, window, win_flags, out);
+  comm_call_leave(comm);
+fail:
+  return res;
+}
+
 /* Registration: the TCP transport already moves data straight between user
  * buffers and sockets, so there is no copy to skip; the registration is
  * kept (and checked) for transports that map or pin memory. */
 NCCL_API(ncclResult_t, ncclCommRegister, const ncclComm_t comm, void* buff, size_t size,
          void** handle);
 ncclResult_t ncclCommRegister(const ncclComm_t comm, void* buff, size_t size, void** handle) {
-  ncclResult_t res = ncclSuccess;
   struct mem_reg* r = NULL;
-  CHECK(comm_check(comm, "ncclCommRegister"));
-  if (buff == NULL || size == 0 || handle == NULL)
-    FAIL(ncclInvalidArgument, "ncclCommRegister : buff %p size %zu handle %p", buff, size,
-         (void*)handle);
-  CHECK(mem_reg_add(&comm->regs, buff, size, &r));
-  *handle = r;
-fail:
+  ncclResult_t res = mem_reg_api(comm, "ncclCommRegister", buff, size, 0, 0, handle ? &r : NULL);
+  if (res == ncclSuccess) *handle = r;
   return res;
 }
 
@@ -165,36 +177,4 @@ ncclResult_t ncclCommDeregister(const ncclComm_t comm, void* handle) {
     FAIL(ncclInvalidArgument, "ncclCommDeregister : %p is not a registration of this comm", handle);
 fail:
   return res;
-}
-
-/* Device memory where a CUDA driver and device are (the next issue shares
- * it by CUDA IPC), else page-aligned host memory. */
-NCCL_API(ncclResult_t, ncclMemAlloc, void** ptr, size_t size);
-ncclResult_t ncclMemAlloc(void** ptr, size_t size) {
-  if (ptr == NULL || size == 0) {
-    WARN("ncclMemAlloc : ptr %p size %zu", (void*)ptr, size);
-    return ncclInvalidArgument;
-  }
-#ifdef BRAID_HAVE_CUDA
-  ncclResult_t res = cuda_mem_alloc(ptr, size);
-  if (res != ncclSuccess || *ptr != NULL) return res;
-#endif
-  /* Not braid_calloc: page-aligned and unzeroed, as cudaMalloc'd memory is
-   * (a transport may map or pin it whole); the failure is logged below. */
-  *ptr = aligned_alloc(4096, ALIGN_UP(size, 4096));
-  if (*ptr == NULL) {
-    WARN("ncclMemAlloc : out of memory for %zu bytes", size);
-    return ncclSystemError;
-  }
-  return ncclSuccess;
-}
-
-NCCL_API(ncclResult_t, ncclMemFree, void* ptr);
-ncclResult_t ncclMemFree(void* ptr) {
-  if (ptr == NULL) return ncclSuccess;
-#ifdef BRAID_HAVE_CUDA
-  if (mem_query(ptr) != MEM_HOST) return cuda_mem_free(ptr);
-#endif
-  free(ptr);
-  return ncclSuccess;
 }

@@ -65,9 +65,6 @@ void mem_regs_init(struct mem_regs* regs, const struct mem_reg_hooks* hooks);
 /* Drop every registration left (the user need not deregister first). */
 void mem_regs_free(struct mem_regs* regs);
 ncclResult_t mem_reg_add(struct mem_regs* regs, void* base, size_t size, struct mem_reg** out);
-/* The same for a window with its NCCL_WIN_* flags. */
-ncclResult_t mem_window_add(struct mem_regs* regs, void* base, size_t size, int flags,
-                            struct mem_reg** out);
 /* ncclInvalidArgument when `reg` is not one of these registrations. */
 ncclResult_t mem_reg_remove(struct mem_regs* regs, struct mem_reg* reg);
 /* Whether `reg` is one of these registrations, a window (window 1) or a
@@ -78,6 +75,13 @@ int mem_reg_is(struct mem_regs* regs, const struct mem_reg* reg, int window);
  * stays valid until the user deregisters it, which must not overlap a call
  * that uses the buffer (NCCL's rule too). */
 const struct mem_reg* mem_reg_find(struct mem_regs* regs, const void* ptr, size_t bytes);
+
+/* ncclCommRegister and ncclCommWindowRegister (fn names it in WARNs):
+ * the comm working, a range of at most COMM_MAX_BYTES that does not wrap
+ * the address space, then listed (window: with its flags). */
+struct ncclComm;
+ncclResult_t mem_reg_api(struct ncclComm* comm, const char* fn, void* buff, size_t size, int window,
+                         int win_flags, struct mem_reg** out);
 
 /* What transport t is told of `bytes` at ptr, memory of `kind`: the
  * TRANSPORT_CAP_*_MEM bit, and t's handle from `reg` (NULL: none) when the

@@ -48,7 +48,7 @@ static ncclResult_t shrink_mask(const struct ncclComm* comm, const int* list, in
 static ncclResult_t shrink_send_ids(struct ncclComm* comm, const unsigned char* excluded,
                                     uint64_t epoch, ncclUniqueId* id) {
   ncclResult_t res = ncclSuccess;
-  CHECK(bootstrap_new_root_id(id));
+  CHECK(bootstrap_new_root_id(id, NULL));
   CHECK(ctrl_send_id(comm, CTRL_SHRINK, epoch, id, excluded));
 fail:
   return res;
@@ -64,45 +64,64 @@ static ncclResult_t shrink_quiesce(struct ncclComm* comm, int flags) {
   return comm->internal_stream ? stream_sync(comm->internal_stream) : ncclSuccess;
 }
 
+/* The parent's part: the exclude list checked, the parent's work ended,
+ * the new comm's id from the leader; *newrank and *cfg for the new comm. */
+static ncclResult_t shrink_from_parent(struct ncclComm* comm, int* excludeRanksList,
+                                       int excludeRanksCount, int shrinkFlags, int* newrank,
+                                       ncclUniqueId* id) {
+  ncclResult_t res = ncclSuccess;
+  unsigned char* excluded = NULL;
+  struct ctrl_msg m;
+  int leader = -1;
+  CHECK(braid_calloc(&excluded, (size_t)comm->nranks, 1));
+  CHECK(shrink_mask(comm, excludeRanksList, excludeRanksCount, excluded));
+  *newrank = 0;
+  for (int r = 0; r < comm->nranks; r++) {
+    if (excluded[r]) continue;
+    if (leader < 0) leader = r;
+    *newrank += r < comm->rank;
+  }
+  CHECK(shrink_quiesce(comm, shrinkFlags));
+  uint64_t epoch = ++comm->shrink_epoch;
+  INFO(SUB_INIT, "Shrink: rank %d -> rank %d of %d (%d excluded%s), leader rank %d", comm->rank,
+       *newrank, comm->nranks - excludeRanksCount, excludeRanksCount,
+       (shrinkFlags & NCCL_SHRINK_ABORT) ? ", parent revoked" : "", leader);
+  if (comm->rank == leader) {
+    CHECK(shrink_send_ids(comm, excluded, epoch, id));
+  } else {
+    CHECK(ctrl_recv(comm, CTRL_SHRINK, epoch, leader, &m, socket_deadline(param_timeout_ms())));
+    *id = m.id;
+  }
+fail:
+  free(excluded);
+  return res;
+}
+
 NCCL_API(ncclResult_t, ncclCommShrink, ncclComm_t comm, int* excludeRanksList,
          int excludeRanksCount, ncclComm_t* newcomm, ncclConfig_t* config, int shrinkFlags);
 ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksList, int excludeRanksCount,
                             ncclComm_t* newcomm, ncclConfig_t* config, int shrinkFlags) {
   ncclResult_t res = ncclSuccess;
-  unsigned char* excluded = NULL;
   ncclUniqueId id;
-  struct ctrl_msg m;
-  CHECK(comm_check(comm, "ncclCommShrink"));
+  ncclConfig_t cfg;
+  int newrank = 0;
   if (newcomm == NULL) FAIL(ncclInvalidArgument, "ncclCommShrink : newcomm is NULL");
   *newcomm = NULL;
   if (shrinkFlags & ~NCCL_SHRINK_ABORT)
     FAIL(ncclInvalidArgument, "ncclCommShrink : unknown flags 0x%x", shrinkFlags);
-  CHECK(braid_calloc(&excluded, (size_t)comm->nranks, 1));
-  CHECK(shrink_mask(comm, excludeRanksList, excludeRanksCount, excluded));
-  int newrank = 0, leader = -1;
-  for (int r = 0; r < comm->nranks; r++) {
-    if (excluded[r]) continue;
-    if (leader < 0) leader = r;
-    newrank += r < comm->rank;
-  }
-  ncclConfig_t cfg = comm->config;
+  if (config) CHECK(comm_config_read(config, &cfg)); /* refused before anything is done */
+  /* a revoked comm is what a shrink is for */
+  CHECK(comm_call_enter(comm, "ncclCommShrink", COMM_CALL_REVOKED_TOO));
+  res = shrink_from_parent(comm, excludeRanksList, excludeRanksCount, shrinkFlags, &newrank, &id);
+  int nranks = comm->nranks - excludeRanksCount;
+  cfg = comm->config;
+  comm_call_leave(comm); /* the parent is not touched again */
+  CHECK(res);
   if (config) CHECK(comm_config_read(config, &cfg));
-  CHECK(shrink_quiesce(comm, shrinkFlags));
-  uint64_t epoch = ++comm->shrink_epoch;
-  INFO(SUB_INIT, "Shrink: rank %d -> rank %d of %d (%d excluded%s), leader rank %d", comm->rank,
-       newrank, comm->nranks - excludeRanksCount, excludeRanksCount,
-       (shrinkFlags & NCCL_SHRINK_ABORT) ? ", parent revoked" : "", leader);
-  if (comm->rank == leader) {
-    CHECK(shrink_send_ids(comm, excluded, epoch, &id));
-  } else {
-    CHECK(ctrl_recv(comm, CTRL_SHRINK, epoch, leader, &m, socket_deadline(param_timeout_ms())));
-    id = m.id;
-  }
-  res = ncclCommInitRankConfig(newcomm, comm->nranks - excludeRanksCount, id, newrank, &cfg);
+  res = ncclCommInitRankConfig(newcomm, nranks, id, newrank, &cfg);
   if (res == ncclInProgress) goto done;
   CHECK(res);
 done:
 fail:
-  free(excluded);
   return res;
 }

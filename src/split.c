@@ -29,12 +29,9 @@ static ncclResult_t split_allgather(struct ncclComm* comm, const void* send, voi
   op.args.count = bytes;
   op.args.type = ncclUint8;
   op.args.redop.type = ncclUint8;
-  if (comm->internal_stream) {
-    ncclResult_t res = ncclCommFinalize(comm); /* drain what the parent still has queued */
-    comm->finalized = 0;
-    if (res != ncclSuccess) return res;
-  }
-  ncclResult_t res = work_issue(&op, 1);
+  ncclResult_t res = comm_flush(comm); /* what the parent still has queued goes first */
+  if (res != ncclSuccess) return res;
+  res = work_issue(&op, 1);
   return res == ncclSuccess ? work_run(&op, 1) : res;
 }
 
@@ -55,39 +52,56 @@ static void split_place(const struct split_entry* all, int n, int rank, int* new
   }
 }
 
+/* The parent's part: every rank's color and key, then each color's id
+ * from its leader (zero for NCCL_SPLIT_NOCOLOR). */
+static ncclResult_t split_from_parent(struct ncclComm* comm, int color, int key, int* newrank,
+                                      int* size, ncclUniqueId* id) {
+  ncclResult_t res = ncclSuccess;
+  struct split_entry* all = NULL;
+  ncclUniqueId *ids = NULL, mine;
+  int leader;
+  CHECK(braid_calloc(&all, (size_t)comm->nranks, sizeof(*all)));
+  CHECK(braid_calloc(&ids, (size_t)comm->nranks, sizeof(*ids)));
+  struct split_entry me = {color, key};
+  CHECK(split_allgather(comm, &me, all, sizeof(me)));
+  split_place(all, comm->nranks, comm->rank, newrank, size, &leader);
+  memset(&mine, 0, sizeof(mine));
+  if (color != NCCL_SPLIT_NOCOLOR && leader == comm->rank)
+    CHECK(bootstrap_new_root_id(&mine, NULL));
+  CHECK(split_allgather(comm, &mine, ids, sizeof(mine)));
+  *id = ids[leader];
+  INFO(SUB_INIT, "Split: rank %d color %d key %d -> rank %d of %d", comm->rank, color, key,
+       *newrank, *size);
+fail:
+  free(all);
+  free(ids);
+  return res;
+}
+
 NCCL_API(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int key, ncclComm_t* newcomm,
          ncclConfig_t* config);
 ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm,
                            ncclConfig_t* config) {
   ncclResult_t res = ncclSuccess;
-  struct split_entry* all = NULL;
-  ncclUniqueId *ids = NULL, mine;
-  int newrank, size, leader;
-  CHECK(comm_check(comm, "ncclCommSplit"));
+  ncclUniqueId id;
+  ncclConfig_t cfg;
+  int newrank, size;
   if (newcomm == NULL) FAIL(ncclInvalidArgument, "ncclCommSplit : newcomm is NULL");
+  *newcomm = NULL;
   if (color < 0 && color != NCCL_SPLIT_NOCOLOR)
     FAIL(ncclInvalidArgument, "ncclCommSplit : invalid color %d", color);
-  *newcomm = NULL;
-  CHECK(braid_calloc(&all, (size_t)comm->nranks, sizeof(*all)));
-  CHECK(braid_calloc(&ids, (size_t)comm->nranks, sizeof(*ids)));
-  struct split_entry me = {color, key};
-  CHECK(split_allgather(comm, &me, all, sizeof(me)));
-  split_place(all, comm->nranks, comm->rank, &newrank, &size, &leader);
-  memset(&mine, 0, sizeof(mine));
-  if (color != NCCL_SPLIT_NOCOLOR && leader == comm->rank) CHECK(bootstrap_new_root_id(&mine));
-  CHECK(split_allgather(comm, &mine, ids, sizeof(mine)));
-  if (color != NCCL_SPLIT_NOCOLOR) {
-    ncclConfig_t cfg = comm->config;
-    if (config) CHECK(comm_config_read(config, &cfg));
-    INFO(SUB_INIT, "Split: rank %d color %d key %d -> rank %d of %d", comm->rank, color, key,
-         newrank, size);
-    res = ncclCommInitRankConfig(newcomm, size, ids[leader], newrank, &cfg);
-    if (res == ncclInProgress) goto done;
-    CHECK(res);
-  }
+  if (config) CHECK(comm_config_read(config, &cfg)); /* refused before the parent is asked */
+  CHECK(comm_call_enter(comm, "ncclCommSplit", COMM_CALL_WORKING));
+  res = split_from_parent(comm, color, key, &newrank, &size, &id);
+  cfg = comm->config;
+  comm_call_leave(comm); /* the parent is not touched again */
+  CHECK(res);
+  if (color == NCCL_SPLIT_NOCOLOR) return ncclSuccess;
+  if (config) CHECK(comm_config_read(config, &cfg));
+  res = ncclCommInitRankConfig(newcomm, size, id, newrank, &cfg);
+  if (res == ncclInProgress) goto done;
+  CHECK(res);
 done:
 fail:
-  free(all);
-  free(ids);
   return res;
 }

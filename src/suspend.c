@@ -11,13 +11,16 @@
 NCCL_API(ncclResult_t, ncclCommSuspend, ncclComm_t comm, int flags);
 ncclResult_t ncclCommSuspend(ncclComm_t comm, int flags) {
   ncclResult_t res = ncclSuccess;
-  CHECK(comm_check(comm, "ncclCommSuspend"));
   if (flags & ~NCCL_SUSPEND_MEM)
     FAIL(ncclInvalidArgument, "ncclCommSuspend : unknown flags 0x%x", flags);
+  CHECK(comm_call_enter(comm, "ncclCommSuspend", COMM_CALL_WORKING));
   /* Work already issued finishes first: suspending is not aborting. */
-  if (comm->internal_stream) CHECK(stream_sync(comm->internal_stream));
-  atomic_store(&comm->suspended, 1);
-  INFO(SUB_INIT, "comm %p rank %d suspended (flags 0x%x)", (void*)comm, comm->rank, flags);
+  if (comm->internal_stream) res = stream_sync(comm->internal_stream);
+  if (res == ncclSuccess) {
+    atomic_store(&comm->suspended, 1);
+    INFO(SUB_INIT, "comm %p rank %d suspended (flags 0x%x)", (void*)comm, comm->rank, flags);
+  }
+  comm_call_leave(comm);
 fail:
   return res;
 }

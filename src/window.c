@@ -20,13 +20,9 @@ ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void* buff, size_t size, nc
                                     int winFlags) {
   ncclResult_t res = ncclSuccess;
   struct mem_reg* r = NULL;
-  CHECK(comm_check(comm, "ncclCommWindowRegister"));
-  if (buff == NULL || size == 0 || win == NULL)
-    FAIL(ncclInvalidArgument, "ncclCommWindowRegister : buff %p size %zu win %p", buff, size,
-         (void*)win);
   if (winFlags & ~WIN_FLAGS_KNOWN)
     FAIL(ncclInvalidArgument, "ncclCommWindowRegister : unknown flags 0x%x", winFlags);
-  CHECK(mem_window_add(&comm->regs, buff, size, winFlags, &r));
+  CHECK(mem_reg_api(comm, "ncclCommWindowRegister", buff, size, 1, winFlags, win ? &r : NULL));
   *win = (ncclWindow_t)r;
   INFO(SUB_INIT, "Rank %d: window %p = [%p, +%zu) flags 0x%x", comm->rank, (void*)r, buff, size,
        winFlags);

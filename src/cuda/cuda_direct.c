@@ -6,6 +6,12 @@
  * then its "done"; a rank whose call fails sends "fail" instead of what
  * was to come, so its peers stop waiting at once. Tasks name ranks by
  * their index on the node (algorithms/direct.h).
+ *
+ * Nothing is written before every rank knows the others made the same
+ * call: each buffer message carries the call as the executor tags it
+ * (collective, count, type, op, root), and a peer's buffer is used only
+ * where its call is this rank's and the bytes the call touches lie inside
+ * the allocation the peer named, as mapped here.
  */
 #include "cuda_direct.h"
 
@@ -28,9 +34,10 @@ enum direct_what { DIRECT_MSG_BUF = 1, DIRECT_MSG_DONE = 2, DIRECT_MSG_FAIL = 3 
 
 struct direct_msg {
   uint64_t seq;
-  uint32_t what; /* enum direct_what */
-  uint32_t buf;  /* DIRECT_MSG_BUF: enum direct_buf */
-  uint64_t ptr;  /* at the sender's address; 0: it uses no such buffer */
+  uint32_t what;             /* enum direct_what */
+  uint32_t buf;              /* DIRECT_MSG_BUF: enum direct_buf */
+  uint64_t ptr;              /* at the sender's address; 0: it uses no such buffer */
+  struct transport_tag call; /* DIRECT_MSG_BUF: the sender's call (exec_tag_make) */
   struct cudaipc_desc desc;
 };
 
@@ -59,8 +66,10 @@ struct cuda_direct {
   struct transport_device* tdev; /* the comm's: its cache maps the peers' buffers */
   CUstream stream;               /* synchronous calls' kernels */
   uint64_t seq;
-  int exposed; /* this call's buffers went to every peer: they may use them */
-  int broken;  /* a call failed: the links are out of step */
+  struct transport_tag call; /* this call, as every peer must have made it */
+  size_t extent[2];          /* bytes of each buffer (DIRECT_SEND, DIRECT_RECV) the call touches */
+  int exposed;               /* this call's buffers went to every peer: they may use them */
+  int broken;                /* a call failed: the links are out of step */
 };
 
 /* ---- Who goes direct ---- */
@@ -222,20 +231,22 @@ static int is_local(const struct cuda_direct* d, int peer) {
 
 static ncclResult_t direct_links(struct ncclComm* comm, struct cuda_direct* d) {
   ncclResult_t res = ncclSuccess;
-  int lfd = -1, me = comm->rank, lower = 0;
+  struct cudaipc_listener* l = NULL;
+  int me = comm->rank, lower = 0;
   int64_t tmo = comm->tctx.timeout_ms;
   uint64_t secret = comm->tctx.secret;
-  CHECK(cudaipc_fd_listen(secret, "direct", me, &lfd));
+  CHECK(cudaipc_fd_listen(secret, "direct", me, comm->peers, comm->nranks, comm->nranks, &l));
   for (int j = 0; j < d->nlocal; j++) { /* to the higher ranks; the lower ones come to us */
     int p = d->local[j];
     lower += p < me;
     if (p > me)
-      CHECK(cudaipc_fd_connect(secret, "direct", me, p, 0, tmo, &comm->aborted, &d->links[p]));
+      CHECK(cudaipc_fd_connect(secret, "direct", me, p, comm->peers[p].pid, 0, tmo, &comm->aborted,
+                               &d->links[p]));
   }
   for (int k = 0; k < lower; k++) {
     int link, peer, tag;
-    CHECK(cudaipc_fd_accept(lfd, secret, tmo, &comm->aborted, &link, &peer, &tag));
-    if (peer < 0 || peer >= me || !is_local(d, peer) || d->links[peer] >= 0) {
+    CHECK(cudaipc_fd_accept(l, tmo, &comm->aborted, &link, &peer, &tag));
+    if (peer >= me || !is_local(d, peer) || d->links[peer] >= 0) {
       close(link);
       FAIL(ncclSystemError, "Direct: rank %d got a link from rank %d twice or out of turn", me,
            peer);
@@ -243,7 +254,7 @@ static ncclResult_t direct_links(struct ncclComm* comm, struct cuda_direct* d) {
     d->links[peer] = link;
   }
 fail:
-  if (lfd >= 0) close(lfd);
+  cudaipc_fd_listener_free(l);
   return res;
 }
 
@@ -345,7 +356,8 @@ static ncclResult_t link_lost(struct cuda_direct* d, int peer, ncclResult_t res)
 static ncclResult_t post_buffer(struct ncclComm* comm, struct cuda_direct* d, int buf,
                                 const void* ptr) {
   ncclResult_t res = ncclSuccess;
-  struct direct_msg m = {d->seq, DIRECT_MSG_BUF, (uint32_t)buf, (uint64_t)(uintptr_t)ptr, {0}};
+  struct direct_msg m = {d->seq, DIRECT_MSG_BUF, (uint32_t)buf, (uint64_t)(uintptr_t)ptr, d->call,
+                         {0}};
   int fd = -1, own_fd = 0;
   if (ptr && d->any_remote) {
     const struct mem_reg* reg = mem_reg_find(&comm->regs, ptr, 1);
@@ -393,6 +405,31 @@ fail:
   return res;
 }
 
+/* Whether peer made this rank's call: else both calls are named, and
+ * nothing of this one is written. */
+static ncclResult_t check_call(struct ncclComm* comm, struct cuda_direct* d, int peer,
+                               const struct direct_msg* m) {
+  if (memcmp(&m->call, &d->call, sizeof(d->call)) == 0) return ncclSuccess;
+  exec_tag_warn(comm, &d->call, peer, &m->call);
+  return ncclInvalidUsage;
+}
+
+/* Where peer's buffer of message m is here: a thread of this process
+ * names its pointer as it is; another process's buffer is mapped, and the
+ * bytes the call touches must lie inside what was mapped. */
+static ncclResult_t buffer_at(struct cuda_direct* d, int peer, const struct direct_msg* m, int fd,
+                              char** out) {
+  ncclResult_t res = ncclSuccess;
+  void* base = NULL;
+  size_t mapped = 0;
+  *out = (char*)(uintptr_t)m->ptr;
+  if (m->ptr == 0 || d->same_process[peer]) return ncclSuccess;
+  CHECK(cudaipc_cache_map(d->tdev->cache, peer, &m->desc, fd, &base, &mapped));
+  CHECK(cudaipc_translate(&m->desc, base, mapped, m->ptr, d->extent[m->buf], peer, out));
+fail:
+  return res;
+}
+
 /* Where peer's buffers are mapped here: bufs[DIRECT_SEND], [DIRECT_RECV]. */
 static ncclResult_t map_peer(struct ncclComm* comm, struct cuda_direct* d, int peer,
                              char* bufs[DIRECT_NBUFS]) {
@@ -400,17 +437,13 @@ static ncclResult_t map_peer(struct ncclComm* comm, struct cuda_direct* d, int p
   for (int k = 0; k < 2; k++) {
     struct direct_msg m;
     int fd = -1;
-    void* base = NULL;
     CHECK(recv_msg(comm, d, peer, DIRECT_MSG_BUF, &m, &fd));
     if (m.buf != (uint32_t)k) {
-      if (fd >= 0) close(fd);
-      FAIL(ncclInternalError, "Direct: rank %d sent its buffers out of order", peer);
+      WARN("Direct: rank %d sent its buffers out of order", peer);
+      res = ncclInternalError;
     }
-    bufs[k] = (char*)(uintptr_t)m.ptr; /* a thread of this process: its pointer as it is */
-    if (m.ptr && !d->same_process[peer]) {
-      res = cudaipc_cache_map(d->tdev->cache, peer, &m.desc, fd, &base);
-      bufs[k] = (char*)base + (m.ptr - m.desc.base);
-    }
+    if (res == ncclSuccess) res = check_call(comm, d, peer, &m);
+    if (res == ncclSuccess) res = buffer_at(d, peer, &m, fd, &bufs[k]);
     if (fd >= 0) close(fd);
     if (res != ncclSuccess) goto fail;
   }
@@ -509,7 +542,7 @@ fail:
  * while a peer may still read its input or write its output. */
 static ncclResult_t done_exchange(struct ncclComm* comm, struct cuda_direct* d) {
   ncclResult_t res = ncclSuccess;
-  struct direct_msg done = {d->seq, DIRECT_MSG_DONE, 0, 0, {0}};
+  struct direct_msg done = {d->seq, DIRECT_MSG_DONE, 0, 0, {{0}}, {0}};
   for (int p = 0; p < d->nranks; p++)
     if (d->links[p] >= 0) {
       res = cudaipc_fd_send(d->links[p], &done, sizeof(done), -1, comm->tctx.timeout_ms,
@@ -651,6 +684,8 @@ static ncclResult_t direct_call(struct ncclComm* comm, struct cuda_direct* d,
   int reads = sched_coll_reads_send(a->coll, me, a->root);
   int writes = sched_coll_writes_recv(a->coll, me, a->root);
   d->seq++;
+  exec_tag_make(comm, a, &d->call);
+  exec_extents(a, comm->nranks, &d->extent[DIRECT_SEND], &d->extent[DIRECT_RECV]);
   INFO(SUB_TUNING, "%s %zu elements nranks %d: %s instead (device buffers)",
        sched_coll_name(a->coll), a->count, d->nranks,
        op->direct == WORK_DIRECT_HIER ? "Hier with direct node stages" : "Direct");
@@ -668,7 +703,7 @@ fail:
 /* Best effort, quietly: the peers may be gone, and the error this rank
  * reports is the one that made it fail. */
 static void tell_failure(struct ncclComm* comm, struct cuda_direct* d) {
-  struct direct_msg m = {d->seq, DIRECT_MSG_FAIL, 0, 0, {0}};
+  struct direct_msg m = {d->seq, DIRECT_MSG_FAIL, 0, 0, {{0}}, {0}};
   for (int p = 0; p < d->nranks; p++)
     if (p != comm->rank && d->links[p] >= 0) cudaipc_fd_try_send(d->links[p], &m, sizeof(m));
 }

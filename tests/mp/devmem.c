@@ -173,3 +173,11 @@ void* dev_alloc_legacy(const mp_env* env, size_t bytes) {
 void dev_free_legacy(void* p) {
   if (p) g_cu.mem_free((cu_ptr)(uintptr_t)p);
 }
+
+ncclResult_t dev_outcome(const mp_env* env, ncclComm_t comm, cudaStream_t s, ncclResult_t rc) {
+  ncclResult_t async = ncclSuccess;
+  if (rc != ncclSuccess) return rc;
+  if (dev_sync(env, s)) return ncclUnhandledCudaError;
+  ncclCommGetAsyncError(comm, &async);
+  return async;
+}

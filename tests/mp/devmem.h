@@ -17,6 +17,9 @@ int dev_open(const mp_env* env, int dev);
 /* A new non-blocking stream (non-NULL), or NULL after printing why. */
 cudaStream_t dev_stream(const mp_env* env);
 int dev_sync(const mp_env* env, cudaStream_t s);
+/* A call on stream s: what it returned, else what the comm reports once
+ * the stream drained (which it must, whatever failed). */
+ncclResult_t dev_outcome(const mp_env* env, ncclComm_t comm, cudaStream_t s, ncclResult_t rc);
 /* Copies between host and device memory (either direction), waited for, on
  * this thread's own stream (not the legacy one). */
 int dev_copy(const mp_env* env, void* dst, const void* src, size_t bytes);

@@ -418,17 +418,6 @@ static void direct_mode(const mp_env* env) {
   if (env->arg) setenv("BRAID_STREAM_MEMOPS", "0", 1);
 }
 
-/* A direct call's outcome: what it returned, else what the comm reports
- * once its stream drained (which it must, whatever failed). */
-static ncclResult_t direct_outcome(const mp_env* env, ncclComm_t comm, cudaStream_t s,
-                                   ncclResult_t rc) {
-  ncclResult_t async = ncclSuccess;
-  if (rc != ncclSuccess) return rc;
-  if (dev_sync(env, s)) return ncclUnhandledCudaError;
-  ncclCommGetAsyncError(comm, &async);
-  return async;
-}
-
 /* Run body with arg NULL, then with arg set (each body says what that
  * changes). */
 static void launch_twice(int nranks, mp_body_fn body, const mp_opts* o) {
@@ -467,7 +456,7 @@ static int direct_registered_body(const mp_env* env) {
         mp_fail(env, "round %d: [%d] = %d", round, i, h[i]), bad++;
   }
   ncclResult_t rc = ncclAllReduce(other, other, REG_COUNT, ncclInt32, ncclSum, comm, s);
-  if (direct_outcome(env, comm, s, rc) == ncclSuccess)
+  if (dev_outcome(env, comm, s, rc) == ncclSuccess)
     mp_fail(env, "an unregistered buffer was exported with exports refused"), bad++;
   unsetenv("CUDASIM_NO_EXPORT");
   ncclCommAbort(comm);
@@ -499,7 +488,7 @@ static int rank1_fails(const mp_env* env, const char* knob) {
   if (env->rank == 1) setenv(knob, "1", 1);
   ncclResult_t rc = ncclAllReduce(d, d, REG_COUNT, ncclFloat32, ncclSum, comm, s);
   const char* why = ncclGetLastError(comm);
-  rc = direct_outcome(env, comm, s, rc);
+  rc = dev_outcome(env, comm, s, rc);
   if (rc == ncclSuccess) mp_fail(env, "a direct call with a failing rank succeeded"), bad++;
   if (env->rank != 1 && rc != ncclRemoteError)
     mp_fail(env, "a peer's failure gave %d, not ncclRemoteError", (int)rc), bad++;
@@ -552,7 +541,7 @@ static int visible_body(const mp_env* env) {
   if (ncclMemAlloc(&d, REG_COUNT * sizeof(float))) return 1;
   setenv("CUDASIM_NO_EXPORT", "1", 1);
   ncclResult_t rc = ncclAllReduce(d, d, REG_COUNT, ncclFloat32, ncclSum, comm, s);
-  rc = direct_outcome(env, comm, s, rc);
+  rc = dev_outcome(env, comm, s, rc);
   if (!env->arg && rc != ncclSuccess)
     mp_fail(env, "ranks on different GPUs numbered alike went direct: %d", (int)rc), bad++;
   if (env->arg && rc == ncclSuccess)
@@ -592,7 +581,7 @@ static int direct_killed_body(const mp_env* env) {
   }
   __atomic_store_n((int*)&env->shm[env->rank], 1, __ATOMIC_SEQ_CST);
   ncclResult_t rc = ncclAllReduce(d, d, DIRECT_KILL_COUNT, ncclFloat32, ncclSum, comm, s);
-  rc = direct_outcome(env, comm, s, rc);
+  rc = dev_outcome(env, comm, s, rc);
   if (rc == ncclSuccess) mp_fail(env, "a direct call with a dead peer succeeded"), bad++;
   ncclResult_t next = ncclAllReduce(d, d, 1, ncclFloat32, ncclSum, comm, s);
   if (next == ncclSuccess) mp_fail(env, "the next call after the failure returned success"), bad++;

@@ -276,16 +276,6 @@ static void test_reallocated(void** state) {
 
 /* ---- CUDA IPC carries the data ---- */
 
-/* A call's outcome: what it returned, else what the comm reports once its
- * stream drained (which it must, whatever failed). */
-static ncclResult_t outcome(const mp_env* env, ncclComm_t comm, cudaStream_t s, ncclResult_t rc) {
-  ncclResult_t async = ncclSuccess;
-  if (rc != ncclSuccess) return rc;
-  if (dev_sync(env, s)) return ncclUnhandledCudaError;
-  ncclCommGetAsyncError(comm, &async);
-  return async;
-}
-
 /* One exchange of 2 ranks on fresh cuMem buffers, its outcome. */
 static ncclResult_t swap_once(const mp_env* env, ncclComm_t comm, cudaStream_t s, size_t bytes) {
   void *send = NULL, *recv = NULL;
@@ -294,7 +284,7 @@ static ncclResult_t swap_once(const mp_env* env, ncclComm_t comm, cudaStream_t s
   ncclGroupStart();
   ncclSend(send, bytes, ncclUint8, peer, comm, s);
   ncclRecv(recv, bytes, ncclUint8, peer, comm, s);
-  ncclResult_t rc = outcome(env, comm, s, ncclGroupEnd());
+  ncclResult_t rc = dev_outcome(env, comm, s, ncclGroupEnd());
   ncclMemFree(send);
   ncclMemFree(recv);
   return rc;
@@ -347,11 +337,11 @@ static int mismatch_body(const mp_env* env) {
   if (buf == NULL) return 1;
   if (env->rank == 0) {
     bad += fill(env, buf, bytes, 7, 0);
-    ncclResult_t rc = outcome(env, comm, s, ncclSend(buf, bytes, ncclUint8, 1, comm, s));
+    ncclResult_t rc = dev_outcome(env, comm, s, ncclSend(buf, bytes, ncclUint8, 1, comm, s));
     mp_log(env, "%s: the send of %zu bytes: %d", m->name, bytes, (int)rc);
   } else {
     bad += clear(env, buf, bytes + P2P_SLACK);
-    ncclResult_t rc = outcome(env, comm, s, ncclRecv(buf, bytes, ncclUint8, 0, comm, s));
+    ncclResult_t rc = dev_outcome(env, comm, s, ncclRecv(buf, bytes, ncclUint8, 0, comm, s));
     bad += mp_expect_rc(env, comm, rc, ncclInvalidUsage, "a receive larger than its send");
     bad += check(env, buf, 0, 0, -1, "the receive whose send differs");
   }

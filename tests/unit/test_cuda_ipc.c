@@ -5,9 +5,13 @@
  * its POSIX fd over the Unix-socket link), the importer maps both and
  * reads what the exporter wrote; a second lookup maps nothing; a buffer
  * at an address the cache knows, but with another buffer id (freed and
- * reallocated), is mapped afresh and never read stale. The fd link's
- * hello: a stranger is closed and the wait goes on. Each side is a child
- * that opens the driver itself (a real driver does not survive fork).
+ * reallocated), is mapped afresh and never read stale; a buffer named
+ * outside what was mapped is refused. The fd link: a connection without
+ * the comm's hello, or from a process the peer table does not name for
+ * the rank it claims, is closed and the wait goes on; a listener held by
+ * another process than the peer's is refused before anything is sent.
+ * Each side is a child that opens the driver itself (a real driver does
+ * not survive fork).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -26,6 +30,7 @@
 #include "cuda/cuda_driver.h"
 #include "cudaipc/cudaipc_fd.h"
 #include "cudaipc/cudaipc_mem.h"
+#include "bootstrap.h"
 #include "mem.h"
 #include "nccl.h"
 #include "param.h"
@@ -126,12 +131,21 @@ static void exporter(int link) {
   _exit(0);
 }
 
-/* Receive a description and map it: *p the buffer's address here. */
+/* Receive a description and map it: *p the buffer's address here; the
+ * whole allocation is mapped, and nothing past it is handed out. */
 static void map_next(int link, struct cudaipc_cache* cache, struct cudaipc_desc* d, void** p) {
   int fd;
+  size_t mapped = 0;
+  char* at = NULL;
   EXPECT(cudaipc_fd_recv(link, d, sizeof(*d), &fd, TIMEOUT_MS, NULL) == ncclSuccess);
   EXPECT(!cudaipc_cache_holds(cache, 0, d));
-  EXPECT(cudaipc_cache_map(cache, 0, d, fd, p) == ncclSuccess);
+  EXPECT(cudaipc_cache_map(cache, 0, d, fd, p, &mapped) == ncclSuccess);
+  EXPECT(mapped >= BYTES);
+  EXPECT(cudaipc_translate(d, *p, mapped, d->base + 16, mapped - 16, 0, &at) == ncclSuccess &&
+         at == (char*)*p + 16);
+  EXPECT(cudaipc_translate(d, *p, mapped, d->base + 16, mapped - 15, 0, &at) == ncclInvalidUsage);
+  EXPECT(cudaipc_translate(d, *p, mapped, d->base - 1, 1, 0, &at) == ncclInvalidUsage);
+  EXPECT(cudaipc_translate(d, *p, mapped, d->base + mapped + 1, 0, 0, &at) == ncclInvalidUsage);
   if (fd >= 0) close(fd);
 }
 
@@ -150,7 +164,8 @@ static void importer(int link) {
   EXPECT(mem_copy(h, pa, BYTES) == ncclSuccess && holds(h, 1));
   EXPECT(mem_copy(h, pb, BYTES) == ncclSuccess && holds(h, 2));
   EXPECT(cudaipc_cache_holds(cache, 0, &a) && !cudaipc_cache_holds(cache, 1, &a));
-  EXPECT(cudaipc_cache_map(cache, 0, &a, -1, &again) == ncclSuccess && again == pa);
+  size_t mapped;
+  EXPECT(cudaipc_cache_map(cache, 0, &a, -1, &again, &mapped) == ncclSuccess && again == pa);
   send_word(link);
   map_next(link, cache, &c, &pc); /* a's address, another buffer id */
   EXPECT(mem_copy(h, pc, BYTES) == ncclSuccess && holds(h, 3));
@@ -182,47 +197,73 @@ static void test_export_import(void** state) {
   assert_int_equal(child_status(i), 0);
 }
 
-/* A process that knows the listener's name but not the comm's secret. */
+/* A process that knows the listener's name but not the comm's secret: a
+ * hello whose proof is wrong is closed. */
 static void stranger_connects(uint64_t secret) {
   struct sockaddr_un a;
-  struct {
-    uint64_t secret;
-    int32_t rank, pad;
-  } hello = {secret ^ 1, 7, 0};
-  memset(&a, 0, sizeof(a));
-  a.sun_family = AF_UNIX;
-  int n = snprintf(a.sun_path + 1, sizeof(a.sun_path) - 1, "braid-ipc-test-%016llx-%d",
-                   (unsigned long long)secret, 0); /* cudaipc_fd.c's name for rank 0 */
+  struct cudaipc_fd_hello hello;
+  socklen_t len = cudaipc_fd_addr(secret, "test", 0, &a);
+  cudaipc_fd_hello_make(secret ^ 1, "test", 1, 7, &hello);
   int s = socket(AF_UNIX, SOCK_SEQPACKET, 0);
-  EXPECT(s >= 0 &&
-         connect(s, (struct sockaddr*)&a,
-                 (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n)) == 0);
+  EXPECT(s >= 0 && connect(s, (struct sockaddr*)&a, len) == 0);
   EXPECT(send(s, &hello, sizeof(hello), 0) == (ssize_t)sizeof(hello));
   char c;
   EXPECT(recv(s, &c, 1, 0) == 0); /* closed by the acceptor */
   close(s);
 }
 
-/* Rank 1 connects to rank 0's listener after a stranger: the acceptor
- * closes the stranger and returns rank 1's link, whose message carries
- * an fd. */
+/* Another process of this user with the secret: a true hello of rank 1,
+ * but rank 1 is not its pid. */
+static void impostor_connects(uint64_t secret) {
+  struct sockaddr_un a;
+  struct cudaipc_fd_hello hello;
+  socklen_t len = cudaipc_fd_addr(secret, "test", 0, &a);
+  cudaipc_fd_hello_make(secret, "test", 1, 7, &hello);
+  pid_t c = fork();
+  if (c == 0) {
+    int s = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+    char x;
+    EXPECT(s >= 0 && connect(s, (struct sockaddr*)&a, len) == 0);
+    EXPECT(send(s, &hello, sizeof(hello), 0) == (ssize_t)sizeof(hello));
+    EXPECT(recv(s, &x, 1, 0) == 0); /* closed by the acceptor */
+    _exit(0);
+  }
+  EXPECT(waitpid(c, NULL, 0) == c);
+}
+
+/* Rank 1 connects to rank 0's listener after a stranger and an impostor,
+ * and, first, to a listener that claims to be rank 0 with another pid:
+ * the acceptor closes the stranger and the impostor and returns rank 1's
+ * link, whose message carries an fd. */
 static void test_fd_link(void** state) {
   (void)state;
   uint64_t secret = 0x1234abcdull ^ (uint64_t)getpid();
-  int lfd, link, peer, tag, fd;
+  int link, peer, tag, fd, go[2];
   char msg[16] = "hello";
-  assert_int_equal(cudaipc_fd_listen(secret, "test", 0, &lfd), ncclSuccess);
+  struct peer_info peers[2];
+  struct cudaipc_listener* l = NULL;
+  assert_int_equal(pipe(go), 0);
   pid_t c = fork();
   if (c == 0) {
-    close(lfd);
+    char x;
+    EXPECT(read(go[0], &x, 1) == 1); /* rank 0 listens */
     stranger_connects(secret);
-    EXPECT(cudaipc_fd_connect(secret, "test", 1, 0, 7, TIMEOUT_MS, NULL, &link) == ncclSuccess);
+    impostor_connects(secret);
+    EXPECT(cudaipc_fd_connect(secret, "test", 1, 0, getppid() + 1000000, 7, TIMEOUT_MS, NULL,
+                              &link) == ncclSystemError); /* not rank 0's pid: nothing sent */
+    EXPECT(cudaipc_fd_connect(secret, "test", 1, 0, getppid(), 7, TIMEOUT_MS, NULL, &link) ==
+           ncclSuccess);
     EXPECT(cudaipc_fd_send(link, msg, sizeof(msg), 1 /* stdout, as an fd */, TIMEOUT_MS, NULL) ==
            ncclSuccess);
     _exit(0);
   }
-  assert_int_equal(cudaipc_fd_accept(lfd, secret, TIMEOUT_MS, NULL, &link, &peer, &tag),
-                   ncclSuccess);
+  memset(peers, 0, sizeof(peers));
+  peers[0].pid = getpid();
+  peers[1].pid = c;
+  assert_int_equal(cudaipc_fd_listen(secret, "test", 0, peers, 2, 2, &l), ncclSuccess);
+  assert_int_equal(cudaipc_fd_listen(secret, "test", 0, peers, 2, 2, &l), ncclSystemError);
+  assert_int_equal(write(go[1], "g", 1), 1);
+  assert_int_equal(cudaipc_fd_accept(l, TIMEOUT_MS, NULL, &link, &peer, &tag), ncclSuccess);
   assert_int_equal(peer, 1);
   assert_int_equal(tag, 7);
   memset(msg, 0, sizeof(msg));
@@ -231,7 +272,7 @@ static void test_fd_link(void** state) {
   assert_true(fd >= 0);
   close(fd);
   close(link);
-  close(lfd);
+  cudaipc_fd_listener_free(l);
   assert_int_equal(child_status(c), 0);
 }
 

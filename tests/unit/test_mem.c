@@ -4,12 +4,14 @@
  * covers a range (what transports that map or pin memory will ask), its
  * hooks attach and detach every registration exactly once, and the
  * descriptor a transport gets carries the handle of a covering one.
+ * ncclMemFree takes back only what ncclMemAlloc gave, once.
  */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "mem.h"
@@ -98,8 +100,28 @@ static void test_registration_hooks(void** state) {
   assert_int_equal(log.detached, 2);
 }
 
+/* A pointer ncclMemAlloc did not give, or gave back already, is refused,
+ * never handed to free(): a stack buffer, the heap, the inside of a
+ * block, a block freed twice. */
+static void test_mem_free_refusals(void** state) {
+  (void)state;
+  char on_stack[64];
+  void* heap = malloc(64);
+  void* p = NULL;
+  assert_int_equal(ncclMemFree(on_stack), ncclInvalidArgument);
+  assert_int_equal(ncclMemFree(heap), ncclInvalidArgument);
+  assert_int_equal(ncclMemAlloc(&p, 10000), ncclSuccess);
+  assert_int_equal(ncclMemFree((char*)p + 64), ncclInvalidArgument);
+  assert_int_equal(ncclMemFree(p), ncclSuccess);
+  assert_int_equal(ncclMemFree(p), ncclInvalidArgument);
+  assert_int_equal(ncclMemFree(NULL), ncclSuccess);
+  assert_int_equal(ncclMemAlloc(&p, SIZE_MAX), ncclInvalidArgument);
+  free(heap);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_mem_free_refusals),
       cmocka_unit_test(test_query_and_copy),
       cmocka_unit_test(test_registrations),
       cmocka_unit_test(test_registration_hooks),

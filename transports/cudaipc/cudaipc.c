@@ -56,7 +56,7 @@ struct ipc_blob {
 
 /* Per comm: the listener, and links accepted before their receive asked. */
 struct ipc_state {
-  int listen_fd;
+  struct cudaipc_listener* listener;
   int nranks;
   int* unclaimed; /* [channel * nranks + rank]: a link, or -1 */
 };
@@ -138,7 +138,7 @@ static int ipc_can_connect(const struct transport_ctx* ctx, int a, int b) {
 static void ipc_free_state(struct transport_ctx* ctx) {
   struct ipc_state* st = ctx->state[TRANSPORT_CUDAIPC];
   if (st == NULL) return;
-  if (st->listen_fd >= 0) close(st->listen_fd);
+  cudaipc_fd_listener_free(st->listener);
   for (int i = 0; st->unclaimed && i < IPC_CHANNELS * st->nranks; i++)
     if (st->unclaimed[i] >= 0) close(st->unclaimed[i]);
   free(st->unclaimed);
@@ -154,12 +154,12 @@ static ncclResult_t ipc_device_attach(struct transport_ctx* ctx) {
   struct ipc_state* st = NULL;
   if (ctx->state[TRANSPORT_CUDAIPC] || !ipc_enabled(ctx, ctx->rank)) return ncclSuccess;
   CHECK(braid_calloc(&st, 1, sizeof(*st)));
-  st->listen_fd = -1;
   st->nranks = ctx->nranks;
   ctx->state[TRANSPORT_CUDAIPC] = st; /* ipc_free_state undoes the rest */
   CHECK(braid_calloc(&st->unclaimed, (size_t)(IPC_CHANNELS * ctx->nranks), sizeof(int)));
   for (int i = 0; i < IPC_CHANNELS * ctx->nranks; i++) st->unclaimed[i] = -1;
-  CHECK(cudaipc_fd_listen(ctx->secret, IPC_ROLE, ctx->rank, &st->listen_fd));
+  CHECK(cudaipc_fd_listen(ctx->secret, IPC_ROLE, ctx->rank, ctx->peers, ctx->nranks,
+                          IPC_CHANNELS * ctx->nranks, &st->listener));
 fail:
   return res;
 }
@@ -207,8 +207,8 @@ static ncclResult_t ipc_connect_send(struct transport_ctx* ctx, int peer, int ch
   struct ipc_state* st;
   int link = -1;
   CHECK(ipc_state_get(ctx, &st));
-  CHECK(cudaipc_fd_connect(ctx->secret, IPC_ROLE, ctx->rank, peer, channel, ctx->timeout_ms,
-                           ctx->aborted, &link));
+  CHECK(cudaipc_fd_connect(ctx->secret, IPC_ROLE, ctx->rank, peer, ctx->peers[peer].pid, channel,
+                           ctx->timeout_ms, ctx->aborted, &link));
   CHECK(conn_make(ctx, peer, 1, link, out));
 fail:
   return res;
@@ -224,8 +224,7 @@ static ncclResult_t ipc_connect_recv(struct transport_ctx* ctx, int peer, int ch
   CHECK(ipc_state_get(ctx, &st));
   while (st->unclaimed[channel * st->nranks + peer] < 0) {
     int from, tag;
-    CHECK(cudaipc_fd_accept(st->listen_fd, ctx->secret, ctx->timeout_ms, ctx->aborted, &link, &from,
-                            &tag));
+    CHECK(cudaipc_fd_accept(st->listener, ctx->timeout_ms, ctx->aborted, &link, &from, &tag));
     if (from < 0 || from >= st->nranks || from == ctx->rank || tag < 0 || tag >= IPC_CHANNELS ||
         st->unclaimed[tag * st->nranks + from] >= 0) {
       close(link);
@@ -399,6 +398,7 @@ static ncclResult_t send_ready(struct ipc_conn* c, const struct ipc_msg* m, int 
   ncclResult_t res = ncclSuccess;
   struct ipc_ready* r = &c->ready[c->readies % TRANSPORT_MAX_INFLIGHT];
   void* base = NULL;
+  size_t mapped = 0;
   if (m->what != IPC_RTR || m->seq != c->readies ||
       c->readies - c->base.completed >= TRANSPORT_MAX_INFLIGHT)
     FAIL(ncclInternalError, "CUDA IPC : rank %d announced receive %llu out of turn", c->base.peer,
@@ -409,10 +409,10 @@ static ncclResult_t send_ready(struct ipc_conn* c, const struct ipc_msg* m, int 
   if (!c->same_process && m->bytes > 0) {
     CUcontext saved;
     CHECK(ctx_enter(c, &saved));
-    res = cudaipc_cache_map(c->ctx->device->cache, c->base.peer, &m->desc, fd, &base);
+    res = cudaipc_cache_map(c->ctx->device->cache, c->base.peer, &m->desc, fd, &base, &mapped);
     ctx_leave(saved);
     if (res != ncclSuccess) goto fail;
-    r->dst = (char*)base + (m->ptr - m->desc.base);
+    CHECK(cudaipc_translate(&m->desc, base, mapped, m->ptr, m->bytes, c->base.peer, &r->dst));
   }
   c->readies++;
 fail:

@@ -1,6 +1,7 @@
 /*
- * Unix-socket links between ranks of a node (cudaipc_fd.h): SOCK_SEQPACKET,
- * so a message and its fd arrive whole, in order, or not at all.
+ * Messages on the Unix-socket links between ranks of a node (cudaipc_fd.h):
+ * SOCK_SEQPACKET, so a message and its fd arrive whole, in order, or not
+ * at all. Making the links is cudaipc_fd_link.c's.
  */
 #include "cudaipc_fd.h"
 
@@ -21,35 +22,6 @@ union fd_ctl {
   struct cmsghdr align;
 };
 
-struct fd_hello {
-  uint64_t secret;
-  int32_t rank;
-  int32_t tag;
-};
-
-/* The abstract name (leading NUL: nothing in the file system to clean). */
-static socklen_t fd_addr(uint64_t secret, const char* role, int rank, struct sockaddr_un* a) {
-  memset(a, 0, sizeof(*a));
-  a->sun_family = AF_UNIX;
-  int n = snprintf(a->sun_path + 1, sizeof(a->sun_path) - 1, "braid-ipc-%s-%016llx-%d", role,
-                   (unsigned long long)secret, rank);
-  return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
-}
-
-ncclResult_t cudaipc_fd_listen(uint64_t secret, const char* role, int rank, int* fd) {
-  struct sockaddr_un a;
-  socklen_t len = fd_addr(secret, role, rank, &a);
-  int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-  if (s < 0 || bind(s, (struct sockaddr*)&a, len) != 0 || listen(s, 64) != 0) {
-    WARN("CUDA IPC: cannot listen on the fd socket of rank %d: %s", rank, strerror(errno));
-    if (s >= 0) close(s);
-    return ncclSystemError;
-  }
-  *fd = s;
-  return ncclSuccess;
-}
-
-/* sendmsg or recvmsg once the socket is ready, until the deadline. */
 /* recvmsg without blocking. A peer that closed its end with our messages
  * unread resets the link, and the kernel reports that once, ahead of what
  * the peer sent before it went (its last word: a "fail" that names it),
@@ -181,61 +153,4 @@ int cudaipc_fd_poll(int link, void* msg, size_t bytes, int* fd) {
     return -1;
   }
   return fd_msg_in(&m, n, bytes, fd) == ncclSuccess ? 1 : -1;
-}
-
-ncclResult_t cudaipc_fd_connect(uint64_t secret, const char* role, int rank, int peer, int tag,
-                                int64_t timeout_ms, _Atomic int* aborted, int* fd) {
-  ncclResult_t res = ncclSuccess;
-  struct sockaddr_un a;
-  socklen_t len = fd_addr(secret, role, peer, &a);
-  struct fd_hello hello = {secret, rank, tag};
-  uint64_t deadline = socket_deadline(timeout_ms);
-  int s = -1;
-  for (;;) { /* the peer may not listen yet */
-    s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-    if (s < 0) FAIL(ncclSystemError, "CUDA IPC: socket: %s", strerror(errno));
-    if (connect(s, (struct sockaddr*)&a, len) == 0) break;
-    close(s);
-    s = -1;
-    if (errno != ECONNREFUSED && errno != ENOENT && errno != EAGAIN)
-      FAIL(ncclSystemError, "CUDA IPC: connect to rank %d: %s", peer, strerror(errno));
-    if (braid_now_ns() > deadline || (aborted && atomic_load(aborted)))
-      FAIL(ncclSystemError, "CUDA IPC: rank %d's fd socket did not answer", peer);
-    usleep(1000);
-  }
-  CHECK(fd_send_at(s, &hello, sizeof(hello), -1, deadline, aborted));
-  *fd = s;
-  return ncclSuccess;
-fail:
-  if (s >= 0) close(s);
-  return res;
-}
-
-ncclResult_t cudaipc_fd_accept(int listen_fd, uint64_t secret, int64_t timeout_ms,
-                               _Atomic int* aborted, int* fd, int* peer, int* tag) {
-  ncclResult_t res = ncclSuccess;
-  uint64_t deadline = socket_deadline(timeout_ms);
-  for (;;) {
-    struct fd_hello hello;
-    int got = -1;
-    CHECK(socket_wait(listen_fd, POLLIN, deadline, aborted, "CUDA IPC fd listener"));
-    int s = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC);
-    if (s < 0) {
-      if (errno == EAGAIN || errno == EINTR) continue;
-      FAIL(ncclSystemError, "CUDA IPC: accept: %s", strerror(errno));
-    }
-    res = cudaipc_fd_recv(s, &hello, sizeof(hello), &got, timeout_ms, aborted);
-    if (got >= 0) close(got);
-    if (res == ncclSuccess && hello.secret == secret && got < 0) {
-      *fd = s;
-      *peer = hello.rank;
-      *tag = hello.tag;
-      return ncclSuccess;
-    }
-    WARN("CUDA IPC: closed a link to the fd socket without this comm's hello");
-    close(s);
-    res = ncclSuccess;
-  }
-fail:
-  return res;
 }

@@ -127,14 +127,31 @@ int cudaipc_cache_holds(const struct cudaipc_cache* c, int peer, const struct cu
   return m != NULL && m->buffer_id == d->buffer_id;
 }
 
-/* Map one allocation of a peer here. */
+/* A legacy handle maps the whole allocation, whatever size the peer
+ * claimed: the driver says how much that is. */
+static ncclResult_t map_legacy(const struct cuda_api* cu, const struct cudaipc_desc* d,
+                               CUdeviceptr* local, size_t* mapped) {
+  ncclResult_t res = ncclSuccess;
+  CUdeviceptr base = 0;
+  CHECK(cuda_check(cu->cuIpcOpenMemHandle(local, d->legacy, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS),
+                   "cuIpcOpenMemHandle"));
+  res = cuda_check(cu->cuMemGetAddressRange(&base, mapped, *local), "cuMemGetAddressRange");
+  if (res == ncclSuccess && base != *local) *mapped = 0; /* not the allocation's start: none */
+  if (res != ncclSuccess) cu->cuIpcCloseMemHandle(*local);
+fail:
+  return res;
+}
+
+/* Map one allocation of a peer here: *mapped bytes at *local. A cuMem
+ * allocation is mapped for the size its description gives, which the
+ * driver refuses beyond the allocation's own. */
 static ncclResult_t map_import(const struct cuda_api* cu, CUdevice dev,
-                               const struct cudaipc_desc* d, int fd, CUdeviceptr* local) {
+                               const struct cudaipc_desc* d, int fd, CUdeviceptr* local,
+                               size_t* mapped) {
   ncclResult_t res = ncclSuccess;
   CUmemGenericAllocationHandle h;
-  if (d->kind == CUDAIPC_LEGACY)
-    return cuda_check(cu->cuIpcOpenMemHandle(local, d->legacy, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS),
-                      "cuIpcOpenMemHandle");
+  if (d->kind == CUDAIPC_LEGACY) return map_legacy(cu, d, local, mapped);
+  *mapped = d->size;
   if (d->kind != CUDAIPC_VMM || fd < 0)
     FAIL(ncclInternalError, "CUDA IPC: a %s allocation without its %s",
          d->kind == CUDAIPC_VMM ? "cuMem" : "foreign", d->kind == CUDAIPC_VMM ? "fd" : "kind");
@@ -158,11 +175,12 @@ static struct cudaipc_map* map_slot(const struct cuda_api* cu, struct cudaipc_ca
 }
 
 ncclResult_t cudaipc_cache_map(struct cudaipc_cache* c, int peer, const struct cudaipc_desc* d,
-                               int fd, void** local) {
+                               int fd, void** local, size_t* mapped) {
   ncclResult_t res = ncclSuccess;
   const struct cuda_api* cu = cuda_driver();
   struct cudaipc_map* m = map_find(c, peer, d);
   CUdeviceptr at = 0;
+  size_t size = 0;
   if (m && m->buffer_id != d->buffer_id) { /* freed and reallocated at the same address */
     map_drop(cu, m);
     *m = c->entries[--c->n];
@@ -170,15 +188,31 @@ ncclResult_t cudaipc_cache_map(struct cudaipc_cache* c, int peer, const struct c
     m = NULL;
   }
   if (m == NULL) {
-    CHECK(map_import(cu, c->dev, d, fd, &at));
+    CHECK(map_import(cu, c->dev, d, fd, &at, &size));
     m = map_slot(cu, c);
-    *m = (struct cudaipc_map){peer, d->base, d->buffer_id, d->size, d->kind, at, 0};
+    *m = (struct cudaipc_map){peer, d->base, d->buffer_id, size, d->kind, at, 0};
     c->maps++;
   }
   m->last_use = ++c->clock;
   *local = (void*)(uintptr_t)m->local;
+  *mapped = m->size;
 fail:
   return res;
+}
+
+ncclResult_t cudaipc_translate(const struct cudaipc_desc* d, void* local, size_t mapped,
+                               uint64_t ptr, uint64_t bytes, int peer, char** out) {
+  uint64_t off = ptr - d->base;
+  if (ptr < d->base || off > mapped || bytes > mapped - off) {
+    WARN(
+        "CUDA IPC: rank %d named %llu bytes at 0x%llx, outside its allocation at 0x%llx (%zu "
+        "bytes mapped here): refused",
+        peer, (unsigned long long)bytes, (unsigned long long)ptr, (unsigned long long)d->base,
+        mapped);
+    return ncclInvalidUsage;
+  }
+  *out = (char*)local + off;
+  return ncclSuccess;
 }
 
 void cudaipc_cache_stats(const struct cudaipc_cache* c, uint64_t* maps, uint64_t* stale) {

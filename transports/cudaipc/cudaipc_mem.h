@@ -62,9 +62,17 @@ int cudaipc_cache_holds(const struct cudaipc_cache* cache, int peer,
 
 /* Where peer's allocation `desc` is mapped here, mapping it on a miss (a
  * VMM allocation from `fd`, which the caller keeps); a mapping of the same
- * base with another buffer id is unmapped first. */
+ * base with another buffer id is unmapped first. *mapped gets how many
+ * bytes from *local the mapping holds, as the driver made it: the bound
+ * for what the peer may name in it, whatever its description claims. */
 ncclResult_t cudaipc_cache_map(struct cudaipc_cache* cache, int peer,
-                               const struct cudaipc_desc* desc, int fd, void** local);
+                               const struct cudaipc_desc* desc, int fd, void** local,
+                               size_t* mapped);
+/* Where `bytes` at the peer's address `ptr`, inside its allocation `desc`
+ * mapped here at (local, mapped), are here; ncclInvalidUsage (with a WARN
+ * naming the peer) when they do not lie inside the mapping. */
+ncclResult_t cudaipc_translate(const struct cudaipc_desc* desc, void* local, size_t mapped,
+                               uint64_t ptr, uint64_t bytes, int peer, char** out);
 
 /* The mappings made and dropped as stale so far (for tests and INFO). */
 void cudaipc_cache_stats(const struct cudaipc_cache* cache, uint64_t* maps, uint64_t* stale);
