@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -98,7 +99,10 @@ static FILE* open_debug_file(const char* pattern) {
     }
   }
   path[o] = '\0';
-  FILE* f = fopen(path, "w");
+  /* Readable by this user only: a log names buffers, hosts and ports. */
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  FILE* f = fd >= 0 ? fdopen(fd, "w") : NULL;
+  if (f == NULL && fd >= 0) close(fd);
   if (f) setvbuf(f, NULL, _IOLBF, 0);
   return f;
 }

@@ -30,10 +30,10 @@ static size_t coll_blocks(const struct coll_call* c) {
   return c->coll == COLL_ALLGATHER || c->coll == COLL_REDUCESCATTER ? (size_t)c->comm->nranks : 1;
 }
 
+/* The arguments, on a comm the caller holds (comm_call_enter). */
 static ncclResult_t coll_check(const struct coll_call* c) {
   ncclResult_t res = ncclSuccess;
   struct ncclComm* comm = c->comm;
-  CHECK(comm_check_call(comm, c->fn));
   CHECK(comm_check_type(c->type, c->fn));
   CHECK(comm_check_count(c->fn, c->count, kern_type_size(c->type), coll_blocks(c)));
   if (c->root != -1 && (c->root < 0 || c->root >= comm->nranks))
@@ -46,7 +46,7 @@ fail:
   return res;
 }
 
-static ncclResult_t coll_enqueue(const struct coll_call* c) {
+static ncclResult_t coll_enqueue_held(const struct coll_call* c) {
   ncclResult_t res = ncclSuccess;
   struct exec_args a = {0};
   CHECK(coll_check(c));
@@ -68,6 +68,19 @@ static ncclResult_t coll_enqueue(const struct coll_call* c) {
   return ncclSuccess;
 fail:
   group_record_error(res);
+  return res;
+}
+
+/* The comm is held for the whole call: no teardown frees it under the
+ * checks, or under a unit being handed over. */
+static ncclResult_t coll_enqueue(const struct coll_call* c) {
+  ncclResult_t res = comm_call_enter(c->comm, c->fn, COMM_CALL_WORKING);
+  if (res != ncclSuccess) {
+    group_record_error(res);
+    return res;
+  }
+  res = coll_enqueue_held(c);
+  comm_call_leave(c->comm);
   return res;
 }
 

@@ -24,9 +24,9 @@ struct p2p_coll {
   cudaStream_t stream;
 };
 
+/* The arguments, on a comm the caller holds (comm_call_enter). */
 static ncclResult_t p2p_coll_check(const struct p2p_coll* c) {
   ncclResult_t res = ncclSuccess;
-  CHECK(comm_check_call(c->comm, c->fn));
   CHECK(comm_check_type(c->type, c->fn));
   CHECK(comm_check_count(c->fn, c->count, kern_type_size(c->type), (size_t)c->comm->nranks));
   if (c->rooted && (c->root < 0 || c->root >= c->comm->nranks))
@@ -112,20 +112,26 @@ fail:
 }
 
 /* Check, then queue everything inside one group: a failure while queueing
- * (memory) drops the whole group and comes back from its end. */
+ * (memory) drops the whole group and comes back from its end. The comm is
+ * held throughout, so no teardown frees it under the checks. */
 static ncclResult_t p2p_coll_run(const struct p2p_coll* c,
                                  ncclResult_t (*queue)(const struct p2p_coll*, size_t)) {
-  ncclResult_t res = p2p_coll_check(c);
+  ncclResult_t res = comm_call_enter(c->comm, c->fn, COMM_CALL_WORKING);
   if (res != ncclSuccess) return res;
-  INFO(SUB_COLL,
-       "%s: sendbuff %p recvbuff %p count %zu datatype %d root %d comm %p [nranks=%d] stream %p",
-       c->fn + 4, c->sendbuff, c->recvbuff, c->count, (int)c->type, c->root, (void*)c->comm,
-       c->comm->nranks, (void*)c->stream);
-  CHECK(ncclGroupStart());
-  res = queue(c, c->count * kern_type_size(c->type));
-  ncclResult_t end = ncclGroupEnd();
-  return res != ncclSuccess ? res : end;
-fail:
+  res = p2p_coll_check(c);
+  if (res == ncclSuccess) {
+    INFO(SUB_COLL,
+         "%s: sendbuff %p recvbuff %p count %zu datatype %d root %d comm %p [nranks=%d] stream %p",
+         c->fn + 4, c->sendbuff, c->recvbuff, c->count, (int)c->type, c->root, (void*)c->comm,
+         c->comm->nranks, (void*)c->stream);
+    res = ncclGroupStart();
+  }
+  if (res == ncclSuccess) {
+    res = queue(c, c->count * kern_type_size(c->type));
+    ncclResult_t end = ncclGroupEnd();
+    if (res == ncclSuccess) res = end;
+  }
+  comm_call_leave(c->comm);
   return res;
 }
 

@@ -149,8 +149,35 @@ ncclResult_t group_enqueue_op(const struct work_op* op, cudaStream_t stream) {
   if (t_group.nops == 0 || stream_from_handle(stream)) t_group.stream = stream;
   t_group.ops[t_group.nops] = *op;
   t_group.ops[t_group.nops++].stream = stream;
+  comm_ref(op->comm); /* the queued op's: its comm may be destroyed before the group ends */
 fail:
   return res;
+}
+
+/* Let go of the queued ops' comms (group_enqueue_op's references). */
+static void group_unref(struct work_op* ops, int n) {
+  for (int i = 0; i < n; i++) comm_unref(ops[i].comm);
+}
+
+/* Count every queued op's comm in as a call (comm_call_enter's count), so
+ * that none is freed under the group's end; ncclInvalidArgument when one
+ * was destroyed or aborted since its op was queued. *entered: how many
+ * ops are counted (for group_leave). */
+static ncclResult_t group_enter(const char* fn, struct work_op* ops, int n, int* entered) {
+  for (*entered = 0; *entered < n; (*entered)++)
+    if (!comm_registry_enter(ops[*entered].comm)) {
+      WARN(
+          "%s: comm %p was destroyed or aborted after a call was queued on it; the group's "
+          "calls were not run",
+          fn, (void*)ops[*entered].comm);
+      return ncclInvalidArgument;
+    }
+  return ncclSuccess;
+}
+
+static void group_leave(struct work_op* ops, int entered, int n) {
+  for (int i = 0; i < entered; i++) comm_call_leave(ops[i].comm);
+  group_unref(ops, n);
 }
 
 ncclResult_t group_enqueue(struct ncclComm* comm, const struct exec_args* args,
@@ -180,13 +207,15 @@ static ncclResult_t group_close(const char* fn, int* nops) {
   t_group.njobs = t_group.nops = 0;
   ncclResult_t queued = t_group.error;
   t_group.error = ncclSuccess;
-  if (njobs) CHECK(run_jobs(t_group.jobs, njobs));
-  if (queued != ncclSuccess) {
+  if (njobs) res = run_jobs(t_group.jobs, njobs);
+  if (res == ncclSuccess && queued != ncclSuccess) {
     WARN("%s: a call inside the group failed; its other calls were not run", fn);
-    *nops = 0;
-    return queued;
+    res = queued;
   }
-fail:
+  if (res != ncclSuccess) {
+    group_unref(t_group.ops, *nops);
+    *nops = 0;
+  }
   return res;
 }
 
@@ -200,7 +229,10 @@ ncclResult_t ncclGroupEnd(void) {
   }
   if (--t_group.depth > 0) return ncclSuccess;
   CHECK(group_close("ncclGroupEnd", &nops));
-  if (nops) res = work_dispatch(t_group.ops, nops, t_group.stream);
+  int entered = 0;
+  res = group_enter("ncclGroupEnd", t_group.ops, nops, &entered);
+  if (res == ncclSuccess && nops) res = work_dispatch(t_group.ops, nops, t_group.stream);
+  group_leave(t_group.ops, entered, nops);
 fail:
   return res;
 }
@@ -243,10 +275,13 @@ ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t* simInfo) {
     WARN("ncclGroupSimulateEnd: must end the outermost group (depth %d)", t_group.depth);
     return ncclInvalidUsage;
   }
-  int nops;
+  int nops, entered = 0;
   CHECK(group_close("ncclGroupSimulateEnd", &nops));
+  res = group_enter("ncclGroupSimulateEnd", t_group.ops, nops, &entered);
   double us = 0;
-  for (int i = 0; i < nops; i++) us += op_estimate(&t_group.ops[i]);
+  for (int i = 0; res == ncclSuccess && i < nops; i++) us += op_estimate(&t_group.ops[i]);
+  group_leave(t_group.ops, entered, nops);
+  CHECK(res);
   simInfo->estimatedTime = (float)us;
   INFO(SUB_TUNING, "ncclGroupSimulateEnd: %d calls, %.1f us modelled", nops, us);
 fail:

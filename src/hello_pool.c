@@ -104,9 +104,11 @@ static int pending_serve(struct hello_pool* pool, int i, uint64_t now, hello_poo
   return 1;
 }
 
-/* Take every connection the listener holds; a full pool lets its oldest go. */
+/* Take the connections the listener holds, at most a pool's worth per
+ * call (a flood faster than this thread must not keep it here, past its
+ * deadline or an abort); a full pool lets its oldest go. */
 static void accept_all(struct hello_pool* pool, uint64_t now, hello_pool_done_fn done, void* arg) {
-  for (;;) {
+  for (int taken = 0; taken < pool->max_pending; taken++) {
     int fd = accept4(pool->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd < 0) return; /* EAGAIN: nothing more waits (or an aborted handshake) */
     if (pool->npending == pool->max_pending) {

@@ -14,10 +14,11 @@
 #include "mem.h"
 #include "work.h"
 
-ncclResult_t p2p_enqueue(const char* fn, int kind, void* buf, size_t count, ncclDataType_t type,
-                         int peer, ncclComm_t comm, cudaStream_t stream) {
+/* p2p_enqueue on a comm the caller holds (comm_call_enter). */
+static ncclResult_t p2p_enqueue_held(const char* fn, int kind, void* buf, size_t count,
+                                     ncclDataType_t type, int peer, ncclComm_t comm,
+                                     cudaStream_t stream) {
   ncclResult_t res = ncclSuccess;
-  CHECK(comm_check_call(comm, fn));
   CHECK(comm_check_type(type, fn));
   CHECK(comm_check_count(fn, count, kern_type_size(type), 1));
   if (peer < 0 || peer >= comm->nranks)
@@ -38,6 +39,18 @@ ncclResult_t p2p_enqueue(const char* fn, int kind, void* buf, size_t count, nccl
   return ncclSuccess;
 fail:
   group_record_error(res);
+  return res;
+}
+
+ncclResult_t p2p_enqueue(const char* fn, int kind, void* buf, size_t count, ncclDataType_t type,
+                         int peer, ncclComm_t comm, cudaStream_t stream) {
+  ncclResult_t res = comm_call_enter(comm, fn, COMM_CALL_WORKING);
+  if (res != ncclSuccess) {
+    group_record_error(res);
+    return res;
+  }
+  res = p2p_enqueue_held(fn, kind, buf, count, type, peer, comm, stream);
+  comm_call_leave(comm);
   return res;
 }
 

@@ -73,8 +73,10 @@ static ncclResult_t cache_add(struct ib_mr_cache* c, uintptr_t base, uintptr_t e
 ncclResult_t ib_mr_get(struct ib_mr_cache* c, const void* ptr, size_t bytes, int keep,
                        struct ib_mr_ent** out) {
   ncclResult_t res = ncclSuccess;
-  uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), a = (uintptr_t)ptr;
-  uintptr_t base = a & ~(page - 1), end = ALIGN_UP(a + (bytes ? bytes : 1), page);
+  /* Exactly the range, not the pages around it: the NIC lets the peer
+   * write wherever the registration reaches, and the rest of a page is
+   * someone else's memory (the heap's neighbours). */
+  uintptr_t base = (uintptr_t)ptr, end = base + (bytes ? bytes : 1);
   struct ib_mr_ent* e;
   pthread_mutex_lock(&c->lock);
   e = cache_find(c, base, end);

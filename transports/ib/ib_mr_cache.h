@@ -1,5 +1,5 @@
 /*
- * Memory registrations of a comm's verbs transport, by page range with
+ * Memory registrations of a comm's verbs transport, by exact range with
  * reference counts. A registration pins the pages it covers as they are
  * now: once the program frees them and maps others at the same address,
  * the NIC would still reach the old ones. So only the comm's own memory
@@ -27,7 +27,7 @@
 struct ib_mr_cache;
 
 struct ib_mr_ent {
-  uintptr_t base, end; /* whole pages */
+  uintptr_t base, end; /* the range registered, exactly */
   struct ibv_mr* mr;
   int refs;
   int keep; /* the comm's own memory: registered until evicted or the comm ends */
@@ -49,8 +49,8 @@ void ib_mr_cache_init(struct ib_mr_cache* c, const struct ib_verbs* v, struct ib
 /* Deregister everything (nothing may be held). */
 void ib_mr_cache_free(struct ib_mr_cache* c);
 
-/* A held registration covering [ptr, ptr + bytes): found, or made for the
- * pages it spans; `keep` for the comm's own memory (above). ncclSystemError
+/* A held registration covering [ptr, ptr + bytes): found, or made for
+ * exactly that range; `keep` for the comm's own memory (above). ncclSystemError
  * with a WARN when the NIC refuses it (memlock limits) or every entry is
  * held. */
 ncclResult_t ib_mr_get(struct ib_mr_cache* c, const void* ptr, size_t bytes, int keep,

@@ -125,8 +125,9 @@ struct shm_conn {
   size_t map_bytes;
   uint32_t nslots;
   size_t slot_bytes;
-  size_t direct_min; /* send: 0 = never */
-  int direct;        /* send: -1 until the receiver has attached, then its probe result */
+  size_t direct_min;  /* send: 0 = never */
+  int direct;         /* send: -1 until the receiver has attached, then its probe result */
+  int direct_allowed; /* receive: this side's own say on direct reads (never the segment's) */
   struct transport_waits* waits;
   int peer_bell;     /* the peer's progress bell pipe, opened for writing; -1 if not */
   uint64_t head;     /* slots produced (the sender's own, the receiver's last look) */
@@ -242,10 +243,11 @@ static ncclResult_t shm_conn_map(struct shm_conn* c, int fd, size_t bytes) {
   return ncclSuccess;
 }
 
+/* The slots and data at c->nslots and c->slot_bytes: the sender's own,
+ * or what the receiver checked of the header (a copy: the sender could
+ * change the mapped words after the check). */
 static void shm_conn_layout(struct shm_conn* c) {
   size_t slots_off, data_off;
-  c->nslots = c->hdr->nslots;
-  c->slot_bytes = c->hdr->slot_bytes;
   shm_layout(c->nslots, c->slot_bytes, &slots_off, &data_off);
   c->slots = (struct shm_slot*)((char*)c->hdr + slots_off);
   c->data = (char*)c->hdr + data_off;
@@ -289,6 +291,8 @@ static ncclResult_t shm_connect_send(struct transport_ctx* ctx, int peer, int ch
   h->receiver_rank = peer;
   h->channel = channel;
   h->sender_addr = (uint64_t)(uintptr_t)h;
+  c->nslots = h->nslots;
+  c->slot_bytes = h->slot_bytes;
   shm_conn_layout(c);
   c->direct_min = (size_t)p->direct_min;
   shm_bell_open(ctx, c);
@@ -314,6 +318,9 @@ static ncclResult_t shm_segment_try_open(struct shm_conn* c, int* found) {
     FAIL(ncclSystemError, "SHM : shm_open(%s) failed: %s", c->name, strerror(errno));
   }
   if (fstat(fd, &st) != 0) FAIL(ncclSystemError, "SHM : fstat(%s): %s", c->name, strerror(errno));
+  if (st.st_uid != geteuid() || (st.st_mode & 077) != 0) /* made by another user, or open to one */
+    FAIL(ncclSystemError, "SHM : segment %s is uid %u mode %o, not this user's alone: refused",
+         c->name, (unsigned)st.st_uid, (unsigned)(st.st_mode & 0777));
   if (st.st_size < (off_t)sizeof(struct shm_header)) goto out; /* not truncated yet */
   CHECK(shm_conn_map(c, fd, (size_t)st.st_size));
   *found = 1;
@@ -325,25 +332,30 @@ fail:
   return res;
 }
 
+/* The sender's part of the header, checked once: what is used after is
+ * the copy, since the sender may write the mapped words at any time. */
 static ncclResult_t shm_header_check(struct transport_ctx* ctx, struct shm_conn* c) {
-  const struct shm_header* h = c->hdr;
+  struct shm_header h;
   size_t slots_off, data_off;
   const char* why = NULL;
-  if (h->magic != SHM_MAGIC || h->version != SHM_VERSION)
+  memcpy(&h, c->hdr, offsetof(struct shm_header, ready));
+  if (h.magic != SHM_MAGIC || h.version != SHM_VERSION)
     why = "not a Braid segment of this version";
-  else if (h->secret != ctx->secret)
+  else if (h.secret != ctx->secret)
     why = "another communicator's segment";
-  else if (h->sender_pid != c->peer_pid || h->sender_rank != c->base.peer ||
-           h->receiver_rank != ctx->rank || h->channel != c->channel)
+  else if (h.sender_pid != c->peer_pid || h.sender_rank != c->base.peer ||
+           h.receiver_rank != ctx->rank || h.channel != c->channel)
     why = "wrong ranks";
-  else if (h->nslots < 1 || h->slot_bytes < SHM_LINE || h->slot_bytes % SHM_LINE != 0 ||
-           h->map_bytes != c->map_bytes ||
-           shm_layout(h->nslots, h->slot_bytes, &slots_off, &data_off) != c->map_bytes)
+  else if (h.nslots < 1 || h.slot_bytes < SHM_LINE || h.slot_bytes % SHM_LINE != 0 ||
+           h.map_bytes != c->map_bytes ||
+           shm_layout(h.nslots, h.slot_bytes, &slots_off, &data_off) != c->map_bytes)
     why = "inconsistent layout";
   if (why) {
     WARN("SHM : segment %s from rank %d refused (%s)", c->name, c->base.peer, why);
     return ncclSystemError;
   }
+  c->nslots = h.nslots;
+  c->slot_bytes = h.slot_bytes;
   return ncclSuccess;
 }
 
@@ -388,7 +400,13 @@ static ncclResult_t shm_connect_recv(struct transport_ctx* ctx, int peer, int ch
   CHECK(shm_header_check(ctx, c));
   shm_conn_layout(c);
   struct shm_header* h = c->hdr;
-  atomic_store_explicit(&h->direct_ok, (uint32_t)shm_direct_probe(c), memory_order_relaxed);
+  /* Direct reads copy from where the sender's slot says, in the process
+   * the peer table names: only where this side asked for them too, and
+   * never from this very process (a peer naming our pid would make us
+   * copy our own memory into the receive). */
+  c->direct_allowed =
+      shm_params_get()->direct_min > 0 && c->peer_pid != getpid() && shm_direct_probe(c);
+  atomic_store_explicit(&h->direct_ok, (uint32_t)c->direct_allowed, memory_order_relaxed);
   atomic_store_explicit(&h->receiver_pid, (int32_t)getpid(), memory_order_relaxed);
   shm_bell_open(ctx, c);
   atomic_store_explicit(&h->attached, 1, memory_order_release);
@@ -563,15 +581,20 @@ static ncclResult_t shm_recv_step(struct shm_conn* c, int* moved) {
   ncclResult_t res =
       transport_check_message(b, s->seq, s->msg_bytes, &s->tag, c->cur, m->bytes, &m->tag);
   if (res != ncclSuccess) return res;
-  if (s->kind == SHM_SLOT_DIRECT) {
+  if (s->kind == SHM_SLOT_DIRECT && !c->direct_allowed) {
+    WARN("SHM : rank %d sent a direct read, which this rank did not allow", b->peer);
+    return ncclInternalError;
+  } else if (s->kind == SHM_SLOT_DIRECT) {
     if (c->cur_off < m->bytes && (res = shm_recv_direct(c, m, s)) != ncclSuccess) return res;
     *moved = 1;
     if (c->cur_off < m->bytes) return ncclSuccess; /* the slot stays ours until the last byte */
   } else if (shm_slot_matches(c, idx, m, c->cur, c->cur_off)) {
+    /* each slot's size as this side reckons it (the match said the slot
+     * agrees): never a second read of what the sender may have changed */
     uint32_t span = shm_copy_span(c, c->head - c->tail, idx, m->bytes - c->cur_off);
-    size_t n = s->bytes;
-    while (k < span && shm_slot_matches(c, idx + k, m, c->cur, c->cur_off + n))
-      n += c->slots[idx + k++].bytes;
+    size_t n = MIN(c->slot_bytes, m->bytes - c->cur_off);
+    for (; k < span && shm_slot_matches(c, idx + k, m, c->cur, c->cur_off + n); k++)
+      n += MIN(c->slot_bytes, m->bytes - c->cur_off - n);
     if ((res = mem_copy(m->buf + c->cur_off, c->data + idx * c->slot_bytes, n)) != ncclSuccess)
       return res;
     c->cur_off += n;

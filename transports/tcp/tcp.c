@@ -91,11 +91,14 @@ static ssize_t tcp_io(struct tcp_conn* c, struct tcp_sock* s, char* part, size_t
   struct iovec iov[2];
   struct msghdr mh = {.msg_iov = iov};
   size_t done = s->done;
-  if (done < TCP_FRAME_BYTES) {
+  int header = done < TCP_FRAME_BYTES;
+  if (header) {
     iov[mh.msg_iovlen++] = (struct iovec){(char*)&s->frame + done, TCP_FRAME_BYTES - done};
     done = TCP_FRAME_BYTES;
   }
-  if (len > done - TCP_FRAME_BYTES)
+  /* A receiver takes the frame's header alone: its call is checked before
+   * a byte of the payload lands in the buffer. */
+  if (len > done - TCP_FRAME_BYTES && (c->base.is_send || !header))
     iov[mh.msg_iovlen++] =
         (struct iovec){part + (done - TCP_FRAME_BYTES), len - (done - TCP_FRAME_BYTES)};
   ssize_t n = c->base.is_send ? sendmsg(s->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT)
