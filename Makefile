@@ -11,15 +11,16 @@ MPICC  ?= mpicc
 # so a forbidden include does not compile; scripts/check-layers.sh (part of
 # make test) checks every #include "..." against the same lists, printed by
 # `make print-layers`, and names the rule a crossing breaks.
-LAYERS           := common kernels algorithms transports src perf trainer tests
+LAYERS           := common gpu kernels algorithms transports src perf trainer tests
 LAYER_common     := include common
+LAYER_gpu        := include common gpu
 LAYER_kernels    := include common kernels
 LAYER_algorithms := include common algorithms
-LAYER_transports := include common src transports
-LAYER_src        := include common kernels algorithms transports src
+LAYER_transports := include common gpu transports
+LAYER_src        := include common gpu kernels algorithms transports src
 LAYER_perf       := include perf
 LAYER_trainer    := include trainer
-LAYER_tests      := include common kernels algorithms transports src tests
+LAYER_tests      := include common gpu kernels algorithms transports src tests
 # -I flags for the source $(1): its top folder's list.
 layer_inc = $(addprefix -I,$(LAYER_$(firstword $(subst /, ,$(1)))))
 TEST_INC := $(call layer_inc,tests/)
@@ -57,20 +58,27 @@ DEPFLAGS := -MMD -MP
 ISA_avx2   := -mavx2 -mf16c -mfma
 ISA_avx512 := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mf16c -mfma
 
-# Folders that join the library only when their dependency is present.
-CUDA_DIRS := src/cuda kernels/cuda transports/cudaipc
+# Folders that join the library only when their dependency is present; a
+# build without CUDA takes the host-only sources instead (as libuv picks its
+# platform files: the generic code names no device path, docs/architecture.md).
+CUDA_DIRS := gpu/cuda src/cuda kernels/cuda transports/cudaipc
+NOCUDA_DIRS := gpu/host src/host
 IB_DIRS   := transports/ib
-CUDA_SRCS := $(wildcard src/cuda/*.c kernels/cuda/*.c transports/cudaipc/*.c)
+CUDA_SRCS := $(wildcard $(addsuffix /*.c,$(CUDA_DIRS)))
+NOCUDA_SRCS := $(wildcard $(addsuffix /*.c,$(NOCUDA_DIRS)))
 CUDA_CU   := $(wildcard kernels/cuda/*.cu)
 IB_SRCS   := $(wildcard transports/ib/*.c)
 
-LIB_SRCS := $(wildcard common/*.c) $(wildcard src/*.c) $(wildcard transports/*.c) \
+LIB_SRCS := $(wildcard common/*.c) $(wildcard gpu/*.c) $(wildcard src/*.c) $(wildcard transports/*.c) \
             $(filter-out $(addsuffix /%,$(CUDA_DIRS) $(IB_DIRS)),$(wildcard transports/*/*.c)) \
             $(wildcard algorithms/*.c) $(wildcard kernels/cpu/*.c)
 ifeq ($(HAVE_CUDA),1)
 LIB_SRCS += $(CUDA_SRCS)
-else ifneq ($(strip $(CUDA_SRCS) $(CUDA_CU)),)
+else
+LIB_SRCS += $(NOCUDA_SRCS)
+ifneq ($(strip $(CUDA_SRCS) $(CUDA_CU)),)
 $(info CUDA parts skipped ($(CUDA_DIRS)): HAVE_CUDA=$(HAVE_CUDA), no nvcc on PATH or in CUDA_HOME=$(CUDA_HOME))
+endif
 endif
 ifeq ($(HAVE_IBVERBS),1)
 LIB_SRCS += $(IB_SRCS)
@@ -123,10 +131,9 @@ tests: $(UNIT_BINS) $(MP_BINS)
 unit-mp-tests: $(UNIT_BINS) $(MP_BINS)
 
 # The driver shim includes the toolkit's cuda.h (types only: it links
-# nothing of CUDA).
-$(BUILD)/obj/src/cuda/%.o: src/cuda/%.c Makefile
-	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) $(call layer_inc,$<) -I$(CUDA_HOME)/include $(DEPFLAGS) -c $< -o $@
+# nothing of CUDA); so does whatever includes the shim.
+CUDA_OBJ_DIRS := gpu/cuda src/cuda transports/cudaipc
+$(foreach d,$(CUDA_OBJ_DIRS),$(eval $(BUILD)/obj/$(d)/%.o: CUDA_INC := -I$(CUDA_HOME)/include))
 
 $(BUILD)/obj/%_avx2.o: %_avx2.c Makefile
 	@mkdir -p $(dir $@)
@@ -140,7 +147,7 @@ $(BUILD)/obj/%_avx512.o: %_avx512.c Makefile
 # of every compile (and an object from before -MMD has no .d to go by).
 $(BUILD)/obj/%.o: %.c Makefile
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) $(call layer_inc,$<) $(DEPFLAGS) -c $< -o $@
+	$(CC) $(ALL_CFLAGS) $(call layer_inc,$<) $(CUDA_INC) $(DEPFLAGS) -c $< -o $@
 
 # SASS for Ampere, Hopper and Blackwell, and Blackwell's PTX for what comes
 # after; no fused multiply-add, so results match the CPU kernels bit for bit.

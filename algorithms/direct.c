@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "core.h"
+#include "layout.h"
 #include "schedule.h"
 
 /* Rank r's slice of `count` elements: an equal share, rounded up to

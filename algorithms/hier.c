@@ -12,9 +12,14 @@
  * rank whose segment holds it. Every rank walks its pieces in buffer order,
  * so two ranks that share several rings meet in them in the same order.
  */
+#include "hier.h"
+
 #include "core.h"
+#include "layout.h"
+#include "recursive_doubling.h"
 #include "ring.h"
 #include "schedule.h"
+#include "tree.h"
 
 #define HIER_MAX_NODES 4096
 

@@ -3,6 +3,8 @@
  * node (nodes numbered in the order of their lowest rank), each rank's
  * index on its node, and the node-major order the flat ring follows.
  */
+#include "layout.h"
+
 #include <stdlib.h>
 
 #include "core.h"

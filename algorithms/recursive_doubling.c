@@ -6,6 +6,8 @@
  * hold bitwise the same result even for max/min of signed zeros. From
  * RD_HALVING_MIN_BYTES on, the core halves instead (rd_halving_core).
  */
+#include "recursive_doubling.h"
+
 #include "core.h"
 #include "schedule.h"
 

@@ -51,4 +51,13 @@ ncclResult_t ring_allreduce_hop(struct schedule* s, const struct ring* g, int la
 /* Send this rank's own (final) block to start an all-gather. */
 ncclResult_t ring_send_own(struct schedule* s, const struct ring* g, size_t from);
 
+/* Ring algorithms around rank order (ring.c): all-reduce as reduce-scatter
+ * then all-gather, each segment cut into slices of at most chunk_bytes;
+ * broadcast and reduce as a pipelined chain from/to the root. */
+ncclResult_t ring_schedule_allreduce(struct schedule* s, const struct sched_key* key);
+ncclResult_t ring_schedule_allgather(struct schedule* s, const struct sched_key* key);
+ncclResult_t ring_schedule_reducescatter(struct schedule* s, const struct sched_key* key);
+ncclResult_t chain_schedule_broadcast(struct schedule* s, const struct sched_key* key);
+ncclResult_t chain_schedule_reduce(struct schedule* s, const struct sched_key* key);
+
 #endif /* BRAID_RING_H_ */

@@ -3,6 +3,10 @@
  * a pass over every step, so a workload that alternates sizes (gradient
  * buckets, a loss all-reduce between them) must not rebuild on every call.
  */
+#include "sched_cache.h"
+
+#include "core.h"
+#include "sched_build.h"
 #include "schedule.h"
 
 /* The entry holding `key`, or -1; the last one used first: a loop of one

@@ -74,13 +74,6 @@ struct sched_topo {
   int min_ppn, max_ppn;  /* fewest and most ranks on a node */
 };
 
-/* Group ranks into nodes by `host` (nranks keys; equal key = same node). */
-ncclResult_t sched_topo_init(struct sched_topo* t, int nranks, const uint64_t* host);
-void sched_topo_free(struct sched_topo* t);
-
-/* Ranks on `node`. */
-int sched_topo_node_size(const struct sched_topo* t, int node);
-
 /* Rank at index `i` of `order` (identity without a topology), and back. */
 int sched_topo_rank(const struct sched_topo* t, int i);
 int sched_topo_pos(const struct sched_topo* t, int rank);
@@ -142,97 +135,10 @@ int sched_prim_recvs(enum sched_prim p);
 int sched_prim_sends(enum sched_prim p);
 const char* sched_prim_name(enum sched_prim p);
 
-/* Ring algorithms around rank order (ring.c): all-reduce as reduce-scatter
- * then all-gather, each segment cut into slices of at most chunk_bytes;
- * broadcast and reduce as a pipelined chain from/to the root. */
-ncclResult_t ring_schedule_allreduce(struct schedule* s, const struct sched_key* key);
-ncclResult_t ring_schedule_allgather(struct schedule* s, const struct sched_key* key);
-ncclResult_t ring_schedule_reducescatter(struct schedule* s, const struct sched_key* key);
-ncclResult_t chain_schedule_broadcast(struct schedule* s, const struct sched_key* key);
-ncclResult_t chain_schedule_reduce(struct schedule* s, const struct sched_key* key);
-
-/* Trees (tree.c): double binary tree all-reduce (two trees, each carrying
- * half the data, every rank interior in at most one), and a binary tree
- * rooted at the root for broadcast and reduce. */
-ncclResult_t tree_schedule_allreduce(struct schedule* s, const struct sched_key* key);
-ncclResult_t tree_schedule_broadcast(struct schedule* s, const struct sched_key* key);
-ncclResult_t tree_schedule_reduce(struct schedule* s, const struct sched_key* key);
-
-/* Tree shape: rank's parent (-1 at the root) and up to two children (-1
- * where absent) in tree `which` (0 or 1) of the double binary tree. */
-void tree_links(int rank, int nranks, int which, int* parent, int child[2]);
-/* Levels of the binary tree over nranks (1 for a single rank). */
-int tree_depth(int nranks);
-
-/* Recursive doubling all-reduce: log2 rounds of whole-buffer exchanges
- * between partners, non-power-of-two ranks folded in first and served last.
- * Few hops: the small-message algorithm. */
-ncclResult_t rd_schedule_allreduce(struct schedule* s, const struct sched_key* key);
-
-/* Peers rank `rank` sends to and receives from under recursive doubling
- * (at most 2 + log2(nranks)); returns how many were written to `peers`. */
-int rd_peers(int rank, int nranks, int* peers, int max);
-/* Recursive doubling all-reduce halves (Rabenseifner) from this many bytes
- * on, when at least 4 ranks are in its power-of-two core. */
-#define RD_HALVING_MIN_BYTES ((size_t)32 << 10)
-int rd_uses_halving(size_t count, size_t elem_size, int nranks);
-/* Does hierarchical all-reduce of `bytes` take its leader variant with
- * chunks of `chunk_bytes`? (The tuner models and sizes it by this.) */
-int hier_allreduce_uses_leaders(size_t bytes, size_t chunk_bytes);
-
-/* Ranks a schedule for `key` exchanges data with, in both directions
- * (the relation is symmetric: if p is my peer, I am p's). Returns how many
- * were written to `peers` (at most `max`). */
-int sched_peers(const struct sched_key* key, int* peers, int max);
 /* Append p (ignored when negative or already there) to a peer list of m
  * entries (at most max); returns the new length. */
 int sched_add_peer(int* peers, int m, int max, int p);
 
-/* Tree 0 relabelled so that `root` is the tree's root. */
-void tree_rooted_links(int rank, int nranks, int root, int* parent, int child[2]);
-
-/* Hierarchical (hier.c). All-reduce: intra-node reduce-scatter, then an
- * inter-node all-reduce per piece among the ranks owning it on each node
- * (each rank carries 1/ppn of the data), then intra-node all-gather; for
- * small buffers the leader variant: reduce to each node's first rank,
- * leaders all-reduce, broadcast back. Reduce-scatter / all-gather: the
- * inter-node part on ppn parallel rings, when every node has as many
- * ranks. */
-ncclResult_t hier_schedule_allreduce(struct schedule* s, const struct sched_key* key);
-/* 1 when hier_schedule_allreduce overlaps its rounds' node and network
- * stages for this key (the executor window is wide enough). */
-int hier_allreduce_pipelines(const struct sched_key* key);
-ncclResult_t hier_schedule_allgather(struct schedule* s, const struct sched_key* key);
-ncclResult_t hier_schedule_reducescatter(struct schedule* s, const struct sched_key* key);
-/* Peers of a hierarchical schedule (rank space). */
-int hier_peers(const struct sched_key* key, int* peers, int max);
-
-/* 1 when `algo` implements `coll` (on this topology: hierarchical
- * reduce-scatter and all-gather need equal ranks per node). */
-int sched_supports(int coll, int algo);
-int sched_supports_on(const struct sched_topo* t, int coll, int algo);
-
-/* Build (or reuse) the schedule for `key`. */
-ncclResult_t sched_build(struct schedule* s, const struct sched_key* key);
 int sched_key_equal(const struct sched_key* a, const struct sched_key* b);
-
-/* The schedules a comm ran last (sched_cache.c): calls that alternate
- * sizes or collectives, and the full and last pieces of a long call, find
- * theirs built. An evicted entry's steps are reused by the next build, so
- * once warm the cache allocates nothing. */
-#define SCHED_CACHE_SIZE 8
-struct sched_cache {
-  struct schedule entries[SCHED_CACHE_SIZE];
-  uint64_t used[SCHED_CACHE_SIZE]; /* `clock` at the entry's last use */
-  uint64_t clock;
-  int last;        /* the entry used last */
-  uint64_t builds; /* schedules built since init: tests watch it stop growing */
-};
-
-/* The schedule for `key`, built into the least recently used entry when
- * none matches. It stays valid until the next call. */
-ncclResult_t sched_cache_get(struct sched_cache* c, const struct sched_key* key,
-                             const struct schedule** out);
-void sched_cache_free(struct sched_cache* c);
 
 #endif /* BRAID_SCHEDULE_H_ */

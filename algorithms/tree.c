@@ -6,6 +6,8 @@
  * (r -> r+1) for odd n - so ranks interior in one tree are leaves in the
  * other, and the double tree splits each rank's work evenly.
  */
+#include "tree.h"
+
 #include "core.h"
 #include "schedule.h"
 

@@ -61,3 +61,9 @@ void braid_cond_wait_ms(pthread_cond_t* cond, pthread_mutex_t* mutex, int ms) {
   if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
   pthread_cond_timedwait(cond, mutex, &ts);
 }
+
+uint64_t braid_fnv1a(uint64_t h, const void* data, size_t len) {
+  const unsigned char* p = data;
+  for (size_t i = 0; i < len; i++) h = (h ^ p[i]) * 0x100000001b3ull;
+  return h;
+}

@@ -56,6 +56,11 @@ ncclResult_t braid_realloc(void* ptrp, size_t nelem, size_t elem_size);
  * also notice an abort flag, or outlive a missed signal). */
 void braid_cond_wait_ms(pthread_cond_t* cond, pthread_mutex_t* mutex, int ms);
 
+/* FNV-1a over len bytes, from h (BRAID_FNV_OFFSET to start): tells hosts,
+ * devices and jobs apart; never a security function (siphash.h is). */
+#define BRAID_FNV_OFFSET 0xcbf29ce484222325ull
+uint64_t braid_fnv1a(uint64_t h, const void* data, size_t len);
+
 /* Monotonic clock in nanoseconds. */
 uint64_t braid_now_ns(void);
 

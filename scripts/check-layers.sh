@@ -27,7 +27,7 @@ if [ ${#allowed[@]} -eq 0 ]; then
   exit 2
 fi
 
-checked=(common src transports algorithms kernels perf trainer)
+checked=(common gpu src transports algorithms kernels perf trainer)
 bad=0
 
 violation() {

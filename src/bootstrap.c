@@ -1,6 +1,6 @@
 /*
- * Bootstrap: ids and job keys, host identity, and the rank side of the
- * peer-info exchange (the root is bootstrap_root.c).
+ * Bootstrap: ids and job keys, and the rank side of the peer-info
+ * exchange (the root is bootstrap_root.c).
  */
 #include "bootstrap.h"
 
@@ -8,60 +8,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "core.h"
+#include "host.h"
 #include "param.h"
 
 _Static_assert(sizeof(struct bootstrap_id) <= NCCL_UNIQUE_ID_BYTES, "id too large");
-
-uint64_t bootstrap_random64(void) {
-  uint64_t v = 0;
-  if (getrandom(&v, sizeof(v), 0) != sizeof(v)) v = braid_now_ns() ^ ((uint64_t)getpid() << 32);
-  return v;
-}
-
-/* FNV-1a; good enough to tell hosts apart, never used for security. */
-static uint64_t hash_bytes(uint64_t h, const void* data, size_t len) {
-  const unsigned char* p = data;
-  for (size_t i = 0; i < len; i++) h = (h ^ p[i]) * 0x100000001b3ull;
-  return h;
-}
-
-uint64_t bootstrap_host_hash(void) {
-  const char* forced = param_hostid();
-  char buf[512] = {0};
-  if (forced) return hash_bytes(0xcbf29ce484222325ull, forced, strlen(forced));
-  gethostname(buf, 255);
-  FILE* f = fopen("/proc/sys/kernel/random/boot_id", "r");
-  if (f) {
-    size_t n = strlen(buf);
-    if (fgets(buf + n, (int)(sizeof(buf) - n), f) == NULL) buf[n] = '\0';
-    fclose(f);
-  }
-  return hash_bytes(0xcbf29ce484222325ull, buf, strlen(buf));
-}
-
-/* Processes that see the same boot, the same /dev/shm and the same pid
- * namespace can map each other's segments and check each other's pids. */
-uint64_t bootstrap_shm_domain(void) {
-  char buf[512] = {0};
-  struct stat st;
-  FILE* f = fopen("/proc/sys/kernel/random/boot_id", "r");
-  if (f) {
-    if (fgets(buf, (int)sizeof(buf), f) == NULL) buf[0] = '\0';
-    fclose(f);
-  }
-  uint64_t h = hash_bytes(0xcbf29ce484222325ull, buf, strlen(buf));
-  if (stat("/dev/shm", &st) == 0) {
-    h = hash_bytes(h, &st.st_dev, sizeof(st.st_dev));
-    h = hash_bytes(h, &st.st_ino, sizeof(st.st_ino));
-  }
-  if (stat("/proc/self/ns/pid", &st) == 0) h = hash_bytes(h, &st.st_ino, sizeof(st.st_ino));
-  return h;
-}
 
 void bootstrap_id_encode(const struct bootstrap_id* id, ncclUniqueId* out) {
   memset(out, 0, sizeof(*out));
@@ -114,12 +67,12 @@ static uint64_t mix64(uint64_t x) {
 
 uint64_t bootstrap_job_key(const char* comm_id) {
   char used[256] = "NCCL_COMM_ID";
-  uint64_t h = hash_bytes(0x84222325cbf29ce4ull, comm_id, strlen(comm_id) + 1);
+  uint64_t h = braid_fnv1a(0x84222325cbf29ce4ull, comm_id, strlen(comm_id) + 1);
   for (size_t i = 0; i < sizeof(kJobVars) / sizeof(kJobVars[0]); i++) {
     const char* v = job_var(i);
     if (v == NULL) continue;
-    h = hash_bytes(h, kJobVars[i], strlen(kJobVars[i]) + 1);
-    h = hash_bytes(h, v, strlen(v) + 1);
+    h = braid_fnv1a(h, kJobVars[i], strlen(kJobVars[i]) + 1);
+    h = braid_fnv1a(h, v, strlen(v) + 1);
     size_t n = strlen(used);
     snprintf(used + n, sizeof(used) - n, " + %s", kJobVars[i]);
   }
@@ -136,7 +89,7 @@ ncclResult_t bootstrap_new_root_id(ncclUniqueId* out, struct bootstrap_root** ro
     addr.sin.sin_port = 0;
   else
     addr.sin6.sin6_port = 0;
-  id.key = bootstrap_random64();
+  id.key = host_random64();
   CHECK(bootstrap_root_start(&addr, id.key, 0, root, NULL));
   socket_addr_to_wire(&addr, &id.root);
   bootstrap_id_encode(&id, out);

@@ -1,7 +1,7 @@
 /*
- * Bootstrap: the unique id (root address + job key), the root that
- * collects every rank's peer info and hands back the full table with the
- * data plane's secret, and what every rank tells the others about itself.
+ * Bootstrap: the unique id (root address + job key), and the root that
+ * collects every rank's peer info (common/peer.h) and hands back the full
+ * table with the data plane's secret.
  *
  * Two secrets. The job key authenticates a rank to the root: random in an
  * id from ncclGetUniqueId, derived from NCCL_COMM_ID and the job's
@@ -17,11 +17,13 @@
 #include <stdint.h>
 
 #include "nccl.h"
+#include "peer.h"
 #include "socket.h"
 
 #define BOOTSTRAP_MAGIC 0x44494152u /* "RAID" little-endian: Braid id */
-/* 3: job keys, the root's data secret, refusal replies; 4: blobs; 5: control addresses */
-#define BOOTSTRAP_VERSION 6u
+/* 3: job keys, the root's data secret, refusal replies; 4: blobs; 5: control addresses;
+ * 7: blobs at fixed places, control messages with a proof instead of the secret */
+#define BOOTSTRAP_VERSION 7u
 #define BOOTSTRAP_MAX_RANKS (1 << 20)
 
 /* What a ncclUniqueId holds; the remaining bytes of the 128 are zero. */
@@ -30,28 +32,6 @@ struct bootstrap_id {
   uint32_t version;
   uint64_t key; /* the job key */
   struct socket_wire_addr root;
-};
-
-/* What every rank tells every other rank at init. */
-#define PEER_BLOB_BYTES 64
-
-struct peer_info {
-  int32_t rank;
-  int32_t pid;
-  uint64_t host_hash; /* hostname + boot id, or NCCL_HOSTID */
-  int32_t cuda_dev;
-  int32_t ncpus;                /* online cores of its host (topology) */
-  uint64_t cuda_uuid;           /* its device's UUID, hashed (0: none) */
-  uint64_t cuda_view;           /* the UUIDs its process sees, in order, hashed */
-  uint32_t nic_mbps;            /* speed of the NIC its sockets use, 0 if unknown */
-  uint32_t mem_mbps;            /* its host's measured memcpy bandwidth, MB/s */
-  int32_t bell_fd;              /* its progress engine's bell pipe, in its process */
-  uint64_t bell_ino;            /* that pipe's inode, 0 if none */
-  struct socket_wire_addr ctrl; /* its comm's control listener (comm_ctrl.h) */
-  /* What each transport publishes about this rank (where it listens, what
-   * names its segments), opaque here: the table (transports/transport.h)
-   * gives each its slice, and the root's exchange carries them. */
-  uint8_t blobs[PEER_BLOB_BYTES];
 };
 
 /* ---- the wire between a rank and the root ---- */
@@ -141,14 +121,5 @@ ncclResult_t bootstrap_maybe_start_root(const struct bootstrap_id* id, int rank,
 ncclResult_t bootstrap_exchange(const struct bootstrap_id* id, int rank, int nranks,
                                 const struct peer_info* mine, struct peer_info* all,
                                 uint64_t* data_secret, uint64_t deadline_ns, _Atomic int* aborted);
-
-/* Random 64-bit value from the kernel. */
-uint64_t bootstrap_random64(void);
-
-/* Host identity: NCCL_HOSTID if set, else hash of hostname and boot id. */
-uint64_t bootstrap_host_hash(void);
-
-/* Shared-memory domain: boot id, /dev/shm and pid namespace. */
-uint64_t bootstrap_shm_domain(void);
 
 #endif /* BRAID_BOOTSTRAP_H_ */

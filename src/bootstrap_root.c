@@ -22,6 +22,7 @@
 #include "bootstrap.h"
 #include "core.h"
 #include "hello_pool.h"
+#include "host.h"
 #include "param.h"
 
 /* A connection has this long to send its whole hello. */
@@ -231,9 +232,9 @@ static int root_rank_is_here(const struct bootstrap_root* st, int i, uint64_t ho
  * process last: once they have theirs, their init returns and the process
  * may exit, taking the root with it, while others still wait. */
 static void root_send_tables(struct bootstrap_root* st) {
-  struct root_reply r = {BOOTSTRAP_MAGIC, ROOT_OK, bootstrap_random64(), st->nranks, 0};
+  struct root_reply r = {BOOTSTRAP_MAGIC, ROOT_OK, host_random64(), st->nranks, 0};
   size_t bytes = sizeof(struct peer_info) * (size_t)st->nranks;
-  uint64_t host = bootstrap_host_hash();
+  uint64_t host = host_hash();
   for (int here = 0; here < 2; here++)
     for (int i = 0; i < st->nranks; i++) {
       if (root_rank_is_here(st, i, host) != here) continue;

@@ -9,6 +9,7 @@
 #include "group.h"
 #include "kernels.h"
 #include "mem.h"
+#include "redop.h"
 
 /* One collective call as the user made it. */
 struct coll_call {

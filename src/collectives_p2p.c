@@ -1,14 +1,78 @@
 /*
- * The collectives NCCL defines as patterns of sends and receives:
- * all-to-all, gather and scatter. Each checks its arguments whole, then
- * queues its sends and receives as one group on the comm's p2p lane (so
- * they run side by side with the comm's other work, in issue order), and
- * copies the rank's own block directly (skipped when in place).
+ * Point-to-point entry points: ncclSend and ncclRecv, and the collectives
+ * NCCL defines as patterns of them: all-to-all, gather and scatter. Each
+ * checks its arguments whole, then queues its sends and receives (one
+ * group for a collective) for the comm's p2p lane (work_p2p.c), so they
+ * run side by side with the comm's other work, in issue order; a rank's
+ * own block is copied directly (skipped when in place).
  */
+#include <string.h>
+
 #include "comm.h"
 #include "core.h"
+#include "group.h"
 #include "kernels.h"
-#include "work.h"
+#include "mem_kind.h"
+#include "work_op.h"
+
+/* ---- ncclSend and ncclRecv ---- */
+
+/* p2p_enqueue on a comm the caller holds (comm_call_enter). */
+static ncclResult_t p2p_enqueue_held(const char* fn, int kind, void* buf, size_t count,
+                                     ncclDataType_t type, int peer, ncclComm_t comm,
+                                     cudaStream_t stream) {
+  ncclResult_t res = ncclSuccess;
+  CHECK(comm_check_type(type, fn));
+  CHECK(comm_check_count(fn, count, kern_type_size(type), 1));
+  if (peer < 0 || peer >= comm->nranks)
+    FAIL(ncclInvalidArgument, "%s : peer %d out of range [0,%d)", fn, peer, comm->nranks);
+  if (count > 0 && buf == NULL) FAIL(ncclInvalidArgument, "%s : buffer is NULL", fn);
+  INFO(SUB_P2P, "%s: buf %p count %zu datatype %d peer %d comm %p [nranks=%d] stream %p",
+       kind == WORK_SEND ? "Send" : "Recv", buf, count, (int)type, peer, (void*)comm, comm->nranks,
+       (void*)stream);
+  struct work_op op;
+  memset(&op, 0, sizeof(op));
+  op.comm = comm;
+  op.kind = kind;
+  op.peer = peer;
+  op.buf = buf;
+  op.bytes = count * kern_type_size(type);
+  op.mem = mem_query(buf);
+  CHECK(group_enqueue_op(&op, stream));
+  return ncclSuccess;
+fail:
+  group_record_error(res);
+  return res;
+}
+
+static ncclResult_t p2p_enqueue(const char* fn, int kind, void* buf, size_t count,
+                                ncclDataType_t type, int peer, ncclComm_t comm,
+                                cudaStream_t stream) {
+  ncclResult_t res = comm_call_enter(comm, fn, COMM_CALL_WORKING);
+  if (res != ncclSuccess) {
+    group_record_error(res);
+    return res;
+  }
+  res = p2p_enqueue_held(fn, kind, buf, count, type, peer, comm, stream);
+  comm_call_leave(comm);
+  return res;
+}
+
+NCCL_API(ncclResult_t, ncclSend, const void* sendbuff, size_t count, ncclDataType_t datatype,
+         int peer, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t datatype, int peer,
+                      ncclComm_t comm, cudaStream_t stream) {
+  return p2p_enqueue("ncclSend", WORK_SEND, (void*)sendbuff, count, datatype, peer, comm, stream);
+}
+
+NCCL_API(ncclResult_t, ncclRecv, void* recvbuff, size_t count, ncclDataType_t datatype, int peer,
+         ncclComm_t comm, cudaStream_t stream);
+ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer,
+                      ncclComm_t comm, cudaStream_t stream) {
+  return p2p_enqueue("ncclRecv", WORK_RECV, recvbuff, count, datatype, peer, comm, stream);
+}
+
+/* ---- collectives made of sends and receives ---- */
 
 /* What one of these calls is, as the user made it. */
 struct p2p_coll {

@@ -1,6 +1,9 @@
 /*
  * The communicator: identity, peers, connections, progress engine, executor
  * state, reduction-op table and error state. Everything mutable lives here.
+ * This header declares what comm.c does with it: the checks every call
+ * makes, calls counted in and out, references and the error state. The
+ * comm is made in comm_init.c and unmade in comm_teardown.c.
  */
 #ifndef BRAID_COMM_H_
 #define BRAID_COMM_H_
@@ -16,7 +19,7 @@
 #include "progress.h"
 #include "schedule.h"
 #include "transport.h"
-#include "tuner.h"
+#include "tuner_types.h"
 
 #define COMM_MAGIC 0x6272616964636f6dull /* "braidcom" */
 
@@ -30,7 +33,7 @@ struct comm_redop {
 };
 
 struct braid_stream;
-struct cuda_comm;
+struct device_comm;
 
 struct ncclComm {
   uint64_t magic;
@@ -68,8 +71,9 @@ struct ncclComm {
   struct mem_regs regs;
   /* non-blocking comm (config.blocking == 0): its work runs on this stream */
   struct braid_stream* internal_stream;
-  /* device calls (src/cuda/cuda_comm.h): made at the first one, else NULL */
-  struct cuda_comm* cuda;
+  /* device calls (device.h): the device path's state, made at the first
+   * one, else NULL */
+  struct device_comm* device;
   /* state */
   _Atomic int aborted;
   _Atomic int error;     /* ncclResult_t of the first failure, 0 if none */
@@ -91,29 +95,15 @@ struct ncclComm {
   struct bootstrap_root* grow_root; /* grow_id's root while it is pending */
 };
 
-/* Wait until the work queued on the comm's own streams (a non-blocking
- * comm's, its device proxy's) has run: what ncclCommFinalize waits for. */
-ncclResult_t comm_flush(struct ncclComm* comm);
+/* Every connection of the comm, both channels and directions: shut down
+ * (peers notice at once), or closed and forgotten. */
+void comm_conns_apply(struct ncclComm* comm, int close_them);
 
-/* ncclCommRevoke's work: stop what runs, refuse new calls, keep the comm. */
-ncclResult_t comm_revoke(struct ncclComm* comm);
-
-/* Free everything a comm owns (its own stream's queued work finishes
- * first) and drop the user's reference; the struct itself goes with the
- * last reference, so work still queued on a host stream can see that the
- * comm is gone instead of reading freed memory. */
-void comm_free(struct ncclComm* comm);
 void comm_ref(struct ncclComm* comm);
+/* The last reference frees the struct itself (comm_free freed what it
+ * holds): work still queued on a host stream can then see that the comm
+ * is gone instead of reading freed memory. */
 void comm_unref(struct ncclComm* comm);
-
-/* The live communicators (comm_registry.c): added at creation, removed
- * when the user destroys or aborts one, so that comm_check refuses a
- * handle that is gone without reading its memory. */
-ncclResult_t comm_registry_add(const struct ncclComm* comm);
-void comm_registry_remove(const struct ncclComm* comm);
-int comm_registry_has(const struct ncclComm* comm);
-/* A user config read up to the size the caller's header gave it. */
-ncclResult_t comm_config_read(const ncclConfig_t* user, ncclConfig_t* out);
 
 /* No 64-bit machine addresses more than 2^56 bytes (x86-64 with 5-level
  * paging; arm64 stops at 2^52): a larger count is a bug, such as a
@@ -133,50 +123,19 @@ ncclResult_t comm_check(const struct ncclComm* comm, const char* fn);
 /* What a comm_call_enter'ed call may find besides a working comm. */
 enum comm_call_allow { COMM_CALL_WORKING = 0, COMM_CALL_REVOKED_TOO = 1 };
 
-/* An API call that waits on the comm outside a unit (split, shrink, grow,
- * suspend, registration): refused as comm_check_call refuses (a revoked
- * comm too unless `allow` says otherwise). Once entered, ncclCommAbort
- * and ncclCommDestroy wake it (comm->aborted: the call then fails) and
- * wait for comm_call_leave before they free the comm. */
+/* A call made on the comm (an entry point, or a call that waits on it
+ * outside a unit: split, shrink, grow, suspend, registration): refused as
+ * comm_check_call refuses (a revoked comm too unless `allow` says
+ * otherwise). Once entered, ncclCommAbort and ncclCommDestroy wake it
+ * (comm->closing, comm->aborted: the call then fails) and wait for
+ * comm_call_leave before they free the comm. */
 ncclResult_t comm_call_enter(struct ncclComm* comm, const char* fn, int allow);
 /* The same for a call any live comm takes, whatever its state (queries). */
 ncclResult_t comm_call_hold(struct ncclComm* comm, const char* fn);
 void comm_call_leave(struct ncclComm* comm);
-/* Under the registry's lock: count a call in (comm->calls) if comm is
- * live; 0 if it is not (comm_registry.c). */
-int comm_registry_enter(struct ncclComm* comm);
 
 /* Record the first failure, and make every peer notice it (shut down our
  * connections) so nobody waits for us. */
 void comm_set_error(struct ncclComm* comm, ncclResult_t err);
-
-/* A built-in op (op < ncclNumOps) in the executor's form on `nranks` ranks. */
-void redop_builtin(ncclRedOp_t op, ncclDataType_t type, int nranks, struct exec_args* args);
-/* Turn a user op into the executor's form; ncclInvalidArgument if unknown. */
-ncclResult_t redop_resolve(struct ncclComm* comm, ncclRedOp_t op, ncclDataType_t type,
-                           const char* fn, struct exec_args* args);
-void redop_free_all(struct ncclComm* comm);
-
-/* Tuner: algorithm and chunk size for `coll` on a buffer of `bytes`. */
-void tuner_choose(const struct ncclComm* comm, int coll, size_t bytes, int* algo,
-                  size_t* chunk_bytes);
-/* The model's table for this comm, at INFO/TUNING. */
-void tuner_log_table(const struct ncclComm* comm);
-/* NCCL_ALGO syntax to a bit mask of enum sched_algo (exposed for tests). */
-unsigned tuner_parse_algos(const char* s);
-/* Whether NCCL_ALGO allows the direct algorithm on device buffers (it is
- * not a schedule: src/cuda/cuda_direct.h), and whether it names it (then a
- * call it fits runs direct even where it could have run gated). */
-int tuner_allows_direct(void);
-int tuner_forces_direct(void);
-/* Whether direct is modelled faster than staging through host memory for
- * a device-buffer call of `bytes` on one node, `ranks_per_device` ranks at
- * most sharing a GPU (tuner_device.c). */
-int tuner_prefers_direct(const struct ncclComm* comm, int coll, size_t bytes, int ranks_per_device);
-
-/* Group queue: run now, defer to ncclGroupEnd when inside a group, or hand
- * to a host stream. */
-ncclResult_t group_enqueue(struct ncclComm* comm, const struct exec_args* args,
-                           cudaStream_t stream);
 
 #endif /* BRAID_COMM_H_ */

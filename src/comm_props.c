@@ -1,8 +1,10 @@
 /*
- * What a comm says of itself beyond its rank and size: ncclCommQueryProperties
- * (an honest "no" to every device-side capability: Braid provides no device
- * API, no GIN, no multimem, no CFT) and ncclCommMemStats (the GPU memory the
- * comm holds: none on the host path).
+ * What a comm says of itself: its rank, size and device, its asynchronous
+ * error, ncclCommQueryProperties (an honest "no" to every device-side
+ * capability: Braid provides no device API, no GIN, no multimem, no CFT)
+ * and ncclCommMemStats (the GPU memory the comm holds: none on the host
+ * path). Each holds the comm for the query (comm_call_hold): a watchdog
+ * thread may ask while another aborts it.
  */
 #include <stdbool.h>
 #include <stddef.h>
@@ -10,6 +12,7 @@
 
 #include "comm.h"
 #include "core.h"
+#include "stream.h"
 
 /* ncclCommProperties_t of NCCL 2.32's nccl_device/host.h (152 bytes; its
  * layout is ABI). Older headers made prefixes; fields past the caller's
@@ -88,4 +91,51 @@ ncclResult_t ncclCommMemStats(ncclComm_t comm, ncclCommMemStat_t stat, uint64_t*
   }
 fail:
   return res;
+}
+
+/* A watchdog thread asks while another aborts: the comm is held. */
+NCCL_API(ncclResult_t, ncclCommGetAsyncError, ncclComm_t comm, ncclResult_t* asyncError);
+ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError) {
+  ncclResult_t res = comm_call_hold(comm, "ncclCommGetAsyncError");
+  if (res != ncclSuccess) return res;
+  if (asyncError == NULL) {
+    WARN("ncclCommGetAsyncError : asyncError is NULL");
+    res = ncclInvalidArgument;
+  } else {
+    *asyncError = (ncclResult_t)atomic_load(&comm->error);
+    if (*asyncError == ncclSuccess && comm->internal_stream)
+      *asyncError = stream_query(comm->internal_stream);
+  }
+  comm_call_leave(comm);
+  return res;
+}
+
+/* The three queries share one shape: hold, then read one int field (at
+ * `field`, an offset: a refused handle may be freed memory, never read). */
+static ncclResult_t comm_query(ncclComm_t comm, int* out, const char* fn, size_t field) {
+  ncclResult_t res = comm_call_hold(comm, fn);
+  if (res != ncclSuccess) return res;
+  if (out == NULL) {
+    WARN("%s : output pointer is NULL", fn);
+    res = ncclInvalidArgument;
+  } else {
+    memcpy(out, (const char*)comm + field, sizeof(*out));
+  }
+  comm_call_leave(comm);
+  return res;
+}
+
+NCCL_API(ncclResult_t, ncclCommCount, const ncclComm_t comm, int* count);
+ncclResult_t ncclCommCount(const ncclComm_t comm, int* count) {
+  return comm_query(comm, count, "ncclCommCount", offsetof(struct ncclComm, nranks));
+}
+
+NCCL_API(ncclResult_t, ncclCommUserRank, const ncclComm_t comm, int* rank);
+ncclResult_t ncclCommUserRank(const ncclComm_t comm, int* rank) {
+  return comm_query(comm, rank, "ncclCommUserRank", offsetof(struct ncclComm, rank));
+}
+
+NCCL_API(ncclResult_t, ncclCommCuDevice, const ncclComm_t comm, int* device);
+ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int* device) {
+  return comm_query(comm, device, "ncclCommCuDevice", offsetof(struct ncclComm, cuda_dev));
 }

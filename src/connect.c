@@ -5,9 +5,12 @@
  * receive side (accepting what peers connected). No rank ever waits for a
  * peer that is itself waiting, even when one thread drives many comms.
  */
+#include "connect.h"
+
 #include "comm.h"
 #include "core.h"
-#include "work.h"
+#include "sched_build.h"
+#include "work_op.h"
 
 #define CONNECT_MAX_PEERS 64
 

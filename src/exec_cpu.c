@@ -3,6 +3,7 @@
  * when it is posted and post says it is done, so the executor never tests
  * it and a step sends as soon as it would with the kernels called inline.
  */
+#include "exec_cpu.h"
 #include "executor.h"
 
 static ncclResult_t cpu_post(void* state, const struct kern_task* t, uint64_t* ticket, int* done) {

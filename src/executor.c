@@ -13,6 +13,8 @@
 #include <string.h>
 
 #include "core.h"
+#include "sched_build.h"
+#include "sched_cache.h"
 
 ncclResult_t exec_init(struct exec_ctx* ex, const struct exec_conf* conf) {
   memset(ex, 0, sizeof(*ex));

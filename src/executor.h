@@ -15,6 +15,7 @@
 #include "kernels.h"
 #include "mem.h"
 #include "nccl.h"
+#include "sched_cache.h"
 #include "schedule.h"
 #include "transport.h"
 
@@ -70,9 +71,6 @@ struct exec_backend {
   ncclResult_t (*post)(void* state, const struct kern_task* task, uint64_t* ticket, int* done);
   ncclResult_t (*test)(void* state, uint64_t ticket, int* done);
 };
-
-/* Host memory: the CPU kernels at post time (exec_cpu.c). */
-extern const struct exec_backend exec_backend_cpu;
 
 /* Post `t` and wait for it, polling (yielding the core between polls): for
  * a task that needs nothing but the backend to finish. */
@@ -172,32 +170,5 @@ ncclResult_t exec_progress(struct exec_ctx* ex, int* done, int* progressed);
  * sleeper when a task completes, so whoever drives the context polls
  * instead of sleeping while this holds. */
 int exec_tasks_pending(const struct exec_ctx* ex);
-
-/* ---- The comm's side (exec_plan.c, exec_tag.c) ---- */
-
-struct ncclComm;
-
-/* exec_ctx_key on the comm's context. */
-void exec_key(const struct ncclComm* comm, const struct exec_args* args, struct sched_key* key);
-/* Bytes of the send and the receive buffer a call touches on each rank of
- * a comm of nranks. */
-void exec_extents(const struct exec_args* args, int nranks, size_t* send, size_t* recv);
-/* Let the tuner choose the algorithm and chunk of a call; fills `key` with
- * the schedule it will run. */
-void exec_plan(struct ncclComm* comm, struct exec_args* args, struct sched_key* key);
-
-/* The tag every message of a planned call carries (exec_tag.c), and the
- * WARN naming both calls when a peer's message carried another: the first
- * such peer's connection (report), or `peer`'s tag `theirs` (warn). */
-void exec_tag_make(const struct ncclComm* comm, const struct exec_args* args,
-                   struct transport_tag* out);
-void exec_tag_report(const struct ncclComm* comm, const struct transport_tag* mine);
-void exec_tag_warn(const struct ncclComm* comm, const struct transport_tag* mine, int peer,
-                   const struct transport_tag* theirs);
-
-/* Run a planned call on the comm's context: the comm's error state is
- * checked first, and an error puts the comm in its error state. */
-ncclResult_t exec_comm_start(struct ncclComm* comm, const struct exec_args* args);
-ncclResult_t exec_comm_progress(struct ncclComm* comm, int* done, int* progressed);
 
 #endif /* BRAID_EXECUTOR_H_ */

@@ -13,14 +13,14 @@
 #include <string.h>
 
 #include "comm.h"
+#include "comm_registry.h"
 #include "core.h"
+#include "device.h"
+#include "exec_plan.h"
 #include "kernels.h"
 #include "stream.h"
+#include "tuner.h"
 #include "work.h"
-
-#ifdef BRAID_HAVE_CUDA
-#include "cuda/cuda_unit.h"
-#endif
 
 struct group_job {
   ncclResult_t (*fn)(void*);
@@ -117,14 +117,12 @@ static ncclResult_t run_jobs(struct group_job* jobs, int n) {
  * thread now. */
 static ncclResult_t work_dispatch(struct work_op* ops, int n, cudaStream_t stream) {
   struct braid_stream* hs = stream_from_handle(stream);
-#ifdef BRAID_HAVE_CUDA
-  if (hs == NULL && cuda_unit_wanted(ops, n)) return cuda_unit_dispatch(ops, n);
-#endif
+  if (hs == NULL && device_unit_wanted(ops, n)) return device_unit_dispatch(ops, n);
   ncclResult_t res = work_issue(ops, n);
   if (res != ncclSuccess) return res;
   for (int i = 0; i < n && hs == NULL; i++) hs = ops[i].comm->internal_stream;
   if (hs == NULL) return work_run(ops, n);
-  res = stream_submit_ops(hs, ops, n);
+  res = work_submit(hs, ops, n, NULL, 0);
   if (res != ncclSuccess) { /* never queued: give its turns back, or later work waits forever */
     work_cancel(ops, n);
     return res;

@@ -12,6 +12,7 @@
 
 #include "comm.h"
 #include "comm_ctrl.h"
+#include "comm_init.h"
 #include "core.h"
 #include "param.h"
 #include "socket.h"

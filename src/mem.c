@@ -1,42 +1,16 @@
 /*
- * Memory: buffer kinds, copies, and the registration cache behind
- * ncclCommRegister/ncclCommDeregister (ncclMemAlloc: mem_alloc.c).
+ * The registration cache behind ncclCommRegister and windows (mem.h): the
+ * registered ranges of a comm, found by the transports that pin or map
+ * memory. The API calls are mem_register.c's and window.c's.
  */
 #include "mem.h"
-
-#ifdef BRAID_HAVE_CUDA
-#include "cuda/cuda_mem.h"
-#endif
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm.h"
 #include "core.h"
 
-enum mem_kind mem_query(const void* ptr) {
-#ifdef BRAID_HAVE_CUDA
-  return cuda_mem_kind(ptr);
-#else
-  (void)ptr; /* built without CUDA: every pointer is host memory */
-  return MEM_HOST;
-#endif
-}
-
-const char* mem_kind_name(enum mem_kind kind) {
-  static const char* const names[MEM_KIND_COUNT] = {"host", "device", "managed"};
-  return (unsigned)kind < MEM_KIND_COUNT ? names[kind] : "?";
-}
-
-ncclResult_t mem_copy(void* dst, const void* src, size_t bytes) {
-  if (bytes == 0 || dst == src) return ncclSuccess;
-#ifdef BRAID_HAVE_CUDA
-  if (mem_query(dst) != MEM_HOST) return cuda_mem_copy(dst, src, bytes, dst);
-  if (mem_query(src) != MEM_HOST) return cuda_mem_copy(dst, src, bytes, src);
-#endif
-  memmove(dst, src, bytes);
-  return ncclSuccess;
-}
+_Static_assert(TRANSPORT_COUNT <= MEM_REG_HANDLES, "a registration keeps a handle per transport");
 
 void mem_regs_init(struct mem_regs* regs, const struct mem_reg_hooks* hooks) {
   pthread_mutex_init(&regs->lock, NULL);
@@ -87,6 +61,11 @@ ncclResult_t mem_reg_add(struct mem_regs* regs, void* base, size_t size, struct 
   return reg_add(regs, base, size, 0, 0, out);
 }
 
+ncclResult_t mem_window_add(struct mem_regs* regs, void* base, size_t size, int flags,
+                            struct mem_reg** out) {
+  return reg_add(regs, base, size, 1, flags, out);
+}
+
 ncclResult_t mem_reg_remove(struct mem_regs* regs, struct mem_reg* reg) {
   struct mem_reg* found = NULL;
   pthread_mutex_lock(&regs->lock);
@@ -132,49 +111,4 @@ struct transport_buf mem_transport_buf(void* ptr, size_t bytes, enum mem_kind ki
   int inside = reg && reg_covers(reg, ptr, bytes);
   unsigned mem = kind == MEM_HOST ? TRANSPORT_CAP_HOST_MEM : TRANSPORT_CAP_DEVICE_MEM;
   return (struct transport_buf){ptr, bytes, mem, inside ? reg->handles[t->id] : NULL, NULL, 0};
-}
-
-/* A range a registration may name: a buffer no machine can hold (a size
- * like SIZE_MAX, a negative number cast) or one that wraps is a bug. */
-static ncclResult_t reg_range_check(const char* fn, const void* buff, size_t size) {
-  if (size <= COMM_MAX_BYTES && (uintptr_t)buff <= UINTPTR_MAX - size) return ncclSuccess;
-  WARN("%s : [%p, +%zu) is larger than any buffer can be (2^56 bytes) or wraps", fn, buff, size);
-  return ncclInvalidArgument;
-}
-
-ncclResult_t mem_reg_api(struct ncclComm* comm, const char* fn, void* buff, size_t size, int window,
-                         int win_flags, struct mem_reg** out) {
-  ncclResult_t res = ncclSuccess;
-  CHECK(comm_call_enter(comm, fn, COMM_CALL_WORKING));
-  if (buff == NULL || size == 0 || out == NULL) {
-    WARN("%s : buff %p size %zu handle %p", fn, buff, size, (void*)out);
-    res = ncclInvalidArgument;
-  }
-  if (res == ncclSuccess) res = reg_range_check(fn, buff, size);
-  if (res == ncclSuccess) res = reg_add(&comm->regs, buff, size, window, win_flags, out);
-  comm_call_leave(comm);
-fail:
-  return res;
-}
-
-/* Registration: the TCP transport already moves data straight between user
- * buffers and sockets, so there is no copy to skip; the registration is
- * kept (and checked) for transports that map or pin memory. */
-NCCL_API(ncclResult_t, ncclCommRegister, const ncclComm_t comm, void* buff, size_t size,
-         void** handle);
-ncclResult_t ncclCommRegister(const ncclComm_t comm, void* buff, size_t size, void** handle) {
-  struct mem_reg* r = NULL;
-  ncclResult_t res = mem_reg_api(comm, "ncclCommRegister", buff, size, 0, 0, handle ? &r : NULL);
-  if (res == ncclSuccess) *handle = r;
-  return res;
-}
-
-NCCL_API(ncclResult_t, ncclCommDeregister, const ncclComm_t comm, void* handle);
-ncclResult_t ncclCommDeregister(const ncclComm_t comm, void* handle) {
-  ncclResult_t res = ncclSuccess;
-  CHECK(comm_check(comm, "ncclCommDeregister"));
-  if (!mem_reg_is(&comm->regs, handle, 0) || mem_reg_remove(&comm->regs, handle) != ncclSuccess)
-    FAIL(ncclInvalidArgument, "ncclCommDeregister : %p is not a registration of this comm", handle);
-fail:
-  return res;
 }

@@ -1,7 +1,7 @@
 /*
- * Memory: what kind a buffer is, copies between buffers of any kind, the
- * registration cache behind ncclCommRegister, and ncclMemAlloc. Library
- * code reaches user buffers only through these (and the kernels).
+ * A comm's registered memory: the ranges ncclCommRegister and windows
+ * registered, and what a transport is told of a buffer inside one. (What
+ * kind a buffer is, and copies between kinds: gpu/mem_kind.h.)
  */
 #ifndef BRAID_MEM_H_
 #define BRAID_MEM_H_
@@ -10,20 +10,9 @@
 #include <stdatomic.h>
 #include <stddef.h>
 
+#include "mem_kind.h"
 #include "nccl.h"
 #include "transport.h"
-
-/* Where a buffer lives: host memory (malloc'ed, pinned or registered), or
- * device or managed memory by the CUDA driver's pointer attributes
- * (src/cuda/cuda_mem.c; always host without a driver). */
-enum mem_kind { MEM_HOST = 0, MEM_DEVICE = 1, MEM_MANAGED = 2, MEM_KIND_COUNT };
-
-enum mem_kind mem_query(const void* ptr);
-const char* mem_kind_name(enum mem_kind kind);
-
-/* Copy `bytes` from src to dst, whatever their kinds; the ranges may
- * overlap (memmove's rule). */
-ncclResult_t mem_copy(void* dst, const void* src, size_t bytes);
 
 /* Handles a registration keeps for those who pin or map it: one per
  * transport id (TRANSPORT_COUNT fits, transport_table.c checks). */
@@ -65,6 +54,9 @@ void mem_regs_init(struct mem_regs* regs, const struct mem_reg_hooks* hooks);
 /* Drop every registration left (the user need not deregister first). */
 void mem_regs_free(struct mem_regs* regs);
 ncclResult_t mem_reg_add(struct mem_regs* regs, void* base, size_t size, struct mem_reg** out);
+/* The same for a window with its NCCL_WIN_* flags. */
+ncclResult_t mem_window_add(struct mem_regs* regs, void* base, size_t size, int flags,
+                            struct mem_reg** out);
 /* ncclInvalidArgument when `reg` is not one of these registrations. */
 ncclResult_t mem_reg_remove(struct mem_regs* regs, struct mem_reg* reg);
 /* Whether `reg` is one of these registrations, a window (window 1) or a
@@ -75,13 +67,6 @@ int mem_reg_is(struct mem_regs* regs, const struct mem_reg* reg, int window);
  * stays valid until the user deregisters it, which must not overlap a call
  * that uses the buffer (NCCL's rule too). */
 const struct mem_reg* mem_reg_find(struct mem_regs* regs, const void* ptr, size_t bytes);
-
-/* ncclCommRegister and ncclCommWindowRegister (fn names it in WARNs):
- * the comm working, a range of at most COMM_MAX_BYTES that does not wrap
- * the address space, then listed (window: with its flags). */
-struct ncclComm;
-ncclResult_t mem_reg_api(struct ncclComm* comm, const char* fn, void* buff, size_t size, int window,
-                         int win_flags, struct mem_reg** out);
 
 /* What transport t is told of `bytes` at ptr, memory of `kind`: the
  * TRANSPORT_CAP_*_MEM bit, and t's handle from `reg` (NULL: none) when the

@@ -12,18 +12,12 @@
 #include "mem.h"
 #include "ptr_set.h"
 
-#ifdef BRAID_HAVE_CUDA
-#include "cuda/cuda_mem.h"
-#endif
-
 static struct ptr_set g_blocks = PTR_SET_INIT;
 
 /* The block itself, recorded nowhere yet. */
 static ncclResult_t block_alloc(void** ptr, size_t size) {
-#ifdef BRAID_HAVE_CUDA
-  ncclResult_t res = cuda_mem_alloc(ptr, size);
+  ncclResult_t res = mem_device_alloc(ptr, size);
   if (res != ncclSuccess || *ptr != NULL) return res;
-#endif
   /* Not braid_calloc: page-aligned and unzeroed, as cudaMalloc'd memory is
    * (a transport may map or pin it whole). */
   *ptr = aligned_alloc(4096, ALIGN_UP(size, 4096));
@@ -33,9 +27,7 @@ static ncclResult_t block_alloc(void** ptr, size_t size) {
 }
 
 static ncclResult_t block_free(void* ptr) {
-#ifdef BRAID_HAVE_CUDA
-  if (mem_query(ptr) != MEM_HOST) return cuda_mem_free(ptr);
-#endif
+  if (mem_query(ptr) != MEM_HOST) return mem_device_free(ptr);
   free(ptr);
   return ncclSuccess;
 }

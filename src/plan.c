@@ -4,8 +4,11 @@
  * that fixes which peers it talks to. Nothing is connected or sent here,
  * so a plan can be logged or simulated on its own.
  */
+#include "plan.h"
+
 #include "comm.h"
-#include "work.h"
+#include "exec_plan.h"
+#include "work_op.h"
 
 void work_plan(struct work_op* ops, int n) {
   for (int i = 0; i < n; i++) {

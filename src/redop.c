@@ -10,6 +10,7 @@
 #include "core.h"
 #include "kernels.h"
 #include "mem.h"
+#include "redop.h"
 
 /* Find a free table slot, growing the table when full (creation time only). */
 static ncclResult_t redop_slot(struct ncclComm* comm, int* idx) {

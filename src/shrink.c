@@ -12,6 +12,8 @@
 
 #include "comm.h"
 #include "comm_ctrl.h"
+#include "comm_init.h"
+#include "comm_teardown.h"
 #include "core.h"
 #include "param.h"
 #include "socket.h"

@@ -8,6 +8,8 @@
 #include <string.h>
 
 #include "comm.h"
+#include "comm_init.h"
+#include "comm_teardown.h"
 #include "core.h"
 #include "work.h"
 

@@ -3,7 +3,7 @@
  * CUDA stream pointer carries, so any cudaStream_t argument can be told
  * apart without a lookup. Each stream owns a thread that runs queued items
  * in order; finished items go to a free list and are reused, so steady
- * state enqueueing does not allocate once the item's op array has grown.
+ * state enqueueing does not allocate once the item's data room has grown.
  */
 #include "stream.h"
 
@@ -15,19 +15,17 @@
 #include <string.h>
 
 #include "braid.h"
-#include "comm.h"
 #include "core.h"
 
 #define STREAM_TAG ((uintptr_t)4) /* CUDA streams are 8-aligned; 1, 2 are its specials */
 #define STREAM_MAGIC 0x6273747265616d21ull
 
 struct stream_item {
-  struct work_op* ops;
-  int nops, cap;
+  const struct stream_job* job;
+  unsigned char* data; /* the job's, copied: `bytes` of them; room for cap */
+  size_t bytes, cap;
   struct work_gate gates[WORK_MAX_GATES];
   int ngates;
-  ncclResult_t (*fn)(void*);
-  void* arg;
   struct stream_item* next;
 };
 
@@ -53,10 +51,6 @@ static cudaStream_t stream_handle(struct braid_stream* s) {
   return (cudaStream_t)((uintptr_t)s | STREAM_TAG);
 }
 
-static ncclResult_t item_run(struct stream_item* it) {
-  return it->fn ? it->fn(it->arg) : work_run(it->ops, it->nops);
-}
-
 static int gates_ready(const struct stream_item* it) {
   for (int i = 0; i < it->ngates; i++)
     if ((int64_t)(__atomic_load_n(it->gates[i].ready, __ATOMIC_ACQUIRE) - it->gates[i].value) < 0)
@@ -65,9 +59,7 @@ static int gates_ready(const struct stream_item* it) {
 }
 
 static int item_aborted(const struct stream_item* it) {
-  for (int i = 0; i < it->nops; i++)
-    if (atomic_load(&it->ops[i].comm->aborted)) return 1;
-  return 0;
+  return it->job->aborted && it->job->aborted(it->data, it->bytes);
 }
 
 /* A gate whose stream can no longer reach it, checked now and then (not at
@@ -86,7 +78,7 @@ static ncclResult_t gates_check(const struct stream_item* it) {
 /* Wait for the streams to reach the unit. They may be busy with the user's
  * kernels for long: after a short spin the wait sleeps, up to 100 us, so a
  * proxy thread costs little while its GPU computes. It ends early when a
- * comm is aborted, or when a stream fails (its error goes to the comms). */
+ * job says it was aborted, or when a stream fails (the job is told). */
 static ncclResult_t gates_wait(const struct stream_item* it) {
   long nap_ns = 0;
   uint64_t next_check = braid_now_ns() + 100000000ull;
@@ -115,24 +107,24 @@ static void* stream_main(void* p) {
     struct stream_item* it = s->head;
     pthread_mutex_unlock(&s->lock);
     /* after an error the queue drains without running (order is lost), but
-     * its units still give up their turns on their comms. A gated unit (a
-     * device call) always runs: its comms' own error state decides, so one
-     * comm's failure never drops another comm's later calls that share the
-     * proxy, and the stream's error stays with host-stream work. */
+     * each job is cancelled (a unit gives up its turns on its comms). A
+     * gated job (a device call) always runs: its comms' own error state
+     * decides, so one comm's failure never drops another comm's later calls
+     * that share the proxy, and the stream's error stays with host-stream
+     * work. */
     int gated = it->ngates > 0, run = gated || s->error == ncclSuccess;
     ncclResult_t res = gated ? gates_wait(it) : ncclSuccess;
-    if (res != ncclSuccess) { /* a stream failed: the unit cannot run */
-      for (int i = 0; i < it->nops; i++) comm_set_error(it->ops[i].comm, res);
+    if (res != ncclSuccess) { /* a stream failed: the job cannot run */
+      if (it->job->failed) it->job->failed(it->data, it->bytes, res);
       run = 0;
     }
-    res = run ? item_run(it) : res != ncclSuccess ? res : s->error;
-    if (!run && it->fn == NULL) work_cancel(it->ops, it->nops);
+    res = run ? it->job->run(it->data, it->bytes) : res != ncclSuccess ? res : s->error;
+    if (!run && it->job->cancel) it->job->cancel(it->data, it->bytes);
     gates_open(it);
     pthread_mutex_lock(&s->lock);
     if (s->error == ncclSuccess && !gated) s->error = res;
     s->head = it->next;
     if (s->head == NULL) s->tail = NULL;
-    it->fn = NULL;
     it->next = s->free_items;
     s->free_items = it;
     if (s->head == NULL) pthread_cond_broadcast(&s->idle);
@@ -168,7 +160,7 @@ void stream_destroy(struct braid_stream* s) {
   while (s->free_items) {
     struct stream_item* it = s->free_items;
     s->free_items = it->next;
-    free(it->ops);
+    free(it->data);
     free(it);
   }
   s->magic = 0;
@@ -178,21 +170,21 @@ void stream_destroy(struct braid_stream* s) {
   free(s);
 }
 
-/* A reusable item with room for n ops (called with the lock held). */
-static struct stream_item* item_get(struct braid_stream* s, int n) {
+/* A reusable item with room for `bytes` of data (called with the lock
+ * held). */
+static struct stream_item* item_get(struct braid_stream* s, size_t bytes) {
   struct stream_item* it = s->free_items;
   if (it) s->free_items = it->next;
   if (it == NULL && braid_calloc(&it, 1, sizeof(*it)) != ncclSuccess) return NULL;
-  if (n > it->cap) {
-    if (braid_realloc(&it->ops, (size_t)n, sizeof(*it->ops)) != ncclSuccess) {
+  if (bytes > it->cap) {
+    if (braid_realloc(&it->data, bytes, 1) != ncclSuccess) {
       it->next = s->free_items;
       s->free_items = it;
       return NULL;
     }
-    it->cap = n;
+    it->cap = bytes;
   }
-  it->nops = it->ngates = 0;
-  it->fn = NULL;
+  it->ngates = 0;
   it->next = NULL;
   return it;
 }
@@ -206,37 +198,40 @@ static void item_push(struct braid_stream* s, struct stream_item* it) {
   pthread_cond_signal(&s->wake);
 }
 
-ncclResult_t stream_submit_ops(struct braid_stream* s, const struct work_op* ops, int n) {
-  return stream_submit_gated(s, ops, n, NULL, 0);
-}
-
-ncclResult_t stream_submit_gated(struct braid_stream* s, const struct work_op* ops, int n,
-                                 const struct work_gate* gates, int ngates) {
+ncclResult_t stream_submit(struct braid_stream* s, const struct stream_job* job, const void* data,
+                           size_t bytes, const struct work_gate* gates, int ngates) {
   pthread_mutex_lock(&s->lock);
-  struct stream_item* it = item_get(s, n);
+  struct stream_item* it = item_get(s, bytes);
   if (it) {
-    memcpy(it->ops, ops, (size_t)n * sizeof(*ops));
+    it->job = job;
+    it->bytes = bytes;
+    if (bytes) memcpy(it->data, data, bytes);
     if (ngates) memcpy(it->gates, gates, (size_t)ngates * sizeof(*gates));
-    it->nops = n;
     it->ngates = ngates;
     item_push(s, it);
   }
   pthread_mutex_unlock(&s->lock);
-  if (it == NULL) WARN("Host stream: out of memory queueing %d operations", n);
+  if (it == NULL) WARN("Host stream: out of memory queueing a job of %zu bytes", bytes);
   return it ? ncclSuccess : ncclSystemError;
 }
 
+/* A function and its argument as a job. */
+struct fn_call {
+  ncclResult_t (*fn)(void*);
+  void* arg;
+};
+
+static ncclResult_t fn_call_run(void* data, size_t bytes) {
+  struct fn_call* f = data;
+  (void)bytes;
+  return f->fn(f->arg);
+}
+
+static const struct stream_job kFnJob = {fn_call_run, NULL, NULL, NULL};
+
 ncclResult_t stream_submit_fn(struct braid_stream* s, ncclResult_t (*fn)(void*), void* arg) {
-  pthread_mutex_lock(&s->lock);
-  struct stream_item* it = item_get(s, 0);
-  if (it) {
-    it->fn = fn;
-    it->arg = arg;
-    item_push(s, it);
-  }
-  pthread_mutex_unlock(&s->lock);
-  if (it == NULL) WARN("Host stream: out of memory queueing a job");
-  return it ? ncclSuccess : ncclSystemError;
+  struct fn_call f = {fn, arg};
+  return stream_submit(s, &kFnJob, &f, sizeof(f), NULL, 0);
 }
 
 ncclResult_t stream_sync(struct braid_stream* s) {

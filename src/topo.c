@@ -20,6 +20,10 @@
 
 #include "core.h"
 #include "param.h"
+#include "topo_file.h"
+#include "topo_hwloc.h"
+#include "topo_nic.h"
+#include "topo_sysfs.h"
 
 #define TOPO_BENCH_BYTES ((size_t)64 << 20)
 #define TOPO_BENCH_REPS 3
@@ -34,31 +38,6 @@ static struct {
 
 /* ---- sysfs and sysconf helpers ---- */
 
-/* An integer from a sysfs file, `dflt` when unreadable: virtual NICs answer
- * EINVAL for `speed`, so this is the common case, not an error. */
-long topo_sysfs_read_long(const char* path, long dflt) {
-  FILE* f = fopen(path, "r");
-  long v;
-  if (f == NULL) return dflt;
-  int n = fscanf(f, "%li", &v);
-  fclose(f);
-  return n == 1 ? v : dflt;
-}
-
-/* What the interface can send: sysfs's link speed, or less when a tbf
- * qdisc shapes it (an emulated cluster's 2 Gb/s veth says 10000). */
-static int topo_nic_speed_read(const char* ifname) {
-  char path[PATH_MAX];
-  snprintf(path, sizeof(path), TOPO_SYSFS_NET "/%s/speed", ifname);
-  long v = topo_sysfs_read_long(path, 0);
-  int link = (v > 0 && v <= INT_MAX) ? (int)v : 0;
-  int shaped = topo_nic_shaped_mbps(ifname);
-  if (shaped <= 0 || (link > 0 && link <= shaped)) return link;
-  INFO(TOPO_LOG_SUB, "Topology: %s shaped by tbf to %d Mb/s (link %d Mb/s); using the shaped rate",
-       ifname, shaped, link);
-  return shaped;
-}
-
 static uint64_t topo_sysconf_u64(int name) {
   long v = sysconf(name);
   return v > 0 ? (uint64_t)v : 0;
@@ -69,27 +48,6 @@ static void topo_hostname_read(char* out, size_t cap) {
   if (gethostname(host, sizeof(host)) != 0) snprintf(host, sizeof(host), "unknown");
   host[HOST_NAME_MAX] = '\0'; /* gethostname need not terminate a truncated name */
   snprintf(out, cap, "%s", host);
-}
-
-/* ---- NIC list, shared by hwloc and sysfs discovery ---- */
-
-const struct topo_nic* topo_nic_find(const struct topo_system* sys, const char* ifname) {
-  if (sys == NULL || ifname == NULL) return NULL;
-  for (int i = 0; i < sys->nnics; i++)
-    if (strcmp(sys->nics[i].name, ifname) == 0) return &sys->nics[i];
-  return NULL;
-}
-
-struct topo_nic* topo_nic_add(struct topo_system* sys, const char* ifname) {
-  if (sys->nnics >= TOPO_MAX_NICS) {
-    INFO(TOPO_LOG_SUB, "Topology: more than %d NICs, leaving out %s", TOPO_MAX_NICS, ifname);
-    return NULL;
-  }
-  struct topo_nic* nic = &sys->nics[sys->nnics++];
-  snprintf(nic->name, sizeof(nic->name), "%s", ifname);
-  nic->numa = -1;
-  nic->speed_mbps = topo_nic_speed_read(ifname);
-  return nic;
 }
 
 /* The PCI bus id in a sysfs device path: the last component shaped like
@@ -333,31 +291,6 @@ void topo_log_summary(const struct topo_system* sys) {
 }
 
 /* ---- binding ---- */
-
-/* "0-3,8-11" into a cpu_set_t: the kernel's list format, as hwloc writes it.
- * Returns 0, or -1 when malformed or naming a CPU past CPU_SETSIZE. */
-int topo_cpuset_parse(const char* list, cpu_set_t* set) {
-  const char* s = list;
-  CPU_ZERO(set);
-  while (*s) {
-    char* end;
-    long lo = strtol(s, &end, 10), hi = lo;
-    if (end == s) return -1;
-    if (*end == '-') {
-      s = end + 1;
-      hi = strtol(s, &end, 10);
-      if (end == s) return -1;
-    }
-    if (lo < 0 || hi < lo || hi >= CPU_SETSIZE) return -1;
-    for (long c = lo; c <= hi; c++) CPU_SET((int)c, set);
-    s = end;
-    if (*s == ',')
-      s++;
-    else if (*s != '\0')
-      return -1;
-  }
-  return 0;
-}
 
 static int topo_device_numa(const struct topo_system* sys, const char* ifname, const char* pci) {
   if (ifname != NULL) {

@@ -34,6 +34,8 @@
  * dump of a topology that was itself loaded says 1); a file loaded through
  * NCCL_TOPO_FILE always counts as from_file = 1.
  */
+#include "topo_file.h"
+
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -46,7 +48,6 @@
 #include <unistd.h>
 
 #include "core.h"
-#include "topo.h"
 
 #define TOPO_FILE_VERSION 1
 #define TOPO_FILE_MAX_BYTES (1 << 20) /* a full struct is about 10 KiB of JSON */

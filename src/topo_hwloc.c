@@ -6,6 +6,8 @@
  * helpers are written out here over them. The header fixes the structs'
  * layout, so the library must be of the header's ABI series (2.x).
  */
+#include "topo_hwloc.h"
+
 #include <dlfcn.h>
 #include <errno.h>
 #include <hwloc.h>
@@ -15,7 +17,7 @@
 
 #include "core.h"
 #include "param.h"
-#include "topo.h"
+#include "topo_nic.h"
 
 struct hwloc_api {
   unsigned (*get_api_version)(void);

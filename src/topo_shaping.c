@@ -6,6 +6,8 @@
  * the network five times too cheap. Asked of the kernel over rtnetlink
  * (RTM_GETQDISC), once per interface at detection time.
  */
+#include "topo_shaping.h"
+
 #include <errno.h>
 #include <linux/netlink.h>
 #include <linux/pkt_sched.h>
@@ -18,7 +20,6 @@
 #include <unistd.h>
 
 #include "core.h"
-#include "topo.h"
 
 #define SHAPING_BUF_BYTES 32768
 

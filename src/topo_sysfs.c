@@ -4,6 +4,8 @@
  * CPUs and memory, and NVIDIA GPUs by PCI vendor and class. What a cost
  * model needs, read the way hwloc reads it; caches come from sysconf.
  */
+#include "topo_sysfs.h"
+
 #include <dirent.h>
 #include <limits.h>
 #include <sched.h>
@@ -13,7 +15,6 @@
 #include <unistd.h>
 
 #include "core.h"
-#include "topo.h"
 
 #define SYSFS_CPU "/sys/devices/system/cpu"
 #define SYSFS_NODE "/sys/devices/system/node"
@@ -168,4 +169,40 @@ void topo_sysfs_fill_at(struct topo_system* sys, const char* root) {
 
 void topo_sysfs_fill(struct topo_system* sys) {
   topo_sysfs_fill_at(sys, "");
+}
+
+/* An integer from a sysfs file, `dflt` when unreadable: virtual NICs answer
+ * EINVAL for `speed`, so this is the common case, not an error. */
+long topo_sysfs_read_long(const char* path, long dflt) {
+  FILE* f = fopen(path, "r");
+  long v;
+  if (f == NULL) return dflt;
+  int n = fscanf(f, "%li", &v);
+  fclose(f);
+  return n == 1 ? v : dflt;
+}
+
+/* "0-3,8-11" into a cpu_set_t: the kernel's list format, as hwloc writes it.
+ * Returns 0, or -1 when malformed or naming a CPU past CPU_SETSIZE. */
+int topo_cpuset_parse(const char* list, cpu_set_t* set) {
+  const char* s = list;
+  CPU_ZERO(set);
+  while (*s) {
+    char* end;
+    long lo = strtol(s, &end, 10), hi = lo;
+    if (end == s) return -1;
+    if (*end == '-') {
+      s = end + 1;
+      hi = strtol(s, &end, 10);
+      if (end == s) return -1;
+    }
+    if (lo < 0 || hi < lo || hi >= CPU_SETSIZE) return -1;
+    for (long c = lo; c <= hi; c++) CPU_SET((int)c, set);
+    s = end;
+    if (*s == ',')
+      s++;
+    else if (*s != '\0')
+      return -1;
+  }
+  return 0;
 }

@@ -17,8 +17,12 @@
 
 #include "comm.h"
 #include "core.h"
+#include "hier.h"
 #include "param.h"
+#include "recursive_doubling.h"
+#include "sched_build.h"
 #include "tuner.h"
+#include "tuner_file.h"
 
 static int algo_named(const char* list, const char* name) {
   size_t len = strlen(name);
@@ -179,7 +183,10 @@ static int tuner_decide(const struct ncclComm* comm, int coll, size_t bytes, int
   *algo = -1;
   double best = 0;
   *chunk_bytes = m->slot_bytes;
-  if (tuner_file_choice(m, coll, bytes, allowed, algo, chunk_bytes)) return 1;
+  if (tuner_file_choice(m, coll, bytes, allowed, algo, chunk_bytes)) {
+    if (*chunk_bytes == 0) *chunk_bytes = tuner_chunk(m, coll, *algo, bytes);
+    return 1;
+  }
   for (int a = 0; a < ALGO_COUNT; a++) {
     if (!(allowed & (1u << a)) || !sched_supports_on(&comm->layout, coll, a)) continue;
     double t = tuner_cost(m, coll, a, (double)bytes);
@@ -203,22 +210,6 @@ void tuner_choose(const struct ncclComm* comm, int coll, size_t bytes, int* algo
        bytes, comm->nranks, sched_algo_name(*algo), *chunk_bytes,
        forced ? "BRAID_TUNE_FILE, model" : "modelled",
        tuner_cost(&comm->tune, coll, *algo, (double)bytes));
-}
-
-/* Whole slots by default: over TCP per-message costs outweigh a deeper
- * pipeline (README, "Measurements behind the defaults"). Shared memory's
- * per-message cost is small, so there a block smaller than a few slots is
- * cut into 4 slices to keep every rank busy. */
-size_t tuner_chunk(const struct tuner_model* m, int coll, int algo, size_t bytes) {
-  size_t slot = m->slot_bytes, per_rank = bytes / (size_t)MAX(1, m->nranks);
-  /* the leader variant, as the model assumes, needs whole slots */
-  if (coll == COLL_ALLREDUCE && algo == ALGO_HIER && hier_allreduce_uses_leaders(bytes, slot))
-    return slot;
-  /* Across nodes every message pays the network's per-message cost: whole
-   * slots, for Hier too (README, "Measurements behind the defaults"). */
-  if (m->nnodes > 1) return slot;
-  if (m->intra_transport->id != TRANSPORT_SHM || per_rank >= 4 * slot) return slot;
-  return MAX((size_t)4096, MIN(slot, ALIGN_UP(per_rank / 4, 4096)));
 }
 
 void tuner_log_table(const struct ncclComm* comm) {

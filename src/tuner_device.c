@@ -17,6 +17,7 @@
 #include "comm.h"
 #include "core.h"
 #include "tuner.h"
+#include "tuner_device.h"
 
 #define DEV_COPY_GBPS 4100.0 /* = bytes per ns, x1000 per us */
 #define DEV_HOP_US 3.0       /* a flag written on one side, seen on the other */

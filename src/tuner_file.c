@@ -22,7 +22,7 @@
 
 #include "core.h"
 #include "param.h"
-#include "tuner.h"
+#include "tuner_file.h"
 
 static int name_index(const char* s, const char* (*name)(int), int count) {
   for (int i = 0; i < count; i++)
@@ -137,7 +137,7 @@ int tuner_file_choice(const struct tuner_model* m, int coll, size_t bytes, unsig
     const struct tuner_forced* f = &m->forced[i];
     if (f->coll != coll || bytes < f->lo || bytes > f->hi || !(allowed & (1u << f->algo))) continue;
     *algo = f->algo;
-    *chunk = f->chunk ? MIN(f->chunk, m->slot_bytes) : tuner_chunk(m, coll, f->algo, bytes);
+    *chunk = f->chunk ? MIN(f->chunk, m->slot_bytes) : 0;
     return 1;
   }
   return 0;

@@ -3,13 +3,18 @@
  * slowest NIC and memory, how crowded the cores are, and the per-link
  * alpha/beta lines below. Every input is the same on every rank.
  */
+#include "tuner_model.h"
+
 #include <stdlib.h>
 #include <string.h>
 
 #include "comm.h"
 #include "core.h"
+#include "hier.h"
+#include "layout.h"
 #include "param.h"
-#include "tuner.h"
+#include "tree.h"
+#include "tuner_file.h"
 
 /* alpha (us per hop) and beta (us per KB moved) as lines in f, the ranks
  * per core: ranks sharing a core wait for each other's time slices. */
@@ -103,7 +108,7 @@ static int hier_pipelines(const struct ncclComm* comm) {
                         .type = ncclFloat,
                         .chunk_bytes = comm->exec.slot_bytes};
   struct sched_key k;
-  exec_key(comm, &a, &k);
+  exec_ctx_key(&comm->exec, &a, &k);
   return k.topo != NULL && hier_allreduce_pipelines(&k);
 }
 
@@ -138,4 +143,20 @@ ncclResult_t tuner_model_init(struct ncclComm* comm) {
   if (file) CHECK(tuner_file_read(file, m));
 fail:
   return res;
+}
+
+/* Whole slots by default: over TCP per-message costs outweigh a deeper
+ * pipeline (README, "Measurements behind the defaults"). Shared memory's
+ * per-message cost is small, so there a block smaller than a few slots is
+ * cut into 4 slices to keep every rank busy. */
+size_t tuner_chunk(const struct tuner_model* m, int coll, int algo, size_t bytes) {
+  size_t slot = m->slot_bytes, per_rank = bytes / (size_t)MAX(1, m->nranks);
+  /* the leader variant, as the model assumes, needs whole slots */
+  if (coll == COLL_ALLREDUCE && algo == ALGO_HIER && hier_allreduce_uses_leaders(bytes, slot))
+    return slot;
+  /* Across nodes every message pays the network's per-message cost: whole
+   * slots, for Hier too (README, "Measurements behind the defaults"). */
+  if (m->nnodes > 1) return slot;
+  if (m->intra_transport->id != TRANSPORT_SHM || per_rank >= 4 * slot) return slot;
+  return MAX((size_t)4096, MIN(slot, ALIGN_UP(per_rank / 4, 4096)));
 }

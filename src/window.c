@@ -10,6 +10,7 @@
 #include "comm.h"
 #include "core.h"
 #include "mem.h"
+#include "mem_register.h"
 
 #define WIN_FLAGS_KNOWN \
   (NCCL_WIN_COLL_SYMMETRIC | NCCL_WIN_STRICT_ORDERING | NCCL_WIN_GIN_ONLY | NCCL_WIN_CFT_COUNTED)

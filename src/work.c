@@ -12,12 +12,14 @@
 #include <string.h>
 
 #include "comm.h"
-#ifdef BRAID_HAVE_CUDA
-#include "cuda/cuda_deferred.h"
-#include "cuda/cuda_direct.h"
-#endif
+#include "connect.h"
 #include "core.h"
+#include "device.h"
+#include "exec_plan.h"
 #include "param.h"
+#include "plan.h"
+#include "stream.h"
+#include "work_p2p.h"
 
 #define WORK_WAIT_SLICE_MS 100
 #define WORK_MAX_COMMS 64
@@ -95,13 +97,11 @@ static ncclResult_t op_step(struct work_op* op, uint64_t pass, uint64_t last_pro
     res = p2p_step(op, pass, progressed);
     return res == ncclSuccess && !op->done && !*progressed ? p2p_alive(op, last_progress_ns) : res;
   }
-#ifdef BRAID_HAVE_CUDA
   if (op->direct) { /* blocks until done: the unit's ops are all one comm's, run in turn */
     op->done = 1;
     *progressed = 1;
-    return cuda_direct_run(op);
+    return device_direct_run(op);
   }
-#endif
   if (!op->started) {
     if (op->comm->exec.busy) return ncclSuccess; /* an earlier collective of this comm runs */
     if (op->args.scalar_src &&                   /* host memory here: a device call staged it */
@@ -219,13 +219,7 @@ static int any_aborted(struct ncclComm* const* comms, int m) {
  * the unit did not run it (an error, a cancel), let the stream pass with
  * an empty task, before the comms (which own the slots) may go. */
 static void deferred_release(struct work_op* ops, int n) {
-#ifdef BRAID_HAVE_CUDA
-  for (int i = 0; i < n; i++)
-    for (int k = 0; k < WORK_MAX_LAUNCHES; k++)
-      if (ops[i].deferred[k].slot) cuda_deferred_skip(&ops[i].deferred[k]);
-#else
-  (void)ops, (void)n;
-#endif
+  device_launches_skip(ops, n);
 }
 
 /* Take the unit's turn on every comm (each one, even after a failure:
@@ -265,4 +259,37 @@ ncclResult_t work_run(struct work_op* ops, int n) {
 
 ncclResult_t work_cancel(struct work_op* ops, int n) {
   return unit_in_turn(ops, n, 0);
+}
+
+/* ---- a unit on a host stream: its ops, copied into the stream's item ---- */
+
+static int unit_size(size_t bytes) {
+  return (int)(bytes / sizeof(struct work_op));
+}
+
+static ncclResult_t unit_run(void* data, size_t bytes) {
+  return work_run(data, unit_size(bytes));
+}
+
+static void unit_cancel(void* data, size_t bytes) {
+  work_cancel(data, unit_size(bytes));
+}
+
+static int unit_aborted(const void* data, size_t bytes) {
+  const struct work_op* ops = data;
+  for (int i = 0; i < unit_size(bytes); i++)
+    if (atomic_load(&ops[i].comm->aborted)) return 1;
+  return 0;
+}
+
+static void unit_failed(void* data, size_t bytes, ncclResult_t res) {
+  struct work_op* ops = data;
+  for (int i = 0; i < unit_size(bytes); i++) comm_set_error(ops[i].comm, res);
+}
+
+static const struct stream_job kUnitJob = {unit_run, unit_cancel, unit_aborted, unit_failed};
+
+ncclResult_t work_submit(struct braid_stream* s, const struct work_op* ops, int n,
+                         const struct work_gate* gates, int ngates) {
+  return stream_submit(s, &kUnitJob, ops, (size_t)n * sizeof(*ops), gates, ngates);
 }

@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "bootstrap.h"
+#include "peer.h"
 #include "nccl.h"
 
 /* What the progress calls of one pass found blocked, so that the waiting
@@ -58,6 +58,7 @@ static inline void transport_wait_nap(struct transport_waits* w) {
 }
 
 struct transport;
+struct transport_ctx;
 struct cudaipc_cache;
 struct work_deferred;
 
@@ -70,6 +71,15 @@ enum transport_id {
   TRANSPORT_NET_SOCKET,
   TRANSPORT_COUNT
 };
+
+/* Where each transport's blob (what it publishes about a rank) lives in
+ * peer_info.blobs: a place of its own per id, the same whether or not a
+ * build has the transport, so that builds with and without CUDA or verbs
+ * read each other's peer tables alike (transport.c). */
+void* transport_blob_in(struct peer_info* p, enum transport_id id);
+const void* transport_peer_blob(const struct transport_ctx* ctx, enum transport_id id, int rank);
+/* How many bytes the blob of transport `id` may take. */
+size_t transport_blob_room(enum transport_id id);
 
 /* The comm's device, made at its first device call (src/cuda/cuda_comm.c):
  * what a transport that moves device memory needs. */
@@ -262,11 +272,6 @@ ncclResult_t transport_table_init(struct transport_ctx* ctx);
 /* Every transport's blob for this rank, into `mine` (its peer_info). */
 ncclResult_t transport_blobs_make(struct transport_ctx* ctx, struct peer_info* mine);
 
-/* Where transport t's blob lives in a peer_info. */
-void* transport_blob_in(struct peer_info* p, const struct transport* t);
-const void* transport_peer_blob(const struct transport_ctx* ctx, const struct transport* t,
-                                int rank);
-
 /* Register [base, base + size) with every transport in `list` that has a
  * reg hook, handles[t->id] getting its handle: all or none (a failure
  * undoes those done). transport_register uses the table. */
@@ -296,7 +301,7 @@ ncclResult_t transport_for_peer(struct transport_ctx* ctx, int peer, const struc
 const struct transport* transport_for_peer_device(struct transport_ctx* ctx, int peer);
 
 /* Remove the shared-memory segments of this host and shared-memory domain
- * (bootstrap_shm_domain(); 0: shared memory is off) whose creator died
+ * (host_shm_domain(); 0: shared memory is off) whose creator died
  * before they were unlinked. Once per process; see shm_names.c. */
 void transport_shm_sweep(uint64_t domain);
 

@@ -4,7 +4,7 @@
  * join (can_connect) and what it moves (caps); a pair takes the first that
  * fits, in the order below: the most direct path first, the network last.
  * Each transport's blob (where it listens, what names its segments) has a
- * slice of peer_info.blobs, in the same order. NCCL's knobs steer the choice:
+ * slice of peer_info.blobs of its own (transport.c). NCCL's knobs steer the choice:
  * NCCL_SHM_DISABLE (a rank announces no shared-memory domain, so no pair
  * with it passes shm's check), NCCL_P2P_DISABLE (no cudaipc) and NCCL_NET,
  * which names the network. Host buffers and device buffers choose apart:
@@ -14,7 +14,6 @@
 #include <strings.h>
 
 #include "core.h"
-#include "mem.h"
 #include "param.h"
 #include "transport.h"
 #ifdef BRAID_HAVE_IBVERBS
@@ -31,7 +30,6 @@ static const struct transport* const k_table[] = {
 #endif
     &tcp_transport};
 #define TABLE_SIZE (sizeof(k_table) / sizeof(k_table[0]))
-_Static_assert(TRANSPORT_COUNT <= MEM_REG_HANDLES, "a registration keeps a handle per transport");
 
 /* Networks by NCCL_NET's names. */
 static const struct transport* net_named(const char* name) {
@@ -42,31 +40,15 @@ static const struct transport* net_named(const char* name) {
   return NULL;
 }
 
-/* Each transport's blob follows those of the transports before it. */
-static size_t blob_offset(const struct transport* t) {
-  size_t off = 0;
-  for (size_t i = 0; i < TABLE_SIZE && k_table[i] != t; i++) off += k_table[i]->blob_bytes;
-  return off;
-}
-
-void* transport_blob_in(struct peer_info* p, const struct transport* t) {
-  return p->blobs + blob_offset(t);
-}
-
-const void* transport_peer_blob(const struct transport_ctx* ctx, const struct transport* t,
-                                int rank) {
-  return ctx->peers[rank].blobs + blob_offset(t);
-}
-
 ncclResult_t transport_blobs_make(struct transport_ctx* ctx, struct peer_info* mine) {
   ncclResult_t res = ncclSuccess;
-  size_t total = 0;
-  for (size_t i = 0; i < TABLE_SIZE; i++) total += k_table[i]->blob_bytes;
-  if (total > PEER_BLOB_BYTES)
-    FAIL(ncclInternalError, "transport blobs need %zu bytes, the peer table has %d", total,
-         PEER_BLOB_BYTES);
-  for (size_t i = 0; i < TABLE_SIZE; i++)
-    CHECK(k_table[i]->blob_make(ctx, transport_blob_in(mine, k_table[i])));
+  for (size_t i = 0; i < TABLE_SIZE; i++) {
+    const struct transport* t = k_table[i];
+    if (t->blob_bytes > transport_blob_room(t->id))
+      FAIL(ncclInternalError, "%s's blob needs %zu bytes, its place in the peer table has %zu",
+           t->name, t->blob_bytes, transport_blob_room(t->id));
+    CHECK(t->blob_make(ctx, transport_blob_in(mine, t->id)));
+  }
 fail:
   return res;
 }

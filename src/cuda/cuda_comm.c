@@ -7,11 +7,12 @@
 
 #include "comm.h"
 #include "core.h"
+#include "cuda/cuda_ctx.h"
 #include "cuda_copy.h"
 #include "cuda_direct.h"
 #include "cuda_exec.h"
 #include "cuda_stage.h"
-#include "cudaipc/cudaipc_mem.h"
+#include "cuda/cudaipc_mem.h"
 #include "param.h"
 #include "stream.h"
 
@@ -22,12 +23,6 @@ int cuda_current_device(void) {
   if (cu == NULL) return -1;
   if (cu->cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || ctx == NULL) return 0;
   return cu->cuCtxGetDevice(&dev) == CUDA_SUCCESS ? (int)dev : 0;
-}
-
-/* FNV-1a, continued from h. */
-static uint64_t hash_bytes(uint64_t h, const void* p, size_t n) {
-  for (size_t i = 0; i < n; i++) h = (h ^ ((const unsigned char*)p)[i]) * 0x100000001b3ull;
-  return h;
 }
 
 void cuda_device_identity(int dev, uint64_t* uuid, uint64_t* view) {
@@ -41,8 +36,8 @@ void cuda_device_identity(int dev, uint64_t* uuid, uint64_t* view) {
     CUuuid id;
     if (cu->cuDeviceGet(&d, i) != CUDA_SUCCESS || cu->cuDeviceGetUuid(&id, d) != CUDA_SUCCESS)
       return;
-    v = hash_bytes(v, id.bytes, sizeof(id.bytes));
-    if (i == dev) *uuid = hash_bytes(0xcbf29ce484222325ull, id.bytes, sizeof(id.bytes));
+    v = braid_fnv1a(v, id.bytes, sizeof(id.bytes));
+    if (i == dev) *uuid = braid_fnv1a(BRAID_FNV_OFFSET, id.bytes, sizeof(id.bytes));
   }
   *view = v;
 }
@@ -72,12 +67,12 @@ static int memops_usable(const struct cuda_api* cu, CUdevice dev) {
 /* What the transports need of the device (transport.h): a copy stream,
  * non-blocking (a user stream waiting on a gate never holds it back), the
  * import cache, made in the comm's context. */
-static ncclResult_t cuda_comm_transports(struct ncclComm* comm, struct cuda_comm* cc) {
+static ncclResult_t cuda_comm_transports(struct ncclComm* comm, struct device_comm* cc) {
   ncclResult_t res = ncclSuccess;
   const struct cuda_api* cu = cuda_driver();
   CUcontext saved;
   CUstream s = NULL;
-  CHECK(cuda_ctx_enter(cc, &saved));
+  CHECK(cuda_ctx_enter(cc->ctx, &saved));
   res = cuda_check(cu->cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), "cuStreamCreate(copies)");
   cc->tdev.copy_stream = s;
   if (res == ncclSuccess) res = cudaipc_cache_create(cc->handle, &cc->tdev.cache);
@@ -90,12 +85,12 @@ fail:
   return res;
 }
 
-/* The comm's device state into comm->cuda: once the primary context is
+/* The comm's device state into comm->device: once the primary context is
  * retained, cuda_comm_free undoes whatever was made if a later step fails. */
 static ncclResult_t cuda_comm_make(struct ncclComm* comm) {
   ncclResult_t res = ncclSuccess;
   const struct cuda_api* cu = cuda_driver();
-  struct cuda_comm* cc = NULL;
+  struct device_comm* cc = NULL;
   CUdevice dev;
   if (cu == NULL)
     FAIL(ncclInvalidUsage, "Device call on comm %p, but there is no CUDA driver", (void*)comm);
@@ -104,7 +99,7 @@ static ncclResult_t cuda_comm_make(struct ncclComm* comm) {
   CHECK(cuda_check(cu->cuDeviceGet(&dev, cc->dev), "cuDeviceGet"));
   cc->handle = dev;
   CHECK(cuda_check(cu->cuDevicePrimaryCtxRetain(&cc->ctx, dev), "cuDevicePrimaryCtxRetain"));
-  comm->cuda = cc;
+  comm->device = cc;
   cc->memops = memops_usable(cu, dev);
   cuda_gates_init(&cc->gates);
   cuda_deferred_init(&cc->deferred);
@@ -132,18 +127,18 @@ fail:
   return res;
 }
 
-ncclResult_t cuda_comm_get(struct ncclComm* comm, struct cuda_comm** out) {
+ncclResult_t cuda_comm_get(struct ncclComm* comm, struct device_comm** out) {
   ncclResult_t res = ncclSuccess;
   pthread_mutex_lock(&comm->turn_lock);
-  if (comm->cuda == NULL) res = cuda_comm_make(comm);
-  *out = comm->cuda;
+  if (comm->device == NULL) res = cuda_comm_make(comm);
+  *out = comm->device;
   pthread_mutex_unlock(&comm->turn_lock);
   return res;
 }
 
 /* In the comm's context. The mappings go only once every stream passed
  * what it was given, and no kernel may still use one. */
-static void cuda_comm_transports_free(struct ncclComm* comm, struct cuda_comm* cc, int passed) {
+static void cuda_comm_transports_free(struct ncclComm* comm, struct device_comm* cc, int passed) {
   const struct cuda_api* cu = cuda_driver();
   comm->tctx.device = NULL;
   if (cc->tdev.copy_stream) {
@@ -157,13 +152,13 @@ static void cuda_comm_transports_free(struct ncclComm* comm, struct cuda_comm* c
 }
 
 void cuda_comm_free(struct ncclComm* comm) {
-  struct cuda_comm* cc = comm->cuda;
+  struct device_comm* cc = comm->device;
   const struct cuda_api* cu = cuda_driver();
   CUcontext saved;
   if (cc == NULL) return;
   if (cc->own_proxy) stream_destroy(cc->proxy); /* its queued calls finish first */
   cuda_exec_detach(cc->exec, &comm->exec);
-  if (cuda_ctx_enter(cc, &saved) == ncclSuccess) {
+  if (cuda_ctx_enter(cc->ctx, &saved) == ncclSuccess) {
     int passed = cuda_mirrors_free(&cc->mirrors, cu); /* no stream waits on a flag any more */
     cuda_direct_free(cc->direct, passed);             /* nor runs a kernel on peers' buffers */
     cuda_comm_transports_free(comm, cc, passed);
@@ -175,20 +170,5 @@ void cuda_comm_free(struct ncclComm* comm) {
   }
   cu->cuDevicePrimaryCtxRelease(cc->handle); /* the retain of cuda_comm_make */
   free(cc);
-  comm->cuda = NULL;
-}
-
-ncclResult_t cuda_ctx_enter(const struct cuda_comm* cc, CUcontext* saved) {
-  ncclResult_t res = ncclSuccess;
-  const struct cuda_api* cu = cuda_driver();
-  CHECK(cuda_check(cu->cuCtxGetCurrent(saved), "cuCtxGetCurrent"));
-  if (*saved != cc->ctx) CHECK(cuda_check(cu->cuCtxSetCurrent(cc->ctx), "cuCtxSetCurrent"));
-fail:
-  return res;
-}
-
-void cuda_ctx_restore(CUcontext saved) {
-  const struct cuda_api* cu = cuda_driver();
-  CUcontext now = NULL;
-  if (cu->cuCtxGetCurrent(&now) == CUDA_SUCCESS && now != saved) cu->cuCtxSetCurrent(saved);
+  comm->device = NULL;
 }

@@ -7,7 +7,7 @@
 
 #include "core.h"
 #include "cuda_deferred.h"
-#include "cuda_driver.h"
+#include "cuda/cuda_driver.h"
 #include "cuda_kernels.h"
 #include "kernels.h"
 

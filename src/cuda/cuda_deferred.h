@@ -17,9 +17,9 @@
 #include <cuda.h>
 
 #include "cuda/kern_body.h"
-#include "cuda_driver.h"
+#include "cuda/cuda_driver.h"
 #include "cuda_slot_pool.h"
-#include "work.h"
+#include "work_op.h"
 
 /* A comm's deferred-launch slots. */
 struct cuda_deferred_pool {

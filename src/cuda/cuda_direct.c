@@ -21,14 +21,19 @@
 
 #include "comm.h"
 #include "core.h"
+#include "cuda/cuda_ctx.h"
 #include "cuda_comm.h"
 #include "cuda_deferred.h"
 #include "cuda_kernels.h"
-#include "cudaipc/cudaipc_fd.h"
-#include "cudaipc/cudaipc_mem.h"
+#include "cuda/cudaipc_fd.h"
+#include "cuda/cudaipc_mem.h"
 #include "direct.h"
+#include "exec_plan.h"
 #include "kernels.h"
+#include "layout.h"
 #include "mem.h"
+#include "tuner.h"
+#include "tuner_device.h"
 
 enum direct_what { DIRECT_MSG_BUF = 1, DIRECT_MSG_DONE = 2, DIRECT_MSG_FAIL = 3 };
 
@@ -272,7 +277,7 @@ static void direct_layout(const struct ncclComm* comm, struct cuda_direct* d) {
 
 static ncclResult_t direct_get(struct ncclComm* comm, struct cuda_direct** out) {
   ncclResult_t res = ncclSuccess;
-  struct cuda_comm* cc = comm->cuda;
+  struct device_comm* cc = comm->device;
   struct cuda_direct* d = cc->direct;
   if (d) {
     *out = d;
@@ -490,7 +495,7 @@ static ncclResult_t deferred_wait(struct ncclComm* comm, struct cuda_direct* d,
   while (!cuda_deferred_ran(k)) {
     if (!braid_backoff(&nap_ns) || braid_now_ns() < next_check) continue;
     next_check = braid_now_ns() + 100000000ull;
-    if (cuda_stream_check(comm->cuda->ctx, op->stream) != ncclSuccess)
+    if (cuda_stream_check(comm->device->ctx, op->stream) != ncclSuccess)
       return ncclUnhandledCudaError;
     if (braid_now_ns() > deadline) {
       d->tdev->mappings_in_use = 1;
@@ -736,7 +741,7 @@ ncclResult_t cuda_direct_run(struct work_op* op) {
   CUcontext saved;
   res = (ncclResult_t)atomic_load(&comm->error);
   if (res != ncclSuccess) return res; /* an earlier op of the unit failed, and said so */
-  CHECK(cuda_ctx_enter(comm->cuda, &saved));
+  CHECK(cuda_ctx_enter(comm->device->ctx, &saved));
   res = direct_get(comm, &d);
   if (res == ncclSuccess && d->broken) {
     WARN("Direct: rank %d's links are out of step after an earlier failure", comm->rank);
@@ -759,7 +764,7 @@ ncclResult_t cuda_direct_arm(struct work_op* op, CUstream stream) {
   struct ncclComm* comm = op->comm;
   const struct exec_args* a = &op->args;
   const struct sched_topo* t = &comm->layout;
-  struct cuda_deferred_pool* pool = &comm->cuda->deferred;
+  struct cuda_deferred_pool* pool = &comm->device->deferred;
   struct direct_task plan;
   struct direct_staged st;
   size_t align = MAX(16 / kern_type_size(a->type), 1);

@@ -32,7 +32,7 @@
 
 #include <cuda.h>
 
-#include "work.h"
+#include "work_op.h"
 
 struct cuda_direct;
 

@@ -11,13 +11,14 @@
 #include <string.h>
 
 #include "core.h"
-#include "cuda_comm.h"
+#include "cuda/cuda_ctx.h"
+#include "device_comm.h"
 #include "cuda_kernels.h"
 
 #define CUDA_EXEC_EVENTS EXEC_MAX_WINDOW /* no more tasks are ever pending */
 
 struct cuda_exec {
-  const struct cuda_comm* cc; /* its context is where everything here lives */
+  const struct device_comm* cc; /* its context is where everything here lives */
   CUstream stream;
   CUevent events[CUDA_EXEC_EVENTS];
   int nevents;
@@ -52,7 +53,7 @@ static ncclResult_t cuda_post(void* state, const struct kern_task* t, uint64_t* 
   const struct cuda_api* cu = cuda_driver();
   struct kern_dev_task d;
   CUcontext saved;
-  CHECK(cuda_ctx_enter(ce->cc, &saved));
+  CHECK(cuda_ctx_enter(ce->cc->ctx, &saved));
   dev_task(ce, t, &d);
   *ticket = ce->next_ticket++;
   *done = 0;
@@ -103,7 +104,7 @@ fail:
   return res;
 }
 
-ncclResult_t cuda_exec_attach(const struct cuda_comm* cc, struct exec_ctx* ex,
+ncclResult_t cuda_exec_attach(const struct device_comm* cc, struct exec_ctx* ex,
                               struct cuda_exec** out) {
   ncclResult_t res = ncclSuccess;
   const struct cuda_api* cu = cuda_driver();
@@ -114,7 +115,7 @@ ncclResult_t cuda_exec_attach(const struct cuda_comm* cc, struct exec_ctx* ex,
   ce->cc = cc;
   exec_slots(ex, &slots, &ce->slots_bytes);
   ce->slots = slots;
-  CHECK(cuda_ctx_enter(cc, &saved));
+  CHECK(cuda_ctx_enter(cc->ctx, &saved));
   res = exec_make(ce, cu);
   if (res != ncclSuccess) exec_release(ce, cu);
   cuda_ctx_restore(saved);
@@ -129,7 +130,8 @@ void cuda_exec_detach(struct cuda_exec* ce, struct exec_ctx* ex) {
   CUcontext saved;
   if (ce == NULL) return;
   exec_set_device_backend(ex, NULL, NULL);
-  if (cuda_ctx_enter(ce->cc, &saved) != ncclSuccess) return; /* a dead context: left as it is */
+  if (cuda_ctx_enter(ce->cc->ctx, &saved) != ncclSuccess)
+    return; /* a dead context: left as it is */
   exec_release(ce, cuda_driver());
   cuda_ctx_restore(saved);
 }

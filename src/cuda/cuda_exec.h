@@ -13,12 +13,12 @@
 
 #include "executor.h"
 
-struct cuda_comm;
+struct device_comm;
 struct cuda_exec;
 
 /* Pin the executor's slots, make the stream and events in the comm's
  * context, and attach the backend to `ex` (idle). */
-ncclResult_t cuda_exec_attach(const struct cuda_comm* cc, struct exec_ctx* ex,
+ncclResult_t cuda_exec_attach(const struct device_comm* cc, struct exec_ctx* ex,
                               struct cuda_exec** out);
 /* Wait for what is queued, detach from `ex`, unpin, free. */
 void cuda_exec_detach(struct cuda_exec* ce, struct exec_ctx* ex);

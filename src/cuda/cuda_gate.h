@@ -14,9 +14,9 @@
 #include <cuda.h>
 #include <stdint.h>
 
-#include "cuda_driver.h"
+#include "cuda/cuda_driver.h"
 #include "cuda_slot_pool.h"
-#include "work.h"
+#include "work_op.h"
 
 /* A comm's gates. */
 struct cuda_gates {

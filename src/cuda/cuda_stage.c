@@ -7,7 +7,7 @@
 #include <time.h>
 
 #include "comm.h"
-#include "cuda_comm.h"
+#include "device_comm.h"
 #include "core.h"
 #include "kernels.h"
 #include "mem.h"
@@ -213,7 +213,7 @@ static int op_here(const struct work_op* op, const struct ncclComm* comm, CUstre
   return op->comm == comm && (CUstream)op->stream == stream;
 }
 
-ncclResult_t cuda_stage_in(struct cuda_comm* cc, const struct ncclComm* comm, CUstream stream,
+ncclResult_t cuda_stage_in(struct device_comm* cc, const struct ncclComm* comm, CUstream stream,
                            struct work_op* ops, int n, int colls) {
   ncclResult_t res = ncclSuccess;
   const struct cuda_api* cu = cuda_driver();
@@ -249,7 +249,7 @@ fail:
   return res;
 }
 
-ncclResult_t cuda_stage_out(struct cuda_comm* cc, CUstream stream, int gated) {
+ncclResult_t cuda_stage_out(struct device_comm* cc, CUstream stream, int gated) {
   ncclResult_t res = ncclSuccess;
   const struct cuda_api* cu = cuda_driver();
   struct cuda_mirror* m = NULL;

@@ -20,10 +20,10 @@
 
 #include <cuda.h>
 
-#include "cuda_driver.h"
-#include "work.h"
+#include "cuda/cuda_driver.h"
+#include "work_op.h"
 
-struct cuda_comm;
+struct device_comm;
 struct cuda_mirror;
 
 /* Enqueue on `stream` the copy-in of every device buffer read by those of
@@ -31,12 +31,12 @@ struct cuda_mirror;
  * stream, and point those ops at the mirror (their memory becomes host).
  * Without `colls`, collectives keep their device buffers (only a device
  * scalar is staged): they run on the executor's device backend. */
-ncclResult_t cuda_stage_in(struct cuda_comm* cc, const struct ncclComm* comm, CUstream stream,
+ncclResult_t cuda_stage_in(struct device_comm* cc, const struct ncclComm* comm, CUstream stream,
                            struct work_op* ops, int n, int colls);
 /* Enqueue the copy-out of what the ops staged last on `stream` write, then
  * (gated) the stream's mark that it passed them; not gated, the caller
  * synchronizes the stream next and the mark is set now. */
-ncclResult_t cuda_stage_out(struct cuda_comm* cc, CUstream stream, int gated);
+ncclResult_t cuda_stage_out(struct device_comm* cc, CUstream stream, int gated);
 
 /* How long freeing waits for the streams to pass their last staged call. */
 #define CUDA_STAGE_DRAIN_MS 5000

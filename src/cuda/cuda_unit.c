@@ -5,6 +5,7 @@
 
 #include "comm.h"
 #include "core.h"
+#include "cuda/cuda_ctx.h"
 #include "cuda_comm.h"
 #include "cuda_deferred.h"
 #include "cuda_direct.h"
@@ -74,7 +75,7 @@ static int first_of_comm(const struct work_op* ops, int i, CUstream stream) {
  * next call, as with NCCL. */
 static ncclResult_t unit_comms_ready(struct work_op* ops, int n) {
   ncclResult_t res = ncclSuccess;
-  struct cuda_comm* cc;
+  struct device_comm* cc;
   for (int i = 0; i < n; i++) {
     ncclResult_t err = (ncclResult_t)atomic_load(&ops[i].comm->error);
     if (err != ncclSuccess)
@@ -99,9 +100,9 @@ static ncclResult_t stream_stage(struct work_op* ops, int n, CUstream s, enum st
   ncclResult_t res = ncclSuccess;
   for (int i = 0; i < n; i++) {
     if (!first_of_comm(ops, i, s)) continue;
-    struct cuda_comm* cc = ops[i].comm->cuda;
+    struct device_comm* cc = ops[i].comm->device;
     CUcontext saved;
-    CHECK(cuda_ctx_enter(cc, &saved));
+    CHECK(cuda_ctx_enter(cc->ctx, &saved));
     if (what == STAGE_OUT_GATED || what == STAGE_OUT_SYNC)
       res = cuda_stage_out(cc, s, what == STAGE_OUT_GATED);
     else
@@ -124,7 +125,7 @@ static ncclResult_t streams_sync(const struct work_op* ops, int n, const CUstrea
     for (int i = 0; i < n; i++) {
       if (!first_of_comm(ops, i, streams[k])) continue;
       CUcontext saved;
-      CHECK(cuda_ctx_enter(ops[i].comm->cuda, &saved));
+      CHECK(cuda_ctx_enter(ops[i].comm->device->ctx, &saved));
       res = cuda_check(cu->cuStreamSynchronize(streams[k]), "cuStreamSynchronize");
       cuda_ctx_restore(saved);
       if (res != ncclSuccess) goto fail;
@@ -209,7 +210,7 @@ static ncclResult_t unit_kernels_arm(void* arg, CUstream s) {
     if (op->direct)
       res = cuda_direct_arm(op, s);
     else if (op_has_kernel(op))
-      res = cuda_deferred_arm(&op->comm->cuda->deferred, cuda_driver(), s, op->bytes,
+      res = cuda_deferred_arm(&op->comm->device->deferred, cuda_driver(), s, op->bytes,
                               &op->deferred[0]);
   }
   return res;
@@ -223,13 +224,13 @@ static ncclResult_t unit_kernels_arm(void* arg, CUstream s) {
  * here. */
 static ncclResult_t unit_gate(struct work_op* ops, int n, CUstream s, struct work_gate* gate) {
   ncclResult_t res = ncclSuccess;
-  struct cuda_comm* cc = ops[0].comm->cuda;
+  struct device_comm* cc = ops[0].comm->device;
   struct unit_inner kernels = {ops, n};
   struct cuda_gate_inner inner = {unit_kernels_arm, &kernels};
   int any_kernel = 0;
   CUcontext saved;
   for (int i = 0; i < n; i++) any_kernel |= op_has_kernel(&ops[i]);
-  CHECK(cuda_ctx_enter(cc, &saved));
+  CHECK(cuda_ctx_enter(cc->ctx, &saved));
   res = cuda_gate_arm(&cc->gates, cuda_driver(), s, any_kernel ? &inner : NULL, gate);
   gate->ctx = cc->ctx; /* what the proxy's check runs in */
   cuda_ctx_restore(saved);
@@ -251,8 +252,8 @@ fail:
 static int unit_gated(const struct work_op* ops, int n, int nstreams) {
   if (nstreams > 1) return 0;
   for (int i = 0; i < n; i++)
-    if (!ops[i].comm->cuda->memops || cuda_comm_shares_process(ops[i].comm) != 0 ||
-        ops[i].comm->cuda->dev != ops[0].comm->cuda->dev) /* NULL is one stream per device */
+    if (!ops[i].comm->device->memops || cuda_comm_shares_process(ops[i].comm) != 0 ||
+        ops[i].comm->device->dev != ops[0].comm->device->dev) /* NULL is one stream per device */
       return 0;
   return 1;
 }
@@ -266,7 +267,7 @@ ncclResult_t cuda_unit_dispatch(struct work_op* ops, int n) {
   CHECK(unit_comms_ready(ops, n));
   CHECK(unit_mark_ipc(ops, n));
   CHECK(work_issue(ops, n));
-  struct cuda_comm* cc = ops[0].comm->cuda;
+  struct device_comm* cc = ops[0].comm->device;
   /* a direct unit stages nothing: its kernels read and write the buffers */
   int direct = cuda_direct_wanted(ops, n), gated = unit_gated(ops, n, ns);
   for (int i = 0; i < n && direct; i++) ops[i].direct = cuda_direct_kind(&ops[i]);
@@ -275,7 +276,7 @@ ncclResult_t cuda_unit_dispatch(struct work_op* ops, int n) {
   if (res == ncclSuccess && !gated) return unit_run_synchronously(ops, n, streams, ns);
   if (res == ncclSuccess) res = unit_gate(ops, n, streams[0], &gate);
   if (res == ncclSuccess) {
-    res = stream_submit_gated(cc->proxy, ops, n, &gate, 1);
+    res = work_submit(cc->proxy, ops, n, &gate, 1);
     if (res != ncclSuccess) gates_open(&gate, 1);
   }
   if (res != ncclSuccess) {

@@ -11,6 +11,8 @@
 #include <string.h>
 
 #include "comm.h"
+#include "layout.h"
+#include "redop.h"
 
 /* Refuses what a real host transport refuses: a buffer of another kind. */
 static ncclResult_t fake_post(struct transport_conn* c, const struct transport_buf* b,

@@ -3,6 +3,9 @@
  * starts from and the output every rank must end with.
  */
 #include "sched_cases.h"
+#include "exec_cpu.h"
+#include "layout.h"
+#include "sched_build.h"
 
 #include <setjmp.h>
 #include <stdarg.h>

@@ -30,8 +30,8 @@
 #include <cmocka.h>
 
 #include "comm.h"
-#include "cudaipc/cudaipc_fd.h"
-#include "cudaipc/cudaipc_mem.h"
+#include "cuda/cudaipc_fd.h"
+#include "cuda/cudaipc_mem.h"
 #include "devmem.h"
 #include "launcher.h"
 #include "stranger.h"
@@ -300,7 +300,8 @@ static int secret_holder_body(const mp_env* env) {
     float host[256];
     for (int i = 0; i < 256; i++) host[i] = 5.0f + (float)i;
     bad += dev_copy(env, dev, host, sizeof(host));
-    bad += mp_expect_rc(env, comm, dev_outcome(env, comm, s, ncclSend(dev, 256, ncclFloat, 0, comm, s)),
+    bad += mp_expect_rc(env, comm,
+                        dev_outcome(env, comm, s, ncclSend(dev, 256, ncclFloat, 0, comm, s)),
                         ncclSuccess, "rank 1's send");
   }
   bad += p2p_once(env, comm, s, dev, 40.0f, 0); /* the link that won goes on working */

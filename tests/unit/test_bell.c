@@ -58,7 +58,7 @@ static int setup(void** state) {
                                     .host_hash = 1,
                                     .bell_fd = s->engine.bell_fd[0],
                                     .bell_ino = s->engine.bell_ino};
-    *(struct shm_blob*)transport_blob_in(&g_peers[r], &shm_transport) =
+    *(struct shm_blob*)transport_blob_in(&g_peers[r], TRANSPORT_SHM) =
         (struct shm_blob){.domain = 1, .tag = 0xb0b0 + (uint64_t)r};
     s->ctx = (struct transport_ctx){.rank = r,
                                     .nranks = 2,

@@ -28,8 +28,8 @@
 
 #include "common/cudasim_path.h"
 #include "cuda/cuda_driver.h"
-#include "cudaipc/cudaipc_fd.h"
-#include "cudaipc/cudaipc_mem.h"
+#include "cuda/cudaipc_fd.h"
+#include "cuda/cudaipc_mem.h"
 #include "bootstrap.h"
 #include "mem.h"
 #include "nccl.h"

@@ -21,6 +21,7 @@
 
 #include "direct.h"
 #include "kernels.h"
+#include "layout.h"
 #include "schedule.h"
 
 #define MAXN 1030     /* elements per block */

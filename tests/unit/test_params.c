@@ -21,6 +21,7 @@
 #include "param.h"
 #include "socket.h"
 #include "tuner.h"
+#include "tuner_file.h"
 
 static void test_parse_int(void** state) {
   (void)state;

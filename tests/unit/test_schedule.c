@@ -15,8 +15,12 @@
 
 #include "common/fake_transport.h"
 #include "common/sched_cases.h"
+#include "exec_cpu.h"
 #include "kernels.h"
+#include "layout.h"
+#include "sched_build.h"
 #include "schedule.h"
+#include "tree.h"
 
 #define MAXR FAKE_MAXR
 

@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "core.h"
+#include "host.h"
 #include "shm/shm_names.h"
 #include "transport.h"
 
@@ -241,8 +242,8 @@ static void pair_run(child_fn sender, child_fn receiver, parent_fn parent, int v
     sh->peers[r].rank = r;
     sh->peers[r].pid = pid[r];
     sh->peers[r].host_hash = 1;
-    *(struct shm_blob*)transport_blob_in(&sh->peers[r], &shm_transport) =
-        (struct shm_blob){.domain = 1, .tag = bootstrap_random64()};
+    *(struct shm_blob*)transport_blob_in(&sh->peers[r], TRANSPORT_SHM) =
+        (struct shm_blob){.domain = 1, .tag = host_random64()};
   }
   atomic_store(&sh->table_ready, 1);
   if (parent) parent(pid);

@@ -57,7 +57,7 @@ static int setup(void** state) {
     if (socket_local_addr(&addr, NULL, 0) != ncclSuccess) return -1;
     addr.sin.sin_port = 0;
     if (socket_listen(&addr, &s->ctx.listen_fd) != ncclSuccess) return -1;
-    struct tcp_blob* b = transport_blob_in(&g_peers[r], &tcp_transport);
+    struct tcp_blob* b = transport_blob_in(&g_peers[r], TRANSPORT_NET_SOCKET);
     socket_addr_to_wire(&addr, &b->listen);
     g_peers[r].rank = r;
     s->ctx.rank = r;

@@ -22,6 +22,10 @@
 #include "debug.h"
 #include "param.h"
 #include "topo.h"
+#include "topo_file.h"
+#include "topo_hwloc.h"
+#include "topo_nic.h"
+#include "topo_sysfs.h"
 
 static char g_dir[] = "/tmp/braid_test_topo_XXXXXX";
 

@@ -21,6 +21,8 @@
 
 #include "comm.h"
 #include "topo.h"
+#include "tuner.h"
+#include "tuner_device.h"
 
 #define NSIZES 26 /* 8 B << 0..25 */
 #define NRANKS 4

@@ -27,7 +27,7 @@ static struct peer_info g_peers[NPEERS];
 static const struct transport* g_chosen[NPEERS];
 
 static struct shm_blob* shm_of(int r) {
-  return transport_blob_in(&g_peers[r], &shm_transport);
+  return transport_blob_in(&g_peers[r], TRANSPORT_SHM);
 }
 
 static void table_ctx(struct transport_ctx* ctx, int rank) {
@@ -136,7 +136,7 @@ static void test_device_pairs(void** state) {
       param_cache_reset();
     }
     g_peers[r].cuda_uuid = g_peers[r].cuda_view = uuids[r];
-    cudaipc_transport.blob_make(&ctx, transport_blob_in(&g_peers[r], &cudaipc_transport));
+    cudaipc_transport.blob_make(&ctx, transport_blob_in(&g_peers[r], TRANSPORT_CUDAIPC));
   }
   unsetenv("NCCL_P2P_DISABLE");
   param_cache_reset();

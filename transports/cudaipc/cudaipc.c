@@ -27,9 +27,10 @@
 #include <unistd.h>
 
 #include "core.h"
+#include "cuda/cuda_ctx.h"
 #include "cuda/cuda_driver.h"
-#include "cudaipc_fd.h"
-#include "cudaipc_mem.h"
+#include "cuda/cudaipc_fd.h"
+#include "cuda/cudaipc_mem.h"
 #include "param.h"
 #include "transport.h"
 
@@ -105,7 +106,7 @@ static ncclResult_t ipc_blob_make(struct transport_ctx* ctx, void* blob) {
 
 static int ipc_enabled(const struct transport_ctx* ctx, int rank) {
   struct ipc_blob b;
-  memcpy(&b, transport_peer_blob(ctx, &cudaipc_transport, rank), sizeof(b));
+  memcpy(&b, transport_peer_blob(ctx, TRANSPORT_CUDAIPC, rank), sizeof(b));
   return b.enabled == 1;
 }
 
@@ -286,21 +287,11 @@ static ncclResult_t ipc_post(struct transport_conn* conn, const struct transport
 /* The comm's context current while CUDA is called (the thread driving
  * the call may have none, or another). */
 static ncclResult_t ctx_enter(const struct ipc_conn* c, CUcontext* saved) {
-  const struct cuda_api* cu = cuda_driver();
-  if (c->ctx->device == NULL || cu == NULL) {
+  if (c->ctx->device == NULL || cuda_driver() == NULL) {
     WARN("CUDA IPC : rank %d moves device memory without a device", c->ctx->rank);
     return ncclInternalError;
   }
-  if (cuda_check(cu->cuCtxGetCurrent(saved), "cuCtxGetCurrent") != ncclSuccess)
-    return ncclUnhandledCudaError;
-  if (*saved == c->ctx->device->context) return ncclSuccess;
-  return cuda_check(cu->cuCtxSetCurrent(c->ctx->device->context), "cuCtxSetCurrent");
-}
-
-static void ctx_leave(CUcontext saved) {
-  CUcontext now = NULL;
-  const struct cuda_api* cu = cuda_driver();
-  if (cu->cuCtxGetCurrent(&now) == CUDA_SUCCESS && now != saved) cu->cuCtxSetCurrent(saved);
+  return cuda_ctx_enter(c->ctx->device->context, saved);
 }
 
 /* A link that failed or closed: the peer is gone or gave up. */
@@ -341,7 +332,7 @@ static ncclResult_t recv_announce(struct ipc_conn* c, int* progressed) {
       CUcontext saved;
       CHECK(ctx_enter(c, &saved));
       res = rtr_make(c, c->announced, &c->held, &c->held_fd);
-      ctx_leave(saved);
+      cuda_ctx_restore(saved);
       if (res != ncclSuccess) goto fail;
       c->holding = 1;
     }
@@ -410,7 +401,7 @@ static ncclResult_t send_ready(struct ipc_conn* c, const struct ipc_msg* m, int 
     CUcontext saved;
     CHECK(ctx_enter(c, &saved));
     res = cudaipc_cache_map(c->ctx->device->cache, c->base.peer, &m->desc, fd, &base, &mapped);
-    ctx_leave(saved);
+    cuda_ctx_restore(saved);
     if (res != ncclSuccess) goto fail;
     CHECK(cudaipc_translate(&m->desc, base, mapped, m->ptr, m->bytes, c->base.peer, &r->dst));
   }

@@ -34,7 +34,7 @@
 #include "ib_gid.h"
 #include "ib_mr_cache.h"
 #include "ib_qp.h"
-#include "mem.h"
+#include "mem_kind.h"
 #include "param.h"
 #include "socket.h"
 #include "tcp/tcp.h"
@@ -247,15 +247,15 @@ fail:
 
 static uint32_t ib_link_mbps(const struct transport_ctx* ctx, int rank) {
   struct ib_blob b;
-  memcpy(&b, transport_peer_blob(ctx, &ib_transport, rank), sizeof(b));
+  memcpy(&b, transport_peer_blob(ctx, TRANSPORT_NET_IB, rank), sizeof(b));
   if (!b.valid) return 0;
   return b.far ? MIN(b.mbps, IB_CROSS_SOCKET_MBPS) : b.mbps;
 }
 
 static int ib_can_connect(const struct transport_ctx* ctx, int a, int b) {
   struct ib_blob x, y;
-  memcpy(&x, transport_peer_blob(ctx, &ib_transport, a), sizeof(x));
-  memcpy(&y, transport_peer_blob(ctx, &ib_transport, b), sizeof(y));
+  memcpy(&x, transport_peer_blob(ctx, TRANSPORT_NET_IB, a), sizeof(x));
+  memcpy(&y, transport_peer_blob(ctx, TRANSPORT_NET_IB, b), sizeof(y));
   return a != b && x.valid && y.valid && x.link_layer == y.link_layer;
 }
 

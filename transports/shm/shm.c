@@ -23,7 +23,8 @@
 #include <unistd.h>
 
 #include "core.h"
-#include "mem.h"
+#include "host.h"
+#include "mem_kind.h"
 #include "param.h"
 #include "shm_names.h"
 #include "transport.h"
@@ -226,7 +227,7 @@ static ncclResult_t shm_conn_alloc(struct transport_ctx* ctx, int peer, int side
   c->direct = -1;
   c->peer_bell = -1;
   int sender = side == SHM_SEND ? ctx->rank : peer;
-  shm_name_make(c->name, ctx->peers[sender].pid, transport_peer_blob(ctx, &shm_transport, sender),
+  shm_name_make(c->name, ctx->peers[sender].pid, transport_peer_blob(ctx, TRANSPORT_SHM, sender),
                 side == SHM_SEND ? peer : ctx->rank, channel);
   *out = c;
   return ncclSuccess;
@@ -713,8 +714,8 @@ static void shm_close(struct transport_conn* base) {
 /* Ranks of one host and shared-memory domain (the same /dev/shm and pid
  * namespace); a rank with NCCL_SHM_DISABLE=1 announced domain 0. */
 static int shm_can_connect(const struct transport_ctx* ctx, int a, int b) {
-  const struct shm_blob *ba = transport_peer_blob(ctx, &shm_transport, a),
-                        *bb = transport_peer_blob(ctx, &shm_transport, b);
+  const struct shm_blob *ba = transport_peer_blob(ctx, TRANSPORT_SHM, a),
+                        *bb = transport_peer_blob(ctx, TRANSPORT_SHM, b);
   return ba->domain != 0 && ctx->peers[a].host_hash == ctx->peers[b].host_hash &&
          ba->domain == bb->domain;
 }
@@ -724,8 +725,8 @@ static int shm_can_connect(const struct transport_ctx* ctx, int a, int b) {
 static ncclResult_t shm_blob_make(struct transport_ctx* ctx, void* blob) {
   struct shm_blob* b = blob;
   (void)ctx;
-  b->domain = param_shm_disable() ? 0 : bootstrap_shm_domain();
-  b->tag = bootstrap_random64();
+  b->domain = param_shm_disable() ? 0 : host_shm_domain();
+  b->tag = host_random64();
   transport_shm_sweep(b->domain);
   return ncclSuccess;
 }

@@ -9,7 +9,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "bootstrap.h"
+#include "nccl.h"
 
 #define SHM_NAME_MAX 96
 

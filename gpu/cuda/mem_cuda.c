@@ -1,13 +1,18 @@
 /*
- * What the driver says of a pointer (mem_query) and copies that involve
- * device memory (mem_copy): the device side of src/mem.c.
+ * The memory kinds of a build with CUDA (mem_kind.h): what the driver
+ * says of a pointer (host when there is no driver or the driver does not
+ * know it), copies through the driver when either side is device memory
+ * (unified addressing), and device memory from cuMem (cuda_vmm.h) or
+ * cuMemAlloc.
  */
-#include "cuda_mem.h"
+#include <string.h>
 
+#include "core.h"
 #include "cuda_driver.h"
 #include "cuda_vmm.h"
+#include "mem_kind.h"
 
-enum mem_kind cuda_mem_kind(const void* ptr) {
+enum mem_kind mem_query(const void* ptr) {
   const struct cuda_api* cu = cuda_driver();
   unsigned int type = 0, managed = 0;
   if (cu == NULL || ptr == NULL) return MEM_HOST;
@@ -41,7 +46,9 @@ fail:
   return res;
 }
 
-ncclResult_t cuda_mem_copy(void* dst, const void* src, size_t bytes, const void* device) {
+/* `device` is whichever of dst and src is device memory (its context is
+ * taken when the thread has none). */
+static ncclResult_t copy_via_driver(void* dst, const void* src, size_t bytes, const void* device) {
   ncclResult_t res = ncclSuccess;
   const struct cuda_api* cu = cuda_driver();
   if (cu == NULL) FAIL(ncclInternalError, "mem_copy: device memory without a CUDA driver");
@@ -50,6 +57,14 @@ ncclResult_t cuda_mem_copy(void* dst, const void* src, size_t bytes, const void*
                    "cuMemcpy"));
 fail:
   return res;
+}
+
+ncclResult_t mem_copy(void* dst, const void* src, size_t bytes) {
+  if (bytes == 0 || dst == src) return ncclSuccess;
+  if (mem_query(dst) != MEM_HOST) return copy_via_driver(dst, src, bytes, dst);
+  if (mem_query(src) != MEM_HOST) return copy_via_driver(dst, src, bytes, src);
+  memmove(dst, src, bytes);
+  return ncclSuccess;
 }
 
 /* A thread that never touched CUDA has no context: device 0's primary one,
@@ -76,7 +91,7 @@ fail:
   return res;
 }
 
-ncclResult_t cuda_mem_alloc(void** ptr, size_t size) {
+ncclResult_t mem_device_alloc(void** ptr, size_t size) {
   ncclResult_t res = ncclSuccess;
   const struct cuda_api* cu = cuda_driver();
   CUdevice dev;
@@ -94,7 +109,7 @@ fail:
   return res;
 }
 
-ncclResult_t cuda_mem_free(void* ptr) {
+ncclResult_t mem_device_free(void* ptr) {
   ncclResult_t res = ncclSuccess;
   const struct cuda_api* cu = cuda_driver();
   CHECK(ensure_context(cu, ptr));

@@ -13,7 +13,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "bootstrap.h"
+#include "peer.h"
 #include "core.h"
 #include "cudaipc_fd.h"
 #include "hello_pool.h"

@@ -11,16 +11,21 @@
 #include "braid.h"
 #include "comm.h"
 #include "comm_ctrl.h"
+#include "comm_init.h"
+#include "comm_registry.h"
+#include "comm_teardown.h"
 #include "core.h"
+#include "device.h"
+#include "exec_cpu.h"
 #include "group.h"
+#include "host.h"
+#include "layout.h"
 #include "param.h"
 #include "socket.h"
 #include "stream.h"
 #include "topo.h"
-
-#ifdef BRAID_HAVE_CUDA
-#include "cuda/cuda_comm.h"
-#endif
+#include "topo_nic.h"
+#include "tuner.h"
 
 #define CONFIG_MAGIC 0xcafebeefu
 
@@ -184,7 +189,7 @@ static void comm_describe_self(struct ncclComm* comm, const struct topo_system* 
   const struct topo_nic* nic = topo_nic_find(sys, ifname);
   *mine = (struct peer_info){.rank = comm->rank,
                              .pid = (int32_t)getpid(),
-                             .host_hash = bootstrap_host_hash(),
+                             .host_hash = host_hash(),
                              .cuda_dev = comm->cuda_dev,
                              .ncpus = sys->ncores > 0 ? sys->ncores : sys->npus,
                              .nic_mbps = nic && nic->speed_mbps > 0 ? (uint32_t)nic->speed_mbps : 0,
@@ -192,9 +197,7 @@ static void comm_describe_self(struct ncclComm* comm, const struct topo_system* 
                              .bell_fd = comm->progress.bell_fd[0],
                              .bell_ino = comm->progress.bell_ino,
                              .ctrl = comm->ctrl_addr};
-#ifdef BRAID_HAVE_CUDA
-  cuda_device_identity(comm->cuda_dev, &mine->cuda_uuid, &mine->cuda_view);
-#endif
+  device_identity(comm->cuda_dev, &mine->cuda_uuid, &mine->cuda_view);
 }
 
 /* Nodes from the peers' host hashes; the first rank of each node logs
@@ -293,11 +296,7 @@ static ncclResult_t deferred_init_run(void* p) {
 /* As NCCL: a comm is on the caller's current device, read here on the
  * caller's thread (a grouped init runs on another); -1 without CUDA. */
 static int caller_device(void) {
-#ifdef BRAID_HAVE_CUDA
-  return cuda_current_device();
-#else
-  return -1;
-#endif
+  return device_current();
 }
 
 static ncclResult_t init_rank_maybe_deferred(ncclComm_t* out, int nranks, ncclUniqueId id, int rank,

@@ -10,8 +10,8 @@
 #include <unistd.h>
 
 #include "core.h"
-#include "cuda/cuda_driver.h"
-#include "cuda/cuda_vmm.h"
+#include "cuda_driver.h"
+#include "cuda_vmm.h"
 
 #define CUDAIPC_CACHE_MAX 256
 

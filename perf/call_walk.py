@@ -1,0 +1,80 @@
+#!/usr/bin/env python3
+"""Which of the library's files one call passes, from a callgrind profile.
+
+Run a program under `valgrind --tool=callgrind --toggle-collect=FUNC` and
+give the output file here: every call made inside FUNC, caller file ->
+callee file, is read from the profile; the library's files (common, gpu,
+kernels, algorithms, transports, src) are listed with the layer each is in,
+and every call from a lower layer into a higher one (a callback, or a
+helper that lives too high) is a climb. perf/call_walk.sh runs it for an
+all-reduce on host buffers and on device buffers (the simulated driver).
+
+Usage: perf/call_walk.py CALLGRIND_OUT REPO_ROOT
+"""
+import os
+import re
+import sys
+
+# Bottom to top, as docs/architecture.md draws them.
+LAYER = {"common": 0, "gpu": 1, "kernels": 2, "algorithms": 2, "transports": 3, "src": 4}
+
+
+def module(path, root):
+    """repo-relative module name (no extension) of a source path, or None."""
+    if not path.startswith(root):
+        return None
+    rel = os.path.relpath(path, root)
+    top = rel.split(os.sep)[0]
+    if top not in LAYER:
+        return None
+    return os.path.splitext(rel)[0]
+
+
+def edges(profile, root):
+    names = {"fl": {}, "fn": {}}
+    out = set()
+    cur_file = None
+    call_file = None
+    with open(profile, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            m = re.match(r"^(fl|fi|fe|fn|cfl|cfi|cfn)=\((\d+)\)(?: (.*))?$", line.rstrip("\n"))
+            if not m:
+                continue
+            key, ident, name = m.groups()
+            table = names["fn" if key in ("fn", "cfn") else "fl"]
+            if name is not None:
+                table[ident] = name
+            value = table.get(ident)
+            if key in ("fl", "fi", "fe"):
+                cur_file = value
+                if key == "fl":
+                    call_file = None
+            elif key in ("cfl", "cfi"):
+                call_file = value
+            elif key == "cfn":
+                a = module(cur_file or "", root)
+                b = module(call_file or cur_file or "", root)
+                if a and b and a != b:
+                    out.add((a, b))
+                call_file = None
+    return out
+
+
+def main():
+    if len(sys.argv) != 3:
+        sys.exit(__doc__)
+    root = os.path.abspath(sys.argv[2]) + os.sep
+    calls = edges(sys.argv[1], root)
+    files = sorted({x for e in calls for x in e})
+    climbs = sorted((a, b) for a, b in calls
+                    if LAYER[a.split(os.sep)[0]] < LAYER[b.split(os.sep)[0]])
+    for f in files:
+        print("file  %-12s %s" % (f.split(os.sep)[0], f))
+    for a, b in climbs:
+        print("climb %s -> %s" % (a, b))
+    print("walk: %d files, %d calls between files, %d climbing" %
+          (len(files), len(calls), len(climbs)))
+
+
+if __name__ == "__main__":
+    main()

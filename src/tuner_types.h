@@ -1,0 +1,45 @@
+/*
+ * The tuner's cost model of one communicator: its links (inside a node and
+ * between nodes, each the cost of the transport the table picks there),
+ * the layout, and the choices a tune file forces. Types only: the comm
+ * holds one (comm.h), tuner_model.c builds it, tuner.c reads it.
+ */
+#ifndef BRAID_TUNER_TYPES_H_
+#define BRAID_TUNER_TYPES_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "schedule.h"
+#include "transport.h"
+
+/* time = hops * alpha + KB moved * beta, per algorithm over this link. */
+struct tuner_link {
+  double alpha_us[ALGO_COUNT];
+  double beta_us_per_kb[ALGO_COUNT];
+};
+
+#define TUNER_MAX_FORCED 64
+
+/* A tune file's "force" line: calls of `coll` from lo to hi bytes. */
+struct tuner_forced {
+  int coll, algo;
+  size_t lo, hi, chunk; /* chunk 0: the tuner's */
+};
+
+struct tuner_model {
+  int nranks, nnodes, min_ppn, max_ppn, tree_depth;
+  /* the transports that join ranks inside a node and across nodes (the
+   * table's choice, transports/transport.h); their link costs below */
+  const struct transport* intra_transport;
+  const struct transport* net_transport;
+  double oversub;              /* most ranks per core on any node */
+  uint32_t nic_mbps, mem_mbps; /* slowest rank's; 0: unknown */
+  size_t slot_bytes;
+  int hier_pipelined; /* Hier all-reduce overlaps node and network stages */
+  struct tuner_link intra, net;
+  int nforced;
+  struct tuner_forced forced[TUNER_MAX_FORCED];
+};
+
+#endif /* BRAID_TUNER_TYPES_H_ */
