@@ -72,13 +72,22 @@ int ptr_set_remove(struct ptr_set* s, const void* ptr) {
   return found;
 }
 
-int ptr_set_has(struct ptr_set* s, const void* ptr, void (*then)(const void* p, void* arg),
-                void* arg) {
-  int found = 0;
+void ptr_set_lock(struct ptr_set* s) {
   pthread_mutex_lock(&s->lock);
-  if (s->cap && (uintptr_t)ptr > PTR_SET_TOMB)
-    found = s->slots[set_find(s, (uintptr_t)ptr)] == (uintptr_t)ptr;
-  if (found && then) then(ptr, arg);
+}
+
+void ptr_set_unlock(struct ptr_set* s) {
   pthread_mutex_unlock(&s->lock);
+}
+
+int ptr_set_has_locked(const struct ptr_set* s, const void* ptr) {
+  return s->cap && (uintptr_t)ptr > PTR_SET_TOMB &&
+         s->slots[set_find(s, (uintptr_t)ptr)] == (uintptr_t)ptr;
+}
+
+int ptr_set_has(struct ptr_set* s, const void* ptr) {
+  ptr_set_lock(s);
+  int found = ptr_set_has_locked(s, ptr);
+  ptr_set_unlock(s);
   return found;
 }

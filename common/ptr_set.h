@@ -25,9 +25,12 @@ struct ptr_set {
 ncclResult_t ptr_set_add(struct ptr_set* set, const void* p);
 /* 1 when p was there (and is removed now), 0 when it was not. */
 int ptr_set_remove(struct ptr_set* set, const void* p);
-/* Whether p is there; with `then` (not NULL), then(p, arg) runs under the
- * lock when it is, so that no remove comes between the two. */
-int ptr_set_has(struct ptr_set* set, const void* p, void (*then)(const void* p, void* arg),
-                void* arg);
+/* Whether p is there. */
+int ptr_set_has(struct ptr_set* set, const void* p);
+/* The same under the set's lock, which the caller holds (ptr_set_lock):
+ * what it does before ptr_set_unlock, no remove comes in between. */
+void ptr_set_lock(struct ptr_set* set);
+int ptr_set_has_locked(const struct ptr_set* set, const void* p);
+void ptr_set_unlock(struct ptr_set* set);
 
 #endif /* BRAID_PTR_SET_H_ */

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "bootstrap_root.h"
 #include "core.h"
 #include "host.h"
 #include "param.h"

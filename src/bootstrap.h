@@ -67,10 +67,6 @@ struct root_reply {
   int32_t reserved;
 };
 
-/* Why a hello is refused (NULL: it is this job's); a key holder's hello is
- * then checked against the job by the root. Exposed for the fuzzer. */
-const char* bootstrap_hello_stranger(const struct root_hello* h, uint64_t key);
-
 struct bootstrap_root; /* the root's state (bootstrap_root.c) */
 
 /* ---- ids ---- */
@@ -92,20 +88,6 @@ ncclResult_t bootstrap_new_root_id(ncclUniqueId* out, struct bootstrap_root** ro
 
 /* The job key of NCCL_COMM_ID `comm_id` and this process's environment. */
 uint64_t bootstrap_job_key(const char* comm_id);
-
-/* ---- the root ---- */
-
-/* Serve `key` on addr (port 0: any; the port taken is written back) until
- * nranks ranks (0: as many as the first hello says) have registered, or
- * the timeout. *out (when not NULL) lets the caller stop it early. When
- * the address cannot be had, *listen_err (when not NULL: no WARN then)
- * says why, as an errno value. */
-ncclResult_t bootstrap_root_start(union socket_addr* addr, uint64_t key, int nranks,
-                                  struct bootstrap_root** out, int* listen_err);
-/* Stop waiting for ranks (registered ones are told) and let go of it. */
-void bootstrap_root_release(struct bootstrap_root* root);
-/* Let go of it while it serves on until its ranks came or its timeout. */
-void bootstrap_root_detach(struct bootstrap_root* root);
 
 /* With NCCL_COMM_ID, rank 0 starts the root inside ncclCommInitRank. A
  * rank 0 that finds the address taken tells whoever holds it (a root of

@@ -11,6 +11,8 @@
  * wait for the timeout. Hellos without the key are strangers: refused, and
  * the job goes on.
  */
+#include "bootstrap_root.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>

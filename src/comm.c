@@ -1,14 +1,47 @@
 /*
- * A communicator's state once made (comm.h): the checks every call makes,
- * calls counted in and out, references, and the error state and its
- * cascade. It calls nothing above the transports: the comm's life (made in
- * comm_init.c, unmade in comm_teardown.c) is the files that do.
+ * A communicator's state once made (comm.h): which comms are live, the
+ * checks every call makes, calls counted in and out, references, and the
+ * error state and its cascade. It calls nothing above the transports: the
+ * comm's life (made in comm_init.c, unmade in comm_teardown.c) is the
+ * files that do.
+ *
+ * A handle passed again after ncclCommDestroy/Abort must be refused
+ * without reading the memory it pointed to, and only a record outside that
+ * memory can tell: the live comms are a pointer set, one of the library's
+ * two pieces of process-wide state (the other is ncclMemAlloc's,
+ * mem_alloc.c).
  */
 #include <stdlib.h>
 
 #include "comm.h"
-#include "comm_registry.h"
 #include "core.h"
+#include "ptr_set.h"
+
+/* ---- the live comms ---- */
+
+static struct ptr_set g_comms = PTR_SET_INIT;
+
+ncclResult_t comm_registry_add(const struct ncclComm* comm) {
+  return ptr_set_add(&g_comms, comm);
+}
+
+void comm_registry_remove(const struct ncclComm* comm) {
+  ptr_set_remove(&g_comms, comm);
+}
+
+int comm_registry_has(const struct ncclComm* comm) {
+  return ptr_set_has(&g_comms, comm);
+}
+
+int comm_registry_enter(struct ncclComm* comm) {
+  ptr_set_lock(&g_comms); /* a remove (abort, destroy) cannot come in between */
+  int found = ptr_set_has_locked(&g_comms, comm);
+  if (found) atomic_fetch_add(&comm->calls, 1);
+  ptr_set_unlock(&g_comms);
+  return found;
+}
+
+/* ---- checks ---- */
 
 ncclResult_t comm_check(const struct ncclComm* comm, const char* fn) {
   if (comm == NULL) {

@@ -95,6 +95,16 @@ struct ncclComm {
   struct bootstrap_root* grow_root; /* grow_id's root while it is pending */
 };
 
+/* The live communicators: added at creation, removed when the user
+ * destroys or aborts one, so that comm_check refuses a handle that is gone
+ * without reading its memory. */
+ncclResult_t comm_registry_add(const struct ncclComm* comm);
+void comm_registry_remove(const struct ncclComm* comm);
+int comm_registry_has(const struct ncclComm* comm);
+/* Under the registry's lock: count a call in (comm->calls) if comm is
+ * live; 0 if it is not. */
+int comm_registry_enter(struct ncclComm* comm);
+
 /* Every connection of the comm, both channels and directions: shut down
  * (peers notice at once), or closed and forgotten. */
 void comm_conns_apply(struct ncclComm* comm, int close_them);

@@ -8,11 +8,11 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "bootstrap_root.h"
 #include "braid.h"
 #include "comm.h"
 #include "comm_ctrl.h"
 #include "comm_init.h"
-#include "comm_registry.h"
 #include "comm_teardown.h"
 #include "core.h"
 #include "device.h"
@@ -25,6 +25,7 @@
 #include "stream.h"
 #include "topo.h"
 #include "topo_nic.h"
+#include "transport_table.h"
 #include "tuner.h"
 
 #define CONFIG_MAGIC 0xcafebeefu

@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "bootstrap_root.h"
 #include "comm.h"
-#include "comm_registry.h"
 #include "core.h"
 #include "device.h"
 #include "executor.h"
@@ -19,6 +19,7 @@
 #include "progress.h"
 #include "redop.h"
 #include "stream.h"
+#include "transport_table.h"
 
 /* What comm_init.c made, in reverse, then the user's reference (see
  * comm_teardown.h). */
@@ -30,7 +31,6 @@ void comm_free(struct ncclComm* comm) {
   device_comm_free(comm);     /* the same for its proxy */
   mem_regs_free(&comm->regs); /* while the transports that pinned them are up */
   comm_conns_apply(comm, 1);
-  transport_accept_free(&comm->tctx);
   transport_states_free(&comm->tctx);
   if (comm->tctx.listen_fd >= 0) close(comm->tctx.listen_fd);
   if (comm->ctrl_fd >= 0) close(comm->ctrl_fd);

@@ -10,6 +10,7 @@
 #include "comm.h"
 #include "core.h"
 #include "sched_build.h"
+#include "transport_table.h"
 #include "work_op.h"
 
 #define CONNECT_MAX_PEERS 64

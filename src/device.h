@@ -1,7 +1,7 @@
 /*
  * The device path as the generic engine sees it. A build with CUDA
- * implements these in src/cuda/ (cuda_comm.c, cuda_unit.c, cuda_direct.c),
- * one without in src/host/device_none.c: the build picks the folder, as
+ * implements these in src/cuda/ (cuda_comm.c, cuda_unit.c, cuda_direct.c,
+ * cuda_deferred.c), one without in src/host/device_none.c: the build picks the folder, as
  * libuv picks its platform files, and the engine names no device path.
  * Units of work reach the device path here; the executor reaches it
  * through its device backend (executor.h), transports through their
@@ -17,14 +17,19 @@
 struct ncclComm;
 struct work_op;
 
-/* The caller's current device ordinal (as cudaGetDevice), -1 if none. */
+/* The device the calling thread's current context is on, else 0; -1
+ * without a driver. What ncclCommCuDevice reports for a comm made here. */
 int device_current(void);
-/* Device `dev`'s UUID, hashed (0: none), and the order in which this
- * process sees every device, hashed: what the peer table says of it. */
+/* What names device `dev` across processes: a hash of its UUID, and one
+ * of the UUIDs of every device this process sees, in ordinal order (two
+ * processes number devices alike when theirs agree: not so under
+ * different CUDA_VISIBLE_DEVICES). Zeros without a driver. */
 void device_identity(int dev, uint64_t* uuid, uint64_t* view);
 
-/* Whether a unit (ops[0..n), no host stream) goes to the device path: its
- * buffers are device memory; and hand it there (it runs stream-ordered). */
+/* Whether a unit (ops[0..n), no host stream) goes to the device path: a
+ * driver is there, and an op names a stream other than NULL or device
+ * memory; and issue it there, ordered on its streams (ncclInProgress when
+ * a non-blocking comm's own stream runs it). */
 int device_unit_wanted(const struct work_op* ops, int n);
 ncclResult_t device_unit_dispatch(struct work_op* ops, int n);
 /* Run a collective the device path marked direct (op->direct). */

@@ -14,7 +14,6 @@
 
 #include "core.h"
 #include "sched_build.h"
-#include "sched_cache.h"
 
 ncclResult_t exec_init(struct exec_ctx* ex, const struct exec_conf* conf) {
   memset(ex, 0, sizeof(*ex));

@@ -15,7 +15,7 @@
 #include "kernels.h"
 #include "mem.h"
 #include "nccl.h"
-#include "sched_cache.h"
+#include "sched_build.h"
 #include "schedule.h"
 #include "transport.h"
 

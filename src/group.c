@@ -13,7 +13,6 @@
 #include <string.h>
 
 #include "comm.h"
-#include "comm_registry.h"
 #include "core.h"
 #include "device.h"
 #include "exec_plan.h"
@@ -112,12 +111,24 @@ static ncclResult_t run_jobs(struct group_job* jobs, int n) {
   return first;
 }
 
+/* Whether the unit names nothing but host memory and the NULL stream:
+ * then it is the host path's whatever the build (the device path takes
+ * only units that name a CUDA stream or device memory). */
+static int unit_on_host(const struct work_op* ops, int n) {
+  for (int i = 0; i < n; i++) {
+    enum mem_kind mem = ops[i].kind == WORK_COLL ? ops[i].args.mem : ops[i].mem;
+    if (ops[i].stream != NULL || mem != MEM_HOST) return 0;
+  }
+  return 1;
+}
+
 /* Hand a unit of work to whoever runs it: its CUDA streams (device calls),
  * a host stream, the comm's own stream (non-blocking comms), or this
  * thread now. */
 static ncclResult_t work_dispatch(struct work_op* ops, int n, cudaStream_t stream) {
   struct braid_stream* hs = stream_from_handle(stream);
-  if (hs == NULL && device_unit_wanted(ops, n)) return device_unit_dispatch(ops, n);
+  if (hs == NULL && !unit_on_host(ops, n) && device_unit_wanted(ops, n))
+    return device_unit_dispatch(ops, n);
   ncclResult_t res = work_issue(ops, n);
   if (res != ncclSuccess) return res;
   for (int i = 0; i < n && hs == NULL; i++) hs = ops[i].comm->internal_stream;

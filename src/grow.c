@@ -10,6 +10,7 @@
  */
 #include <string.h>
 
+#include "bootstrap_root.h"
 #include "comm.h"
 #include "comm_ctrl.h"
 #include "comm_init.h"

@@ -183,7 +183,7 @@ static int tuner_decide(const struct ncclComm* comm, int coll, size_t bytes, int
   *algo = -1;
   double best = 0;
   *chunk_bytes = m->slot_bytes;
-  if (tuner_file_choice(m, coll, bytes, allowed, algo, chunk_bytes)) {
+  if (m->nforced && tuner_file_choice(m, coll, bytes, allowed, algo, chunk_bytes)) {
     if (*chunk_bytes == 0) *chunk_bytes = tuner_chunk(m, coll, *algo, bytes);
     return 1;
   }
@@ -195,6 +195,22 @@ static int tuner_decide(const struct ncclComm* comm, int coll, size_t bytes, int
   if (*algo < 0) *algo = ALGO_RING; /* every collective has a ring */
   *chunk_bytes = tuner_chunk(m, coll, *algo, bytes);
   return 0;
+}
+
+/* Whole slots by default: over TCP per-message costs outweigh a deeper
+ * pipeline (README, "Measurements behind the defaults"). Shared memory's
+ * per-message cost is small, so there a block smaller than a few slots is
+ * cut into 4 slices to keep every rank busy. */
+size_t tuner_chunk(const struct tuner_model* m, int coll, int algo, size_t bytes) {
+  size_t slot = m->slot_bytes, per_rank = bytes / (size_t)MAX(1, m->nranks);
+  /* the leader variant, as the model assumes, needs whole slots */
+  if (coll == COLL_ALLREDUCE && algo == ALGO_HIER && hier_allreduce_uses_leaders(bytes, slot))
+    return slot;
+  /* Across nodes every message pays the network's per-message cost: whole
+   * slots, for Hier too (README, "Measurements behind the defaults"). */
+  if (m->nnodes > 1) return slot;
+  if (m->intra_transport->id != TRANSPORT_SHM || per_rank >= 4 * slot) return slot;
+  return MAX((size_t)4096, MIN(slot, ALIGN_UP(per_rank / 4, 4096)));
 }
 
 double tuner_host_best(const struct ncclComm* comm, int coll, size_t bytes, int* algo) {

@@ -14,6 +14,8 @@ struct ncclComm;
 
 /* Modelled time (us) of `algo` for `coll` on a buffer of `bytes`. */
 double tuner_cost(const struct tuner_model* m, int coll, int algo, double bytes);
+/* Pipeline chunk for a call. */
+size_t tuner_chunk(const struct tuner_model* m, int coll, int algo, size_t bytes);
 /* The algorithm tuner_choose would take for a host call, silently, and
  * its modelled time (us). */
 double tuner_host_best(const struct ncclComm* comm, int coll, size_t bytes, int* algo);

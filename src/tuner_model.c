@@ -13,6 +13,7 @@
 #include "hier.h"
 #include "layout.h"
 #include "param.h"
+#include "transport_table.h"
 #include "tree.h"
 #include "tuner_file.h"
 
@@ -145,18 +146,3 @@ fail:
   return res;
 }
 
-/* Whole slots by default: over TCP per-message costs outweigh a deeper
- * pipeline (README, "Measurements behind the defaults"). Shared memory's
- * per-message cost is small, so there a block smaller than a few slots is
- * cut into 4 slices to keep every rank busy. */
-size_t tuner_chunk(const struct tuner_model* m, int coll, int algo, size_t bytes) {
-  size_t slot = m->slot_bytes, per_rank = bytes / (size_t)MAX(1, m->nranks);
-  /* the leader variant, as the model assumes, needs whole slots */
-  if (coll == COLL_ALLREDUCE && algo == ALGO_HIER && hier_allreduce_uses_leaders(bytes, slot))
-    return slot;
-  /* Across nodes every message pays the network's per-message cost: whole
-   * slots, for Hier too (README, "Measurements behind the defaults"). */
-  if (m->nnodes > 1) return slot;
-  if (m->intra_transport->id != TRANSPORT_SHM || per_rank >= 4 * slot) return slot;
-  return MAX((size_t)4096, MIN(slot, ALIGN_UP(per_rank / 4, 4096)));
-}

@@ -1,7 +1,7 @@
 /*
  * The tuner's cost model of one communicator (tuner_types.h), built once
  * at init from the peer table (tuner_model.c), so every rank holds the
- * same; and the pipeline chunk it gives a call.
+ * same.
  */
 #ifndef BRAID_TUNER_MODEL_H_
 #define BRAID_TUNER_MODEL_H_
@@ -17,8 +17,5 @@ struct ncclComm;
  * BRAID_TUNE_FILE (ncclInvalidArgument, with a WARN naming the line, if
  * it is malformed). */
 ncclResult_t tuner_model_init(struct ncclComm* comm);
-
-/* Pipeline chunk for a call. */
-size_t tuner_chunk(const struct tuner_model* m, int coll, int algo, size_t bytes);
 
 #endif /* BRAID_TUNER_MODEL_H_ */

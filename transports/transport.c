@@ -1,6 +1,6 @@
 /*
- * What every transport shares: where its blob lives in the peer table,
- * the check that a received message is the one its receive was posted for, reported the same way
+ * What every transport shares: the check that a received message is the
+ * one its receive was posted for, reported the same way
  * everywhere, that a posted buffer is memory the transport moves, and registering a user range with
  * the transports that pin or map memory.
  */
@@ -12,21 +12,6 @@
 
 static const struct transport_tag kNoTag;
 
-/* Each id's place in peer_info.blobs, and the end of the last (its blob's
- * size today: CUDA IPC 8 bytes, shm 16, verbs 8, sockets 24). */
-static const size_t kBlobAt[TRANSPORT_COUNT + 1] = {0, 8, 24, 32, PEER_BLOB_BYTES};
-
-void* transport_blob_in(struct peer_info* p, enum transport_id id) {
-  return p->blobs + kBlobAt[id];
-}
-
-const void* transport_peer_blob(const struct transport_ctx* ctx, enum transport_id id, int rank) {
-  return ctx->peers[rank].blobs + kBlobAt[id];
-}
-
-size_t transport_blob_room(enum transport_id id) {
-  return kBlobAt[id + 1] - kBlobAt[id];
-}
 
 ncclResult_t transport_check_message(struct transport_conn* conn, uint64_t seq, uint64_t bytes,
                                      const struct transport_tag* tag, uint64_t want_seq,

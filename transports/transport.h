@@ -75,11 +75,19 @@ enum transport_id {
 /* Where each transport's blob (what it publishes about a rank) lives in
  * peer_info.blobs: a place of its own per id, the same whether or not a
  * build has the transport, so that builds with and without CUDA or verbs
- * read each other's peer tables alike (transport.c). */
-void* transport_blob_in(struct peer_info* p, enum transport_id id);
-const void* transport_peer_blob(const struct transport_ctx* ctx, enum transport_id id, int rank);
-/* How many bytes the blob of transport `id` may take. */
-size_t transport_blob_room(enum transport_id id);
+ * read each other's peer tables alike. */
+static inline size_t transport_blob_at(enum transport_id id) {
+  static const size_t at[TRANSPORT_COUNT + 1] = {0, 8, 24, 32, PEER_BLOB_BYTES};
+  return at[id];
+}
+static inline void* transport_blob_in(struct peer_info* p, enum transport_id id) {
+  return p->blobs + transport_blob_at(id);
+}
+/* How many bytes the blob of transport `id` may take (today: CUDA IPC 8,
+ * shm 16, verbs 8, sockets 24). */
+static inline size_t transport_blob_room(enum transport_id id) {
+  return transport_blob_at(id + 1) - transport_blob_at(id);
+}
 
 /* The comm's device, made at its first device call (src/cuda/cuda_comm.c):
  * what a transport that moves device memory needs. */
@@ -119,6 +127,12 @@ struct transport_ctx {
   struct transport_device* device; /* NULL until the comm's first device call */
   void* state[TRANSPORT_COUNT];    /* what a transport keeps per comm (free_state) */
 };
+
+/* Rank's blob of transport `id` in the comm's peer table. */
+static inline const void* transport_peer_blob(const struct transport_ctx* ctx, enum transport_id id,
+                                              int rank) {
+  return ctx->peers[rank].blobs + transport_blob_at(id);
+}
 
 /* What call a message belongs to, as its poster describes it: opaque to
  * transports, which carry it with the message and compare it, byte for
@@ -263,57 +277,13 @@ extern const struct transport ib_transport;
  * memory: their device buffers go through pinned host slots. */
 extern const struct transport transport_none;
 
-/* ---- the transport table (transport_table.c) ---- */
-
-/* Read the table's knobs into ctx: NCCL_NET must name a network this
- * build has (ncclInvalidArgument with a WARN otherwise). */
-ncclResult_t transport_table_init(struct transport_ctx* ctx);
-
-/* Every transport's blob for this rank, into `mine` (its peer_info). */
-ncclResult_t transport_blobs_make(struct transport_ctx* ctx, struct peer_info* mine);
-
 /* Register [base, base + size) with every transport in `list` that has a
  * reg hook, handles[t->id] getting its handle: all or none (a failure
- * undoes those done). transport_register uses the table. */
+ * undoes those done). transport_register (transport_table.h) uses the table. */
 ncclResult_t transport_register_each(const struct transport* const* list, size_t n,
                                      struct transport_ctx* ctx, void* base, size_t size,
                                      void** handles);
 void transport_deregister_each(const struct transport* const* list, size_t n,
                                struct transport_ctx* ctx, void** handles);
-ncclResult_t transport_register(struct transport_ctx* ctx, void* base, size_t size, void** handles);
-void transport_deregister(struct transport_ctx* ctx, void** handles);
-
-/* The network transport NCCL_NET named (Socket when unset). */
-const struct transport* transport_network(const struct transport_ctx* ctx);
-
-/* The first transport of the table that joins ranks a and b and moves
- * `mem_caps` (TRANSPORT_CAP_*_MEM), or NULL. Pure on the peer table. */
-const struct transport* transport_select(const struct transport_ctx* ctx, int a, int b,
-                                         unsigned mem_caps);
-
-/* The transport this rank uses with `peer` (host memory), chosen once and
- * logged at INFO; ncclSystemError with a WARN if none can join them. */
-ncclResult_t transport_for_peer(struct transport_ctx* ctx, int peer, const struct transport** out);
-
-/* The transport that moves device buffers between this rank and `peer`
- * without host memory (cudaipc), chosen once and logged at INFO; NULL
- * where none can (then they are staged through host memory). */
-const struct transport* transport_for_peer_device(struct transport_ctx* ctx, int peer);
-
-/* Remove the shared-memory segments of this host and shared-memory domain
- * (host_shm_domain(); 0: shared memory is off) whose creator died
- * before they were unlinked. Once per process; see shm_names.c. */
-void transport_shm_sweep(uint64_t domain);
-
-/* Close the incoming connections nobody claimed (see tcp). */
-void transport_accept_free(struct transport_ctx* ctx);
-
-/* The comm's device is made: ctx->device = dev, and every transport that
- * moves device memory gets ready (device_attach). */
-ncclResult_t transport_device_attach(struct transport_ctx* ctx, struct transport_device* dev);
-
-/* Free what each transport kept for the comm (ctx->state), once its
- * connections are closed. */
-void transport_states_free(struct transport_ctx* ctx);
 
 #endif /* BRAID_TRANSPORT_H_ */

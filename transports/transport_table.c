@@ -11,10 +11,13 @@
  * only cudaipc moves device memory as it is; the others move pinned host
  * slots the device path stages through.
  */
+#include "transport_table.h"
+
 #include <strings.h>
 
 #include "core.h"
 #include "param.h"
+#include "tcp/tcp_connect.h"
 #include "transport.h"
 #ifdef BRAID_HAVE_IBVERBS
 #include "ib/ib_probe.h"
@@ -138,6 +141,7 @@ fail:
 }
 
 void transport_states_free(struct transport_ctx* ctx) {
+  transport_accept_free(ctx); /* incoming connections nobody claimed */
   for (size_t i = 0; i < TABLE_SIZE; i++)
     if (k_table[i]->free_state && ctx->state[k_table[i]->id]) k_table[i]->free_state(ctx);
 }

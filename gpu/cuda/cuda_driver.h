@@ -94,4 +94,11 @@ ncclResult_t cuda_check(CUresult r, const char* what);
 ncclResult_t cuda_flags_alloc(const struct cuda_api* cu, size_t bytes, const char* what,
                               void** host, CUdeviceptr* dev);
 
+/* Device work done by a library thread (the proxy, the progress engine, a
+ * host stream) or the user's: the context it belongs to is made current
+ * around it, and what was current before is put back. *saved gets what
+ * was current, to give back to cuda_ctx_restore. */
+ncclResult_t cuda_ctx_enter(CUcontext ctx, CUcontext* saved);
+void cuda_ctx_restore(CUcontext saved);
+
 #endif /* BRAID_CUDA_DRIVER_H_ */

@@ -16,6 +16,7 @@
 #include "peer.h"
 #include "core.h"
 #include "cudaipc_fd.h"
+#include "cudaipc_fd_link.h"
 #include "hello_pool.h"
 #include "siphash.h"
 #include "socket.h"

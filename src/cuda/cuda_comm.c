@@ -7,16 +7,18 @@
 
 #include "comm.h"
 #include "core.h"
-#include "cuda/cuda_ctx.h"
+#include "cuda/cuda_driver.h"
 #include "cuda_copy.h"
 #include "cuda_direct.h"
 #include "cuda_exec.h"
 #include "cuda_stage.h"
 #include "cuda/cudaipc_mem.h"
+#include "device.h"
 #include "param.h"
 #include "stream.h"
+#include "transport_table.h"
 
-int cuda_current_device(void) {
+int device_current(void) {
   const struct cuda_api* cu = cuda_driver();
   CUcontext ctx = NULL;
   CUdevice dev = 0;
@@ -25,7 +27,7 @@ int cuda_current_device(void) {
   return cu->cuCtxGetDevice(&dev) == CUDA_SUCCESS ? (int)dev : 0;
 }
 
-void cuda_device_identity(int dev, uint64_t* uuid, uint64_t* view) {
+void device_identity(int dev, uint64_t* uuid, uint64_t* view) {
   const struct cuda_api* cu = cuda_driver();
   int n = 0;
   *uuid = *view = 0;
@@ -86,7 +88,7 @@ fail:
 }
 
 /* The comm's device state into comm->device: once the primary context is
- * retained, cuda_comm_free undoes whatever was made if a later step fails. */
+ * retained, device_comm_free undoes whatever was made if a later step fails. */
 static ncclResult_t cuda_comm_make(struct ncclComm* comm) {
   ncclResult_t res = ncclSuccess;
   const struct cuda_api* cu = cuda_driver();
@@ -115,7 +117,7 @@ static ncclResult_t cuda_comm_make(struct ncclComm* comm) {
          "synchronous device calls are staged through host memory",
          comm->rank);
   if (res != ncclSuccess) {
-    cuda_comm_free(comm);
+    device_comm_free(comm);
     return res;
   }
   INFO(SUB_INIT, "Rank %d: device calls on CUDA device %d, %s", comm->rank, cc->dev,
@@ -151,7 +153,7 @@ static void cuda_comm_transports_free(struct ncclComm* comm, struct device_comm*
     WARN("CUDA IPC: a kernel may still use peers' buffers: their mappings are left in place");
 }
 
-void cuda_comm_free(struct ncclComm* comm) {
+void device_comm_free(struct ncclComm* comm) {
   struct device_comm* cc = comm->device;
   const struct cuda_api* cu = cuda_driver();
   CUcontext saved;
@@ -171,4 +173,9 @@ void cuda_comm_free(struct ncclComm* comm) {
   cu->cuDevicePrimaryCtxRelease(cc->handle); /* the retain of cuda_comm_make */
   free(cc);
   comm->device = NULL;
+}
+
+ncclResult_t device_comm_flush(struct ncclComm* comm) {
+  struct device_comm* dc = comm->device;
+  return dc && dc->own_proxy ? stream_sync(dc->proxy) : ncclSuccess;
 }

@@ -13,16 +13,6 @@
 
 struct ncclComm;
 
-/* The device the calling thread's current context is on, else 0; -1
- * without a driver. What ncclCommCuDevice reports for a comm made here. */
-int cuda_current_device(void);
-
-/* What names device `dev` across processes: a hash of its UUID, and one
- * of the UUIDs of every device this process sees, in ordinal order (two
- * processes number devices alike when theirs agree: not so under
- * different CUDA_VISIBLE_DEVICES). Zeros without a driver. */
-void cuda_device_identity(int dev, uint64_t* uuid, uint64_t* view);
-
 /* Whether another rank of the comm lives in this process (ranks as
  * threads, ncclCommInitAll): their streams share one CUDA context, where a
  * stream waiting on a host flag that depends on another stream of the same
@@ -37,7 +27,5 @@ int cuda_peer_in_process(const struct ncclComm* comm, int p);
 
 /* The comm's device state, made at first need (thread-safe). */
 ncclResult_t cuda_comm_get(struct ncclComm* comm, struct device_comm** out);
-/* Stop the proxy (its queued calls finish first) and free everything. */
-void cuda_comm_free(struct ncclComm* comm);
 
 #endif /* BRAID_CUDA_COMM_H_ */

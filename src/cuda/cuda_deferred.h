@@ -28,7 +28,7 @@ struct cuda_deferred_pool {
 
 void cuda_deferred_init(struct cuda_deferred_pool* p);
 /* Frees the pinned memory (the comm's context current; no stream may
- * still wait on it: cuda_comm_free checks that first). */
+ * still wait on it: device_comm_free checks that first). */
 void cuda_deferred_free(struct cuda_deferred_pool* p, const struct cuda_api* cu);
 
 /* Take a free slot, clear its task, and enqueue on `stream` (current

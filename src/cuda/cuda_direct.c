@@ -21,12 +21,14 @@
 
 #include "comm.h"
 #include "core.h"
-#include "cuda/cuda_ctx.h"
+#include "cuda/cuda_driver.h"
+#include "cuda/cudaipc_fd_link.h"
 #include "cuda_comm.h"
 #include "cuda_deferred.h"
 #include "cuda_kernels.h"
 #include "cuda/cudaipc_fd.h"
 #include "cuda/cudaipc_mem.h"
+#include "device.h"
 #include "direct.h"
 #include "exec_plan.h"
 #include "kernels.h"
@@ -734,7 +736,7 @@ static void drain_peers(struct ncclComm* comm, struct cuda_direct* d) {
   }
 }
 
-ncclResult_t cuda_direct_run(struct work_op* op) {
+ncclResult_t device_direct_run(struct work_op* op) {
   ncclResult_t res = ncclSuccess;
   struct ncclComm* comm = op->comm;
   struct cuda_direct* d = NULL;

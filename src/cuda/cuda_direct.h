@@ -60,13 +60,10 @@ int cuda_direct_wanted(const struct work_op* ops, int n);
 int cuda_direct_kind(const struct work_op* op);
 
 /* Queue op's kernel on `stream` (the comm's context current) for a call
- * gated there: it waits until cuda_direct_run, on the proxy, has the
+ * gated there: it waits until device_direct_run, on the proxy, has the
  * task; then the call does not block its caller. */
 ncclResult_t cuda_direct_arm(struct work_op* op, CUstream stream);
 
-/* Run op's collective direct: on its stream if cuda_direct_arm queued its
- * kernel there, else on a stream of the direct state, waited for. */
-ncclResult_t cuda_direct_run(struct work_op* op);
 
 /* Close the links and (once every stream passed what was queued on it:
  * streams_passed) free Hier's pinned scratch; in the comm's context (the

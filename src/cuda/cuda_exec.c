@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "core.h"
-#include "cuda/cuda_ctx.h"
+#include "cuda/cuda_driver.h"
 #include "device_comm.h"
 #include "cuda_kernels.h"
 

@@ -5,16 +5,18 @@
 
 #include "comm.h"
 #include "core.h"
-#include "cuda/cuda_ctx.h"
+#include "cuda/cuda_driver.h"
 #include "cuda_comm.h"
 #include "cuda_deferred.h"
 #include "cuda_direct.h"
 #include "cuda_gate.h"
 #include "cuda_stage.h"
+#include "device.h"
 #include "mem.h"
 #include "stream.h"
+#include "transport_table.h"
 
-int cuda_unit_wanted(const struct work_op* ops, int n) {
+int device_unit_wanted(const struct work_op* ops, int n) {
   if (cuda_driver() == NULL) return 0;
   for (int i = 0; i < n; i++) {
     enum mem_kind kind = ops[i].kind == WORK_COLL ? ops[i].args.mem : ops[i].mem;
@@ -258,7 +260,7 @@ static int unit_gated(const struct work_op* ops, int n, int nstreams) {
   return 1;
 }
 
-ncclResult_t cuda_unit_dispatch(struct work_op* ops, int n) {
+ncclResult_t device_unit_dispatch(struct work_op* ops, int n) {
   ncclResult_t res = ncclSuccess;
   CUstream streams[WORK_MAX_GATES] = {0};
   struct work_gate gate;

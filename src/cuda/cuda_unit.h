@@ -18,12 +18,5 @@
 
 #include "work.h"
 
-/* Whether the unit goes this way: a driver is there, and an op names a
- * stream other than NULL or device memory. */
-int cuda_unit_wanted(const struct work_op* ops, int n);
-
-/* Issue the unit on its streams as above; ncclInProgress when a
- * non-blocking comm's own stream runs it. */
-ncclResult_t cuda_unit_dispatch(struct work_op* ops, int n);
 
 #endif /* BRAID_CUDA_UNIT_H_ */

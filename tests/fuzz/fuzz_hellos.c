@@ -7,8 +7,10 @@
 #include <string.h>
 
 #include "bootstrap.h"
+#include "bootstrap_root.h"
 #include "fuzz.h"
 #include "tcp/tcp.h"
+#include "tcp/tcp_connect.h"
 
 #define FUZZ_KEY 0x0123456789abcdefull
 

@@ -12,6 +12,7 @@
 
 #include "fuzz.h"
 #include "tcp/tcp.h"
+#include "tcp/tcp_connect.h"
 
 #define FUZZ_MSGS 4
 #define FUZZ_SIZE_UNIT 17 /* message sizes 0 .. 255 x 17 bytes */

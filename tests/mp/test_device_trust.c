@@ -31,6 +31,7 @@
 
 #include "comm.h"
 #include "cuda/cudaipc_fd.h"
+#include "cuda/cudaipc_fd_link.h"
 #include "cuda/cudaipc_mem.h"
 #include "devmem.h"
 #include "launcher.h"

@@ -29,6 +29,7 @@
 #include "common/cudasim_path.h"
 #include "cuda/cuda_driver.h"
 #include "cuda/cudaipc_fd.h"
+#include "cuda/cudaipc_fd_link.h"
 #include "cuda/cudaipc_mem.h"
 #include "bootstrap.h"
 #include "mem.h"

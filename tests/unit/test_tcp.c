@@ -19,6 +19,7 @@
 #include "core.h"
 #include "socket.h"
 #include "tcp/tcp.h"
+#include "tcp/tcp_connect.h"
 #include "transport.h"
 
 #define DEADLINE_MS 20000

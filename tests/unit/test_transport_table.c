@@ -15,6 +15,7 @@
 #include "param.h"
 #include "shm/shm_names.h"
 #include "transport.h"
+#include "transport_table.h"
 
 #define NPEERS 5
 #define HOST_A 0xa11ull

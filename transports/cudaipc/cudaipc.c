@@ -27,9 +27,9 @@
 #include <unistd.h>
 
 #include "core.h"
-#include "cuda/cuda_ctx.h"
 #include "cuda/cuda_driver.h"
 #include "cuda/cudaipc_fd.h"
+#include "cuda/cudaipc_fd_link.h"
 #include "cuda/cudaipc_mem.h"
 #include "param.h"
 #include "transport.h"

@@ -38,6 +38,7 @@
 #include "param.h"
 #include "socket.h"
 #include "tcp/tcp.h"
+#include "tcp/tcp_connect.h"
 
 #define IB_DEPTH TRANSPORT_MAX_INFLIGHT
 #define IB_PIECE ((size_t)1 << 30) /* bytes per work request at most */

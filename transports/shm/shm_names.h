@@ -29,4 +29,9 @@ void shm_name_make(char* out, pid_t sender_pid, const struct shm_blob* sender, i
 /* 0 when pid has exited (or is a zombie); unknown means alive. */
 int shm_pid_alive(pid_t pid);
 
+/* Remove the shared-memory segments of this host and shared-memory domain
+ * (host_shm_domain(); 0: shared memory is off) whose creator died
+ * before they were unlinked. Once per process; see shm_names.c. */
+void transport_shm_sweep(uint64_t domain);
+
 #endif /* BRAID_SHM_NAMES_H_ */

@@ -16,6 +16,7 @@
 
 #include "core.h"
 #include "tcp.h"
+#include "tcp_connect.h"
 
 #define TCP_FRAME_BYTES sizeof(struct tcp_frame)
 

@@ -1,5 +1,5 @@
 /*
- * TCP transport, shared between its connection setup (tcp_connect.c) and
+ * TCP transport, shared between its connection setup (tcp_connect.h) and
  * its data path (tcp.c): the wire formats and the connection.
  *
  * Several sockets per peer; large messages are striped across them, small
@@ -27,7 +27,6 @@
 struct tcp_blob {
   struct socket_wire_addr listen; /* where its data listener accepts */
 };
-ncclResult_t tcp_blob_make(struct transport_ctx* ctx, void* blob);
 
 /* The first bytes on every socket. */
 struct tcp_hello {
@@ -42,17 +41,9 @@ struct tcp_hello {
   int32_t reserved;
 };
 
-/* Out-of-band sockets for another transport's setup and liveness (the
- * verbs transport's QP numbers, its peer's death): one socket per
- * (peer, channel), dialled by the side that sends, answered by the one
- * that receives, after the same hello, on hello channels past TCP's own. */
+/* Out-of-band sockets (tcp_connect.h): hello channels past TCP's own. */
 #define TCP_OOB_CHANNELS 2
 #define TCP_OOB_CHANNEL(channel) (2 + (channel))
-ncclResult_t tcp_oob_dial(struct transport_ctx* ctx, int peer, int channel, int* fd);
-ncclResult_t tcp_oob_answer(struct transport_ctx* ctx, int peer, int channel, int* fd);
-
-/* Why a hello is refused, or NULL; exposed for the fuzzer. */
-const char* tcp_hello_problem(const struct transport_ctx* ctx, const struct tcp_hello* h);
 
 /* What precedes each part of a message on a socket. */
 struct tcp_frame {
@@ -83,16 +74,5 @@ struct tcp_conn {
   struct tcp_sock socks[TCP_MAX_SOCKS];
   struct tcp_msg msgs[TRANSPORT_MAX_INFLIGHT];
 };
-
-/* A connection with no sockets yet. */
-ncclResult_t tcp_conn_alloc(int peer, int is_send, int nsocks, struct tcp_conn** out);
-
-/* Connection setup (tcp_connect.c), as struct transport names them. */
-ncclResult_t tcp_connect_send(struct transport_ctx* ctx, int peer, int channel,
-                              struct transport_conn** out);
-ncclResult_t tcp_connect_recv(struct transport_ctx* ctx, int peer, int channel,
-                              struct transport_conn** out);
-ncclResult_t tcp_connect_duplex(struct transport_ctx* ctx, int peer, int channel, int send_phase,
-                                struct transport_conn** send, struct transport_conn** recv);
 
 #endif /* BRAID_TCP_H_ */

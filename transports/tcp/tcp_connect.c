@@ -12,6 +12,8 @@
  * packets, and half the kernel work, per small all-reduce. Point-to-point
  * keeps one connection per direction: its two sides need not both exist.
  */
+#include "tcp_connect.h"
+
 #include <errno.h>
 #include <poll.h>
 #include <stdlib.h>

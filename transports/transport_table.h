@@ -1,0 +1,52 @@
+/*
+ * The transport table (transport_table.c): which transport carries a pair
+ * of ranks, in the order a pair tries them, and what is done with every
+ * transport of the build at once (blobs, registrations, the device, the
+ * comm's states).
+ */
+#ifndef BRAID_TRANSPORT_TABLE_H_
+#define BRAID_TRANSPORT_TABLE_H_
+
+#include <stddef.h>
+
+#include "nccl.h"
+#include "peer.h"
+#include "transport.h"
+
+/* Read the table's knobs into ctx: NCCL_NET must name a network this
+ * build has (ncclInvalidArgument with a WARN otherwise). */
+ncclResult_t transport_table_init(struct transport_ctx* ctx);
+
+/* Every transport's blob for this rank, into `mine` (its peer_info). */
+ncclResult_t transport_blobs_make(struct transport_ctx* ctx, struct peer_info* mine);
+
+/* transport_register_each over the table. */
+ncclResult_t transport_register(struct transport_ctx* ctx, void* base, size_t size, void** handles);
+void transport_deregister(struct transport_ctx* ctx, void** handles);
+
+/* The network transport NCCL_NET named (Socket when unset). */
+const struct transport* transport_network(const struct transport_ctx* ctx);
+
+/* The first transport of the table that joins ranks a and b and moves
+ * `mem_caps` (TRANSPORT_CAP_*_MEM), or NULL. Pure on the peer table. */
+const struct transport* transport_select(const struct transport_ctx* ctx, int a, int b,
+                                         unsigned mem_caps);
+
+/* The transport this rank uses with `peer` (host memory), chosen once and
+ * logged at INFO; ncclSystemError with a WARN if none can join them. */
+ncclResult_t transport_for_peer(struct transport_ctx* ctx, int peer, const struct transport** out);
+
+/* The transport that moves device buffers between this rank and `peer`
+ * without host memory (cudaipc), chosen once and logged at INFO; NULL
+ * where none can (then they are staged through host memory). */
+const struct transport* transport_for_peer_device(struct transport_ctx* ctx, int peer);
+
+/* The comm's device is made: ctx->device = dev, and every transport that
+ * moves device memory gets ready (device_attach). */
+ncclResult_t transport_device_attach(struct transport_ctx* ctx, struct transport_device* dev);
+
+/* Free what each transport kept for the comm (ctx->state, and incoming
+ * connections nobody claimed), once its connections are closed. */
+void transport_states_free(struct transport_ctx* ctx);
+
+#endif /* BRAID_TRANSPORT_TABLE_H_ */
