@@ -80,8 +80,10 @@ endif
 LIB_OBJS := $(patsubst %.c,$(BUILD)/obj/%.o,$(LIB_SRCS))
 # CUDA kernels: each .cu becomes a fatbin embedded as a byte array (the
 # library loads it through the driver; it links no CUDA library).
+# They come first: nvcc's runs are the longest of the build, so they start
+# before the C files instead of after them.
 ifeq ($(HAVE_CUDA),1)
-LIB_OBJS += $(patsubst %.cu,$(BUILD)/obj/%.fatbin.o,$(CUDA_CU))
+LIB_OBJS := $(patsubst %.cu,$(BUILD)/obj/%.fatbin.o,$(CUDA_CU)) $(LIB_OBJS)
 endif
 
 LIBDIR := $(BUILD)/lib
@@ -142,13 +144,60 @@ $(BUILD)/obj/%.o: %.c Makefile
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(call layer_inc,$<) $(DEPFLAGS) -c $< -o $@
 
-# SASS for Ampere, Hopper and Blackwell, and Blackwell's PTX for what comes
-# after; no fused multiply-add, so results match the CPU kernels bit for bit.
-NVCC_ARCHS ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
-              -gencode arch=compute_100,code=[sm_100,compute_100]
-NVCC_FLAGS ?= -O3 -fmad=false $(NVCC_ARCHS)
-$(BUILD)/obj/%.fatbin: %.cu
+# The GPU architectures of the kernels (docs/building.md, "GPU architectures").
+# CUDA_ARCHS lists compute capabilities ("80 90 100"; commas, sm_ and 9.0 work
+# too): SASS for each, and the PTX of the highest for later GPUs. Unset, it is
+# what the build directory was last built for, else the architectures nvidia-smi
+# reports for this machine's GPUs (sm_80 and up), asked once: sub-makes inherit
+# it. With no GPU it is empty, and the kernels are PTX for sm_80 alone: ptxas
+# never runs here, and the driver of any GPU from sm_80 up compiles them at the
+# first launch (and caches them). NVCC_ARCHS, where given, replaces the
+# -gencode flags altogether. No fused multiply-add, so results match the CPU
+# kernels bit for bit.
+CUDA_ARCHS_FILE := $(BUILD)/cuda-archs
+ifeq ($(HAVE_CUDA)$(origin CUDA_ARCHS),1undefined)
+ifneq ($(wildcard $(CUDA_ARCHS_FILE)),)
+CUDA_ARCHS := $(file <$(CUDA_ARCHS_FILE))
+else
+CUDA_ARCHS := $(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | \
+                tr -d . | awk '$$1 ~ /^[0-9]+$$/ && $$1 >= 80')
+endif
+export CUDA_ARCHS
+endif
+comma := ,
+CUDA_SM  := $(if $(filter 1,$(HAVE_CUDA)),$(shell printf '%s\n' $(subst sm_,,$(subst \
+              compute_,,$(subst .,,$(subst $(comma), ,$(CUDA_ARCHS))))) | sort -un))
+CUDA_PTX := $(lastword $(CUDA_SM))
+ifneq ($(origin NVCC_ARCHS),undefined)
+CUDA_KERNELS := what NVCC_ARCHS asks for ($(NVCC_ARCHS))
+else ifneq ($(CUDA_SM),)
+NVCC_ARCHS := $(foreach a,$(filter-out $(CUDA_PTX),$(CUDA_SM)),-gencode arch=compute_$(a),code=sm_$(a)) \
+              -gencode arch=compute_$(CUDA_PTX),code=[sm_$(CUDA_PTX),compute_$(CUDA_PTX)]
+CUDA_KERNELS := SASS for $(addprefix sm_,$(CUDA_SM)) and PTX for compute_$(CUDA_PTX)
+else
+NVCC_ARCHS := -gencode arch=compute_80,code=compute_80
+CUDA_KERNELS := PTX for compute_80 only (no GPU here; the driver compiles it at the first launch)
+endif
+# nvcc builds a file's architectures side by side (0: a thread per core).
+NVCC_THREADS ?= 0
+NVCC_FLAGS ?= -O3 -fmad=false --threads $(NVCC_THREADS) $(NVCC_ARCHS)
+# The fatbins depend on the flags that made them, so a build for other
+# architectures compiles them again. The file is rewritten, as the build
+# directory's architectures are, only when they change, and while the Makefile
+# is read: a recipe would make nvcc, the longest job, wait behind the others.
+NVCC_STAMP := $(BUILD)/obj/kernels/cuda/nvcc-flags
+ifeq ($(HAVE_CUDA),1)
+ifneq ($(file <$(NVCC_STAMP)),$(NVCC) $(NVCC_FLAGS))
+$(shell mkdir -p $(dir $(NVCC_STAMP)))
+$(file >$(NVCC_STAMP),$(NVCC) $(NVCC_FLAGS))
+endif
+ifneq ($(file <$(CUDA_ARCHS_FILE)),$(CUDA_ARCHS))
+$(file >$(CUDA_ARCHS_FILE),$(CUDA_ARCHS))
+endif
+endif
+$(BUILD)/obj/%.fatbin: %.cu $(NVCC_STAMP)
 	@mkdir -p $(dir $@)
+	@echo "nvcc: $(CUDA_KERNELS)"
 	$(NVCC) $(NVCC_FLAGS) $(call layer_inc,$<) -MMD -MP -MF $(@:.fatbin=.d) --fatbin $< -o $@
 
 # kernels/cuda/reduce.cu -> braid_fatbin_reduce[] and braid_fatbin_reduce_len (od, not
@@ -329,7 +378,13 @@ bench-cluster: deps
 	@$(MAKE) --no-print-directory all
 	@perf/bench_cluster.sh $(BUILD)
 
+# A release build names its GPU architectures (docs/building.md):
+#   make CUDA_ARCHS="80 90 100" install PREFIX=/opt/braid
 install: all
+ifeq ($(HAVE_CUDA),1)
+	@echo "install: CUDA kernels: $(CUDA_KERNELS)"
+	@$(if $(CUDA_SM),true,echo 'install: for SASS, a release build: make CUDA_ARCHS="80 90 100" install')
+endif
 	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/bin
 	install -m 644 include/*.h $(DESTDIR)$(PREFIX)/include/
 	install -m 755 $(SHLIB) $(NCCLSO) $(DESTDIR)$(PREFIX)/lib/
@@ -378,4 +433,4 @@ check-layers:
 	@MAKE="$(MAKE)" scripts/check-layers.sh
 
 clean:
-	rm -rf $(BUILD) build-asan build-tsan build-fuzz
+	rm -rf $(BUILD) build-asan build-tsan build-fuzz build-gpu
