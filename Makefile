@@ -64,9 +64,11 @@ CUDA_SRCS := $(wildcard src/cuda/*.c kernels/cuda/*.c transports/cudaipc/*.c)
 CUDA_CU   := $(wildcard kernels/cuda/*.cu)
 IB_SRCS   := $(wildcard transports/ib/*.c)
 
-LIB_SRCS := $(wildcard common/*.c) $(wildcard src/*.c) $(wildcard transports/*.c) \
+# The CPU kernels first: the slowest C files start while there are jobs to run beside them.
+LIB_SRCS := $(wildcard kernels/cpu/*.c) $(wildcard common/*.c) $(wildcard src/*.c) \
+            $(wildcard transports/*.c) \
             $(filter-out $(addsuffix /%,$(CUDA_DIRS) $(IB_DIRS)),$(wildcard transports/*/*.c)) \
-            $(wildcard algorithms/*.c) $(wildcard kernels/cpu/*.c)
+            $(wildcard algorithms/*.c)
 ifeq ($(HAVE_CUDA),1)
 LIB_SRCS += $(CUDA_SRCS)
 else ifneq ($(strip $(CUDA_SRCS) $(CUDA_CU)),)
@@ -213,6 +215,9 @@ $(BUILD)/obj/%.fatbin.o: $(BUILD)/obj/%.fatbin.c
 .PRECIOUS: $(BUILD)/obj/%.fatbin $(BUILD)/obj/%.fatbin.c
 
 -include $(LIB_OBJS:.o=.d) $(patsubst %.cu,$(BUILD)/obj/%.d,$(CUDA_CU))
+-include $(patsubst %.c,$(BUILD)/obj/%.d,$(PERF_COMMON) $(MP_COMMON) $(filter-out \
+           tests/common/cudasim%.c,$(wildcard tests/common/*.c)) $(wildcard trainer/*.c)) \
+         $(BUILD)/obj/trainer/launch_mpi.d
 
 $(SHLIB): $(LIB_OBJS)
 	@mkdir -p $(dir $@)
@@ -234,9 +239,15 @@ $(STLIB): $(LIB_OBJS)
 # mpirun; without it they still run with -t N ranks as threads.
 PERF_CC    := $(if $(HAVE_MPI),$(MPICC) -DPERF_HAVE_MPI=1,$(CC))
 
-$(BINDIR)/%_perf: perf/%_perf.c $(PERF_COMMON) perf/*.h $(STLIB)
+# The tools' shared sources are compiled once for all of them, by the tools' compiler.
+PERF_OBJS := $(patsubst perf/%.c,$(BUILD)/obj/perf/%.o,$(PERF_COMMON))
+$(PERF_OBJS): $(BUILD)/obj/perf/%.o: perf/%.c Makefile
 	@mkdir -p $(dir $@)
-	$(PERF_CC) $(ALL_CFLAGS) $(call layer_inc,$<) $(LDFLAGS) -fvisibility=default $< $(PERF_COMMON) \
+	$(PERF_CC) $(ALL_CFLAGS) $(call layer_inc,$<) $(DEPFLAGS) -fvisibility=default -c $< -o $@
+
+$(BINDIR)/%_perf: perf/%_perf.c $(PERF_OBJS) perf/*.h $(STLIB)
+	@mkdir -p $(dir $@)
+	$(PERF_CC) $(ALL_CFLAGS) $(call layer_inc,$<) $(LDFLAGS) -fvisibility=default $< $(PERF_OBJS) \
 	  -o $@ $(STLIB) $(LDLIBS)
 
 $(TSTDIR)/test_%: tests/unit/test_%.c $(STLIB)
@@ -252,10 +263,12 @@ $(TSTDIR)/test_topo: LDLIBS += -lhwloc
 # as "common/...": tests/ is on their path, the repository root is not, so
 # the name cannot reach the bottom common/).
 UNIT_COMMON := $(filter-out tests/common/cudasim%.c,$(wildcard tests/common/*.c))
+# Compiled once for every test that links them, as are tests/mp's shared sources.
+UNIT_OBJS   := $(patsubst %.c,$(BUILD)/obj/%.o,$(UNIT_COMMON))
 FAKE_TESTS  := $(TSTDIR)/test_schedule $(TSTDIR)/test_executor $(TSTDIR)/test_kern_cuda
-$(FAKE_TESTS): $(TSTDIR)/test_%: tests/unit/test_%.c $(UNIT_COMMON) tests/common/*.h $(STLIB)
+$(FAKE_TESTS): $(TSTDIR)/test_%: tests/unit/test_%.c $(UNIT_OBJS) tests/common/*.h $(STLIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) $(TEST_INC) $(LDFLAGS) $< $(UNIT_COMMON) -o $@ $(STLIB) -lcmocka -ldl $(LDLIBS)
+	$(CC) $(ALL_CFLAGS) $(TEST_INC) $(LDFLAGS) $< $(UNIT_OBJS) -o $@ $(STLIB) -lcmocka -ldl $(LDLIBS)
 
 # The simulated CUDA driver (tests/common/cudasim.c) that BRAID_CUDA_LIB
 # loads where there is no GPU, and the unit tests of src/cuda, which run on it.
@@ -267,9 +280,9 @@ $(CUDASIM): tests/common/cudasim.c tests/common/cudasim_mem.c tests/common/kern_
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(TEST_INC) -Itests/common -I$(CUDA_HOME)/include -shared \
 	  tests/common/cudasim.c tests/common/cudasim_mem.c tests/common/kern_emulate.c -o $@ -pthread
-$(TSTDIR)/test_cuda_%: tests/unit/test_cuda_%.c $(UNIT_COMMON) tests/common/*.h $(STLIB) $(CUDASIM)
+$(TSTDIR)/test_cuda_%: tests/unit/test_cuda_%.c $(UNIT_OBJS) tests/common/*.h $(STLIB) $(CUDASIM)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) $(TEST_INC) -I$(CUDA_HOME)/include $(LDFLAGS) $< $(UNIT_COMMON) -o $@ \
+	$(CC) $(ALL_CFLAGS) $(TEST_INC) -I$(CUDA_HOME)/include $(LDFLAGS) $< $(UNIT_OBJS) -o $@ \
 	  $(STLIB) -lcmocka -ldl $(LDLIBS)
 endif
 
@@ -291,9 +304,11 @@ $(TSTDIR)/test_ib_%: tests/unit/test_ib_%.c $(STLIB) $(FAKEVERBS)
 endif
 
 MP_FLAGS :=
-$(TSTDIR)/mp_test_%: tests/mp/test_%.c $(MP_COMMON) tests/mp/*.h $(STLIB)
+MP_OBJS  := $(patsubst %.c,$(BUILD)/obj/%.o,$(MP_COMMON))
+.SECONDARY: $(MP_OBJS) $(UNIT_OBJS) # kept: a pattern rule's prerequisites are intermediate otherwise
+$(TSTDIR)/mp_test_%: tests/mp/test_%.c $(MP_OBJS) tests/mp/*.h $(STLIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) $(TEST_INC) $(LDFLAGS) -Itests/mp $(MP_FLAGS) $< $(MP_COMMON) -o $@ $(STLIB) \
+	$(CC) $(ALL_CFLAGS) $(TEST_INC) $(LDFLAGS) -Itests/mp $(MP_FLAGS) $< $(MP_OBJS) -o $@ $(STLIB) \
 	  -lcmocka $(LDLIBS)
 $(TSTDIR)/mp_test_device $(TSTDIR)/mp_test_device_p2p $(TSTDIR)/mp_test_device_trust: $(CUDASIM)
 # mp_test_device_trust plays a rank that lies about its buffers (cudaipc_describe
@@ -329,17 +344,29 @@ else
 $(info braid-train skipped: no OpenBLAS/zlib headers (make deps installs them))
 endif
 
-$(TRAIN_BIN): trainer/main.c $(TRAIN_SRCS) $(TRAIN_HDRS) $(STLIB)
+# The sources are compiled once for braid-train and its tests; launch.c twice, as it
+# speaks MPI in braid-train (built with mpicc) and not in the tests.
+TRAIN_OBJS  := $(patsubst %.c,$(BUILD)/obj/%.o,$(TRAIN_SRCS))
+TRAIN_MPI   := $(BUILD)/obj/trainer/launch_mpi.o
+$(TRAIN_OBJS): $(BUILD)/obj/trainer/%.o: trainer/%.c Makefile
 	@mkdir -p $(dir $@)
-	$(TRAIN_CC) $(TRAIN_FLAGS) $(LDFLAGS) trainer/main.c $(TRAIN_SRCS) -o $@ $(STLIB) $(TRAIN_LIBS) $(LDLIBS)
+	$(CC) $(TRAIN_FLAGS) $(DEPFLAGS) -c $< -o $@
+$(TRAIN_MPI): trainer/launch.c Makefile
+	@mkdir -p $(dir $@)
+	$(TRAIN_CC) $(TRAIN_FLAGS) $(DEPFLAGS) -c $< -o $@
 
-$(TSTDIR)/test_trainer_%: tests/trainer/test_trainer_%.c $(TRAIN_SRCS) $(TRAIN_HDRS) $(STLIB)
+$(TRAIN_BIN): trainer/main.c $(TRAIN_OBJS) $(TRAIN_MPI) $(TRAIN_HDRS) $(STLIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(TRAIN_FLAGS) $(LDFLAGS) $< $(TRAIN_SRCS) -o $@ $(STLIB) -lcmocka $(TRAIN_LIBS) $(LDLIBS)
+	$(TRAIN_CC) $(TRAIN_FLAGS) $(LDFLAGS) trainer/main.c $(filter-out %/launch.o,$(TRAIN_OBJS)) \
+	  $(TRAIN_MPI) -o $@ $(STLIB) $(TRAIN_LIBS) $(LDLIBS)
 
-$(TSTDIR)/trainer_ckpt_diff: tests/trainer/ckpt_diff.c trainer/checkpoint.c $(TRAIN_HDRS)
+$(TSTDIR)/test_trainer_%: tests/trainer/test_trainer_%.c $(TRAIN_OBJS) $(TRAIN_HDRS) $(STLIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(TRAIN_FLAGS) $(LDFLAGS) $< trainer/checkpoint.c -o $@
+	$(CC) $(TRAIN_FLAGS) $(LDFLAGS) $< $(TRAIN_OBJS) -o $@ $(STLIB) -lcmocka $(TRAIN_LIBS) $(LDLIBS)
+
+$(TSTDIR)/trainer_ckpt_diff: tests/trainer/ckpt_diff.c $(BUILD)/obj/trainer/checkpoint.o $(TRAIN_HDRS)
+	@mkdir -p $(dir $@)
+	$(CC) $(TRAIN_FLAGS) $(LDFLAGS) $< $(BUILD)/obj/trainer/checkpoint.o -o $@
 # ---------------------------------------------------------------- end of braid-train
 
 deps:
