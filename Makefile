@@ -69,9 +69,11 @@ NOCUDA_SRCS := $(wildcard $(addsuffix /*.c,$(NOCUDA_DIRS)))
 CUDA_CU   := $(wildcard kernels/cuda/*.cu)
 IB_SRCS   := $(wildcard transports/ib/*.c)
 
-LIB_SRCS := $(wildcard common/*.c) $(wildcard gpu/*.c) $(wildcard src/*.c) $(wildcard transports/*.c) \
+# The CPU kernels first: the slowest C files start while there are jobs to run beside them.
+LIB_SRCS := $(wildcard kernels/cpu/*.c) $(wildcard common/*.c) $(wildcard gpu/*.c) $(wildcard src/*.c) \
+            $(wildcard transports/*.c) \
             $(filter-out $(addsuffix /%,$(CUDA_DIRS) $(IB_DIRS)),$(wildcard transports/*/*.c)) \
-            $(wildcard algorithms/*.c) $(wildcard kernels/cpu/*.c)
+            $(wildcard algorithms/*.c)
 ifeq ($(HAVE_CUDA),1)
 LIB_SRCS += $(CUDA_SRCS)
 else
@@ -88,8 +90,10 @@ endif
 LIB_OBJS := $(patsubst %.c,$(BUILD)/obj/%.o,$(LIB_SRCS))
 # CUDA kernels: each .cu becomes a fatbin embedded as a byte array (the
 # library loads it through the driver; it links no CUDA library).
+# They come first: nvcc's runs are the longest of the build, so they start
+# before the C files instead of after them.
 ifeq ($(HAVE_CUDA),1)
-LIB_OBJS += $(patsubst %.cu,$(BUILD)/obj/%.fatbin.o,$(CUDA_CU))
+LIB_OBJS := $(patsubst %.cu,$(BUILD)/obj/%.fatbin.o,$(CUDA_CU)) $(LIB_OBJS)
 endif
 
 LIBDIR := $(BUILD)/lib
@@ -149,13 +153,60 @@ $(BUILD)/obj/%.o: %.c Makefile
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(call layer_inc,$<) $(CUDA_INC) $(DEPFLAGS) -c $< -o $@
 
-# SASS for Ampere, Hopper and Blackwell, and Blackwell's PTX for what comes
-# after; no fused multiply-add, so results match the CPU kernels bit for bit.
-NVCC_ARCHS ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
-              -gencode arch=compute_100,code=[sm_100,compute_100]
-NVCC_FLAGS ?= -O3 -fmad=false $(NVCC_ARCHS)
-$(BUILD)/obj/%.fatbin: %.cu
+# The GPU architectures of the kernels (docs/building.md, "GPU architectures").
+# CUDA_ARCHS lists compute capabilities ("80 90 100"; commas, sm_ and 9.0 work
+# too): SASS for each, and the PTX of the highest for later GPUs. Unset, it is
+# what the build directory was last built for, else the architectures nvidia-smi
+# reports for this machine's GPUs (sm_80 and up), asked once: sub-makes inherit
+# it. With no GPU it is empty, and the kernels are PTX for sm_80 alone: ptxas
+# never runs here, and the driver of any GPU from sm_80 up compiles them at the
+# first launch (and caches them). NVCC_ARCHS, where given, replaces the
+# -gencode flags altogether. No fused multiply-add, so results match the CPU
+# kernels bit for bit.
+CUDA_ARCHS_FILE := $(BUILD)/cuda-archs
+ifeq ($(HAVE_CUDA)$(origin CUDA_ARCHS),1undefined)
+ifneq ($(wildcard $(CUDA_ARCHS_FILE)),)
+CUDA_ARCHS := $(file <$(CUDA_ARCHS_FILE))
+else
+CUDA_ARCHS := $(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | \
+                tr -d . | awk '$$1 ~ /^[0-9]+$$/ && $$1 >= 80')
+endif
+export CUDA_ARCHS
+endif
+comma := ,
+CUDA_SM  := $(if $(filter 1,$(HAVE_CUDA)),$(shell printf '%s\n' $(subst sm_,,$(subst \
+              compute_,,$(subst .,,$(subst $(comma), ,$(CUDA_ARCHS))))) | sort -un))
+CUDA_PTX := $(lastword $(CUDA_SM))
+ifneq ($(origin NVCC_ARCHS),undefined)
+CUDA_KERNELS := what NVCC_ARCHS asks for ($(NVCC_ARCHS))
+else ifneq ($(CUDA_SM),)
+NVCC_ARCHS := $(foreach a,$(filter-out $(CUDA_PTX),$(CUDA_SM)),-gencode arch=compute_$(a),code=sm_$(a)) \
+              -gencode arch=compute_$(CUDA_PTX),code=[sm_$(CUDA_PTX),compute_$(CUDA_PTX)]
+CUDA_KERNELS := SASS for $(addprefix sm_,$(CUDA_SM)) and PTX for compute_$(CUDA_PTX)
+else
+NVCC_ARCHS := -gencode arch=compute_80,code=compute_80
+CUDA_KERNELS := PTX for compute_80 only (no GPU here; the driver compiles it at the first launch)
+endif
+# nvcc builds a file's architectures side by side (0: a thread per core).
+NVCC_THREADS ?= 0
+NVCC_FLAGS ?= -O3 -fmad=false --threads $(NVCC_THREADS) $(NVCC_ARCHS)
+# The fatbins depend on the flags that made them, so a build for other
+# architectures compiles them again. The file is rewritten, as the build
+# directory's architectures are, only when they change, and while the Makefile
+# is read: a recipe would make nvcc, the longest job, wait behind the others.
+NVCC_STAMP := $(BUILD)/obj/kernels/cuda/nvcc-flags
+ifeq ($(HAVE_CUDA),1)
+ifneq ($(file <$(NVCC_STAMP)),$(NVCC) $(NVCC_FLAGS))
+$(shell mkdir -p $(dir $(NVCC_STAMP)))
+$(file >$(NVCC_STAMP),$(NVCC) $(NVCC_FLAGS))
+endif
+ifneq ($(file <$(CUDA_ARCHS_FILE)),$(CUDA_ARCHS))
+$(file >$(CUDA_ARCHS_FILE),$(CUDA_ARCHS))
+endif
+endif
+$(BUILD)/obj/%.fatbin: %.cu $(NVCC_STAMP)
 	@mkdir -p $(dir $@)
+	@echo "nvcc: $(CUDA_KERNELS)"
 	$(NVCC) $(NVCC_FLAGS) $(call layer_inc,$<) -MMD -MP -MF $(@:.fatbin=.d) --fatbin $< -o $@
 
 # kernels/cuda/reduce.cu -> braid_fatbin_reduce[] and braid_fatbin_reduce_len (od, not
@@ -171,6 +222,9 @@ $(BUILD)/obj/%.fatbin.o: $(BUILD)/obj/%.fatbin.c
 .PRECIOUS: $(BUILD)/obj/%.fatbin $(BUILD)/obj/%.fatbin.c
 
 -include $(LIB_OBJS:.o=.d) $(patsubst %.cu,$(BUILD)/obj/%.d,$(CUDA_CU))
+-include $(patsubst %.c,$(BUILD)/obj/%.d,$(PERF_COMMON) $(MP_COMMON) $(filter-out \
+           tests/common/cudasim%.c,$(wildcard tests/common/*.c)) $(wildcard trainer/*.c)) \
+         $(BUILD)/obj/trainer/launch_mpi.d
 
 $(SHLIB): $(LIB_OBJS)
 	@mkdir -p $(dir $@)
@@ -192,9 +246,15 @@ $(STLIB): $(LIB_OBJS)
 # mpirun; without it they still run with -t N ranks as threads.
 PERF_CC    := $(if $(HAVE_MPI),$(MPICC) -DPERF_HAVE_MPI=1,$(CC))
 
-$(BINDIR)/%_perf: perf/%_perf.c $(PERF_COMMON) perf/*.h $(STLIB)
+# The tools' shared sources are compiled once for all of them, by the tools' compiler.
+PERF_OBJS := $(patsubst perf/%.c,$(BUILD)/obj/perf/%.o,$(PERF_COMMON))
+$(PERF_OBJS): $(BUILD)/obj/perf/%.o: perf/%.c Makefile
 	@mkdir -p $(dir $@)
-	$(PERF_CC) $(ALL_CFLAGS) $(call layer_inc,$<) $(LDFLAGS) -fvisibility=default $< $(PERF_COMMON) \
+	$(PERF_CC) $(ALL_CFLAGS) $(call layer_inc,$<) $(DEPFLAGS) -fvisibility=default -c $< -o $@
+
+$(BINDIR)/%_perf: perf/%_perf.c $(PERF_OBJS) perf/*.h $(STLIB)
+	@mkdir -p $(dir $@)
+	$(PERF_CC) $(ALL_CFLAGS) $(call layer_inc,$<) $(LDFLAGS) -fvisibility=default $< $(PERF_OBJS) \
 	  -o $@ $(STLIB) $(LDLIBS)
 
 $(TSTDIR)/test_%: tests/unit/test_%.c $(STLIB)
@@ -210,10 +270,12 @@ $(TSTDIR)/test_topo: LDLIBS += -lhwloc
 # as "common/...": tests/ is on their path, the repository root is not, so
 # the name cannot reach the bottom common/).
 UNIT_COMMON := $(filter-out tests/common/cudasim%.c,$(wildcard tests/common/*.c))
+# Compiled once for every test that links them, as are tests/mp's shared sources.
+UNIT_OBJS   := $(patsubst %.c,$(BUILD)/obj/%.o,$(UNIT_COMMON))
 FAKE_TESTS  := $(TSTDIR)/test_schedule $(TSTDIR)/test_executor $(TSTDIR)/test_kern_cuda
-$(FAKE_TESTS): $(TSTDIR)/test_%: tests/unit/test_%.c $(UNIT_COMMON) tests/common/*.h $(STLIB)
+$(FAKE_TESTS): $(TSTDIR)/test_%: tests/unit/test_%.c $(UNIT_OBJS) tests/common/*.h $(STLIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) $(TEST_INC) $(LDFLAGS) $< $(UNIT_COMMON) -o $@ $(STLIB) -lcmocka -ldl $(LDLIBS)
+	$(CC) $(ALL_CFLAGS) $(TEST_INC) $(LDFLAGS) $< $(UNIT_OBJS) -o $@ $(STLIB) -lcmocka -ldl $(LDLIBS)
 
 # The simulated CUDA driver (tests/common/cudasim.c) that BRAID_CUDA_LIB
 # loads where there is no GPU, and the unit tests of src/cuda, which run on it.
@@ -225,9 +287,9 @@ $(CUDASIM): tests/common/cudasim.c tests/common/cudasim_mem.c tests/common/kern_
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(TEST_INC) -Itests/common -I$(CUDA_HOME)/include -shared \
 	  tests/common/cudasim.c tests/common/cudasim_mem.c tests/common/kern_emulate.c -o $@ -pthread
-$(TSTDIR)/test_cuda_%: tests/unit/test_cuda_%.c $(UNIT_COMMON) tests/common/*.h $(STLIB) $(CUDASIM)
+$(TSTDIR)/test_cuda_%: tests/unit/test_cuda_%.c $(UNIT_OBJS) tests/common/*.h $(STLIB) $(CUDASIM)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) $(TEST_INC) -I$(CUDA_HOME)/include $(LDFLAGS) $< $(UNIT_COMMON) -o $@ \
+	$(CC) $(ALL_CFLAGS) $(TEST_INC) -I$(CUDA_HOME)/include $(LDFLAGS) $< $(UNIT_OBJS) -o $@ \
 	  $(STLIB) -lcmocka -ldl $(LDLIBS)
 endif
 
@@ -249,9 +311,11 @@ $(TSTDIR)/test_ib_%: tests/unit/test_ib_%.c $(STLIB) $(FAKEVERBS)
 endif
 
 MP_FLAGS :=
-$(TSTDIR)/mp_test_%: tests/mp/test_%.c $(MP_COMMON) tests/mp/*.h $(STLIB)
+MP_OBJS  := $(patsubst %.c,$(BUILD)/obj/%.o,$(MP_COMMON))
+.SECONDARY: $(MP_OBJS) $(UNIT_OBJS) # kept: a pattern rule's prerequisites are intermediate otherwise
+$(TSTDIR)/mp_test_%: tests/mp/test_%.c $(MP_OBJS) tests/mp/*.h $(STLIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) $(TEST_INC) $(LDFLAGS) -Itests/mp $(MP_FLAGS) $< $(MP_COMMON) -o $@ $(STLIB) \
+	$(CC) $(ALL_CFLAGS) $(TEST_INC) $(LDFLAGS) -Itests/mp $(MP_FLAGS) $< $(MP_OBJS) -o $@ $(STLIB) \
 	  -lcmocka $(LDLIBS)
 $(TSTDIR)/mp_test_device $(TSTDIR)/mp_test_device_p2p $(TSTDIR)/mp_test_device_trust: $(CUDASIM)
 # mp_test_device_trust plays a rank that lies about its buffers (cudaipc_describe
@@ -287,17 +351,29 @@ else
 $(info braid-train skipped: no OpenBLAS/zlib headers (make deps installs them))
 endif
 
-$(TRAIN_BIN): trainer/main.c $(TRAIN_SRCS) $(TRAIN_HDRS) $(STLIB)
+# The sources are compiled once for braid-train and its tests; launch.c twice, as it
+# speaks MPI in braid-train (built with mpicc) and not in the tests.
+TRAIN_OBJS  := $(patsubst %.c,$(BUILD)/obj/%.o,$(TRAIN_SRCS))
+TRAIN_MPI   := $(BUILD)/obj/trainer/launch_mpi.o
+$(TRAIN_OBJS): $(BUILD)/obj/trainer/%.o: trainer/%.c Makefile
 	@mkdir -p $(dir $@)
-	$(TRAIN_CC) $(TRAIN_FLAGS) $(LDFLAGS) trainer/main.c $(TRAIN_SRCS) -o $@ $(STLIB) $(TRAIN_LIBS) $(LDLIBS)
+	$(CC) $(TRAIN_FLAGS) $(DEPFLAGS) -c $< -o $@
+$(TRAIN_MPI): trainer/launch.c Makefile
+	@mkdir -p $(dir $@)
+	$(TRAIN_CC) $(TRAIN_FLAGS) $(DEPFLAGS) -c $< -o $@
 
-$(TSTDIR)/test_trainer_%: tests/trainer/test_trainer_%.c $(TRAIN_SRCS) $(TRAIN_HDRS) $(STLIB)
+$(TRAIN_BIN): trainer/main.c $(TRAIN_OBJS) $(TRAIN_MPI) $(TRAIN_HDRS) $(STLIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(TRAIN_FLAGS) $(LDFLAGS) $< $(TRAIN_SRCS) -o $@ $(STLIB) -lcmocka $(TRAIN_LIBS) $(LDLIBS)
+	$(TRAIN_CC) $(TRAIN_FLAGS) $(LDFLAGS) trainer/main.c $(filter-out %/launch.o,$(TRAIN_OBJS)) \
+	  $(TRAIN_MPI) -o $@ $(STLIB) $(TRAIN_LIBS) $(LDLIBS)
 
-$(TSTDIR)/trainer_ckpt_diff: tests/trainer/ckpt_diff.c trainer/checkpoint.c $(TRAIN_HDRS)
+$(TSTDIR)/test_trainer_%: tests/trainer/test_trainer_%.c $(TRAIN_OBJS) $(TRAIN_HDRS) $(STLIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(TRAIN_FLAGS) $(LDFLAGS) $< trainer/checkpoint.c -o $@
+	$(CC) $(TRAIN_FLAGS) $(LDFLAGS) $< $(TRAIN_OBJS) -o $@ $(STLIB) -lcmocka $(TRAIN_LIBS) $(LDLIBS)
+
+$(TSTDIR)/trainer_ckpt_diff: tests/trainer/ckpt_diff.c $(BUILD)/obj/trainer/checkpoint.o $(TRAIN_HDRS)
+	@mkdir -p $(dir $@)
+	$(CC) $(TRAIN_FLAGS) $(LDFLAGS) $< $(BUILD)/obj/trainer/checkpoint.o -o $@
 # ---------------------------------------------------------------- end of braid-train
 
 deps:
@@ -336,7 +412,13 @@ bench-cluster: deps
 	@$(MAKE) --no-print-directory all
 	@perf/bench_cluster.sh $(BUILD)
 
+# A release build names its GPU architectures (docs/building.md):
+#   make CUDA_ARCHS="80 90 100" install PREFIX=/opt/braid
 install: all
+ifeq ($(HAVE_CUDA),1)
+	@echo "install: CUDA kernels: $(CUDA_KERNELS)"
+	@$(if $(CUDA_SM),true,echo 'install: for SASS, a release build: make CUDA_ARCHS="80 90 100" install')
+endif
 	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/bin
 	install -m 644 include/*.h $(DESTDIR)$(PREFIX)/include/
 	install -m 755 $(SHLIB) $(NCCLSO) $(DESTDIR)$(PREFIX)/lib/
@@ -385,4 +467,4 @@ check-layers:
 	@MAKE="$(MAKE)" scripts/check-layers.sh
 
 clean:
-	rm -rf $(BUILD) build-asan build-tsan build-fuzz
+	rm -rf $(BUILD) build-asan build-tsan build-fuzz build-gpu

@@ -26,6 +26,7 @@ typedef struct {
   const perf_opts_t* o;
   const perf_coll_t* coll;
   int proc, thread, rank, nranks;
+  int host_rank; /* this rank's index among the ranks of its host (launcher's, else rank) */
   ncclUniqueId id;
   ncclComm_t comm;
   char *send, *recv;           /* o->agg slots each: what the calls get */
@@ -319,10 +320,11 @@ static void free_buffers(perf_rank_t* r) {
   free(r->hrecv);
 }
 
-/* --mem device: rank r works on device r modulo the devices there are (one process per GPU
- * under mpirun, or threads; several ranks share a GPU when there are more ranks than GPUs). */
+/* --mem device: a rank works on its index on the host modulo the devices there are (one
+ * process per GPU, or threads; several ranks share a GPU when there are more ranks than
+ * GPUs). The index is the launcher's local rank where it gives one, else the rank. */
 static void bind_device(perf_rank_t* r) {
-  if (r->o->mem_device && perf_dev_bind(r->rank % perf_dev_count(NULL), &r->stream)) die();
+  if (r->o->mem_device && perf_dev_bind(r->host_rank % perf_dev_count(NULL), &r->stream)) die();
 }
 
 static void* rank_main(void* arg) {
@@ -364,31 +366,68 @@ static void* watchdog(void* arg) {
 
 typedef struct {
   int proc, nprocs;
-  int from_env; /* RANK/WORLD_SIZE launch: no MPI, the NCCL comm carries the timings */
+  int local;    /* this process's index on its host, as the launcher says (else proc) */
+  int from_env; /* launched with the rank in the environment: no MPI, the NCCL comm carries
+                 * the timings */
   int mpi;      /* MPI_Init was called */
 } perf_world_t;
 
-/* A process launched without mpirun by a script or scheduler that sets RANK and WORLD_SIZE
- * (torchrun's names; NCCL_COMM_ID names the bootstrap root). Under mpirun, MPI decides. */
-static int world_from_env(perf_world_t* w) {
-  const char *rank = getenv("RANK"), *size = getenv("WORLD_SIZE");
-  if (getenv("OMPI_COMM_WORLD_SIZE") != NULL || getenv("PMI_SIZE") != NULL) return 0;
-  if (rank == NULL || size == NULL) return 0;
-  char *end1, *end2;
-  long r = strtol(rank, &end1, 10), n = strtol(size, &end2, 10);
-  if (*rank == '\0' || *end1 != '\0' || *size == '\0' || *end2 != '\0' || n < 1 || r < 0 ||
-      r >= n || n > (1 << 24)) {
-    fprintf(stderr, "perf: RANK=%s WORLD_SIZE=%s: need 0 <= RANK < WORLD_SIZE\n", rank, size);
+/* The launchers that start one process per rank and say which in the environment, in the
+ * order they are believed (a launcher run inside another's job sees both: the inner one
+ * wins): torchrun's names, Open MPI's (read here only when the tool is built without MPI:
+ * with it, mpirun's processes call MPI_Init), MPICH's Hydra and Intel MPI (PMI), Slurm's
+ * srun. NCCL_COMM_ID names the bootstrap root. */
+static const struct launcher {
+  const char *name, *rank, *size, *local;
+} kLaunchers[] = {
+    {"RANK/WORLD_SIZE", "RANK", "WORLD_SIZE", "LOCAL_RANK"},
+    {"Open MPI", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"},
+    {"PMI", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"},
+    {"Slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"}};
+
+/* A variable's value in [0, 2^24]: 1, unset or empty: 0, anything else: -1. */
+static int env_int(const char* name, long* out) {
+  const char* s = getenv(name);
+  if (s == NULL || *s == '\0') return 0;
+  char* end;
+  long v = strtol(s, &end, 10);
+  if (*end != '\0' || v < 0 || v > (1L << 24)) return -1;
+  *out = v;
+  return 1;
+}
+
+/* This process's rank from a launcher's pair of variables; 0 when neither is set. A half
+ * pair, a rank outside the size, or several ranks without NCCL_COMM_ID end the process. */
+static int world_from_launcher(const struct launcher* k, perf_world_t* w) {
+  long r = -1, n = -1, local;
+  int has_rank = env_int(k->rank, &r), has_size = env_int(k->size, &n);
+  if (has_rank == 0 && has_size == 0) return 0;
+  if (has_rank != 1 || has_size != 1 || n < 1 || r >= n) {
+    fprintf(stderr, "perf: %s=%s %s=%s: need 0 <= %s < %s\n", k->rank,
+            getenv(k->rank) ? getenv(k->rank) : "(unset)", k->size,
+            getenv(k->size) ? getenv(k->size) : "(unset)", k->rank, k->size);
     exit(EXIT_FAILURE);
   }
   if (n > 1 && getenv("NCCL_COMM_ID") == NULL) {
-    fprintf(stderr, "perf: RANK/WORLD_SIZE launch needs NCCL_COMM_ID=host:port (rank 0's)\n");
+    fprintf(stderr, "perf: ranks launched by %s need NCCL_COMM_ID=host:port (rank 0's)\n", k->name);
     exit(EXIT_FAILURE);
   }
   w->proc = (int)r;
   w->nprocs = (int)n;
+  w->local = env_int(k->local, &local) == 1 ? (int)local : w->proc;
   w->from_env = 1;
   return 1;
+}
+
+/* A process whose launcher put its rank in the environment. Under Open MPI's mpirun, MPI
+ * decides when the tool is built with it. */
+static int world_from_env(perf_world_t* w) {
+#if PERF_HAVE_MPI
+  if (getenv("OMPI_COMM_WORLD_SIZE") != NULL) return 0;
+#endif
+  for (size_t i = 0; i < sizeof(kLaunchers) / sizeof(kLaunchers[0]); i++)
+    if (world_from_launcher(&kLaunchers[i], w)) return 1;
+  return 0;
 }
 
 static void world_init(int* argc, char*** argv, perf_world_t* w) {
@@ -396,9 +435,11 @@ static void world_init(int* argc, char*** argv, perf_world_t* w) {
   if (world_from_env(w)) return;
 #if PERF_HAVE_MPI
   int provided;
+  long local;
   MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
   MPI_Comm_rank(MPI_COMM_WORLD, &w->proc);
   MPI_Comm_size(MPI_COMM_WORLD, &w->nprocs);
+  w->local = env_int("OMPI_COMM_WORLD_LOCAL_RANK", &local) == 1 ? (int)local : w->proc;
   w->mpi = 1;
 #else
   (void)argc;
@@ -452,6 +493,7 @@ static void run_ranks(const perf_world_t* w, const perf_opts_t* o, const perf_co
     r->proc = w->proc;
     r->thread = t;
     r->rank = w->proc * o->nthreads + t;
+    r->host_rank = w->local * o->nthreads + t;
     r->nranks = w->nprocs * o->nthreads;
     r->proc_comm = w->from_env && w->nprocs > 1;
     if (!coll->mpi_native) r->id = id;
@@ -478,8 +520,10 @@ int perf_main(int argc, char** argv, const perf_coll_t* coll) {
     rc = -1;
   }
   if (rc == 0 && w.from_env && w.nprocs > 1 && (o.nthreads != 1 || coll->mpi_native)) {
-    if (w.proc == 0)
-      fprintf(stderr, "%s: a RANK/WORLD_SIZE launch runs one Braid rank per process (-t 1)\n",
+    if (w.proc == 0 && coll->mpi_native)
+      fprintf(stderr, "%s: runs under Open MPI's mpirun only\n", coll->name);
+    else if (w.proc == 0)
+      fprintf(stderr, "%s: launched without mpirun, a process runs one Braid rank (-t 1)\n",
               coll->name);
     rc = -1;
   }

@@ -378,7 +378,7 @@ static struct {
   int nthreads, nprocs, arrived;
   unsigned gen;
   double acc, out;
-  ncclComm_t comm; /* RANK/WORLD_SIZE launch: one rank per process, timings over NCCL */
+  ncclComm_t comm; /* launch without MPI: one rank per process, timings over NCCL */
 } g_team = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 1, 1, 0, 0, 0, 0, NULL};
 
 void perf_team_use_comm(ncclComm_t comm) {

@@ -38,7 +38,7 @@ void perf_print_footer(int errors, double avg_busbw);
 /* Team of nthreads threads in each of nprocs processes; thread 0 is the one that calls MPI. */
 void perf_team_init(int nthreads, int nprocs);
 double perf_team_reduce(int thread, double value, int mode);
-/* Launched from RANK/WORLD_SIZE (no MPI): combine across processes over this comm. */
+/* Launched without MPI (rank in the environment): combine across processes over this comm. */
 void perf_team_use_comm(ncclComm_t comm);
 void perf_team_barrier(int thread);
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Run every unit and multi-process test binary under BUILD/tests (braid-train's
-# included) and the scripts in tests/abi, tests/trainer and tests/cluster, each with
+# included) and the scripts in tests/abi, tests/launch, tests/trainer and tests/cluster, each with
 # a wall-clock limit so a hang fails instead of stalling CI; summarize.
 set -uo pipefail
 build=${1:-build}
@@ -8,7 +8,7 @@ limit=${BRAID_TEST_LIMIT_S:-600}
 pass=0 fail=0 failed=()
 start=$(date +%s)
 top=$(cd "$(dirname "$0")/.." && pwd)
-for t in "$build"/tests/test_* "$build"/tests/mp_test_* "$top"/tests/abi/*.sh \
+for t in "$build"/tests/test_* "$build"/tests/mp_test_* "$top"/tests/abi/*.sh "$top"/tests/launch/*.sh \
   "$top"/tests/trainer/*.sh "$top"/tests/cluster/*.sh; do
   [ -x "$t" ] || continue
   name=$(basename "$t")

@@ -109,7 +109,8 @@ for cfg in "${configs[@]}"; do
   seed=${SAN_SEED_BUILD:-}/obj/kernels/cuda
   if [ -n "${SAN_SEED_BUILD:-}" ] && ls "$seed"/*.fatbin >/dev/null 2>&1; then
     mkdir -p "$build/obj/kernels/cuda"
-    cp -p "$seed"/*.fatbin "$build/obj/kernels/cuda/"
+    # with the flags that made them: fatbins of other flags are compiled again
+    cp -p "$seed"/*.fatbin "$seed"/nvcc-flags "$build/obj/kernels/cuda/"
   fi
   echo "##### $cfg: $cc $flags -> $build/"
   "$cc" --version | head -1

@@ -1,6 +1,7 @@
 /* How braid-train finds its rank, the number of ranks and the Braid unique id: through MPI
  * under mpirun when built with it (MPI only broadcasts the id), otherwise from the
- * environment (RANK/WORLD_SIZE or Open MPI's variables, NCCL_COMM_ID for the id). */
+ * environment a launcher sets (torchrun's RANK/WORLD_SIZE, Open MPI's, PMI's or Slurm's
+ * variables; NCCL_COMM_ID for the id). */
 #ifndef TRAIN_LAUNCH_H_
 #define TRAIN_LAUNCH_H_
 
@@ -14,7 +15,8 @@ typedef struct {
   int local_rank;  /* this rank's index among them */
   int cores;       /* online cores of this host */
   int mpi;         /* MPI was initialized */
-  const char* how; /* "mpirun", "environment" or "single process" */
+  const char* how; /* "mpirun", the launcher whose variables named the rank, or "single process" */
+  const struct launcher* launcher; /* those variables; NULL under mpirun or alone */
 } launch_t;
 
 /* Returns 0, or -1 with a message (inconsistent environment). */

@@ -50,6 +50,7 @@ static void usage(FILE* out) {
       "usage: braid-train [flags]          (one rank)\n"
       "       mpirun -np N braid-train [flags]\n"
       "       NCCL_COMM_ID=host:port RANK=r WORLD_SIZE=N braid-train [flags]   (each rank)\n"
+      "       NCCL_COMM_ID=host:port srun -n N braid-train [flags]   (or MPICH's mpiexec)\n"
       "\n"
       "Distributed SGD on Fashion-MNIST over Braid, one scheme of the distributed-training\n"
       "taxonomy at a time (--sync, --compress); it reports accuracy, time and bytes sent.\n"
@@ -131,8 +132,10 @@ static void usage(FILE* out) {
       "  --help                   this text\n"
       "\n"
       "Launch: under mpirun rank 0 makes the Braid id and MPI broadcasts it; without MPI\n"
-      "set NCCL_COMM_ID=host:port and RANK/WORLD_SIZE (or OMPI_COMM_WORLD_RANK/SIZE) on\n"
-      "every rank. NCCL_* and BRAID_* variables tune the library (README).\n",
+      "set NCCL_COMM_ID=host:port on every rank, and RANK/WORLD_SIZE unless the launcher\n"
+      "sets its own (Open MPI's OMPI_COMM_WORLD_RANK/SIZE, PMI_RANK/PMI_SIZE of MPICH's\n"
+      "mpiexec, Slurm's SLURM_PROCID/SLURM_NTASKS). NCCL_* and BRAID_* variables tune the\n"
+      "library (docs/environment.md).\n",
       d.model.kernel, d.data_dir, d.epochs, d.global_batch, OPTIM_REFERENCE_BATCH, d.optim.lr,
       d.optim.momentum, d.optim.weight_decay, d.optim.warmup_epochs, d.optim.step_epochs,
       d.optim.gamma, (unsigned long long)d.seed, SYNC_MAX_STALE, d.bucket_mb, d.first_bucket_mb,

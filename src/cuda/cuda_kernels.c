@@ -34,6 +34,23 @@ static struct {
   struct loaded ctx[CUDA_MAX_CONTEXTS];
 } g_mods = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
+/* One embedded fatbin into the current context. A slow load is the driver
+ * compiling the fatbin's PTX for this GPU (a build without its SASS:
+ * docs/building.md, "GPU architectures"); the first call would seem to hang
+ * for it, so say what it was. */
+static ncclResult_t module_load(const struct cuda_api* cu, CUmodule* mod, const void* image,
+                                const char* name) {
+  uint64_t t0 = braid_now_ns();
+  ncclResult_t res = cuda_check(cu->cuModuleLoadData(mod, image), "cuModuleLoadData");
+  double s = (double)(braid_now_ns() - t0) * 1e-9;
+  if (res == ncclSuccess && s >= 1.0)
+    INFO(SUB_INIT,
+         "CUDA: loading kernels/cuda/%s took %.1f s: the driver compiled its PTX for this GPU "
+         "(kept in its JIT cache; a build with SASS for it: CUDA_ARCHS, docs/building.md)",
+         name, s);
+  return res;
+}
+
 /* The kernel in the current context, loading the module the first time. */
 static ncclResult_t kernel_for_current(const struct cuda_api* cu, struct loaded* out) {
   ncclResult_t res = ncclSuccess;
@@ -54,15 +71,14 @@ static ncclResult_t kernel_for_current(const struct cuda_api* cu, struct loaded*
     FAIL(ncclInternalError, "CUDA: kernels loaded in %d contexts already", CUDA_MAX_CONTEXTS);
   }
   struct loaded l = {ctx, NULL, NULL, 1};
-  res = cuda_check(cu->cuModuleLoadData(&mod, braid_fatbin_reduce), "cuModuleLoadData");
+  res = module_load(cu, &mod, braid_fatbin_reduce, "reduce.cu");
   if (res == ncclSuccess)
     res =
         cuda_check(cu->cuModuleGetFunction(&l.fn, mod, "braid_reduce_copy"), "cuModuleGetFunction");
   /* the second kernel is for gated direct calls only: without it they
    * fail (cuda_reduce_copy_at), everything else works */
   if (res == ncclSuccess &&
-      (cuda_check(cu->cuModuleLoadData(&mod_at, braid_fatbin_reduce_at), "cuModuleLoadData") !=
-           ncclSuccess ||
+      (module_load(cu, &mod_at, braid_fatbin_reduce_at, "reduce_at.cu") != ncclSuccess ||
        cuda_check(cu->cuModuleGetFunction(&l.fn_at, mod_at, "braid_reduce_copy_at"),
                   "cuModuleGetFunction") != ncclSuccess))
     l.fn_at = NULL;
