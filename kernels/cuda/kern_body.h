@@ -421,14 +421,16 @@ KERN_HD int64_t kb_vec_head(const struct kern_dev_task* t, unsigned es) {
         NAME##_fix(t, s, dv, head + j * V, stride * V, (odd0 ? 1u : 0u) | (odd1 ? 2u : 0u));       \
     }                                                                                              \
   }                                                                                                \
-  /* The everyday call (a received partial and a local slice into one      */                      \
-  /* output, no premul, no division) for one operator OP, a constant where */                      \
-  /* it is inlined: four vectors in flight per thread, all loads issued    */                      \
-  /* before any arithmetic, one test for a NaN in any of them; then the    */                      \
-  /* thread's last vectors one by one. */                                                          \
-  KERN_HD void NAME##_pair_op(const struct kern_dev_task* t, int op, uint64_t head, uint64_t nvec, \
-                              uint64_t first, uint64_t stride) {                                   \
+  /* The everyday call (a received partial and a local slice summed into  */                       \
+  /* one output, no premul, no division; other operators take the vector  */                       \
+  /* loop, which keeps the kernel's size and build time down): four       */                       \
+  /* vectors in flight per thread, all loads issued before any arithmetic,*/                       \
+  /* one test for a NaN in any of them; then the thread's last vectors    */                       \
+  /* one by one. */                                                                                \
+  KERN_HD void NAME##_pair(const struct kern_dev_task* t, uint64_t head, uint64_t nvec,            \
+                           uint64_t first, uint64_t stride) {                                      \
     enum { V = 16 / sizeof(T), U = 4 };                                                            \
+    const int op = KB_SUM;                                                                         \
     const char* a = (const char*)t->srcs[0] + head * sizeof(T);                                    \
     const char* b = (const char*)t->srcs[1] + head * sizeof(T);                                    \
     char* out = (char*)t->dsts[0] + head * sizeof(T);                                              \
@@ -456,23 +458,6 @@ KERN_HD int64_t kb_vec_head(const struct kern_dev_task* t, unsigned es) {
         kb_st16(out + j * 16, x);                                                                  \
     }                                                                                              \
   }                                                                                                \
-  KERN_HD void NAME##_pair(const struct kern_dev_task* t, uint64_t head, uint64_t nvec,            \
-                           uint64_t first, uint64_t stride) {                                      \
-    switch (t->op) {                                                                               \
-      case KB_SUM:                                                                                 \
-        NAME##_pair_op(t, KB_SUM, head, nvec, first, stride);                                      \
-        break;                                                                                     \
-      case KB_PROD:                                                                                \
-        NAME##_pair_op(t, KB_PROD, head, nvec, first, stride);                                     \
-        break;                                                                                     \
-      case KB_MAX:                                                                                 \
-        NAME##_pair_op(t, KB_MAX, head, nvec, first, stride);                                      \
-        break;                                                                                     \
-      default:                                                                                     \
-        NAME##_pair_op(t, KB_MIN, head, nvec, first, stride);                                      \
-        break;                                                                                     \
-    }                                                                                              \
-  }                                                                                                \
   KERN_HD void NAME(const struct kern_dev_task* t, SC s, DV dv, uint64_t first, uint64_t stride) { \
     int64_t head = kb_vec_head(t, sizeof(T));                                                      \
     if (head < 0) {                                                                                \
@@ -482,7 +467,7 @@ KERN_HD int64_t kb_vec_head(const struct kern_dev_task* t, unsigned es) {
     uint64_t nvec = (t->n - (uint64_t)head) / (16 / sizeof(T));                                    \
     uint64_t tail = (uint64_t)head + nvec * (16 / sizeof(T));                                      \
     NAME##_scalar(t, s, dv, 0, (uint64_t)head, first, stride);                                     \
-    if (t->nsrcs == 2 && t->ndsts == 1 && t->pre == 0 && !t->post)                                 \
+    if (t->nsrcs == 2 && t->ndsts == 1 && t->pre == 0 && !t->post && t->op == KB_SUM)              \
       NAME##_pair(t, (uint64_t)head, nvec, first, stride);                                         \
     else                                                                                           \
       NAME##_vector(t, s, dv, (uint64_t)head, nvec, first, stride);                                \
