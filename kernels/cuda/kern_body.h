@@ -149,21 +149,21 @@ KB_INT_STEP(kb_step_u64, uint64_t, uint64_t, uint64_t)
  * a number comes out with Braid's bits. Sum and product pass a NaN on to
  * the result, which the caller tests; max and min may drop one, so they
  * flag a NaN operand in *odd. */
-#define KB_FAST_STEP(NAME, C, ISNAN, ADD, MUL, DIV)                     \
+#define KB_FAST_STEP(NAME, C, NAN2, ADD, MUL, DIV)                      \
   KERN_HD C NAME(C x, C y, int op, unsigned fl, C s, C dv, int* odd) {  \
     if (fl & KB_PRE) y = MUL(y, s);                                     \
     C r = y;                                                            \
     if (op == KB_SUM) r = ADD(x, y);                                    \
     if (op == KB_PROD) r = MUL(x, y);                                   \
     if (op == KB_MAX || op == KB_MIN) {                                 \
-      *odd |= ISNAN(x) | ISNAN(y);                                      \
+      *odd |= NAN2(x, y);                                               \
       r = (op == KB_MAX ? x > y : x < y) ? x : y; /* never fmax/fmin */ \
     }                                                                   \
     if (fl & KB_POST) r = DIV(r, dv);                                   \
     return r;                                                           \
   }
-KB_FAST_STEP(kb_fstep, float, kb_isnan_f, kb_hw_fadd, kb_hw_fmul, kb_hw_fdiv)
-KB_FAST_STEP(kb_dstep, double, kb_isnan_d, kb_hw_dadd, kb_hw_dmul, kb_hw_ddiv)
+KB_FAST_STEP(kb_fstep, float, kb_nan2_f, kb_hw_fadd, kb_hw_fmul, kb_hw_fdiv)
+KB_FAST_STEP(kb_dstep, double, kb_nan2_d, kb_hw_dadd, kb_hw_dmul, kb_hw_ddiv)
 
 /* for (i = 0; i < N; i++) BODY, unrolled on the GPU (arrays indexed by i
  * stay in registers); KB_LANES runs the lanes of a vector, l. The body is

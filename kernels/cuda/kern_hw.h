@@ -337,6 +337,31 @@ KERN_HD int kb_nan_f64x2(struct kb_v16 v) {
 #endif
 }
 
+/* Either of two numbers NaN: one setp.nan on the GPU. */
+KERN_HD int kb_nan2_f(float x, float y) {
+#ifdef __CUDA_ARCH__
+  uint32_t any;
+  asm("{ .reg .pred p;\n\tsetp.nan.f32 p, %1, %2;\n\tselp.u32 %0, 1, 0, p; }"
+      : "=r"(any)
+      : "f"(x), "f"(y));
+  return (int)any;
+#else
+  return kb_isnan_f(x) | kb_isnan_f(y);
+#endif
+}
+
+KERN_HD int kb_nan2_d(double x, double y) {
+#ifdef __CUDA_ARCH__
+  uint32_t any;
+  asm("{ .reg .pred p;\n\tsetp.nan.f64 p, %1, %2;\n\tselp.u32 %0, 1, 0, p; }"
+      : "=r"(any)
+      : "d"(x), "d"(y));
+  return (int)any;
+#else
+  return (x != x) | (y != y);
+#endif
+}
+
 /* 16-bit lanes: NaN when the magnitude passes the infinity's (0x7c00
  * half, 0x7f80 bf16); adding the gap to 0x8000 sets a lane's top bit. The
  * GPU first folds the four words with min.NaN (NaN where either is). */
