@@ -20,8 +20,9 @@
 #include "kern_convert.h"
 
 /* The fp8 conversion instructions exist from sm_89 on; sm_80 converts fp8
- * with kern_convert.h's integer code. The host emulates the instructions. */
-#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 890
+ * with kern_convert.h's integer code. The host emulates the instructions,
+ * or, with KB_EMULATE_SM80, sm_80's code (tests/common). */
+#if defined(__CUDA_ARCH__) ? __CUDA_ARCH__ >= 890 : !defined(KB_EMULATE_SM80)
 #define KB_HW_FP8 1
 #else
 #define KB_HW_FP8 0

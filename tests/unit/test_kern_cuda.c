@@ -38,6 +38,17 @@ struct bufs { /* 64-byte aligned: offsets 0..3 reach both the vector and the sca
   unsigned char gpu[3][(MAX_N + MAX_OFF) * 8];
 };
 
+/* Which emulation runs: the default one (sm_89 and up) or sm_80's. */
+static int g_sm80;
+
+static void emulate(const struct kern_dev_task* d, unsigned grid, unsigned block) {
+  (g_sm80 ? kern_emulate_reduce_copy_sm80 : kern_emulate_reduce_copy)(d, grid, block);
+}
+
+static unsigned long fixup_count(void) {
+  return g_sm80 ? kern_emulate_fixups_sm80() : kern_emulate_fixups();
+}
+
 /* Finite inputs that no task here takes to a NaN: random values in [-2, 2)
  * and, one in eight, a corner of the type (signed zeros, the smallest and
  * largest subnormals, for fp8 the largest value, which sums saturate at). */
@@ -171,7 +182,7 @@ static size_t one_in(struct bufs* b, ncclDataType_t type, int op, unsigned pre, 
     d.dsts[j] = b->gpu[j] + (size_t)((off + j) % (MAX_OFF + 1)) * es;
   }
   kern_task_run(&t);
-  kern_emulate_reduce_copy(&d, 3, 5);
+  emulate(&d, 3, 5);
   size_t bad = 0;
   for (int j = 0; j < nd; j++)
     for (size_t i = 0; i < (MAX_N + MAX_OFF) * es; i += es)
@@ -226,7 +237,7 @@ static void test_fast_path_numbers(void** state) {
   static struct bufs b;
   static const struct inputs clean = {1, -1, 0};
   size_t bad = 0;
-  unsigned long fix0 = kern_emulate_fixups();
+  unsigned long fix0 = fixup_count();
   for (int type = 0; type < ncclNumTypes; type++)
     for (int op = KERN_SUM; op <= KERN_MIN; op++)
       for (size_t si = 0; si < sizeof(k_nsrcs) / sizeof(k_nsrcs[0]); si++)
@@ -238,7 +249,7 @@ static void test_fast_path_numbers(void** state) {
             bad += one_in(&b, (ncclDataType_t)type, op, pre, flags >> 1, ns, nd, k_lens[li], off,
                           &clean);
           }
-  unsigned long fixups = kern_emulate_fixups() - fix0;
+  unsigned long fixups = fixup_count() - fix0;
   fprintf(stderr, "numbers only: %zu elements differ, %lu fix-ups\n", bad, fixups);
   assert_int_equal(bad, 0);
   assert_int_equal(fixups, 0);
@@ -262,9 +273,9 @@ static void test_fast_path_nan_lanes(void** state) {
             for (int src = 0; src < ns; src += ns - 1) {
               struct inputs in = {1, src, at};
               unsigned pre = (flags & 1) ? 1u << src : 0u;
-              unsigned long f0 = kern_emulate_fixups();
+              unsigned long f0 = fixup_count();
               bad += one_in(&b, (ncclDataType_t)type, op, pre, flags >> 1, ns, 1, 64, 0, &in);
-              missed += kern_emulate_fixups() == f0;
+              missed += fixup_count() == f0;
               runs++;
             }
   }
@@ -330,7 +341,7 @@ static void test_fast_path_pairs(void** state) {
           d.nsrcs = 2, d.ndsts = 1, d.n = n, d.scalar = t.redop.scalar, d.postdiv = 3;
           d.srcs[0] = t.srcs[0], d.srcs[1] = t.srcs[1], d.dsts[0] = emu + off * es;
           kern_task_run(&t);
-          kern_emulate_reduce_copy(&d, 2, 3);
+          emulate(&d, 2, 3);
           for (size_t i = 0; i < n; i++)
             if (memcmp(cpu + (off + i) * es, emu + (off + i) * es, es) != 0 && bad++ < 5) {
               uint64_t x = 0, y = 0, p = 0, q = 0;
@@ -441,6 +452,17 @@ static void test_rows(void** state) {
   assert_int_equal(bad, 0);
 }
 
+/* The matrices above again on the emulation of sm_80's kernel, whose fp8
+ * goes through integer code rather than the conversion instructions. */
+static void test_sm80(void** state) {
+  g_sm80 = 1;
+  test_bitwise_equal(state);
+  test_fast_path_numbers(state);
+  test_fast_path_nan_lanes(state);
+  test_fast_path_pairs(state);
+  g_sm80 = 0;
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_nan_rules),
@@ -449,6 +471,7 @@ int main(void) {
       cmocka_unit_test(test_fast_path_numbers),
       cmocka_unit_test(test_fast_path_nan_lanes),
       cmocka_unit_test(test_fast_path_pairs),
+      cmocka_unit_test(test_sm80),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
