@@ -136,6 +136,7 @@ def per_vector(body):
     memo = {}
     def best_path(k):  # (stores, insns, non-mov insns) from block k to the back edge
         if k in memo: return memo[k]
+        memo[k] = None  # an inner loop's back edge (sources, destinations): one pass
         b, res = blocks[k], None
         if not any(x.startswith("call") for x in b["insns"]):
             own = (sum(1 for x in b["insns"] if x.startswith("st.global")), len(b["insns"]),
