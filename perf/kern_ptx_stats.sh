@@ -5,9 +5,10 @@
 # premul or division) and the PTX instructions of its vector loop per
 # 16-byte vector out. The probe fixes type and operator so that only that
 # path is compiled. Instructions are counted along the path through the
-# loop body that stores every vector and calls nothing (the call is the
-# out-of-line NaN fix-up, which runs only where a NaN is), the shortest such,
-# per vector stored; movs apart too (register renames, mostly free in SASS). Also the
+# loop body that loads and stores every vector and calls nothing (the call is
+# the out-of-line NaN fix-up, which runs only where a NaN is), the shortest
+# such, per vector stored; movs apart too (register renames, mostly free in
+# SASS). Also the
 # registers of the library's own braid_reduce_copy (all types in one kernel).
 #
 #   perf/kern_ptx_stats.sh [rev]      rev: a git revision (default: the work tree)
@@ -92,11 +93,10 @@ BRA = re.compile(r"^(@!?%\w+ )?bra(\.uni)?\s+(\$\w+);")
 def is_insn(s):
     return s and not s.startswith(("//", ".", "{", "}", "$")) and s.endswith(";")
 
-def loop_blocks(body, i, j):
-    """Basic blocks of body[i..j]: (instructions, successors as block numbers)."""
+def blocks_of(body):
+    """Basic blocks: instructions, and successors as block numbers."""
     blocks, cur = [], None
-    for n in range(i, j + 1):
-        s = body[n]
+    for s in body:
         if LABEL.match(s) or cur is None:
             cur = {"labels": [], "insns": []}
             blocks.append(cur)
@@ -104,56 +104,63 @@ def loop_blocks(body, i, j):
             cur["labels"].append(LABEL.match(s).group(1))
         elif is_insn(s):
             cur["insns"].append(s)
-            if BRA.match(s):
+            if BRA.match(s) or s.startswith("ret"):
                 cur = None
     where = {l: k for k, b in enumerate(blocks) for l in b["labels"]}
     for k, b in enumerate(blocks):
         last = b["insns"][-1] if b["insns"] else ""
-        m, succ = BRA.match(last), []
+        m, b["succ"] = BRA.match(last), []
         if m:
-            succ.append(where.get(m.group(3), -1))  # -1: out of the loop
-        if not m or m.group(1):
-            succ.append(k + 1 if k + 1 < len(blocks) else -1)
-        b["succ"] = [x for x in succ if x != 0]  # 0: the back edge to the header
+            b["succ"].append(where[m.group(3)])
+        if (not m or m.group(1)) and not last.startswith("ret") and k + 1 < len(blocks):
+            b["succ"].append(k + 1)
     return blocks
 
 def per_vector(body):
-    """PTX instructions per 16-byte vector stored along the path through the
-    loop with the most 16-byte loads (the pair loop) that stores the most
-    vectors, enters no block that calls (the NaN fix-up), and among those
-    is the shortest (the branches of a fix-up not taken); returns (all,
-    without mov)."""
-    labels = {LABEL.match(s).group(1): n for n, s in enumerate(body) if LABEL.match(s)}
+    """PTX instructions per 16-byte vector stored, on one pass through the
+    loop with the most 16-byte loads (the pair loop, or the vector loop):
+    the path that stores and loads the most vectors, enters no block that
+    calls (the NaN fix-up) and among those is the shortest (no fix-up
+    branch taken); an inner loop (over sources or destinations) counts
+    once. Returns (all, without mov)."""
+    blocks = blocks_of(body)
+    pred = {k: [] for k in range(len(blocks))}
+    for k, b in enumerate(blocks):
+        for n in b["succ"]: pred[n].append(k)
+    def count(b, what):
+        return sum(1 for x in b["insns"] if re.match(r"(@\S+ )?" + what, x))
     best = None
-    for j, s in enumerate(body):
-        m = BRA.match(s) if is_insn(s) else None
-        if not m or labels.get(m.group(3), j + 1) > j: continue
-        i = labels[m.group(3)]
-        loads = sum(1 for x in body[i:j + 1] if re.match(r"(@\S+ )?ld\.global\S*\.v[24]", x))
-        if best is None or loads > best[2]: best = (i, j, loads)
+    for t, b in enumerate(blocks):
+        for h in b["succ"]:
+            if h > t: continue  # not a back edge
+            loop, todo = {h, t}, [t]  # the natural loop: what reaches t without h
+            while todo:
+                for p_ in pred[todo.pop()]:
+                    if p_ not in loop: loop.add(p_), todo.append(p_)
+            loads = sum(count(blocks[k], r"ld(\.global)?(\.nc)?\.v[24]") for k in loop)
+            if best is None or loads > best[0]: best = (loads, h, t, loop)
     if best is None: return None
-    blocks = loop_blocks(body, best[0], best[1])
+    _, head, tail, loop = best
     memo = {}
-    def best_path(k):  # (stores, insns, non-mov insns) from block k to the back edge
+    def best_path(k):  # (stores, loads, insns, non-mov insns) from block k to the back edge
         if k in memo: return memo[k]
-        memo[k] = None  # an inner loop's back edge (sources, destinations): one pass
+        memo[k] = None  # an inner loop's back edge: one pass
         b, res = blocks[k], None
         if not any(x.startswith("call") for x in b["insns"]):
-            own = (sum(1 for x in b["insns"] if x.startswith("st.global")), len(b["insns"]),
-                   sum(1 for x in b["insns"] if not x.startswith("mov.")))
-            back = BRA.match(b["insns"][-1]) if b["insns"] else None
-            if back and back.group(3) in blocks[0]["labels"]:
-                res = own  # the back edge: the iteration ends here
+            own = (count(b, r"st(\.global)?\.v[24]"), count(b, r"ld(\.global)?(\.nc)?\.v[24]"),
+                   len(b["insns"]), sum(1 for x in b["insns"] if not x.startswith("mov.")))
+            if k == tail and head in b["succ"]: res = own
             for n in b["succ"]:
-                if n < 0: continue
+                if n not in loop or n == head: continue
                 r = best_path(n)
                 if r: r = tuple(a + c for a, c in zip(own, r))
-                if r and (res is None or (r[0], -r[1]) > (res[0], -res[1])): res = r
+                if r and (res is None or (r[0], r[1], -r[2]) > (res[0], res[1], -res[2])): res = r
         memo[k] = res
         return res
-    r = best_path(0)
+    sys.setrecursionlimit(100000)
+    r = best_path(head)
     if not r or not r[0]: return None
-    return r[1] / r[0], r[2] / r[0]
+    return r[2] / r[0], r[3] / r[0]
 
 tables = {a: (regs(f"{tmp}/regs_{a}.txt"), functions(f"{tmp}/probe_{a}.ptx")) for a in archs}
 for op in ops:
