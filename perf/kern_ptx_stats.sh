@@ -133,7 +133,7 @@ def per_vector(body):
     for t, b in enumerate(blocks):
         for h in b["succ"]:
             if h > t: continue  # not a back edge
-            loop, todo = {h, t}, [t]  # the natural loop: what reaches t without h
+            loop, todo = {h, t}, [t] if t != h else []  # what reaches t without h
             while todo:
                 for p_ in pred[todo.pop()]:
                     if p_ not in loop: loop.add(p_), todo.append(p_)
