@@ -283,7 +283,7 @@ ifeq ($(HAVE_CUDA),1)
 CUDASIM := $(TSTDIR)/libcudasim.so
 $(CUDASIM): tests/common/cudasim.c tests/common/cudasim_mem.c tests/common/kern_emulate.c \
             tests/common/*.h \
-            kernels/cuda/kern_body.h kernels/kern_convert.h
+            kernels/cuda/*.h kernels/kern_convert.h
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(TEST_INC) -Itests/common -I$(CUDA_HOME)/include -shared \
 	  tests/common/cudasim.c tests/common/cudasim_mem.c tests/common/kern_emulate.c -o $@ -pthread

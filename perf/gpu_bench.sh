@@ -3,7 +3,8 @@
 # measured in the same run: the fused reduce-copy kernel (2-source float
 # sum, 256 MiB, bytes read + written) next to a device-to-device copy and to
 # PyTorch's torch.add of the same tensors (where PyTorch is installed), the
-# kernel on every type, all_reduce_perf on device buffers with 2 and 4
+# kernel on every type next to the copy and to torch.add of that type (a
+# table at the end of the kernel's part), all_reduce_perf on device buffers with 2 and 4
 # ranks (threads) on one GPU, and all_reduce, all_gather and reduce_scatter
 # _perf with 2, 4 and 8 ranks as processes on one GPU on the direct
 # algorithm, 8 B..1 GiB (and 2 ranks staged and on the tuner's choice): an all-reduce of S bytes on k ranks moves at
@@ -33,8 +34,15 @@ if [ ! -x "$BIN/kern_bitwise" ]; then
 fi
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 echo "--- the kernel (bound: the device copy; peer: torch.add)"
-"$BIN/kern_bitwise" "$BIN/reduce.fatbin" bw | grep -v "threads x"
-python3 tests/gpu/torch_add.py 2>/dev/null || echo "torch.add: PyTorch not installed"
+k=$(mktemp)
+"$BIN/kern_bitwise" "$BIN/reduce.fatbin" bw | grep -v "threads x" | tee "$k"
+{ python3 tests/gpu/torch_add.py 2>/dev/null || echo "torch.add: PyTorch not installed"; } | tee -a "$k"
+# every type side by side: the kernel's 2-source sum against the copy and torch.add (same run)
+awk '/^fused 2-source [a-z0-9]+ sum, 256 MiB:/ { sub(",", "", $3); gbs[$3] = $(NF-5); cp[$3] = $(NF-3); n[++t] = $3 }
+     /^torch.add [a-z0-9]+, 256 MiB:/ { sub(",", "", $2); th[$2] = $8 }
+     END { for (i = 1; i <= t; i++) printf "%-7s %5d GB/s  %s of the copy  %s\n", n[i], gbs[n[i]], cp[n[i]],
+             (n[i] in th) ? sprintf("%.2f of torch.add (%d GB/s)", gbs[n[i]] / th[n[i]], th[n[i]]) : "" }' "$k"
+rm -f "$k"
 for n in 2 4; do
   echo "--- all_reduce_perf on device buffers, $n ranks as threads on one GPU"
   "$BIN/all_reduce_perf" -t $n --mem device -b 8 -e 256M -f 4 -n 10 -w 3 | grep -E "^ +[0-9]|Out of|Avg"

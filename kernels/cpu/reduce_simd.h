@@ -242,6 +242,104 @@ KERN_INLINE vi_t v8_to_e5m2(vf_t f) {
 SIMD_FP8(e4m3)
 SIMD_FP8(e5m2)
 
+/*
+ * A plain fp8 sum (no premul, no division: the everyday call and its
+ * chains), 32 elements at a time through F16C. The loops above widen and
+ * narrow one element per 32-bit lane with the integer recipes, about nine
+ * operations per element; here the fp8 bits become halves in 16-bit lanes
+ * with a shift or two, vcvtph2ps/vcvtps2ph do the float steps, and the
+ * rounding to fp8 is one round-to-nearest-even on the half's bits. Exact:
+ * the sum of two fp8 values rounded to half and then to fp8 is the fp8
+ * rounding of their float sum (the GPU facts' "sum via half", and
+ * test_kernels' every pair). e4m3 goes scaled by 2^-8, where its bits are a
+ * half's shifted by 7 (subnormals included); a sum scales exactly.
+ * Written with 256-bit AVX2 and F16C intrinsics, which the AVX-512 file
+ * also compiles: both paths run this same code.
+ */
+#define F8_HALF_NAN 0x7e00
+
+/* 16 fp8 values (zero-extended to 16-bit lanes) as halves: e5m2 is the top
+ * byte of a half; e4m3 sits 7 bits up (scaled), its NaN made a half NaN. */
+KERN_INLINE __m256i f8_to_half(__m256i w, int e4m3) {
+  if (!e4m3) return _mm256_slli_epi16(w, 8);
+  __m256i mag = _mm256_and_si256(w, _mm256_set1_epi16(0x7f));
+  __m256i sign = _mm256_and_si256(_mm256_slli_epi16(w, 8), _mm256_set1_epi16((short)0x8000));
+  __m256i h = _mm256_or_si256(_mm256_slli_epi16(mag, 7), sign);
+  __m256i nan = _mm256_cmpeq_epi16(mag, _mm256_set1_epi16(0x7f));
+  return _mm256_blendv_epi8(h, _mm256_or_si256(sign, _mm256_set1_epi16(F8_HALF_NAN)), nan);
+}
+
+/* The halves' rounding to fp8 (in the low byte of each 16-bit lane):
+ * nearest even on the bits below the fp8 mantissa, saturated to the
+ * largest finite value, NaN to 0x7f, the sign on top. */
+KERN_INLINE __m256i f8_from_half(__m256i h, int e4m3) {
+  const int s = e4m3 ? 7 : 8;
+  __m256i mag = _mm256_and_si256(h, _mm256_set1_epi16(0x7fff));
+  __m256i odd = _mm256_and_si256(_mm256_srli_epi16(mag, s), _mm256_set1_epi16(1));
+  __m256i r = _mm256_add_epi16(mag, _mm256_set1_epi16((short)((1 << (s - 1)) - 1)));
+  r = _mm256_srli_epi16(_mm256_add_epi16(r, odd), s);
+  r = _mm256_min_epu16(r, _mm256_set1_epi16(e4m3 ? 0x7e : 0x7b));
+  __m256i nan = _mm256_cmpgt_epi16(mag, _mm256_set1_epi16(0x7c00));
+  r = _mm256_or_si256(r, _mm256_and_si256(nan, _mm256_set1_epi16(0x7f)));
+  return _mm256_or_si256(r, _mm256_and_si256(_mm256_srli_epi16(h, 8), _mm256_set1_epi16(0x80)));
+}
+
+/* x + y with x86's NaN rule fixed (x's NaN when both are), as vf_nansel. */
+KERN_INLINE __m256 f8_add(__m256 x, __m256 y) {
+  __m256 r = _mm256_add_ps(x, y);
+  return _mm256_blendv_ps(r, _mm256_add_ps(x, x), _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+}
+
+/* One step of the chain on 16 lanes: acc = fp8(acc + y), both fp8 bits. */
+KERN_INLINE __m256i f8_sum_step(__m256i acc, __m256i y, int e4m3) {
+  __m256i a = f8_to_half(acc, e4m3), b = f8_to_half(y, e4m3);
+  __m256 lo = f8_add(_mm256_cvtph_ps(_mm256_castsi256_si128(a)),
+                     _mm256_cvtph_ps(_mm256_castsi256_si128(b)));
+  __m256 hi = f8_add(_mm256_cvtph_ps(_mm256_extracti128_si256(a, 1)),
+                     _mm256_cvtph_ps(_mm256_extracti128_si256(b, 1)));
+  __m256i h = _mm256_inserti128_si256(
+      _mm256_castsi128_si256(_mm256_cvtps_ph(lo, _MM_FROUND_TO_NEAREST_INT)),
+      _mm256_cvtps_ph(hi, _MM_FROUND_TO_NEAREST_INT), 1);
+  return f8_from_half(h, e4m3);
+}
+
+/* Whole blocks of 32 elements of a plain fp8 sum of ns sources into nd
+ * destinations (streamed when nt: the entry aligned them). Each 32 bytes
+ * widen to two vectors of 16-bit lanes by interleaving with zeros (bytes
+ * 0-7 and 16-23, 8-15 and 24-31), which the final pack puts back in order. */
+KERN_INLINE size_t f8_sum_loop(int e4m3, int nt, int ns, int nd, void* const* dp,
+                               const void* const* sp, size_t off, size_t n) {
+  SIMD_LOCAL_PTRS(1);
+  const __m256i zero = _mm256_setzero_si256();
+  size_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    __m256i v = _mm256_loadu_si256((const __m256i*)(const void*)(src[0] + i));
+    __m256i lo = _mm256_unpacklo_epi8(v, zero), hi = _mm256_unpackhi_epi8(v, zero);
+    for (int k = 1; k < ns; k++) {
+      v = _mm256_loadu_si256((const __m256i*)(const void*)(src[k] + i));
+      lo = f8_sum_step(lo, _mm256_unpacklo_epi8(v, zero), e4m3);
+      hi = f8_sum_step(hi, _mm256_unpackhi_epi8(v, zero), e4m3);
+    }
+    __m256i out = _mm256_packus_epi16(lo, hi);
+    for (int j = 0; j < nd; j++) {
+      if (nt)
+        _mm256_stream_si256((__m256i*)(void*)(dst[j] + i), out);
+      else
+        _mm256_storeu_si256((__m256i*)(void*)(dst[j] + i), out);
+    }
+  }
+  return i;
+}
+
+/* Inlined with the pair's counts as constants, and as they come. */
+KERN_INLINE size_t f8_sum(const struct kern_call* c, int nt, size_t off) {
+  int e4m3 = c->r->type == ncclFloat8e4m3;
+  if (kern_call_shape(c) == KERN_SHAPE_PAIR)
+    return e4m3 ? f8_sum_loop(1, nt, 2, 1, c->dst, c->src, off, c->n - off)
+                : f8_sum_loop(0, nt, 2, 1, c->dst, c->src, off, c->n - off);
+  return f8_sum_loop(e4m3, nt, c->ns, c->nd, c->dst, c->src, off, c->n - off);
+}
+
 /* Integer loops cover sum/max/min without flags: products, premul and the
  * (scalar-only) division stay on the portable path. All sources in one
  * pass, as above. */
@@ -315,6 +413,8 @@ static size_t simd_body(const struct kern_call* c, int nt, size_t off) {
   }
   if (r->type == ncclFloat32 || r->type == ncclFloat16 || r->type == ncclBfloat16 ||
       r->type == ncclFloat8e4m3 || r->type == ncclFloat8e5m2) {
+    if ((r->type == ncclFloat8e4m3 || r->type == ncclFloat8e5m2) && c->fl == 0 && c->op == KERN_SUM)
+      return f8_sum(c, nt, off);
     vf_t sc = vf_set1(kern_scalar_f32(r)), dv = vf_set1((float)kern_divisor(r));
     if (r->type == ncclFloat32) SIMD_FP_RUN(loop_f32);
     if (r->type == ncclFloat16) SIMD_FP_RUN(loop_f16);

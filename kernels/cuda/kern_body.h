@@ -8,13 +8,22 @@
  * written to up to 8 destinations, optionally repeated on evenly spaced
  * rows (one launch for Hier's node stages, whose blocks are strided). The
  * results are bitwise those of the CPU kernels: the same order of
- * operations, no fused multiply-add (nvcc -fmad=false, host
- * -ffp-contract=off), the conversions of kern_convert.h, and x86's NaN
- * rules written out, since a GPU's arithmetic returns a canonical NaN
- * where x86 keeps an operand's payload: a NaN operand wins,
- * the left one first, quieted; an invalid operation (inf - inf, 0 * inf)
- * gives x86's default NaN, negative; max and min are x > y ? x : y and
- * x < y ? x : y, never fmaxf/fminf (docs/gpu-validation.md).
+ * operations, no fused multiply-add (explicit round-to-nearest operations,
+ * nvcc -fmad=false, host -ffp-contract=off), one rounding to the type per
+ * step.
+ *
+ * Two paths give those bits. The fast one takes 16 bytes at a time through
+ * the hardware's own arithmetic and conversions (kern_hw.h: paired half and
+ * bf16 operations, packed conversions, fp8's conversion instructions from
+ * sm_89 on), which give Braid's bits on every result that is a number. A
+ * GPU returns a canonical NaN where x86 keeps an operand's payload, so one
+ * cheap test per vector sends any vector with a NaN lane (or, for max and
+ * min, a NaN operand) to the exact path: kern_convert.h's conversions and
+ * x86's NaN rules written out (a NaN operand wins, the left one first,
+ * quieted; an invalid operation (inf - inf, 0 * inf) gives x86's default
+ * NaN, negative). That path also takes the elements before and after the
+ * vectors. max and min are x > y ? x : y and x < y ? x : y on both paths,
+ * never fmaxf/fminf or __hmax/__hmin (docs/gpu-validation.md).
  */
 #ifndef BRAID_KERN_BODY_H_
 #define BRAID_KERN_BODY_H_
@@ -22,7 +31,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "kern_convert.h"
+#include "kern_hw.h"
 
 #define KB_MAX_SRCS 8
 #define KB_MAX_DSTS 8
@@ -66,10 +75,6 @@ struct kern_dev_task {
 };
 
 /* ---- x86's NaN rules ---- */
-
-KERN_HD int kb_isnan_f(float x) {
-  return (kc_f2u(x) & 0x7fffffffu) > 0x7f800000u;
-}
 
 /* The IEEE result r of x OP y as x86 returns it. A result that is a number
  * had no NaN operand: the common case costs one test. */
@@ -138,29 +143,189 @@ KB_INT_STEP(kb_step_u32, uint32_t, uint32_t, uint32_t)
 KB_INT_STEP(kb_step_i64, int64_t, uint64_t, int64_t)
 KB_INT_STEP(kb_step_u64, uint64_t, uint64_t, uint64_t)
 
+/* ---- the fast path: one chain step on 16 bytes through the hardware ---- */
+
+/* One step on float lanes as the GPU computes it, without x86's NaN rules:
+ * a number comes out with Braid's bits. Sum and product pass a NaN on to
+ * the result, which the caller tests; max and min may drop one, so they
+ * flag a NaN operand in *odd. */
+#define KB_FAST_STEP(NAME, C, NAN2, ADD, MUL, DIV)                      \
+  KERN_HD C NAME(C x, C y, int op, unsigned fl, C s, C dv, int* odd) {  \
+    if (fl & KB_PRE) y = MUL(y, s);                                     \
+    C r = y;                                                            \
+    if (op == KB_SUM) r = ADD(x, y);                                    \
+    if (op == KB_PROD) r = MUL(x, y);                                   \
+    if (op == KB_MAX || op == KB_MIN) {                                 \
+      *odd |= NAN2(x, y);                                               \
+      r = (op == KB_MAX ? x > y : x < y) ? x : y; /* never fmax/fmin */ \
+    }                                                                   \
+    if (fl & KB_POST) r = DIV(r, dv);                                   \
+    return r;                                                           \
+  }
+KB_FAST_STEP(kb_fstep, float, kb_nan2_f, kb_hw_fadd, kb_hw_fmul, kb_hw_fdiv)
+KB_FAST_STEP(kb_dstep, double, kb_nan2_d, kb_hw_dadd, kb_hw_dmul, kb_hw_ddiv)
+
+/* for (i = 0; i < N; i++) BODY, unrolled on the GPU (arrays indexed by i
+ * stay in registers); KB_LANES runs the lanes of a vector, l. The body is
+ * the variadic rest, so that it may hold commas. */
+#ifdef __CUDA_ARCH__
+#define KB_UNROLLED(i, N, ...) _Pragma("unroll") for (int i = 0; i < (N); i++) __VA_ARGS__
+#else
+#define KB_UNROLLED(i, N, ...) \
+  for (int i = 0; i < (N); i++) __VA_ARGS__
+#endif
+#define KB_LANES(V, ...) KB_UNROLLED(l, V, __VA_ARGS__)
+
+/*
+ * The vector steps: *a = ST(STEP(LD(*a), LD(y), op, fl, s, dv)) on every
+ * lane of 16 bytes, each lane rounded to the type as the chain stores it.
+ * They return nonzero where max or min saw a NaN operand; the caller tests
+ * the result for NaN lanes too, and either sends the vector to the exact
+ * path (kern_convert.h's conversions, x86's NaN rules).
+ */
+KERN_HD int kb_v_f32(struct kb_v16* a, struct kb_v16 y, int op, unsigned fl, float s, float dv) {
+  int odd = 0;
+  KB_LANES(4, a->w[l] = kc_f2u(kb_fstep(kc_u2f(a->w[l]), kc_u2f(y.w[l]), op, fl, s, dv, &odd)));
+  return odd;
+}
+
+KERN_HD int kb_v_f64(struct kb_v16* a, struct kb_v16 y, int op, unsigned fl, double s, double dv) {
+  double x[2], v[2];
+  int odd = 0;
+  memcpy(x, a->w, 16), memcpy(v, y.w, 16);
+  KB_LANES(2, x[l] = kb_dstep(x[l], v[l], op, fl, s, dv, &odd));
+  memcpy(a->w, x, 16);
+  return odd;
+}
+
+/* half and bf16: a plain sum or product on the hardware's pairs (its
+ * results are widen-op-narrow's), anything else lane by lane in float. */
+#define KB_V16BIT(NAME, WIDEN, NARROW, ADD2, MUL2)                                                 \
+  KERN_HD int NAME(struct kb_v16* a, struct kb_v16 y, int op, unsigned fl, float s, float dv) {    \
+    int odd = 0;                                                                                   \
+    if (fl == 0 && op == KB_SUM) {                                                                 \
+      KB_LANES(4, a->w[l] = ADD2(a->w[l], y.w[l]));                                                \
+      return 0;                                                                                    \
+    }                                                                                              \
+    if (fl == 0 && op == KB_PROD) {                                                                \
+      KB_LANES(4, a->w[l] = MUL2(a->w[l], y.w[l]));                                                \
+      return 0;                                                                                    \
+    }                                                                                              \
+    KB_LANES(4, {                                                                                  \
+      float lo = kb_fstep(WIDEN(a->w[l] & 0xffffu), WIDEN(y.w[l] & 0xffffu), op, fl, s, dv, &odd); \
+      float hi = kb_fstep(WIDEN(a->w[l] >> 16), WIDEN(y.w[l] >> 16), op, fl, s, dv, &odd);         \
+      a->w[l] = NARROW(lo, hi);                                                                    \
+    });                                                                                            \
+    return odd;                                                                                    \
+  }
+KB_V16BIT(kb_v_f16, kb_hw_h2f, kb_hw_f2h2, kb_hw_hadd2, kb_hw_hmul2)
+KB_V16BIT(kb_v_bf16, kb_hw_bf2f, kb_hw_f2bf2, kb_hw_bfadd2, kb_hw_bfmul2)
+
+/* fp8, four lanes per 32-bit word: widened to floats (w8), narrowed (n8),
+ * and a plain sum (s8): through half pairs where the conversion
+ * instructions exist (exact: the GPU facts' "sum via half"), with
+ * kern_convert.h's integer code on sm_80. */
+#if KB_HW_FP8
+#define KB_F8_CONV(T)                                                  \
+  KERN_HD void kb_w8_##T(uint32_t w, float* f) {                       \
+    uint32_t h0, h1;                                                   \
+    kb_hw_##T##x4_h2(w, &h0, &h1);                                     \
+    f[0] = kb_hw_h2f(h0 & 0xffffu), f[1] = kb_hw_h2f(h0 >> 16);        \
+    f[2] = kb_hw_h2f(h1 & 0xffffu), f[3] = kb_hw_h2f(h1 >> 16);        \
+  }                                                                    \
+  KERN_HD uint32_t kb_n8_##T(const float* f) {                         \
+    return kb_hw_f4_##T##x4(f);                                        \
+  }                                                                    \
+  KERN_HD uint32_t kb_s8_##T(uint32_t a, uint32_t b) {                 \
+    uint32_t a0, a1, b0, b1;                                           \
+    kb_hw_##T##x4_h2(a, &a0, &a1), kb_hw_##T##x4_h2(b, &b0, &b1);      \
+    return kb_hw_h2_##T##x4(kb_hw_hadd2(a0, b0), kb_hw_hadd2(a1, b1)); \
+  }
+#else
+#define KB_F8_CONV(T)                                             \
+  KERN_HD void kb_w8_##T(uint32_t w, float* f) {                  \
+    KB_LANES(4, f[l] = kc_##T##_to_float((uint8_t)(w >> 8 * l))); \
+  }                                                               \
+  KERN_HD uint32_t kb_n8_##T(const float* f) {                    \
+    uint32_t w = 0;                                               \
+    KB_LANES(4, w |= (uint32_t)kc_float_to_##T(f[l]) << 8 * l);   \
+    return w;                                                     \
+  }                                                               \
+  KERN_HD uint32_t kb_s8_##T(uint32_t a, uint32_t b) {            \
+    float x[4], y[4];                                             \
+    kb_w8_##T(a, x), kb_w8_##T(b, y);                             \
+    KB_LANES(4, x[l] = kb_hw_fadd(x[l], y[l]));                   \
+    return kb_n8_##T(x);                                          \
+  }
+#endif
+
+#define KB_V8(T)                                                                        \
+  KB_F8_CONV(T)                                                                         \
+  KERN_HD int kb_v_##T(struct kb_v16* a, struct kb_v16 y, int op, unsigned fl, float s, \
+                       float dv) {                                                      \
+    int odd = 0;                                                                        \
+    if (fl == 0 && op == KB_SUM) {                                                      \
+      KB_LANES(4, a->w[l] = kb_s8_##T(a->w[l], y.w[l]));                                \
+      return 0;                                                                         \
+    }                                                                                   \
+    KB_UNROLLED(q, 4, {                                                                 \
+      float x[4], v[4];                                                                 \
+      kb_w8_##T(a->w[q], x), kb_w8_##T(y.w[q], v);                                      \
+      KB_LANES(4, x[l] = kb_fstep(x[l], v[l], op, fl, s, dv, &odd));                    \
+      a->w[q] = kb_n8_##T(x);                                                           \
+    });                                                                                 \
+    return odd;                                                                         \
+  }
+KB_V8(e4m3)
+KB_V8(e5m2)
+
+/* Integers: the reference step is the hardware's own; a plain int8 or
+ * uint8 sum adds four bytes per word (the top bits apart: no carry
+ * crosses a byte). Integers have no NaN: nothing is flagged. */
+KERN_HD uint32_t kb_add_u8x4(uint32_t a, uint32_t b) {
+  return ((a & 0x7f7f7f7fu) + (b & 0x7f7f7f7fu)) ^ ((a ^ b) & 0x80808080u);
+}
+
+#define KB_VINT(NAME, T, DV, STEP)                                                       \
+  KERN_HD int NAME(struct kb_v16* a, struct kb_v16 y, int op, unsigned fl, T s, DV dv) { \
+    enum { V = 16 / sizeof(T) };                                                         \
+    if (V == 16 && fl == 0 && op == KB_SUM) {                                            \
+      KB_LANES(4, a->w[l] = kb_add_u8x4(a->w[l], y.w[l]));                               \
+      return 0;                                                                          \
+    }                                                                                    \
+    T x[V], v[V];                                                                        \
+    memcpy(x, a->w, 16), memcpy(v, y.w, 16);                                             \
+    KB_LANES(V, x[l] = STEP(x[l], v[l], op, fl, s, dv));                                 \
+    memcpy(a->w, x, 16);                                                                 \
+    return 0;                                                                            \
+  }
+KB_VINT(kb_v_i8, int8_t, int64_t, kb_step_i8)
+KB_VINT(kb_v_u8, uint8_t, uint32_t, kb_step_u8)
+KB_VINT(kb_v_i32, int32_t, int64_t, kb_step_i32)
+KB_VINT(kb_v_u32, uint32_t, uint32_t, kb_step_u32)
+KB_VINT(kb_v_i64, int64_t, int64_t, kb_step_i64)
+KB_VINT(kb_v_u64, uint64_t, uint64_t, kb_step_u64)
+
+KERN_HD int kb_nan_none(struct kb_v16 v) {
+  (void)v;
+  return 0;
+}
+
 /* ---- the loops of one type ---- */
 
 #define KB_ID(v) (v)
 
-/* 16 bytes between memory and a local array: one 128-bit access on the
- * GPU (both sides 16-byte aligned), memcpy on the host. */
-KERN_HD void kb_copy16(void* dst, const void* src) {
-#ifdef __CUDA_ARCH__
-  *(uint4*)dst = *(const uint4*)src;
+/* Out of line on the GPU: the NaN fix-up runs where a NaN is, and inlined
+ * its registers would count against every vector. The CPU grid emulation
+ * counts its calls (KB_FIXUP_HOOK), so the tests see that they reach it. */
+#ifdef __CUDACC__
+#define KB_COLD static __host__ __device__ __noinline__
 #else
-  memcpy(dst, src, 16);
+#define KB_COLD static
 #endif
-}
-
-/* for (i = 0; i < N; i++) BODY, unrolled on the GPU (arrays indexed by i
- * stay in registers); KB_LANES runs the lanes of a vector, l. */
-#ifdef __CUDA_ARCH__
-#define KB_UNROLLED(i, N, BODY) _Pragma("unroll") for (int i = 0; i < (N); i++) BODY
-#else
-#define KB_UNROLLED(i, N, BODY) \
-  for (int i = 0; i < (N); i++) BODY
+#ifndef KB_FIXUP_HOOK
+#define KB_FIXUP_HOOK() ((void)0)
 #endif
-#define KB_LANES(V, BODY) KB_UNROLLED(l, V, BODY)
 
 /* Where the 16-byte path can start: elements before the first 16-byte
  * boundary when every pointer of the task sits at the same offset from
@@ -178,10 +343,12 @@ KERN_HD int64_t kb_vec_head(const struct kern_dev_task* t, unsigned es) {
 
 /*
  * Element i of the task: the chain over the sources (stored as T after
- * every step), widened by LD, narrowed by ST, computed in SC. The first
- * source alone is pre-multiplied and, when it is the only one, divided.
+ * every step), widened by LD, narrowed by ST, computed in SC with x86's
+ * NaN rules (the exact path). The first source alone is pre-multiplied
+ * and, when it is the only one, divided. VSTEP and NANV are the fast path
+ * on 16 bytes (above); a vector with a NaN goes through NAME##_fix.
  */
-#define KB_ELEM(NAME, T, SC, DV, LD, ST, STEP)                                                     \
+#define KB_ELEM(NAME, T, SC, DV, LD, ST, STEP, VSTEP, NANV)                                        \
   KERN_HD T NAME##_chain(const struct kern_dev_task* t, const T* v, SC s, DV dv) {                 \
     unsigned post = t->post ? KB_POST : 0u;                                                        \
     unsigned f0 = ((t->pre & 1u) ? KB_PRE : 0u) | (t->nsrcs == 1 ? post : 0u);                     \
@@ -205,62 +372,90 @@ KERN_HD int64_t kb_vec_head(const struct kern_dev_task* t, unsigned es) {
         memcpy((char*)t->dsts[d] + i * sizeof(T), &acc, sizeof acc);                               \
     }                                                                                              \
   }                                                                                                \
-  /* Whole 16-byte vectors from element `head` on, two per thread per pass (its   */               \
-  /* j and j + stride) so that twice the loads are in flight: one 16-byte load per */              \
-  /* source and store per destination each; the lanes step through the chain     */                \
-  /* together, in arrays indexed only by the unrolled lane (registers).           */               \
+  /* The exact path for the vectors of `mask` (bit l: the V elements from  */                      \
+  /* i + l * step), which the fast path left unstored: each element reads   */                     \
+  /* its sources before it writes, so a destination may be a source. */                            \
+  KB_COLD void NAME##_fix(const struct kern_dev_task* t, SC s, DV dv, uint64_t i, uint64_t step,   \
+                          unsigned mask) {                                                         \
+    for (unsigned l = 0; mask; l++, mask >>= 1) {                                                  \
+      if (!(mask & 1u)) continue;                                                                  \
+      KB_FIXUP_HOOK();                                                                             \
+      NAME##_scalar(t, s, dv, i + l * step, i + l * step + 16 / sizeof(T), 0, 1);                  \
+    }                                                                                              \
+  }                                                                                                \
+  /* Whole 16-byte vectors from element `head` on, two per thread per pass  */                     \
+  /* (its j and j + stride) so that twice the loads are in flight: one      */                     \
+  /* 16-byte load per source and store per destination each; the two step  */                      \
+  /* through the chain together, and a NaN sends one to the exact path. */                         \
   KERN_HD void NAME##_vector(const struct kern_dev_task* t, SC s, DV dv, uint64_t head,            \
                              uint64_t nvec, uint64_t first, uint64_t stride) {                     \
     enum { V = 16 / sizeof(T) };                                                                   \
     unsigned post = t->post ? KB_POST : 0u;                                                        \
     unsigned f0 = ((t->pre & 1u) ? KB_PRE : 0u) | (t->nsrcs == 1 ? post : 0u);                     \
+    const char* s0 = (const char*)t->srcs[0] + head * sizeof(T);                                   \
     for (uint64_t j = first; j < nvec; j += 2 * stride) {                                          \
-      uint64_t off0 = (head + j * V) * sizeof(T);                                                  \
-      uint64_t off1 = (head + (j + stride) * V) * sizeof(T);                                       \
       int two = j + stride < nvec;                                                                 \
-      T a0[V], a1[V], y0[V], y1[V];                                                                \
-      kb_copy16(a0, (const char*)t->srcs[0] + off0);                                               \
-      kb_copy16(a1, (const char*)t->srcs[0] + (two ? off1 : off0)); /* lone: a spare copy */       \
+      uint64_t o0 = j * 16, o1 = two ? o0 + stride * 16 : o0; /* lone: a spare copy */             \
+      struct kb_v16 a0 = kb_ld16(s0 + o0), a1 = kb_ld16(s0 + o1);                                  \
+      int odd0 = 0, odd1 = 0;                                                                      \
       if (f0) {                                                                                    \
-        KB_LANES(V, a0[l] = ST(STEP(LD(a0[l]), LD(a0[l]), KB_COPY, f0, s, dv)));                   \
-        KB_LANES(V, a1[l] = ST(STEP(LD(a1[l]), LD(a1[l]), KB_COPY, f0, s, dv)));                   \
+        odd0 = VSTEP(&a0, a0, KB_COPY, f0, s, dv);                                                 \
+        odd1 = VSTEP(&a1, a1, KB_COPY, f0, s, dv);                                                 \
       }                                                                                            \
       for (int k = 1; k < t->nsrcs; k++) {                                                         \
         unsigned f = (((t->pre >> k) & 1u) ? KB_PRE : 0u) | (k == t->nsrcs - 1 ? post : 0u);       \
-        kb_copy16(y0, (const char*)t->srcs[k] + off0);                                             \
-        kb_copy16(y1, (const char*)t->srcs[k] + (two ? off1 : off0));                              \
-        KB_LANES(V, a0[l] = ST(STEP(LD(a0[l]), LD(y0[l]), t->op, f, s, dv)));                      \
-        KB_LANES(V, a1[l] = ST(STEP(LD(a1[l]), LD(y1[l]), t->op, f, s, dv)));                      \
+        const char* sk = (const char*)t->srcs[k] + head * sizeof(T);                               \
+        struct kb_v16 y0 = kb_ld16(sk + o0), y1 = kb_ld16(sk + o1);                                \
+        odd0 |= VSTEP(&a0, y0, t->op, f, s, dv);                                                   \
+        odd1 |= VSTEP(&a1, y1, t->op, f, s, dv);                                                   \
+      }                                                                                            \
+      if (f0 || t->nsrcs > 1) { /* a plain copy moves NaNs as they are */                          \
+        odd0 |= NANV(a0), odd1 = two && (odd1 | NANV(a1));                                         \
       }                                                                                            \
       for (int d = 0; d < t->ndsts; d++) {                                                         \
-        kb_copy16((char*)t->dsts[d] + off0, a0);                                                   \
-        if (two) kb_copy16((char*)t->dsts[d] + off1, a1);                                          \
+        char* dst = (char*)t->dsts[d] + head * sizeof(T);                                          \
+        if (!odd0) kb_st16(dst + o0, a0);                                                          \
+        if (two && !odd1) kb_st16(dst + o1, a1);                                                   \
       }                                                                                            \
+      if (odd0 | odd1)                                                                             \
+        NAME##_fix(t, s, dv, head + j * V, stride * V, (odd0 ? 1u : 0u) | (odd1 ? 2u : 0u));       \
     }                                                                                              \
   }                                                                                                \
-  /* The everyday call (a received partial and a local slice into one output, */                   \
-  /* no premul, no division): four vectors in flight per thread, all loads   */                    \
-  /* issued before any arithmetic. The same chain, so the same bits. */                            \
+  /* The everyday call (a received partial and a local slice summed into  */                       \
+  /* one output, no premul, no division; other operators take the vector  */                       \
+  /* loop, which keeps the kernel's size and build time down): four       */                       \
+  /* vectors in flight per thread, all loads issued before any arithmetic,*/                       \
+  /* one test for a NaN in any of them; then the thread's last vectors    */                       \
+  /* one by one. */                                                                                \
   KERN_HD void NAME##_pair(const struct kern_dev_task* t, uint64_t head, uint64_t nvec,            \
                            uint64_t first, uint64_t stride) {                                      \
     enum { V = 16 / sizeof(T), U = 4 };                                                            \
-    const char *a = (const char*)t->srcs[0], *b = (const char*)t->srcs[1];                         \
-    char* out = (char*)t->dsts[0];                                                                 \
+    const int op = KB_SUM;                                                                         \
+    const char* a = (const char*)t->srcs[0] + head * sizeof(T);                                    \
+    const char* b = (const char*)t->srcs[1] + head * sizeof(T);                                    \
+    char* out = (char*)t->dsts[0] + head * sizeof(T);                                              \
     SC s0 = 0;                                                                                     \
     DV d0 = 1;                                                                                     \
-    for (uint64_t j = first; j < nvec; j += U * stride) {                                          \
-      T x[U][V], y[U][V];                                                                          \
-      KB_LANES(U, {                                                                                \
-        uint64_t jj = j + (uint64_t)l * stride < nvec ? j + (uint64_t)l * stride : j;              \
-        kb_copy16(x[l], a + (head + jj * V) * sizeof(T));                                          \
-        kb_copy16(y[l], b + (head + jj * V) * sizeof(T));                                          \
-      });                                                                                          \
-      KB_UNROLLED(u, U,                                                                            \
-                  KB_LANES(V, x[u][l] = ST(STEP(LD(x[u][l]), LD(y[u][l]), t->op, 0u, s0, d0))));   \
-      KB_LANES(U, {                                                                                \
-        uint64_t jj = j + (uint64_t)l * stride;                                                    \
-        if (jj < nvec) kb_copy16(out + (head + jj * V) * sizeof(T), x[l]);                         \
-      });                                                                                          \
+    uint64_t j = first, step = stride * 16;                                                        \
+    for (; j + (U - 1) * stride < nvec; j += U * stride) {                                         \
+      struct kb_v16 x[U], y[U];                                                                    \
+      int odd[U], any = 0;                                                                         \
+      unsigned mask = 0;                                                                           \
+      KB_LANES(U, x[l] = kb_ld16(a + j * 16 + l * step), y[l] = kb_ld16(b + j * 16 + l * step));   \
+      KB_LANES(U, odd[l] = VSTEP(&x[l], y[l], op, 0u, s0, d0) | NANV(x[l]), any |= odd[l]);        \
+      if (!any) {                                                                                  \
+        KB_LANES(U, kb_st16(out + j * 16 + l * step, x[l]));                                       \
+        continue;                                                                                  \
+      }                                                                                            \
+      KB_LANES(U, if (odd[l]) mask |= 1u << l; else kb_st16(out + j * 16 + l * step, x[l]));       \
+      NAME##_fix(t, s0, d0, head + j * V, stride * V, mask);                                       \
+    }                                                                                              \
+    for (; j < nvec; j += stride) {                                                                \
+      struct kb_v16 x = kb_ld16(a + j * 16);                                                       \
+      if (VSTEP(&x, kb_ld16(b + j * 16), op, 0u, s0, d0) | NANV(x))                                \
+        NAME##_fix(t, s0, d0, head + j * V, 0, 1u);                                                \
+      else                                                                                         \
+        kb_st16(out + j * 16, x);                                                                  \
     }                                                                                              \
   }                                                                                                \
   KERN_HD void NAME(const struct kern_dev_task* t, SC s, DV dv, uint64_t first, uint64_t stride) { \
@@ -272,25 +467,29 @@ KERN_HD int64_t kb_vec_head(const struct kern_dev_task* t, unsigned es) {
     uint64_t nvec = (t->n - (uint64_t)head) / (16 / sizeof(T));                                    \
     uint64_t tail = (uint64_t)head + nvec * (16 / sizeof(T));                                      \
     NAME##_scalar(t, s, dv, 0, (uint64_t)head, first, stride);                                     \
-    if (t->nsrcs == 2 && t->ndsts == 1 && t->pre == 0 && !t->post)                                 \
+    if (t->nsrcs == 2 && t->ndsts == 1 && t->pre == 0 && !t->post && t->op == KB_SUM)              \
       NAME##_pair(t, (uint64_t)head, nvec, first, stride);                                         \
     else                                                                                           \
       NAME##_vector(t, s, dv, (uint64_t)head, nvec, first, stride);                                \
     NAME##_scalar(t, s, dv, tail, t->n, first, stride);                                            \
   }
 
-KB_ELEM(kb_loop_i8, int8_t, int8_t, int64_t, KB_ID, KB_ID, kb_step_i8)
-KB_ELEM(kb_loop_u8, uint8_t, uint8_t, uint32_t, KB_ID, KB_ID, kb_step_u8)
-KB_ELEM(kb_loop_i32, int32_t, int32_t, int64_t, KB_ID, KB_ID, kb_step_i32)
-KB_ELEM(kb_loop_u32, uint32_t, uint32_t, uint32_t, KB_ID, KB_ID, kb_step_u32)
-KB_ELEM(kb_loop_i64, int64_t, int64_t, int64_t, KB_ID, KB_ID, kb_step_i64)
-KB_ELEM(kb_loop_u64, uint64_t, uint64_t, uint64_t, KB_ID, KB_ID, kb_step_u64)
-KB_ELEM(kb_loop_f32, float, float, float, KB_ID, KB_ID, kb_step_f)
-KB_ELEM(kb_loop_f64, double, double, double, KB_ID, KB_ID, kb_step_d)
-KB_ELEM(kb_loop_f16, uint16_t, float, float, kc_half_to_float, kc_float_to_half, kb_step_f)
-KB_ELEM(kb_loop_bf16, uint16_t, float, float, kc_bf16_to_float, kc_float_to_bf16, kb_step_f)
-KB_ELEM(kb_loop_e4m3, uint8_t, float, float, kc_e4m3_to_float, kc_float_to_e4m3, kb_step_f)
-KB_ELEM(kb_loop_e5m2, uint8_t, float, float, kc_e5m2_to_float, kc_float_to_e5m2, kb_step_f)
+KB_ELEM(kb_loop_i8, int8_t, int8_t, int64_t, KB_ID, KB_ID, kb_step_i8, kb_v_i8, kb_nan_none)
+KB_ELEM(kb_loop_u8, uint8_t, uint8_t, uint32_t, KB_ID, KB_ID, kb_step_u8, kb_v_u8, kb_nan_none)
+KB_ELEM(kb_loop_i32, int32_t, int32_t, int64_t, KB_ID, KB_ID, kb_step_i32, kb_v_i32, kb_nan_none)
+KB_ELEM(kb_loop_u32, uint32_t, uint32_t, uint32_t, KB_ID, KB_ID, kb_step_u32, kb_v_u32, kb_nan_none)
+KB_ELEM(kb_loop_i64, int64_t, int64_t, int64_t, KB_ID, KB_ID, kb_step_i64, kb_v_i64, kb_nan_none)
+KB_ELEM(kb_loop_u64, uint64_t, uint64_t, uint64_t, KB_ID, KB_ID, kb_step_u64, kb_v_u64, kb_nan_none)
+KB_ELEM(kb_loop_f32, float, float, float, KB_ID, KB_ID, kb_step_f, kb_v_f32, kb_nan_f32x4)
+KB_ELEM(kb_loop_f64, double, double, double, KB_ID, KB_ID, kb_step_d, kb_v_f64, kb_nan_f64x2)
+KB_ELEM(kb_loop_f16, uint16_t, float, float, kc_half_to_float, kc_float_to_half, kb_step_f,
+        kb_v_f16, kb_nan_f16x8)
+KB_ELEM(kb_loop_bf16, uint16_t, float, float, kc_bf16_to_float, kc_float_to_bf16, kb_step_f,
+        kb_v_bf16, kb_nan_bf16x8)
+KB_ELEM(kb_loop_e4m3, uint8_t, float, float, kc_e4m3_to_float, kc_float_to_e4m3, kb_step_f,
+        kb_v_e4m3, kb_nan_f8x16)
+KB_ELEM(kb_loop_e5m2, uint8_t, float, float, kc_e5m2_to_float, kc_float_to_e5m2, kb_step_f,
+        kb_v_e5m2, kb_nan_f8x16)
 
 /* The premul factor of a float-computed type, widened exactly. */
 KERN_HD float kb_scalar_f(const struct kern_dev_task* t) {

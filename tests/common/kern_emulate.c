@@ -1,5 +1,11 @@
 /* The CPU grid emulation (kern_emulate.h): thread (b, x) of the grid is
  * element first = b * block + x of a grid-stride loop, as on the GPU. */
+#include <stdatomic.h>
+
+/* Counted before kern_body.h is read: its NaN fix-up calls this. */
+static atomic_ulong g_fixups;
+#define KB_FIXUP_HOOK() atomic_fetch_add_explicit(&g_fixups, 1, memory_order_relaxed)
+
 #include "kern_emulate.h"
 
 void kern_emulate_reduce_copy(const struct kern_dev_task* t, unsigned grid, unsigned block) {
@@ -14,4 +20,8 @@ void kern_emulate_reduce_copy_at(const struct kern_dev_task* t, unsigned grid, u
     if (r > 0) kern_dev_task_next_row(&row);
     kern_emulate_reduce_copy(&row, grid, block);
   }
+}
+
+unsigned long kern_emulate_fixups(void) {
+  return atomic_load_explicit(&g_fixups, memory_order_relaxed);
 }

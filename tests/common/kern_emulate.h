@@ -16,4 +16,14 @@ void kern_emulate_reduce_copy(const struct kern_dev_task* t, unsigned grid, unsi
  * so one after another gives the same bytes). */
 void kern_emulate_reduce_copy_at(const struct kern_dev_task* t, unsigned grid, unsigned block);
 
+/* 16-byte vectors the fast path has sent to the exact path so far (a NaN
+ * in a lane), in this process: the tests check that they reach the fix-up
+ * and that numbers never need it. */
+unsigned long kern_emulate_fixups(void);
+
+/* The same as sm_80 compiles the kernel (fp8 through integer code, not the
+ * conversion instructions of sm_89 and up), with its own fix-up count. */
+void kern_emulate_reduce_copy_sm80(const struct kern_dev_task* t, unsigned grid, unsigned block);
+unsigned long kern_emulate_fixups_sm80(void);
+
 #endif

@@ -1,12 +1,12 @@
-"""torch.add of two 256 MiB float tensors on cuda:0 next to a device copy, in
-bytes read + written per second: the peer the fused reduce-copy kernel is
-measured against (tests/gpu/kern_bitwise)."""
+"""torch.add of two 256 MiB tensors on cuda:0 next to a device copy, for
+every type PyTorch adds on the GPU, in bytes read + written per second: the
+peer the fused reduce-copy kernel is measured against (tests/gpu/kern_bitwise,
+whose type names these are; perf/gpu_bench.sh puts the two side by side)."""
 import torch
 
-n = (256 << 20) // 4
-a = torch.rand(n, device="cuda")
-b = torch.rand(n, device="cuda")
-c = torch.empty_like(a)
+TYPES = [("int8", torch.int8), ("uint8", torch.uint8), ("int32", torch.int32),
+         ("int64", torch.int64), ("half", torch.float16), ("float", torch.float32),
+         ("double", torch.float64), ("bf16", torch.bfloat16)]
 
 
 def best_ms(fn, reps=12):
@@ -21,7 +21,14 @@ def best_ms(fn, reps=12):
     return min(times[2:])
 
 
-add = best_ms(lambda: torch.add(a, b, out=c))
-copy = best_ms(lambda: c.copy_(a))
-print(f"torch.add, 256 MiB: {add:.3f} ms = {3 * 4 * n / add / 1e6:.0f} GB/s; "
-      f"copy_ {copy:.3f} ms = {2 * 4 * n / copy / 1e6:.0f} GB/s (torch {torch.__version__})")
+for name, dtype in TYPES:
+    nbytes = 256 << 20
+    n = nbytes // torch.tensor([], dtype=dtype).element_size()
+    a = torch.ones(n, device="cuda", dtype=dtype)
+    b = torch.ones(n, device="cuda", dtype=dtype)
+    c = torch.empty_like(a)
+    add = best_ms(lambda: torch.add(a, b, out=c))
+    copy = best_ms(lambda: c.copy_(a))
+    print(f"torch.add {name}, 256 MiB: {add:.3f} ms = {3 * nbytes / add / 1e6:.0f} GB/s; "
+          f"copy_ {copy:.3f} ms = {2 * nbytes / copy / 1e6:.0f} GB/s (torch {torch.__version__})")
+    del a, b, c

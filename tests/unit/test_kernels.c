@@ -622,6 +622,54 @@ static void test_path_avx512_nt(void** state) {
   run_path("avx512", 1);
 }
 
+/* Every pair of fp8 values through kern_reduce on one path, against the
+ * scalar reference: each operator and flags, aligned and one byte off
+ * (the vector loops and their tails), out of place and in place. The plain
+ * sum has its own loop on the SIMD paths (halves through F16C), whose
+ * exactness rests on these 65536 pairs. */
+static void fp8_pairs(const char* isa) {
+  if (!kern_force_isa(isa)) {
+    print_message("path %s not available on this CPU\n", isa);
+    skip();
+  }
+  enum { N = 65536 };
+  static uint8_t a[N + 1], b[N + 1], d[N + 1], want[N];
+  for (size_t t = 0; t < NTYPES; t++) {
+    if (types[t].type != ncclFloat8e4m3 && types[t].type != ncclFloat8e5m2) continue;
+    for (int op = KERN_SUM; op <= KERN_MIN; op++)
+      for (unsigned fl = 0; fl < 4; fl++)
+        for (int v = 0; v < 3; v++) { /* aligned; a byte off; in place (dst == a) */
+          size_t o = v == 1;
+          uint64_t scalar = narrow(types[t].type, 1.375f);
+          struct kern_redop r = {types[t].type, (enum kern_op)op, scalar, 3};
+          for (size_t i = 0; i < N; i++) {
+            a[o + i] = (uint8_t)(i >> 8), b[o + i] = (uint8_t)i;
+            want[i] = (uint8_t)ref_elem(&types[t], op, fl, i >> 8, i & 0xff, scalar, 3);
+          }
+          uint8_t* out = v == 2 ? a : d + o;
+          kern_reduce(&r, fl, out, a + o, b + o, N);
+          for (size_t i = 0; i < N; i++)
+            if (out[i] != want[i])
+              fail_msg("%s %s %s flags %u variant %d: %02zx, %02zx -> %02x, want %02x", isa,
+                       types[t].name, op_names[op], fl, v, i >> 8, i & 0xff, out[i], want[i]);
+        }
+  }
+  kern_force_isa(NULL);
+}
+
+static void test_fp8_pairs_portable(void** state) {
+  (void)state;
+  fp8_pairs("portable");
+}
+static void test_fp8_pairs_avx2(void** state) {
+  (void)state;
+  fp8_pairs("avx2");
+}
+static void test_fp8_pairs_avx512(void** state) {
+  (void)state;
+  fp8_pairs("avx512");
+}
+
 /* ======================= the task form ======================= */
 
 /* kern_task_run against the chain of pairwise calls that kernels.h says it
@@ -902,7 +950,8 @@ int main(void) {
       cmocka_unit_test(test_path_avx512_nt),  cmocka_unit_test(test_task_edges),
       cmocka_unit_test(test_task_portable),   cmocka_unit_test(test_task_avx2),
       cmocka_unit_test(test_task_avx2_nt),    cmocka_unit_test(test_task_avx512),
-      cmocka_unit_test(test_task_avx512_nt),
+      cmocka_unit_test(test_task_avx512_nt),  cmocka_unit_test(test_fp8_pairs_portable),
+      cmocka_unit_test(test_fp8_pairs_avx2),  cmocka_unit_test(test_fp8_pairs_avx512),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
