@@ -13,6 +13,10 @@
 #
 #   perf/gpu_bench.sh [bindir]
 #
+# THREADS=0 leaves out the runs with ranks as threads (staged calls only);
+# PROCS_TIMEOUT (default 120 s) bounds each run of processes, PROCS_MAX
+# (default 1G) the largest size of the Direct runs.
+#
 # bindir holds kern_bitwise, reduce.fatbin and all_reduce_perf (default:
 # gpu_carry/bin from tests/gpu/prepare.sh, else build/bin and the kernel
 # check built here with nvcc). Without a GPU it says so and exits 0.
@@ -42,8 +46,14 @@ awk '/^fused 2-source [a-z0-9]+ sum, 256 MiB:/ { sub(",", "", $3); gbs[$3] = $(N
      /^torch.add [a-z0-9]+, 256 MiB:/ { sub(",", "", $2); th[$2] = $8 }
      END { for (i = 1; i <= t; i++) printf "%-7s %5d GB/s  %s of the copy  %s\n", n[i], gbs[n[i]], cp[n[i]],
              (n[i] in th) ? sprintf("%.2f of torch.add (%d GB/s)", gbs[n[i]] / th[n[i]], th[n[i]]) : "" }' "$k"
+copy=$(awk '/^device-to-device copy, 256 MiB:/ { print $(NF-6); exit }' "$k")
 rm -f "$k"
-for n in 2 4; do
+if [ -n "$copy" ]; then
+  for n in 2 4 8; do
+    echo "all-reduce bound, $n ranks on this GPU: algbw <= B/(2k) = $copy/$((2 * n)) = $((copy / (2 * n))) GB/s"
+  done
+fi
+for n in $([ "${THREADS:-1}" = 0 ] || echo 2 4); do
   echo "--- all_reduce_perf on device buffers, $n ranks as threads on one GPU"
   "$BIN/all_reduce_perf" -t $n --mem device -b 8 -e 256M -f 4 -n 10 -w 3 | grep -E "^ +[0-9]|Out of|Avg"
 done
@@ -52,26 +62,29 @@ done
 # NCCL_ALGO=algo ("" for the tuner's choice), up to `max` bytes; rank 0's
 # table is printed.
 procs_perf() { # tool k [algo [max]]
-  local tool=$1 k=$2 algo=${3-Direct} max=${4:-1G} port=$((29500 + RANDOM % 1000)) r out
+  local tool=$1 k=$2 algo=${3-Direct} max=${4:-${PROCS_MAX:-1G}} port=$((29500 + RANDOM % 1000)) r out
   out=$(mktemp -d)
   for ((r = 0; r < k; r++)); do
     NCCL_COMM_ID=127.0.0.1:$port RANK=$r WORLD_SIZE=$k NCCL_ALGO=$algo \
-      timeout 600 "$BIN/$tool" --mem device -b 8 -e "$max" -f 4 -n 10 -w 3 >"$out/$r.log" 2>&1 &
+      timeout "${PROCS_TIMEOUT:-120}" stdbuf -oL "$BIN/$tool" --mem device -b 8 -e "$max" -f 4 -n 10 -w 3 >"$out/$r.log" 2>"$out/$r.err" &
   done
   wait
-  grep -E "^ +[0-9]|Out of|Avg" "$out/0.log" || tail -5 "$out/0.log"
+  # the table, and each of the tuner's device verdicts once (with NCCL_DEBUG_SUBSYS=TUNING)
+  awk '/on devices: Direct/ { sub(/.*NCCL INFO /, ""); if (!seen[$0]++) print }' "$out/0.err"
+  grep -E "^ +[0-9]|Out of|Avg" "$out/0.log" || tail -5 "$out/0.log" "$out/0.err"
   rm -rf "$out"
 }
-for tool in all_reduce_perf all_gather_perf reduce_scatter_perf; do
-  [ -x "$BIN/$tool" ] || continue
-  for n in 2 4 8; do
-    echo "--- $tool, $n processes on one GPU, NCCL_ALGO=Direct (all-reduce bound: algbw <= B/(2k))"
-    procs_perf "$tool" "$n"
-  done
+for n in 2 4 8; do
+  echo "--- all_reduce_perf, $n processes on one GPU, NCCL_ALGO=Direct (bound: algbw <= B/(2k))"
+  procs_perf all_reduce_perf "$n"
+done
+for tool in all_gather_perf reduce_scatter_perf; do
+  echo "--- $tool, 4 processes on one GPU, NCCL_ALGO=Direct"
+  procs_perf "$tool" 4
 done
 # The tuner's device model (src/tuner_device.c) against both sides of its
 # choice: staged through host memory, and its own pick per size.
 echo "--- all_reduce_perf, 2 processes on one GPU, NCCL_ALGO=^Direct (staged)"
-procs_perf all_reduce_perf 2 "^Direct" 64M
+procs_perf all_reduce_perf 2 "^Direct" "${PROCS_MAX:-64M}"
 echo "--- all_reduce_perf, 2 processes on one GPU, the tuner's choice"
-procs_perf all_reduce_perf 2 "" 64M
+NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=TUNING procs_perf all_reduce_perf 2 "" "${PROCS_MAX:-64M}"
