@@ -18,7 +18,10 @@
 #   OUT=/tmp/gpu tests/gpu/run_all.sh   # on the GPU machine, gpu_carry/ beside
 #
 # Each step has its own time limit and the run goes on after a failure.
-# PARTS picks what runs (default all): tests perf torch sanitizer nccl.
+# PARTS picks what runs (default all): tests perf torch sanitizer nccl, and
+# diagnose (tests/gpu/diagnose_gate.sh, first when named). TORCH_WORLDS (default
+# "2 4") and TORCH_ENV (more environment for the torch runs) shape the torch
+# part; SAN_DIRECT=0 leaves the direct all-reduce out of the sanitizer part.
 set -u
 cd "$(dirname "$0")/../.."
 if ! nvidia-smi -L >/dev/null 2>&1; then
@@ -54,6 +57,7 @@ T0=$(date +%s)
 } >"$OUT/system.txt" 2>&1
 
 K="$C/bin/kern_bitwise $C/bin/reduce.fatbin"
+want diagnose && step "diagnose_gate.sh" 150 "$OUT/diag.txt" tests/gpu/diagnose_gate.sh "$C/dbg" "$OUT"
 # 1. Braid's device tests on the real driver, the kernel bitwise
 if want tests; then
   export BRAID_CUDA_LIB=libcuda.so.1
@@ -71,9 +75,9 @@ if want perf; then
 fi
 # 3. PyTorch's process group on Braid, TUNING shows which algorithm ran
 if want torch; then
-  for n in 2 4; do
-    step "torch.distributed $n processes" 120 "$OUT/torch.txt" env LD_PRELOAD="$PWD/$C/lib/libnccl.so.2" \
-      NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,TUNING python3 tests/gpu/torch_dist.py $n
+  for n in ${TORCH_WORLDS:-2 4}; do
+    step "torch.distributed $n processes ${TORCH_ENV:-}" 120 "$OUT/torch.txt" env LD_PRELOAD="$PWD/$C/lib/libnccl.so.2" \
+      ${TORCH_ENV:-} NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,TUNING python3 tests/gpu/torch_dist.py $n
   done
   grep -E "torch_dist:|WRONG|DDP" "$OUT/torch.txt" >>"$SUM"
   echo "NCCL versions and the algorithms the torch runs took:" >>"$SUM"
@@ -87,7 +91,8 @@ if want sanitizer; then
   for tool in memcheck racecheck synccheck; do
     step "sanitizer $tool kern_bitwise small" 150 "$OUT/sanitizer.txt" \
       compute-sanitizer --tool $tool --error-exitcode 9 $K small &
-    step "sanitizer $tool direct all_reduce 2 procs" 150 "$OUT/sanitizer.txt" tests/gpu/san_allreduce.sh $tool "$C/bin" "$OUT" &
+    [ "${SAN_DIRECT:-1}" = 0 ] ||
+      step "sanitizer $tool direct all_reduce 2 procs" 150 "$OUT/sanitizer.txt" tests/gpu/san_allreduce.sh $tool "$C/bin" "$OUT" &
   done
   wait
   for f in "$OUT"/san_*.log; do echo "=== $f" && cat "$f"; done >>"$OUT/sanitizer.txt" 2>/dev/null
