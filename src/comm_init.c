@@ -305,6 +305,7 @@ static ncclResult_t init_rank_maybe_deferred(ncclComm_t* out, int nranks, ncclUn
   ncclResult_t res = ncclSuccess;
   struct deferred_init* d = NULL;
   int dev = caller_device();
+  device_kernels_preload(); /* here, on the caller's thread and context */
   if (group_depth() == 0) return comm_init_rank(out, nranks, &id, rank, dev, config);
   CHECK(braid_calloc(&d, 1, sizeof(*d)));
   *d = (struct deferred_init){out, nranks, rank, dev, config != NULL, id, NCCL_CONFIG_INITIALIZER};

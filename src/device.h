@@ -20,6 +20,12 @@ struct work_op;
 /* The device the calling thread's current context is on, else 0; -1
  * without a driver. What ncclCommCuDevice reports for a comm made here. */
 int device_current(void);
+/* The device kernels into the calling thread's current context, if it has
+ * one, at comm init as NCCL loads its own: a kernel's first (lazy) load
+ * may wait for every stream of the context, which must never happen while
+ * a stream waits at one of Braid's gates, nor behind a user's stream held
+ * by the user's next step. Best effort: a device comm loads them anyway. */
+void device_kernels_preload(void);
 /* What names device `dev` across processes: a hash of its UUID, and one
  * of the UUIDs of every device this process sees, in ordinal order (two
  * processes number devices alike when theirs agree: not so under

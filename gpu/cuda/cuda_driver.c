@@ -93,6 +93,20 @@ static int resolve(get_proc_fn get_proc, const char* lib) {
       CUDA_SYM(cuMemExportToShareableHandle),
       CUDA_SYM(cuMemImportFromShareableHandle),
   };
+  /* what newer drivers add, used where there: NULL without */
+  const struct {
+    void** slot;
+    const char* name;
+    int version;
+  } optional[] = {
+      CUDA_SYM(cuFuncLoad),
+  };
+  for (size_t i = 0; i < sizeof(optional) / sizeof(optional[0]); i++) {
+    CUdriverProcAddressQueryResult status;
+    if (get_proc(optional[i].name, optional[i].slot, optional[i].version,
+                 CU_GET_PROC_ADDRESS_DEFAULT, &status) != CUDA_SUCCESS)
+      *optional[i].slot = NULL;
+  }
   for (size_t i = 0; i < sizeof(syms) / sizeof(syms[0]); i++) {
     CUdriverProcAddressQueryResult status;
     *syms[i].slot = NULL;

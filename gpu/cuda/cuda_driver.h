@@ -32,6 +32,7 @@ struct cuda_api {
   CUresult (*cuMemFree)(CUdeviceptr);
   CUresult (*cuModuleLoadData)(CUmodule*, const void*);
   CUresult (*cuModuleGetFunction)(CUfunction*, CUmodule, const char*);
+  CUresult (*cuFuncLoad)(CUfunction); /* CUDA 12.4 and later; NULL before */
   CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                              unsigned, CUstream, void**, void**);
   CUresult (*cuStreamSynchronize)(CUstream);

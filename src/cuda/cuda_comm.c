@@ -11,6 +11,7 @@
 #include "cuda_copy.h"
 #include "cuda_direct.h"
 #include "cuda_exec.h"
+#include "cuda_kernels.h"
 #include "cuda_stage.h"
 #include "cuda/cudaipc_mem.h"
 #include "device.h"
@@ -25,6 +26,14 @@ int device_current(void) {
   if (cu == NULL) return -1;
   if (cu->cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || ctx == NULL) return 0;
   return cu->cuCtxGetDevice(&dev) == CUDA_SUCCESS ? (int)dev : 0;
+}
+
+void device_kernels_preload(void) {
+  const struct cuda_api* cu = cuda_driver();
+  CUcontext ctx = NULL;
+  if (cu == NULL || cu->cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || ctx == NULL) return;
+  if (cuda_kernels_load() != ncclSuccess)
+    INFO(SUB_INIT, "CUDA: the kernels did not load at init (the WARN above says why)");
 }
 
 void device_identity(int dev, uint64_t* uuid, uint64_t* view) {
@@ -87,6 +96,18 @@ fail:
   return res;
 }
 
+/* The kernels, loaded in the comm's context before any call can hold one
+ * of its streams at a gate (cuda_kernels_load says why). */
+static ncclResult_t cuda_comm_kernels(struct device_comm* cc) {
+  ncclResult_t res = ncclSuccess;
+  CUcontext saved;
+  CHECK(cuda_ctx_enter(cc->ctx, &saved));
+  res = cuda_kernels_load();
+  cuda_ctx_restore(saved);
+fail:
+  return res;
+}
+
 /* The comm's device state into comm->device: once the primary context is
  * retained, device_comm_free undoes whatever was made if a later step fails. */
 static ncclResult_t cuda_comm_make(struct ncclComm* comm) {
@@ -110,6 +131,8 @@ static ncclResult_t cuda_comm_make(struct ncclComm* comm) {
     res = stream_create(&cc->proxy);
     cc->own_proxy = res == ncclSuccess;
   }
+  if (res == ncclSuccess && cuda_comm_kernels(cc) != ncclSuccess)
+    INFO(SUB_INIT, "Rank %d: the kernels did not load (the WARN above says why)", comm->rank);
   if (res == ncclSuccess) res = cuda_comm_transports(comm, cc);
   if (res == ncclSuccess && cuda_exec_attach(cc, &comm->exec, &cc->exec) != ncclSuccess)
     INFO(SUB_INIT,

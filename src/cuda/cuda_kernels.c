@@ -51,6 +51,51 @@ static ncclResult_t module_load(const struct cuda_api* cu, CUmodule* mod, const 
   return res;
 }
 
+static ncclResult_t launch(const struct cuda_api* cu, CUfunction fn, unsigned grid, void* arg,
+                           CUstream stream) {
+  void* args[] = {arg};
+  return cuda_check(cu->cuLaunchKernel(fn, grid, 1, 1, KERNEL_BLOCK, 1, 1, 0, stream, args, NULL),
+                    "cuLaunchKernel");
+}
+
+/* Without cuFuncLoad (drivers before 12.4): an empty launch of each
+ * function, waited for on a stream of its own. */
+static ncclResult_t functions_warm_up(const struct cuda_api* cu, struct loaded* l) {
+  ncclResult_t res = ncclSuccess;
+  struct kern_dev_task none, *at_host = NULL;
+  CUdeviceptr at = 0;
+  CUstream s = NULL;
+  memset(&none, 0, sizeof(none)); /* n = 0: the kernels return at once */
+  CHECK(cuda_check(cu->cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), "cuStreamCreate(kernel load)"));
+  CHECK(launch(cu, l->fn, 1, &none, s));
+  if (l->fn_at && cuda_flags_alloc(cu, sizeof(none), "cuMemHostAlloc(kernel load)",
+                                   (void**)&at_host, &at) == ncclSuccess) {
+    *at_host = none;
+    if (launch(cu, l->fn_at, 1, &at, s) != ncclSuccess) l->fn_at = NULL;
+  }
+  CHECK(cuda_check(cu->cuStreamSynchronize(s), "cuStreamSynchronize(kernel load)"));
+fail:
+  if (at_host) cu->cuMemFreeHost(at_host);
+  if (s) cu->cuStreamDestroy(s);
+  return res;
+}
+
+/* Lazy loading (the driver's default since CUDA 12.2) finishes loading a
+ * function at its first launch, and that may synchronize the whole
+ * context. A first launch queued behind a stream gate (cuda_gate.c), or
+ * made while a user stream waits on one, would then wait for a gate that
+ * only this call's proxy opens, after the launch returns: for ever (issue
+ * 32's first GPU run, where every gated direct call hung). So the
+ * functions are loaded in full with their modules, before any gate. */
+static ncclResult_t functions_finish_load(const struct cuda_api* cu, struct loaded* l) {
+  if (cu->cuFuncLoad == NULL) return functions_warm_up(cu, l);
+  ncclResult_t res = cuda_check(cu->cuFuncLoad(l->fn), "cuFuncLoad(braid_reduce_copy)");
+  if (res == ncclSuccess && l->fn_at &&
+      cuda_check(cu->cuFuncLoad(l->fn_at), "cuFuncLoad(braid_reduce_copy_at)") != ncclSuccess)
+    l->fn_at = NULL;
+  return res;
+}
+
 /* The kernel in the current context, loading the module the first time. */
 static ncclResult_t kernel_for_current(const struct cuda_api* cu, struct loaded* out) {
   ncclResult_t res = ncclSuccess;
@@ -82,6 +127,7 @@ static ncclResult_t kernel_for_current(const struct cuda_api* cu, struct loaded*
        cuda_check(cu->cuModuleGetFunction(&l.fn_at, mod_at, "braid_reduce_copy_at"),
                   "cuModuleGetFunction") != ncclSuccess))
     l.fn_at = NULL;
+  if (res == ncclSuccess) res = functions_finish_load(cu, &l);
   if (res == ncclSuccess &&
       cu->cuDeviceGet(&dev, 0) == CUDA_SUCCESS) /* SM counts are alike across devices here */
     cu->cuDeviceGetAttribute(&l.sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev);
@@ -100,11 +146,11 @@ static unsigned grid_for(const struct loaded* k, uint64_t n) {
   return (unsigned)(grid > cap ? cap : grid);
 }
 
-static ncclResult_t launch(const struct cuda_api* cu, CUfunction fn, unsigned grid, void* arg,
-                           CUstream stream) {
-  void* args[] = {arg};
-  return cuda_check(cu->cuLaunchKernel(fn, grid, 1, 1, KERNEL_BLOCK, 1, 1, 0, stream, args, NULL),
-                    "cuLaunchKernel");
+ncclResult_t cuda_kernels_load(void) {
+  const struct cuda_api* cu = cuda_driver();
+  struct loaded k;
+  if (cu == NULL) return ncclInvalidUsage;
+  return kernel_for_current(cu, &k);
 }
 
 ncclResult_t cuda_reduce_copy(const struct kern_dev_task* task, CUstream stream) {

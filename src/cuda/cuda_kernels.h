@@ -12,6 +12,11 @@
 #include "cuda/kern_body.h"
 #include "nccl.h"
 
+/* Load the kernels into the current context now, in full: a device comm
+ * does so when it is made, before any of its calls can hold a stream at a
+ * gate (a function's lazy load may wait for every stream of the context). */
+ncclResult_t cuda_kernels_load(void);
+
 /* Enqueue `task` (its pointers device-accessible) on `stream` in the
  * current context; a launch per row where it has several. */
 ncclResult_t cuda_reduce_copy(const struct kern_dev_task* task, CUstream stream);

@@ -8,6 +8,8 @@
 
 #include "core.h"
 
+void device_kernels_preload(void) {}
+
 int device_current(void) {
   return -1;
 }

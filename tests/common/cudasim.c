@@ -17,6 +17,12 @@
  *    (opened through /proc; refused in the exporting process, as by the
  *    driver), cuMem exports and imports POSIX fds (if requested at create);
  *  - copies (memmove between the GPU's views: unified addressing);
+ *  - lazy loading, as the driver's default since CUDA 12.2: a function's
+ *    first launch in a context, or cuFuncLoad, first waits for everything
+ *    queued on every stream of the process (the driver may synchronize the
+ *    context there), so a first launch behind a stream waiting on a flag
+ *    that only a later step opens hangs here as it does on a GPU;
+ *    CUDA_MODULE_LOADING=EAGER loads at cuModuleGetFunction;
  *  - modules: any image loads, and its functions "braid_reduce_copy" (the
  *    task as parameter) and "braid_reduce_copy_at" (the task read from
  *    device-reachable memory when the launch runs) run the CPU grid
@@ -603,6 +609,8 @@ static CUresult sim_memcpy_async(CUdeviceptr dst, CUdeviceptr src, size_t bytes,
   return stream_push(s, &op);
 }
 
+static _Atomic int* fn_loaded_flag(CUfunction f);
+
 static CUresult sim_module_load(CUmodule* m, const void* image) {
   if (t_ctx == NULL) return CUDA_ERROR_INVALID_CONTEXT;
   if (image == NULL) return CUDA_ERROR_INVALID_VALUE;
@@ -618,6 +626,44 @@ static CUresult sim_module_function(CUfunction* f, CUmodule m, const char* name)
     *f = SIM_REDUCE_COPY_AT;
   else
     return CUDA_ERROR_NOT_FOUND;
+  const char* mode = getenv("CUDA_MODULE_LOADING");
+  if (mode && strcmp(mode, "EAGER") == 0) atomic_store(fn_loaded_flag(*f), 1);
+  return CUDA_SUCCESS;
+}
+
+/* Lazy loading: whether each of the two functions is loaded, per device's
+ * context. */
+#define SIM_MAX_LOADED_DEVICES 16
+static _Atomic int g_fn_loaded[SIM_MAX_LOADED_DEVICES][2];
+
+static void stream_wait_pushed(struct sim_stream* st);
+
+/* What the driver may do to finish a lazy load: wait for every stream's
+ * queued work (the NULL stream's and every handle's). */
+static void context_synchronize(void) {
+  int n = atomic_load(&g_nhandles);
+  stream_wait_pushed(stream_of(NULL));
+  for (int i = 0; i < n && i < SIM_MAX_STREAMS; i++)
+    if (g_handles[i]) stream_wait_pushed(g_handles[i]->queue);
+}
+
+static _Atomic int* fn_loaded_flag(CUfunction f) {
+  unsigned dev = (unsigned)((uintptr_t)t_ctx - 0x1000);
+  if (dev >= SIM_MAX_LOADED_DEVICES) dev = 0;
+  return &g_fn_loaded[dev][f == SIM_REDUCE_COPY_AT];
+}
+
+static void fn_finish_load(CUfunction f) {
+  _Atomic int* loaded = fn_loaded_flag(f);
+  if (atomic_load(loaded)) return;
+  context_synchronize();
+  atomic_store(loaded, 1);
+}
+
+static CUresult sim_func_load(CUfunction f) {
+  if (t_ctx == NULL) return CUDA_ERROR_INVALID_CONTEXT;
+  if (f != SIM_REDUCE_COPY && f != SIM_REDUCE_COPY_AT) return CUDA_ERROR_INVALID_HANDLE;
+  fn_finish_load(f);
   return CUDA_SUCCESS;
 }
 
@@ -629,6 +675,7 @@ static CUresult sim_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, 
   if ((f != SIM_REDUCE_COPY && f != SIM_REDUCE_COPY_AT) || gy != 1 || gz != 1 || by != 1 ||
       bz != 1 || args == NULL)
     return CUDA_ERROR_INVALID_VALUE;
+  fn_finish_load(f);
   struct sim_op op = {.kind = OP_LAUNCH, .grid = gx, .block = bx};
   if (f == SIM_REDUCE_COPY_AT) {
     CUdeviceptr at;
@@ -691,6 +738,7 @@ static const struct {
     {"cuModuleLoadData", (void*)sim_module_load},
     {"cuModuleGetFunction", (void*)sim_module_function},
     {"cuLaunchKernel", (void*)sim_launch},
+    {"cuFuncLoad", (void*)sim_func_load},
     {"cuStreamSynchronize", (void*)sim_stream_sync},
     {"cuStreamCreate", (void*)sim_stream_create},
     {"cuStreamDestroy", (void*)sim_stream_destroy},

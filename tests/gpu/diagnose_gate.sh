@@ -24,14 +24,17 @@ start() { # name algo env...
   done
 }
 stacks() { # name: both ranks' stacks, the two attaches side by side
-  local r pid t
+  local r pid t attach=()
   for r in 0 1; do
     pid=$(cat "$w/$1.$r.pid")
     kill -0 "$pid" 2>/dev/null || continue
     timeout 45 cuda-gdb -p "$pid" -batch -ex "info threads" -ex "thread apply all bt 25" 2>&1 |
       grep -vE "^\[New Thread|^warning: |Reading symbols|^$" | head -300 >"$w/$1.$r.bt" &
+    attach+=($!)
   done
-  wait
+  # the attaches only: a bare `wait` would wait for the hung ranks too (run 2 of
+  # 2026-11-27 lost its stacks that way)
+  [ ${#attach[@]} -gt 0 ] && wait "${attach[@]}"
   for r in 0 1; do
     pid=$(cat "$w/$1.$r.pid")
     if ! kill -0 "$pid" 2>/dev/null; then
@@ -65,10 +68,11 @@ finish() { # name seconds: wait up to seconds for both ranks, report
   start staged "^Direct"
   start direct Direct
   sleep 15
-  stacks staged &
+  stacks staged >"$w/staged.stacks" &
+  sp=$!
   stacks direct >"$w/direct.stacks"
-  wait
-  cat "$w/direct.stacks"
+  wait $sp
+  cat "$w/staged.stacks" "$w/direct.stacks"
   for n in staged direct; do for r in 0 1; do kill -9 "$(cat "$w/$n.$r.pid")" 2>/dev/null; done; done
   finish staged 1
   finish direct 1
