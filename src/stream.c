@@ -28,6 +28,7 @@ struct stream_item {
   int ngates;
   ncclResult_t (*fn)(void*);
   void* arg;
+  braidHostFn_t host_fn; /* braidStreamLaunchHostFunc: runs whatever came before */
   struct stream_item* next;
 };
 
@@ -114,6 +115,17 @@ static void* stream_main(void* p) {
     if (s->head == NULL) break;
     struct stream_item* it = s->head;
     pthread_mutex_unlock(&s->lock);
+    if (it->host_fn) { /* told the outcome so far; changes nothing */
+      it->host_fn(it->arg, s->error);
+      pthread_mutex_lock(&s->lock);
+      s->head = it->next;
+      if (s->head == NULL) s->tail = NULL;
+      it->host_fn = NULL;
+      it->next = s->free_items;
+      s->free_items = it;
+      if (s->head == NULL) pthread_cond_broadcast(&s->idle);
+      continue;
+    }
     /* after an error the queue drains without running (order is lost), but
      * its units still give up their turns on their comms. A gated unit (a
      * device call) always runs: its comms' own error state decides, so one
@@ -193,6 +205,7 @@ static struct stream_item* item_get(struct braid_stream* s, int n) {
   }
   it->nops = it->ngates = 0;
   it->fn = NULL;
+  it->host_fn = NULL;
   it->next = NULL;
   return it;
 }
@@ -256,6 +269,19 @@ ncclResult_t stream_query(struct braid_stream* s) {
   return res;
 }
 
+static ncclResult_t stream_submit_host_fn(struct braid_stream* s, braidHostFn_t fn, void* arg) {
+  pthread_mutex_lock(&s->lock);
+  struct stream_item* it = item_get(s, 0);
+  if (it) {
+    it->host_fn = fn;
+    it->arg = arg;
+    item_push(s, it);
+  }
+  pthread_mutex_unlock(&s->lock);
+  if (it == NULL) WARN("braidStreamLaunchHostFunc : out of memory queueing a host function");
+  return it ? ncclSuccess : ncclSystemError;
+}
+
 /* ---- braid.h API ---- */
 
 static ncclResult_t stream_arg(cudaStream_t handle, const char* fn, struct braid_stream** s) {
@@ -299,4 +325,17 @@ ncclResult_t braidStreamQuery(cudaStream_t stream) {
   struct braid_stream* s;
   ncclResult_t res = stream_arg(stream, "braidStreamQuery", &s);
   return res == ncclSuccess ? stream_query(s) : res;
+}
+
+BRAID_API(ncclResult_t, braidStreamLaunchHostFunc, cudaStream_t stream, braidHostFn_t fn,
+          void* userData);
+ncclResult_t braidStreamLaunchHostFunc(cudaStream_t stream, braidHostFn_t fn, void* userData) {
+  struct braid_stream* s;
+  ncclResult_t res = stream_arg(stream, "braidStreamLaunchHostFunc", &s);
+  if (res != ncclSuccess) return res;
+  if (fn == NULL) {
+    WARN("braidStreamLaunchHostFunc : fn is NULL");
+    return ncclInvalidArgument;
+  }
+  return stream_submit_host_fn(s, fn, userData);
 }
