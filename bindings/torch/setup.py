@@ -48,6 +48,7 @@ setup(
             # Braid linked in whole and kept private: its nccl* symbols never
             # interpose on the NCCL that torch's own libraries load.
             extra_objects=[archive],
+            depends=[archive],  # relink when Braid changed
             extra_link_args=["-Wl,--exclude-libs,ALL", "-pthread"],
             extra_compile_args=["-O2"],
         )

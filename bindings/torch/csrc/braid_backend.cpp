@@ -196,7 +196,7 @@ Red red_plan(const char* op, at::ScalarType st, const c10d::ReduceOp& rop) {
       break;
     case R::PREMUL_SUM: {
       if (is_bool) no("a scaled sum of booleans is not a boolean");
-      auto* s = dynamic_cast<c10d::PreMulSumSupplement*>(rop.supplement_.get());
+      auto* s = dynamic_cast<c10d::NCCLPreMulSumSupplement*>(rop.supplement_.get());
       TORCH_CHECK(s != nullptr, "braid: ", op, ": PREMUL_SUM without its factor");
       r.factor = s->tensor_factor.defined() ? s->tensor_factor.item<double>() : s->double_factor;
       r.premul = true;
@@ -717,8 +717,8 @@ c10::intrusive_ptr<c10d::Work> BraidBackend::allgather_into_tensor_coalesced(
                 " elements, expected ", size_, " x ", inputs[i].numel());
     if (inputs[i].numel() > 0) calls.push_back(allgather_call(inputs[i], outputs[i], keep));
   }
-  return submit("all_gather_into_tensor_coalesced", c10d::OpType::ALLGATHER_INTO_TENSOR_COALESCED,
-                std::move(calls), outputs, keep, opts.timeout);
+  return submit("all_gather_into_tensor_coalesced", c10d::OpType::COALESCED, std::move(calls),
+                outputs, keep, opts.timeout);
 }
 
 c10::intrusive_ptr<c10d::Work> BraidBackend::gather(std::vector<std::vector<at::Tensor>>& outputs,
@@ -907,8 +907,8 @@ c10::intrusive_ptr<c10d::Work> BraidBackend::reduce_scatter_tensor_coalesced(
       calls.push_back(reduce_scatter_call("reduce_scatter_tensor_coalesced", inputs[i], outputs[i],
                                           opts.reduceOp, keep));
   }
-  return submit("reduce_scatter_tensor_coalesced", c10d::OpType::REDUCE_SCATTER_TENSOR_COALESCED,
-                std::move(calls), outputs, keep, opts.timeout);
+  return submit("reduce_scatter_tensor_coalesced", c10d::OpType::COALESCED, std::move(calls),
+                outputs, keep, opts.timeout);
 }
 
 c10::intrusive_ptr<c10d::Work> BraidBackend::alltoall_base(at::Tensor& output, at::Tensor& input,
@@ -1136,7 +1136,6 @@ c10::intrusive_ptr<BraidBackend> BraidBackend::splitRanks(const std::vector<int>
   return c10::make_intrusive<BraidBackend>(child, timeout);
 }
 
-#if BRAID_TORCH_AT_LEAST(8)
 c10::intrusive_ptr<c10d::Backend> BraidBackend::split(const c10::intrusive_ptr<c10d::Store>&,
                                                       const std::vector<int>& ranks,
                                                       const c10::intrusive_ptr<Options>& opts) {
@@ -1147,6 +1146,5 @@ c10::intrusive_ptr<c10d::Backend> BraidBackend::split(const c10::intrusive_ptr<c
   }
   return b;
 }
-#endif
 
 }  // namespace braid_torch

@@ -116,27 +116,19 @@ class BraidBackend : public c10d::Backend {
   ~BraidBackend() override;
 
   const std::string getBackendName() const override { return "braid"; }
-  bool supportsCoalescing() const override { return true; }
   bool supportsSplitting() const override { return true; }
-#if BRAID_TORCH_AT_LEAST(8)
-  c10::intrusive_ptr<Options> getBackendOptions() override {
-    return options_;
-  }
+  /* Virtual in the torch versions that have them; no `override`, since 2.4
+   * has none of these and later versions add them one by one. */
+  bool supportsCoalescing() const { return true; }
+  c10::intrusive_ptr<Options> getBackendOptions() { return options_; }
   c10::intrusive_ptr<c10d::Backend> split(const c10::intrusive_ptr<c10d::Store>& store,
                                           const std::vector<int>& ranks,
-                                          const c10::intrusive_ptr<Options>& opts) override;
-#endif
+                                          const c10::intrusive_ptr<Options>& opts);
+  void setTimeout(std::chrono::milliseconds timeout) { comm_->timeout = timeout; }
   /* The collective core of split(): every rank of this group calls it; a
    * rank not in `ranks` gets nullptr. */
   c10::intrusive_ptr<BraidBackend> splitRanks(const std::vector<int>& ranks,
                                               std::chrono::milliseconds timeout);
-  void setTimeout(std::chrono::milliseconds timeout)
-#if BRAID_TORCH_AT_LEAST(6)
-      override
-#endif
-  {
-    comm_->timeout = timeout;
-  }
 
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
                                            const c10d::BroadcastOptions& opts) override;
@@ -186,16 +178,12 @@ class BraidBackend : public c10d::Backend {
   void startCoalescing() override;
   c10::intrusive_ptr<c10d::Work> endCoalescing() override;
 
-  uint64_t getSequenceNumberForGroup() override {
-    return seq_;
-  }
-  void abort() override;
-  void shutdown() override;
+  uint64_t getSequenceNumberForGroup() override { return seq_; }
+  void abort();    /* virtual where torch has it, as above */
+  void shutdown(); /* the same */
 
   /* For tests and tools: the communicator's rank count and handle. */
-  ncclComm_t ncclComm() const {
-    return comm_->comm;
-  }
+  ncclComm_t ncclComm() const { return comm_->comm; }
 
  private:
   c10::intrusive_ptr<c10d::Work> submit(const char* name, c10d::OpType type,
