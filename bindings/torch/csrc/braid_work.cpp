@@ -83,7 +83,10 @@ Comm::~Comm() {
 
 BraidWork::BraidWork(int rank, c10d::OpType type, const char* name, uint64_t seq,
                      std::vector<at::Tensor> outputs, std::shared_ptr<Comm> comm)
-    : c10d::Work(rank, type, nullptr),
+    /* the profiler's event, "braid:all_reduce" with the tensors' shapes, as
+     * torch's backends record theirs; it ends when the work completes */
+    : c10d::Work(rank, type, ("braid:" + std::string(name)).c_str(),
+                 std::optional<std::vector<at::Tensor>>(outputs)),
       name(name),
       seq_(seq),
       outputs_(std::move(outputs)),
@@ -144,6 +147,10 @@ void BraidWork::complete(std::exception_ptr error) {
     std::lock_guard<std::mutex> g(mutex_);
     completed_ = true;
     exception_ = error;
+    if (recordFunctionEndCallback_) {
+      recordFunctionEndCallback_();
+      recordFunctionEndCallback_ = nullptr;
+    }
   }
   cv_.notify_all();
   /* A future's callbacks run where it is completed. They may issue more
