@@ -420,8 +420,9 @@ Ms BraidBackend::timeoutOf(Ms t) const {
 c10::intrusive_ptr<c10d::Work> BraidBackend::submit(const char* name, c10d::OpType type,
                                                     std::vector<Call> calls,
                                                     std::vector<at::Tensor> outputs,
-                                                    std::vector<at::Tensor> keep, Ms timeout) {
-  auto work = c10::make_intrusive<BraidWork>(rank_, type, name, ++seq_, outputs, comm_);
+                                                    std::vector<at::Tensor> keep, Ms timeout,
+                                                    const std::vector<at::Tensor>* inputs) {
+  auto work = c10::make_intrusive<BraidWork>(rank_, type, name, ++seq_, outputs, comm_, inputs);
   if (coalescing_) {
     for (auto& c : calls) coal_calls_.push_back(std::move(c));
     coal_outputs_.insert(coal_outputs_.end(), outputs.begin(), outputs.end());
@@ -481,7 +482,7 @@ void BraidBackend::issueUnit(const std::shared_ptr<Unit>& unit, std::vector<Call
     unit->deadline = std::chrono::steady_clock::now() + unit->timeout;
     unit->pos = cm.pending.insert(cm.pending.end(), unit.get());
   }
-  cm.cv.notify_all();
+  /* the watchdog looks at least once a second: no wake-up per op */
   auto* h = new std::shared_ptr<Unit>(unit);
   res = braidStreamLaunchHostFunc(cm.stream, unit_done, h);
   if (res != ncclSuccess) {
@@ -657,7 +658,7 @@ c10::intrusive_ptr<c10d::Work> BraidBackend::allgather(
     TORCH_CHECK((int)outputs[0].size() == size_, "braid: all_gather: ", outputs[0].size(),
                 " output tensors for ", size_, " ranks");
   return submit("all_gather", c10d::OpType::ALLGATHER, std::move(calls), outputs[0], keep,
-                opts.timeout);
+                opts.timeout, &inputs);
 }
 
 c10::intrusive_ptr<c10d::Work> BraidBackend::_allgather_base(at::Tensor& output, at::Tensor& input,
@@ -671,8 +672,9 @@ c10::intrusive_ptr<c10d::Work> BraidBackend::_allgather_base(at::Tensor& output,
   std::vector<Call> calls;
   std::vector<at::Tensor> keep;
   if (input.numel() > 0) calls.push_back(allgather_call(input, output, keep));
+  std::vector<at::Tensor> ins{input};
   return submit("all_gather_into_tensor", c10d::OpType::_ALLGATHER_BASE, std::move(calls), {output},
-                keep, opts.timeout);
+                keep, opts.timeout, &ins);
 }
 
 c10::intrusive_ptr<c10d::Work> BraidBackend::allgather_coalesced(
@@ -698,7 +700,7 @@ c10::intrusive_ptr<c10d::Work> BraidBackend::allgather_coalesced(
           allgather_list_call("all_gather_coalesced", inputs[i], per_rank, size_, keep));
   }
   return submit("all_gather_coalesced", c10d::OpType::ALLGATHER_COALESCED, std::move(calls), outs,
-                keep, opts.timeout);
+                keep, opts.timeout, &inputs);
 }
 
 c10::intrusive_ptr<c10d::Work> BraidBackend::allgather_into_tensor_coalesced(
@@ -764,7 +766,8 @@ c10::intrusive_ptr<c10d::Work> BraidBackend::gather(std::vector<std::vector<at::
     if (flat.defined()) keep.push_back(flat);
     calls.push_back(std::move(c));
   }
-  return submit("gather", c10d::OpType::GATHER, std::move(calls), outs, keep, opts.timeout);
+  return submit("gather", c10d::OpType::GATHER, std::move(calls), outs, keep, opts.timeout,
+                &inputs);
 }
 
 c10::intrusive_ptr<c10d::Work> BraidBackend::scatter(std::vector<at::Tensor>& outputs,
@@ -869,7 +872,7 @@ c10::intrusive_ptr<c10d::Work> BraidBackend::reduce_scatter(
     red_plan("reduce_scatter", out.scalar_type(), opts.reduceOp);
   }
   return submit("reduce_scatter", c10d::OpType::REDUCE_SCATTER, std::move(calls), outputs, keep,
-                opts.timeout);
+                opts.timeout, &inputs[0]);
 }
 
 c10::intrusive_ptr<c10d::Work> BraidBackend::_reduce_scatter_base(

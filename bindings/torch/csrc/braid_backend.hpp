@@ -60,8 +60,10 @@ struct Comm {
 
 class BraidWork : public c10d::Work {
  public:
+  /* inputs: what the profiler's event shows (the outputs when null) */
   BraidWork(int rank, c10d::OpType type, const char* name, uint64_t seq,
-            std::vector<at::Tensor> outputs, std::shared_ptr<Comm> comm);
+            std::vector<at::Tensor> outputs, std::shared_ptr<Comm> comm,
+            const std::vector<at::Tensor>* inputs = nullptr);
   ~BraidWork() override = default;
 
   bool isCompleted() override;
@@ -83,7 +85,10 @@ class BraidWork : public c10d::Work {
   const uint64_t seq_;
   std::vector<at::Tensor> outputs_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
+  bool future_wanted_ = false; /* getFuture was called (under mutex_) */
+  bool future_set_ = false;    /* someone completes the future (under mutex_) */
   std::weak_ptr<Comm> comm_;
+  void setFuture(bool on_pool);
 };
 
 /* One Braid call of an op, and what must run around it on the stream. */
@@ -189,7 +194,8 @@ class BraidBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> submit(const char* name, c10d::OpType type,
                                         std::vector<Call> calls, std::vector<at::Tensor> outputs,
                                         std::vector<at::Tensor> keep,
-                                        std::chrono::milliseconds timeout);
+                                        std::chrono::milliseconds timeout,
+                                        const std::vector<at::Tensor>* inputs = nullptr);
   void issueUnit(const std::shared_ptr<Unit>& unit, std::vector<Call>& calls, bool grouped);
   std::chrono::milliseconds timeoutOf(std::chrono::milliseconds t) const;
   void start(std::shared_ptr<Comm> comm);

@@ -82,11 +82,12 @@ Comm::~Comm() {
 /* ---------------------------------------------------------------- BraidWork */
 
 BraidWork::BraidWork(int rank, c10d::OpType type, const char* name, uint64_t seq,
-                     std::vector<at::Tensor> outputs, std::shared_ptr<Comm> comm)
+                     std::vector<at::Tensor> outputs, std::shared_ptr<Comm> comm,
+                     const std::vector<at::Tensor>* inputs)
     /* the profiler's event, "braid:all_reduce" with the tensors' shapes, as
      * torch's backends record theirs; it ends when the work completes */
     : c10d::Work(rank, type, ("braid:" + std::string(name)).c_str(),
-                 std::optional<std::vector<at::Tensor>>(outputs)),
+                 std::optional<std::vector<at::Tensor>>(inputs ? *inputs : outputs)),
       name(name),
       seq_(seq),
       outputs_(std::move(outputs)),
@@ -130,8 +131,42 @@ void BraidWork::abort() {
   if (auto c = comm_.lock()) c->abort("braid: Work.abort() on " + name);
 }
 
+/* The future is completed only once someone asked for it: most works are
+ * only waited for, and a completion would cost every op a thread's wake-up. */
 c10::intrusive_ptr<c10::ivalue::Future> BraidWork::getFuture() {
+  bool now;
+  {
+    std::lock_guard<std::mutex> g(mutex_);
+    future_wanted_ = true;
+    now = completed_ && !future_set_;
+    if (now) future_set_ = true;
+  }
+  if (now) setFuture(false);
   return future_;
+}
+
+void BraidWork::setFuture(bool on_pool) {
+  auto fut = future_;
+  auto outs = outputs_;
+  std::exception_ptr error;
+  {
+    std::lock_guard<std::mutex> g(mutex_);
+    error = exception_;
+  }
+  auto set = [fut, outs, error]() {
+    if (error)
+      fut->setError(error);
+    else
+      fut->markCompleted(c10::IValue(outs));
+  };
+  /* A future's callbacks run where it is completed. They may issue more
+   * work on this group and wait for it (PowerSGD does), which would never
+   * run behind a blocked stream thread: on the stream, complete it on
+   * torch's pool. */
+  if (on_pool)
+    at::launch(set);
+  else
+    set();
 }
 
 std::vector<at::Tensor> BraidWork::result() {
@@ -143,6 +178,7 @@ uint64_t BraidWork::getSequencenumber() const {
 }
 
 void BraidWork::complete(std::exception_ptr error) {
+  bool fut;
   {
     std::lock_guard<std::mutex> g(mutex_);
     completed_ = true;
@@ -151,19 +187,11 @@ void BraidWork::complete(std::exception_ptr error) {
       recordFunctionEndCallback_();
       recordFunctionEndCallback_ = nullptr;
     }
+    fut = future_wanted_ && !future_set_;
+    if (fut) future_set_ = true;
   }
   cv_.notify_all();
-  /* A future's callbacks run where it is completed. They may issue more
-   * work on this group and wait for it (PowerSGD does), which would never
-   * run behind a blocked stream thread: complete it on torch's pool. */
-  auto fut = future_;
-  auto outs = outputs_;
-  at::launch([fut, outs, error]() {
-    if (error)
-      fut->setError(error);
-    else
-      fut->markCompleted(c10::IValue(outs));
-  });
+  if (fut) setFuture(true);
 }
 
 /* ---------------------------------------------------------------- host functions */
