@@ -7,7 +7,8 @@ tensor), 4 KiB .. 256 MiB, the mean time per call over ITERS calls after
 warm-up (nccl-tests' definition), busbw = bytes / time * 2(n-1)/n.
 DDP: a 784-512-512-10 MLP, SGD, BATCH samples per rank; steps per second,
 and the step time without communication (DDP's no_sync) to tell how much
-of a step is communication.
+of a step is communication. The backends take turns over ROUNDS rounds and
+each figure is the median over them.
 """
 
 import argparse
@@ -161,6 +162,25 @@ def run_backend(backend, args):
         return out
 
 
+def median_of(runs, n):
+    out = {}
+    if "allreduce" in runs[0]:
+        rows = []
+        for i, r0 in enumerate(runs[0]["allreduce"]):
+            us = statistics.median(run["allreduce"][i]["us"] for run in runs)
+            rows.append({"bytes": r0["bytes"], "us": us,
+                         "busbw": r0["bytes"] / (us * 1e-6) * 2 * (n - 1) / n / 1e9,
+                         "ok": all(run["allreduce"][i]["ok"] for run in runs)})
+        out["allreduce"] = rows
+    if "ddp" in runs[0]:
+        d = dict(runs[0]["ddp"])
+        for k in ("step_ms", "no_sync_step_ms", "comm_ms", "grad_allreduce_ms"):
+            d[k] = statistics.median(run["ddp"][k] for run in runs)
+        d["steps_per_s"] = 1e3 / d["step_ms"]
+        out["ddp"] = d
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--np", type=int, default=4)
@@ -169,17 +189,27 @@ def main():
     ap.add_argument("--min-bytes", type=int, default=4096)
     ap.add_argument("--max-bytes", type=int, default=256 << 20)
     ap.add_argument("--iters", type=int, default=200)
-    ap.add_argument("--seconds", type=float, default=1.0, help="target time per size")
-    ap.add_argument("--steps", type=int, default=30)
-    ap.add_argument("--ddp-reps", type=int, default=3)
+    ap.add_argument("--seconds", type=float, default=0.5, help="target time per size")
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--ddp-reps", type=int, default=1)
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--timeout", type=float, default=1800)
+    ap.add_argument("--rounds", type=int, default=3, help="alternating rounds; medians")
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args()
-    results = {"np": args.np, "torch": torch.__version__}
-    for b in args.backends.split(","):
-        print(f"# {b}: {args.np} ranks", file=sys.stderr, flush=True)
-        results[b] = run_backend(b, args)
+    results = {"np": args.np, "torch": torch.__version__, "rounds": args.rounds}
+    backends = args.backends.split(",")
+    # Rounds alternate the backends, and each figure is the median over rounds: on a shared
+    # host the load shifts, and one backend measured after the other would carry the shift.
+    runs = {b: [] for b in backends}
+    for r in range(args.rounds):
+        for b in backends:
+            print(f"# round {r + 1}/{args.rounds}: {b}, {args.np} ranks", file=sys.stderr,
+                  flush=True)
+            runs[b].append(run_backend(b, args))
+    for b in backends:
+        results[b] = median_of(runs[b], args.np)
+        results[b]["runs"] = runs[b]
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)
@@ -189,7 +219,7 @@ def main():
 def report(res, backends):
     if all("allreduce" in res[b] for b in backends):
         print(f"# all_reduce float32 sum, {res['np']} ranks, torch {res['torch']}: time per call "
-              "(us) and busbw (GB/s)")
+              f"(us) and busbw (GB/s), median of {res['rounds']} alternating rounds")
         hdr = "".join(f"  {b + ' us':>12} {b + ' GB/s':>11}" for b in backends)
         print(f"# {'bytes':>10}{hdr}  {'ratio':>6}")
         rows = {b: {r["bytes"]: r for r in res[b]["allreduce"]} for b in backends}
@@ -208,7 +238,7 @@ def report(res, backends):
     if all("ddp" in res[b] for b in backends):
         d0 = res[backends[0]]["ddp"]
         print(f"# DDP, 784-512-512-10 MLP ({d0['params']} parameters), SGD, batch {d0['batch']} "
-              f"per rank, {res['np']} ranks")
+              f"per rank, {res['np']} ranks, median of {res['rounds']} rounds")
         print(f"# {'backend':>8} {'steps/s':>8} {'step ms':>8} {'no_sync ms':>10} "
               f"{'comm ms':>8} {'grad all_reduce ms':>18}")
         for b in backends:

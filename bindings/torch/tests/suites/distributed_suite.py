@@ -44,10 +44,12 @@ from torch.testing._internal.distributed.distributed_test import (  # noqa: E402
 if BACKEND == "braid":
     # braid records profiler events ("braid:all_reduce", ...) as these do
     distributed_test.PROFILING_SUPPORTED_BACKENDS.append("braid")
+    distributed_test.SEND_RECV_PROFILING_SUPPORTED_BACKENDS.append("braid")
 elif os.environ.get("BRAID_SUITE_AS_GLOO") == "1":
     # braid's events are named braid:..., not gloo:...: the braid run checks
     # them; here only the results are
     distributed_test.PROFILING_SUPPORTED_BACKENDS.remove("gloo")
+    distributed_test.SEND_RECV_PROFILING_SUPPORTED_BACKENDS.remove("gloo")
 
 
 class TestDistBackendWithFork(TestDistBackend, DistributedTest._DistTestBase):
