@@ -125,7 +125,7 @@ MP_SRCS    := $(filter-out $(if $(filter 1,$(HAVE_CUDA)),,tests/mp/test_device%.
 MP_BINS    := $(patsubst tests/mp/%.c,$(TSTDIR)/mp_%,$(MP_SRCS))
 
 .PHONY: all lib tools tests unit-mp-tests test run bench bench-shm bench-cluster install clean \
-        deps format test-sanitize fuzz fuzz-targets check-layers print-layers
+        deps format test-sanitize fuzz fuzz-targets check-layers print-layers test-torch bench-torch
 all: lib tools
 
 lib: $(SHLIB) $(STLIB) $(NCCLSO) $(LIBDIR)/libnccl.so
@@ -392,9 +392,18 @@ BUILD_JOBS = $(if $(findstring jobserver,$(MAKEFLAGS)),,-j$(shell nproc))
 test: deps check-layers
 	@$(MAKE) --no-print-directory $(BUILD_JOBS) all tests
 	@scripts/run-tests.sh $(BUILD)
+	@scripts/test-torch.sh $(BUILD)
 	@SAN_CC=$(CC) SAN_BUILD_PREFIX=$(BUILD)/san SAN_SEED_BUILD=$(BUILD) \
 	  SAN_TESTS="$(LIFETIME_ASAN_TESTS)" MAKE="$(MAKE)" \
 	  scripts/test-sanitize.sh asan
+
+# bindings/torch, the torch.distributed backend "braid": its tests, in a cached environment
+# with torch from PyPI (scripts/torch-env.sh); and braid against gloo (perf/torch_compare.sh).
+test-torch: lib
+	@scripts/test-torch.sh $(BUILD)
+
+bench-torch: lib
+	@perf/torch_compare.sh $(BUILD)
 
 run: deps
 	@$(MAKE) --no-print-directory $(BUILD_JOBS) all

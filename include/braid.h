@@ -50,6 +50,21 @@ ncclResult_t braidStreamSynchronize(cudaStream_t stream);
  * or the stream's first error. Never blocks. */
 ncclResult_t braidStreamQuery(cudaStream_t stream);
 
+/*
+ * A host function on a stream (as cudaLaunchHostFunc): fn(userData, status)
+ * runs on the stream's thread once everything enqueued on the stream before
+ * it has run, and before anything enqueued after it. It runs whether or not
+ * that work succeeded: status is the stream's first error so far, or
+ * ncclSuccess. It is how a caller learns that one call of several on a
+ * stream is done (braidStreamQuery only says the whole queue is).
+ * fn must return promptly and must not wait for its own stream
+ * (braidStreamSynchronize or braidStreamDestroy of it never return); it may
+ * enqueue further work. A NULL fn or a handle that is not a host stream is
+ * ncclInvalidArgument.
+ */
+typedef void (*braidHostFn_t)(void* userData, ncclResult_t status);
+ncclResult_t braidStreamLaunchHostFunc(cudaStream_t stream, braidHostFn_t fn, void* userData);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

@@ -118,8 +118,9 @@ static void* stream_main(void* p) {
       if (it->job->failed) it->job->failed(it->data, it->bytes, res);
       run = 0;
     }
-    res = run ? it->job->run(it->data, it->bytes) : res != ncclSuccess ? res : s->error;
-    if (!run && it->job->cancel) it->job->cancel(it->data, it->bytes);
+    ncclResult_t why = res != ncclSuccess ? res : s->error; /* if it does not run */
+    res = run ? it->job->run(it->data, it->bytes) : why;
+    if (!run && it->job->cancel) it->job->cancel(it->data, it->bytes, why);
     gates_open(it);
     pthread_mutex_lock(&s->lock);
     if (s->error == ncclSuccess && !gated) s->error = res;
@@ -234,6 +235,29 @@ ncclResult_t stream_submit_fn(struct braid_stream* s, ncclResult_t (*fn)(void*),
   return stream_submit(s, &kFnJob, &f, sizeof(f), NULL, 0);
 }
 
+/* braidStreamLaunchHostFunc's call as a job: it runs in the stream's order
+ * whatever came before it did, told the outcome so far, and changes nothing
+ * (its run succeeds; its cancel is the run after an error). */
+struct host_call {
+  braidHostFn_t fn;
+  void* arg;
+};
+
+static ncclResult_t host_call_run(void* data, size_t bytes) {
+  struct host_call* h = data;
+  (void)bytes;
+  h->fn(h->arg, ncclSuccess);
+  return ncclSuccess;
+}
+
+static void host_call_after_error(void* data, size_t bytes, ncclResult_t why) {
+  struct host_call* h = data;
+  (void)bytes;
+  h->fn(h->arg, why);
+}
+
+static const struct stream_job kHostCallJob = {host_call_run, host_call_after_error, NULL, NULL};
+
 ncclResult_t stream_sync(struct braid_stream* s) {
   pthread_mutex_lock(&s->lock);
   while (s->head != NULL) pthread_cond_wait(&s->idle, &s->lock);
@@ -294,4 +318,18 @@ ncclResult_t braidStreamQuery(cudaStream_t stream) {
   struct braid_stream* s;
   ncclResult_t res = stream_arg(stream, "braidStreamQuery", &s);
   return res == ncclSuccess ? stream_query(s) : res;
+}
+
+BRAID_API(ncclResult_t, braidStreamLaunchHostFunc, cudaStream_t stream, braidHostFn_t fn,
+          void* userData);
+ncclResult_t braidStreamLaunchHostFunc(cudaStream_t stream, braidHostFn_t fn, void* userData) {
+  struct braid_stream* s;
+  ncclResult_t res = stream_arg(stream, "braidStreamLaunchHostFunc", &s);
+  if (res != ncclSuccess) return res;
+  if (fn == NULL) {
+    WARN("braidStreamLaunchHostFunc : fn is NULL");
+    return ncclInvalidArgument;
+  }
+  struct host_call h = {fn, userData};
+  return stream_submit(s, &kHostCallJob, &h, sizeof(h), NULL, 0);
 }

@@ -24,9 +24,9 @@ void stream_destroy(struct braid_stream* s);
  * gets the data and its size. */
 struct stream_job {
   ncclResult_t (*run)(void* data, size_t bytes);
-  /* It will not run (an earlier error, its gates' streams failed): let go
-   * of what it holds. */
-  void (*cancel)(void* data, size_t bytes);
+  /* It will not run, for `why` (the stream's earlier error, or its gates'
+   * streams failed): let go of what it holds. */
+  void (*cancel)(void* data, size_t bytes, ncclResult_t why);
   /* Whether to stop waiting for its gates (whoever it belongs to aborted). */
   int (*aborted)(const void* data, size_t bytes);
   /* Its gates' streams failed with res: tell whoever it belongs to. */

@@ -271,7 +271,8 @@ static ncclResult_t unit_run(void* data, size_t bytes) {
   return work_run(data, unit_size(bytes));
 }
 
-static void unit_cancel(void* data, size_t bytes) {
+static void unit_cancel(void* data, size_t bytes, ncclResult_t why) {
+  (void)why; /* the ops' comms hold their own errors */
   work_cancel(data, unit_size(bytes));
 }
 

@@ -1,5 +1,6 @@
 /* Host streams (braid.h): in-order dependent work, overlap with the caller,
- * independence across comms, groups on a stream, sticky errors, bad input. */
+ * independence across comms, groups on a stream, sticky errors, bad input,
+ * host functions. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -644,6 +645,118 @@ static void test_bad_input(void** state) {
   assert_int_equal(mp_launch(2, bad_body, NULL, NULL), 0);
 }
 
+/* ---- (5) host functions: each call's completion, in order, with the outcome ---- */
+
+#define HF_CALLS 5
+#define HF_COUNT 65537
+
+struct hf_seen {
+  int calls;               /* host functions run so far */
+  int order[HF_CALLS + 1]; /* the tag of each, in the order they ran */
+  ncclResult_t status[HF_CALLS + 1];
+  double value[HF_CALLS + 1]; /* x[HF_COUNT - 1] when it ran */
+  const double* x;
+};
+struct hf_arg {
+  struct hf_seen* seen;
+  int tag;
+};
+
+static void hf_record(void* p, ncclResult_t status) {
+  struct hf_arg* a = p;
+  struct hf_seen* s = a->seen;
+  int i = s->calls++;
+  s->order[i] = a->tag;
+  s->status[i] = status;
+  s->value[i] = s->x[HF_COUNT - 1];
+}
+
+/* x <- allreduce(x) HF_CALLS times, a host function after each: the k-th sees
+ * the k-th result (not a later one), all in order, all with ncclSuccess. */
+static int host_fn_body(const mp_env* env) {
+  ncclComm_t comm;
+  cudaStream_t s;
+  int bad = 0, n = env->nranks;
+  if (mp_comm_init(env, &comm) || make_stream(env, &s)) return 1;
+  double* x = malloc(HF_COUNT * sizeof(double));
+  if (!x) return 1;
+  for (int i = 0; i < HF_COUNT; i++) x[i] = 1.0;
+  struct hf_seen seen = {.x = x};
+  struct hf_arg args[HF_CALLS];
+  if (env->rank == 1) mp_sleep_ms(200); /* the calls are still queued when rank 0 returns */
+  for (int k = 0; k < HF_CALLS; k++) {
+    args[k] = (struct hf_arg){&seen, k};
+    bad += mp_expect_rc(env, comm, ncclAllReduce(x, x, HF_COUNT, ncclFloat64, ncclSum, comm, s),
+                        ncclSuccess, "allreduce enqueue");
+    bad += mp_expect_rc(env, NULL, braidStreamLaunchHostFunc(s, hf_record, &args[k]), ncclSuccess,
+                        "braidStreamLaunchHostFunc");
+  }
+  bad += sync_ok(env, s, "braidStreamSynchronize (host functions)");
+  if (seen.calls != HF_CALLS)
+    mp_fail(env, "%d host functions ran, expected %d", seen.calls, HF_CALLS), bad++;
+  double want = 1.0;
+  for (int k = 0; k < seen.calls && k < HF_CALLS; k++) {
+    want *= n;
+    if (seen.order[k] != k || seen.status[k] != ncclSuccess || seen.value[k] != want) {
+      mp_fail(env, "host function %d: ran as #%d with status %d seeing %g, expected #%d, 0, %g",
+              seen.order[k], k, (int)seen.status[k], seen.value[k], k, want);
+      bad++;
+    }
+  }
+  /* bad input leaves the stream healthy */
+  bad += expect_arg_error(env, NULL, braidStreamLaunchHostFunc(s, NULL, NULL),
+                          "braidStreamLaunchHostFunc(fn=NULL)");
+  double not_a_stream[4];
+  bad += expect_arg_error(env, NULL,
+                          braidStreamLaunchHostFunc((cudaStream_t)not_a_stream, hf_record, NULL),
+                          "braidStreamLaunchHostFunc(not a stream)");
+  bad += mp_expect_rc(env, NULL, braidStreamQuery(s), ncclSuccess, "braidStreamQuery after them");
+  free(x);
+  bad += mp_expect_rc(env, NULL, braidStreamDestroy(s), ncclSuccess, "braidStreamDestroy");
+  return end_comm(env, comm, bad);
+}
+
+/* A call fails (its peer left): the host function after it still runs and is
+ * told the error; so is one enqueued after the failure. */
+static int host_fn_error_body(const mp_env* env) {
+  ncclComm_t comm;
+  cudaStream_t s;
+  if (mp_comm_init(env, &comm) || make_stream(env, &s)) return 1;
+  int bad = 0;
+  double* x = calloc(HF_COUNT, sizeof(double));
+  if (!x) return 1;
+  bad += mp_expect_rc(env, comm, ncclAllReduce(x, x, HF_COUNT, ncclFloat64, ncclSum, comm, s),
+                      ncclSuccess, "allreduce enqueue");
+  bad += sync_ok(env, s, "braidStreamSynchronize (both ranks there)");
+  barrier(env, 0);
+  if (env->rank == 1) _exit(bad != 0);
+  struct hf_seen seen = {.x = x};
+  struct hf_arg a0 = {&seen, 0}, a1 = {&seen, 1};
+  bad += mp_expect_rc(env, comm, ncclAllReduce(x, x, HF_COUNT, ncclFloat64, ncclSum, comm, s),
+                      ncclSuccess, "allreduce enqueue (peer gone)");
+  bad += mp_expect_rc(env, NULL, braidStreamLaunchHostFunc(s, hf_record, &a0), ncclSuccess,
+                      "braidStreamLaunchHostFunc after the failing call");
+  ncclResult_t e = braidStreamSynchronize(s);
+  bad += mp_expect_rc(env, NULL, braidStreamLaunchHostFunc(s, hf_record, &a1), ncclSuccess,
+                      "braidStreamLaunchHostFunc on the failed stream");
+  braidStreamSynchronize(s);
+  if (e == ncclSuccess) mp_fail(env, "synchronize succeeded although the peer left"), bad++;
+  if (seen.calls != 2 || seen.status[0] != e || seen.status[1] != e)
+    mp_fail(env, "%d host functions ran (statuses %d, %d), expected 2 told the error %d",
+            seen.calls, (int)seen.status[0], (int)seen.status[1], (int)e),
+        bad++;
+  free(x);
+  braidStreamDestroy(s);
+  ncclCommAbort(comm);
+  return bad != 0;
+}
+
+static void test_host_func(void** state) {
+  (void)state;
+  assert_int_equal(mp_launch(3, host_fn_body, NULL, NULL), 0);
+  assert_int_equal(mp_launch(2, host_fn_error_body, NULL, NULL), 0);
+}
+
 int main(void) {
   mp_default_env("BRAID_TIMEOUT_MS", "8000");
   const struct CMUnitTest tests[] = {
@@ -659,6 +772,7 @@ int main(void) {
       cmocka_unit_test(test_stream_then_blocking),
       cmocka_unit_test(test_group_two_comms),
       cmocka_unit_test(test_abort_wakes_stream),
+      cmocka_unit_test(test_host_func),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,222 @@
+/*
+ * torch.distributed backend "braid": a c10d::Backend whose every byte moves
+ * through Braid's public API (nccl.h, braid.h). Each process group owns one
+ * Braid communicator and one host stream; an op only enqueues its calls on
+ * the stream and returns a BraidWork, which a host function on the stream
+ * completes (braidStreamLaunchHostFunc).
+ */
+#pragma once
+
+#include <braid.h>
+
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+/* setup.py passes the torch it builds against (the Backend API grows). */
+#ifndef BRAID_TORCH_MINOR
+#define BRAID_TORCH_MINOR 4
+#endif
+#define BRAID_TORCH_AT_LEAST(minor) (BRAID_TORCH_MINOR >= (minor))
+
+namespace braid_torch {
+
+struct Unit;
+
+/* The communicator, its stream, and what is in flight on them. Shared by
+ * the backend and every unit still queued, so the last one frees it. */
+struct Comm {
+  ncclComm_t comm = nullptr;
+  cudaStream_t stream = nullptr;
+  int rank = 0, size = 0;
+  std::chrono::milliseconds timeout;
+
+  std::mutex issue_mu; /* one op's calls go onto the stream together */
+  std::mutex mu;       /* pending, aborted, reason */
+  std::condition_variable cv;
+  std::list<Unit*> pending; /* issued and not yet completed, oldest first */
+  bool aborted = false;
+  std::string reason; /* why it was aborted (a timeout names the op) */
+
+  std::thread watchdog;
+  bool stopping = false;
+
+  ~Comm();
+  /* Abort the communicator (idempotent): work in flight fails with `why`. */
+  void abort(const std::string& why);
+  void watch();
+};
+
+class BraidWork : public c10d::Work {
+ public:
+  /* inputs: what the profiler's event shows (the outputs when null) */
+  BraidWork(int rank, c10d::OpType type, const char* name, uint64_t seq,
+            std::vector<at::Tensor> outputs, std::shared_ptr<Comm> comm,
+            const std::vector<at::Tensor>* inputs = nullptr);
+  ~BraidWork() override = default;
+
+  bool isCompleted() override;
+  bool isSuccess() const override;
+  std::exception_ptr exception() const override;
+  bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
+  void synchronize() override;
+  void abort() override;
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
+  std::vector<at::Tensor> result() override;
+  uint64_t getSequencenumber() const override;
+
+  /* Called once, from the stream's host function. */
+  void complete(std::exception_ptr error);
+
+  const std::string name;
+
+ private:
+  const uint64_t seq_;
+  std::vector<at::Tensor> outputs_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+  bool future_wanted_ = false; /* getFuture was called (under mutex_) */
+  bool future_set_ = false;    /* someone completes the future (under mutex_) */
+  std::weak_ptr<Comm> comm_;
+  void setFuture(bool on_pool);
+};
+
+/* One Braid call of an op, and what must run around it on the stream. */
+struct Call {
+  std::function<ncclResult_t(ncclComm_t, cudaStream_t)> issue;
+  std::function<void()> pre;  /* before the call (copy into staging) */
+  std::function<void()> post; /* after it succeeded (copy out of staging) */
+};
+
+/* What the stream's host functions need: the works it completes, the calls'
+ * pre/post steps, and every tensor the calls touch, kept alive. */
+struct Unit {
+  std::shared_ptr<Comm> comm;
+  std::vector<c10::intrusive_ptr<BraidWork>> works;
+  std::vector<std::function<void()>> pre, post;
+  std::vector<at::Tensor> keep;
+  std::string what;
+  std::chrono::milliseconds timeout{0};
+  std::chrono::steady_clock::time_point deadline;
+  std::exception_ptr pre_error;
+  std::list<Unit*>::iterator pos;
+};
+
+class BraidBackend : public c10d::Backend {
+ public:
+  BraidBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+               std::chrono::milliseconds timeout);
+  /* A communicator made by ncclCommSplit of a parent's. */
+  BraidBackend(std::shared_ptr<Comm> comm, std::chrono::milliseconds timeout);
+  ~BraidBackend() override;
+
+  const std::string getBackendName() const override { return "braid"; }
+  bool supportsSplitting() const override { return true; }
+  /* Virtual in the torch versions that have them; no `override`, since 2.4
+   * has none of these and later versions add them one by one. */
+  bool supportsCoalescing() const { return true; }
+  c10::intrusive_ptr<Options> getBackendOptions() { return options_; }
+  c10::intrusive_ptr<c10d::Backend> split(const c10::intrusive_ptr<c10d::Store>& store,
+                                          const std::vector<int>& ranks,
+                                          const c10::intrusive_ptr<Options>& opts);
+  void setTimeout(std::chrono::milliseconds timeout) { comm_->timeout = timeout; }
+  /* The collective core of split(): every rank of this group calls it; a
+   * rank not in `ranks` gets nullptr. */
+  c10::intrusive_ptr<BraidBackend> splitRanks(const std::vector<int>& ranks,
+                                              std::chrono::milliseconds timeout);
+
+  c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
+                                           const c10d::BroadcastOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
+                                           const c10d::AllreduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
+      std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors,
+                                        const c10d::ReduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                           std::vector<at::Tensor>& inputs,
+                                           const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
+                                                 const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
+                                                     std::vector<at::Tensor>& inputs,
+                                                     const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
+                                        std::vector<at::Tensor>& inputs,
+                                        const c10d::GatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs,
+                                         std::vector<std::vector<at::Tensor>>& inputs,
+                                         const c10d::ScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& outputs,
+                                                std::vector<std::vector<at::Tensor>>& inputs,
+                                                const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
+      at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
+                                               std::vector<int64_t>& outputSplits,
+                                               std::vector<int64_t>& inputSplits,
+                                               const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs,
+                                          std::vector<at::Tensor>& inputs,
+                                          const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
+  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
+
+  void startCoalescing() override;
+  c10::intrusive_ptr<c10d::Work> endCoalescing() override;
+
+  uint64_t getSequenceNumberForGroup() override { return seq_; }
+  void abort();    /* virtual where torch has it, as above */
+  void shutdown(); /* the same */
+
+  /* For tests and tools: the communicator's rank count and handle. */
+  ncclComm_t ncclComm() const { return comm_->comm; }
+
+ private:
+  c10::intrusive_ptr<c10d::Work> submit(const char* name, c10d::OpType type,
+                                        std::vector<Call> calls, std::vector<at::Tensor> outputs,
+                                        std::vector<at::Tensor> keep,
+                                        std::chrono::milliseconds timeout,
+                                        const std::vector<at::Tensor>* inputs = nullptr);
+  void issueUnit(const std::shared_ptr<Unit>& unit, std::vector<Call>& calls, bool grouped);
+  std::chrono::milliseconds timeoutOf(std::chrono::milliseconds t) const;
+  void start(std::shared_ptr<Comm> comm);
+
+  std::shared_ptr<Comm> comm_;
+  uint64_t seq_ = 0;
+  bool shut_ = false;
+  int splits_ = 0;
+  c10::intrusive_ptr<Options> options_;
+
+  /* coalescing: the calls collected since startCoalescing */
+  bool coalescing_ = false;
+  std::vector<Call> coal_calls_;
+  std::vector<at::Tensor> coal_outputs_, coal_keep_;
+  std::vector<c10::intrusive_ptr<BraidWork>> coal_works_;
+  std::string coal_names_;
+};
+
+/* stream host functions (braid_work.cpp); each takes a new'd shared_ptr<Unit> */
+void unit_pre(void* p, ncclResult_t status);
+void unit_done(void* p, ncclResult_t status);
+std::exception_ptr make_error(const std::string& msg);
+
+}  // namespace braid_torch
