@@ -5,12 +5,15 @@ A module is a source file and its header (src/comm.c + src/comm.h). Module A
 depends on module B when A's source or header includes B's header, or when
 A's object calls (or reads) a symbol that only B's object defines: the
 compiler's view and the linker's, so a call through a declaration written
-by hand counts too. Two rules, each a failure of `make test`:
+by hand counts too. Three rules, each a failure of `make test`:
 
   - no dependency climbs: a module in folder F depends only on folders
     F may include from (the Makefile's LAYER_* lists, `make print-layers`);
   - no cycle of more than MAX_CYCLE modules (the strongly connected
-    components of the graph).
+    components of the graph);
+  - a header declares only functions its own source defines, except the
+    interfaces in INTERFACES, each implemented by files the build picks
+    (or, for the CPU kernels, split by instruction set) in the folders named.
 
 Usage: scripts/check-deps.py BUILD_DIR [--report]  (after `make lib`)
 """
@@ -22,6 +25,15 @@ import sys
 MAX_CYCLE = 3
 SOURCE_DIRS = ("common", "gpu", "kernels", "algorithms", "transports", "src")
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+PROTOTYPE = re.compile(r"^(?!static|typedef|extern|#|\s)[A-Za-z_][\w\s\*]*?\b([a-z_][a-z0-9_]*)\s*\(([^;{]*)\)\s*;",
+                       re.M)
+# Header -> the folders whose files may define what it declares.
+INTERFACES = {
+    "src/device.h": ("src/cuda", "src/host"),       # the device path, CUDA or none
+    "gpu/mem_kind.h": ("gpu/cuda", "gpu/host"),     # memory kinds, with CUDA or host only
+    "kernels/kernels.h": ("kernels/cpu",),          # the kernels layer's interface
+    "kernels/cpu/kern_dispatch.h": ("kernels/cpu",),  # the ISA variants of reduce*.c
+}
 
 
 def layers():
@@ -116,6 +128,36 @@ def symbol_edges(mods):
     return edges
 
 
+def header_strays(mods):
+    """Functions a header declares that a file other than its own defines."""
+    defined = {}
+    for name, obj in mods.items():
+        for line in nm(obj, "--defined-only", "-g"):
+            parts = line.split()
+            if len(parts) == 3:
+                defined.setdefault(parts[2], set()).add(name)
+    strays = []
+    for top in SOURCE_DIRS:
+        for root, _, files in os.walk(top):
+            for f in sorted(files):
+                if not f.endswith(".h"):
+                    continue
+                path = os.path.join(root, f)
+                with open(path, encoding="utf-8", errors="replace") as fh:
+                    text = re.sub(r"/\*.*?\*/", "", fh.read(), flags=re.S)
+                text = re.sub(r",\s*\n\s*", ", ", text)
+                homes = INTERFACES.get(path)
+                for m in PROTOTYPE.finditer(text):
+                    owners = defined.get(m.group(1), set())
+                    if not owners or path[:-2] in owners:
+                        continue  # defined in its own file, or not built here
+                    if homes and all(os.path.dirname(o) in homes for o in owners):
+                        continue
+                    strays.append("%s declares %s, defined in %s" %
+                                  (path, m.group(1), " ".join(sorted(owners))))
+    return strays
+
+
 def sccs(graph):
     """Tarjan's strongly connected components, iteratively."""
     index, low, stack, on, out, counter = {}, {}, [], set(), [], [0]
@@ -189,10 +231,14 @@ def main():
         print("climbs: " + line)
     for c in big:
         print("too long a cycle (%d modules, at most %d): %s" % (len(c), MAX_CYCLE, " ".join(c)))
+    strays = header_strays(mods)
+    for line in strays:
+        print("header: " + line)
     largest = max((len(c) for c in comps), default=1)
-    print("check-deps: %d modules, %d dependencies, largest cycle %d, %d climbing" %
-          (len(graph), nedges, largest, len(bad)))
-    sys.exit(1 if bad or big else 0)
+    print("check-deps: %d modules, %d dependencies, largest cycle %d, %d climbing, "
+          "%d declarations in another file's header" %
+          (len(graph), nedges, largest, len(bad), len(strays)))
+    sys.exit(1 if bad or big or strays else 0)
 
 
 if __name__ == "__main__":
