@@ -392,8 +392,10 @@ BUILD_JOBS = $(if $(findstring jobserver,$(MAKEFLAGS)),,-j$(shell nproc))
 test: deps check-layers
 	@$(MAKE) --no-print-directory $(BUILD_JOBS) all tests
 	@scripts/check-deps.py $(BUILD)
-	@scripts/run-tests.sh $(BUILD)
-	@scripts/test-torch.sh $(BUILD)
+	@MAX_JOBS=1 nice -n 10 scripts/test-torch.sh prepare $(BUILD) >$(BUILD)/torch-prepare.log 2>&1 & \
+	  prep=$$!; scripts/run-tests.sh $(BUILD); rc=$$?; \
+	  wait $$prep || { cat $(BUILD)/torch-prepare.log; echo "test-torch: preparing failed"; }; \
+	  [ $$rc = 0 ] && scripts/test-torch.sh $(BUILD)
 	@SAN_CC=$(CC) SAN_BUILD_PREFIX=$(BUILD)/san SAN_SEED_BUILD=$(BUILD) \
 	  SAN_TESTS="$(LIFETIME_ASAN_TESTS)" MAKE="$(MAKE)" \
 	  scripts/test-sanitize.sh asan
