@@ -391,6 +391,7 @@ LIFETIME_ASAN_TESTS := mp_test_lifetime mp_test_streams mp_test_api mp_test_resi
 BUILD_JOBS = $(if $(findstring jobserver,$(MAKEFLAGS)),,-j$(shell nproc))
 test: deps check-layers
 	@$(MAKE) --no-print-directory $(BUILD_JOBS) all tests
+	@scripts/check-links.sh
 	@scripts/run-tests.sh $(BUILD)
 	@scripts/test-torch.sh $(BUILD)
 	@SAN_CC=$(CC) SAN_BUILD_PREFIX=$(BUILD)/san SAN_SEED_BUILD=$(BUILD) \
