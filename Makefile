@@ -391,6 +391,7 @@ LIFETIME_ASAN_TESTS := mp_test_lifetime mp_test_streams mp_test_api mp_test_resi
 BUILD_JOBS = $(if $(findstring jobserver,$(MAKEFLAGS)),,-j$(shell nproc))
 test: deps check-layers
 	@$(MAKE) --no-print-directory $(BUILD_JOBS) all tests
+	@scripts/check-links.sh
 	@scripts/check-deps.py $(BUILD)
 	@MAX_JOBS=1 nice -n 10 scripts/test-torch.sh prepare $(BUILD) >$(BUILD)/torch-prepare.log 2>&1 & \
 	  prep=$$!; scripts/run-tests.sh $(BUILD); rc=$$?; \

@@ -190,8 +190,8 @@ fail:
 
 /* Buffers below one chunk take the leader variant: the leaders' exchange
  * is latency-bound. From one chunk on the node's ranks share the wire,
- * while the leaders' node phases would wait for it (README, "Measurements
- * behind the defaults", has the 2x4 timings). */
+ * while the leaders' node phases would wait for it (docs/performance.md,
+ * "Measurements behind the defaults", has the 2x4 timings). */
 int hier_allreduce_uses_leaders(size_t bytes, size_t chunk_bytes) {
   return bytes < chunk_bytes;
 }

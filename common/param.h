@@ -1,7 +1,7 @@
 /*
  * Environment parameters: one getter per row of param_table.h, each read
  * once, on first use, and logged at INFO/ENV when set ("NCCL_ALGO set by
- * environment to Ring"); the README's table lists them with their defaults.
+ * environment to Ring"); docs/environment.md's table lists them with their defaults.
  */
 #ifndef BRAID_PARAM_H_
 #define BRAID_PARAM_H_
@@ -20,7 +20,7 @@ struct param_row {
   enum param_type type;
   int64_t dflt, lo, hi; /* PARAM_INT */
   const char* dflt_str; /* PARAM_STR: the value when unset, or NULL */
-  const char* shown;    /* PARAM_STR with dflt_str NULL: the README's default */
+  const char* shown;    /* PARAM_STR with dflt_str NULL: the documented default */
   unsigned flags;
   const char* doc;
 };

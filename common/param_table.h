@@ -1,7 +1,7 @@
 /*
  * Every NCCL_* / BRAID_* environment variable the library reads, one row
  * each; param.h declares a getter per row (param_<getter>()) and param.c
- * defines it. README.md's "Environment" table must list the same names
+ * defines it. docs/environment.md's table must list the same names
  * with the same defaults (tests/unit/test_params.c checks both ways).
  *
  *   INT(getter, NAME, default, lo, hi, flags, doc)
@@ -9,7 +9,7 @@
  *       the default, one outside [lo, hi] WARNs and is clamped
  *   STR(getter, NAME, default, shown, flags, doc)
  *       a string; the getter returns `default` (NULL: none) when the
- *       variable is unset or empty. `shown` is the README's default when
+ *       variable is unset or empty. `shown` is the documented default when
  *       `default` is NULL: what the library does instead of a value
  *
  * flags: PARAM_ZERO_OFF  0 is valid too (turns the knob off), outside [lo, hi]

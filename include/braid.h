@@ -16,7 +16,7 @@ extern "C" {
  * ncclGetVersion reports (clients such as nccl-tests switch features on by
  * it). The calls Braid answers with ncclInvalidUsage by design (the
  * device-side API, one-sided signals, encryption) do not count against it
- * (README, "API coverage").
+ * (docs/api.md, "API coverage").
  */
 #define BRAID_NCCL_LEVEL NCCL_VERSION(2, 32, 3)
 

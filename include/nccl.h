@@ -2,8 +2,8 @@
  * Braid: the NCCL 2.32 host API and ABI (enum values, struct layouts,
  * symbols). Programs written for NCCL include this header and link against
  * Braid. The device-side API (nccl_device.h) is not provided: its host entry
- * points exist in the library and return ncclInvalidUsage (README, "API
- * coverage").
+ * points exist in the library and return ncclInvalidUsage (docs/api.md,
+ * "API coverage").
  */
 #ifndef NCCL_H_
 #define NCCL_H_

@@ -10,7 +10,7 @@
 #
 # Usage: perf/taxonomy.sh [BUILD_DIR]          (default build)
 # Environment (defaults shown):
-#   EPOCHS=10 RANKS=4 BATCH=512         README defaults otherwise (MLP 512,256, lr 0.1, seed 1)
+#   EPOCHS=10 RANKS=4 BATCH=512         braid-train's defaults otherwise (MLP 512,256, lr 0.1, seed 1)
 #   SCHEMES="allreduce:none allreduce:fp16 allreduce:bf16 allreduce:fp8 allreduce:topk:0.01
 #            ps:none local:8:none stale:1:none gossip:none"   SYNC:CODE pairs
 #   CLUSTER=auto                        auto: when root with network namespaces; 0: never

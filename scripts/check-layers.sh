@@ -8,7 +8,7 @@
 #           same ones the compiler gets as -I flags (make print-layers).
 #  env:     library code reads the environment only through the table of
 #           common/param_table.h, so every knob is a row with a default the
-#           README is checked against: getenv( or an uncached param_read_int(
+#           docs/environment.md is checked against: getenv( or an uncached param_read_int(
 #           / param_read_range( outside common/param.[ch] must say why on its
 #           line with "not-a-param".
 #

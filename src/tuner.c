@@ -198,7 +198,7 @@ static int tuner_decide(const struct ncclComm* comm, int coll, size_t bytes, int
 }
 
 /* Whole slots by default: over TCP per-message costs outweigh a deeper
- * pipeline (README, "Measurements behind the defaults"). Shared memory's
+ * pipeline (docs/performance.md, "Measurements behind the defaults"). Shared memory's
  * per-message cost is small, so there a block smaller than a few slots is
  * cut into 4 slices to keep every rank busy. */
 size_t tuner_chunk(const struct tuner_model* m, int coll, int algo, size_t bytes) {
@@ -207,7 +207,7 @@ size_t tuner_chunk(const struct tuner_model* m, int coll, int algo, size_t bytes
   if (coll == COLL_ALLREDUCE && algo == ALGO_HIER && hier_allreduce_uses_leaders(bytes, slot))
     return slot;
   /* Across nodes every message pays the network's per-message cost: whole
-   * slots, for Hier too (README, "Measurements behind the defaults"). */
+   * slots, for Hier too (docs/performance.md, "Measurements behind the defaults"). */
   if (m->nnodes > 1) return slot;
   if (m->intra_transport->id != TRANSPORT_SHM || per_rank >= 4 * slot) return slot;
   return MAX((size_t)4096, MIN(slot, ALIGN_UP(per_rank / 4, 4096)));

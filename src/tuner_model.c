@@ -24,8 +24,8 @@ struct link_line {
 };
 
 /* Loopback TCP: lines fitted to perf/algo_compare.sh's medians at 4 and 8
- * ranks (f = 2, 4), clamped at f = 1 (README, "Measurements behind the
- * defaults", has the figures). */
+ * ranks (f = 2, 4), clamped at f = 1 (docs/performance.md, "Measurements
+ * behind the defaults", has the figures). */
 static const struct link_line k_tcp[ALGO_COUNT] = {
     [ALGO_RING] = {-1.0, 9.0, -0.274, 0.466},
     [ALGO_TREE] = {7.0, 2.5, -0.44, 0.695},
@@ -35,8 +35,8 @@ static const struct link_line k_tcp[ALGO_COUNT] = {
 
 /* Shared memory: a hop's cost and one memcpy per KB moved (the copies in
  * and out of the FIFO overlap), both growing with f; fitted to
- * perf/algo_compare.sh at 4 ranks and to make bench-shm at 2 (README,
- * "Measurements behind the defaults"). */
+ * perf/algo_compare.sh at 4 ranks and to make bench-shm at 2
+ * (docs/performance.md, "Measurements behind the defaults"). */
 static const struct link_line k_shm = {0.5, 0.6, 0.0, 0.0};
 #define SHM_COPIES_PER_BYTE 1.0
 /* Per KB, the tree and recursive doubling cost more than the ring over

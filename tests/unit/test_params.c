@@ -2,7 +2,7 @@
  * Parsers of the environment knobs: sizes with suffixes, NCCL_DEBUG levels
  * and subsystem masks, NCCL_SOCKET_IFNAME rules, NCCL_COMM_ID addresses,
  * NCCL_ALGO lists and BRAID_TUNE_FILE lines; the parameter table against
- * README.md's, and its getters (read once, logged once).
+ * docs/environment.md's, and its getters (read once, logged once).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -212,17 +212,20 @@ static void test_tune_file_lines(void** state) {
   assert_true(m.nforced == 1 && m.forced[0].chunk == 4096);
 }
 
-/* ---- the parameter table and README.md ---- */
+/* ---- the parameter table and docs/environment.md ---- */
 
-/* README.md from the source tree: __FILE__ is this file's path as the
+/* The page that documents every variable of the table. */
+#define ENV_DOC "docs/environment.md"
+
+/* ENV_DOC from the source tree: __FILE__ is this file's path as the
  * Makefile passed it, relative to the directory make ran in. */
-static void readme_path(char* buf, size_t len) {
+static void env_doc_path(char* buf, size_t len) {
   const char* me = __FILE__;
   const char* tail = strstr(me, "tests/unit/test_params.c");
-  snprintf(buf, len, "%.*sREADME.md", tail ? (int)(tail - me) : 0, me);
+  snprintf(buf, len, "%.*s" ENV_DOC, tail ? (int)(tail - me) : 0, me);
 }
 
-struct readme_row {
+struct doc_row {
   char name[64];
   char dflt[128];
   int line;
@@ -238,23 +241,22 @@ static void cell_copy(char* out, size_t len, const char* cell, size_t n) {
   out[o] = '\0';
 }
 
-/* The rows of the tables in README's "## Environment" section whose first
- * cell names an NCCL_ or BRAID_ variable. Returns how many. */
-static int readme_env_rows(struct readme_row* rows, int max) {
+/* The rows of ENV_DOC's tables (the page is about the environment alone) whose
+ * first cell names an NCCL_ or BRAID_ variable. Returns how many. */
+static int env_doc_rows(struct doc_row* rows, int max) {
   char path[512], line[1024];
-  readme_path(path, sizeof(path));
+  env_doc_path(path, sizeof(path));
   FILE* f = fopen(path, "r");
   if (f == NULL) fail_msg("cannot open %s (run from the source tree)", path);
-  int n = 0, in_env = 0, lineno = 0;
+  int n = 0, lineno = 0;
   while (fgets(line, sizeof(line), f)) {
     lineno++;
-    if (strncmp(line, "## ", 3) == 0) in_env = strncmp(line, "## Environment", 14) == 0;
-    if (!in_env || line[0] != '|') continue;
+    if (line[0] != '|') continue;
     const char* c1 = line + 1;
     const char* c2 = strchr(c1, '|');
     const char* c3 = c2 ? strchr(c2 + 1, '|') : NULL;
     if (c3 == NULL) continue;
-    struct readme_row r = {.line = lineno};
+    struct doc_row r = {.line = lineno};
     cell_copy(r.name, sizeof(r.name), c1, (size_t)(c2 - c1));
     cell_copy(r.dflt, sizeof(r.dflt), c2 + 1, (size_t)(c3 - c2 - 1));
     if (strncmp(r.name, "NCCL_", 5) != 0 && strncmp(r.name, "BRAID_", 6) != 0) continue;
@@ -265,7 +267,7 @@ static int readme_env_rows(struct readme_row* rows, int max) {
   return n;
 }
 
-/* What README's default column must say for a row. */
+/* What ENV_DOC's default column must say for a row. */
 static int row_default_matches(const struct param_row* p, const char* text) {
   if (p->type == PARAM_INT) {
     int64_t v;
@@ -274,12 +276,12 @@ static int row_default_matches(const struct param_row* p, const char* text) {
   return strcmp(text, p->dflt_str ? p->dflt_str : p->shown) == 0;
 }
 
-/* Both ways: every row is in README with its default, and every variable
- * README lists is a row. All disagreements are printed before failing. */
-static void test_table_matches_readme(void** state) {
+/* Both ways: every row is in ENV_DOC with its default, and every variable
+ * ENV_DOC lists is a row. All disagreements are printed before failing. */
+static void test_table_matches_env_doc(void** state) {
   (void)state;
-  struct readme_row doc[128];
-  int ndoc = readme_env_rows(doc, 128), nrows, bad = 0;
+  struct doc_row doc[128];
+  int ndoc = env_doc_rows(doc, 128), nrows, bad = 0;
   const struct param_row* rows = param_rows(&nrows);
   assert_true(ndoc > 0);
   for (int i = 0; i < nrows; i++) {
@@ -289,17 +291,17 @@ static void test_table_matches_readme(void** state) {
       found++;
       if (!row_default_matches(&rows[i], doc[j].dflt)) {
         if (rows[i].type == PARAM_INT)
-          print_error("README.md:%d: %s default \"%s\", the table's is %lld\n", doc[j].line,
+          print_error(ENV_DOC ":%d: %s default \"%s\", the table's is %lld\n", doc[j].line,
                       rows[i].name, doc[j].dflt, (long long)rows[i].dflt);
         else
-          print_error("README.md:%d: %s default \"%s\", the table's is \"%s\"\n", doc[j].line,
+          print_error(ENV_DOC ":%d: %s default \"%s\", the table's is \"%s\"\n", doc[j].line,
                       rows[i].name, doc[j].dflt,
                       rows[i].dflt_str ? rows[i].dflt_str : rows[i].shown);
         bad++;
       }
     }
     if (found != 1) {
-      print_error("README.md: %s is listed %d times, once expected\n", rows[i].name, found);
+      print_error(ENV_DOC ": %s is listed %d times, once expected\n", rows[i].name, found);
       bad++;
     }
   }
@@ -307,7 +309,7 @@ static void test_table_matches_readme(void** state) {
     int found = 0;
     for (int i = 0; i < nrows && !found; i++) found = strcmp(doc[j].name, rows[i].name) == 0;
     if (!found) {
-      print_error("README.md:%d: %s is not a row of common/param_table.h\n", doc[j].line,
+      print_error(ENV_DOC ":%d: %s is not a row of common/param_table.h\n", doc[j].line,
                   doc[j].name);
       bad++;
     }
@@ -436,7 +438,7 @@ int main(int argc, char** argv) {
       cmocka_unit_test(test_debug_subsys),      cmocka_unit_test(test_ifname_rules),
       cmocka_unit_test(test_hostport),          cmocka_unit_test(test_wire_roundtrip),
       cmocka_unit_test(test_algo_list),         cmocka_unit_test(test_algo_direct),
-      cmocka_unit_test(test_tune_file_lines),   cmocka_unit_test(test_table_matches_readme),
+      cmocka_unit_test(test_tune_file_lines),   cmocka_unit_test(test_table_matches_env_doc),
       cmocka_unit_test(test_table_rows),        cmocka_unit_test(test_getters_cached),
       cmocka_unit_test(test_logged_once),
   };

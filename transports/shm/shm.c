@@ -145,8 +145,9 @@ struct shm_params {
   int64_t direct_min;
 };
 
-/* The defaults (common/param_table.h) come from measurements (README,
- * "Shared memory" and "Measurements behind the defaults"): enough slots to
+/* The defaults (common/param_table.h) come from measurements
+ * (docs/environment.md, "Shared memory"; docs/performance.md, "Measurements
+ * behind the defaults"): enough slots to
  * keep 64 KiB pipeline chunks flowing, copies batched up to SHM_COPY_BATCH
  * so large messages need no larger slots, and direct reads off, since
  * process_vm_readv was slower than the two pipelined copies. */
