@@ -444,7 +444,7 @@ endif
 # Neither is part of `make test` (but for its ASan run of LIFETIME_ASAN_TESTS,
 # with the system compiler); both build with clang into their own build
 # dirs (build-asan/, build-tsan/, build-fuzz/) and install clang, compiler-rt
-# and llvm-symbolizer first when missing. What runs: README "Sanitizers and
+# and llvm-symbolizer first when missing. What runs: docs/building.md, "Sanitizers and
 # fuzzing", scripts/test-sanitize.sh, scripts/fuzz.sh.
 SAN_PKGS  := clang libclang-rt-dev llvm
 FUZZ_SRCS := $(wildcard tests/fuzz/fuzz_*.c)
