@@ -3,7 +3,8 @@
 # call climbs from a lower layer to a higher one (perf/call_walk.py), on
 # host buffers (2 ranks as threads) and on device buffers (2 processes on
 # the simulated driver, the call gated on its stream: the issuing call and
-# the proxy's run of it). Needs valgrind, and mpirun for the device walk.
+# the proxy's run of it, src/work.c's unit_run). Needs valgrind, and mpirun
+# for the device walk.
 # Usage: perf/call_walk.sh [BUILD]
 set -euo pipefail
 build=${1:-build}
@@ -21,6 +22,6 @@ python3 "$top/perf/call_walk.py" "$out/host" "$top"
 echo "== device buffers, 2 processes (simulated driver)"
 BRAID_CUDA_LIB=$(cd "$build/tests" && pwd)/libcudasim.so \
   mpirun --allow-run-as-root --oversubscribe -np 2 -x BRAID_CUDA_LIB \
-  valgrind --tool=callgrind --toggle-collect=ncclAllReduce --toggle-collect=item_run \
+  valgrind --tool=callgrind --toggle-collect=ncclAllReduce --toggle-collect=unit_run \
   --callgrind-out-file="$out/dev.%p" "$perf" --mem device "${args[@]}" >"$out/dev.log" 2>&1
 python3 "$top/perf/call_walk.py" "$(ls "$out"/dev.* | grep -v log | head -1)" "$top"
