@@ -6,7 +6,7 @@ CC     ?= cc
 MPICC  ?= mpicc
 
 # ---------------------------------------------------------------- layers
-# The folders each top-level folder may include from (DESIGN.md, "Layout").
+# The folders each top-level folder may include from (docs/architecture.md, "Layers").
 # A source is compiled with only its own folder's list on the include path,
 # so a forbidden include does not compile; scripts/check-layers.sh (part of
 # make test) checks every #include "..." against the same lists, printed by
@@ -36,7 +36,7 @@ endif
 ifeq ($(origin HAVE_CUDA),undefined)
 HAVE_CUDA := $(if $(NVCC),1,0)
 endif
-# libibverbs is dlopen'ed (DESIGN.md): its header is all the build needs.
+# libibverbs is dlopen'ed (docs/architecture.md 5): its header is all the build needs.
 ifeq ($(origin HAVE_IBVERBS),undefined)
 HAVE_IBVERBS := $(shell printf '\043include <infiniband/verbs.h>\n' | \
                   $(CC) -E -x c - >/dev/null 2>&1 && echo 1 || echo 0)

@@ -1,5 +1,5 @@
 /*
- * Direct: the one-pass intra-node algorithm (DESIGN.md 4). Where every
+ * Direct: the one-pass intra-node algorithm (docs/architecture.md 5). Where every
  * rank of a node reaches every peer's buffers (CUDA IPC, threads of one
  * process), one fused task per rank does the whole collective: rank r
  * takes its slice, reduces it from every rank's input in rank order (so

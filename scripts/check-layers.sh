@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The layer rules of DESIGN.md ("Layout"), checked on the sources:
+# The layer rules of docs/architecture.md ("Layers"), checked on the sources:
 #
-#  include: every #include "..." of a library or tool source (common/ src/
+#  include: every #include "..." of a library or tool source (common/ gpu/ src/
 #           transports/ algorithms/ kernels/ perf/ trainer/; tests may see
 #           everything) must resolve in its own directory or in a folder its
 #           top folder may include from. The lists are the Makefile's, the
@@ -117,7 +117,7 @@ done < <(find "${checked[@]}" -type f \( -name '*.c' -o -name '*.h' -o -name '*.
   -print0 2>/dev/null | sort -z)
 
 if [ "$bad" -ne 0 ]; then
-  echo "check-layers: $bad violation(s) in $nfiles files (rules: DESIGN.md \"Layout\", make print-layers)"
+  echo "check-layers: $bad violation(s) in $nfiles files (rules: docs/architecture.md \"Layers\", make print-layers)"
   exit 1
 fi
 echo "check-layers: $nfiles files, every include within its layer, no stray getenv"

@@ -1,6 +1,6 @@
 /*
  * Device calls: a unit of work (one call, or one group) that names CUDA
- * streams or device buffers is ordered on its streams (DESIGN.md 3). At
+ * streams or device buffers is ordered on its streams (docs/architecture.md 4). At
  * issue, each stream gets the copy-in of the device buffers the unit reads,
  * a gate (write "ready", wait for "done"), and the copy-out of what it
  * writes; the comm's proxy thread runs the unit on the pinned mirrors once

@@ -1,4 +1,4 @@
-/* Device buffers on CUDA streams (DESIGN.md 3): every collective and
+/* Device buffers on CUDA streams (docs/architecture.md 4): every collective and
  * send/recv on memory from ncclMemAlloc, enqueued on a stream and checked
  * after the stream is synchronized; dependent calls ordered on one stream
  * with the stream's own copies between them; groups on two streams and

@@ -136,7 +136,7 @@ static void test_kernel_launch(void** state) {
   }
 }
 
-/* The ordering the device path is built on (DESIGN.md 3): a stream waits
+/* The ordering the device path is built on (docs/architecture.md 4): a stream waits
  * on a flag in pinned host memory before a kernel, then writes a "done"
  * flag; nothing of it runs until the host writes the first flag, and an
  * event recorded after it reports when it has. It reads device memory

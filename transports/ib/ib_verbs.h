@@ -1,5 +1,5 @@
 /*
- * libibverbs, opened at run time (DESIGN.md 4: the library needs none of
+ * libibverbs, opened at run time (docs/architecture.md 5: the library needs none of
  * CUDA, verbs or hwloc to load, so its NEEDED list stays NVIDIA's). Only
  * the entry points Braid calls are resolved; the data-path verbs
  * (post_send, post_recv, poll_cq, req_notify_cq) are inline in
