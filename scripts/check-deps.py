@@ -109,13 +109,18 @@ def nm(obj, *flags):
     return out.splitlines()
 
 
-def symbol_edges(mods):
+def defined_symbols(mods):
+    """Global symbol -> the modules whose objects define it."""
     defined = {}
     for name, obj in mods.items():
         for line in nm(obj, "--defined-only", "-g"):
             parts = line.split()
             if len(parts) == 3:
                 defined.setdefault(parts[2], set()).add(name)
+    return defined
+
+
+def symbol_edges(mods, defined):
     edges = {}
     for name, obj in mods.items():
         deps = set()
@@ -128,14 +133,8 @@ def symbol_edges(mods):
     return edges
 
 
-def header_strays(mods):
+def header_strays(defined):
     """Functions a header declares that a file other than its own defines."""
-    defined = {}
-    for name, obj in mods.items():
-        for line in nm(obj, "--defined-only", "-g"):
-            parts = line.split()
-            if len(parts) == 3:
-                defined.setdefault(parts[2], set()).add(name)
     strays = []
     for top in SOURCE_DIRS:
         for root, _, files in os.walk(top):
@@ -212,7 +211,8 @@ def main():
         sys.exit("check-deps: no library objects under %s/obj (make lib first)" % build)
     owner = header_owner(mods)
     graph = include_edges(mods, owner, allowed)
-    for name, deps in symbol_edges(mods).items():
+    defined = defined_symbols(mods)
+    for name, deps in symbol_edges(mods, defined).items():
         graph.setdefault(name, set()).update(deps)
     bad = []
     for name, deps in sorted(graph.items()):
@@ -231,7 +231,7 @@ def main():
         print("climbs: " + line)
     for c in big:
         print("too long a cycle (%d modules, at most %d): %s" % (len(c), MAX_CYCLE, " ".join(c)))
-    strays = header_strays(mods)
+    strays = header_strays(defined)
     for line in strays:
         print("header: " + line)
     largest = max((len(c) for c in comps), default=1)

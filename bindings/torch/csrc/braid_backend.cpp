@@ -723,28 +723,37 @@ c10::intrusive_ptr<c10d::Work> BraidBackend::allgather_into_tensor_coalesced(
                 outputs, keep, opts.timeout);
 }
 
+/* The root's list of one tensor per rank for gather (outputs) and scatter
+ * (inputs), each the size and element size of this rank's own tensor; the
+ * other ranks pass none. `kind` names the list, `mine` the rank's tensor. */
+std::vector<at::Tensor> BraidBackend::root_list(const char* op, int root,
+                                                std::vector<std::vector<at::Tensor>>& lists,
+                                                const at::Tensor& like, const char* kind,
+                                                const char* mine) {
+  TORCH_CHECK(root >= 0 && root < size_, "braid: ", op, ": root ", root,
+              " is not a rank of this group of ", size_);
+  if (rank_ != root) {
+    TORCH_CHECK(lists.empty() || (lists.size() == 1 && lists[0].empty()), "braid: ", op,
+                ": only the root (", root, ") takes ", kind, " tensors");
+    return {};
+  }
+  TORCH_CHECK(lists.size() == 1 && (int)lists[0].size() == size_, "braid: ", op,
+              ": the root needs one ", kind, " list of ", size_, " tensors");
+  for (auto& t : lists[0]) {
+    check_tensor(op, t);
+    TORCH_CHECK(t.numel() == like.numel() && t.element_size() == like.element_size(), "braid: ", op,
+                ": an ", kind, " tensor of ", t.numel(), " ", t.scalar_type(), " elements for an ",
+                mine, " of ", like.numel(), " ", like.scalar_type());
+  }
+  return lists[0];
+}
+
 c10::intrusive_ptr<c10d::Work> BraidBackend::gather(std::vector<std::vector<at::Tensor>>& outputs,
                                                     std::vector<at::Tensor>& inputs,
                                                     const c10d::GatherOptions& opts) {
   at::Tensor& in = single("gather", inputs);
   int root = (int)opts.rootRank;
-  TORCH_CHECK(root >= 0 && root < size_, "braid: gather: root ", root,
-              " is not a rank of this group of ", size_);
-  std::vector<at::Tensor> outs;
-  if (rank_ == root) {
-    TORCH_CHECK(outputs.size() == 1 && (int)outputs[0].size() == size_,
-                "braid: gather: the root needs one output list of ", size_, " tensors");
-    outs = outputs[0];
-    for (auto& o : outs) {
-      check_tensor("gather", o);
-      TORCH_CHECK(o.numel() == in.numel() && o.element_size() == in.element_size(),
-                  "braid: gather: an output tensor of ", o.numel(), " ", o.scalar_type(),
-                  " elements for an input of ", in.numel(), " ", in.scalar_type());
-    }
-  } else {
-    TORCH_CHECK(outputs.empty() || (outputs.size() == 1 && outputs[0].empty()),
-                "braid: gather: only the root (", root, ") takes output tensors");
-  }
+  std::vector<at::Tensor> outs = root_list("gather", root, outputs, in, "output", "input");
   std::vector<Call> calls;
   std::vector<at::Tensor> keep;
   if (in.numel() > 0) {
@@ -775,23 +784,7 @@ c10::intrusive_ptr<c10d::Work> BraidBackend::scatter(std::vector<at::Tensor>& ou
                                                      const c10d::ScatterOptions& opts) {
   at::Tensor& out = single("scatter", outputs);
   int root = (int)opts.rootRank;
-  TORCH_CHECK(root >= 0 && root < size_, "braid: scatter: root ", root,
-              " is not a rank of this group of ", size_);
-  std::vector<at::Tensor> ins;
-  if (rank_ == root) {
-    TORCH_CHECK(inputs.size() == 1 && (int)inputs[0].size() == size_,
-                "braid: scatter: the root needs one input list of ", size_, " tensors");
-    ins = inputs[0];
-    for (auto& i : ins) {
-      check_tensor("scatter", i);
-      TORCH_CHECK(i.numel() == out.numel() && i.element_size() == out.element_size(),
-                  "braid: scatter: an input tensor of ", i.numel(), " ", i.scalar_type(),
-                  " elements for an output of ", out.numel(), " ", out.scalar_type());
-    }
-  } else {
-    TORCH_CHECK(inputs.empty() || (inputs.size() == 1 && inputs[0].empty()),
-                "braid: scatter: only the root (", root, ") takes input tensors");
-  }
+  std::vector<at::Tensor> ins = root_list("scatter", root, inputs, out, "input", "output");
   std::vector<Call> calls;
   std::vector<at::Tensor> keep;
   if (out.numel() > 0) {

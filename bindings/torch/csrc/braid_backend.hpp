@@ -191,6 +191,9 @@ class BraidBackend : public c10d::Backend {
   ncclComm_t ncclComm() const { return comm_->comm; }
 
  private:
+  std::vector<at::Tensor> root_list(const char* op, int root,
+                                    std::vector<std::vector<at::Tensor>>& lists,
+                                    const at::Tensor& like, const char* kind, const char* mine);
   c10::intrusive_ptr<c10d::Work> submit(const char* name, c10d::OpType type,
                                         std::vector<Call> calls, std::vector<at::Tensor> outputs,
                                         std::vector<at::Tensor> keep,
