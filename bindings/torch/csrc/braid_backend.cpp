@@ -1030,48 +1030,40 @@ c10::intrusive_ptr<c10d::Work> BraidBackend::alltoall(std::vector<at::Tensor>& o
 
 /* Tags: Braid, as NCCL, matches the sends and receives between two ranks in
  * the order they are issued; a tag does not reorder them (docs/torch.md). */
-c10::intrusive_ptr<c10d::Work> BraidBackend::send(std::vector<at::Tensor>& tensors, int dst,
-                                                  int tag) {
-  at::Tensor& t = single("send", tensors);
-  TORCH_CHECK(dst >= 0 && dst < size_, "braid: send: destination ", dst,
-              " is not a rank of this group of ", size_);
-  (void)tag;
+c10::intrusive_ptr<c10d::Work> BraidBackend::p2p(std::vector<at::Tensor>& tensors, int peer,
+                                                 bool sending) {
+  const char* op = sending ? "send" : "recv";
+  at::Tensor& t = single(op, tensors);
+  TORCH_CHECK(peer >= 0 && peer < size_, "braid: ", op, sending ? ": destination " : ": source ",
+              peer, " is not a rank of this group of ", size_);
   std::vector<Call> calls;
   std::vector<at::Tensor> keep;
   if (t.numel() > 0) {
     Call c;
-    Block b = block_of(t, c, true, false);
+    Block b = block_of(t, c, sending, !sending);
     void* p = b.t.data_ptr();
     size_t n = nbytes(t);
-    c.issue = [p, n, dst](ncclComm_t comm, cudaStream_t s) {
-      return ncclSend(p, n, ncclUint8, dst, comm, s);
+    c.issue = [p, n, peer, sending](ncclComm_t comm, cudaStream_t s) {
+      return sending ? ncclSend(p, n, ncclUint8, peer, comm, s)
+                     : ncclRecv(p, n, ncclUint8, peer, comm, s);
     };
     keep.push_back(b.t);
     calls.push_back(std::move(c));
   }
-  return submit("send", c10d::OpType::SEND, std::move(calls), tensors, keep, Ms(-1));
+  return submit(op, sending ? c10d::OpType::SEND : c10d::OpType::RECV, std::move(calls), tensors,
+                keep, Ms(-1));
+}
+
+c10::intrusive_ptr<c10d::Work> BraidBackend::send(std::vector<at::Tensor>& tensors, int dst,
+                                                  int tag) {
+  (void)tag;
+  return p2p(tensors, dst, true);
 }
 
 c10::intrusive_ptr<c10d::Work> BraidBackend::recv(std::vector<at::Tensor>& tensors, int src,
                                                   int tag) {
-  at::Tensor& t = single("recv", tensors);
-  TORCH_CHECK(src >= 0 && src < size_, "braid: recv: source ", src,
-              " is not a rank of this group of ", size_);
   (void)tag;
-  std::vector<Call> calls;
-  std::vector<at::Tensor> keep;
-  if (t.numel() > 0) {
-    Call c;
-    Block b = block_of(t, c, false, true);
-    void* p = b.t.data_ptr();
-    size_t n = nbytes(t);
-    c.issue = [p, n, src](ncclComm_t comm, cudaStream_t s) {
-      return ncclRecv(p, n, ncclUint8, src, comm, s);
-    };
-    keep.push_back(b.t);
-    calls.push_back(std::move(c));
-  }
-  return submit("recv", c10d::OpType::RECV, std::move(calls), tensors, keep, Ms(-1));
+  return p2p(tensors, src, false);
 }
 
 c10::intrusive_ptr<c10d::Work> BraidBackend::recvAnysource(std::vector<at::Tensor>&, int) {

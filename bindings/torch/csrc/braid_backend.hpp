@@ -191,6 +191,7 @@ class BraidBackend : public c10d::Backend {
   ncclComm_t ncclComm() const { return comm_->comm; }
 
  private:
+  c10::intrusive_ptr<c10d::Work> p2p(std::vector<at::Tensor>& tensors, int peer, bool sending);
   std::vector<at::Tensor> root_list(const char* op, int root,
                                     std::vector<std::vector<at::Tensor>>& lists,
                                     const at::Tensor& like, const char* kind, const char* mine);
