@@ -425,8 +425,7 @@ KERN_HD int64_t kb_vec_head(const struct kern_dev_task* t, unsigned es) {
   /* one output, no premul, no division; other operators take the vector  */                       \
   /* loop, which keeps the kernel's size and build time down): four       */                       \
   /* vectors in flight per thread, all loads issued before any arithmetic,*/                       \
-  /* one test for a NaN in any of them; then the thread's last vectors    */                       \
-  /* one by one. */                                                                                \
+  /* one test for a NaN in each. */                                                                \
   KERN_HD void NAME##_pair(const struct kern_dev_task* t, uint64_t head, uint64_t nvec,            \
                            uint64_t first, uint64_t stride) {                                      \
     enum { V = 16 / sizeof(T), U = 4 };                                                            \
@@ -436,26 +435,25 @@ KERN_HD int64_t kb_vec_head(const struct kern_dev_task* t, unsigned es) {
     char* out = (char*)t->dsts[0] + head * sizeof(T);                                              \
     SC s0 = 0;                                                                                     \
     DV d0 = 1;                                                                                     \
-    uint64_t j = first, step = stride * 16;                                                        \
-    for (; j + (U - 1) * stride < nvec; j += U * stride) {                                         \
+    /* Every pass has U vectors in flight, the last one too: a lane past   */                      \
+    /* the end loads lane 0's vector again (a spare copy) and stores      */                       \
+    /* nothing. (The thread's last vectors taken one at a time, with two  */                       \
+    /* loads in flight, are the suspect for every type at 0.79 of the     */                       \
+    /* copy on the H200, 2026-11-27: to be timed on the next GPU.)        */                       \
+    for (uint64_t j = first; j < nvec; j += U * stride) {                                          \
       struct kb_v16 x[U], y[U];                                                                    \
-      int odd[U], any = 0;                                                                         \
-      unsigned mask = 0;                                                                           \
-      KB_LANES(U, x[l] = kb_ld16(a + j * 16 + l * step), y[l] = kb_ld16(b + j * 16 + l * step));   \
-      KB_LANES(U, odd[l] = VSTEP(&x[l], y[l], op, 0u, s0, d0) | NANV(x[l]), any |= odd[l]);        \
-      if (!any) {                                                                                  \
-        KB_LANES(U, kb_st16(out + j * 16 + l * step, x[l]));                                       \
-        continue;                                                                                  \
-      }                                                                                            \
-      KB_LANES(U, if (odd[l]) mask |= 1u << l; else kb_st16(out + j * 16 + l * step, x[l]));       \
-      NAME##_fix(t, s0, d0, head + j * V, stride * V, mask);                                       \
-    }                                                                                              \
-    for (; j < nvec; j += stride) {                                                                \
-      struct kb_v16 x = kb_ld16(a + j * 16);                                                       \
-      if (VSTEP(&x, kb_ld16(b + j * 16), op, 0u, s0, d0) | NANV(x))                                \
-        NAME##_fix(t, s0, d0, head + j * V, 0, 1u);                                                \
-      else                                                                                         \
-        kb_st16(out + j * 16, x);                                                                  \
+      uint64_t o[U];                                                                               \
+      unsigned live = 0, mask = 0;                                                                 \
+      KB_LANES(U, {                                                                                \
+        int in = j + l * stride < nvec;                                                            \
+        o[l] = (in ? j + l * stride : j) * 16;                                                     \
+        live |= (unsigned)in << l;                                                                 \
+      });                                                                                          \
+      KB_LANES(U, x[l] = kb_ld16(a + o[l]), y[l] = kb_ld16(b + o[l]));                             \
+      KB_LANES(U, if (VSTEP(&x[l], y[l], op, 0u, s0, d0) | NANV(x[l])) mask |= 1u << l);           \
+      mask &= live;                                                                                \
+      KB_LANES(U, if (((live & ~mask) >> l) & 1u) kb_st16(out + o[l], x[l]));                      \
+      if (mask) NAME##_fix(t, s0, d0, head + j * V, stride * V, mask);                             \
     }                                                                                              \
   }                                                                                                \
   KERN_HD void NAME(const struct kern_dev_task* t, SC s, DV dv, uint64_t first, uint64_t stride) { \
