@@ -145,4 +145,3 @@ ncclResult_t tuner_model_init(struct ncclComm* comm) {
 fail:
   return res;
 }
-
