@@ -12,7 +12,6 @@
 
 static const struct transport_tag kNoTag;
 
-
 ncclResult_t transport_check_message(struct transport_conn* conn, uint64_t seq, uint64_t bytes,
                                      const struct transport_tag* tag, uint64_t want_seq,
                                      uint64_t want_bytes, const struct transport_tag* want_tag) {

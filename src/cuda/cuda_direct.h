@@ -64,7 +64,6 @@ int cuda_direct_kind(const struct work_op* op);
  * task; then the call does not block its caller. */
 ncclResult_t cuda_direct_arm(struct work_op* op, CUstream stream);
 
-
 /* Close the links and (once every stream passed what was queued on it:
  * streams_passed) free Hier's pinned scratch; in the comm's context (the
  * mappings are the comm's cache's, cuda_comm.c frees them). */
