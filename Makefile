@@ -272,7 +272,8 @@ $(TSTDIR)/test_topo: LDLIBS += -lhwloc
 UNIT_COMMON := $(filter-out tests/common/cudasim%.c,$(wildcard tests/common/*.c))
 # Compiled once for every test that links them, as are tests/mp's shared sources.
 UNIT_OBJS   := $(patsubst %.c,$(BUILD)/obj/%.o,$(UNIT_COMMON))
-FAKE_TESTS  := $(TSTDIR)/test_schedule $(TSTDIR)/test_executor $(TSTDIR)/test_kern_cuda
+FAKE_TESTS  := $(TSTDIR)/test_schedule $(TSTDIR)/test_executor $(TSTDIR)/test_kern_cuda \
+               $(TSTDIR)/test_pairwise
 $(FAKE_TESTS): $(TSTDIR)/test_%: tests/unit/test_%.c $(UNIT_OBJS) tests/common/*.h $(STLIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(TEST_INC) $(LDFLAGS) $< $(UNIT_OBJS) -o $@ $(STLIB) -lcmocka -ldl $(LDLIBS)

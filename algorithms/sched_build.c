@@ -11,6 +11,7 @@
 
 #include "core.h"
 #include "hier.h"
+#include "pairwise.h"
 #include "recursive_doubling.h"
 #include "ring.h"
 #include "tree.h"
@@ -20,16 +21,19 @@ typedef ncclResult_t (*sched_builder)(struct schedule*, const struct sched_key*)
 /* Which algorithm implements which collective; NULL where none does. */
 static const sched_builder builders[COLL_COUNT][ALGO_COUNT] = {
     [COLL_ALLREDUCE] = {ring_schedule_allreduce, tree_schedule_allreduce, rd_schedule_allreduce,
-                        hier_schedule_allreduce},
-    [COLL_ALLGATHER] = {ring_schedule_allgather, NULL, NULL, hier_schedule_allgather},
-    [COLL_REDUCESCATTER] = {ring_schedule_reducescatter, NULL, NULL, hier_schedule_reducescatter},
-    [COLL_BROADCAST] = {chain_schedule_broadcast, tree_schedule_broadcast, NULL, NULL},
-    [COLL_REDUCE] = {chain_schedule_reduce, tree_schedule_reduce, NULL, NULL},
+                        hier_schedule_allreduce, pairwise_schedule_allreduce},
+    [COLL_ALLGATHER] = {ring_schedule_allgather, NULL, NULL, hier_schedule_allgather, NULL},
+    [COLL_REDUCESCATTER] = {ring_schedule_reducescatter, NULL, NULL, hier_schedule_reducescatter,
+                            pairwise_schedule_reducescatter},
+    [COLL_BROADCAST] = {chain_schedule_broadcast, tree_schedule_broadcast, NULL, NULL, NULL},
+    [COLL_REDUCE] = {chain_schedule_reduce, tree_schedule_reduce, NULL, NULL,
+                     pairwise_schedule_reduce},
 };
 
 /* Trees and recursive doubling are built over ring positions (ranks node
  * by node, so their first links stay inside a node) and their peers then
- * renamed to ranks; ring, chain and hierarchical schedules name ranks. */
+ * renamed to ranks; ring, chain, hierarchical and pairwise schedules name
+ * ranks (pairwise must: its order of reduction is by rank). */
 static int sched_in_positions(int algo) {
   return algo == ALGO_TREE || algo == ALGO_RD;
 }
@@ -90,6 +94,8 @@ int sched_peers(const struct sched_key* k, int* peers, int max) {
   if (k->nranks == 1) return 0;
   if (k->algo == ALGO_HIER) {
     m = hier_peers(k, peers, max);
+  } else if (k->algo == ALGO_PAIRWISE) {
+    m = pairwise_peers(k, peers, max);
   } else {
     struct sched_key p = sched_position_key(k);
     m = sched_position_peers(&p, peers, max);

@@ -23,6 +23,7 @@ static const struct {
     [PRIM_SEND_OUT] = {"sendOut", 0, 1},
     [PRIM_EXCHANGE] = {"exchange", 1, 1},
     [PRIM_RECV_REDUCE_CARRY] = {"recvReduceCarry", 1, 0},
+    [PRIM_LOAD_CARRY] = {"loadCarry", 0, 0},
 };
 
 int sched_prim_recvs(enum sched_prim p) {
@@ -36,7 +37,8 @@ const char* sched_prim_name(enum sched_prim p) {
 }
 
 const char* sched_algo_name(int algo) {
-  static const char* const names[ALGO_COUNT] = {"Ring", "Tree", "RecDoubling", "Hier"};
+  static const char* const names[ALGO_COUNT] = {"Ring", "Tree", "RecDoubling", "Hier",
+                                                  "Pairwise"};
   return algo >= 0 && algo < ALGO_COUNT ? names[algo] : "?";
 }
 

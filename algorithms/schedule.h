@@ -28,6 +28,8 @@ enum sched_prim {
   PRIM_SEND_OUT,              /* send Y */
   PRIM_EXCHANGE,              /* send Y to peer, receive R from it; Y = Y op R */
   PRIM_RECV_REDUCE_CARRY,     /* carry = R op L (for the next step) */
+  PRIM_LOAD_CARRY,            /* carry = X pre-multiplied, rounded to the type as a sent X is
+                               * (only when the op pre-multiplies; else the next step reads X) */
   PRIM_COUNT
 };
 
@@ -38,6 +40,7 @@ enum sched_prim {
 #define SCHED_LOCAL_OUT                                        \
   16u /* reductions combine R with Y, and send sends Y, not X: \
        * a later phase works on what an earlier one left in Y */
+#define SCHED_LOCAL_FIRST 32u /* reductions compute L op R: the local data is the lower half */
 
 struct sched_step {
   uint8_t prim;
@@ -58,7 +61,16 @@ enum sched_coll {
   COLL_COUNT
 };
 
-enum sched_algo { ALGO_RING = 0, ALGO_TREE = 1, ALGO_RD = 2, ALGO_HIER = 3, ALGO_COUNT };
+/* Pairwise reduces in the canonical order (pairwise.h), the only order
+ * the deterministic mode allows. */
+enum sched_algo {
+  ALGO_RING = 0,
+  ALGO_TREE = 1,
+  ALGO_RD = 2,
+  ALGO_HIER = 3,
+  ALGO_PAIRWISE = 4,
+  ALGO_COUNT
+};
 
 /* Where the ranks are: nodes (hosts), and each rank's place on its node.
  * The comm builds it once; schedules only read it. A key without one

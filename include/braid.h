@@ -65,6 +65,22 @@ ncclResult_t braidStreamQuery(cudaStream_t stream);
 typedef void (*braidHostFn_t)(void* userData, ncclResult_t status);
 ncclResult_t braidStreamLaunchHostFunc(cudaStream_t stream, braidHostFn_t fn, void* userData);
 
+/*
+ * Deterministic reductions (docs/determinism.md). With `enable` 1, every
+ * all-reduce, reduce and reduce-scatter issued on `comm` afterwards
+ * combines each element's n inputs in one canonical order (pairwise by
+ * rank), so its bits depend only on those inputs and n: not on the
+ * algorithm, chunk, buffer size, element offset, node layout, transport
+ * or memory kind. 0 returns to the default mode. Every comm starts in the
+ * mode BRAID_DETERMINISTIC names (0 when unset), those that ncclCommSplit,
+ * Shrink and Grow make as well. Every rank must set the same mode before the same
+ * call (a rank whose mode differs fails that call with ncclInvalidUsage,
+ * as any mismatched call does). Calls already issued keep their mode.
+ */
+ncclResult_t braidCommSetDeterministic(ncclComm_t comm, int enable);
+/* The comm's mode: 1 deterministic, 0 not. */
+ncclResult_t braidCommGetDeterministic(ncclComm_t comm, int* enabled);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

@@ -60,6 +60,7 @@ static ncclResult_t coll_enqueue_held(const struct coll_call* c) {
   a.count = c->count;
   a.type = c->type;
   a.mem = mem_query(c->recvbuff ? c->recvbuff : c->sendbuff);
+  a.canonical = atomic_load(&c->comm->deterministic);
   INFO(SUB_COLL,
        "%s: sendbuff %p recvbuff %p count %zu datatype %d op %d root %d comm %p "
        "[nranks=%d] stream %p",

@@ -84,6 +84,10 @@ struct ncclComm {
   _Atomic int init_done; /* bootstrap completed: destroying it no longer aborts init */
   _Atomic int revoked;   /* ncclCommRevoke (or a shrink that aborted it): no new calls */
   _Atomic int suspended; /* ncclCommSuspend until ncclCommResume: no new calls */
+  /* reductions in the canonical order (docs/determinism.md): from
+   * BRAID_DETERMINISTIC at creation, braidCommSetDeterministic after; a
+   * call takes the value when it is issued */
+  _Atomic int deterministic;
   int finalized;
   /* the control channel (comm_ctrl.h) and how many shrinks it has served */
   int ctrl_fd;

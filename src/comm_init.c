@@ -150,6 +150,7 @@ static ncclResult_t comm_create(struct ncclComm** out, int nranks, const ncclUni
   log_version_once();
   CHECK(braid_calloc(&comm, 1, sizeof(*comm)));
   atomic_init(&comm->refs, 1);
+  atomic_init(&comm->deterministic, (int)param_deterministic());
   comm->magic = COMM_MAGIC;
   comm->rank = rank;
   comm->nranks = nranks;

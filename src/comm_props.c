@@ -3,13 +3,14 @@
  * error, ncclCommQueryProperties (an honest "no" to every device-side
  * capability: Braid provides no device API, no GIN, no multimem, no CFT)
  * and ncclCommMemStats (the GPU memory the comm holds: none on the host
- * path). Each holds the comm for the query (comm_call_hold): a watchdog
+ * path); and its deterministic mode (braid.h), which it sets as well. Each holds the comm for the query (comm_call_hold): a watchdog
  * thread may ask while another aborts it.
  */
 #include <stdbool.h>
 #include <stddef.h>
 #include <string.h>
 
+#include "braid.h"
 #include "comm.h"
 #include "core.h"
 #include "stream.h"
@@ -138,4 +139,34 @@ ncclResult_t ncclCommUserRank(const ncclComm_t comm, int* rank) {
 NCCL_API(ncclResult_t, ncclCommCuDevice, const ncclComm_t comm, int* device);
 ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int* device) {
   return comm_query(comm, device, "ncclCommCuDevice", offsetof(struct ncclComm, cuda_dev));
+}
+
+BRAID_API(ncclResult_t, braidCommSetDeterministic, ncclComm_t comm, int enable);
+ncclResult_t braidCommSetDeterministic(ncclComm_t comm, int enable) {
+  ncclResult_t res = comm_call_hold(comm, "braidCommSetDeterministic");
+  if (res != ncclSuccess) return res;
+  if (enable != 0 && enable != 1) {
+    WARN("braidCommSetDeterministic : enable %d is neither 0 nor 1", enable);
+    res = ncclInvalidArgument;
+  } else {
+    atomic_store(&comm->deterministic, enable);
+    INFO(SUB_INIT, "comm %p rank %d: deterministic reductions %s", (void*)comm, comm->rank,
+         enable ? "on" : "off");
+  }
+  comm_call_leave(comm);
+  return res;
+}
+
+BRAID_API(ncclResult_t, braidCommGetDeterministic, ncclComm_t comm, int* enabled);
+ncclResult_t braidCommGetDeterministic(ncclComm_t comm, int* enabled) {
+  ncclResult_t res = comm_call_hold(comm, "braidCommGetDeterministic");
+  if (res != ncclSuccess) return res;
+  if (enabled == NULL) {
+    WARN("braidCommGetDeterministic : enabled is NULL");
+    res = ncclInvalidArgument;
+  } else {
+    *enabled = atomic_load(&comm->deterministic);
+  }
+  comm_call_leave(comm);
+  return res;
 }

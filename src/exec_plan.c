@@ -32,7 +32,8 @@ void exec_extents(const struct exec_args* a, int nranks, size_t* send, size_t* r
 void exec_plan(struct ncclComm* comm, struct exec_args* args, struct sched_key* key) {
   size_t send_bytes, recv_bytes;
   exec_extents(args, comm->nranks, &send_bytes, &recv_bytes);
-  tuner_choose(comm, args->coll, MAX(send_bytes, recv_bytes), &args->algo, &args->chunk_bytes);
+  tuner_choose(comm, args->coll, MAX(send_bytes, recv_bytes), args->canonical, &args->algo,
+               &args->chunk_bytes);
   args->sendreg = args->sendbuff ? mem_reg_find(&comm->regs, args->sendbuff, send_bytes) : NULL;
   args->recvreg = args->recvbuff ? mem_reg_find(&comm->regs, args->recvbuff, recv_bytes) : NULL;
   exec_key(comm, args, key);

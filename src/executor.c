@@ -89,6 +89,8 @@ static int step_slots(const struct exec_ctx* ex, const struct sched_step* st) {
       return ex->staged ? 2 : 1;
     case PRIM_SEND:
       return ex->staged || ((st->flags & SCHED_PRE) && ex->args.pre);
+    case PRIM_LOAD_CARRY:
+      return (st->flags & SCHED_PRE) && ex->args.pre;
     case PRIM_RECV:
     case PRIM_RECV_COPY_SEND:
     case PRIM_SEND_OUT:
@@ -328,6 +330,19 @@ static int task_pair(struct kern_task* t, const struct exec_args* a, unsigned fl
   return 1;
 }
 
+/* The reduction of what arrived (r) with the local operand: r OP local,
+ * or with SCHED_LOCAL_FIRST local OP r (the canonical order puts the lower
+ * half's data first, algorithms/pairwise.h). `pre` applies to the local
+ * operand either way. */
+static int task_with_local(struct kern_task* t, const struct exec_args* a, unsigned step_flags,
+                           unsigned pre, unsigned post, void* dst, const void* r,
+                           const void* local, size_t n) {
+  if (!(step_flags & SCHED_LOCAL_FIRST)) return task_pair(t, a, pre | post, dst, r, local, n);
+  task_pair(t, a, post, dst, local, r, n);
+  t->pre = pre ? 1u : 0u;
+  return 1;
+}
+
 /* What step `st` computes, into rec->task (returns 0 when it computes
  * nothing), and what it then sends, into rec->out. Changes nothing else:
  * the caller may find the task must wait, and plan it again later. */
@@ -350,18 +365,18 @@ static int step_plan(const struct exec_ctx* ex, const struct sched_step* st, str
       return slot ? task_unary(t, a, pre, slot, src, n) : 0;
     case PRIM_RECV: /* staged: into a slot first */
       return slot ? task_unary(t, a, 0, y, slot, n) : 0;
-    case PRIM_RECV_REDUCE_SEND:
+    case PRIM_RECV_REDUCE_SEND: /* post: a reduce's last step sends the value to the root */
       rec->out = slot;
-      return task_pair(t, a, pre, slot, slot, local, n);
+      return task_with_local(t, a, st->flags, pre, post, slot, slot, local, n);
     case PRIM_RECV_REDUCE_CARRY:
-      return task_pair(t, a, pre, slot, slot, local, n);
+      return task_with_local(t, a, st->flags, pre, 0, slot, slot, local, n);
     case PRIM_RECV_REDUCE_COPY_SEND:
       rec->out = ex->staged ? slot : y;
-      task_pair(t, a, pre | post, y, slot, local, n);
+      task_with_local(t, a, st->flags, pre, post, y, slot, local, n);
       if (ex->staged) t->dsts[t->ndsts++] = slot; /* the result over R: one pass writes both */
       return 1;
     case PRIM_RECV_REDUCE_COPY:
-      return task_pair(t, a, pre | post, y, slot, local, n);
+      return task_with_local(t, a, st->flags, pre, post, y, slot, local, n);
     case PRIM_RECV_COPY_SEND: /* staged: R lands in the slot, goes on from there */
       rec->out = slot ? slot : y;
       return slot ? task_unary(t, a, 0, y, slot, n) : 0;
@@ -370,6 +385,8 @@ static int step_plan(const struct exec_ctx* ex, const struct sched_step* st, str
       return slot ? task_unary(t, a, 0, slot, y, n) : 0;
     case PRIM_COPY:
       return (pre | post) || src != y ? task_unary(t, a, pre | post, y, src, n) : 0;
+    case PRIM_LOAD_CARRY:
+      return slot ? task_unary(t, a, pre, slot, x, n) : 0;
     case PRIM_EXCHANGE: /* its send went out at post time */
       if (st->flags & SCHED_SWAP) return task_pair(t, a, post, y, slot, y, n);
       return task_pair(t, a, post, y, y, slot, n);
@@ -379,10 +396,14 @@ static int step_plan(const struct exec_ctx* ex, const struct sched_step* st, str
 }
 
 /* The planned step goes ahead: a reduction takes the carry it read (freed
- * when its task is done), a reduce-carry step hands its slot over as the
- * next carry. */
+ * when its task is done), a reduce-carry or load-carry step hands its
+ * slot over as the next carry. */
 static void step_commit_carry(struct exec_ctx* ex, const struct sched_step* st,
                               struct exec_rec* rec) {
+  if (st->prim == PRIM_LOAD_CARRY && rec->slot >= 0) {
+    ex->carry = rec->slot;
+    rec->slot = -1;
+  }
   if (!prim_reads_local(st->prim)) return;
   if ((st->flags & SCHED_LOCAL_CARRY) && ex->carry >= 0) {
     rec->carry_in = ex->carry;

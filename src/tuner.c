@@ -6,7 +6,9 @@
  * nodes (or loopback TCP when shared memory is off). Every input is agreed
  * by all ranks (it comes from the peer table), so all ranks choose alike.
  * NCCL_ALGO restricts the choice with NCCL's syntax ("Ring,Hier",
- * "^Tree"); BRAID_TUNE_FILE overrides model parameters and forces choices
+ * "^Tree"; Pairwise only where it is named). In the deterministic mode a
+ * reduction always runs Pairwise, the one algorithm whose order of
+ * combining is the canonical one, whatever NCCL_ALGO says. BRAID_TUNE_FILE overrides model parameters and forces choices
  * for size ranges (format in tuner_file.c). NCCL_DEBUG_SUBSYS=TUNING
  * prints the table at init and every choice.
  */
@@ -18,6 +20,7 @@
 #include "comm.h"
 #include "core.h"
 #include "hier.h"
+#include "pairwise.h"
 #include "param.h"
 #include "recursive_doubling.h"
 #include "sched_build.h"
@@ -54,16 +57,20 @@ int tuner_forces_direct(void) {
   return s && *s && s[0] != '^' && algo_named(s, "Direct");
 }
 
-/* Bit mask of algorithms NCCL_ALGO allows (all when unset). */
+/* Bit mask of algorithms NCCL_ALGO allows (all but Pairwise when unset:
+ * outside the deterministic mode it runs only where it is named). */
 static unsigned tuner_allowed(void) {
   static _Atomic int cached = -1;
   int v = atomic_load_explicit(&cached, memory_order_relaxed);
   if (v >= 0) return (unsigned)v;
   const char* s = param_algo();
-  unsigned mask = tuner_parse_algos(s);
+  unsigned mask = tuner_parse_algos(s), classic = ((1u << ALGO_COUNT) - 1) & ~(1u << ALGO_PAIRWISE);
+  if (s == NULL || *s == '\0' || s[0] == '^') mask &= classic;
   if (mask == 0 && !tuner_allows_direct()) {
-    WARN("NCCL_ALGO=%s names no algorithm (Ring, Tree, RecDoubling, Hier, Direct); using all", s);
-    mask = (1u << ALGO_COUNT) - 1;
+    WARN("NCCL_ALGO=%s names no algorithm (Ring, Tree, RecDoubling, Hier, Pairwise, Direct); "
+         "using all",
+         s);
+    mask = classic;
   }
   atomic_store_explicit(&cached, (int)mask, memory_order_relaxed);
   return mask;
@@ -157,6 +164,22 @@ static double hier_cost(const struct tuner_model* m, int coll, double kb, double
          link_time(net, ALGO_RING, nn - 1, mf * kb);
 }
 
+/* Pairwise: small all-reduces over 2^L ranks exchange whole buffers in L
+ * rounds; otherwise its tree, L rounds pipelined slice by slice, each rank
+ * sending (n-1)/n of the buffer, and for an all-reduce the all-gather's
+ * L rounds and (n-1)/n again; a reduce's blocks then travel to the root. */
+static double pairwise_cost(const struct tuner_model* m, int coll, double kb, double slot_kb) {
+  const struct tuner_link* l = flat_link(m);
+  int n = m->nranks, levels = pairwise_levels(n);
+  double frac = (double)(n - 1) / n, slices = kb > slot_kb ? kb / slot_kb : 1.0;
+  if (coll == COLL_ALLREDUCE && pairwise_uses_doubling((size_t)(kb * 1024.0), 1, n))
+    return link_time(l, ALGO_PAIRWISE, levels * slices, levels * kb);
+  if (coll == COLL_ALLREDUCE)
+    return link_time(l, ALGO_PAIRWISE, 2.0 * levels + slices, 2 * frac * kb);
+  if (coll == COLL_REDUCE) return link_time(l, ALGO_PAIRWISE, levels + 1 + slices, 2 * frac * kb);
+  return link_time(l, ALGO_PAIRWISE, levels + slices, frac * kb); /* reduce-scatter */
+}
+
 double tuner_cost(const struct tuner_model* m, int coll, int algo, double bytes) {
   double kb = bytes / 1024.0, slot_kb = (double)m->slot_bytes / 1024.0;
   switch (algo) {
@@ -168,6 +191,8 @@ double tuner_cost(const struct tuner_model* m, int coll, int algo, double bytes)
       return rd_cost(m, kb, slot_kb);
     case ALGO_HIER:
       return hier_cost(m, coll, kb, slot_kb);
+    case ALGO_PAIRWISE:
+      return pairwise_cost(m, coll, kb, slot_kb);
     default:
       return 1e30;
   }
@@ -175,14 +200,24 @@ double tuner_cost(const struct tuner_model* m, int coll, int algo, double bytes)
 
 /* --- choosing --- */
 
+/* Collectives whose result depends on the order of combining. */
+static int coll_reduces(int coll) {
+  return coll == COLL_ALLREDUCE || coll == COLL_REDUCESCATTER || coll == COLL_REDUCE;
+}
+
 /* The choice for a call, silently; returns 1 when a tune file forced it. */
-static int tuner_decide(const struct ncclComm* comm, int coll, size_t bytes, int* algo,
-                        size_t* chunk_bytes) {
+static int tuner_decide(const struct ncclComm* comm, int coll, size_t bytes, int canonical,
+                        int* algo, size_t* chunk_bytes) {
   const struct tuner_model* m = &comm->tune;
   unsigned allowed = tuner_allowed();
   *algo = -1;
   double best = 0;
   *chunk_bytes = m->slot_bytes;
+  if (canonical && coll_reduces(coll)) { /* nothing else yields the canonical order */
+    *algo = ALGO_PAIRWISE;
+    *chunk_bytes = tuner_chunk(m, coll, *algo, bytes);
+    return 0;
+  }
   if (m->nforced && tuner_file_choice(m, coll, bytes, allowed, algo, chunk_bytes)) {
     if (*chunk_bytes == 0) *chunk_bytes = tuner_chunk(m, coll, *algo, bytes);
     return 1;
@@ -215,16 +250,18 @@ size_t tuner_chunk(const struct tuner_model* m, int coll, int algo, size_t bytes
 
 double tuner_host_best(const struct ncclComm* comm, int coll, size_t bytes, int* algo) {
   size_t chunk;
-  tuner_decide(comm, coll, bytes, algo, &chunk);
+  tuner_decide(comm, coll, bytes, atomic_load(&comm->deterministic), algo, &chunk);
   return tuner_cost(&comm->tune, coll, *algo, (double)bytes);
 }
 
-void tuner_choose(const struct ncclComm* comm, int coll, size_t bytes, int* algo,
+void tuner_choose(const struct ncclComm* comm, int coll, size_t bytes, int canonical, int* algo,
                   size_t* chunk_bytes) {
-  int forced = tuner_decide(comm, coll, bytes, algo, chunk_bytes);
+  int forced = tuner_decide(comm, coll, bytes, canonical, algo, chunk_bytes);
   INFO(SUB_TUNING, "%s %zu bytes nranks %d: %s chunk %zu (%s %.1f us)", sched_coll_name(coll),
        bytes, comm->nranks, sched_algo_name(*algo), *chunk_bytes,
-       forced ? "BRAID_TUNE_FILE, model" : "modelled",
+       forced                              ? "BRAID_TUNE_FILE, model"
+       : canonical && coll_reduces(coll) ? "deterministic, model"
+                                           : "modelled",
        tuner_cost(&comm->tune, coll, *algo, (double)bytes));
 }
 
@@ -249,7 +286,7 @@ void tuner_log_table(const struct ncclComm* comm) {
         if (sched_supports_on(&comm->layout, c, a))
           o += snprintf(line + o, sizeof(line) - (size_t)o, " %s %.1f us", sched_algo_name(a),
                         tuner_cost(m, c, a, (double)sizes[i]));
-      tuner_decide(comm, c, sizes[i], &algo, &chunk);
+      tuner_decide(comm, c, sizes[i], atomic_load(&comm->deterministic), &algo, &chunk);
       INFO(SUB_TUNING, "Tuner table: %s -> %s chunk %zu", line, sched_algo_name(algo), chunk);
     }
 }

@@ -20,8 +20,9 @@ size_t tuner_chunk(const struct tuner_model* m, int coll, int algo, size_t bytes
  * its modelled time (us). */
 double tuner_host_best(const struct ncclComm* comm, int coll, size_t bytes, int* algo);
 
-/* Algorithm and chunk size for `coll` on a buffer of `bytes`. */
-void tuner_choose(const struct ncclComm* comm, int coll, size_t bytes, int* algo,
+/* Algorithm and chunk size for `coll` on a buffer of `bytes`; with
+ * `canonical` (the deterministic mode) a reduction gets Pairwise. */
+void tuner_choose(const struct ncclComm* comm, int coll, size_t bytes, int canonical, int* algo,
                   size_t* chunk_bytes);
 /* The model's table for this comm, at INFO/TUNING. */
 void tuner_log_table(const struct ncclComm* comm);

@@ -31,6 +31,8 @@ static const struct link_line k_tcp[ALGO_COUNT] = {
     [ALGO_TREE] = {7.0, 2.5, -0.44, 0.695},
     [ALGO_RD] = {-4.0, 10.75, -0.07, 0.45},
     [ALGO_HIER] = {-1.0, 9.0, -0.274, 0.466},
+    /* not fitted: recursive doubling's line, whose halving it resembles */
+    [ALGO_PAIRWISE] = {-4.0, 10.75, -0.07, 0.45},
 };
 
 /* Shared memory: a hop's cost and one memcpy per KB moved (the copies in
@@ -42,7 +44,8 @@ static const struct link_line k_shm = {0.5, 0.6, 0.0, 0.0};
 /* Per KB, the tree and recursive doubling cost more than the ring over
  * shared memory (their steps wait for whole sends): measured ratios. */
 static const double k_shm_beta_scale[ALGO_COUNT] = {
-    [ALGO_RING] = 1.0, [ALGO_TREE] = 2.0, [ALGO_RD] = 2.5, [ALGO_HIER] = 1.0};
+    [ALGO_RING] = 1.0, [ALGO_TREE] = 2.0, [ALGO_RD] = 2.5, [ALGO_HIER] = 1.0,
+    [ALGO_PAIRWISE] = 2.5 /* not fitted: recursive doubling's */};
 
 static void link_from_lines(struct tuner_link* l, const struct link_line* lines, double f) {
   for (int a = 0; a < ALGO_COUNT; a++) {

@@ -41,7 +41,7 @@ static int record(struct decisions* d) {
   if (ncclCommInitAll(comms, NRANKS, NULL) != ncclSuccess) return 1;
   for (int c = 0; c < COLL_COUNT; c++)
     for (int i = 0; i < NSIZES; i++)
-      tuner_choose(comms[0], c, (size_t)8 << i, &d->algo[c][i], &d->chunk[c][i]);
+      tuner_choose(comms[0], c, (size_t)8 << i, 0, &d->algo[c][i], &d->chunk[c][i]);
   if (topo_system_get(&sys) != ncclSuccess) return 1;
   d->mem_mbps = sys->mem_mbps;
   for (int r = 0; r < NRANKS; r++) ncclCommDestroy(comms[r]);
@@ -94,7 +94,7 @@ static void test_tune_file(void** state) {
   assert_int_equal(ncclCommInitAll(comms, 2, NULL), ncclSuccess);
   int algo;
   size_t chunk;
-  tuner_choose(comms[0], COLL_ALLREDUCE, 4096, &algo, &chunk);
+  tuner_choose(comms[0], COLL_ALLREDUCE, 4096, 0, &algo, &chunk);
   assert_int_equal(algo, ALGO_TREE);
   assert_int_equal(chunk, 8192);
   assert_true(comms[0]->tune.intra.alpha_us[ALGO_RING] == 1.5);

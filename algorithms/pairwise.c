@@ -1,0 +1,303 @@
+/*
+ * Pairwise: every reduction in the canonical order (pairwise.h). Think of
+ * p = 2^L positions, L = ceil(log2 n): positions below n are the ranks,
+ * the others hold nothing. At level l, aligned blocks of 2^l positions
+ * pair up; the block pair's value is (lower) op (upper), or the lower
+ * alone when the upper holds no rank.
+ *
+ * The buffer is cut into p blocks, one per position. Block u is reduced
+ * along that tree: at level l, inside each aligned block C of 2^(l+1)
+ * positions, the position of C congruent to u modulo 2^(l+1) computes C's
+ * value on block u from its own half's partial and the other half's, which
+ * the other half's holder sends it. A position whose half held no rank is
+ * held by the holder of the other half, which took its share without a
+ * message (pw_holder). Each rank so sends each block's data once and
+ * receives a share that halves level by level: 2(n-1)/n of the buffer in
+ * all for an all-reduce, as a ring moves, in 2L rounds, and the first
+ * levels stay inside a node when nodes hold aligned blocks of ranks.
+ *
+ * A rank's partial passes from level to level in a slot (the carry), never
+ * through the output, so the same tree serves reduce-scatter (block u goes
+ * to rank u) and reduce (every block goes to the root), whose non-root
+ * output is not ours to write. An all-reduce then gathers the blocks back
+ * level by level. Small all-reduces over a power-of-two rank count use
+ * whole-buffer exchanges at distances 1, 2, 4..., which compute the same
+ * tree in L rounds.
+ */
+#include "pairwise.h"
+
+#include "core.h"
+
+/* Whole-buffer exchanges below this size (the size from which recursive
+ * doubling halves too: the same trade of rounds for bytes). */
+#define PAIRWISE_HALVING_MIN_BYTES ((size_t)32 << 10)
+
+int pairwise_levels(int nranks) {
+  int l = 0;
+  while ((1 << l) < nranks) l++;
+  return l;
+}
+
+int pairwise_uses_doubling(size_t count, size_t elem_size, int nranks) {
+  int pow2 = nranks >= 2 && (nranks & (nranks - 1)) == 0;
+  return pow2 && (count < (size_t)nranks || count * elem_size < PAIRWISE_HALVING_MIN_BYTES);
+}
+
+/* First position of the aligned block of 2^l positions holding v. */
+static int block_base(int v, int l) {
+  return (v >> l) << l;
+}
+
+/* Before level l: who holds the partial of position v's block of 2^l
+ * positions (on v's share of the buffer). Where at some level j < l v's
+ * half held no rank and the other half did, the other half's holder took
+ * v's share over; -1 when v's block holds no rank. */
+static int pw_holder(int v, int l, int n) {
+  if (block_base(v, l) >= n) return -1;
+  int h = v;
+  for (int j = 0; j < l; j++) {
+    int bit = 1 << j, lower = h & ~bit;
+    if ((h & bit) && block_base(h, j) >= n && block_base(lower, j) < n) {
+      h = lower; /* and again from level 0: lower may itself be held */
+      j = -1;
+    }
+  }
+  return h;
+}
+
+/* ---- Where each position's block lies ---- */
+
+static int bit_reverse(int v, int bits) {
+  int r = 0;
+  for (int i = 0; i < bits; i++) r |= ((v >> i) & 1) << (bits - 1 - i);
+  return r;
+}
+
+/* First element of slice i when count elements are cut into p slices. */
+static size_t slice_start(size_t count, int p, int i) {
+  size_t q = count / (size_t)p, extra = count % (size_t)p;
+  return q * (size_t)i + MIN((size_t)i, extra);
+}
+
+struct pw_span {
+  size_t x, y, n; /* first element in the input and in the output; elements */
+};
+
+/* Position u's block. Reduce-scatter: rank u's block of the input, which
+ * only rank u writes (at the start of its output). Otherwise slice
+ * bit_reverse(u) of the buffer: then the blocks of positions congruent
+ * modulo 2^(l+1), which travel together in the all-gather, are adjacent. */
+static struct pw_span pw_block(const struct sched_key* k, int u) {
+  struct pw_span b = {0, 0, 0};
+  int L = pairwise_levels(k->nranks), p = 1 << L;
+  if (k->coll == COLL_REDUCESCATTER) {
+    if (u < k->nranks) b.x = sched_block_offset(k, u), b.n = k->count;
+    return b;
+  }
+  int slice = bit_reverse(u, L);
+  b.x = b.y = slice_start(k->count, p, slice);
+  b.n = slice_start(k->count, p, slice + 1) - b.x;
+  return b;
+}
+
+/* All-reduce: the blocks of the positions congruent to v modulo 2^(l+1),
+ * one run of the buffer. */
+static struct pw_span pw_share(const struct sched_key* k, int v, int l) {
+  int L = pairwise_levels(k->nranks), p = 1 << L, width = 1 << (L - l - 1);
+  int first = bit_reverse(v, L) & ~(width - 1);
+  size_t lo = slice_start(k->count, p, first), hi = slice_start(k->count, p, first + width);
+  struct pw_span s = {lo, lo, hi - lo};
+  return s;
+}
+
+/* ---- Reducing one block ---- */
+
+enum pw_role_kind { PW_NONE, PW_COMPUTE, PW_SEND };
+
+struct pw_role {
+  int kind;
+  int peer;       /* who sends the other half's partial, or who gets ours */
+  unsigned order; /* SCHED_LOCAL_FIRST when our half is the lower one */
+};
+
+/* Rank r's part at level l in reducing position u's block. */
+static struct pw_role pw_role_at(int r, int u, int l, int n) {
+  struct pw_role role = {PW_NONE, -1, 0};
+  int half = 1 << l, base = block_base(r, l + 1);
+  if ((base | half) >= n) return role; /* the upper half holds no rank */
+  int vc = base | (u & ((2 << l) - 1)), vo = vc ^ half;
+  int hc = pw_holder(vc, l, n), ho = pw_holder(vo, l, n);
+  if (r == hc) {
+    role.kind = PW_COMPUTE, role.peer = ho;
+    role.order = vc < vo ? SCHED_LOCAL_FIRST : 0;
+  } else if (r == ho) {
+    role.kind = PW_SEND, role.peer = hc;
+  }
+  return role;
+}
+
+/* This rank's steps for elements [off, off + len) of position u's block:
+ * combine (the first time with its own input, pre-multiplied, then with
+ * the carry) until it sends its partial on, or holds the block's value:
+ * into the output, or to `final_to` when that is not -1. */
+static ncclResult_t pw_chain(struct schedule* s, const struct sched_key* k, int u,
+                             const struct pw_span* b, size_t off, size_t len, int final_to) {
+  ncclResult_t res = ncclSuccess;
+  int r = k->rank, n = k->nranks, L = pairwise_levels(n), carry = 0;
+  size_t x = b->x + off, y = b->y + off;
+  for (int l = 0; l < L; l++) {
+    struct pw_role role = pw_role_at(r, u, l, n), next = {PW_NONE, -1, 0};
+    if (role.kind == PW_SEND) return sched_append(s, PRIM_SEND, SCHED_PRE, -1, role.peer, x, y, len);
+    if (role.kind != PW_COMPUTE) continue;
+    for (int j = l + 1; j < L && next.kind == PW_NONE; j++) next = pw_role_at(r, u, j, n);
+    if (!carry && !role.order) { /* ours second: pre-multiplied alone, as a sent input is */
+      CHECK(sched_append(s, PRIM_LOAD_CARRY, SCHED_PRE, -1, -1, x, y, len));
+      carry = 1;
+    }
+    unsigned f = role.order | (carry ? SCHED_LOCAL_CARRY : SCHED_PRE);
+    if (next.kind == PW_SEND)
+      return sched_append(s, PRIM_RECV_REDUCE_SEND, f, role.peer, next.peer, x, y, len);
+    if (next.kind == PW_COMPUTE) {
+      CHECK(sched_append(s, PRIM_RECV_REDUCE_CARRY, f, role.peer, -1, x, y, len));
+      carry = 1;
+      continue;
+    }
+    if (final_to >= 0)
+      return sched_append(s, PRIM_RECV_REDUCE_SEND, f | SCHED_POST, role.peer, final_to, x, y, len);
+    return sched_append(s, PRIM_RECV_REDUCE_COPY, f | SCHED_POST, role.peer, -1, x, y, len);
+  }
+fail:
+  return res;
+}
+
+/* Every block, slice by slice, in the same order on every rank. With
+ * `root` >= 0 every block's value goes to the root. */
+static ncclResult_t pw_reduce_blocks(struct schedule* s, const struct sched_key* k, int root,
+                                     size_t chunk) {
+  ncclResult_t res = ncclSuccess;
+  int r = k->rank, n = k->nranks, L = pairwise_levels(n);
+  for (int u = 0; u < (1 << L); u++) {
+    struct pw_span b = pw_block(k, u);
+    int owner = pw_holder(u, L, n);
+    int final_to = root >= 0 && owner != root ? root : -1;
+    for (size_t off = 0; off < b.n; off += chunk) {
+      size_t len = MIN(chunk, b.n - off);
+      CHECK(pw_chain(s, k, u, &b, off, len, final_to));
+      if (root >= 0 && r == root && owner != root)
+        CHECK(sched_append(s, PRIM_RECV, 0, owner, -1, b.x + off, b.y + off, len));
+    }
+  }
+fail:
+  return res;
+}
+
+/* ---- Gathering the blocks back (all-reduce) ---- */
+
+/* Send `mine`, receive `theirs`, slice by slice, each send followed by its
+ * receive (a rendezvous transport needs the peer's receive posted). */
+static ncclResult_t pw_swap_spans(struct schedule* s, int peer, const struct pw_span* mine,
+                                  const struct pw_span* theirs, size_t chunk) {
+  ncclResult_t res = ncclSuccess;
+  size_t slices = MAX(DIV_UP(mine->n, chunk), DIV_UP(theirs->n, chunk));
+  for (size_t i = 0, a = 0; i < slices; i++, a += chunk) {
+    if (a < mine->n)
+      CHECK(sched_append(s, PRIM_SEND_OUT, SCHED_LOCAL_OUT, -1, peer, mine->y + a, mine->y + a,
+                         MIN(chunk, mine->n - a)));
+    if (a < theirs->n)
+      CHECK(sched_append(s, PRIM_RECV, 0, peer, -1, theirs->y + a, theirs->y + a,
+                         MIN(chunk, theirs->n - a)));
+  }
+fail:
+  return res;
+}
+
+/* Level by level down: the holders of a pair's halves swap their shares. */
+static ncclResult_t pw_allgather(struct schedule* s, const struct sched_key* k, size_t chunk) {
+  ncclResult_t res = ncclSuccess;
+  int r = k->rank, n = k->nranks, L = pairwise_levels(n);
+  for (int l = L - 1; l >= 0; l--) {
+    int half = 1 << l, mine = block_base(r, l);
+    if ((block_base(r, l + 1) | half) >= n) continue;
+    for (int v = mine; v < mine + half; v++) {
+      if (pw_holder(v, l, n) != r) continue;
+      struct pw_span a = pw_share(k, v, l), b = pw_share(k, v ^ half, l);
+      CHECK(pw_swap_spans(s, pw_holder(v ^ half, l, n), &a, &b, chunk));
+    }
+  }
+fail:
+  return res;
+}
+
+/* Small buffers, 2^L ranks: whole-buffer exchanges at distances 1, 2, 4...
+ * (the lower rank's data first on both sides). */
+static ncclResult_t pw_doubling(struct schedule* s, const struct sched_key* k, size_t chunk) {
+  ncclResult_t res = ncclSuccess;
+  int r = k->rank, n = k->nranks;
+  for (size_t off = 0; off < k->count; off += chunk)
+    CHECK(sched_append(s, PRIM_COPY, SCHED_PRE, -1, -1, off, off, MIN(chunk, k->count - off)));
+  for (int mask = 1; mask < n; mask <<= 1) {
+    int partner = r ^ mask;
+    unsigned flags = (mask * 2 == n ? SCHED_POST : 0) | (r > partner ? SCHED_SWAP : 0);
+    for (size_t off = 0; off < k->count; off += chunk)
+      CHECK(sched_append(s, PRIM_EXCHANGE, flags, partner, partner, off, off,
+                         MIN(chunk, k->count - off)));
+  }
+fail:
+  return res;
+}
+
+/* ---- The collectives ---- */
+
+static size_t pw_chunk(const struct sched_key* k) {
+  return MAX((size_t)1, k->chunk_bytes / k->elem_size);
+}
+
+/* One rank: its input, pre-multiplied and post-divided, is the result. */
+static ncclResult_t pw_single(struct schedule* s, const struct sched_key* k) {
+  size_t x = k->coll == COLL_REDUCESCATTER ? sched_block_offset(k, 0) : 0;
+  return sched_append(s, PRIM_COPY, SCHED_PRE | SCHED_POST, -1, -1, x, 0, k->count);
+}
+
+ncclResult_t pairwise_schedule_allreduce(struct schedule* s, const struct sched_key* k) {
+  ncclResult_t res = ncclSuccess;
+  if (k->count == 0) return ncclSuccess;
+  if (k->nranks == 1) return pw_single(s, k);
+  if (pairwise_uses_doubling(k->count, k->elem_size, k->nranks))
+    return pw_doubling(s, k, pw_chunk(k));
+  CHECK(pw_reduce_blocks(s, k, -1, pw_chunk(k)));
+  CHECK(pw_allgather(s, k, pw_chunk(k)));
+fail:
+  return res;
+}
+
+ncclResult_t pairwise_schedule_reducescatter(struct schedule* s, const struct sched_key* k) {
+  if (k->count == 0) return ncclSuccess;
+  if (k->nranks == 1) return pw_single(s, k);
+  return pw_reduce_blocks(s, k, -1, pw_chunk(k));
+}
+
+ncclResult_t pairwise_schedule_reduce(struct schedule* s, const struct sched_key* k) {
+  if (k->count == 0) return ncclSuccess;
+  if (k->nranks == 1) return pw_single(s, k);
+  return pw_reduce_blocks(s, k, k->root, pw_chunk(k));
+}
+
+int pairwise_peers(const struct sched_key* k, int* peers, int max) {
+  int r = k->rank, n = k->nranks, L = pairwise_levels(n), m = 0;
+  if (k->coll == COLL_ALLREDUCE && pairwise_uses_doubling(k->count, k->elem_size, n)) {
+    for (int mask = 1; mask < n; mask <<= 1) m = sched_add_peer(peers, m, max, r ^ mask);
+    return m;
+  }
+  for (int l = 0; l < L; l++) {
+    int half = 1 << l, mine = block_base(r, l);
+    if ((block_base(r, l + 1) | half) >= n) continue;
+    for (int v = mine; v < mine + half; v++)
+      if (pw_holder(v, l, n) == r) m = sched_add_peer(peers, m, max, pw_holder(v ^ half, l, n));
+  }
+  if (k->coll == COLL_REDUCE) {
+    if (r != k->root) return sched_add_peer(peers, m, max, k->root);
+    for (int q = 0; q < n; q++)
+      if (q != r) m = sched_add_peer(peers, m, max, q);
+  }
+  return m;
+}
