@@ -319,6 +319,8 @@ $(TSTDIR)/mp_test_%: tests/mp/test_%.c $(MP_OBJS) tests/mp/*.h $(STLIB)
 	$(CC) $(ALL_CFLAGS) $(TEST_INC) $(LDFLAGS) -Itests/mp $(MP_FLAGS) $< $(MP_OBJS) -o $@ $(STLIB) \
 	  -lcmocka $(LDLIBS)
 $(TSTDIR)/mp_test_device $(TSTDIR)/mp_test_device_p2p $(TSTDIR)/mp_test_device_trust: $(CUDASIM)
+# mp_test_deterministic runs its device-buffer variants where the simulated driver is built.
+$(TSTDIR)/mp_test_deterministic: $(if $(filter 1,$(HAVE_CUDA)),$(CUDASIM))
 # mp_test_device_trust plays a rank that lies about its buffers (cudaipc_describe
 # wrapped) and strangers that speak the fd links' protocol (cuda.h's types; searched
 # last: the toolkit ships NVIDIA's nccl.h, which must not stand in for Braid's).
