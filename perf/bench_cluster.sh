@@ -23,7 +23,8 @@
 #   RATE=2gbit         tc rate every host link is shaped to, both ways; "off": no shaped run
 #   UNSHAPED=1         0: skip the unshaped configuration
 #   LAYOUTS="4x1 2x4"  NODESxRANKS_PER_NODE, hosts h0..h(NODES-1)
-#   SYSTEMS="auto Ring Tree RecDoubling Hier mpi mpi-han"
+#   SYSTEMS="auto Ring Tree RecDoubling Hier mpi mpi-han"   (also "det": auto with
+#                      BRAID_DETERMINISTIC=1, docs/determinism.md)
 #   MINBYTES=8 MAXBYTES=256M SPLIT=1M   sizes (suffix K/M/G = KiB/MiB/GiB)
 #   LAT_MAX=64K LAT_ITERS=1000 LAT_WARMUP=50           latency sweep MINBYTES..LAT_MAX
 #   SMALL_ITERS=50 SMALL_WARMUP=5 REPS=3              small sweep 2xLAT_MAX..SPLIT; REPS rounds of both
@@ -141,8 +142,8 @@ for l in $LAYOUTS; do
 done
 [ "$NHOSTS" -ge 2 ] || die_usage "LAYOUTS is empty"
 for s in $SYSTEMS; do
-  case $s in auto | Ring | Tree | RecDoubling | Hier | mpi | mpi-han) ;;
-    *) die_usage "unknown system '$s' (auto Ring Tree RecDoubling Hier mpi mpi-han)" ;;
+  case $s in auto | det | Ring | Tree | RecDoubling | Hier | mpi | mpi-han) ;;
+    *) die_usage "unknown system '$s' (auto det Ring Tree RecDoubling Hier mpi mpi-han)" ;;
   esac
 done
 CONFIGS=()
@@ -275,6 +276,7 @@ cmd_for() {
   CMD=(mpirun "${MPIRUN_ARGS[@]}" -np $((nodes * rpn)) -host "$hosts" --mca btl "self,vader,tcp")
   case $sys in
     auto) ;;
+    det) CMD+=(-x BRAID_DETERMINISTIC=1) ;; # the deterministic mode (docs/determinism.md)
     mpi) tool=mpi_allreduce_perf ;;
     mpi-han)
       tool=mpi_allreduce_perf

@@ -166,7 +166,8 @@ static size_t sink_boundary(void* ctx, size_t offset) {
 }
 
 grad_sink_t buckets_sink(buckets_t* b) {
-  grad_sink_t s = {b, b->overlap && b->send ? sink_boundary : NULL, sink_ready, NULL};
+  grad_sink_t s = {b, b->overlap && b->send ? sink_boundary : NULL, sink_ready, NULL,
+                   b->fixed_grid};
   return s;
 }
 

@@ -37,6 +37,7 @@ typedef struct {
   int nbuckets;
   size_t* ends;         /* bucket b is [b ? ends[b-1] : 0, ends[b]) */
   int overlap;          /* 0: launch every bucket only after backward (for comparison) */
+  int fixed_grid;       /* gradient pieces on a fixed grid, not at bucket ends (layer.h) */
   int next;             /* first bucket of this step not launched yet */
   buckets_send_fn send; /* NULL: gradients stay on the rank */
   void* send_ctx;

@@ -18,13 +18,13 @@ void layer_weight_pieces(layer_t* l, const grad_sink_t* sink, size_t row_len,
   if (sink) sink->ready(sink->ctx, wbase); /* the bias, computed by the caller */
   for (int r = 0; r < rows;) {
     int r1 = rows;
-    if (sink && sink->boundary) {
+    if (sink && sink->boundary && !sink->fixed_grid) {
       size_t end = sink->boundary(sink->ctx, wbase + (size_t)r * row_len);
       size_t need = (end - wbase + row_len - 1) / row_len; /* whole rows up to the boundary */
       r1 = need < (size_t)rows ? (int)need : rows;
       if (r1 <= r) r1 = r + 1;
     }
-    if (sink && sink->turn && r1 - r > turn_rows) r1 = r + turn_rows;
+    if (sink && (sink->turn || sink->fixed_grid) && r1 - r > turn_rows) r1 = r + turn_rows;
     piece(l, r, r1, ctx);
     if (sink) sink->ready(sink->ctx, wbase + (size_t)r1 * row_len);
     if (sink && sink->turn && r1 < rows) sink->turn();

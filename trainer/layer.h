@@ -19,6 +19,10 @@ typedef struct {
   void (*ready)(void* ctx, size_t end);
   /* When not NULL, called between two pieces of backward work (see cores.h). */
   void (*turn)(void);
+  /* 1: pieces end on a fixed grid of rows, never at bucket ends. OpenBLAS's bits for an element
+   * depend on the shape of the GEMM that computes it, so only then do the gradients, and a
+   * deterministic run's weights, not depend on the bucket sizes (--deterministic). */
+  int fixed_grid;
 } grad_sink_t;
 
 typedef struct layer layer_t;

@@ -109,6 +109,9 @@ static void usage(FILE* out) {
       "  --bucket-mb X            gradient bucket size in MiB (default %g)\n"
       "  --first-bucket-mb X      the first bucket, small so it leaves early (default %g)\n"
       "  --no-overlap             all-reduce only after backward (for comparison)\n"
+      "  --deterministic          every reduction in Braid's canonical order: the final\n"
+      "                           weights do not depend on bucket sizes, NCCL_ALGO or the\n"
+      "                           node layout (docs/determinism.md)\n"
       "  --check-sync N           verify every N steps that all ranks hold bitwise the same\n"
       "                           parameters; 0: at the end of each epoch (default 0)\n"
       "compute\n"
@@ -219,6 +222,7 @@ enum {
   OPT_BUCKET,
   OPT_FIRST_BUCKET,
   OPT_NO_OVERLAP,
+  OPT_DETERMINISTIC,
   OPT_SYNC,
   OPT_COMPRESS,
   OPT_CHECK_SYNC,
@@ -256,6 +260,7 @@ static const struct option kLong[] = {
     {"bucket-mb", 1, 0, OPT_BUCKET},
     {"first-bucket-mb", 1, 0, OPT_FIRST_BUCKET},
     {"no-overlap", 0, 0, OPT_NO_OVERLAP},
+    {"deterministic", 0, 0, OPT_DETERMINISTIC},
     {"sync", 1, 0, OPT_SYNC},
     {"compress", 1, 0, OPT_COMPRESS},
     {"check-sync", 1, 0, OPT_CHECK_SYNC},
@@ -351,6 +356,9 @@ static int apply(options_t* o, int opt, const char* v, int* hidden_given, int sp
       return parse_double("--first-bucket-mb", v, 1e-4, 1024, &o->first_bucket_mb, speak);
     case OPT_NO_OVERLAP:
       o->overlap = 0;
+      return 0;
+    case OPT_DETERMINISTIC:
+      o->deterministic = 1;
       return 0;
     case OPT_SYNC:
       if (sync_parse(v, &o->sync) == 0) return 0;
@@ -451,8 +459,9 @@ void options_print(const options_t* o, FILE* out) {
   options_config_string(o, config, sizeof(config));
   fprintf(out,
           "# %s epochs=%d lr=%g momentum=%g weight-decay=%g warmup-epochs=%g schedule=%s "
-          "seed=%llu blas-threads=%d share-cores=%s\n",
+          "seed=%llu blas-threads=%d share-cores=%s%s\n",
           config, o->epochs, o->optim.lr, o->optim.momentum, o->optim.weight_decay,
           o->optim.warmup_epochs, o->optim.schedule == SCHEDULE_STEP ? "step" : "cosine",
-          (unsigned long long)o->seed, o->blas_threads, kShare[o->share_cores]);
+          (unsigned long long)o->seed, o->blas_threads, kShare[o->share_cores],
+          o->deterministic ? " deterministic" : "");
 }

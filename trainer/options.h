@@ -24,6 +24,7 @@ typedef struct {
   uint64_t seed;
   double bucket_mb, first_bucket_mb;
   int overlap;
+  int deterministic; /* reductions in Braid's canonical order (braidCommSetDeterministic) */
   sync_spec_t sync; /* --sync and --compress */
   int blas_threads;
   share_mode_t share_cores;

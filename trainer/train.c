@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "braid.h"
 #include "failure.h"
 
 #define INIT_PURPOSE 0x494e4954ull /* "INIT": the weight-init stream */
@@ -35,6 +36,9 @@ static void init_comm(trainer_t* t) {
     train_die(t, "ncclCommInitRank (%d ranks) failed: %s (%s)", t->world, ncclGetErrorString(res),
               ncclGetLastError(NULL));
   }
+  /* every rank sets it, before the first call: the ranks must agree on the mode */
+  if (t->o->deterministic && (res = braidCommSetDeterministic(t->comm, 1)) != ncclSuccess)
+    train_die(t, "braidCommSetDeterministic failed: %s", ncclGetErrorString(res));
 }
 
 static int limit(int have, int want) {
@@ -89,8 +93,10 @@ static int build(trainer_t* t, char* err, size_t errlen) {
   t->optim.steps_per_epoch = t->plan.steps_per_epoch;
   t->optim.global_batch = o->global_batch;
   if (buckets_init(&t->buckets, t->comm, n, o->first_bucket_mb, o->bucket_mb, o->overlap,
-                   sync_streams(&o->sync), err, errlen) != 0 ||
-      sync_init(&t->sync, &o->sync, t->comm, t->rank, t->world, &t->buckets, &t->model, err,
+                   sync_streams(&o->sync), err, errlen) != 0)
+    return -1;
+  t->buckets.fixed_grid = o->deterministic;
+  if (sync_init(&t->sync, &o->sync, t->comm, t->rank, t->world, &t->buckets, &t->model, err,
                 errlen) != 0)
     return -1;
   size_t states = sync_state_floats(&t->sync) * (size_t)(t->rank == 0 ? t->world : 1);

@@ -145,6 +145,9 @@ static const coll_case kColl[] = {
      0},
     {"BRAID_CHUNK_SIZE", AR(1 << 20, ncclFloat32, ncclSum), AR(1 << 20, ncclFloat32, ncclSum),
      "BRAID_CHUNK_SIZE=128K", 0},
+    /* one rank in the deterministic mode: its call runs another algorithm */
+    {"BRAID_DETERMINISTIC", AR(1 << 20, ncclFloat32, ncclSum), AR(1 << 20, ncclFloat32, ncclSum),
+     "BRAID_DETERMINISTIC=1", 0},
 };
 #define NCOLL (sizeof(kColl) / sizeof(kColl[0]))
 
