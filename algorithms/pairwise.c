@@ -170,23 +170,46 @@ fail:
   return res;
 }
 
-/* Every block, slice by slice, in the same order on every rank. With
+/* Rank r's steps for elements [off, off + len) of position u's block, and
+ * for a reduce the root's receipt of its value. */
+static ncclResult_t pw_block_steps(struct schedule* s, const struct sched_key* k, int u,
+                                   size_t off, size_t chunk, int root) {
+  ncclResult_t res = ncclSuccess;
+  int r = k->rank, n = k->nranks, owner = pw_holder(u, pairwise_levels(n), n);
+  struct pw_span b = pw_block(k, u);
+  if (off >= b.n) return ncclSuccess;
+  size_t len = MIN(chunk, b.n - off);
+  CHECK(pw_chain(s, k, u, &b, off, len, root >= 0 && owner != root ? root : -1));
+  if (root >= 0 && r == root && owner != root)
+    CHECK(sched_append(s, PRIM_RECV, 0, owner, -1, b.x + off, b.y + off, len));
+fail:
+  return res;
+}
+
+/* Every block, slice by slice, in the same order on every rank: the
+ * first slice of every block, then the second... Block by block instead,
+ * the block's owner would do most of the work while the others waited
+ * (measured: a third of the bandwidth). Of the blocks u and u + 1 (even u),
+ * a rank combines one at level 0 and sends its input for the other: the
+ * send goes first, so that it does not wait behind a combine whose data
+ * is hops away (a rank finishes its steps in order) while the level-0
+ * partner waits for it. That keeps each connection's order: the send and
+ * the combine talk to the partner in opposite directions. A reduce's
+ * values travel on the connections to the root: there nothing moves. With
  * `root` >= 0 every block's value goes to the root. */
 static ncclResult_t pw_reduce_blocks(struct schedule* s, const struct sched_key* k, int root,
                                      size_t chunk) {
   ncclResult_t res = ncclSuccess;
-  int r = k->rank, n = k->nranks, L = pairwise_levels(n);
-  for (int u = 0; u < (1 << L); u++) {
-    struct pw_span b = pw_block(k, u);
-    int owner = pw_holder(u, L, n);
-    int final_to = root >= 0 && owner != root ? root : -1;
-    for (size_t off = 0; off < b.n; off += chunk) {
-      size_t len = MIN(chunk, b.n - off);
-      CHECK(pw_chain(s, k, u, &b, off, len, final_to));
-      if (root >= 0 && r == root && owner != root)
-        CHECK(sched_append(s, PRIM_RECV, 0, owner, -1, b.x + off, b.y + off, len));
+  int r = k->rank, n = k->nranks, p = 1 << pairwise_levels(n);
+  size_t longest = 0;
+  for (int u = 0; u < p; u++) longest = MAX(longest, pw_block(k, u).n);
+  for (size_t off = 0; off < longest; off += chunk)
+    for (int u = 0; u < p; u += 2) {
+      struct pw_role odd = pw_role_at(r, u + 1, 0, n);
+      int swap = root < 0 && odd.kind == PW_SEND;
+      CHECK(pw_block_steps(s, k, u + swap, off, chunk, root));
+      CHECK(pw_block_steps(s, k, u + !swap, off, chunk, root));
     }
-  }
 fail:
   return res;
 }

@@ -231,6 +231,9 @@ static size_t count_differences(const struct pw_call* c, const struct pw_bufs* b
 
 static void check_canonical(const struct pw_call* c) {
   struct pw_bufs b;
+  if (getenv("PW_TRACE"))
+    fprintf(stderr, "%s n %d type %d op %d count %zu chunk %zu\n", sched_coll_name(c->coll), c->n,
+            (int)c->type, c->op, c->count, c->chunk);
   pw_run(c, &b);
   size_t bad = count_differences(c, &b);
   if (bad)
