@@ -147,7 +147,8 @@ static ncclResult_t pw_chain(struct schedule* s, const struct sched_key* k, int 
   size_t x = b->x + off, y = b->y + off;
   for (int l = 0; l < L; l++) {
     struct pw_role role = pw_role_at(r, u, l, n), next = {PW_NONE, -1, 0};
-    if (role.kind == PW_SEND) return sched_append(s, PRIM_SEND, SCHED_PRE, -1, role.peer, x, y, len);
+    if (role.kind == PW_SEND)
+      return sched_append(s, PRIM_SEND, SCHED_PRE, -1, role.peer, x, y, len);
     if (role.kind != PW_COMPUTE) continue;
     for (int j = l + 1; j < L && next.kind == PW_NONE; j++) next = pw_role_at(r, u, j, n);
     if (!carry && !role.order) { /* ours second: pre-multiplied alone, as a sent input is */
@@ -172,8 +173,8 @@ fail:
 
 /* Rank r's steps for elements [off, off + len) of position u's block, and
  * for a reduce the root's receipt of its value. */
-static ncclResult_t pw_block_steps(struct schedule* s, const struct sched_key* k, int u,
-                                   size_t off, size_t chunk, int root) {
+static ncclResult_t pw_block_steps(struct schedule* s, const struct sched_key* k, int u, size_t off,
+                                   size_t chunk, int root) {
   ncclResult_t res = ncclSuccess;
   int r = k->rank, n = k->nranks, owner = pw_holder(u, pairwise_levels(n), n);
   struct pw_span b = pw_block(k, u);

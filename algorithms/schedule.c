@@ -37,8 +37,7 @@ const char* sched_prim_name(enum sched_prim p) {
 }
 
 const char* sched_algo_name(int algo) {
-  static const char* const names[ALGO_COUNT] = {"Ring", "Tree", "RecDoubling", "Hier",
-                                                  "Pairwise"};
+  static const char* const names[ALGO_COUNT] = {"Ring", "Tree", "RecDoubling", "Hier", "Pairwise"};
   return algo >= 0 && algo < ALGO_COUNT ? names[algo] : "?";
 }
 

@@ -37,9 +37,9 @@ enum sched_prim {
 #define SCHED_POST 2u        /* the result is post-divided: it is final */
 #define SCHED_SWAP 4u        /* exchange computes R op Y: the lower rank's data first */
 #define SCHED_LOCAL_CARRY 8u /* reductions combine R with the carry instead of X */
-#define SCHED_LOCAL_OUT                                        \
-  16u /* reductions combine R with Y, and send sends Y, not X: \
-       * a later phase works on what an earlier one left in Y */
+#define SCHED_LOCAL_OUT                                                                \
+  16u                         /* reductions combine R with Y, and send sends Y, not X: \
+                               * a later phase works on what an earlier one left in Y */
 #define SCHED_LOCAL_FIRST 32u /* reductions compute L op R: the local data is the lower half */
 
 struct sched_step {

@@ -93,7 +93,7 @@
   INT(nsteps, "BRAID_NSTEPS", 16, 4, 32, 0, "slices in flight per communicator")                 \
   INT(spin_us, "BRAID_SPIN_US", 100, 0, 1000000, 0, "polling before sleeping when idle")         \
   INT(deterministic, "BRAID_DETERMINISTIC", 0, 0, 1, 0,                                          \
-      "1: every reduction in the canonical pairwise order, the same bits however it runs")      \
+      "1: every reduction in the canonical pairwise order, the same bits however it runs")       \
   /* kernels (kernels/cpu) */                                                                    \
   STR(kernel_isa, "BRAID_KERNEL_ISA", NULL, "best", 0, "CPU kernel path: portable, avx2, avx512")
 

@@ -3,8 +3,8 @@
  * error, ncclCommQueryProperties (an honest "no" to every device-side
  * capability: Braid provides no device API, no GIN, no multimem, no CFT)
  * and ncclCommMemStats (the GPU memory the comm holds: none on the host
- * path); and its deterministic mode (braid.h), which it sets as well. Each holds the comm for the query (comm_call_hold): a watchdog
- * thread may ask while another aborts it.
+ * path); and its deterministic mode (braid.h), which it sets as well. Each holds the comm for the
+ * query (comm_call_hold): a watchdog thread may ask while another aborts it.
  */
 #include <stdbool.h>
 #include <stddef.h>

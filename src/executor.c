@@ -335,8 +335,8 @@ static int task_pair(struct kern_task* t, const struct exec_args* a, unsigned fl
  * half's data first, algorithms/pairwise.h). `pre` applies to the local
  * operand either way. */
 static int task_with_local(struct kern_task* t, const struct exec_args* a, unsigned step_flags,
-                           unsigned pre, unsigned post, void* dst, const void* r,
-                           const void* local, size_t n) {
+                           unsigned pre, unsigned post, void* dst, const void* r, const void* local,
+                           size_t n) {
   if (!(step_flags & SCHED_LOCAL_FIRST)) return task_pair(t, a, pre | post, dst, r, local, n);
   task_pair(t, a, post, dst, local, r, n);
   t->pre = pre ? 1u : 0u;

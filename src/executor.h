@@ -48,7 +48,7 @@ struct exec_args {
   /* the ncclCommRegister'ed ranges holding them (exec_plan), NULL: none */
   const struct mem_reg* sendreg;
   const struct mem_reg* recvreg;
-  int algo; /* enum sched_algo, from exec_plan */
+  int algo;      /* enum sched_algo, from exec_plan */
   int canonical; /* the comm's deterministic mode when the call was issued */
   size_t chunk_bytes;
   /* A call among some of the comm's ranks (group_ranks: group_size of them,

@@ -8,8 +8,8 @@
  * NCCL_ALGO restricts the choice with NCCL's syntax ("Ring,Hier",
  * "^Tree"; Pairwise only where it is named). In the deterministic mode a
  * reduction always runs Pairwise, the one algorithm whose order of
- * combining is the canonical one, whatever NCCL_ALGO says. BRAID_TUNE_FILE overrides model parameters and forces choices
- * for size ranges (format in tuner_file.c). NCCL_DEBUG_SUBSYS=TUNING
+ * combining is the canonical one, whatever NCCL_ALGO says. BRAID_TUNE_FILE overrides model
+ * parameters and forces choices for size ranges (format in tuner_file.c). NCCL_DEBUG_SUBSYS=TUNING
  * prints the table at init and every choice.
  */
 #include <math.h>
@@ -67,9 +67,10 @@ static unsigned tuner_allowed(void) {
   unsigned mask = tuner_parse_algos(s), classic = ((1u << ALGO_COUNT) - 1) & ~(1u << ALGO_PAIRWISE);
   if (s == NULL || *s == '\0' || s[0] == '^') mask &= classic;
   if (mask == 0 && !tuner_allows_direct()) {
-    WARN("NCCL_ALGO=%s names no algorithm (Ring, Tree, RecDoubling, Hier, Pairwise, Direct); "
-         "using all",
-         s);
+    WARN(
+        "NCCL_ALGO=%s names no algorithm (Ring, Tree, RecDoubling, Hier, Pairwise, Direct); "
+        "using all",
+        s);
     mask = classic;
   }
   atomic_store_explicit(&cached, (int)mask, memory_order_relaxed);
@@ -259,9 +260,9 @@ void tuner_choose(const struct ncclComm* comm, int coll, size_t bytes, int canon
   int forced = tuner_decide(comm, coll, bytes, canonical, algo, chunk_bytes);
   INFO(SUB_TUNING, "%s %zu bytes nranks %d: %s chunk %zu (%s %.1f us)", sched_coll_name(coll),
        bytes, comm->nranks, sched_algo_name(*algo), *chunk_bytes,
-       forced                              ? "BRAID_TUNE_FILE, model"
+       forced                            ? "BRAID_TUNE_FILE, model"
        : canonical && coll_reduces(coll) ? "deterministic, model"
-                                           : "modelled",
+                                         : "modelled",
        tuner_cost(&comm->tune, coll, *algo, (double)bytes));
 }
 

@@ -44,7 +44,10 @@ static const struct link_line k_shm = {0.5, 0.6, 0.0, 0.0};
 /* Per KB, the tree and recursive doubling cost more than the ring over
  * shared memory (their steps wait for whole sends): measured ratios. */
 static const double k_shm_beta_scale[ALGO_COUNT] = {
-    [ALGO_RING] = 1.0, [ALGO_TREE] = 2.0, [ALGO_RD] = 2.5, [ALGO_HIER] = 1.0,
+    [ALGO_RING] = 1.0,
+    [ALGO_TREE] = 2.0,
+    [ALGO_RD] = 2.5,
+    [ALGO_HIER] = 1.0,
     [ALGO_PAIRWISE] = 2.5 /* not fitted: recursive doubling's */};
 
 static void link_from_lines(struct tuner_link* l, const struct link_line* lines, double f) {

@@ -25,7 +25,7 @@ typedef struct {
   double bucket_mb, first_bucket_mb;
   int overlap;
   int deterministic; /* reductions in Braid's canonical order (braidCommSetDeterministic) */
-  sync_spec_t sync; /* --sync and --compress */
+  sync_spec_t sync;  /* --sync and --compress */
   int blas_threads;
   share_mode_t share_cores;
   int check_sync; /* every N steps; 0: at the end of each epoch only */

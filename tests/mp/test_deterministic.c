@@ -303,8 +303,8 @@ static void run_variants(int n) {
     assert_int_equal(mp_launch(n, det_body, &dc, NULL), 0);
     int which[NCALLS], d = calls_differing(n, v, which);
     if (v < FIRST_OFF && d) {
-      fprintf(stderr, "%d ranks, %s: call %d (and %d more) differs from %s\n", n,
-              kVariants[v].name, which[0], d - 1, kVariants[0].name);
+      fprintf(stderr, "%d ranks, %s: call %d (and %d more) differs from %s\n", n, kVariants[v].name,
+              which[0], d - 1, kVariants[0].name);
       fail();
     }
   }
@@ -336,8 +336,8 @@ static int api_body(const mp_env* env) {
   bad += mp_expect_rc(env, comm, braidCommGetDeterministic(comm, &on), ncclSuccess, "get");
   bad += on != 0;
   bad += mp_expect_rc(env, comm, braidCommSetDeterministic(comm, 2), ncclInvalidArgument, "2");
-  bad += mp_expect_rc(env, comm, braidCommGetDeterministic(comm, NULL), ncclInvalidArgument,
-                      "NULL");
+  bad +=
+      mp_expect_rc(env, comm, braidCommGetDeterministic(comm, NULL), ncclInvalidArgument, "NULL");
   bad += mp_expect_rc(env, comm, braidCommSetDeterministic(comm, 1), ncclSuccess, "set");
   bad += mp_expect_rc(env, comm, braidCommGetDeterministic(comm, &on), ncclSuccess, "get");
   bad += on != 1;
@@ -354,8 +354,8 @@ static void test_api(void** state) {
 int main(void) {
   mp_default_env("BRAID_CUDA_LIB", "build/tests/libcudasim.so");
   mp_default_env("BRAID_TIMEOUT_MS", "30000");
-  g_results = mmap(NULL, sizeof(*g_results), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
-                   -1, 0);
+  g_results =
+      mmap(NULL, sizeof(*g_results), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (g_results == MAP_FAILED) return 1;
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_api),

@@ -26,7 +26,7 @@
 #define SLOT_BYTES 8192
 
 static const ncclDataType_t all_types[] = {
-    ncclInt8,    ncclUint8,   ncclInt32,    ncclUint32,     ncclInt64,     ncclUint64,
+    ncclInt8,    ncclUint8,   ncclInt32,   ncclUint32,   ncclInt64,      ncclUint64,
     ncclFloat16, ncclFloat32, ncclFloat64, ncclBfloat16, ncclFloat8e4m3, ncclFloat8e5m2};
 #define NTYPES (sizeof(all_types) / sizeof(all_types[0]))
 #define OP_PREMUL ncclNumOps /* a PreMulSum by 0.75 (3 for integers) */
@@ -124,8 +124,8 @@ static void call_args(struct exec_args* a, int n, int coll, int algo, int root, 
  * pairwise calls (inputs pre-multiplied alone, the post-divide fused into
  * the last combine) ---- */
 
-static void canon_node(const struct kern_redop* rop, unsigned post, const uint8_t* leaves, size_t es,
-                       int n, int base, int size, uint8_t* out) {
+static void canon_node(const struct kern_redop* rop, unsigned post, const uint8_t* leaves,
+                       size_t es, int n, int base, int size, uint8_t* out) {
   if (size == 1) {
     memcpy(out, leaves + (size_t)base * es, es);
     return;
@@ -184,8 +184,8 @@ static void pw_run(const struct pw_call* c, struct pw_bufs* b) {
     /* in place, a reduce-scatter's output is the rank's own block */
     void* recv = c->inplace && c->coll == COLL_REDUCESCATTER ? b->send[r] + r * c->count * es
                                                              : (void*)b->recv[r];
-    call_args(&args[r], c->n, c->coll, c->algo, c->root, b->send[r], recv, c->count, c->type,
-              c->op, c->chunk);
+    call_args(&args[r], c->n, c->coll, c->algo, c->root, b->send[r], recv, c->count, c->type, c->op,
+              c->chunk);
   }
   fake_world_run(w, args);
   fake_world_free(w);
@@ -200,8 +200,8 @@ static void bufs_free(const struct pw_call* c, struct pw_bufs* b) {
 }
 
 /* Where rank r finds element i of its result, or NULL when it has none. */
-static const uint8_t* result_at(const struct pw_call* c, const struct pw_bufs* b, int r,
-                                size_t i, size_t* elem) {
+static const uint8_t* result_at(const struct pw_call* c, const struct pw_bufs* b, int r, size_t i,
+                                size_t* elem) {
   size_t es = kern_type_size(c->type);
   if (c->coll == COLL_REDUCE && r != c->root) return NULL;
   if (c->coll != COLL_REDUCESCATTER) return *elem = i, b->recv[r] + i * es;
@@ -253,8 +253,8 @@ static void test_every_type_and_op(void** state) {
       for (size_t o = 0; o < NOPS; o++)
         for (int ci = 0; ci < 3; ci++) {
           size_t es = kern_type_size(all_types[t]);
-          struct pw_call c = {colls[ci], ALGO_PAIRWISE, n, n - 1, (int)(o & 1), all_ops[o],
-                              all_types[t], 37, 3 * es, 11};
+          struct pw_call c = {colls[ci],  ALGO_PAIRWISE, n,  n - 1,  (int)(o & 1),
+                              all_ops[o], all_types[t],  37, 3 * es, 11};
           check_canonical(&c);
           c.chunk = SLOT_BYTES, c.root = 0, c.inplace = !c.inplace;
           check_canonical(&c);
@@ -274,8 +274,9 @@ static void test_any_size_offset_chunk(void** state) {
     for (size_t k = 0; k < sizeof(counts) / sizeof(counts[0]); k++)
       for (size_t ch = 0; ch < sizeof(chunks) / sizeof(chunks[0]); ch++)
         for (int ci = 0; ci < 3; ci++) {
-          struct pw_call c = {colls[ci], ALGO_PAIRWISE, n, (int)k % n, (int)ch & 1, ncclSum,
-                              ncclFloat32, counts[k], chunks[ch], firsts[(k + ch) % 3]};
+          struct pw_call c = {
+              colls[ci], ALGO_PAIRWISE, n,         (int)k % n, (int)ch & 1,
+              ncclSum,   ncclFloat32,   counts[k], chunks[ch], firsts[(k + ch) % 3]};
           check_canonical(&c);
         }
 }
@@ -289,8 +290,8 @@ static void test_other_algorithms_differ(void** state) {
   for (int n = 3; n <= MAXR; n++) {
     size_t differ = 0;
     for (size_t a = 0; a < sizeof(algos) / sizeof(algos[0]); a++) {
-      struct pw_call c = {COLL_ALLREDUCE, algos[a], n, 0, 0, ncclSum, ncclFloat32,
-                          4099, SLOT_BYTES, 0};
+      struct pw_call c = {COLL_ALLREDUCE, algos[a],    n,    0,          0,
+                          ncclSum,        ncclFloat32, 4099, SLOT_BYTES, 0};
       struct pw_bufs b;
       pw_run(&c, &b);
       size_t d = count_differences(&c, &b);
@@ -310,9 +311,15 @@ static void test_peers_cover_schedule(void** state) {
     for (int ci = 0; ci < 3; ci++)
       for (int r = 0; r < n; r++) {
         struct schedule s = {0};
-        struct sched_key k = {.coll = colls[ci], .algo = ALGO_PAIRWISE, .rank = r, .nranks = n,
-                              .root = n / 2, .count = 100003, .elem_size = 4,
-                              .chunk_bytes = 65536, .slices_per_step = 2};
+        struct sched_key k = {.coll = colls[ci],
+                              .algo = ALGO_PAIRWISE,
+                              .rank = r,
+                              .nranks = n,
+                              .root = n / 2,
+                              .count = 100003,
+                              .elem_size = 4,
+                              .chunk_bytes = 65536,
+                              .slices_per_step = 2};
         int peers[64], mine[64];
         int m = sched_peers(&k, peers, 64);
         assert_int_equal(sched_build(&s, &k), ncclSuccess);
