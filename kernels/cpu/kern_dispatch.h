@@ -133,27 +133,50 @@ static inline uint32_t kern_divisor(const struct kern_redop* r) {
   } while (0)
 
 /*
- * The three shapes of one call, each specialized on (op, flags): FN(OP,
- * FL, ns, nd, pre, ...) with the counts and the pre-multiplied source
- * constant for the unary and pair shapes. The pair's pre mask is bit 1
- * (FN only looks at it under KERN_PRE).
+ * Defines FN_shapes(c, off, n, s, dv), which runs FN(OP, FL, ns, nd, pre,
+ * c->dst, c->src, off, n, s, dv) over the call's shape, each shape
+ * specialized on (op, flags): the unary and pair shapes with the counts and
+ * the pre-multiplied source constant (the pair's pre mask is bit 1; FN only
+ * looks at it under KERN_PRE), the rest with the counts as they come.
+ * Each shape of each type is a function of its own, kept out of line: gcc's
+ * time grows far faster than the code when the loops of every type and
+ * shape are inlined into one function (kern_portable and simd_body, when
+ * they held them all, were most of the library's build), and one call more
+ * per kernel call is nothing next to its loop.
  */
-#define KERN_SPEC_SHAPES(done, c, FN, ...)                                                    \
-  do {                                                                                        \
-    switch (kern_call_shape(c)) {                                                             \
-      case KERN_SHAPE_UNARY:                                                                  \
-        KERN_SPEC_FLAGS(done, KERN_OP_COPY, (c)->fl, FN, 1, 1, 1u, __VA_ARGS__)               \
-        break;                                                                                \
-      case KERN_SHAPE_PAIR:                                                                   \
-        KERN_SPEC_REDUCE(done, (c)->op, (c)->fl, FN, 2, 1, 2u, __VA_ARGS__)                   \
-        break;                                                                                \
-      default:                                                                                \
-        KERN_SPECIALIZE(done, (c)->op, (c)->fl, FN, (c)->ns, (c)->nd, (c)->pre, __VA_ARGS__); \
-        break;                                                                                \
-    }                                                                                         \
-  } while (0)
+#define KERN_DEF_SHAPES(FN, SC, DV)                                                                \
+  static KERN_NOINLINE size_t FN##_unary(const struct kern_call* c, size_t off, size_t n, SC s,    \
+                                         DV dv) {                                                  \
+    size_t done = 0;                                                                               \
+    KERN_SPEC_FLAGS(done, KERN_OP_COPY, c->fl, FN, 1, 1, 1u, c->dst, c->src, off, n, s, dv)        \
+    return done;                                                                                   \
+  }                                                                                                \
+  static KERN_NOINLINE size_t FN##_pair(const struct kern_call* c, size_t off, size_t n, SC s,     \
+                                        DV dv) {                                                   \
+    size_t done = 0;                                                                               \
+    KERN_SPEC_REDUCE(done, c->op, c->fl, FN, 2, 1, 2u, c->dst, c->src, off, n, s, dv)              \
+    return done;                                                                                   \
+  }                                                                                                \
+  static KERN_NOINLINE size_t FN##_multi(const struct kern_call* c, size_t off, size_t n, SC s,    \
+                                         DV dv) {                                                  \
+    size_t done = 0;                                                                               \
+    KERN_SPECIALIZE(done, c->op, c->fl, FN, c->ns, c->nd, c->pre, c->dst, c->src, off, n, s, dv);  \
+    return done;                                                                                   \
+  }                                                                                                \
+  static inline size_t FN##_shapes(const struct kern_call* c, size_t off, size_t n, SC s, DV dv) { \
+    switch (kern_call_shape(c)) {                                                                  \
+      case KERN_SHAPE_UNARY:                                                                       \
+        return FN##_unary(c, off, n, s, dv);                                                       \
+      case KERN_SHAPE_PAIR:                                                                        \
+        return FN##_pair(c, off, n, s, dv);                                                        \
+      default:                                                                                     \
+        return FN##_multi(c, off, n, s, dv);                                                       \
+    }                                                                                              \
+  }
 
 /* Forces inlining so the constant op/flags above fold away. */
 #define KERN_INLINE static inline __attribute__((always_inline))
+/* Keeps a specialized body in a function of its own (KERN_DEF_SHAPES). */
+#define KERN_NOINLINE __attribute__((noinline))
 
 #endif /* BRAID_KERN_DISPATCH_H_ */

@@ -238,7 +238,7 @@ DEF_INT_EXPR(expr_u64, uint64_t, uint64_t, uint64_t)
  * alignment of the buffers legal. The chain of kernels.h runs on the block
  * (stored as T after every step: that is the rounding of a chain), then the
  * block goes to every destination. The rest goes one element at a time.
- * With ns, nd and pre constant (KERN_SPEC_SHAPES) the source loop folds
+ * With ns, nd and pre constant (KERN_DEF_SHAPES) the source loop folds
  * away; the pair shape is exactly dst = EXPR(a, b, op, fl).
  */
 #define DEF_PORTABLE(NAME, T, SC, DV, LD, ST, EXPR)                                            \
@@ -294,24 +294,37 @@ DEF_PORTABLE(loop_bf16, uint16_t, float, float, kern_bf16_to_float, kern_float_t
 DEF_PORTABLE(loop_e4m3, uint8_t, float, float, LD_E4M3, kern_float_to_e4m3, expr_f32)
 DEF_PORTABLE(loop_e5m2, uint8_t, float, float, LD_E5M2, kern_float_to_e5m2, expr_f32)
 
+/* Each type's shapes (KERN_DEF_SHAPES): loop_T_shapes(c, off, n, s, dv). */
+KERN_DEF_SHAPES(loop_i8, int8_t, int64_t)
+KERN_DEF_SHAPES(loop_u8, uint8_t, uint32_t)
+KERN_DEF_SHAPES(loop_i32, int32_t, int64_t)
+KERN_DEF_SHAPES(loop_u32, uint32_t, uint32_t)
+KERN_DEF_SHAPES(loop_i64, int64_t, int64_t)
+KERN_DEF_SHAPES(loop_u64, uint64_t, uint64_t)
+KERN_DEF_SHAPES(loop_f32, float, float)
+KERN_DEF_SHAPES(loop_f64, double, double)
+KERN_DEF_SHAPES(loop_f16, float, float)
+KERN_DEF_SHAPES(loop_bf16, float, float)
+KERN_DEF_SHAPES(loop_e4m3, float, float)
+KERN_DEF_SHAPES(loop_e5m2, float, float)
+
 /* One case of kern_portable for an integer type: the scalar is the type's
  * own bytes. */
-#define INT_CASE(TYPE, LOOP, T, DV)                                       \
-  case TYPE: {                                                            \
-    T sc;                                                                 \
-    memcpy(&sc, &c->r->scalar, sizeof sc);                                \
-    KERN_SPEC_SHAPES(done, c, LOOP, c->dst, c->src, off, n, sc, (DV)div); \
-    break;                                                                \
+#define INT_CASE(TYPE, LOOP, T, DV)        \
+  case TYPE: {                             \
+    T sc;                                  \
+    memcpy(&sc, &c->r->scalar, sizeof sc); \
+    LOOP##_shapes(c, off, n, sc, (DV)div); \
+    break;                                 \
   }
 
-#define F32_CASE(TYPE, LOOP)                                                                    \
-  case TYPE:                                                                                    \
-    KERN_SPEC_SHAPES(done, c, LOOP, c->dst, c->src, off, n, kern_scalar_f32(c->r), (float)div); \
+#define F32_CASE(TYPE, LOOP)                                     \
+  case TYPE:                                                     \
+    LOOP##_shapes(c, off, n, kern_scalar_f32(c->r), (float)div); \
     break;
 
 void kern_portable(const struct kern_call* c, size_t off, size_t n) {
   uint32_t div = kern_divisor(c->r);
-  size_t done = 0;
   switch (c->r->type) {
     INT_CASE(ncclInt8, loop_i8, int8_t, int64_t)
     INT_CASE(ncclUint8, loop_u8, uint8_t, uint32_t)
@@ -325,13 +338,11 @@ void kern_portable(const struct kern_call* c, size_t off, size_t n) {
     F32_CASE(ncclFloat8e4m3, loop_e4m3)
     F32_CASE(ncclFloat8e5m2, loop_e5m2)
     case ncclFloat64:
-      KERN_SPEC_SHAPES(done, c, loop_f64, c->dst, c->src, off, n, kern_scalar_f64(c->r),
-                       (double)div);
+      loop_f64_shapes(c, off, n, kern_scalar_f64(c->r), (double)div);
       break;
     default:
       break;
   }
-  (void)done;
 }
 
 /* ---- Dispatch ------------------------------------------------------------- */

@@ -79,16 +79,21 @@ KERN_INLINE vd_t vd_premul(vd_t x, vd_t s) {
  * chain of kernels.h held in a register, rounded to the type (RT) between
  * steps where a chain of stored results would round, and stored once per
  * destination. ES is the stored element size. With op, fl, ns, nd and pre
- * constant (KERN_SPEC_SHAPES) the branches and the source loop fold away:
- * the pair shape is exactly EXPR(LOAD(a), LOAD(b), op, fl).
+ * constant (KERN_DEF_SHAPES) the branches and the source loop fold away:
+ * the pair shape is exactly EXPR(LOAD(a), LOAD(b), op, fl). The loop counts
+ * whole vectors, fixed before it starts, instead of testing i + N <= n: no
+ * index is then needed after it, and gcc keeps one induction variable
+ * whichever function it lands in (with the index live after the loop, it
+ * sometimes kept two, one more instruction per vector).
  */
 #define SIMD_FP_LOOP(NAME, V, P, N, ES, LOAD, STORE, RT)                                      \
   KERN_INLINE size_t NAME(int op, unsigned fl, int ns, int nd, unsigned pre, void* const* dp, \
                           const void* const* sp, size_t off, size_t n, V s, V dv) {           \
     SIMD_LOCAL_PTRS(ES);                                                                      \
     unsigned pm = (fl & KERN_PRE) ? pre : 0u;                                                 \
-    size_t i = 0;                                                                             \
-    for (; i + (N) <= n; i += (N)) {                                                          \
+    size_t nv = n / (N);                                                                      \
+    for (size_t v = 0; v < nv; v++) {                                                         \
+      size_t i = v * (N);                                                                     \
       V acc = LOAD(src[0] + i * (ES));                                                        \
       if (pm & 1u) acc = P##_premul(acc, s);                                                  \
       if ((pm & 1u) && ns > 1) acc = RT(acc);                                                 \
@@ -101,7 +106,7 @@ KERN_INLINE vd_t vd_premul(vd_t x, vd_t s) {
       if (fl & KERN_POST) acc = P##_div(acc, dv);                                             \
       for (int j = 0; j < nd; j++) STORE(dst[j] + i * (ES), acc);                             \
     }                                                                                         \
-    return i;                                                                                 \
+    return nv * (N);                                                                          \
   }
 
 /* Stores of the narrow types, plain and streaming. */
@@ -134,14 +139,16 @@ SIMD_FP_LOOP(loop_f64_nt, vd_t, vd, VD_N, 8, vd_load, vd_stream, SIMD_RT_NONE)
 
 /* bf16 goes a whole integer vector at a time: widening and narrowing are
  * integer shuffles that work best on full registers. Every source is
- * widened with the same lane order, so the chain pairs the right lanes. */
+ * widened with the same lane order, so the chain pairs the right lanes.
+ * Counted as SIMD_FP_LOOP is. */
 #define SIMD_BF16_LOOP(NAME, STORE)                                                           \
   KERN_INLINE size_t NAME(int op, unsigned fl, int ns, int nd, unsigned pre, void* const* dp, \
                           const void* const* sp, size_t off, size_t n, vf_t s, vf_t dv) {     \
     SIMD_LOCAL_PTRS(2);                                                                       \
     unsigned pm = (fl & KERN_PRE) ? pre : 0u;                                                 \
-    size_t i = 0;                                                                             \
-    for (; i + 2 * VF_N <= n; i += 2 * VF_N) {                                                \
+    size_t nv = n / (2 * VF_N);                                                               \
+    for (size_t v = 0; v < nv; v++) {                                                         \
+      size_t i = v * (2 * VF_N);                                                              \
       vi_t x = vi_load(src[0] + 2 * i);                                                       \
       vf_t lo = vf_bf16_lo(x), hi = vf_bf16_hi(x);                                            \
       if (pm & 1u) lo = vf_premul(lo, s), hi = vf_premul(hi, s);                              \
@@ -151,7 +158,7 @@ SIMD_FP_LOOP(loop_f64_nt, vd_t, vd, VD_N, 8, vd_load, vd_stream, SIMD_RT_NONE)
       vi_t out = vf_to_bf16x2(lo, hi);                                                        \
       for (int j = 0; j < nd; j++) STORE(dst[j] + 2 * i, out);                                \
     }                                                                                         \
-    return i;                                                                                 \
+    return nv * 2 * VF_N;                                                                     \
   }
 
 SIMD_BF16_LOOP(loop_bf16, vi_store)
@@ -393,35 +400,42 @@ KERN_INLINE size_t simd_int(ncclDataType_t type, int op, int nt, int ns, int nd,
   }
 }
 
+/* Each float-computed loop's shapes (KERN_DEF_SHAPES), plain and streaming. */
+KERN_DEF_SHAPES(loop_f32, vf_t, vf_t)
+KERN_DEF_SHAPES(loop_f32_nt, vf_t, vf_t)
+KERN_DEF_SHAPES(loop_f16, vf_t, vf_t)
+KERN_DEF_SHAPES(loop_f16_nt, vf_t, vf_t)
+KERN_DEF_SHAPES(loop_f64, vd_t, vd_t)
+KERN_DEF_SHAPES(loop_f64_nt, vd_t, vd_t)
+KERN_DEF_SHAPES(loop_bf16, vf_t, vf_t)
+KERN_DEF_SHAPES(loop_bf16_nt, vf_t, vf_t)
+KERN_DEF_SHAPES(loop_e4m3, vf_t, vf_t)
+KERN_DEF_SHAPES(loop_e4m3_nt, vf_t, vf_t)
+KERN_DEF_SHAPES(loop_e5m2, vf_t, vf_t)
+KERN_DEF_SHAPES(loop_e5m2_nt, vf_t, vf_t)
+
 /* The float-computed loops of one type, plain or streaming stores. */
-#define SIMD_FP_RUN(LOOP)                                                   \
-  do {                                                                      \
-    if (nt)                                                                 \
-      KERN_SPEC_SHAPES(done, c, LOOP##_nt, c->dst, c->src, off, n, sc, dv); \
-    else                                                                    \
-      KERN_SPEC_SHAPES(done, c, LOOP, c->dst, c->src, off, n, sc, dv);      \
-  } while (0)
+#define SIMD_FP_RUN(LOOP) \
+  (nt ? LOOP##_nt_shapes(c, off, n, sc, dv) : LOOP##_shapes(c, off, n, sc, dv))
 
 /* Elements [off, n) of the call; returns how many from `off` it computed. */
 static size_t simd_body(const struct kern_call* c, int nt, size_t off) {
   const struct kern_redop* r = c->r;
-  size_t n = c->n - off, done = 0;
+  size_t n = c->n - off;
   if (r->type == ncclFloat64) {
     vd_t sc = vd_set1(kern_scalar_f64(r)), dv = vd_set1((double)kern_divisor(r));
-    SIMD_FP_RUN(loop_f64);
-    return done;
+    return SIMD_FP_RUN(loop_f64);
   }
   if (r->type == ncclFloat32 || r->type == ncclFloat16 || r->type == ncclBfloat16 ||
       r->type == ncclFloat8e4m3 || r->type == ncclFloat8e5m2) {
     if ((r->type == ncclFloat8e4m3 || r->type == ncclFloat8e5m2) && c->fl == 0 && c->op == KERN_SUM)
       return f8_sum(c, nt, off);
     vf_t sc = vf_set1(kern_scalar_f32(r)), dv = vf_set1((float)kern_divisor(r));
-    if (r->type == ncclFloat32) SIMD_FP_RUN(loop_f32);
-    if (r->type == ncclFloat16) SIMD_FP_RUN(loop_f16);
-    if (r->type == ncclBfloat16) SIMD_FP_RUN(loop_bf16);
-    if (r->type == ncclFloat8e4m3) SIMD_FP_RUN(loop_e4m3);
-    if (r->type == ncclFloat8e5m2) SIMD_FP_RUN(loop_e5m2);
-    return done;
+    if (r->type == ncclFloat32) return SIMD_FP_RUN(loop_f32);
+    if (r->type == ncclFloat16) return SIMD_FP_RUN(loop_f16);
+    if (r->type == ncclBfloat16) return SIMD_FP_RUN(loop_bf16);
+    if (r->type == ncclFloat8e4m3) return SIMD_FP_RUN(loop_e4m3);
+    return SIMD_FP_RUN(loop_e5m2);
   }
   if (c->fl != 0 || c->op == KERN_PROD || c->op > KERN_MIN) return 0;
   if (kern_call_shape(c) == KERN_SHAPE_PAIR)
