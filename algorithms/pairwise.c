@@ -252,6 +252,70 @@ fail:
   return res;
 }
 
+/* ---- All-reduce: halving level by level (the partials in the output) ---- */
+
+/* Whether, before level l, position v's share was combined into the output
+ * at some level: its pair there held ranks on both sides (following the
+ * share to the position that took it over, as pw_holder does). */
+static int pw_in_output(int v, int l, int n) {
+  int h = v;
+  for (int j = 0; j < l; j++) {
+    int bit = 1 << j, lower = h & ~bit;
+    if (block_base(h | bit, j) < n) return 1;
+    if ((h & bit) && block_base(h, j) >= n && block_base(lower, j) < n) {
+      h = lower;
+      j = -1;
+    }
+  }
+  return 0;
+}
+
+/* One level for the position v this rank holds: send the partner's share,
+ * combine what comes back into ours, slice by slice. The first combine of
+ * a share reads the input (pre-multiplied); where the partner's data comes
+ * first, the pre-multiplied input is rounded alone into the output before
+ * (SCHED_PRE_ROUNDED: only for an op that pre-multiplies). */
+static ncclResult_t pw_halve(struct schedule* s, const struct sched_key* k, int v, int l,
+                             size_t chunk) {
+  ncclResult_t res = ncclSuccess;
+  int n = k->nranks, w = v ^ (1 << l), peer = pw_holder(w, l, n);
+  int from_x = !pw_in_output(v, l, n), last = l == pairwise_levels(n) - 1;
+  struct pw_span keep = pw_share(k, v, l), give = pw_share(k, w, l);
+  unsigned order = v < w ? SCHED_LOCAL_FIRST : 0, in = SCHED_LOCAL_OUT;
+  if (from_x) in = order ? SCHED_PRE : SCHED_PRE | SCHED_PRE_ROUNDED;
+  for (size_t a = 0; from_x && !order && a < keep.n; a += chunk)
+    CHECK(sched_append(s, PRIM_COPY, SCHED_PRE | SCHED_PRE_ROUNDED, -1, -1, keep.x + a, keep.y + a,
+                       MIN(chunk, keep.n - a)));
+  size_t slices = MAX(DIV_UP(keep.n, chunk), DIV_UP(give.n, chunk));
+  for (size_t i = 0, a = 0; i < slices; i++, a += chunk) {
+    if (a < give.n)
+      CHECK(sched_append(s, from_x ? PRIM_SEND : PRIM_SEND_OUT,
+                         from_x ? SCHED_PRE : SCHED_LOCAL_OUT, -1, peer, give.x + a, give.y + a,
+                         MIN(chunk, give.n - a)));
+    if (a < keep.n)
+      CHECK(sched_append(s, PRIM_RECV_REDUCE_COPY, in | order | (last ? SCHED_POST : 0), peer, -1,
+                         keep.x + a, keep.y + a, MIN(chunk, keep.n - a)));
+  }
+fail:
+  return res;
+}
+
+/* Level by level up: the holders of a pair's halves swap halves of their
+ * shares and combine (recursive halving at distances 1, 2, 4...), each
+ * rank's partner the same for a whole level. */
+static ncclResult_t pw_halving(struct schedule* s, const struct sched_key* k, size_t chunk) {
+  ncclResult_t res = ncclSuccess;
+  int r = k->rank, n = k->nranks, L = pairwise_levels(n);
+  for (int l = 0; l < L; l++) {
+    int half = 1 << l, mine = block_base(r, l);
+    if ((block_base(r, l + 1) | half) >= n) continue;
+    for (int v = mine; v < mine + half; v++)
+      if (pw_holder(v, l, n) == r) CHECK(pw_halve(s, k, v, l, chunk));
+  }
+fail:
+  return res;
+}
+
 /* Small buffers, 2^L ranks: whole-buffer exchanges at distances 1, 2, 4...
  * (the lower rank's data first on both sides). */
 static ncclResult_t pw_doubling(struct schedule* s, const struct sched_key* k, size_t chunk) {
@@ -288,7 +352,7 @@ ncclResult_t pairwise_schedule_allreduce(struct schedule* s, const struct sched_
   if (k->nranks == 1) return pw_single(s, k);
   if (pairwise_uses_doubling(k->count, k->elem_size, k->nranks))
     return pw_doubling(s, k, pw_chunk(k));
-  CHECK(pw_reduce_blocks(s, k, -1, pw_chunk(k)));
+  CHECK(pw_halving(s, k, pw_chunk(k)));
   CHECK(pw_allgather(s, k, pw_chunk(k)));
 fail:
   return res;

@@ -41,6 +41,10 @@ enum sched_prim {
   16u                         /* reductions combine R with Y, and send sends Y, not X: \
                                * a later phase works on what an earlier one left in Y */
 #define SCHED_LOCAL_FIRST 32u /* reductions compute L op R: the local data is the lower half */
+/* Only where the op pre-multiplies: a copy makes Y = PRE(X), rounded alone,
+ * and a reduction then reads that Y; otherwise the copy does nothing and
+ * the reduction reads X. */
+#define SCHED_PRE_ROUNDED 64u
 
 struct sched_step {
   uint8_t prim;

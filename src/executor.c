@@ -353,9 +353,11 @@ static int step_plan(const struct exec_ctx* ex, const struct sched_step* st, str
   char* y = (char*)a->recvbuff + st->yoff * es;
   char* slot = rec->slot >= 0 ? slot_ptr(ex, rec->slot) : NULL;
   int use_carry = (st->flags & SCHED_LOCAL_CARRY) && ex->carry >= 0;
-  const char* src = (st->flags & SCHED_LOCAL_OUT) ? y : x;
+  /* a reduction whose pre-multiplied input a copy rounded into Y reads Y */
+  int rounded = (st->flags & SCHED_PRE_ROUNDED) && a->pre && st->prim != PRIM_COPY;
+  const char* src = (st->flags & SCHED_LOCAL_OUT) || rounded ? y : x;
   const char* local = use_carry ? slot_ptr(ex, ex->carry) : src;
-  unsigned pre = (st->flags & SCHED_PRE) ? a->pre : 0;
+  unsigned pre = (st->flags & SCHED_PRE) && !rounded ? a->pre : 0;
   unsigned post = (st->flags & SCHED_POST) ? a->post : 0;
   struct kern_task* t = &rec->task;
   rec->out = NULL;
@@ -384,6 +386,7 @@ static int step_plan(const struct exec_ctx* ex, const struct sched_step* st, str
       rec->out = slot ? slot : y;
       return slot ? task_unary(t, a, 0, slot, y, n) : 0;
     case PRIM_COPY:
+      if ((st->flags & SCHED_PRE_ROUNDED) && !a->pre) return 0;
       return (pre | post) || src != y ? task_unary(t, a, pre | post, y, src, n) : 0;
     case PRIM_LOAD_CARRY:
       return slot ? task_unary(t, a, pre, slot, x, n) : 0;
