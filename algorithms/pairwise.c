@@ -19,10 +19,12 @@
  * A rank's partial passes from level to level in a slot (the carry), never
  * through the output, so the same tree serves reduce-scatter (block u goes
  * to rank u) and reduce (every block goes to the root), whose non-root
- * output is not ours to write. An all-reduce then gathers the blocks back
- * level by level. Small all-reduces over a power-of-two rank count use
- * whole-buffer exchanges at distances 1, 2, 4..., which compute the same
- * tree in L rounds.
+ * output is not ours to write. An all-reduce, whose output can hold the
+ * partials, computes the same tree level by level (recursive halving at
+ * distances 1, 2, 4..., one partner per level: its steps wait one hop,
+ * not a chain's L), then gathers the blocks back level by level. Small
+ * all-reduces over a power-of-two rank count use whole-buffer exchanges at
+ * distances 1, 2, 4..., which compute the same tree in L rounds.
  */
 #include "pairwise.h"
 

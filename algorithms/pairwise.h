@@ -16,7 +16,7 @@
 
 /* All-reduce: whole-buffer exchanges at distances 1, 2, 4... for small
  * buffers over a power-of-two count of ranks (pairwise_uses_doubling),
- * else a pairwise reduce-scatter then an all-gather. */
+ * else recursive halving at distances 1, 2, 4... then an all-gather. */
 ncclResult_t pairwise_schedule_allreduce(struct schedule* s, const struct sched_key* key);
 /* Each rank's block reduced in the canonical order, each tree node
  * computed by a rank of that node, partials passed on in slots. */
