@@ -55,6 +55,10 @@ int sched_coll_writes_recv(int coll, int rank, int root) {
   return coll != COLL_REDUCE || rank == root;
 }
 
+int sched_coll_reduces(int coll) {
+  return coll == COLL_ALLREDUCE || coll == COLL_REDUCESCATTER || coll == COLL_REDUCE;
+}
+
 ncclResult_t sched_reserve(struct schedule* s, size_t n) {
   if (n <= s->capacity) return ncclSuccess;
   ncclResult_t res = braid_realloc(&s->steps, n, sizeof(*s->steps));

@@ -102,6 +102,9 @@ const char* sched_coll_name(int coll);
  * non-root writes nothing). */
 int sched_coll_reads_send(int coll, int rank, int root);
 int sched_coll_writes_recv(int coll, int rank, int root);
+/* Whether `coll` combines values (all-reduce, reduce-scatter, reduce): its
+ * result depends on the order of combining. */
+int sched_coll_reduces(int coll);
 
 /* What a schedule was built for; a comm reuses it when the key matches.
  * `count` is the per-rank block for all-gather and reduce-scatter, and

@@ -166,9 +166,10 @@ static double hier_cost(const struct tuner_model* m, int coll, double kb, double
 }
 
 /* Pairwise: small all-reduces over 2^L ranks exchange whole buffers in L
- * rounds; otherwise its tree, L rounds pipelined slice by slice, each rank
- * sending (n-1)/n of the buffer, and for an all-reduce the all-gather's
- * L rounds and (n-1)/n again; a reduce's blocks then travel to the root. */
+ * rounds; otherwise L rounds of combining (an all-reduce's halving, the
+ * others' per-block trees), each rank sending (n-1)/n of the buffer, and
+ * for an all-reduce the all-gather's L rounds and (n-1)/n again; a
+ * reduce's blocks then travel to the root. */
 static double pairwise_cost(const struct tuner_model* m, int coll, double kb, double slot_kb) {
   const struct tuner_link* l = flat_link(m);
   int n = m->nranks, levels = pairwise_levels(n);
@@ -201,11 +202,6 @@ double tuner_cost(const struct tuner_model* m, int coll, int algo, double bytes)
 
 /* --- choosing --- */
 
-/* Collectives whose result depends on the order of combining. */
-static int coll_reduces(int coll) {
-  return coll == COLL_ALLREDUCE || coll == COLL_REDUCESCATTER || coll == COLL_REDUCE;
-}
-
 /* The choice for a call, silently; returns 1 when a tune file forced it. */
 static int tuner_decide(const struct ncclComm* comm, int coll, size_t bytes, int canonical,
                         int* algo, size_t* chunk_bytes) {
@@ -214,7 +210,7 @@ static int tuner_decide(const struct ncclComm* comm, int coll, size_t bytes, int
   *algo = -1;
   double best = 0;
   *chunk_bytes = m->slot_bytes;
-  if (canonical && coll_reduces(coll)) { /* nothing else yields the canonical order */
+  if (canonical && sched_coll_reduces(coll)) { /* nothing else yields the canonical order */
     *algo = ALGO_PAIRWISE;
     *chunk_bytes = tuner_chunk(m, coll, *algo, bytes);
     return 0;
@@ -260,9 +256,9 @@ void tuner_choose(const struct ncclComm* comm, int coll, size_t bytes, int canon
   int forced = tuner_decide(comm, coll, bytes, canonical, algo, chunk_bytes);
   INFO(SUB_TUNING, "%s %zu bytes nranks %d: %s chunk %zu (%s %.1f us)", sched_coll_name(coll),
        bytes, comm->nranks, sched_algo_name(*algo), *chunk_bytes,
-       forced                            ? "BRAID_TUNE_FILE, model"
-       : canonical && coll_reduces(coll) ? "deterministic, model"
-                                         : "modelled",
+       forced                                  ? "BRAID_TUNE_FILE, model"
+       : canonical && sched_coll_reduces(coll) ? "deterministic, model"
+                                               : "modelled",
        tuner_cost(&comm->tune, coll, *algo, (double)bytes));
 }
 

@@ -215,8 +215,7 @@ int cuda_direct_kind(const struct work_op* op) {
     return WORK_DIRECT_NONE;
   /* one pass combines the inputs in rank order, a chain: not the canonical
    * order the deterministic mode promises (algorithms/pairwise.h) */
-  if (a->canonical && a->coll != COLL_ALLGATHER && a->coll != COLL_BROADCAST)
-    return WORK_DIRECT_NONE;
+  if (a->canonical && sched_coll_reduces(a->coll)) return WORK_DIRECT_NONE;
   if (comm_direct_shape(op->comm, &per_device))
     return tuner_forces_direct() ||
                    tuner_prefers_direct(op->comm, a->coll, op_bytes(op), per_device)

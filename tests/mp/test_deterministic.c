@@ -26,6 +26,7 @@
 #include <cmocka.h>
 
 #include "braid.h"
+#include "common/order_inputs.h"
 #include "devmem.h"
 #include "launcher.h"
 
@@ -81,43 +82,6 @@ static const struct det_call kCalls[NCALLS] = {
     {DET_ALLREDUCE, ncclFloat32, ncclSum, 2, 9, 0, 1}, /* 8 bytes */
 };
 
-static size_t esize(ncclDataType_t t) {
-  static const size_t sizes[] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1};
-  return sizes[t];
-}
-
-static uint64_t mix(uint64_t x) {
-  x ^= x >> 33;
-  x *= 0xff51afd7ed558ccdull;
-  x ^= x >> 33;
-  x *= 0xc4ceb9fe1a85ec53ull;
-  return x ^ (x >> 33);
-}
-
-/* Rank r's input for notional element e: wide exponents, mixed signs, so
- * that sums depend on their order. */
-static void input_at(ncclDataType_t t, int specials, int r, uint64_t e, void* out) {
-  uint64_t h = mix(e * 1000003u + (uint64_t)r * 7919u + 5u);
-  unsigned sp = specials ? (unsigned)(h >> 56) : 255u;
-  if (t == ncclFloat32) {
-    uint32_t b = (uint32_t)(h & 0x807fffffu) | (uint32_t)(100 + (h >> 40) % 56) << 23;
-    if (sp == 1) b = 0x7fc00000u | (uint32_t)r;
-    if (sp == 2) b = (h & 1) ? 0x80000000u : 0;
-    if (sp == 3) b = 0x7f800000u;
-    memcpy(out, &b, 4);
-  } else if (t == ncclFloat64) {
-    uint64_t b = (h & 0x800fffffffffffffull) | (uint64_t)(1000 + (h >> 40) % 48) << 52;
-    if (sp == 1) b = 0x7ff8000000000000ull | (uint64_t)r;
-    memcpy(out, &b, 8);
-  } else if (t == ncclFloat16 || t == ncclBfloat16) {
-    uint16_t b = t == ncclFloat16 ? (uint16_t)((h & 0x83ff) | (10 + (h >> 40) % 10) << 10)
-                                  : (uint16_t)((h & 0x807f) | (120 + (h >> 40) % 14) << 7);
-    memcpy(out, &b, 2);
-  } else {
-    *(uint8_t*)out = (uint8_t)(h & 0xf7); /* no fp8 NaN */
-  }
-}
-
 static uint64_t fnv(const void* p, size_t n) {
   uint64_t h = 1469598103934665603ull;
   for (size_t i = 0; i < n; i++) h = (h ^ ((const unsigned char*)p)[i]) * 1099511628211ull;
@@ -140,7 +104,7 @@ static int check_reference(const mp_env* env, const float* out, size_t count) {
   while (p < env->nranks) p *= 2;
   for (size_t i = 0; i < count; i++) {
     float x[MP_MAX_RANKS];
-    for (int r = 0; r < env->nranks; r++) input_at(ncclFloat32, 0, r, i, &x[r]);
+    for (int r = 0; r < env->nranks; r++) order_input(ncclFloat32, 0, r, i, &x[r]);
     float want = canon_sum(x, env->nranks, 0, p);
     if (memcmp(&want, &out[i], 4) != 0) {
       mp_fail(env, "element %zu: %a, the canonical order gives %a", i, (double)out[i],
@@ -167,7 +131,7 @@ static size_t send_count(const mp_env* env, const struct det_call* c) {
 static ncclResult_t issue(const mp_env* env, ncclComm_t comm, const struct det_call* c,
                           ncclRedOp_t op, const void* send, void* recv, cudaStream_t s) {
   if (c->coll == DET_REDUCESCATTER) {
-    if (c->inplace) recv = (char*)send + (size_t)env->rank * c->count * esize(c->type);
+    if (c->inplace) recv = (char*)send + (size_t)env->rank * c->count * order_type_size(c->type);
     return ncclReduceScatter(send, recv, c->count, c->type, op, comm, s);
   }
   if (c->coll == DET_REDUCE) return ncclReduce(send, recv, c->count, c->type, op, 1, comm, s);
@@ -177,13 +141,13 @@ static ncclResult_t issue(const mp_env* env, ncclComm_t comm, const struct det_c
 /* The call on host buffers, or on device copies of them (copied back). */
 static int run_call(const mp_env* env, ncclComm_t comm, const struct det_call* c, int device,
                     cudaStream_t s, struct det_bufs* b) {
-  size_t es = esize(c->type), ns = send_count(env, c), bytes = ns * es;
+  size_t es = order_type_size(c->type), ns = send_count(env, c), bytes = ns * es;
   ncclRedOp_t op = c->op == ncclNumOps ? ncclSum : (ncclRedOp_t)c->op;
   int bad = 0;
   b->send = malloc(bytes + 1);
   b->recv = c->inplace ? b->send : calloc(1, bytes + 1);
   for (size_t i = 0; i < ns; i++)
-    input_at(c->type, c->specials, env->rank, c->first + i, (char*)b->send + i * es);
+    order_input(c->type, c->specials, env->rank, c->first + i, (char*)b->send + i * es);
   if (c->op == ncclNumOps) {
     uint16_t scalar = 0x3a00; /* 0.75 in half */
     if (ncclRedOpCreatePreMulSum(&op, &scalar, c->type, ncclScalarHostImmediate, comm)) return 1;
@@ -209,7 +173,7 @@ static int run_call(const mp_env* env, ncclComm_t comm, const struct det_call* c
 
 /* The part of the output this rank holds. */
 static uint64_t output_digest(const mp_env* env, const struct det_call* c, const void* recv) {
-  size_t es = esize(c->type);
+  size_t es = order_type_size(c->type);
   if (c->coll == DET_REDUCE && env->rank != 1) return 0;
   if (c->coll == DET_REDUCESCATTER) {
     const char* mine = c->inplace ? (const char*)recv + (size_t)env->rank * c->count * es : recv;

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "common/fake_transport.h"
+#include "common/order_inputs.h"
 #include "exec_cpu.h"
 #include "kernels.h"
 #include "pairwise.h"
@@ -33,51 +34,10 @@ static const ncclDataType_t all_types[] = {
 static const int all_ops[] = {ncclSum, ncclProd, ncclMax, ncclMin, ncclAvg, OP_PREMUL};
 #define NOPS (sizeof(all_ops) / sizeof(all_ops[0]))
 
-static uint64_t mix(uint64_t x) {
-  x ^= x >> 33;
-  x *= 0xff51afd7ed558ccdull;
-  x ^= x >> 33;
-  x *= 0xc4ceb9fe1a85ec53ull;
-  return x ^ (x >> 33);
-}
-
-/* Rank r's input for element e (its index in a notional endless buffer):
- * any element has the same inputs wherever a call puts it. Floats get
- * mixed signs and exponents over a wide range (sums depend on the order),
- * now and then a zero of either sign, an infinity or a NaN with a payload. */
+/* Rank r's input for element e (tests/common/order_inputs.h), with zeros,
+ * infinities and NaNs among them. */
 static void input_at(ncclDataType_t t, int r, uint64_t e, void* out) {
-  uint64_t h = mix(e * 1000003u + (uint64_t)r * 7919u + 17u);
-  unsigned special = (unsigned)(h >> 56);
-  switch (t) {
-    case ncclFloat32: {
-      uint32_t b = (uint32_t)(h & 0x807fffffu) | (uint32_t)(100 + (h >> 40) % 56) << 23;
-      if (special == 1) b = 0x7fc00000u | (uint32_t)r; /* NaN, payload names the rank */
-      if (special == 2) b = (h & 1) ? 0x80000000u : 0;
-      if (special == 3) b = 0x7f800000u | (uint32_t)(h & 0x80000000u);
-      memcpy(out, &b, 4);
-      return;
-    }
-    case ncclFloat64: {
-      uint64_t b = (h & 0x800fffffffffffffull) | (uint64_t)(1000 + (h >> 40) % 48) << 52;
-      if (special == 1) b = 0x7ff8000000000000ull | (uint64_t)r;
-      memcpy(out, &b, 8);
-      return;
-    }
-    case ncclFloat16:
-    case ncclBfloat16: { /* exponents kept clear of overflow under prod of 8 */
-      uint16_t b = t == ncclFloat16 ? (uint16_t)((h & 0x83ff) | (10 + (h >> 40) % 10) << 10)
-                                    : (uint16_t)((h & 0x807f) | (120 + (h >> 40) % 14) << 7);
-      if (special == 1) b = t == ncclFloat16 ? (uint16_t)(0x7e00 | r) : (uint16_t)(0x7fc0 | r);
-      memcpy(out, &b, 2);
-      return;
-    }
-    case ncclFloat8e4m3:
-    case ncclFloat8e5m2:
-      *(uint8_t*)out = (uint8_t)(h & 0xf7); /* no NaN (0x7f, 0x7c..): saturating arithmetic */
-      return;
-    default:
-      memcpy(out, &h, kern_type_size(t));
-  }
+  order_input(t, 1, r, e, out);
 }
 
 /* The PreMulSum scalar in the type's encoding. */
