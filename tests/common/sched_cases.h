@@ -59,6 +59,9 @@ void sched_case_run(const struct sched_case* c, const struct exec_backend* backe
  * transport refuses any buffer but a slot. */
 void sched_case_run_staged(const struct sched_case* c, const struct exec_backend* backend,
                            void* const* states, struct sched_run* run);
+/* `c` on the host CPU backend, unchecked: a reference to compare another
+ * run's bytes with (test_schedule checks these same runs). */
+void sched_case_run_reference(const struct sched_case* c, struct sched_run* run);
 void sched_run_free(struct sched_run* run);
 /* A line naming the case, for failure messages. */
 void sched_case_describe(const struct sched_case* c, char* buf, size_t len);

@@ -190,10 +190,12 @@ static void store_value(ncclDataType_t t, int64_t v, void* out) {
     mp_store_int(t, (uint64_t)v, out);
 }
 
+/* Only the entries a call of c->count elements reads: a short call would
+ * otherwise pay for the whole period (every rank's value at each entry). */
 static void fill_tables(ar_call* c, int rank) {
   ar_tables* t = c->tab;
-  size_t e = t->esz;
-  for (size_t j = 0; j < AR_PERIOD; j++) {
+  size_t e = t->esz, used = c->count < AR_PERIOD ? c->count : AR_PERIOD;
+  for (size_t j = 0; j < used; j++) {
     int64_t x = gen_value(c, t->nranks, rank, j);
     ar_agg a = aggregate(c, t->nranks, j);
     if (t->offset_mode) {
@@ -235,34 +237,33 @@ static int alloc_tables(ar_call* c, int nranks) {
   return 0;
 }
 
-/* The expected bytes of element i of the input (output=0) or result (1). */
-static const unsigned char* expected_elem(const ar_call* c, int output, size_t i,
-                                          unsigned char tmp[8]) {
+/* The expected bytes of elements [i, i + len) of the input (output=0) or
+ * result (1), into out; the run stays inside one period, so one block hash
+ * serves it (hashing per element was most of the matrices' time). */
+static void expected_run(const ar_call* c, int output, size_t i, size_t len, unsigned char* out) {
   const ar_tables* t = c->tab;
   size_t j = i % AR_PERIOD;
   uint64_t h = block_hash(t, i / AR_PERIOD);
   if (t->offset_mode) {
-    uint64_t base = output ? t->eraw[j] : t->xraw[j];
-    mp_store_int(c->type, base + block_offset(c, h), tmp);
-    return tmp;
+    const uint64_t* base = output ? t->eraw : t->xraw;
+    uint64_t off = block_offset(c, h);
+    for (size_t k = 0; k < len; k++) mp_store_int(c->type, base[j + k] + off, out + k * t->esz);
+    return;
   }
   const unsigned char* tabl =
       output ? ((h & 1u) ? t->eneg : t->epos) : ((h & 1u) ? t->xneg : t->xpos);
-  return tabl + j * t->esz;
+  memcpy(out, tabl + j * t->esz, len * t->esz);
+}
+
+/* Elements in [i, end) up to the end of i's period. */
+static size_t run_len(size_t i, size_t end) {
+  size_t run = AR_PERIOD - i % AR_PERIOD;
+  return run < end - i ? run : end - i;
 }
 
 static void fill_input(const ar_call* c, unsigned char* buf) {
-  size_t e = c->tab->esz;
-  unsigned char tmp[8];
-  for (size_t start = 0; start < c->count; start += AR_PERIOD) {
-    size_t len = c->count - start < AR_PERIOD ? c->count - start : AR_PERIOD;
-    if (!c->tab->offset_mode) {
-      memcpy(buf + start * e, expected_elem(c, 0, start, tmp), len * e);
-      continue;
-    }
-    for (size_t i = start; i < start + len; i++)
-      memcpy(buf + i * e, expected_elem(c, 0, i, tmp), e);
-  }
+  for (size_t i = 0; i < c->count; i += run_len(i, c->count))
+    expected_run(c, 0, i, run_len(i, c->count), buf + i * c->tab->esz);
 }
 
 void ar_describe(const ar_call* c, char* buf, size_t n) {
@@ -279,19 +280,19 @@ static void report_elem(const ar_call* c, const mp_env* env, const char* what, s
   mp_fail(env, "allreduce %s nranks=%d: %s[%zu] expected %s got %s", d, env->nranks, what, i, w, g);
 }
 
-/* Element-wise compare of buf against the pattern; returns #mismatches. */
+/* Compare of buf's elements [start, start + len), one period at most,
+ * against the pattern; returns #mismatches. */
 static size_t compare_range(const ar_call* c, const mp_env* env, int output,
                             const unsigned char* buf, size_t start, size_t len, size_t reported,
                             const char* what) {
   size_t e = c->tab->esz, bad = 0;
-  unsigned char tmp[8];
-  if (!c->tab->offset_mode &&
-      memcmp(buf + start * e, expected_elem(c, output, start, tmp), len * e) == 0)
-    return 0;
-  for (size_t i = start; i < start + len; i++) {
-    const unsigned char* want = expected_elem(c, output, i, tmp);
-    if (memcmp(buf + i * e, want, e) == 0) continue;
-    if (reported + bad < AR_MAX_REPORTS) report_elem(c, env, what, i, want, buf + i * e);
+  unsigned char want[AR_PERIOD * 8];
+  expected_run(c, output, start, len, want);
+  if (memcmp(buf + start * e, want, len * e) == 0) return 0;
+  for (size_t k = 0; k < len; k++) {
+    if (memcmp(buf + (start + k) * e, want + k * e, e) == 0) continue;
+    if (reported + bad < AR_MAX_REPORTS)
+      report_elem(c, env, what, start + k, want + k * e, buf + (start + k) * e);
     bad++;
   }
   return bad;
@@ -300,10 +301,8 @@ static size_t compare_range(const ar_call* c, const mp_env* env, int output,
 static size_t compare_all(const ar_call* c, const mp_env* env, int output, const unsigned char* buf,
                           const char* what) {
   size_t bad = 0;
-  for (size_t start = 0; start < c->count; start += AR_PERIOD) {
-    size_t len = c->count - start < AR_PERIOD ? c->count - start : AR_PERIOD;
-    bad += compare_range(c, env, output, buf, start, len, bad, what);
-  }
+  for (size_t i = 0; i < c->count; i += run_len(i, c->count))
+    bad += compare_range(c, env, output, buf, i, run_len(i, c->count), bad, what);
   if (bad > 0) {
     char d[128];
     ar_describe(c, d, sizeof(d));
@@ -362,20 +361,9 @@ int ar_tables_init(ar_call* c, const mp_env* env) {
 }
 
 void ar_expect_fill(const ar_call* c, int output, size_t first, size_t len, unsigned char* out) {
-  size_t e = c->tab->esz;
-  unsigned char tmp[8];
-  size_t i = first, end = first + len;
-  while (i < end) {
-    if (c->tab->offset_mode) {
-      memcpy(out + (i - first) * e, expected_elem(c, output, i, tmp), e);
-      i++;
-      continue;
-    }
-    size_t run = AR_PERIOD - i % AR_PERIOD; /* same table and block until the period ends */
-    if (run > end - i) run = end - i;
-    memcpy(out + (i - first) * e, expected_elem(c, output, i, tmp), run * e);
-    i += run;
-  }
+  size_t end = first + len;
+  for (size_t i = first; i < end; i += run_len(i, end))
+    expected_run(c, output, i, run_len(i, end), out + (i - first) * c->tab->esz);
 }
 
 ncclResult_t ar_issue(const ar_call* c, ncclComm_t comm) {

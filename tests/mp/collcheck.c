@@ -66,12 +66,30 @@ static uint64_t call_seed(const cc_call* c) {
 }
 
 /* Hashed bytes of rank `who`'s copy-collective input, elements [first, +len). */
+#define PATTERN_LOOP(T)                                                      \
+  for (size_t i = 0; i < len; i++) {                                         \
+    T v = (T)mix64(s + first + i);                                           \
+    memcpy(out + i * sizeof(T), &v, sizeof(T)); /* a store: size is fixed */ \
+  }
+
+/* Hashed bytes of rank `who`'s copy-collective input, elements [first, +len):
+ * the low bytes of each element's hash, stored with the element's own width
+ * (a memcpy of a variable width is a libc call per element). */
 static void pattern(const cc_call* c, int who, size_t first, size_t len, unsigned char* out) {
-  size_t e = mp_type(c->type)->size;
   uint64_t s = mix64(call_seed(c) ^ (0x5bd1e995ull * (uint64_t)(who + 1)));
-  for (size_t i = 0; i < len; i++) {
-    uint64_t h = mix64(s + first + i);
-    memcpy(out + i * e, &h, e);
+  switch (mp_type(c->type)->size) {
+    case 1:
+      PATTERN_LOOP(uint8_t)
+      break;
+    case 2:
+      PATTERN_LOOP(uint16_t)
+      break;
+    case 4:
+      PATTERN_LOOP(uint32_t)
+      break;
+    default:
+      PATTERN_LOOP(uint64_t)
+      break;
   }
 }
 

@@ -104,7 +104,7 @@ static void run_late(const struct sched_case* c, void* arg) {
     states[r] = b;
   }
   s->cases++;
-  sched_case_run(c, &exec_backend_cpu, NULL, &ref);
+  sched_case_run_reference(c, &ref);
   if (s->staged)
     sched_case_run_staged(c, &late_backend_ops, states, &got);
   else
