@@ -14,6 +14,8 @@
 # SAN_SEED_BUILD names a finished build whose CUDA kernel fatbins are taken
 # as they are (nvcc's output does not depend on the host compiler or its
 # flags, and takes it minutes per architecture).
+# SAN_KERNEL_FLAGS replaces the ASan flags for the CPU kernels alone (make test
+# builds them without UBSan: with it they took most of the build).
 # SAN_CC (clang), SAN_TEST_LIMIT_S (600 per binary), SAN_TSAN_BIG_COUNT
 # (131075: MP_BIG_COUNT for the TSan run, the big count of the all-reduce and
 # collective matrices, 1M+3 otherwise; ThreadSanitizer instruments every
@@ -117,8 +119,10 @@ for cfg in "${configs[@]}"; do
   t0=$(date +%s)
   targets=(lib unit-mp-tests)
   [ -n "${SAN_TESTS:-}" ] && targets=("${units[@]/#/$build/tests/}")
+  kflags=()
+  [ "$cfg" = asan ] && [ -n "${SAN_KERNEL_FLAGS:-}" ] && kflags=(KERNEL_CFLAGS="$SAN_KERNEL_FLAGS")
   if ! "$make_cmd" --no-print-directory "${jobs[@]}" BUILD="$build" CC="$cc" CFLAGS="$flags" \
-    LDFLAGS="$flags" "${targets[@]}"; then
+    "${kflags[@]}" LDFLAGS="$flags" "${targets[@]}"; then
     fail=$((fail + 1))
     failed+=("$cfg:build")
     echo "=== $cfg build FAILED"
