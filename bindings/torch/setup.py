@@ -42,6 +42,7 @@ setup(
                 "csrc/module.cpp",
                 "csrc/braid_backend.cpp",
                 "csrc/braid_work.cpp",
+                "csrc/braid_gloo_ops.cpp",
             ],
             include_dirs=[include],
             define_macros=[("BRAID_TORCH_MINOR", str(minor if major == 2 else 99))],

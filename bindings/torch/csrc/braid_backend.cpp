@@ -333,7 +333,7 @@ static ncclConfig_t nonblocking_config() {
 
 BraidBackend::BraidBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                            Ms timeout)
-    : c10d::Backend(rank, size) {
+    : c10d::Backend(rank, size), store_(store) {
   auto comm = std::make_shared<Comm>();
   comm->rank = rank;
   comm->size = size;
@@ -359,8 +359,9 @@ BraidBackend::BraidBackend(const c10::intrusive_ptr<c10d::Store>& store, int ran
   start(comm);
 }
 
-BraidBackend::BraidBackend(std::shared_ptr<Comm> comm, Ms timeout)
-    : c10d::Backend(comm->rank, comm->size) {
+BraidBackend::BraidBackend(std::shared_ptr<Comm> comm, Ms timeout,
+                           c10::intrusive_ptr<c10d::Store> store)
+    : c10d::Backend(comm->rank, comm->size), store_(std::move(store)) {
   comm->timeout = timeout;
   start(comm);
 }
@@ -571,6 +572,8 @@ static Call reduce_call(const char* op, const at::Tensor& t, const c10d::ReduceO
 
 c10::intrusive_ptr<c10d::Work> BraidBackend::allreduce(std::vector<at::Tensor>& tensors,
                                                        const c10d::AllreduceOptions& opts) {
+  if (tensors.size() == 1 && tensors[0].layout() == at::kSparse)
+    return allreduceSparse(tensors, opts);
   at::Tensor& t = single("all_reduce", tensors);
   std::vector<Call> calls;
   std::vector<at::Tensor> keep;
@@ -1087,8 +1090,8 @@ c10::intrusive_ptr<c10d::Work> BraidBackend::barrier(const c10d::BarrierOptions&
 
 /* ---------------------------------------------------------------- split */
 
-c10::intrusive_ptr<BraidBackend> BraidBackend::splitRanks(const std::vector<int>& ranks,
-                                                          Ms timeout) {
+c10::intrusive_ptr<BraidBackend> BraidBackend::splitRanks(const std::vector<int>& ranks, Ms timeout,
+                                                          c10::intrusive_ptr<c10d::Store> store) {
   std::vector<int> sorted = ranks;
   std::sort(sorted.begin(), sorted.end());
   auto it = std::find(sorted.begin(), sorted.end(), rank_);
@@ -1121,14 +1124,14 @@ c10::intrusive_ptr<BraidBackend> BraidBackend::splitRanks(const std::vector<int>
                  std::to_string(sorted.back()) + "]");
   child->rank = key;
   child->size = (int)sorted.size();
-  return c10::make_intrusive<BraidBackend>(child, timeout);
+  return c10::make_intrusive<BraidBackend>(child, timeout, std::move(store));
 }
 
-c10::intrusive_ptr<c10d::Backend> BraidBackend::split(const c10::intrusive_ptr<c10d::Store>&,
+c10::intrusive_ptr<c10d::Backend> BraidBackend::split(const c10::intrusive_ptr<c10d::Store>& store,
                                                       const std::vector<int>& ranks,
                                                       const c10::intrusive_ptr<Options>& opts) {
   Ms timeout = opts ? opts->timeout : comm_->timeout;
-  auto b = splitRanks(ranks, timeout);
+  auto b = splitRanks(ranks, timeout, store);
   if (b && opts) {
     b->options_ = opts;
   }

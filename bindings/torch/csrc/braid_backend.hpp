@@ -117,7 +117,8 @@ class BraidBackend : public c10d::Backend {
   BraidBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                std::chrono::milliseconds timeout);
   /* A communicator made by ncclCommSplit of a parent's. */
-  BraidBackend(std::shared_ptr<Comm> comm, std::chrono::milliseconds timeout);
+  BraidBackend(std::shared_ptr<Comm> comm, std::chrono::milliseconds timeout,
+               c10::intrusive_ptr<c10d::Store> store);
   ~BraidBackend() override;
 
   const std::string getBackendName() const override { return "braid"; }
@@ -133,7 +134,8 @@ class BraidBackend : public c10d::Backend {
   /* The collective core of split(): every rank of this group calls it; a
    * rank not in `ranks` gets nullptr. */
   c10::intrusive_ptr<BraidBackend> splitRanks(const std::vector<int>& ranks,
-                                              std::chrono::milliseconds timeout);
+                                              std::chrono::milliseconds timeout,
+                                              c10::intrusive_ptr<c10d::Store> store);
 
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
                                            const c10d::BroadcastOptions& opts) override;
@@ -179,6 +181,9 @@ class BraidBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override;
   c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
+  /* gloo's barrier that names the ranks which did not come, through the
+   * Store (braid_gloo_ops.cpp) */
+  void monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks = false) override;
 
   void startCoalescing() override;
   c10::intrusive_ptr<c10d::Work> endCoalescing() override;
@@ -192,6 +197,9 @@ class BraidBackend : public c10d::Backend {
 
  private:
   c10::intrusive_ptr<c10d::Work> p2p(std::vector<at::Tensor>& tensors, int peer, bool sending);
+  /* sparse COO all-reduce, gloo's (braid_gloo_ops.cpp) */
+  c10::intrusive_ptr<c10d::Work> allreduceSparse(std::vector<at::Tensor>& tensors,
+                                                 const c10d::AllreduceOptions& opts);
   std::vector<at::Tensor> root_list(const char* op, int root,
                                     std::vector<std::vector<at::Tensor>>& lists,
                                     const at::Tensor& like, const char* kind, const char* mine);
@@ -205,7 +213,9 @@ class BraidBackend : public c10d::Backend {
   void start(std::shared_ptr<Comm> comm);
 
   std::shared_ptr<Comm> comm_;
+  c10::intrusive_ptr<c10d::Store> store_; /* the group's; null for a split's leftover */
   uint64_t seq_ = 0;
+  uint64_t monitored_ = 0; /* monitored barriers so far: their keys in the store */
   bool shut_ = false;
   int splits_ = 0;
   c10::intrusive_ptr<Options> options_;

@@ -26,7 +26,7 @@ PYBIND11_MODULE(_C, m) {
            [](braid_torch::BraidBackend& b, py::object) {
              /* a rank outside every new group still takes part in the split */
              py::gil_scoped_release nogil;
-             b.splitRanks({}, std::chrono::milliseconds(-1));
+             b.splitRanks({}, std::chrono::milliseconds(-1), nullptr);
            })
       .def("nccl_version", [](braid_torch::BraidBackend&) {
         int v = 0;
