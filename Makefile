@@ -399,17 +399,24 @@ LIFETIME_ASAN_TESTS := mp_test_lifetime mp_test_streams mp_test_api mp_test_resi
 # The build takes a job per core unless make was given -j (nvcc's two
 # kernels, minutes each, then compile side by side).
 BUILD_JOBS = $(if $(findstring jobserver,$(MAKEFLAGS)),,-j$(shell nproc))
+LIFETIME_ASAN := SAN_CC=$(CC) SAN_BUILD_PREFIX=$(BUILD)/san SAN_SEED_BUILD=$(BUILD) \
+  SAN_TESTS="$(LIFETIME_ASAN_TESTS)" MAKE="$(MAKE)" SAN_KERNEL_FLAGS="$(LIFETIME_KERNEL_FLAGS)"
+# The torch environment and package, and the ASan build, are made in the
+# background, niced, while the C tests run: they take the CPU those leave.
 test: deps check-layers
 	@$(MAKE) --no-print-directory $(BUILD_JOBS) all tests
 	@scripts/check-links.sh
 	@scripts/check-deps.py $(BUILD)
 	@MAX_JOBS=1 nice -n 10 scripts/test-torch.sh prepare $(BUILD) >$(BUILD)/torch-prepare.log 2>&1 & \
-	  prep=$$!; scripts/run-tests.sh $(BUILD); rc=$$?; \
+	  prep=$$!; \
+	  $(LIFETIME_ASAN) SAN_BUILD_ONLY=1 nice -n 10 scripts/test-sanitize.sh asan \
+	    >$(BUILD)/asan-build.log 2>&1 & \
+	  san=$$!; scripts/run-tests.sh $(BUILD); rc=$$?; \
 	  wait $$prep || { cat $(BUILD)/torch-prepare.log; echo "test-torch: preparing failed"; }; \
-	  [ $$rc = 0 ] && scripts/test-torch.sh $(BUILD)
-	@SAN_CC=$(CC) SAN_BUILD_PREFIX=$(BUILD)/san SAN_SEED_BUILD=$(BUILD) \
-	  SAN_TESTS="$(LIFETIME_ASAN_TESTS)" MAKE="$(MAKE)" SAN_KERNEL_FLAGS="$(LIFETIME_KERNEL_FLAGS)" \
-	  scripts/test-sanitize.sh asan
+	  [ $$rc = 0 ] && scripts/test-torch.sh $(BUILD); rc2=$$?; \
+	  wait $$san || tail -40 $(BUILD)/asan-build.log; \
+	  [ $$rc = 0 ] && [ $$rc2 = 0 ]
+	@$(LIFETIME_ASAN) scripts/test-sanitize.sh asan
 
 # bindings/torch, the torch.distributed backend "braid": its tests, in a cached environment
 # with torch from PyPI (scripts/torch-env.sh); and braid against gloo (perf/torch_compare.sh).

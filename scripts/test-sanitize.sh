@@ -14,6 +14,8 @@
 # SAN_SEED_BUILD names a finished build whose CUDA kernel fatbins are taken
 # as they are (nvcc's output does not depend on the host compiler or its
 # flags, and takes it minutes per architecture).
+# SAN_BUILD_ONLY=1 builds and stops (make test builds beside its other tests,
+# then runs this again, which finds everything built).
 # SAN_KERNEL_FLAGS replaces the ASan flags for the CPU kernels alone (make test
 # builds them without UBSan: with it they took most of the build).
 # SAN_CC (clang), SAN_TEST_LIMIT_S (600 per binary), SAN_TSAN_BIG_COUNT
@@ -129,6 +131,7 @@ for cfg in "${configs[@]}"; do
     continue
   fi
   echo "=== $cfg build ok ($(($(date +%s) - t0)) s)"
+  [ "${SAN_BUILD_ONLY:-0}" = 1 ] && continue
   prefix=()
   if [ "$cfg" = tsan ]; then
     if ! tsan_prefix; then

@@ -188,13 +188,34 @@ int mp_free_port(int family) {
 
 /* Inherited copies of the parent's root sockets would keep its connections
  * open after the root closes them; a child never uses them. */
+static void close_if_socket(int fd, int keep) {
+  struct stat st;
+  if (fd > 2 && fd != keep && fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode)) close(fd);
+}
+
+/* The open descriptors are listed in /proc/self/fd (read whole before
+ * closing any); without /proc, every number up to the limit is tried
+ * (tens of thousands of fstat calls per rank). */
 static void close_inherited_sockets(int keep) {
+  int fds[1024], nfds = 0, complete = 0;
+  DIR* d = opendir("/proc/self/fd");
+  if (d != NULL) {
+    struct dirent* e;
+    complete = 1;
+    while ((e = readdir(d)) != NULL) {
+      if (e->d_name[0] == '.') continue;
+      if (nfds == (int)(sizeof(fds) / sizeof(fds[0]))) complete = 0;
+      if (nfds < (int)(sizeof(fds) / sizeof(fds[0]))) fds[nfds++] = atoi(e->d_name);
+    }
+    closedir(d); /* its own descriptor was in the list: gone now, fstat fails */
+  }
+  if (complete) {
+    for (int i = 0; i < nfds; i++) close_if_socket(fds[i], keep);
+    return;
+  }
   long max = sysconf(_SC_OPEN_MAX);
   if (max < 0 || max > 65536) max = 65536;
-  for (int fd = 3; fd < max; fd++) {
-    struct stat st;
-    if (fd != keep && fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode)) close(fd);
-  }
+  for (int fd = 3; fd < max; fd++) close_if_socket(fd, keep);
 }
 
 /* A child dies of its faults: cmocka's handlers, inherited from the parent,

@@ -278,7 +278,8 @@ static void check_pieces(layer_t* l) {
   memcpy(whole, r.grads, np * sizeof(float));
   memset(r.grads, 0, np * sizeof(float));
   fake_buckets_t f = {.every = 13};
-  grad_sink_t sink = {&f, fake_boundary, fake_ready, count_turn};
+  grad_sink_t sink = {
+      .ctx = &f, .boundary = fake_boundary, .ready = fake_ready, .turn = count_turn};
   g_turns = 0;
   l->ops->backward(l, r.x, r.y, r.dy, r.dx, BATCH, &sink);
   assert_int_equal(f.last_ready, np);
@@ -325,7 +326,7 @@ static void test_turns_keep_results(void** state) {
   for (int b = 0; b < BATCH; b++) labels[b] = (uint8_t)(b % 4);
   for (size_t i = 0; i < (size_t)BATCH * 9; i++) m.acts[0][i] = (float)train_rng_normal(&g_rng);
   fake_buckets_t f = {.every = 7};
-  grad_sink_t sink = {&f, fake_boundary, fake_ready, NULL};
+  grad_sink_t sink = {.ctx = &f, .boundary = fake_boundary, .ready = fake_ready};
   int correct = 0;
   model_forward(&m, BATCH);
   double plain = model_backward(&m, labels, BATCH, &sink, &correct);
