@@ -27,6 +27,7 @@ static const ncclDataType_t kTypes[] = {ncclFloat32,    ncclInt8,    ncclFloat16
                                         ncclUint64,     ncclFloat64, ncclFloat8e4m3, ncclInt32,
                                         ncclFloat8e5m2, ncclUint8,   ncclUint32,     ncclInt64};
 #define NTYPES (sizeof(kTypes) / sizeof(kTypes[0]))
+/* The last one is lowered by MP_BIG_COUNT (mp_big_count). */
 static const size_t kCounts[] = {0, 1, 1001, 200003};
 #define NCOUNTS (sizeof(kCounts) / sizeof(kCounts[0]))
 
@@ -63,7 +64,8 @@ static int matrix_run(const mp_env* env, ncclComm_t comm, cudaStream_t s) {
   for (int coll = 0; coll < CC_NCOLLS && !bad; coll++)
     for (size_t ci = 0; ci < NCOUNTS && !bad; ci++)
       for (int ip = 0; ip < 2 && !bad; ip++, i++) {
-        cc_call c = {.coll = coll, .type = kTypes[i % NTYPES], .count = kCounts[ci]};
+        size_t count = ci == NCOUNTS - 1 ? mp_big_count(kCounts[ci]) : kCounts[ci];
+        cc_call c = {.coll = coll, .type = kTypes[i % NTYPES], .count = count};
         c.kind = cc_is_reduction(coll) ? i % AR_NKINDS : AR_SUM;
         c.root = cc_has_root(coll) ? (i / 2) % env->nranks : 0;
         c.inplace = ip && coll != CC_ALLTOALL;
