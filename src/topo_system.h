@@ -44,7 +44,7 @@ struct topo_system {
   struct topo_nic nics[TOPO_MAX_NICS];
   int ngpus;
   struct topo_gpu gpus[TOPO_MAX_GPUS];
-  uint32_t mem_mbps; /* one thread's memcpy bandwidth on a 64 MiB buffer, MB/s */
+  uint32_t mem_mbps; /* one thread's memcpy bandwidth, 32 MiB copied within 64 MiB, MB/s */
   int from_file;     /* 1 when loaded from NCCL_TOPO_FILE */
 };
 
