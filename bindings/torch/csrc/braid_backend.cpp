@@ -264,16 +264,24 @@ Call bitwise_call(const at::Tensor& t, const Red& r, int nranks, std::vector<at:
     return ncclAllGather(src, dst, n, ncclUint8, comm, s);
   };
   add_post(c, [all, user, which]() mutable {
-    at::Tensor acc = all[0].clone();
-    for (int64_t i = 1; i < all.size(0); i++) {
+    /* the bits, as the signed type of their width: torch before 2.5 has no
+     * bitwise kernels for uint16/32/64, and the bits come out the same */
+    at::ScalarType st = all.scalar_type();
+    at::ScalarType as = st == at::kUInt16   ? at::kShort
+                        : st == at::kUInt32 ? at::kInt
+                        : st == at::kUInt64 ? at::kLong
+                                            : st;
+    at::Tensor bits = all.view(as);
+    at::Tensor acc = bits[0].clone();
+    for (int64_t i = 1; i < bits.size(0); i++) {
       if (which == c10d::ReduceOp::BAND)
-        acc.bitwise_and_(all[i]);
+        acc.bitwise_and_(bits[i]);
       else if (which == c10d::ReduceOp::BOR)
-        acc.bitwise_or_(all[i]);
+        acc.bitwise_or_(bits[i]);
       else
-        acc.bitwise_xor_(all[i]);
+        acc.bitwise_xor_(bits[i]);
     }
-    user.copy_(acc.view(user.sizes()));
+    user.copy_(acc.view(st).view(user.sizes()));
   });
   keep.push_back(in.t);
   keep.push_back(all);

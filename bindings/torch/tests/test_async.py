@@ -8,6 +8,10 @@ import torch.nn as nn
 
 import world
 
+# torch 2.4's Work.exception() cannot return to Python (its binding lacks the
+# exception_ptr type, whatever the backend): checked from 2.5 on
+EXCEPTION_READABLE = tuple(int(x) for x in torch.__version__.split(".")[:2]) >= (2, 5)
+
 
 def _returns_early(rank, n):
     """Rank 0's async all_reduce cannot complete before rank 1 calls, and
@@ -44,7 +48,8 @@ def _futures(rank, n):
         out.append(f.wait())
     for w in works:
         w.wait()
-        assert w.is_completed() and w.is_success() and w.exception() is None
+        assert w.is_completed() and w.is_success()
+        assert not EXCEPTION_READABLE or w.exception() is None
     # a callback that issues and waits for more work on the same group (as PowerSGD)
     y = torch.ones(10) * rank
 
