@@ -3,7 +3,7 @@
 # path: bindings/torch/install.sh VENV [BUILD_DIR]
 # Against Braid from BRAID_HOME when set (an install prefix), else the repository's headers and
 # BUILD_DIR/lib (default: build). The tests and benchmarks use this; users can equally
-# `pip install --no-build-isolation ./bindings/torch` (docs/torch.md).
+# `pip install ./bindings/torch` (docs/torch.md).
 #
 # It builds in VENV/braid-torch-src, a copy of the sources whose unchanged files keep their
 # times, with torch's ninja build: a later run recompiles only what changed and relinks when

@@ -1,14 +1,30 @@
-"""Builds braid_torch: the C++ extension against the torch installed in this
-environment and Braid's static library, from BRAID_HOME (an install prefix:
-include/, lib/) or else the repository's own build (../../build/lib). Build
-it without isolation, so that it sees that torch:
+"""Builds braid_torch: the C++ extension against the torch installed in the
+environment it is installed into and Braid's static library, from BRAID_HOME
+(an install prefix: include/, lib/) or else the repository's own build
+(../../build/lib):
 
-    pip install --no-build-isolation ./bindings/torch
+    pip install ./bindings/torch
+    pip install --no-build-isolation ./bindings/torch   # setuptools, wheel there
 """
 
 import os
+import sys
+import sysconfig
 
-import torch
+try:
+    import torch
+except ImportError:
+    # pip's isolated build hides the target environment's packages, and the
+    # extension must be built against that environment's torch (its ABI),
+    # never a fresh download: look there, behind the build's own packages.
+    sys.path.append(sysconfig.get_paths()["purelib"])
+    try:
+        import torch
+    except ImportError:
+        raise SystemExit(
+            f"braid_torch: no torch in {sysconfig.get_paths()['purelib']}: install torch "
+            "(2.4 or later) into this environment first"
+        )
 from setuptools import setup
 from torch.utils.cpp_extension import BuildExtension, CppExtension
 
@@ -29,6 +45,7 @@ if not os.path.exists(archive):
 major, minor = (int(x) for x in torch.__version__.split(".")[:2])
 if (major, minor) < (2, 4):
     raise SystemExit(f"braid_torch needs torch 2.4 or later, found {torch.__version__}")
+print(f"braid_torch: building against torch {torch.__version__} ({os.path.dirname(torch.__file__)})")
 
 setup(
     name="braid_torch",

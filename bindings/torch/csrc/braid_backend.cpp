@@ -412,6 +412,7 @@ void BraidBackend::shutdown() {
     if (comm_->comm) (aborted ? ncclCommAbort : ncclCommDestroy)(comm_->comm);
     comm_->comm = nullptr;
   }
+  comm_->failHeld("braid: the process group was shut down before its partner came");
   if (comm_->stream) braidStreamDestroy(comm_->stream);
   comm_->stream = nullptr;
 }
@@ -426,22 +427,23 @@ Ms BraidBackend::timeoutOf(Ms t) const {
 
 /* ---------------------------------------------------------------- issuing */
 
-c10::intrusive_ptr<c10d::Work> BraidBackend::submit(const char* name, c10d::OpType type,
-                                                    std::vector<Call> calls,
-                                                    std::vector<at::Tensor> outputs,
-                                                    std::vector<at::Tensor> keep, Ms timeout,
-                                                    const std::vector<at::Tensor>* inputs) {
+c10::intrusive_ptr<c10d::Work> BraidBackend::submit(
+    const char* name, c10d::OpType type, std::vector<Call> calls, std::vector<at::Tensor> outputs,
+    std::vector<at::Tensor> keep, Ms timeout, const std::vector<at::Tensor>* inputs,
+    std::vector<c10::intrusive_ptr<BraidWork>> partners) {
   auto work = c10::make_intrusive<BraidWork>(rank_, type, name, ++seq_, outputs, comm_, inputs);
   if (coalescing_) {
     for (auto& c : calls) coal_calls_.push_back(std::move(c));
     coal_outputs_.insert(coal_outputs_.end(), outputs.begin(), outputs.end());
     coal_keep_.insert(coal_keep_.end(), keep.begin(), keep.end());
+    coal_works_.insert(coal_works_.end(), partners.begin(), partners.end());
     coal_works_.push_back(work);
     coal_names_ += (coal_names_.empty() ? "" : ", ") + std::string(name);
     return work;
   }
   auto unit = std::make_shared<Unit>();
   unit->comm = comm_;
+  unit->works = std::move(partners);
   unit->works.push_back(work);
   unit->keep = std::move(keep);
   unit->keep.insert(unit->keep.end(), outputs.begin(), outputs.end());
@@ -1047,6 +1049,7 @@ c10::intrusive_ptr<c10d::Work> BraidBackend::p2p(std::vector<at::Tensor>& tensor
   at::Tensor& t = single(op, tensors);
   TORCH_CHECK(peer >= 0 && peer < size_, "braid: ", op, sending ? ": destination " : ": source ",
               peer, " is not a rank of this group of ", size_);
+  if (peer == rank_ && t.numel() > 0) return p2pSelf(t, sending);
   std::vector<Call> calls;
   std::vector<at::Tensor> keep;
   if (t.numel() > 0) {
@@ -1063,6 +1066,66 @@ c10::intrusive_ptr<c10d::Work> BraidBackend::p2p(std::vector<at::Tensor>& tensor
   }
   return submit(op, sending ? c10d::OpType::SEND : c10d::OpType::RECV, std::move(calls), tensors,
                 keep, Ms(-1));
+}
+
+/* A send to self and its receive, each issued alone: torch 2.4 issues a CPU
+ * batch_isend_irecv op by op, and gloo lets a send to self wait for its
+ * receive. Braid, as NCCL, pairs them only within one group, so the first
+ * of a pair is held (a work that is not yet on the stream) and its partner
+ * puts one copy on the stream that completes both. Pairs match in the order
+ * they were issued, as Braid's sends and receives do; a held one that meets
+ * no partner within the group's timeout fails as any late op does. */
+c10::intrusive_ptr<c10d::Work> BraidBackend::p2pSelf(at::Tensor& t, bool sending) {
+  const char* op = sending ? "send to self" : "recv from self";
+  c10d::OpType type = sending ? c10d::OpType::SEND : c10d::OpType::RECV;
+  Held partner;
+  {
+    std::lock_guard<std::mutex> g(comm_->mu);
+    TORCH_CHECK(!comm_->aborted, "braid: ", op, " cannot run: ", comm_->reason);
+    auto& waiting = comm_->held[!sending];
+    if (waiting.empty()) {
+      auto work = c10::make_intrusive<BraidWork>(rank_, type, op, ++seq_,
+                                                 std::vector<at::Tensor>{t}, comm_);
+      auto unit = std::make_shared<Unit>();
+      unit->works.push_back(work);
+      unit->what = std::string(op) + " (sequence number " + std::to_string(seq_) +
+                   ", waiting for its partner)";
+      unit->timeout = comm_->timeout;
+      unit->deadline = std::chrono::steady_clock::now() + unit->timeout;
+      unit->pos = comm_->pending.insert(comm_->pending.end(), unit.get());
+      comm_->held[sending].push_back({unit, t});
+      return work;
+    }
+    partner = std::move(waiting.front());
+    waiting.pop_front();
+    comm_->pending.erase(partner.unit->pos);
+  }
+  at::Tensor src = sending ? t : partner.tensor;
+  at::Tensor dst = sending ? partner.tensor : t;
+  size_t n = nbytes(src);
+  if (n != nbytes(dst)) {
+    std::string msg = "braid: a send to self of " + std::to_string(n) +
+                      " bytes met a receive from self of " + std::to_string(nbytes(dst)) +
+                      " bytes; both fail";
+    for (auto& w : partner.unit->works) w->complete(make_error(msg));
+    TORCH_CHECK(false, msg);
+  }
+  Call c;
+  Block bs = block_of(src, c, true, false);
+  Block bd = block_of(dst, c, false, true);
+  at::Tensor from = bs.t, to = bd.t;
+  add_pre(c, [from, to, n]() { std::memcpy(to.data_ptr(), from.data_ptr(), n); });
+  c.issue = [](ncclComm_t, cudaStream_t) { return ncclSuccess; };
+  std::vector<Call> calls;
+  calls.push_back(std::move(c));
+  auto partners = partner.unit->works;
+  try {
+    return submit(op, type, std::move(calls), {t}, {from, to, partner.tensor}, Ms(-1), nullptr,
+                  partners);
+  } catch (const std::exception& e) {
+    for (auto& w : partners) w->complete(make_error(e.what()));
+    throw;
+  }
 }
 
 c10::intrusive_ptr<c10d::Work> BraidBackend::send(std::vector<at::Tensor>& tensors, int dst,

@@ -16,6 +16,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <deque>
 #include <functional>
 #include <list>
 #include <memory>
@@ -34,6 +35,14 @@ namespace braid_torch {
 
 struct Unit;
 
+/* A send to self or a receive from self waiting for its partner
+ * (BraidBackend::p2pSelf). Its unit is in Comm::pending, so the watchdog
+ * bounds the wait; it has no comm pointer (no cycle through Comm::held). */
+struct Held {
+  std::shared_ptr<Unit> unit;
+  at::Tensor tensor;
+};
+
 /* The communicator, its stream, and what is in flight on them. Shared by
  * the backend and every unit still queued, so the last one frees it. */
 struct Comm {
@@ -47,7 +56,8 @@ struct Comm {
   std::condition_variable cv;
   std::list<Unit*> pending; /* issued and not yet completed, oldest first */
   bool aborted = false;
-  std::string reason; /* why it was aborted (a timeout names the op) */
+  std::string reason;       /* why it was aborted (a timeout names the op) */
+  std::deque<Held> held[2]; /* [0] receives from self, [1] sends to self */
 
   std::thread watchdog;
   bool stopping = false;
@@ -55,6 +65,8 @@ struct Comm {
   ~Comm();
   /* Abort the communicator (idempotent): work in flight fails with `why`. */
   void abort(const std::string& why);
+  /* Every held send/receive to self fails with `why` (abort, shutdown). */
+  void failHeld(const std::string& why);
   void watch();
 };
 
@@ -197,6 +209,7 @@ class BraidBackend : public c10d::Backend {
 
  private:
   c10::intrusive_ptr<c10d::Work> p2p(std::vector<at::Tensor>& tensors, int peer, bool sending);
+  c10::intrusive_ptr<c10d::Work> p2pSelf(at::Tensor& t, bool sending);
   /* sparse COO all-reduce, gloo's (braid_gloo_ops.cpp) */
   c10::intrusive_ptr<c10d::Work> allreduceSparse(std::vector<at::Tensor>& tensors,
                                                  const c10d::AllreduceOptions& opts);
@@ -207,7 +220,8 @@ class BraidBackend : public c10d::Backend {
                                         std::vector<Call> calls, std::vector<at::Tensor> outputs,
                                         std::vector<at::Tensor> keep,
                                         std::chrono::milliseconds timeout,
-                                        const std::vector<at::Tensor>* inputs = nullptr);
+                                        const std::vector<at::Tensor>* inputs = nullptr,
+                                        std::vector<c10::intrusive_ptr<BraidWork>> partners = {});
   void issueUnit(const std::shared_ptr<Unit>& unit, std::vector<Call>& calls, bool grouped);
   std::chrono::milliseconds timeoutOf(std::chrono::milliseconds t) const;
   void start(std::shared_ptr<Comm> comm);

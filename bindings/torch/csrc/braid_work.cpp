@@ -29,9 +29,30 @@ void Comm::abort(const std::string& why) {
   }
   cv.notify_all();
   /* not while an op is being put on the stream with this handle */
-  std::lock_guard<std::mutex> g(issue_mu);
-  if (comm != nullptr) ncclCommAbort(comm);
-  comm = nullptr;
+  {
+    std::lock_guard<std::mutex> g(issue_mu);
+    if (comm != nullptr) ncclCommAbort(comm);
+    comm = nullptr;
+  }
+  failHeld(why);
+}
+
+void Comm::failHeld(const std::string& why) {
+  std::vector<Held> gone;
+  {
+    std::lock_guard<std::mutex> g(mu);
+    for (auto& q : held) {
+      for (auto& h : q) {
+        pending.erase(h.unit->pos);
+        gone.push_back(std::move(h));
+      }
+      q.clear();
+    }
+  }
+  for (auto& h : gone) {
+    std::exception_ptr err = make_error(h.unit->what + ": " + why);
+    for (auto& w : h.unit->works) w->complete(err);
+  }
 }
 
 /* The oldest unit past its deadline aborts the communicator: its peers then

@@ -105,3 +105,22 @@ def test_stuck_peer_times_out_on_every_rank():
     for r in (0, 2):
         assert res[r] is not None, f"rank {r}: no error"
         assert "all_reduce" in res[r], res[r]
+
+
+def _unmatched_send_to_self(rank, n):
+    w = dist.isend(torch.ones(8), rank)  # its receive never comes
+    try:
+        w.wait()
+    except RuntimeError as e:
+        return str(e)
+    return None
+
+
+def test_unmatched_send_to_self_times_out():
+    # held for its partner, bounded by the group's timeout (2 s) like any op
+    t0 = time.monotonic()
+    res = world.run(_unmatched_send_to_self, 2, timeout_s=2, wall_s=60)
+    assert time.monotonic() - t0 < 30
+    for r, msg in enumerate(res):
+        assert msg is not None, f"rank {r}: an unmatched send to self succeeded"
+        assert "send to self" in msg and "timed out" in msg, msg

@@ -2,9 +2,12 @@
 ways torch launches ranks (torchrun, mp.spawn), with "cpu:braid" routing."""
 
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
+
+import pytest
 
 import torch
 import torch.distributed as dist
@@ -57,6 +60,41 @@ def _p2p(rank, n):
         w.wait()
     if not torch.equal(me_in, me_out):
         bad.append("batch_isend_irecv to self")
+    # to self op by op (torch 2.4 issues CPU batches so): the first waits for
+    # its partner; pairs match in the order issued; a strided receive
+    outs = [torch.arange(6, dtype=torch.float32) + 10 * k + rank for k in range(3)]
+    ins = [torch.empty(6), torch.empty(3, 2).t(), torch.empty(6)]
+    s0 = dist.isend(outs[0], rank)
+    r0 = dist.irecv(ins[0], rank)
+    r1 = dist.irecv(ins[1], rank)  # a receive first this time
+    done_early = r1.is_completed()
+    s1 = dist.isend(outs[1].view(2, 3), rank)
+    s2 = dist.isend(outs[2], rank)
+    dist.recv(ins[2], rank)
+    for w in (s0, r0, r1, s1, s2):
+        w.wait()
+    if done_early:
+        bad.append("a receive from self completed before its send")
+    if not (torch.equal(ins[0], outs[0]) and torch.equal(ins[1].flatten(), outs[1])
+            and torch.equal(ins[2], outs[2])):
+        bad.append("isend/irecv to self, op by op")
+    # sizes that differ fail both, and the group goes on
+    s3 = dist.isend(torch.ones(4), rank)
+    try:
+        dist.recv(torch.empty(5), rank)
+        bad.append("a 5-element receive from a 4-element send to self succeeded")
+    except RuntimeError as e:
+        if "16 bytes" not in str(e):
+            bad.append(f"mismatched self pair: {e}")
+    try:
+        s3.wait()
+        bad.append("the mismatched send to self succeeded")
+    except RuntimeError:
+        pass
+    t = torch.ones(2)
+    dist.all_reduce(t)
+    if not torch.all(t == n):
+        bad.append("all_reduce after the self p2p")
     return bad
 
 
@@ -112,9 +150,16 @@ def test_groups():
 
 SCRIPT = textwrap.dedent(
     """
-    import os, sys, torch, torch.distributed as dist
+    import os, subprocess, sys, torch, torch.distributed as dist
     import braid_torch
     backend = sys.argv[1]
+    if os.environ.get("RANK") is None and "SLURM_PROCID" in os.environ:  # srun
+        first = subprocess.check_output(
+            ["scontrol", "show", "hostnames", os.environ["SLURM_STEP_NODELIST"]], text=True
+        ).split()[0]
+        os.environ.update(RANK=os.environ["SLURM_PROCID"], WORLD_SIZE=os.environ["SLURM_NTASKS"],
+                          LOCAL_RANK=os.environ["SLURM_LOCALID"], MASTER_ADDR=first,
+                          MASTER_PORT=sys.argv[2])
     if os.environ.get("RANK") is None:  # mp.spawn
         import torch.multiprocessing as mp
 
@@ -122,24 +167,21 @@ SCRIPT = textwrap.dedent(
             os.environ.update(RANK=str(rank), WORLD_SIZE=str(n))
             run()
 
-        def run():
-            dist.init_process_group(backend)
-            t = torch.ones(3) * (dist.get_rank() + 1)
-            dist.all_reduce(t)
-            assert int(t[0]) == 3, t
-            print("ok", dist.get_rank(), dist.get_backend(), flush=True)
-            dist.destroy_process_group()
+    def run():
+        dist.init_process_group(backend)
+        n = dist.get_world_size()
+        t = torch.ones(3) * (dist.get_rank() + 1)
+        dist.all_reduce(t)
+        assert int(t[0]) == n * (n + 1) // 2, t
+        print("ok", dist.get_rank(), dist.get_backend(), flush=True)
+        dist.destroy_process_group()
 
+    if os.environ.get("RANK") is None:  # mp.spawn
         if __name__ == "__main__":
             os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[2])
             mp.spawn(main, args=(2,), nprocs=2)
     else:
-        dist.init_process_group(backend)
-        t = torch.ones(3) * (dist.get_rank() + 1)
-        dist.all_reduce(t)
-        assert int(t[0]) == 3, t
-        print("ok", dist.get_rank(), dist.get_backend(), flush=True)
-        dist.destroy_process_group()
+        run()
     """
 )
 
@@ -168,3 +210,36 @@ def test_torchrun_and_spawn(tmp_path):
                        capture_output=True, text=True, timeout=120, env=env)
     assert p.returncode == 0, p.stdout + p.stderr
     assert p.stdout.count("ok") == 2, p.stdout
+
+
+def slurm_answers():
+    """A Slurm controller that has a node up (sinfo), else why not."""
+    if shutil.which("srun") is None:
+        return "no srun on this machine"
+    try:
+        p = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True,
+                           timeout=10)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"sinfo: {e}"
+    states = p.stdout.split()
+    if p.returncode != 0 or not any(s.startswith(("idle", "mix")) for s in states):
+        return f"no Slurm node to run on (sinfo: {p.stdout.strip() or p.stderr.strip()})"
+    return None
+
+
+def test_slurm(tmp_path):
+    # srun starts the ranks; the script takes RANK/WORLD_SIZE/MASTER_ADDR
+    # from SLURM_PROCID/NTASKS/STEP_NODELIST, as Slurm jobs do
+    why = slurm_answers()
+    if why:
+        pytest.skip(why)
+    script = tmp_path / "job.py"
+    script.write_text(SCRIPT)
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    for k in ("NCCL_COMM_ID", "RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(k, None)
+    p = subprocess.run(["srun", "-n", "4", "--overcommit", "--time=2", sys.executable, str(script),
+                        "braid", str(free_port())],
+                       capture_output=True, text=True, timeout=180, env=env)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert sorted(p.stdout.split("\n"))[-4:] == [f"ok {r} braid" for r in range(4)], p.stdout
