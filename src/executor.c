@@ -293,6 +293,7 @@ static ncclResult_t post_steps(struct exec_ctx* ex, int* progressed) {
     rec->carry_in = -1;
     rec->pending = 0;
     rec->out = NULL;
+    rec->sent_early = 0;
     if (recvs) {
       struct transport_conn* c = ex->conf.recv_conns[st->recv_peer];
       rec->recv_seq = c->posted;
@@ -307,6 +308,78 @@ static ncclResult_t post_steps(struct exec_ctx* ex, int* progressed) {
       CHECK(c->ops->progress(c, progressed));
     }
     ex->next_post++;
+  }
+fail:
+  return res;
+}
+
+/* ---- Sending ahead: plain sends whose data is ready ---- */
+
+/* Whether primitive p writes its slice of Y (received or computed). */
+static int prim_writes_y(enum sched_prim p) {
+  switch (p) {
+    case PRIM_RECV:
+    case PRIM_RECV_REDUCE_COPY_SEND:
+    case PRIM_RECV_COPY_SEND:
+    case PRIM_RECV_REDUCE_COPY:
+    case PRIM_COPY:
+    case PRIM_EXCHANGE:
+      return 1;
+    default:
+      return 0;
+  }
+}
+
+/* What step st sends as it stands, if it is a plain send of the user's
+ * data (no slot, no task): X, or Y with SCHED_LOCAL_OUT; NULL otherwise. */
+static const char* plain_send_data(const struct exec_ctx* ex, const struct sched_step* st,
+                                   const struct exec_rec* rec) {
+  const struct exec_args* a = &ex->args;
+  if (rec->slot >= 0 || rec->sent_early) return NULL;
+  if (st->prim == PRIM_SEND && !(st->flags & SCHED_LOCAL_OUT))
+    return (const char*)a->sendbuff + st->xoff * ex->es;
+  if (st->prim == PRIM_SEND_OUT || st->prim == PRIM_SEND)
+    return (const char*)a->recvbuff + st->yoff * ex->es;
+  return NULL;
+}
+
+/* Whether step j may send now: no earlier unfinished step still to send
+ * on the same connection (the message order is the schedule's), and none
+ * that writes the bytes it sends (received, computed or still a task). */
+static int send_may_go(const struct exec_ctx* ex, size_t j, const char* p, size_t bytes) {
+  const struct sched_step* sj = &ex->sched->steps[j];
+  for (size_t i = ex->next_finish; i < j; i++) {
+    const struct sched_step* si = &ex->sched->steps[i];
+    const struct exec_rec* ri = &ex->recs[i % (size_t)ex->window];
+    if (si->send_peer == sj->send_peer && !ri->sent_early) return 0;
+    if (i >= ex->next_compute && prim_writes_y(si->prim) &&
+        spans_overlap((const char*)ex->args.recvbuff + si->yoff * ex->es, si->count * ex->es, p,
+                      bytes))
+      return 0;
+  }
+  return !exec_hazard(ex, p, bytes, 0);
+}
+
+/* A step is computed and finished in order, so a send waits behind every
+ * receive before it, even one whose data it does not need: a recursive
+ * halving then sends each slice only after the previous slice came back,
+ * one round trip per slice. A plain send of data already in place goes
+ * out as soon as it is posted, keeping each connection's order. */
+static ncclResult_t post_early_sends(struct exec_ctx* ex, int* progressed) {
+  ncclResult_t res = ncclSuccess;
+  if (ex->staged) return ncclSuccess; /* slots carry everything */
+  for (size_t j = ex->next_compute; j < ex->next_post; j++) {
+    const struct sched_step* st = &ex->sched->steps[j];
+    struct exec_rec* rec = &ex->recs[j % (size_t)ex->window];
+    const char* p = plain_send_data(ex, st, rec);
+    size_t bytes = st->count * ex->es;
+    if (p == NULL || !send_may_go(ex, j, p, bytes)) continue;
+    struct transport_conn* c = ex->conf.send_conns[st->send_peer];
+    rec->send_seq = c->posted;
+    CHECK(post_msg(ex, c, (void*)p, bytes));
+    CHECK(c->ops->progress(c, progressed));
+    rec->sent_early = 1;
+    *progressed = 1;
   }
 fail:
   return res;
@@ -481,6 +554,7 @@ static ncclResult_t compute_ready(struct exec_ctx* ex, int* progressed) {
     if (st->prim == PRIM_EXCHANGE && ex->conf.send_conns[st->send_peer]->completed <= rec->send_seq)
       break; /* Y is still going out: overwrite it only once sent */
     int has_task = step_plan(ex, st, rec);
+    if (rec->sent_early) rec->out = NULL; /* its data went at post time */
     if (has_task && task_hazard(ex, &rec->task)) break;
     step_commit_carry(ex, st, rec);
     if (has_task) {
@@ -580,6 +654,7 @@ ncclResult_t exec_progress(struct exec_ctx* ex, int* done, int* progressed) {
   do {
     moved = 0;
     CHECK(post_steps(ex, &moved));
+    CHECK(post_early_sends(ex, &moved));
     CHECK(pump(ex, &moved));
     CHECK(compute_ready(ex, &moved));
     if (ex->next_finish < ex->next_compute) CHECK(finish_ready(ex, &moved));

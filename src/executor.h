@@ -112,6 +112,7 @@ struct exec_rec {
   uint64_t send_seq; /* message number on the send connection */
   uint64_t ticket;   /* its task, as the backend named it */
   const void* out;   /* what it sends, once computed (NULL: nothing, or sent at post) */
+  int sent_early;    /* a plain send posted before its turn (post_early_sends) */
   struct kern_task task;
 };
 
