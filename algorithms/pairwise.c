@@ -237,18 +237,17 @@ fail:
   return res;
 }
 
-/* Level by level down: the holders of a pair's halves swap their shares. */
-static ncclResult_t pw_allgather(struct schedule* s, const struct sched_key* k, size_t chunk) {
+/* One level of the gather (level by level down): the holders of a pair's
+ * halves swap their shares. */
+static ncclResult_t pw_gather_level(struct schedule* s, const struct sched_key* k, int l,
+                                    size_t chunk) {
   ncclResult_t res = ncclSuccess;
-  int r = k->rank, n = k->nranks, L = pairwise_levels(n);
-  for (int l = L - 1; l >= 0; l--) {
-    int half = 1 << l, mine = block_base(r, l);
-    if ((block_base(r, l + 1) | half) >= n) continue;
-    for (int v = mine; v < mine + half; v++) {
-      if (pw_holder(v, l, n) != r) continue;
-      struct pw_span a = pw_share(k, v, l), b = pw_share(k, v ^ half, l);
-      CHECK(pw_swap_spans(s, pw_holder(v ^ half, l, n), &a, &b, chunk));
-    }
+  int r = k->rank, n = k->nranks, half = 1 << l, mine = block_base(r, l);
+  if ((block_base(r, l + 1) | half) >= n) return ncclSuccess;
+  for (int v = mine; v < mine + half; v++) {
+    if (pw_holder(v, l, n) != r) continue;
+    struct pw_span a = pw_share(k, v, l), b = pw_share(k, v ^ half, l);
+    CHECK(pw_swap_spans(s, pw_holder(v ^ half, l, n), &a, &b, chunk));
   }
 fail:
   return res;
@@ -302,35 +301,134 @@ fail:
   return res;
 }
 
-/* Level by level up: the holders of a pair's halves swap halves of their
- * shares and combine (recursive halving at distances 1, 2, 4...), each
- * rank's partner the same for a whole level. */
-static ncclResult_t pw_halving(struct schedule* s, const struct sched_key* k, size_t chunk) {
+/* One level of the halving (level by level up): the holders of a pair's
+ * halves swap halves of their shares and combine (recursive halving at
+ * distances 1, 2, 4...), each rank's partner the same for a whole level. */
+static ncclResult_t pw_halving_level(struct schedule* s, const struct sched_key* k, int l,
+                                     size_t chunk) {
   ncclResult_t res = ncclSuccess;
-  int r = k->rank, n = k->nranks, L = pairwise_levels(n);
-  for (int l = 0; l < L; l++) {
-    int half = 1 << l, mine = block_base(r, l);
-    if ((block_base(r, l + 1) | half) >= n) continue;
-    for (int v = mine; v < mine + half; v++)
-      if (pw_holder(v, l, n) == r) CHECK(pw_halve(s, k, v, l, chunk));
+  int r = k->rank, n = k->nranks, half = 1 << l, mine = block_base(r, l);
+  if ((block_base(r, l + 1) | half) >= n) return ncclSuccess;
+  for (int v = mine; v < mine + half; v++)
+    if (pw_holder(v, l, n) == r) CHECK(pw_halve(s, k, v, l, chunk));
+fail:
+  return res;
+}
+
+/* ---- All-reduce: segments in a pipeline ---- */
+
+/* Phase p of an all-reduce, 0 <= p < 2L: halving level p, then the gather
+ * from level L - 1 down. */
+static ncclResult_t pw_phase(struct schedule* s, const struct sched_key* k, int p, size_t chunk) {
+  int L = pairwise_levels(k->nranks);
+  return p < L ? pw_halving_level(s, k, p, chunk) : pw_gather_level(s, k, 2 * L - 1 - p, chunk);
+}
+
+/* Segment `seg` of `nseg` equal cuts of the buffer: its key (an all-reduce
+ * of its own elements) and where it starts. */
+static struct sched_key pw_segment(const struct sched_key* k, size_t nseg, size_t seg,
+                                   size_t* base) {
+  struct sched_key sk = *k;
+  size_t q = k->count / nseg, extra = k->count % nseg;
+  *base = q * seg + MIN(seg, extra);
+  sk.count = q + (seg < extra);
+  return sk;
+}
+
+/* Phase p of segment seg, its steps moved to the segment's place. */
+static ncclResult_t pw_segment_phase(struct schedule* s, const struct sched_key* k, size_t nseg,
+                                     size_t seg, int p, size_t chunk) {
+  ncclResult_t res = ncclSuccess;
+  size_t base, first = s->nsteps;
+  struct sched_key sk = pw_segment(k, nseg, seg, &base);
+  CHECK(pw_phase(s, &sk, p, chunk));
+  for (size_t i = first; i < s->nsteps; i++) s->steps[i].xoff += base, s->steps[i].yoff += base;
+fail:
+  return res;
+}
+
+/* Segments per all-reduce. On one node, one: every level moves over the
+ * same links, there is nothing to overlap, and smaller messages cost
+ * (8 ranks over TCP lost a third with 128 KiB segments). Across nodes, a
+ * segment's first phase moves a quarter of slices_per_step slices, so
+ * that the executor's window holds the steps of the phases of several
+ * segments, the one on the network among them (measured on the emulated
+ * 2 x 4 cluster: 512 KiB segments gained nothing, 128 KiB ones 1.35x). */
+static size_t pw_segments(const struct sched_key* k, size_t chunk) {
+  if (k->topo == NULL || k->topo->nnodes < 2) return 1;
+  size_t seg = MAX(chunk * (size_t)MAX(1, k->slices_per_step) / 4, (size_t)1);
+  return MAX((size_t)1, k->count / seg);
+}
+
+/* The levels of one segment follow each other, so a rank whose next level
+ * waits for the network (the level that crosses nodes) would sit idle, and
+ * the network would, while it works on a node level. Cut into segments,
+ * segment g runs phase t - g at time t: the next segment's node levels
+ * run while this one's crosses the network. Every element still meets the
+ * same tree; only the order of the steps changes. */
+static ncclResult_t pw_halving_gather(struct schedule* s, const struct sched_key* k, size_t chunk) {
+  ncclResult_t res = ncclSuccess;
+  int phases = 2 * pairwise_levels(k->nranks);
+  size_t nseg = pw_segments(k, chunk);
+  for (size_t t = 0; t + 1 < nseg + (size_t)phases; t++)
+    for (size_t g = t + 1 > (size_t)phases ? t + 1 - (size_t)phases : 0; g <= t && g < nseg; g++)
+      CHECK(pw_segment_phase(s, k, nseg, g, (int)(t - g), chunk));
+fail:
+  return res;
+}
+
+/* Ranks per node when every node holds an aligned block of the same
+ * power of two of ranks and there are several nodes (ranks 0-3 on one, 4-7
+ * on the next...): then a node's ranks are one subtree of the canonical
+ * tree. 0 otherwise. */
+static int pw_node_block(const struct sched_key* k) {
+  const struct sched_topo* t = k->topo;
+  if (t == NULL || t->nnodes < 2 || t->min_ppn != t->max_ppn) return 0;
+  int ppn = t->min_ppn;
+  if (ppn < 2 || (ppn & (ppn - 1)) != 0) return 0;
+  for (int r = 0; r < k->nranks; r++)
+    if (t->node_of[r] != t->node_of[r & ~(ppn - 1)] || t->local_of[r] != (r & (ppn - 1))) return 0;
+  return ppn;
+}
+
+/* Exchanges of the whole buffer with r ^ mask for mask in [from, to). */
+static ncclResult_t pw_exchanges(struct schedule* s, const struct sched_key* k, int from, int to,
+                                 size_t chunk) {
+  ncclResult_t res = ncclSuccess;
+  int r = k->rank, n = k->nranks;
+  for (int mask = from; mask < to; mask <<= 1) {
+    int partner = r ^ mask;
+    unsigned flags = (mask * 2 == n ? SCHED_POST : 0) | (r > partner ? SCHED_SWAP : 0);
+    for (size_t off = 0; off < k->count; off += chunk)
+      CHECK(sched_append(s, PRIM_EXCHANGE, flags, partner, partner, off, off,
+                         MIN(chunk, k->count - off)));
   }
 fail:
   return res;
 }
 
 /* Small buffers, 2^L ranks: whole-buffer exchanges at distances 1, 2, 4...
- * (the lower rank's data first on both sides). */
+ * (the lower rank's data first on both sides). Where nodes hold aligned
+ * blocks of ppn ranks, the exchanges that cross nodes are made by each
+ * node's first rank alone, which then hands the value to the others: one
+ * message each way per node pair on the network instead of ppn, the same
+ * tree (a node's value is its subtree's). */
 static ncclResult_t pw_doubling(struct schedule* s, const struct sched_key* k, size_t chunk) {
   ncclResult_t res = ncclSuccess;
-  int r = k->rank, n = k->nranks;
+  int r = k->rank, n = k->nranks, ppn = pw_node_block(k), leader = r & ~(ppn - 1);
   for (size_t off = 0; off < k->count; off += chunk)
     CHECK(sched_append(s, PRIM_COPY, SCHED_PRE, -1, -1, off, off, MIN(chunk, k->count - off)));
-  for (int mask = 1; mask < n; mask <<= 1) {
-    int partner = r ^ mask;
-    unsigned flags = (mask * 2 == n ? SCHED_POST : 0) | (r > partner ? SCHED_SWAP : 0);
-    for (size_t off = 0; off < k->count; off += chunk)
-      CHECK(sched_append(s, PRIM_EXCHANGE, flags, partner, partner, off, off,
-                         MIN(chunk, k->count - off)));
+  if (ppn == 0) return pw_exchanges(s, k, 1, n, chunk);
+  CHECK(pw_exchanges(s, k, 1, ppn, chunk));
+  if (r == leader) CHECK(pw_exchanges(s, k, ppn, n, chunk));
+  for (size_t off = 0; off < k->count; off += chunk) {
+    size_t len = MIN(chunk, k->count - off);
+    if (r != leader) {
+      CHECK(sched_append(s, PRIM_RECV, 0, leader, -1, off, off, len));
+      continue;
+    }
+    for (int q = leader + 1; q < leader + ppn; q++)
+      CHECK(sched_append(s, PRIM_SEND_OUT, SCHED_LOCAL_OUT, -1, q, off, off, len));
   }
 fail:
   return res;
@@ -354,8 +452,7 @@ ncclResult_t pairwise_schedule_allreduce(struct schedule* s, const struct sched_
   if (k->nranks == 1) return pw_single(s, k);
   if (pairwise_uses_doubling(k->count, k->elem_size, k->nranks))
     return pw_doubling(s, k, pw_chunk(k));
-  CHECK(pw_halving(s, k, pw_chunk(k)));
-  CHECK(pw_allgather(s, k, pw_chunk(k)));
+  CHECK(pw_halving_gather(s, k, pw_chunk(k)));
 fail:
   return res;
 }
@@ -375,7 +472,11 @@ ncclResult_t pairwise_schedule_reduce(struct schedule* s, const struct sched_key
 int pairwise_peers(const struct sched_key* k, int* peers, int max) {
   int r = k->rank, n = k->nranks, L = pairwise_levels(n), m = 0;
   if (k->coll == COLL_ALLREDUCE && pairwise_uses_doubling(k->count, k->elem_size, n)) {
-    for (int mask = 1; mask < n; mask <<= 1) m = sched_add_peer(peers, m, max, r ^ mask);
+    int ppn = pw_node_block(k), leader = r & ~(ppn - 1);
+    for (int mask = 1; mask < n; mask <<= 1)
+      if (ppn == 0 || mask < ppn || r == leader) m = sched_add_peer(peers, m, max, r ^ mask);
+    for (int q = leader; ppn && q < leader + ppn; q++)
+      if (q != r && (r == leader || q == leader)) m = sched_add_peer(peers, m, max, q);
     return m;
   }
   for (int l = 0; l < L; l++) {

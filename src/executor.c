@@ -230,6 +230,37 @@ static int task_hazard(const struct exec_ctx* ex, const struct kern_task* t) {
   return 0;
 }
 
+/* Whether primitive p writes its slice of Y (received or computed). */
+static int prim_writes_y(enum sched_prim p) {
+  switch (p) {
+    case PRIM_RECV:
+    case PRIM_RECV_REDUCE_COPY_SEND:
+    case PRIM_RECV_COPY_SEND:
+    case PRIM_RECV_REDUCE_COPY:
+    case PRIM_COPY:
+    case PRIM_EXCHANGE:
+      return 1;
+    default:
+      return 0;
+  }
+}
+
+/* Whether an uncomputed step before `end` writes, or reads from Y, the
+ * bytes [p, p + bytes) of the output: a receive straight into them must
+ * wait (a node's first rank may hand the value over while this rank's
+ * exchange with it is still to combine into the same bytes). */
+static int pending_touches_y(const struct exec_ctx* ex, size_t end, const void* p, size_t bytes) {
+  for (size_t i = ex->next_compute; i < end; i++) {
+    const struct sched_step* si = &ex->sched->steps[i];
+    int reads_y = si->prim == PRIM_SEND_OUT || (si->flags & SCHED_LOCAL_OUT);
+    if ((prim_writes_y(si->prim) || reads_y) &&
+        spans_overlap((const char*)ex->args.recvbuff + si->yoff * ex->es, si->count * ex->es, p,
+                      bytes))
+      return 1;
+  }
+  return 0;
+}
+
 /* ---- Posting ---- */
 
 /* t = the one-source task dst = POST(PRE(src)), as kern_unary. */
@@ -283,7 +314,10 @@ static ncclResult_t post_steps(struct exec_ctx* ex, int* progressed) {
     char* y = (char*)ex->args.recvbuff + st->yoff * es;
     int recvs = sched_prim_recvs(st->prim), slots = step_slots(ex, st);
     if (st->prim == PRIM_EXCHANGE && ex->next_finish != ex->next_post) break;
-    if (recvs && !slots && exec_hazard(ex, y, st->count * es, 1)) break;
+    if (recvs && !slots &&
+        (exec_hazard(ex, y, st->count * es, 1) ||
+         pending_touches_y(ex, ex->next_post, y, st->count * es)))
+      break;
     if (ex->nfree < slots) break;
     if (slots && st->count * es > ex->slot_bytes)
       FAIL(ncclInternalError, "Rank %d: a step of %zu bytes does not fit a %zu-byte slot",
@@ -314,21 +348,6 @@ fail:
 }
 
 /* ---- Sending ahead: plain sends whose data is ready ---- */
-
-/* Whether primitive p writes its slice of Y (received or computed). */
-static int prim_writes_y(enum sched_prim p) {
-  switch (p) {
-    case PRIM_RECV:
-    case PRIM_RECV_REDUCE_COPY_SEND:
-    case PRIM_RECV_COPY_SEND:
-    case PRIM_RECV_REDUCE_COPY:
-    case PRIM_COPY:
-    case PRIM_EXCHANGE:
-      return 1;
-    default:
-      return 0;
-  }
-}
 
 /* What step st sends as it stands, if it is a plain send of the user's
  * data (no slot, no task): X, or Y with SCHED_LOCAL_OUT; NULL otherwise. */
