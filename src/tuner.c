@@ -165,6 +165,34 @@ static double hier_cost(const struct tuner_model* m, int coll, double kb, double
          link_time(net, ALGO_RING, nn - 1, mf * kb);
 }
 
+/* Whether Pairwise's node-aware all-reduce applies: several nodes of the
+ * same power of two of ranks, assumed to hold aligned blocks of ranks (as
+ * launchers place them; algorithms/pairwise.c checks the real layout). */
+static int pairwise_blocked_nodes(const struct tuner_model* m) {
+  int p = m->max_ppn;
+  return m->nnodes > 1 && m->min_ppn == p && p >= 2 && (p & (p - 1)) == 0;
+}
+
+/* Across such nodes the first log2(ppn) levels stay in the node and the
+ * rest cross the network, where a node's ranks together move what one
+ * rank would over nnodes. Small buffers: node exchanges, the leaders'
+ * network exchanges, the hand-over. Large ones: segments pipeline the node
+ * levels against the network levels, hiding the faster side. */
+static double pairwise_nodes_cost(const struct tuner_model* m, double kb, double slot_kb) {
+  int p = m->max_ppn, nn = m->nnodes, node_lv = pairwise_levels(p), net_lv = pairwise_levels(nn);
+  double pf = (double)(p - 1) / p, mf = (double)(nn - 1) / nn;
+  double slices = kb > slot_kb ? kb / slot_kb : 1.0;
+  const struct tuner_link *in = &m->intra, *net = &m->net;
+  if (pairwise_uses_doubling((size_t)(kb * 1024.0), 1, m->nranks))
+    return link_time(in, ALGO_PAIRWISE, (node_lv + 1) * slices, (node_lv + 1) * kb) +
+           link_time(net, ALGO_PAIRWISE, net_lv * slices, net_lv * kb);
+  double node = link_time(in, ALGO_PAIRWISE, 2.0 * node_lv + slices, 2 * pf * kb);
+  double wire = link_time(net, ALGO_PAIRWISE, 2.0 * net_lv + slices, 2 * mf * kb);
+  double seg_kb = slot_kb * MAX(1, m->slices_per_step) / 4; /* pw_segments' */
+  if (kb > seg_kb) return MAX(node, wire) + MIN(node, wire) * seg_kb / kb;
+  return node + wire;
+}
+
 /* Pairwise: small all-reduces over 2^L ranks exchange whole buffers in L
  * rounds; otherwise L rounds of combining (an all-reduce's halving, the
  * others' per-block trees), each rank sending (n-1)/n of the buffer, and
@@ -174,6 +202,8 @@ static double pairwise_cost(const struct tuner_model* m, int coll, double kb, do
   const struct tuner_link* l = flat_link(m);
   int n = m->nranks, levels = pairwise_levels(n);
   double frac = (double)(n - 1) / n, slices = kb > slot_kb ? kb / slot_kb : 1.0;
+  if (coll == COLL_ALLREDUCE && pairwise_blocked_nodes(m))
+    return pairwise_nodes_cost(m, kb, slot_kb);
   if (coll == COLL_ALLREDUCE && pairwise_uses_doubling((size_t)(kb * 1024.0), 1, n))
     return link_time(l, ALGO_PAIRWISE, levels * slices, levels * kb);
   if (coll == COLL_ALLREDUCE)

@@ -130,6 +130,7 @@ ncclResult_t tuner_model_init(struct ncclComm* comm) {
   m->min_ppn = t->min_ppn, m->max_ppn = t->max_ppn;
   m->tree_depth = tree_depth(comm->nranks);
   m->slot_bytes = comm->exec.slot_bytes;
+  m->slices_per_step = MAX(1, comm->exec.window / 2);
   m->hier_pipelined = hier_pipelines(comm);
   m->intra_transport = intra_transport(comm);
   m->net_transport = transport_network(&comm->tctx);

@@ -36,7 +36,8 @@ struct tuner_model {
   double oversub;              /* most ranks per core on any node */
   uint32_t nic_mbps, mem_mbps; /* slowest rank's; 0: unknown */
   size_t slot_bytes;
-  int hier_pipelined; /* Hier all-reduce overlaps node and network stages */
+  int slices_per_step; /* the executor's window / 2, as schedules see it */
+  int hier_pipelined;  /* Hier all-reduce overlaps node and network stages */
   struct tuner_link intra, net;
   int nforced;
   struct tuner_forced forced[TUNER_MAX_FORCED];
