@@ -1,8 +1,8 @@
 /*
  * Executor: posts receives up to a window ahead, posts each step's
  * reduction or copy to the backend as a task once its data is in, posts
- * the step's send once that task is done, and retires steps whose sends
- * are out. Partials land in staging slots; final data is received straight
+ * the step's send once that task is done (a plain send of data already
+ * final goes when posted), and retires steps whose sends are out. Partials land in staging slots; final data is received straight
  * into the user's output buffer, so all-gather steps copy nothing. A call
  * on device memory is staged (executor.h): slots carry everything.
  */
