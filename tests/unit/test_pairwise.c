@@ -17,6 +17,7 @@
 
 #include "common/fake_transport.h"
 #include "common/order_inputs.h"
+#include "common/sched_cases.h"
 #include "exec_cpu.h"
 #include "kernels.h"
 #include "pairwise.h"
@@ -119,7 +120,8 @@ struct pw_call {
   int coll, algo, n, root, inplace, op;
   ncclDataType_t type;
   size_t count, chunk;
-  uint64_t first; /* the notional index of element 0 */
+  uint64_t first;        /* the notional index of element 0 */
+  const uint64_t* hosts; /* the ranks' nodes; NULL: one node */
 };
 
 struct pw_bufs {
@@ -136,7 +138,7 @@ static void pw_run(const struct pw_call* c, struct pw_bufs* b) {
   size_t es = kern_type_size(c->type), ns = send_elems(c);
   struct fake_world* w = calloc(1, sizeof(*w));
   struct exec_args args[MAXR];
-  fake_world_init(w, c->n, SLOT_BYTES, 4, NULL, &exec_backend_cpu, NULL);
+  fake_world_init(w, c->n, SLOT_BYTES, 4, c->hosts, &exec_backend_cpu, NULL);
   for (int r = 0; r < c->n; r++) {
     b->send[r] = malloc(ns * es + 1);
     b->recv[r] = c->inplace ? b->send[r] : malloc(ns * es + 1);
@@ -241,6 +243,26 @@ static void test_any_size_offset_chunk(void** state) {
         }
 }
 
+/* Across nodes: where nodes hold aligned blocks of ranks, small
+ * all-reduces cross them from each node's first rank only and large ones
+ * run segments in a pipeline; elsewhere the flat schedules run. Every
+ * layout the schedule tests use, every type and op, still the canonical
+ * tree. */
+static void test_node_layouts(void** state) {
+  (void)state;
+  static const size_t counts[] = {5, 4099};
+  for (size_t l = 0; l < sched_nlayouts; l++)
+    for (size_t t = 0; t < NTYPES; t++)
+      for (size_t o = 0; o < NOPS; o++)
+        for (size_t k = 0; k < 2; k++) {
+          const struct sched_layout* L = &sched_layouts[l];
+          struct pw_call c = {COLL_ALLREDUCE, ALGO_PAIRWISE, L->n,      0,    (int)((o + k) & 1),
+                              all_ops[o],     all_types[t],  counts[k], 1024, 7,
+                              L->hosts};
+          check_canonical(&c);
+        }
+}
+
 /* Teeth: on these inputs the other algorithms' float sums are not the
  * canonical ones (they combine in other orders), so a check that passed
  * for any algorithm would prove nothing. */
@@ -302,9 +324,8 @@ static void test_peers_cover_schedule(void** state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_every_type_and_op),
-      cmocka_unit_test(test_any_size_offset_chunk),
-      cmocka_unit_test(test_other_algorithms_differ),
+      cmocka_unit_test(test_every_type_and_op),    cmocka_unit_test(test_any_size_offset_chunk),
+      cmocka_unit_test(test_node_layouts),         cmocka_unit_test(test_other_algorithms_differ),
       cmocka_unit_test(test_peers_cover_schedule),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
