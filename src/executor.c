@@ -2,9 +2,10 @@
  * Executor: posts receives up to a window ahead, posts each step's
  * reduction or copy to the backend as a task once its data is in, posts
  * the step's send once that task is done (a plain send of data already
- * final goes when posted), and retires steps whose sends are out. Partials land in staging slots; final data is received straight
- * into the user's output buffer, so all-gather steps copy nothing. A call
- * on device memory is staged (executor.h): slots carry everything.
+ * final goes when posted), and retires steps whose sends are out.
+ * Partials land in staging slots; final data is received straight into
+ * the user's output buffer, so all-gather steps copy nothing. A call on
+ * device memory is staged (executor.h): slots carry everything.
  */
 #include "executor.h"
 
@@ -157,6 +158,10 @@ static ncclResult_t exec_start_piece(struct exec_ctx* ex) {
   ex->es = kern_type_size(a.type);
   ex->next_post = ex->next_compute = ex->next_finish = ex->retired = 0;
   ex->carry = -1;
+  ex->plain_sends = 0;
+  for (size_t i = 0; i < ex->sched->nsteps && !ex->plain_sends; i++)
+    ex->plain_sends =
+        ex->sched->steps[i].prim == PRIM_SEND || ex->sched->steps[i].prim == PRIM_SEND_OUT;
 fail:
   return res;
 }
@@ -386,7 +391,8 @@ static int send_may_go(const struct exec_ctx* ex, size_t j, const char* p, size_
  * out as soon as it is posted, keeping each connection's order. */
 static ncclResult_t post_early_sends(struct exec_ctx* ex, int* progressed) {
   ncclResult_t res = ncclSuccess;
-  if (ex->staged) return ncclSuccess; /* slots carry everything */
+  /* staged, slots carry everything; without plain sends there is nothing to scan */
+  if (ex->staged || !ex->plain_sends) return ncclSuccess;
   for (size_t j = ex->next_compute; j < ex->next_post; j++) {
     const struct sched_step* st = &ex->sched->steps[j];
     struct exec_rec* rec = &ex->recs[j % (size_t)ex->window];
