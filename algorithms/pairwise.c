@@ -354,9 +354,14 @@ fail:
  * that the executor's window holds the steps of the phases of several
  * segments, the one on the network among them (measured on the emulated
  * 2 x 4 cluster: 512 KiB segments gained nothing, 128 KiB ones 1.35x). */
+size_t pairwise_segment_bytes(size_t chunk_bytes, int slices_per_step) {
+  return MAX(chunk_bytes * (size_t)MAX(1, slices_per_step) / 4, (size_t)1);
+}
+
 static size_t pw_segments(const struct sched_key* k, size_t chunk) {
   if (k->topo == NULL || k->topo->nnodes < 2) return 1;
-  size_t seg = MAX(chunk * (size_t)MAX(1, k->slices_per_step) / 4, (size_t)1);
+  size_t seg = MAX(pairwise_segment_bytes(chunk * k->elem_size, k->slices_per_step) / k->elem_size,
+                   (size_t)1);
   return MAX((size_t)1, k->count / seg);
 }
 

@@ -33,6 +33,10 @@ int pairwise_peers(const struct sched_key* key, int* peers, int max);
  * all-gather (2 log2 n rounds, each rank moving 2(n-1)/n of the buffer). */
 int pairwise_uses_doubling(size_t count, size_t elem_size, int nranks);
 
+/* Bytes per segment of an all-reduce across nodes (its segments run as a
+ * pipeline): a quarter of slices_per_step chunks, at least one byte. */
+size_t pairwise_segment_bytes(size_t chunk_bytes, int slices_per_step);
+
 /* Rounds of messages one pairwise call makes: ceil(log2 n) levels. */
 int pairwise_levels(int nranks);
 

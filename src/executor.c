@@ -250,15 +250,17 @@ static int prim_writes_y(enum sched_prim p) {
   }
 }
 
-/* Whether an uncomputed step before `end` writes, or reads from Y, the
- * bytes [p, p + bytes) of the output: a receive straight into them must
- * wait (a node's first rank may hand the value over while this rank's
- * exchange with it is still to combine into the same bytes). */
-static int pending_touches_y(const struct exec_ctx* ex, size_t end, const void* p, size_t bytes) {
+/* Whether an uncomputed step before `end` writes the bytes [p, p + bytes)
+ * of the output, or with `reads` also reads them from Y. A receive straight
+ * into them must wait for both (a node's first rank may hand the value
+ * over while this rank's exchange with it is still to combine into the
+ * same bytes); a send of them, for the writes. */
+static int uncomputed_touch_y(const struct exec_ctx* ex, size_t end, const void* p, size_t bytes,
+                              int reads) {
   for (size_t i = ex->next_compute; i < end; i++) {
     const struct sched_step* si = &ex->sched->steps[i];
     int reads_y = si->prim == PRIM_SEND_OUT || (si->flags & SCHED_LOCAL_OUT);
-    if ((prim_writes_y(si->prim) || reads_y) &&
+    if ((prim_writes_y(si->prim) || (reads && reads_y)) &&
         spans_overlap((const char*)ex->args.recvbuff + si->yoff * ex->es, si->count * ex->es, p,
                       bytes))
       return 1;
@@ -321,7 +323,7 @@ static ncclResult_t post_steps(struct exec_ctx* ex, int* progressed) {
     if (st->prim == PRIM_EXCHANGE && ex->next_finish != ex->next_post) break;
     if (recvs && !slots &&
         (exec_hazard(ex, y, st->count * es, 1) ||
-         pending_touches_y(ex, ex->next_post, y, st->count * es)))
+         uncomputed_touch_y(ex, ex->next_post, y, st->count * es, 1)))
       break;
     if (ex->nfree < slots) break;
     if (slots && st->count * es > ex->slot_bytes)
@@ -371,17 +373,11 @@ static const char* plain_send_data(const struct exec_ctx* ex, const struct sched
  * on the same connection (the message order is the schedule's), and none
  * that writes the bytes it sends (received, computed or still a task). */
 static int send_may_go(const struct exec_ctx* ex, size_t j, const char* p, size_t bytes) {
-  const struct sched_step* sj = &ex->sched->steps[j];
-  for (size_t i = ex->next_finish; i < j; i++) {
-    const struct sched_step* si = &ex->sched->steps[i];
-    const struct exec_rec* ri = &ex->recs[i % (size_t)ex->window];
-    if (si->send_peer == sj->send_peer && !ri->sent_early) return 0;
-    if (i >= ex->next_compute && prim_writes_y(si->prim) &&
-        spans_overlap((const char*)ex->args.recvbuff + si->yoff * ex->es, si->count * ex->es, p,
-                      bytes))
+  int peer = ex->sched->steps[j].send_peer;
+  for (size_t i = ex->next_finish; i < j; i++)
+    if (ex->sched->steps[i].send_peer == peer && !ex->recs[i % (size_t)ex->window].sent_early)
       return 0;
-  }
-  return !exec_hazard(ex, p, bytes, 0);
+  return !uncomputed_touch_y(ex, j, p, bytes, 0) && !exec_hazard(ex, p, bytes, 0);
 }
 
 /* A step is computed and finished in order, so a send waits behind every

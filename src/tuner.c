@@ -188,7 +188,7 @@ static double pairwise_nodes_cost(const struct tuner_model* m, double kb, double
            link_time(net, ALGO_PAIRWISE, net_lv * slices, net_lv * kb);
   double node = link_time(in, ALGO_PAIRWISE, 2.0 * node_lv + slices, 2 * pf * kb);
   double wire = link_time(net, ALGO_PAIRWISE, 2.0 * net_lv + slices, 2 * mf * kb);
-  double seg_kb = slot_kb * MAX(1, m->slices_per_step) / 4; /* pw_segments' */
+  double seg_kb = (double)pairwise_segment_bytes(m->slot_bytes, m->slices_per_step) / 1024.0;
   if (kb > seg_kb) return MAX(node, wire) + MIN(node, wire) * seg_kb / kb;
   return node + wire;
 }
