@@ -201,6 +201,8 @@ start() {
     cannot "scripts/cluster.sh up $NHOSTS failed"
   }
   mapfile -t MPIRUN_ARGS < <("$CLUSTER" mpirun-args)
+  # No munge for PMIx (a stale munge socket costs every mpirun 2.3 s; see scripts/run-tests.sh).
+  export PMIX_MCA_psec=${PMIX_MCA_psec:-native}
 }
 
 # Children run in the background and are waited for, so that a signal ends the run at once:

@@ -12,6 +12,8 @@ args=(--model mlp --epochs "$epochs" --csv "$out/mlp.csv" --plot "$out/mlp.png")
 [ -t 2 ] && args+=(--progress always) # mpirun's pipes hide the terminal from the ranks
 echo "make run: braid-train, MLP on Fashion-MNIST, $ranks ranks, $epochs epochs (results in $out/)"
 if command -v mpirun >/dev/null 2>&1; then
+  # No munge for PMIx (a stale munge socket costs mpirun 2.3 s; see scripts/run-tests.sh).
+  export PMIX_MCA_psec=${PMIX_MCA_psec:-native}
   root=()
   [ "$(id -u)" -eq 0 ] && root=(--allow-run-as-root)
   exec mpirun -np "$ranks" --oversubscribe --bind-to none "${root[@]}" \
