@@ -118,6 +118,18 @@ dump_stacks() {
   done < <(rank_procs)
 }
 
+# The network as each host sees it (sockets with their owners, neighbours, queues): why a
+# launch that never got going did not, when Open MPI only says a connect() failed.
+dump_net() {
+  local h
+  for h in $("$cluster" hosts); do
+    echo "--- $h"
+    ip netns exec "$BRAID_CLUSTER-$h" ss -tanp 2>&1 | sed 's/^/  /'
+    ip -n "$BRAID_CLUSTER-$h" -s neigh 2>&1 | sed 's/^/  neigh: /'
+    tc -n "$BRAID_CLUSTER-$h" -s qdisc show dev eth0 2>&1 | sed 's/^/  qdisc: /'
+  done
+}
+
 # Kill what a run left in the cluster's hosts (every process there was started by this script).
 kill_leftovers() { "$cluster" kill; }
 
@@ -298,6 +310,8 @@ link_down_case() {
   done
   if ! grep -qv '^#' "$dir/out.0" 2>/dev/null; then
     why="the all-reduce loop did not start within 60 s"
+    dump_stacks >"$dir/stacks" 2>&1
+    dump_net >"$dir/net" 2>&1
   else
     tdown=$(now)
     "$cluster" link "$victim" down
@@ -365,6 +379,7 @@ link_down_case() {
       [ -s "$f" ] && echo "--- ${f##*/}" && tail -n 20 "$f"
     done
     [ -s "$dir/stacks" ] && echo "--- stacks of ranks still running at the deadline" && cat "$dir/stacks"
+    [ -s "$dir/net" ] && echo "--- the network when the loop had not started" && cat "$dir/net"
   } | sed 's/^/  | /'
 }
 
