@@ -216,7 +216,8 @@ static void test_every_type_and_op(void** state) {
         for (int ci = 0; ci < 3; ci++) {
           size_t es = kern_type_size(all_types[t]);
           struct pw_call c = {colls[ci],  ALGO_PAIRWISE, n,  n - 1,  (int)(o & 1),
-                              all_ops[o], all_types[t],  37, 3 * es, 11};
+                              all_ops[o], all_types[t],  37, 3 * es, 11,
+                              NULL};
           check_canonical(&c);
           c.chunk = SLOT_BYTES, c.root = 0, c.inplace = !c.inplace;
           check_canonical(&c);
@@ -236,9 +237,9 @@ static void test_any_size_offset_chunk(void** state) {
     for (size_t k = 0; k < sizeof(counts) / sizeof(counts[0]); k++)
       for (size_t ch = 0; ch < sizeof(chunks) / sizeof(chunks[0]); ch++)
         for (int ci = 0; ci < 3; ci++) {
-          struct pw_call c = {
-              colls[ci], ALGO_PAIRWISE, n,         (int)k % n, (int)ch & 1,
-              ncclSum,   ncclFloat32,   counts[k], chunks[ch], firsts[(k + ch) % 3]};
+          struct pw_call c = {colls[ci], ALGO_PAIRWISE, n,         (int)k % n, (int)ch & 1,
+                              ncclSum,   ncclFloat32,   counts[k], chunks[ch], firsts[(k + ch) % 3],
+                              NULL};
           check_canonical(&c);
         }
 }
@@ -272,8 +273,8 @@ static void test_other_algorithms_differ(void** state) {
   for (int n = 3; n <= MAXR; n++) {
     size_t differ = 0;
     for (size_t a = 0; a < sizeof(algos) / sizeof(algos[0]); a++) {
-      struct pw_call c = {COLL_ALLREDUCE, algos[a],    n,    0,          0,
-                          ncclSum,        ncclFloat32, 4099, SLOT_BYTES, 0};
+      struct pw_call c = {COLL_ALLREDUCE, algos[a], n,          0, 0,   ncclSum,
+                          ncclFloat32,    4099,     SLOT_BYTES, 0, NULL};
       struct pw_bufs b;
       pw_run(&c, &b);
       size_t d = count_differences(&c, &b);
