@@ -259,13 +259,6 @@ static int tuner_decide(const struct ncclComm* comm, int coll, size_t bytes, int
   return 0;
 }
 
-/* The largest slice of a ring all-reduce or reduce-scatter through shared
- * memory: each hop reduces a slice it just received into one it sends, and
- * half a 64 KiB slot keeps that in cache (1.03-1.41x the bus bandwidth at
- * 1-64 MiB on 2-8 ranks; broadcast and reduce, which move more than they
- * combine, were as fast or faster with whole slots: docs/performance.md). */
-#define SHM_RING_REDUCE_CHUNK ((size_t)32 << 10)
-
 /* Whole slots by default: over TCP per-message costs outweigh a deeper
  * pipeline (docs/performance.md, "Measurements behind the defaults"). Shared memory's
  * per-message cost is small, so there a block smaller than a few slots is
@@ -278,10 +271,7 @@ size_t tuner_chunk(const struct tuner_model* m, int coll, int algo, size_t bytes
   /* Across nodes every message pays the network's per-message cost: whole
    * slots, for Hier too (docs/performance.md, "Measurements behind the defaults"). */
   if (m->nnodes > 1) return slot;
-  if (m->intra_transport->id != TRANSPORT_SHM) return slot;
-  if (algo == ALGO_RING && (coll == COLL_ALLREDUCE || coll == COLL_REDUCESCATTER))
-    slot = MIN(slot, SHM_RING_REDUCE_CHUNK);
-  if (per_rank >= 4 * slot) return slot;
+  if (m->intra_transport->id != TRANSPORT_SHM || per_rank >= 4 * slot) return slot;
   return MAX((size_t)4096, MIN(slot, ALIGN_UP(per_rank / 4, 4096)));
 }
 

@@ -21,7 +21,6 @@
 
 #include "comm.h"
 #include "topo.h"
-#include "transport.h"
 #include "tuner.h"
 #include "tuner_device.h"
 
@@ -110,28 +109,6 @@ static void test_tune_file(void** state) {
   unlink(path);
 }
 
-/* On one node's shared memory a ring all-reduce or reduce-scatter is cut
- * into slices of at most 32 KiB (they combine each slice while it is in
- * cache); broadcast keeps whole slots; small blocks are cut in 4 as before. */
-static int shm_ring_chunks_check(void) {
-  ncclComm_t comms[NRANKS];
-  if (ncclCommInitAll(comms, NRANKS, NULL) != ncclSuccess) return 1;
-  /* one process's ranks talk in memory: the model as separate processes see it */
-  struct tuner_model m = comms[0]->tune;
-  m.intra_transport = &shm_transport;
-  size_t big = (size_t)64 << 20;
-  int bad = m.slot_bytes != 64 << 10;
-  bad += tuner_chunk(&m, COLL_ALLREDUCE, ALGO_RING, big) != 32 << 10;
-  bad += tuner_chunk(&m, COLL_REDUCESCATTER, ALGO_RING, big) != 32 << 10;
-  bad += tuner_chunk(&m, COLL_BROADCAST, ALGO_RING, big) != 64 << 10;
-  bad += tuner_chunk(&m, COLL_REDUCE, ALGO_RING, big) != 64 << 10;
-  bad += tuner_chunk(&m, COLL_ALLREDUCE, ALGO_TREE, big) != 64 << 10;
-  /* 256 KiB on 4 ranks: 64 KiB blocks, 4 slices of 16 KiB */
-  bad += tuner_chunk(&m, COLL_ALLREDUCE, ALGO_RING, 256 << 10) != 16 << 10;
-  for (int r = 0; r < NRANKS; r++) ncclCommDestroy(comms[r]);
-  return bad;
-}
-
 /* Device buffers on one node: staging wins for tiny calls (direct pays
  * more flag hops and messages), direct for large ones (it moves 2kS bytes
  * at device speed, staging crosses the host link twice), with one
@@ -159,32 +136,20 @@ static int direct_model_check(void) {
   return bad != 0;
 }
 
-/* CHECK in a fresh process (the tuner's parameters are read once); it
- * returns how many of its expectations failed. */
-static void check_in_child(int (*check)(void)) {
-  pid_t pid = fork();
+static void test_direct_model(void** state) {
+  (void)state;
+  pid_t pid = fork(); /* a fresh process: the tuner's parameters are read once */
   assert_true(pid >= 0);
-  if (pid == 0) _exit(check() ? 1 : 0);
+  if (pid == 0) _exit(direct_model_check());
   int status;
   assert_int_equal(waitpid(pid, &status, 0), pid);
   assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-}
-
-static void test_direct_model(void** state) {
-  (void)state;
-  check_in_child(direct_model_check);
-}
-
-static void test_shm_ring_chunks(void** state) {
-  (void)state;
-  check_in_child(shm_ring_chunks_check);
 }
 
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_dump_then_load),
       cmocka_unit_test(test_direct_model),
-      cmocka_unit_test(test_shm_ring_chunks),
       cmocka_unit_test(test_tune_file),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
