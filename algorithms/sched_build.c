@@ -122,6 +122,7 @@ ncclResult_t sched_build(struct schedule* s, const struct sched_key* key) {
   if (s->valid && sched_key_equal(&s->key, key)) return ncclSuccess;
   s->valid = 0;
   s->nsteps = 0;
+  s->plain_sends = 0;
   if (!sched_supports_on(key->topo, key->coll, key->algo))
     FAIL(ncclInternalError, "No %s algorithm for %s", sched_algo_name(key->algo),
          sched_coll_name(key->coll));

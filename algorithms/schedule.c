@@ -79,6 +79,7 @@ ncclResult_t sched_append(struct schedule* s, enum sched_prim prim, unsigned fla
   st->xoff = xoff;
   st->yoff = yoff;
   st->count = count;
+  s->plain_sends |= prim == PRIM_SEND || prim == PRIM_SEND_OUT;
 fail:
   return res;
 }

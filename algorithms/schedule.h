@@ -141,6 +141,7 @@ struct schedule {
   struct sched_step* steps;
   size_t nsteps;
   size_t capacity;
+  int plain_sends; /* some step sends X or Y as it is (PRIM_SEND, PRIM_SEND_OUT) */
 };
 
 /* Make room for `n` steps (grows only; the comm keeps the memory). */

@@ -158,10 +158,6 @@ static ncclResult_t exec_start_piece(struct exec_ctx* ex) {
   ex->es = kern_type_size(a.type);
   ex->next_post = ex->next_compute = ex->next_finish = ex->retired = 0;
   ex->carry = -1;
-  ex->plain_sends = 0;
-  for (size_t i = 0; i < ex->sched->nsteps && !ex->plain_sends; i++)
-    ex->plain_sends =
-        ex->sched->steps[i].prim == PRIM_SEND || ex->sched->steps[i].prim == PRIM_SEND_OUT;
 fail:
   return res;
 }
@@ -388,7 +384,7 @@ static int send_may_go(const struct exec_ctx* ex, size_t j, const char* p, size_
 static ncclResult_t post_early_sends(struct exec_ctx* ex, int* progressed) {
   ncclResult_t res = ncclSuccess;
   /* staged, slots carry everything; without plain sends there is nothing to scan */
-  if (ex->staged || !ex->plain_sends) return ncclSuccess;
+  if (ex->staged || !ex->sched->plain_sends) return ncclSuccess;
   for (size_t j = ex->next_compute; j < ex->next_post; j++) {
     const struct sched_step* st = &ex->sched->steps[j];
     struct exec_rec* rec = &ex->recs[j % (size_t)ex->window];

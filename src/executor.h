@@ -145,8 +145,7 @@ struct exec_ctx {
   size_t piece;     /* elements per block in every piece but the last */
   size_t piece_off; /* where in each block the running piece starts */
   size_t next_post, next_compute, next_finish, retired;
-  int plain_sends; /* the piece's schedule has sends that may go early */
-  int carry;       /* slot a reduce-carry step left for the next step, -1 if none */
+  int carry; /* slot a reduce-carry step left for the next step, -1 if none */
   struct exec_rec recs[EXEC_MAX_WINDOW];
   uint64_t last_progress_ns;
 };
