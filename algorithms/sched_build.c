@@ -123,6 +123,7 @@ ncclResult_t sched_build(struct schedule* s, const struct sched_key* key) {
   s->valid = 0;
   s->nsteps = 0;
   s->plain_sends = 0;
+  s->max_count = 0;
   if (!sched_supports_on(key->topo, key->coll, key->algo))
     FAIL(ncclInternalError, "No %s algorithm for %s", sched_algo_name(key->algo),
          sched_coll_name(key->coll));

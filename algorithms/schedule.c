@@ -80,6 +80,7 @@ ncclResult_t sched_append(struct schedule* s, enum sched_prim prim, unsigned fla
   st->yoff = yoff;
   st->count = count;
   s->plain_sends |= prim == PRIM_SEND || prim == PRIM_SEND_OUT;
+  s->max_count = MAX(s->max_count, count);
 fail:
   return res;
 }

@@ -141,7 +141,8 @@ struct schedule {
   struct sched_step* steps;
   size_t nsteps;
   size_t capacity;
-  int plain_sends; /* some step sends X or Y as it is (PRIM_SEND, PRIM_SEND_OUT) */
+  int plain_sends;  /* some step sends X or Y as it is (PRIM_SEND, PRIM_SEND_OUT) */
+  size_t max_count; /* elements of its largest step */
 };
 
 /* Make room for `n` steps (grows only; the comm keeps the memory). */

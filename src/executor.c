@@ -75,17 +75,42 @@ static ncclResult_t post_msg(struct exec_ctx* ex, struct transport_conn* c, void
   return c->ops->post(c, &b, &ex->tag);
 }
 
-/* Receives into a slot when the received data must be combined first; a
+/* The primitives whose reduction reads the local operand (X, Y or the
+ * carry). */
+static int prim_reads_local(enum sched_prim p) {
+  return p == PRIM_RECV_REDUCE_SEND || p == PRIM_RECV_REDUCE_CARRY ||
+         p == PRIM_RECV_REDUCE_COPY_SEND || p == PRIM_RECV_REDUCE_COPY;
+}
+
+/* Whether step st's received operand R may stay where the transport put
+ * it (transport.h, lend_max) until the step's task has read it, saving
+ * the copy into a slot: a host call's reductions, where the task reads R
+ * once. */
+static int step_lends(const struct exec_ctx* ex, const struct sched_step* st) {
+  if (ex->lend_bytes == 0 || !prim_reads_local(st->prim)) return 0;
+  const struct transport_conn* c = ex->conf.recv_conns[st->recv_peer];
+  return c->ops->lend_max && ex->lend_bytes <= c->ops->lend_max(c);
+}
+
+/* Post a receive the transport lends (step_lends). */
+static ncclResult_t post_lent_recv(struct exec_ctx* ex, struct transport_conn* c, size_t bytes) {
+  struct transport_buf b = {NULL, bytes, TRANSPORT_CAP_HOST_MEM, NULL, NULL, 0, 1};
+  return c->ops->post(c, &b, &ex->tag);
+}
+
+/* Receives into a slot when the received data must be combined first
+ * (unless it is lent: then only a result that is not Y needs one); a
  * pre-multiplied send stages its scaled copy in a slot too. Staged, every
  * step that moves data has a slot, and an exchange a second one for the
  * copy of Y it sends. */
-static int step_slots(const struct exec_ctx* ex, const struct sched_step* st) {
+static int step_slots(const struct exec_ctx* ex, const struct sched_step* st, int lent) {
   switch (st->prim) {
     case PRIM_RECV_REDUCE_SEND:
-    case PRIM_RECV_REDUCE_COPY_SEND:
-    case PRIM_RECV_REDUCE_COPY:
     case PRIM_RECV_REDUCE_CARRY:
       return 1;
+    case PRIM_RECV_REDUCE_COPY_SEND:
+    case PRIM_RECV_REDUCE_COPY:
+      return !lent;
     case PRIM_EXCHANGE:
       return ex->staged ? 2 : 1;
     case PRIM_SEND:
@@ -99,13 +124,6 @@ static int step_slots(const struct exec_ctx* ex, const struct sched_step* st) {
     default:
       return 0;
   }
-}
-
-/* The primitives whose reduction reads the local operand (X, Y or the
- * carry). */
-static int prim_reads_local(enum sched_prim p) {
-  return p == PRIM_RECV_REDUCE_SEND || p == PRIM_RECV_REDUCE_CARRY ||
-         p == PRIM_RECV_REDUCE_COPY_SEND || p == PRIM_RECV_REDUCE_COPY;
 }
 
 void exec_ctx_key(const struct exec_ctx* ex, const struct exec_args* args, struct sched_key* key) {
@@ -158,6 +176,10 @@ static ncclResult_t exec_start_piece(struct exec_ctx* ex) {
   ex->es = kern_type_size(a.type);
   ex->next_post = ex->next_compute = ex->next_finish = ex->retired = 0;
   ex->carry = -1;
+  /* transport.h, lend_max: no message of the piece longer than the lent
+   * ones, and no more of them posted than the window */
+  ex->lend_bytes =
+      ex->staged || ex->window > TRANSPORT_LEND_SPAN ? 0 : ex->sched->max_count * ex->es;
 fail:
   return res;
 }
@@ -315,9 +337,10 @@ static ncclResult_t post_steps(struct exec_ctx* ex, int* progressed) {
     const struct sched_step* st = &s->steps[ex->next_post];
     struct exec_rec* rec = &ex->recs[ex->next_post % (size_t)ex->window];
     char* y = (char*)ex->args.recvbuff + st->yoff * es;
-    int recvs = sched_prim_recvs(st->prim), slots = step_slots(ex, st);
+    int recvs = sched_prim_recvs(st->prim);
+    int lend = recvs && step_lends(ex, st), slots = step_slots(ex, st, lend);
     if (st->prim == PRIM_EXCHANGE && ex->next_finish != ex->next_post) break;
-    if (recvs && !slots &&
+    if (recvs && !slots && !lend &&
         (exec_hazard(ex, y, st->count * es, 1) ||
          uncomputed_touch_y(ex, ex->next_post, y, st->count * es, 1)))
       break;
@@ -331,10 +354,14 @@ static ncclResult_t post_steps(struct exec_ctx* ex, int* progressed) {
     rec->pending = 0;
     rec->out = NULL;
     rec->sent_early = 0;
+    rec->lent = lend;
     if (recvs) {
       struct transport_conn* c = ex->conf.recv_conns[st->recv_peer];
       rec->recv_seq = c->posted;
-      CHECK(post_msg(ex, c, slots ? slot_ptr(ex, rec->slot) : y, st->count * es));
+      if (lend)
+        CHECK(post_lent_recv(ex, c, st->count * es));
+      else
+        CHECK(post_msg(ex, c, slots ? slot_ptr(ex, rec->slot) : y, st->count * es));
     }
     if (st->prim == PRIM_EXCHANGE) {
       struct transport_conn* c = ex->conf.send_conns[st->send_peer];
@@ -442,6 +469,8 @@ static int step_plan(const struct exec_ctx* ex, const struct sched_step* st, str
   const char* x = (const char*)a->sendbuff + st->xoff * es;
   char* y = (char*)a->recvbuff + st->yoff * es;
   char* slot = rec->slot >= 0 ? slot_ptr(ex, rec->slot) : NULL;
+  const struct transport_conn* rc = st->recv_peer >= 0 ? ex->conf.recv_conns[st->recv_peer] : NULL;
+  const char* r = rec->lent ? rc->ops->lent(rc, rec->recv_seq) : slot; /* what arrived */
   int use_carry = (st->flags & SCHED_LOCAL_CARRY) && ex->carry >= 0;
   /* a reduction whose pre-multiplied input a copy rounded into Y reads Y */
   int rounded = (st->flags & SCHED_PRE_ROUNDED) && a->pre && st->prim != PRIM_COPY;
@@ -459,16 +488,16 @@ static int step_plan(const struct exec_ctx* ex, const struct sched_step* st, str
       return slot ? task_unary(t, a, 0, y, slot, n) : 0;
     case PRIM_RECV_REDUCE_SEND: /* post: a reduce's last step sends the value to the root */
       rec->out = slot;
-      return task_with_local(t, a, st->flags, pre, post, slot, slot, local, n);
+      return task_with_local(t, a, st->flags, pre, post, slot, r, local, n);
     case PRIM_RECV_REDUCE_CARRY:
-      return task_with_local(t, a, st->flags, pre, 0, slot, slot, local, n);
+      return task_with_local(t, a, st->flags, pre, 0, slot, r, local, n);
     case PRIM_RECV_REDUCE_COPY_SEND:
       rec->out = ex->staged ? slot : y;
-      task_with_local(t, a, st->flags, pre, post, y, slot, local, n);
+      task_with_local(t, a, st->flags, pre, post, y, r, local, n);
       if (ex->staged) t->dsts[t->ndsts++] = slot; /* the result over R: one pass writes both */
       return 1;
     case PRIM_RECV_REDUCE_COPY:
-      return task_with_local(t, a, st->flags, pre, post, y, slot, local, n);
+      return task_with_local(t, a, st->flags, pre, post, y, r, local, n);
     case PRIM_RECV_COPY_SEND: /* staged: R lands in the slot, goes on from there */
       rec->out = slot ? slot : y;
       return slot ? task_unary(t, a, 0, y, slot, n) : 0;
@@ -511,10 +540,16 @@ static void step_commit_carry(struct exec_ctx* ex, const struct sched_step* st,
 /* ---- Finishing: a step's send once its task is done ---- */
 
 /* The step's task is done: free what it read and will not send (a
- * reduce-carry step's slot went on as the carry). */
-static void step_inputs_done(struct exec_ctx* ex, struct exec_rec* rec) {
+ * reduce-carry step's slot went on as the carry), and give a lent receive
+ * back to its transport. */
+static ncclResult_t step_inputs_done(struct exec_ctx* ex, const struct sched_step* st,
+                                     struct exec_rec* rec) {
   release_slot(ex, &rec->carry_in);
   if (rec->slot >= 0 && rec->out != slot_ptr(ex, rec->slot)) release_slot(ex, &rec->slot);
+  if (!rec->lent) return ncclSuccess;
+  rec->lent = 0;
+  struct transport_conn* c = ex->conf.recv_conns[st->recv_peer];
+  return c->ops->lend_return(c, rec->recv_seq);
 }
 
 /* Finish the first unfinished step if its task is done (*finished then):
@@ -530,7 +565,7 @@ static ncclResult_t finish_step(struct exec_ctx* ex, int* progressed, int* finis
     if (!done) return ncclSuccess;
     rec->pending = 0;
   }
-  step_inputs_done(ex, rec);
+  CHECK(step_inputs_done(ex, st, rec));
   if (rec->out) {
     struct transport_conn* c = ex->conf.send_conns[st->send_peer];
     rec->send_seq = c->posted;

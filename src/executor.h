@@ -113,6 +113,7 @@ struct exec_rec {
   uint64_t ticket;   /* its task, as the backend named it */
   const void* out;   /* what it sends, once computed (NULL: nothing, or sent at post) */
   int sent_early;    /* a plain send posted before its turn (post_early_sends) */
+  int lent;          /* its receive stays where it arrived until its task read it */
   struct kern_task task;
 };
 
@@ -147,6 +148,7 @@ struct exec_ctx {
   size_t next_post, next_compute, next_finish, retired;
   int carry; /* slot a reduce-carry step left for the next step, -1 if none */
   struct exec_rec recs[EXEC_MAX_WINDOW];
+  size_t lend_bytes; /* the running piece may lend receives this long (0: none) */
   uint64_t last_progress_ns;
 };
 

@@ -164,10 +164,14 @@ struct transport_buf {
   void* reg;
   const struct work_deferred* launch; /* NULL: none */
   int owned;
+  int lend; /* a receive left in the transport's memory (ptr NULL): see lend_max */
 };
 
 /* Messages a connection can hold in flight; the executor keeps fewer. */
 #define TRANSPORT_MAX_INFLIGHT 64
+/* Messages a receiver that lends may keep posted past its oldest lent one
+ * (transport.lend_max). */
+#define TRANSPORT_LEND_SPAN 16
 
 /* Common head of every connection. Messages are numbered 0,1,2,... in
  * posting order; message k is complete when `completed` > k. */
@@ -244,6 +248,22 @@ struct transport {
   /* Make the peer see end-of-stream now (error cascade, abort). */
   void (*shutdown)(struct transport_conn* conn);
   void (*close)(struct transport_conn* conn);
+  /* Optional (NULL: never): receives read where they arrived, saving the
+   * copy into the reader's buffer. A host-memory receive posted with
+   * buf.lend (ptr NULL, bytes at most lend_max(conn), which is 0 when the
+   * connection cannot lend now) completes once the whole message lies,
+   * contiguous, in the transport's own memory; lent() then says where. The
+   * transport reuses that memory only after lend_return() for the message
+   * (in any order): until then the peer cannot overwrite it by the
+   * protocol, though a hostile peer could write into it at any time, as it
+   * could send any bytes. A lent message holds up the messages behind it:
+   * a receiver that lends keeps at most TRANSPORT_LEND_SPAN messages
+   * posted past its oldest lent one, none longer than lend_max, and the
+   * transport holds that many, so whatever the receiver waits for can
+   * still arrive. */
+  size_t (*lend_max)(const struct transport_conn* conn);
+  const void* (*lent)(const struct transport_conn* conn, uint64_t seq);
+  ncclResult_t (*lend_return)(struct transport_conn* conn, uint64_t seq);
   /* Optional (NULL: the peer table's NIC speed): the line rate of `rank`'s
    * link on this transport, Mb/s, 0 unknown; what the tuner prices. */
   uint32_t (*link_mbps)(const struct transport_ctx* ctx, int rank);
@@ -261,7 +281,7 @@ int transport_moves(const struct transport_conn* conn, const struct transport_bu
 /* Post `bytes` at `ptr`, memory of kind `mem` (TRANSPORT_CAP_*_MEM). */
 static inline ncclResult_t transport_post(struct transport_conn* c, void* ptr, size_t bytes,
                                           unsigned mem, const struct transport_tag* tag) {
-  struct transport_buf b = {ptr, bytes, mem, NULL, NULL, 0};
+  struct transport_buf b = {ptr, bytes, mem, NULL, NULL, 0, 0};
   return c->ops->post(c, &b, tag);
 }
 static inline ncclResult_t transport_post_host(struct transport_conn* c, void* ptr, size_t bytes,

@@ -1,6 +1,7 @@
 /*
  * The shared-memory transport between two forked processes: data through the slot ring with
- * wrap-around and credits, direct reads on and off, and every way a peer can fail.
+ * wrap-around and credits, lent receives, direct reads on and off, and every way a peer can
+ * fail.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -643,10 +644,107 @@ static void test_mismatch_timeout_abort(void** state) {
   pair_run(misc_sender, misc_receiver, NULL, -1);
 }
 
+/* ---- lent receives: read in the ring, the ring held until returned */
+
+enum { LEND_N = 40 };
+
+static size_t lend_size(uint64_t i) {
+  static const size_t sizes[] = {SLOT, 1, 3 * SLOT + 5, 0, SLOT - 1, 100};
+  return sizes[i % (sizeof(sizes) / sizeof(sizes[0]))];
+}
+
+static void lend_sender(int rank) {
+  struct transport_ctx ctx;
+  struct transport_conn* c = NULL;
+  child_params("17", "4096", "0");
+  child_ctx(rank, &ctx);
+  child_sleep_ns = 2000 * 1000 * 1000l;
+  CHILD_CHECK(child_connect(&ctx, rank, &c) == ncclSuccess);
+  CHILD_CHECK(c->ops->lend_max(c) == 0); /* a sender lends nothing */
+  child_stream(c, 1, LEND_N, lend_size, 3 * SLOT + 5);
+  flag_wait(0, 1);
+  c->ops->close(c);
+}
+
+/* Messages of at most a slot are lent, the others copied; up to three
+ * lent ones are held at once and returned oldest last, so that copied
+ * messages pass the held slots and the ring wraps around them. */
+static void lend_receiver(int rank) {
+  struct transport_ctx ctx;
+  struct transport_conn* c = NULL;
+  static unsigned char buf[3 * SLOT + 6];
+  uint64_t held[3];
+  int nheld = 0;
+  child_params("17", "4096", "0");
+  child_ctx(rank, &ctx);
+  child_sleep_ns = 2000 * 1000 * 1000l;
+  CHILD_CHECK(child_connect(&ctx, rank, &c) == ncclSuccess);
+  CHILD_CHECK(c->ops->lend_max(c) == SLOT);
+  struct transport_buf big = {NULL, SLOT + 1, TRANSPORT_CAP_HOST_MEM, NULL, NULL, 0, 1};
+  CHILD_CHECK(c->ops->post(c, &big, NULL) == ncclInternalError); /* longer than a slot */
+  CHILD_CHECK(c->posted == 0);
+  for (uint64_t i = 0; i < LEND_N; i++) {
+    size_t bytes = lend_size(i);
+    int lend = bytes <= SLOT;
+    struct transport_buf b = {
+        lend ? NULL : buf, bytes, TRANSPORT_CAP_HOST_MEM, NULL, NULL, 0, lend};
+    memset(buf, 0xEE, sizeof(buf));
+    CHILD_CHECK(c->ops->post(c, &b, NULL) == ncclSuccess);
+    CHILD_CHECK(child_drive(c) == ncclSuccess);
+    if (!lend) {
+      verify(buf, bytes, sizeof(buf), i);
+      continue;
+    }
+    verify(c->ops->lent(c, i), bytes, bytes, i);
+    held[nheld++] = i;
+    if (nheld < 3) continue;
+    /* the held ones still read as they arrived; give them back, newest first */
+    for (int k = nheld - 1; k >= 0; k--) {
+      verify(c->ops->lent(c, held[k]), lend_size(held[k]), lend_size(held[k]), held[k]);
+      CHILD_CHECK(c->ops->lend_return(c, held[k]) == ncclSuccess);
+    }
+    CHILD_CHECK(c->ops->lend_return(c, held[0]) == ncclInternalError); /* not twice */
+    nheld = 0;
+  }
+  for (int k = 0; k < nheld; k++) CHILD_CHECK(c->ops->lend_return(c, held[k]) == ncclSuccess);
+  flag_set(0, 1);
+  c->ops->close(c);
+}
+
+static void test_lend(void** state) {
+  (void)state;
+  pair_run(lend_sender, lend_receiver, NULL, -1);
+}
+
+/* A ring too small to hold the receiver's lending span lends nothing. */
+static void lend_small_child(int rank) {
+  struct transport_ctx ctx;
+  struct transport_conn* c = NULL;
+  child_params("4", "4096", "0");
+  child_ctx(rank, &ctx);
+  CHILD_CHECK(child_connect(&ctx, rank, &c) == ncclSuccess);
+  CHILD_CHECK(c->ops->lend_max(c) == 0);
+  if (rank == RECEIVER) {
+    struct transport_buf b = {NULL, 8, TRANSPORT_CAP_HOST_MEM, NULL, NULL, 0, 1};
+    CHILD_CHECK(c->ops->post(c, &b, NULL) == ncclInternalError);
+    flag_set(0, 1);
+  } else {
+    flag_wait(0, 1);
+  }
+  c->ops->close(c);
+}
+
+static void test_lend_small_ring(void** state) {
+  (void)state;
+  pair_run(lend_small_child, lend_small_child, NULL, -1);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_wraparound),
       cmocka_unit_test(test_credits),
+      cmocka_unit_test(test_lend),
+      cmocka_unit_test(test_lend_small_ring),
       cmocka_unit_test(test_direct_on),
       cmocka_unit_test(test_direct_off_param),
       cmocka_unit_test(test_direct_off_probe),

@@ -109,6 +109,9 @@ struct shm_msg {
   int direct;
   uint64_t ack; /* send, direct: complete once the tail reaches this slot count */
   struct transport_tag tag;
+  int lend;     /* receive: left in its slot for the reader (transport.h, lend_max) */
+  int returned; /* receive, lent: the reader gave its slot back */
+  uint64_t at;  /* receive, lent: its slot, counted as head and tail are */
 };
 
 struct shm_conn {
@@ -132,7 +135,10 @@ struct shm_conn {
   struct transport_waits* waits;
   int peer_bell;     /* the peer's progress bell pipe, opened for writing; -1 if not */
   uint64_t head;     /* slots produced (the sender's own, the receiver's last look) */
-  uint64_t tail;     /* slots consumed (the receiver's own, the sender's last look) */
+  uint64_t tail;     /* slots freed (the receiver's own, the sender's last look) */
+  uint64_t rd;       /* receive: slots read, copied out or lent; the tail stops at a lent one */
+  uint64_t lent_lo;  /* receive: no message before this one is lent and not yet returned */
+  uint32_t nlent;    /* receive: lent messages posted and not yet returned */
   uint64_t cur;      /* message now going through the slots */
   size_t cur_off;    /* bytes of it already moved */
   uint64_t alive_ns; /* next liveness check of the peer */
@@ -428,6 +434,53 @@ fail:
   return res;
 }
 
+/* A message lends from one slot (a direct read has no slot to lend), from
+ * a ring that holds the receiver's TRANSPORT_LEND_SPAN messages past the
+ * oldest lent one and one more; lent slots alone never fill it. */
+static size_t shm_lend_max(const struct transport_conn* base) {
+  const struct shm_conn* c = (const struct shm_conn*)base;
+  if (c->side != SHM_RECV || c->direct_allowed || c->nslots <= TRANSPORT_LEND_SPAN ||
+      c->nlent + 1 >= c->nslots)
+    return 0;
+  return c->slot_bytes;
+}
+
+static const void* shm_lent(const struct transport_conn* base, uint64_t seq) {
+  const struct shm_conn* c = (const struct shm_conn*)base;
+  const struct shm_msg* m = &c->msgs[seq % TRANSPORT_MAX_INFLIGHT];
+  return c->data + (m->at % c->nslots) * c->slot_bytes;
+}
+
+/* Free the slots read so far, up to the first one still lent, and tell
+ * the sender if that moved the tail. */
+static void shm_recv_free(struct shm_conn* c) {
+  uint64_t tail = c->rd;
+  for (; c->lent_lo < c->cur; c->lent_lo++) {
+    const struct shm_msg* m = &c->msgs[c->lent_lo % TRANSPORT_MAX_INFLIGHT];
+    if (m->lend && !m->returned) {
+      tail = m->at;
+      break;
+    }
+  }
+  if (tail == c->tail) return;
+  c->tail = tail;
+  atomic_store_explicit(&c->hdr->tail, c->tail, memory_order_release);
+  shm_bell_ring(c);
+}
+
+static ncclResult_t shm_lend_return(struct transport_conn* base, uint64_t seq) {
+  struct shm_conn* c = (struct shm_conn*)base;
+  struct shm_msg* m = &c->msgs[seq % TRANSPORT_MAX_INFLIGHT];
+  if (seq < c->lent_lo || seq >= c->cur || !m->lend || m->returned) {
+    WARN("SHM : message %" PRIu64 " from rank %d is not lent", seq, base->peer);
+    return ncclInternalError;
+  }
+  m->returned = 1;
+  c->nlent--;
+  shm_recv_free(c);
+  return ncclSuccess;
+}
+
 static ncclResult_t shm_post(struct transport_conn* base, const struct transport_buf* b,
                              const struct transport_tag* tag) {
   struct shm_conn* c = (struct shm_conn*)base;
@@ -443,11 +496,24 @@ static ncclResult_t shm_post(struct transport_conn* base, const struct transport
     WARN("SHM : rank %d closed its receiving connection (it failed or aborted)", base->peer);
     return ncclRemoteError;
   }
+  if (c->side == SHM_RECV && seq - c->lent_lo >= TRANSPORT_MAX_INFLIGHT) {
+    WARN("SHM : too many messages from rank %d in flight while message %" PRIu64 " is lent",
+         base->peer, c->lent_lo);
+    return ncclInternalError;
+  }
+  if (b->lend && (shm_lend_max(base) == 0 || b->bytes > shm_lend_max(base))) {
+    WARN("SHM : cannot lend a %zu-byte message from rank %d", b->bytes, base->peer);
+    return ncclInternalError;
+  }
   struct shm_msg* m = &c->msgs[seq % TRANSPORT_MAX_INFLIGHT];
   m->buf = b->ptr;
   m->bytes = b->bytes;
   m->direct = 0;
   m->ack = 0;
+  m->lend = b->lend;
+  m->returned = 0;
+  m->at = 0;
+  c->nlent += (uint32_t)b->lend;
   if (tag)
     m->tag = *tag;
   else
@@ -573,11 +639,11 @@ static ncclResult_t shm_recv_step(struct shm_conn* c, int* moved) {
   struct shm_header* h = c->hdr;
   struct transport_conn* b = &c->base;
   if (c->cur == b->posted) return ncclSuccess;
-  if (c->tail == c->head) c->head = atomic_load_explicit(&h->head, memory_order_acquire);
-  if (c->tail == c->head) return ncclSuccess;
+  if (c->rd == c->head) c->head = atomic_load_explicit(&h->head, memory_order_acquire);
+  if (c->rd == c->head) return ncclSuccess;
 
   struct shm_msg* m = &c->msgs[c->cur % TRANSPORT_MAX_INFLIGHT];
-  uint64_t idx = c->tail % c->nslots;
+  uint64_t idx = c->rd % c->nslots;
   const struct shm_slot* s = &c->slots[idx];
   uint32_t k = 1;
   ncclResult_t res =
@@ -590,10 +656,18 @@ static ncclResult_t shm_recv_step(struct shm_conn* c, int* moved) {
     if (c->cur_off < m->bytes && (res = shm_recv_direct(c, m, s)) != ncclSuccess) return res;
     *moved = 1;
     if (c->cur_off < m->bytes) return ncclSuccess; /* the slot stays ours until the last byte */
+  } else if (m->lend) { /* at most one slot (shm_lend_max): whole once its slot is in */
+    if (!shm_slot_matches(c, idx, m, c->cur, 0)) {
+      WARN("SHM : bad slot from rank %d (kind %u, %u bytes) for a lent %zu-byte message", b->peer,
+           s->kind, s->bytes, m->bytes);
+      return ncclInternalError;
+    }
+    m->at = c->rd;
+    c->cur_off = m->bytes;
   } else if (shm_slot_matches(c, idx, m, c->cur, c->cur_off)) {
     /* each slot's size as this side reckons it (the match said the slot
      * agrees): never a second read of what the sender may have changed */
-    uint32_t span = shm_copy_span(c, c->head - c->tail, idx, m->bytes - c->cur_off);
+    uint32_t span = shm_copy_span(c, c->head - c->rd, idx, m->bytes - c->cur_off);
     size_t n = MIN(c->slot_bytes, m->bytes - c->cur_off);
     for (; k < span && shm_slot_matches(c, idx + k, m, c->cur, c->cur_off + n); k++)
       n += MIN(c->slot_bytes, m->bytes - c->cur_off - n);
@@ -605,15 +679,14 @@ static ncclResult_t shm_recv_step(struct shm_conn* c, int* moved) {
          b->peer, s->kind, s->bytes, c->cur_off, m->bytes);
     return ncclInternalError;
   }
-  c->tail += k;
-  atomic_store_explicit(&h->tail, c->tail, memory_order_release);
-  shm_bell_ring(c);
+  c->rd += k;
   *moved += (int)k;
   if (c->cur_off >= m->bytes) {
     c->cur++;
     c->cur_off = 0;
     b->completed++;
   }
+  shm_recv_free(c);
   return ncclSuccess;
 }
 
@@ -742,6 +815,9 @@ const struct transport shm_transport = {
     .connect_send = shm_connect_send,
     .connect_recv = shm_connect_recv,
     .post = shm_post,
+    .lend_max = shm_lend_max,
+    .lent = shm_lent,
+    .lend_return = shm_lend_return,
     .progress = shm_progress,
     .shutdown = shm_shutdown,
     .close = shm_close,
