@@ -94,7 +94,15 @@ static int step_lends(const struct exec_ctx* ex, const struct sched_step* st) {
 
 /* Post a receive the transport lends (step_lends). */
 static ncclResult_t post_lent_recv(struct exec_ctx* ex, struct transport_conn* c, size_t bytes) {
-  struct transport_buf b = {NULL, bytes, TRANSPORT_CAP_HOST_MEM, NULL, NULL, 0, 1};
+  struct transport_buf b = {.bytes = bytes, .mem = TRANSPORT_CAP_HOST_MEM, .lend = 1};
+  return c->ops->post(c, &b, &ex->tag);
+}
+
+/* Post the send its task wrote in place (step_send_in_place). */
+static ncclResult_t post_in_place(struct exec_ctx* ex, struct transport_conn* c, void* ptr,
+                                  size_t bytes) {
+  struct transport_buf b = {
+      .ptr = ptr, .bytes = bytes, .mem = TRANSPORT_CAP_HOST_MEM, .in_place = 1};
   return c->ops->post(c, &b, &ex->tag);
 }
 
@@ -355,6 +363,7 @@ static ncclResult_t post_steps(struct exec_ctx* ex, int* progressed) {
     rec->out = NULL;
     rec->sent_early = 0;
     rec->lent = lend;
+    rec->in_place = 0;
     if (recvs) {
       struct transport_conn* c = ex->conf.recv_conns[st->recv_peer];
       rec->recv_seq = c->posted;
@@ -517,6 +526,26 @@ static int step_plan(const struct exec_ctx* ex, const struct sched_step* st, str
   }
 }
 
+/* A reduction whose result goes on to a peer writes it where that peer
+ * reads it (transport.h, send_space) instead of into a slot or only into
+ * Y, saving the copy out: on a host call, when the step is the first
+ * unfinished one, so that its send is the next posted on its connection
+ * (finish_step) and nothing else is posted there in between. */
+static void step_send_in_place(const struct exec_ctx* ex, const struct sched_step* st,
+                               struct exec_rec* rec) {
+  if (ex->staged || ex->next_finish != ex->next_compute || rec->out == NULL) return;
+  if (st->prim != PRIM_RECV_REDUCE_SEND && st->prim != PRIM_RECV_REDUCE_COPY_SEND) return;
+  struct transport_conn* c = ex->conf.send_conns[st->send_peer];
+  void* space = c->ops->send_space ? c->ops->send_space(c, st->count * ex->es) : NULL;
+  if (space == NULL) return;
+  if (st->prim == PRIM_RECV_REDUCE_SEND)
+    rec->task.dsts[0] = space; /* instead of the slot, freed once the task is done */
+  else
+    rec->task.dsts[rec->task.ndsts++] = space; /* Y and the message in one pass */
+  rec->out = space;
+  rec->in_place = 1;
+}
+
 /* The planned step goes ahead: a reduction takes the carry it read (freed
  * when its task is done), a reduce-carry or load-carry step hands its
  * slot over as the next carry. */
@@ -569,7 +598,10 @@ static ncclResult_t finish_step(struct exec_ctx* ex, int* progressed, int* finis
   if (rec->out) {
     struct transport_conn* c = ex->conf.send_conns[st->send_peer];
     rec->send_seq = c->posted;
-    CHECK(post_msg(ex, c, (void*)rec->out, st->count * ex->es));
+    if (rec->in_place)
+      CHECK(post_in_place(ex, c, (void*)rec->out, st->count * ex->es));
+    else
+      CHECK(post_msg(ex, c, (void*)rec->out, st->count * ex->es));
     CHECK(c->ops->progress(c, progressed)); /* start sending now: latency */
     rec->out = NULL;
   }
@@ -608,6 +640,7 @@ static ncclResult_t compute_ready(struct exec_ctx* ex, int* progressed) {
     int has_task = step_plan(ex, st, rec);
     if (rec->sent_early) rec->out = NULL; /* its data went at post time */
     if (has_task && task_hazard(ex, &rec->task)) break;
+    if (has_task) step_send_in_place(ex, st, rec);
     step_commit_carry(ex, st, rec);
     if (has_task) {
       int done = 0;

@@ -114,6 +114,7 @@ struct exec_rec {
   const void* out;   /* what it sends, once computed (NULL: nothing, or sent at post) */
   int sent_early;    /* a plain send posted before its turn (post_early_sends) */
   int lent;          /* its receive stays where it arrived until its task read it */
+  int in_place;      /* its task writes what it sends where the peer reads it */
   struct kern_task task;
 };
 

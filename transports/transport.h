@@ -164,7 +164,8 @@ struct transport_buf {
   void* reg;
   const struct work_deferred* launch; /* NULL: none */
   int owned;
-  int lend; /* a receive left in the transport's memory (ptr NULL): see lend_max */
+  int lend;     /* a receive left in the transport's memory (ptr NULL): see lend_max */
+  int in_place; /* a send already where the peer reads it: see send_space */
 };
 
 /* Messages a connection can hold in flight; the executor keeps fewer. */
@@ -262,6 +263,13 @@ struct transport {
    * transport holds that many, so whatever the receiver waits for can
    * still arrive. */
   size_t (*lend_max)(const struct transport_conn* conn);
+  /* Optional (NULL: never): a send written where the peer reads it,
+   * saving the copy out of the writer's buffer. With nothing queued on
+   * conn, send_space(conn, bytes) gives room for its next message if there
+   * is some now (NULL if not, or if bytes is more than it can give); the
+   * writer fills it and posts the message with buf.ptr that room and
+   * buf.in_place, before anything else is posted on conn. */
+  void* (*send_space)(struct transport_conn* conn, size_t bytes);
   const void* (*lent)(const struct transport_conn* conn, uint64_t seq);
   ncclResult_t (*lend_return)(struct transport_conn* conn, uint64_t seq);
   /* Optional (NULL: the peer table's NIC speed): the line rate of `rank`'s
@@ -281,7 +289,7 @@ int transport_moves(const struct transport_conn* conn, const struct transport_bu
 /* Post `bytes` at `ptr`, memory of kind `mem` (TRANSPORT_CAP_*_MEM). */
 static inline ncclResult_t transport_post(struct transport_conn* c, void* ptr, size_t bytes,
                                           unsigned mem, const struct transport_tag* tag) {
-  struct transport_buf b = {ptr, bytes, mem, NULL, NULL, 0, 0};
+  struct transport_buf b = {ptr, bytes, mem, NULL, NULL, 0, 0, 0};
   return c->ops->post(c, &b, tag);
 }
 static inline ncclResult_t transport_post_host(struct transport_conn* c, void* ptr, size_t bytes,

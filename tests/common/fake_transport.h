@@ -26,9 +26,17 @@ struct fake_conn {
   size_t lens[TRANSPORT_MAX_INFLIGHT];
   void* regs[TRANSPORT_MAX_INFLIGHT]; /* each message's registration handle */
   int mismatches;                     /* messages whose sizes differed at both ends */
+  /* lending (fake_world_lend): receive, each message's own buffer and
+   * whether it is lent; send, the room for a send in place */
+  unsigned char* lend_mem;
+  size_t lend_bytes;
+  int lent[TRANSPORT_MAX_INFLIGHT];
+  int in_place[TRANSPORT_MAX_INFLIGHT];
+  uint64_t nlent, nin_place; /* messages lent, sends taken in place */
 };
 
 extern const struct transport fake_transport;
+extern const struct transport fake_lending_transport;
 
 struct fake_world {
   int n;
@@ -47,6 +55,13 @@ void fake_world_init(struct fake_world* w, int n, size_t slot_bytes, int window,
                      const uint64_t* hosts, const struct exec_backend* backend,
                      void* const* states);
 void fake_world_free(struct fake_world* w);
+/* Make the world's transport lend receives and take sends in place
+ * (transport.h) for messages up to `bytes`: what a lent message or a send
+ * space held is poisoned once given back or sent, so a reader that looks
+ * again sees garbage. */
+void fake_world_lend(struct fake_world* w, size_t bytes);
+/* How many messages the world's transport lent and took in place. */
+void fake_world_lend_counts(const struct fake_world* w, uint64_t* lent, uint64_t* in_place);
 
 /* Run one call on every rank (args[r]), interleaving their progress until
  * all are done; fails the test on an error, a hang or a size mismatch. */

@@ -216,13 +216,14 @@ static void run_check(const struct sched_case* c, const struct sched_run* run) {
 /* Run `c`, its tasks on `backend` either as the host backend or (staged)
  * as the device backend of buffers labelled device memory. */
 static void case_run(const struct sched_case* c, const struct exec_backend* backend,
-                     void* const* states, int staged, int check, struct sched_run* run) {
+                     void* const* states, int staged, int lend, int check, struct sched_run* run) {
   struct fake_world* w = calloc(1, sizeof(*w));
   struct exec_args args[FAKE_MAXR];
   assert_non_null(w);
   run_buffers(c, run);
   fake_world_init(w, c->n, 8192, c->window, c->hosts, staged ? &exec_backend_cpu : backend,
                   staged ? NULL : states);
+  if (lend) fake_world_lend(w, 8192);
   for (int r = 0; r < c->n; r++) {
     fake_args(&args[r], c->n, c->coll, c->algo, c->root, run->send[r], run->recv[r], c->count,
               c->type, c->op, c->chunk);
@@ -234,26 +235,32 @@ static void case_run(const struct sched_case* c, const struct exec_backend* back
   if (getenv("TEST_TRACE")) {
     char what[160];
     sched_case_describe(c, what, sizeof(what));
-    fprintf(stderr, "case %s%s\n", what, staged ? " staged" : "");
+    fprintf(stderr, "case %s%s%s\n", what, staged ? " staged" : "", lend ? " lending" : "");
   }
   fake_world_run(w, args);
   if (check) run_check(c, run);
+  fake_world_lend_counts(w, &run->lent, &run->in_place);
   fake_world_free(w);
   free(w);
 }
 
 void sched_case_run(const struct sched_case* c, const struct exec_backend* backend,
                     void* const* states, struct sched_run* run) {
-  case_run(c, backend, states, 0, 1, run);
+  case_run(c, backend, states, 0, 0, 1, run);
+}
+
+void sched_case_run_lending(const struct sched_case* c, const struct exec_backend* backend,
+                            void* const* states, struct sched_run* run) {
+  case_run(c, backend, states, 0, 1, 1, run);
 }
 
 void sched_case_run_staged(const struct sched_case* c, const struct exec_backend* backend,
                            void* const* states, struct sched_run* run) {
-  case_run(c, backend, states, 1, 1, run);
+  case_run(c, backend, states, 1, 0, 1, run);
 }
 
 void sched_case_run_reference(const struct sched_case* c, struct sched_run* run) {
-  case_run(c, &exec_backend_cpu, NULL, 0, 0, run);
+  case_run(c, &exec_backend_cpu, NULL, 0, 0, 0, run);
 }
 
 void sched_run_free(struct sched_run* run) {

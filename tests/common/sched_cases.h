@@ -47,6 +47,7 @@ struct sched_run {
   void* send[FAKE_MAXR];
   void* recv[FAKE_MAXR];
   size_t recv_bytes;
+  uint64_t lent, in_place; /* lending runs: messages lent, sends taken in place */
 };
 
 /* Run `c` on a fresh world whose tasks run on `backend` (per-rank states,
@@ -54,6 +55,10 @@ struct sched_run {
  * the outputs stay in `run` until sched_run_free. */
 void sched_case_run(const struct sched_case* c, const struct exec_backend* backend,
                     void* const* states, struct sched_run* run);
+/* The same over a transport that lends receives and takes sends in place
+ * (fake_world_lend). */
+void sched_case_run_lending(const struct sched_case* c, const struct exec_backend* backend,
+                            void* const* states, struct sched_run* run);
 /* The same with the buffers labelled device memory: the call runs staged
  * (executor.h) with `backend` as the device backend, and the fake
  * transport refuses any buffer but a slot. */

@@ -89,7 +89,9 @@ static const struct exec_backend late_backend_ops = {"late", late_post, late_tes
 struct late_suite {
   struct late_backend ranks[FAKE_MAXR];
   uint64_t cases;
-  int staged; /* the buffers labelled device memory: every message through a slot */
+  int staged;              /* the buffers labelled device memory: every message through a slot */
+  int lending;             /* over a transport that lends receives and takes sends in place */
+  uint64_t lent, in_place; /* what the lending transport lent and took in place */
 };
 
 static void run_late(const struct sched_case* c, void* arg) {
@@ -107,9 +109,13 @@ static void run_late(const struct sched_case* c, void* arg) {
   sched_case_run_reference(c, &ref);
   if (s->staged)
     sched_case_run_staged(c, &late_backend_ops, states, &got);
+  else if (s->lending)
+    sched_case_run_lending(c, &late_backend_ops, states, &got);
   else
     sched_case_run(c, &late_backend_ops, states, &got);
   sched_case_describe(c, what, sizeof(what));
+  s->lent += got.lent;
+  s->in_place += got.in_place;
   for (int r = 0; r < c->n; r++) {
     assert_int_equal(s->ranks[r].npending, 0); /* nothing left running after the call */
     if (memcmp(ref.recv[r], got.recv[r], ref.recv_bytes) != 0)
@@ -163,6 +169,25 @@ static void test_late_layouts(void** state) {
   struct late_suite* s = calloc(1, sizeof(*s));
   sched_cases_layouts(run_late, s);
   late_suite_check(s);
+  free(s);
+}
+
+/* ---- Lending: reductions read received data where it arrived ---- */
+
+/* Every all-reduce and collective case again over a transport that lends
+ * its receives and takes sends in place, poisoning what is given back:
+ * with tasks late and out of order, a step must hold what it was lent
+ * until its task is done and send in place only what goes next. */
+static void test_lending_collectives(void** state) {
+  (void)state;
+  struct late_suite* s = calloc(1, sizeof(*s));
+  s->lending = 1;
+  sched_cases_allreduce(run_late, s);
+  sched_cases_collectives(run_late, s);
+  late_suite_check(s);
+  print_message("%llu messages lent, %llu sends in place\n", (unsigned long long)s->lent,
+                (unsigned long long)s->in_place);
+  assert_true(s->lent > 0 && s->in_place > 0);
   free(s);
 }
 
@@ -317,7 +342,7 @@ int main(void) {
       cmocka_unit_test(test_late_collectives),       cmocka_unit_test(test_late_windows),
       cmocka_unit_test(test_late_layouts),           cmocka_unit_test(test_registered_buffers),
       cmocka_unit_test(test_staged_collectives),     cmocka_unit_test(test_staged_windows_layouts),
-      cmocka_unit_test(test_staged_without_backend),
+      cmocka_unit_test(test_staged_without_backend), cmocka_unit_test(test_lending_collectives),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

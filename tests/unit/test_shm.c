@@ -1,7 +1,7 @@
 /*
  * The shared-memory transport between two forked processes: data through the slot ring with
- * wrap-around and credits, lent receives, direct reads on and off, and every way a peer can
- * fail.
+ * wrap-around and credits, lent receives, sends in place, direct reads on and off, and every
+ * way a peer can fail.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -680,14 +680,14 @@ static void lend_receiver(int rank) {
   child_sleep_ns = 2000 * 1000 * 1000l;
   CHILD_CHECK(child_connect(&ctx, rank, &c) == ncclSuccess);
   CHILD_CHECK(c->ops->lend_max(c) == SLOT);
-  struct transport_buf big = {NULL, SLOT + 1, TRANSPORT_CAP_HOST_MEM, NULL, NULL, 0, 1};
+  struct transport_buf big = {.bytes = SLOT + 1, .mem = TRANSPORT_CAP_HOST_MEM, .lend = 1};
   CHILD_CHECK(c->ops->post(c, &big, NULL) == ncclInternalError); /* longer than a slot */
   CHILD_CHECK(c->posted == 0);
   for (uint64_t i = 0; i < LEND_N; i++) {
     size_t bytes = lend_size(i);
     int lend = bytes <= SLOT;
     struct transport_buf b = {
-        lend ? NULL : buf, bytes, TRANSPORT_CAP_HOST_MEM, NULL, NULL, 0, lend};
+        .ptr = lend ? NULL : buf, .bytes = bytes, .mem = TRANSPORT_CAP_HOST_MEM, .lend = lend};
     memset(buf, 0xEE, sizeof(buf));
     CHILD_CHECK(c->ops->post(c, &b, NULL) == ncclSuccess);
     CHILD_CHECK(child_drive(c) == ncclSuccess);
@@ -725,7 +725,7 @@ static void lend_small_child(int rank) {
   CHILD_CHECK(child_connect(&ctx, rank, &c) == ncclSuccess);
   CHILD_CHECK(c->ops->lend_max(c) == 0);
   if (rank == RECEIVER) {
-    struct transport_buf b = {NULL, 8, TRANSPORT_CAP_HOST_MEM, NULL, NULL, 0, 1};
+    struct transport_buf b = {.bytes = 8, .mem = TRANSPORT_CAP_HOST_MEM, .lend = 1};
     CHILD_CHECK(c->ops->post(c, &b, NULL) == ncclInternalError);
     flag_set(0, 1);
   } else {
@@ -739,12 +739,73 @@ static void test_lend_small_ring(void** state) {
   pair_run(lend_small_child, lend_small_child, NULL, -1);
 }
 
+/* ---- sends in place: written straight into the slot the peer reads */
+
+enum { IN_PLACE_N = 60 };
+
+static size_t in_place_size(uint64_t i) {
+  return i % 3 == 2 ? 3 * SLOT + 5 : (i % 2 ? SLOT : 17); /* copied ones in between */
+}
+
+static void in_place_sender(int rank) {
+  struct transport_ctx ctx;
+  struct transport_conn* c = NULL;
+  static unsigned char buf[3 * SLOT + 5];
+  child_params("4", "4096", "0");
+  child_ctx(rank, &ctx);
+  child_sleep_ns = 2000 * 1000 * 1000l;
+  CHILD_CHECK(child_connect(&ctx, rank, &c) == ncclSuccess);
+  CHILD_CHECK(c->ops->send_space(c, SLOT + 1) == NULL); /* more than a slot */
+  for (uint64_t i = 0; i < IN_PLACE_N; i++) {
+    size_t bytes = in_place_size(i);
+    if (bytes > SLOT) { /* copied; nothing may be written in place behind it */
+      fill(buf, bytes, i);
+      CHILD_CHECK(transport_post_host(c, buf, bytes, NULL) == ncclSuccess);
+      CHILD_CHECK(c->ops->send_space(c, 8) == NULL);
+      CHILD_CHECK(child_drive(c) == ncclSuccess);
+      continue;
+    }
+    unsigned char* space;
+    while ((space = c->ops->send_space(c, bytes)) == NULL) /* the ring is full */
+      CHILD_CHECK(child_step(c, NULL) == ncclSuccess);
+    fill(space, bytes, i);
+    struct transport_buf wrong = {
+        .ptr = space + 64, .bytes = bytes, .mem = TRANSPORT_CAP_HOST_MEM, .in_place = 1};
+    CHILD_CHECK(c->ops->post(c, &wrong, NULL) == ncclInternalError);
+    struct transport_buf b = {
+        .ptr = space, .bytes = bytes, .mem = TRANSPORT_CAP_HOST_MEM, .in_place = 1};
+    CHILD_CHECK(c->ops->post(c, &b, NULL) == ncclSuccess);
+    CHILD_CHECK(child_drive(c) == ncclSuccess);
+  }
+  flag_wait(0, 1);
+  c->ops->close(c);
+}
+
+static void in_place_receiver(int rank) {
+  struct transport_ctx ctx;
+  struct transport_conn* c = NULL;
+  child_params("4", "4096", "0");
+  child_ctx(rank, &ctx);
+  child_sleep_ns = 2000 * 1000 * 1000l;
+  CHILD_CHECK(child_connect(&ctx, rank, &c) == ncclSuccess);
+  CHILD_CHECK(c->ops->send_space(c, 8) == NULL); /* a receiver has no room to give */
+  child_stream(c, 0, IN_PLACE_N, in_place_size, 3 * SLOT + 5);
+  flag_set(0, 1);
+  c->ops->close(c);
+}
+
+static void test_send_in_place(void** state) {
+  (void)state;
+  pair_run(in_place_sender, in_place_receiver, NULL, -1);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_wraparound),
       cmocka_unit_test(test_credits),
       cmocka_unit_test(test_lend),
       cmocka_unit_test(test_lend_small_ring),
+      cmocka_unit_test(test_send_in_place),
       cmocka_unit_test(test_direct_on),
       cmocka_unit_test(test_direct_off_param),
       cmocka_unit_test(test_direct_off_probe),

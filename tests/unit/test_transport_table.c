@@ -105,9 +105,9 @@ static void test_net_knob(void** state) {
 static void test_memory_kinds(void** state) {
   (void)state;
   struct transport_conn c = {.ops = &shm_transport, .peer = 1};
-  struct transport_buf host = {NULL, 8, TRANSPORT_CAP_HOST_MEM, NULL, NULL, 0, 0};
-  struct transport_buf device = {NULL, 8, TRANSPORT_CAP_DEVICE_MEM, NULL, NULL, 0, 0};
-  struct transport_buf none = {NULL, 8, 0, NULL, NULL, 0, 0};
+  struct transport_buf host = {NULL, 8, TRANSPORT_CAP_HOST_MEM, NULL, NULL, 0, 0, 0};
+  struct transport_buf device = {NULL, 8, TRANSPORT_CAP_DEVICE_MEM, NULL, NULL, 0, 0, 0};
+  struct transport_buf none = {NULL, 8, 0, NULL, NULL, 0, 0, 0};
   assert_true(transport_moves(&c, &host));
   assert_false(transport_moves(&c, &device));
   assert_false(transport_moves(&c, &none));

@@ -109,6 +109,7 @@ struct shm_msg {
   int direct;
   uint64_t ack; /* send, direct: complete once the tail reaches this slot count */
   struct transport_tag tag;
+  int in_place; /* send: written straight into its slot (transport.h, send_space) */
   int lend;     /* receive: left in its slot for the reader (transport.h, lend_max) */
   int returned; /* receive, lent: the reader gave its slot back */
   uint64_t at;  /* receive, lent: its slot, counted as head and tail are */
@@ -481,6 +482,16 @@ static ncclResult_t shm_lend_return(struct transport_conn* base, uint64_t seq) {
   return ncclSuccess;
 }
 
+/* The slot the next message goes into, if it is free and nothing is
+ * queued before it. */
+static void* shm_send_space(struct transport_conn* base, size_t bytes) {
+  struct shm_conn* c = (struct shm_conn*)base;
+  if (c->side != SHM_SEND || c->cur != base->posted || bytes > c->slot_bytes) return NULL;
+  c->tail = atomic_load_explicit(&c->hdr->tail, memory_order_acquire);
+  if (c->head - c->tail >= c->nslots) return NULL;
+  return c->data + (c->head % c->nslots) * c->slot_bytes;
+}
+
 static ncclResult_t shm_post(struct transport_conn* base, const struct transport_buf* b,
                              const struct transport_tag* tag) {
   struct shm_conn* c = (struct shm_conn*)base;
@@ -505,8 +516,14 @@ static ncclResult_t shm_post(struct transport_conn* base, const struct transport
     WARN("SHM : cannot lend a %zu-byte message from rank %d", b->bytes, base->peer);
     return ncclInternalError;
   }
+  if (b->in_place && b->ptr != shm_send_space(base, b->bytes)) {
+    WARN("SHM : a %zu-byte message to rank %d is not in the slot it goes into", b->bytes,
+         base->peer);
+    return ncclInternalError;
+  }
   struct shm_msg* m = &c->msgs[seq % TRANSPORT_MAX_INFLIGHT];
   m->buf = b->ptr;
+  m->in_place = b->in_place;
   m->bytes = b->bytes;
   m->direct = 0;
   m->ack = 0;
@@ -561,8 +578,12 @@ static ncclResult_t shm_send_step(struct shm_conn* c, int* moved) {
   struct shm_msg* m = &c->msgs[c->cur % TRANSPORT_MAX_INFLIGHT];
   uint64_t idx = c->head % c->nslots;
   uint32_t k = 1;
-  if (c->cur_off == 0) m->direct = shm_send_direct_ok(c, m->bytes);
-  if (m->direct) {
+  if (c->cur_off == 0) m->direct = !m->in_place && shm_send_direct_ok(c, m->bytes);
+  if (m->in_place) { /* the writer filled slot idx (shm_send_space) */
+    c->slots[idx] =
+        (struct shm_slot){SHM_SLOT_COPY, (uint32_t)m->bytes, m->bytes, c->cur, 0, m->tag};
+    c->cur_off = m->bytes;
+  } else if (m->direct) {
     c->slots[idx] =
         (struct shm_slot){SHM_SLOT_DIRECT, 0, m->bytes, c->cur, (uintptr_t)m->buf, m->tag};
     m->ack = c->head + 1;
@@ -816,6 +837,7 @@ const struct transport shm_transport = {
     .connect_recv = shm_connect_recv,
     .post = shm_post,
     .lend_max = shm_lend_max,
+    .send_space = shm_send_space,
     .lent = shm_lent,
     .lend_return = shm_lend_return,
     .progress = shm_progress,
