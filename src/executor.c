@@ -84,10 +84,10 @@ static int prim_reads_local(enum sched_prim p) {
 
 /* Whether step st's received operand R may stay where the transport put
  * it (transport.h, lend_max) until the step's task has read it, saving
- * the copy into a slot: a host call's reductions, where the task reads R
- * once. */
+ * the copy into a slot: a host call's reductions (exchanges too), where
+ * the task reads R once. */
 static int step_lends(const struct exec_ctx* ex, const struct sched_step* st) {
-  if (ex->lend_bytes == 0 || !prim_reads_local(st->prim)) return 0;
+  if (ex->lend_bytes == 0 || !(prim_reads_local(st->prim) || st->prim == PRIM_EXCHANGE)) return 0;
   const struct transport_conn* c = ex->conf.recv_conns[st->recv_peer];
   return c->ops->lend_max && ex->lend_bytes <= c->ops->lend_max(c);
 }
@@ -120,7 +120,7 @@ static int step_slots(const struct exec_ctx* ex, const struct sched_step* st, in
     case PRIM_RECV_REDUCE_COPY:
       return !lent;
     case PRIM_EXCHANGE:
-      return ex->staged ? 2 : 1;
+      return ex->staged ? 2 : !lent;
     case PRIM_SEND:
       return ex->staged || ((st->flags & SCHED_PRE) && ex->args.pre);
     case PRIM_LOAD_CARRY:
@@ -519,8 +519,8 @@ static int step_plan(const struct exec_ctx* ex, const struct sched_step* st, str
     case PRIM_LOAD_CARRY:
       return slot ? task_unary(t, a, pre, slot, x, n) : 0;
     case PRIM_EXCHANGE: /* its send went out at post time */
-      if (st->flags & SCHED_SWAP) return task_pair(t, a, post, y, slot, y, n);
-      return task_pair(t, a, post, y, y, slot, n);
+      if (st->flags & SCHED_SWAP) return task_pair(t, a, post, y, r, y, n);
+      return task_pair(t, a, post, y, y, r, n);
     default:
       return 0;
   }
