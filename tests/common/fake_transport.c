@@ -45,8 +45,8 @@ static ncclResult_t fake_post(struct transport_conn* c, const struct transport_b
   f->nin_place += (uint64_t)b->in_place;
   f->in_place[k] = b->in_place;
   f->bufs[k] = ptr;
-  f->lens[c->posted % TRANSPORT_MAX_INFLIGHT] = b->bytes;
-  f->regs[c->posted % TRANSPORT_MAX_INFLIGHT] = b->reg;
+  f->lens[k] = b->bytes;
+  f->regs[k] = b->reg;
   c->posted++;
   return ncclSuccess;
 }

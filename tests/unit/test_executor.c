@@ -172,6 +172,14 @@ static void test_late_layouts(void** state) {
   free(s);
 }
 
+/* Every all-reduce and collective case, as the suite's flags say, then
+ * the check that its backend ran tasks late and out of order. */
+static void late_suite_collectives(struct late_suite* s) {
+  sched_cases_allreduce(run_late, s);
+  sched_cases_collectives(run_late, s);
+  late_suite_check(s);
+}
+
 /* ---- Lending: reductions read received data where it arrived ---- */
 
 /* Every all-reduce and collective case again over a transport that lends
@@ -182,9 +190,7 @@ static void test_lending_collectives(void** state) {
   (void)state;
   struct late_suite* s = calloc(1, sizeof(*s));
   s->lending = 1;
-  sched_cases_allreduce(run_late, s);
-  sched_cases_collectives(run_late, s);
-  late_suite_check(s);
+  late_suite_collectives(s);
   print_message("%llu messages lent, %llu sends in place\n", (unsigned long long)s->lent,
                 (unsigned long long)s->in_place);
   assert_true(s->lent > 0 && s->in_place > 0);
@@ -201,9 +207,7 @@ static void test_staged_collectives(void** state) {
   (void)state;
   struct late_suite* s = calloc(1, sizeof(*s));
   s->staged = 1;
-  sched_cases_allreduce(run_late, s);
-  sched_cases_collectives(run_late, s);
-  late_suite_check(s);
+  late_suite_collectives(s);
   free(s);
 }
 

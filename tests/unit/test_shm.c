@@ -177,6 +177,20 @@ static ncclResult_t child_connect(struct transport_ctx* ctx, int rank, struct tr
                         : shm_transport.connect_recv(ctx, SENDER, 0, c);
 }
 
+/* The usual start of a child: a ring of `nslots` slots of SLOT bytes,
+ * direct reads off, connected on channel 0; with `sleep_long`, a blocked
+ * side sleeps up to 2 s (only a lost wake-up would make it wait that
+ * long, so that one shows as a stall). */
+static struct transport_conn* child_open(int rank, const char* nslots, int sleep_long,
+                                         struct transport_ctx* ctx) {
+  struct transport_conn* c = NULL;
+  child_params(nslots, "4096", "0");
+  child_ctx(rank, ctx);
+  if (sleep_long) child_sleep_ns = 2000 * 1000 * 1000l;
+  CHILD_CHECK(child_connect(ctx, rank, &c) == ncclSuccess);
+  return c;
+}
+
 /* ---- the parent's side */
 
 typedef void (*child_fn)(int rank);
@@ -270,11 +284,7 @@ static size_t wrap_size(uint64_t i) {
 
 static void wrap_child(int rank) {
   struct transport_ctx ctx;
-  struct transport_conn* c = NULL;
-  child_params("4", "4096", "0");
-  child_ctx(rank, &ctx);
-  child_sleep_ns = 2000 * 1000 * 1000l;
-  CHILD_CHECK(child_connect(&ctx, rank, &c) == ncclSuccess);
+  struct transport_conn* c = child_open(rank, "4", 1, &ctx);
   child_stream(c, rank == SENDER, 600, wrap_size, 65536 + 17); /* ~5 MB through a 16 KiB ring */
   c->ops->close(c);
 }
@@ -292,11 +302,8 @@ static size_t credit_size(uint64_t i) {
 
 static void credit_sender(int rank) {
   struct transport_ctx ctx;
-  struct transport_conn* c = NULL;
   static unsigned char bufs[16][3 * SLOT];
-  child_params("4", "4096", "0");
-  child_ctx(rank, &ctx);
-  CHILD_CHECK(child_connect(&ctx, rank, &c) == ncclSuccess);
+  struct transport_conn* c = child_open(rank, "4", 0, &ctx);
   for (uint64_t i = 0; i < 16; i++) {
     fill(bufs[i], credit_size(i), i);
     CHILD_CHECK(transport_post_host(c, bufs[i], credit_size(i), NULL) == ncclSuccess);
@@ -318,10 +325,7 @@ static void credit_sender(int rank) {
 
 static void credit_receiver(int rank) {
   struct transport_ctx ctx;
-  struct transport_conn* c = NULL;
-  child_params("4", "4096", "0");
-  child_ctx(rank, &ctx);
-  CHILD_CHECK(child_connect(&ctx, rank, &c) == ncclSuccess);
+  struct transport_conn* c = child_open(rank, "4", 0, &ctx);
   flag_wait(1, 1);
   child_stream(c, 0, 16, credit_size, 3 * SLOT);
   flag_set(2, 1);
@@ -621,11 +625,8 @@ static void misc_sender(int rank) {
 
 static void misc_receiver(int rank) {
   struct transport_ctx ctx;
-  struct transport_conn* c = NULL;
   static unsigned char b[200];
-  child_params("4", "4096", "0");
-  child_ctx(rank, &ctx);
-  CHILD_CHECK(child_connect(&ctx, rank, &c) == ncclSuccess);
+  struct transport_conn* c = child_open(rank, "4", 0, &ctx);
   CHILD_CHECK(transport_post_host(c, b, sizeof(b), NULL) == ncclSuccess);
   CHILD_CHECK(child_drive(c) == ncclInvalidUsage); /* "Message truncated", not internal */
   CHILD_CHECK(c->mismatch == TRANSPORT_OTHER_SIZE);
@@ -655,11 +656,7 @@ static size_t lend_size(uint64_t i) {
 
 static void lend_sender(int rank) {
   struct transport_ctx ctx;
-  struct transport_conn* c = NULL;
-  child_params("17", "4096", "0");
-  child_ctx(rank, &ctx);
-  child_sleep_ns = 2000 * 1000 * 1000l;
-  CHILD_CHECK(child_connect(&ctx, rank, &c) == ncclSuccess);
+  struct transport_conn* c = child_open(rank, "17", 1, &ctx);
   CHILD_CHECK(c->ops->lend_max(c) == 0); /* a sender lends nothing */
   child_stream(c, 1, LEND_N, lend_size, 3 * SLOT + 5);
   flag_wait(0, 1);
@@ -671,14 +668,10 @@ static void lend_sender(int rank) {
  * messages pass the held slots and the ring wraps around them. */
 static void lend_receiver(int rank) {
   struct transport_ctx ctx;
-  struct transport_conn* c = NULL;
   static unsigned char buf[3 * SLOT + 6];
   uint64_t held[3];
   int nheld = 0;
-  child_params("17", "4096", "0");
-  child_ctx(rank, &ctx);
-  child_sleep_ns = 2000 * 1000 * 1000l;
-  CHILD_CHECK(child_connect(&ctx, rank, &c) == ncclSuccess);
+  struct transport_conn* c = child_open(rank, "17", 1, &ctx);
   CHILD_CHECK(c->ops->lend_max(c) == SLOT);
   struct transport_buf big = {.bytes = SLOT + 1, .mem = TRANSPORT_CAP_HOST_MEM, .lend = 1};
   CHILD_CHECK(c->ops->post(c, &big, NULL) == ncclInternalError); /* longer than a slot */
@@ -719,10 +712,7 @@ static void test_lend(void** state) {
 /* A ring too small to hold the receiver's lending span lends nothing. */
 static void lend_small_child(int rank) {
   struct transport_ctx ctx;
-  struct transport_conn* c = NULL;
-  child_params("4", "4096", "0");
-  child_ctx(rank, &ctx);
-  CHILD_CHECK(child_connect(&ctx, rank, &c) == ncclSuccess);
+  struct transport_conn* c = child_open(rank, "4", 0, &ctx);
   CHILD_CHECK(c->ops->lend_max(c) == 0);
   if (rank == RECEIVER) {
     struct transport_buf b = {.bytes = 8, .mem = TRANSPORT_CAP_HOST_MEM, .lend = 1};
@@ -749,12 +739,8 @@ static size_t in_place_size(uint64_t i) {
 
 static void in_place_sender(int rank) {
   struct transport_ctx ctx;
-  struct transport_conn* c = NULL;
   static unsigned char buf[3 * SLOT + 5];
-  child_params("4", "4096", "0");
-  child_ctx(rank, &ctx);
-  child_sleep_ns = 2000 * 1000 * 1000l;
-  CHILD_CHECK(child_connect(&ctx, rank, &c) == ncclSuccess);
+  struct transport_conn* c = child_open(rank, "4", 1, &ctx);
   CHILD_CHECK(c->ops->send_space(c, SLOT + 1) == NULL); /* more than a slot */
   for (uint64_t i = 0; i < IN_PLACE_N; i++) {
     size_t bytes = in_place_size(i);
@@ -783,11 +769,7 @@ static void in_place_sender(int rank) {
 
 static void in_place_receiver(int rank) {
   struct transport_ctx ctx;
-  struct transport_conn* c = NULL;
-  child_params("4", "4096", "0");
-  child_ctx(rank, &ctx);
-  child_sleep_ns = 2000 * 1000 * 1000l;
-  CHILD_CHECK(child_connect(&ctx, rank, &c) == ncclSuccess);
+  struct transport_conn* c = child_open(rank, "4", 1, &ctx);
   CHILD_CHECK(c->ops->send_space(c, 8) == NULL); /* a receiver has no room to give */
   child_stream(c, 0, IN_PLACE_N, in_place_size, 3 * SLOT + 5);
   flag_set(0, 1);

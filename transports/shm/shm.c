@@ -512,7 +512,8 @@ static ncclResult_t shm_post(struct transport_conn* base, const struct transport
          base->peer, c->lent_lo);
     return ncclInternalError;
   }
-  if (b->lend && (shm_lend_max(base) == 0 || b->bytes > shm_lend_max(base))) {
+  size_t lend_max = b->lend ? shm_lend_max(base) : 0;
+  if (b->lend && (lend_max == 0 || b->bytes > lend_max)) {
     WARN("SHM : cannot lend a %zu-byte message from rank %d", b->bytes, base->peer);
     return ncclInternalError;
   }
