@@ -16,8 +16,11 @@
 #define CONNECT_MAX_PEERS 64
 
 /* The peers an operation talks to, and whether it sends/receives to each:
- * a collective's, from the schedule work_plan chose. */
+ * a collective's, from the schedule work_plan chose; none for a direct
+ * call on one node, whose kernels reach the peers' buffers over links of
+ * its own (cuda_direct.h) and never fall back to the schedule. */
 static int op_peers(struct work_op* op, int* peers, int* sends, int* recvs) {
+  if (op->kind == WORK_COLL && op->direct == WORK_DIRECT_NODE) return 0;
   if (op->kind == WORK_COLL) {
     int m = sched_peers(&op->key, peers, CONNECT_MAX_PEERS);
     for (int i = 0; i < m; i++) sends[i] = recvs[i] = 1;

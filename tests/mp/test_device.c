@@ -369,6 +369,66 @@ static void test_direct_async(void** state) {
   assert_int_equal(mp_launch(3, direct_async_body, NULL, NULL), 0);
 }
 
+/* A direct call on one node reaches the peers' buffers over links of its
+ * own (cuda_direct.h): it connects none of the host schedule's peers. A
+ * call the direct path does not take (PreMulSum, staged) then connects
+ * them, which shows the count looks where connections are logged. */
+#define LINKS_COUNT 4099
+
+static int host_links(const mp_capture* cap) {
+  return mp_capture_count(cap, " via SHM") + mp_capture_count(cap, " via NET/");
+}
+
+static int links_allreduce(const mp_env* env, ncclComm_t comm, cudaStream_t s, float* d,
+                           ncclRedOp_t op, float scale) {
+  float h[LINKS_COUNT];
+  int bad = 0, n = env->nranks;
+  for (int i = 0; i < LINKS_COUNT; i++) h[i] = (float)((env->rank + 1) * (i % 1000));
+  bad += dev_copy(env, d, h, sizeof(h));
+  bad += mp_expect_rc(env, comm, ncclAllReduce(d, d, LINKS_COUNT, ncclFloat32, op, comm, s),
+                      ncclSuccess, "allreduce");
+  bad += dev_sync(env, s) + dev_copy(env, h, d, sizeof(h));
+  for (int i = 0; i < LINKS_COUNT && !bad; i++)
+    if (h[i] != scale * (float)(n * (n + 1) / 2 * (i % 1000)))
+      mp_fail(env, "[%d] = %g", i, (double)h[i]), bad++;
+  return bad;
+}
+
+static int direct_no_links_body(const mp_env* env) {
+  ncclComm_t comm;
+  cudaStream_t s;
+  ncclRedOp_t premul;
+  mp_capture cap;
+  float two = 2.0f, *d = NULL;
+  int bad = 0;
+  setenv("NCCL_ALGO", "Direct,Ring", 1);
+  setenv("NCCL_DEBUG", "INFO", 1);
+  setenv("NCCL_DEBUG_SUBSYS", "INIT,TUNING", 1);
+  if (dev_open(env, 0) || mp_comm_init(env, &comm) || (s = dev_stream(env)) == NULL) return 1;
+  if (ncclMemAlloc((void**)&d, LINKS_COUNT * sizeof(float)) || mp_capture_begin(&cap)) return 1;
+  bad += links_allreduce(env, comm, s, d, ncclSum, 1.0f);
+  int direct = mp_capture_count(&cap, "AllReduce * Direct instead"), early = host_links(&cap);
+  bad += mp_expect_rc(env, comm,
+                      ncclRedOpCreatePreMulSum(&premul, &two, ncclFloat32,
+                                               ncclScalarHostImmediate, comm),
+                      ncclSuccess, "ncclRedOpCreatePreMulSum");
+  bad += links_allreduce(env, comm, s, d, premul, 2.0f);
+  int later = host_links(&cap);
+  mp_capture_end_quiet(&cap);
+  if (direct != 1) mp_fail(env, "%d all-reduces ran Direct, want 1", direct), bad++;
+  if (early) mp_fail(env, "the direct call made %d host connections", early), bad++;
+  if (!later) mp_fail(env, "the staged call made no host connection either"), bad++;
+  bad += mp_expect_rc(env, comm, ncclRedOpDestroy(premul, comm), ncclSuccess, "ncclRedOpDestroy");
+  bad += mp_expect_rc(env, comm, ncclCommDestroy(comm), ncclSuccess, "ncclCommDestroy");
+  ncclMemFree(d);
+  return bad;
+}
+
+static void test_direct_no_host_links(void** state) {
+  (void)state;
+  assert_int_equal(mp_launch(3, direct_no_links_body, NULL, NULL), 0);
+}
+
 /* Direct calls on buffers freed and allocated again between calls (the
  * allocator hands the same addresses back): each call must read the new
  * buffers, never a stale mapping of the old ones. */
@@ -1208,6 +1268,7 @@ int main(void) {
       cmocka_unit_test(test_direct_threads),
       cmocka_unit_test(test_direct_group),
       cmocka_unit_test(test_direct_async),
+      cmocka_unit_test(test_direct_no_host_links),
       cmocka_unit_test(test_direct_realloc),
       cmocka_unit_test(test_direct_registered),
       cmocka_unit_test(test_direct_failure),
