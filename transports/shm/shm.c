@@ -1,45 +1,27 @@
 /*
- * Shared-memory transport: one segment per (sender, receiver, channel), made by the sender and
- * unlinked as soon as the receiver has mapped it. Messages go through a ring of slots with
- * head/tail credits; optionally, large ones are read by the receiver straight from the sender's
- * buffer (process_vm_readv) where the kernel allows it, copied once instead of twice.
+ * Shared-memory transport: messages through a ring of slots in a segment
+ * shared by the two processes (shm.h; made by shm_connect.c), with
+ * head/tail credits and a futex bell; a receive may be lent where it lies
+ * and a send written in place (transport.h). Large messages may be read
+ * by the receiver straight from the sender's buffer instead.
  */
+#include "shm.h"
+
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <linux/futex.h>
-#include <pthread.h>
-#include <signal.h>
-#include <stdalign.h>
-#include <stdatomic.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
 #include "core.h"
-#include "host.h"
 #include "mem_kind.h"
-#include "param.h"
-#include "shm_names.h"
-#include "transport.h"
+#include "shm_connect.h"
 
-#define SHM_MAGIC 0x4d485342u /* "BSHM" */
-#define SHM_VERSION 3u        /* 3: slots carry the call; 2: fd_sleepers, fd_ringable */
-#define SHM_LINE 64
-#define SHM_PAGE 4096
-/* Slot data starts half a page past a page boundary. `rep movsb`, which
- * glibc uses for copies below about the L2 size, slows down 3-6x when the
- * destination lies 1-63 bytes after the source modulo 4 KiB (AMD Zen,
- * glibc < 2.39; a known 4K-aliasing hazard). malloc'd buffers sit at page
- * offset 16, page-aligned ones at 0: with slots at 2048 neither copy, into
- * or out of a slot, comes near that distance. */
-#define SHM_DATA_SKEW 2048
 /* A copy into or out of the ring spans up to this many bytes of slots that
  * are ready at once: glibc copies 1 MiB and more with its vector loop,
  * faster here than its `rep movsb` for smaller ones, while the other side
@@ -48,143 +30,12 @@
 /* A blocked connection asks the kernel whether its peer still lives at
  * most this often: a SIGKILLed peer rings no bell. */
 #define SHM_ALIVE_CHECK_NS (50ull * 1000 * 1000)
-/* connect_recv polls for the sender's segment, backing off to this. */
-#define SHM_POLL_MIN_US 100
-#define SHM_POLL_MAX_US 1000
-
-enum { SHM_SEND = 0, SHM_RECV = 1 };
-enum { SHM_SLOT_COPY = 1, SHM_SLOT_DIRECT = 2 };
-
-/* Both processes touch these words at once: they must be lock-free. */
-_Static_assert(ATOMIC_LLONG_LOCK_FREE == 2 && ATOMIC_INT_LOCK_FREE == 2,
-               "shared-memory counters need lock-free atomics");
-
-/* The start of every segment. */
-struct shm_header {
-  /* Set by the sender before `ready`, read-only afterwards. */
-  uint32_t magic;
-  uint32_t version;
-  uint64_t secret;
-  uint64_t map_bytes;
-  uint32_t nslots;
-  uint32_t slot_bytes;
-  int32_t sender_pid;
-  int32_t sender_rank;
-  int32_t receiver_rank;
-  int32_t channel;
-  uint64_t sender_addr; /* this header in the sender's address space: the direct-read probe */
-  _Atomic uint32_t ready;
-  /* Set by the receiver before `attached`. */
-  _Atomic int32_t receiver_pid; /* for whoever inspects a segment */
-  _Atomic uint32_t direct_ok;   /* its process_vm_readv probe of the sender worked */
-  _Atomic uint32_t attached;
-  _Atomic uint32_t closed[2]; /* [SHM_SEND], [SHM_RECV]: that side shut down or closed */
-  /* The two sides write these concurrently: one cache line each. */
-  alignas(SHM_LINE) _Atomic uint64_t head; /* slots produced */
-  alignas(SHM_LINE) _Atomic uint64_t tail; /* slots consumed */
-  alignas(SHM_LINE) _Atomic uint32_t bell; /* futex word, bumped after every head/tail move */
-  _Atomic uint32_t sleepers;               /* threads that may sleep on bell */
-  /* [side]: that side's threads asleep in epoll while blocked here (they
-   * wait for sockets too), and whether the other side can ring their bell
-   * pipe; then it does so after every bump while any sleep there. */
-  _Atomic uint32_t fd_sleepers[2];
-  _Atomic uint32_t fd_ringable[2];
-};
-
-/* What a slot holds; its own cache line so that the sender filling slot k+1
- * does not disturb the receiver reading slot k. */
-struct shm_slot {
-  alignas(SHM_LINE) uint32_t kind;
-  uint32_t bytes;           /* copy: payload in this slot */
-  uint64_t msg_bytes;       /* the whole message: checked against what the receiver posted */
-  uint64_t seq;             /* message number */
-  uint64_t addr;            /* direct: the message in the sender's address space */
-  struct transport_tag tag; /* the call it belongs to: checked too */
-};
-_Static_assert(sizeof(struct shm_slot) == SHM_LINE, "one slot descriptor per cache line");
-
-struct shm_msg {
-  char* buf;
-  size_t bytes;
-  int direct;
-  uint64_t ack; /* send, direct: complete once the tail reaches this slot count */
-  struct transport_tag tag;
-  int in_place; /* send: written straight into its slot (transport.h, send_space) */
-  int lend;     /* receive: left in its slot for the reader (transport.h, lend_max) */
-  int returned; /* receive, lent: the reader gave its slot back */
-  uint64_t at;  /* receive, lent: its slot, counted as head and tail are */
-};
-
-struct shm_conn {
-  struct transport_conn base;
-  int side;
-  int channel;
-  pid_t peer_pid;
-  char name[SHM_NAME_MAX];
-  int named;        /* send: the name may still be in /dev/shm */
-  _Atomic int shut; /* this side shut the connection down (maybe from an abort's thread) */
-  int64_t timeout_ms;
-  struct shm_header* hdr;
-  struct shm_slot* slots;
-  char* data;
-  size_t map_bytes;
-  uint32_t nslots;
-  size_t slot_bytes;
-  size_t direct_min;  /* send: 0 = never */
-  int direct;         /* send: -1 until the receiver has attached, then its probe result */
-  int direct_allowed; /* receive: this side's own say on direct reads (never the segment's) */
-  struct transport_waits* waits;
-  int peer_bell;     /* the peer's progress bell pipe, opened for writing; -1 if not */
-  uint64_t head;     /* slots produced (the sender's own, the receiver's last look) */
-  uint64_t tail;     /* slots freed (the receiver's own, the sender's last look) */
-  uint64_t rd;       /* receive: slots read, copied out or lent; the tail stops at a lent one */
-  uint64_t lent_lo;  /* receive: no message before this one is lent and not yet returned */
-  uint32_t nlent;    /* receive: lent messages posted and not yet returned */
-  uint64_t cur;      /* message now going through the slots */
-  size_t cur_off;    /* bytes of it already moved */
-  uint64_t alive_ns; /* next liveness check of the peer */
-  struct shm_msg msgs[TRANSPORT_MAX_INFLIGHT];
-};
-
-struct shm_params {
-  int64_t nslots;
-  int64_t slot_bytes;
-  int64_t direct_min;
-};
-
-/* The defaults (common/param_table.h) come from measurements
- * (docs/environment.md, "Shared memory"; docs/performance.md, "Measurements
- * behind the defaults"): enough slots to
- * keep 64 KiB pipeline chunks flowing, copies batched up to SHM_COPY_BATCH
- * so large messages need no larger slots, and direct reads off, since
- * process_vm_readv was slower than the two pipelined copies. */
-static struct shm_params shm_params;
-static pthread_once_t shm_params_once = PTHREAD_ONCE_INIT;
-
-static void shm_params_read(void) {
-  struct shm_params* p = &shm_params;
-  p->nslots = param_shm_nslots();
-  p->slot_bytes = ALIGN_UP(param_shm_slot_bytes(), SHM_LINE); /* every slot's data line-aligned */
-  p->direct_min = param_shm_direct_min();
-}
-
-static const struct shm_params* shm_params_get(void) {
-  pthread_once(&shm_params_once, shm_params_read);
-  return &shm_params;
-}
-
-/* Segment layout: header, slot descriptors, then the slots' data. */
-static size_t shm_layout(uint32_t nslots, size_t slot_bytes, size_t* slots_off, size_t* data_off) {
-  *slots_off = ALIGN_UP(sizeof(struct shm_header), SHM_LINE);
-  *data_off = ALIGN_UP(*slots_off + nslots * sizeof(struct shm_slot), SHM_PAGE) + SHM_DATA_SKEW;
-  return ALIGN_UP(*data_off + (size_t)nslots * slot_bytes, SHM_PAGE);
-}
 
 /* Tell the other side that head or tail moved (or a flag changed). The
  * seq_cst bump before reading the sleeper counts pairs with the sleeper's
  * increment before its futex wait or its last look before epoll: one of
  * the two sees the other. A full pipe already holds a ring. */
-static void shm_bell_ring(struct shm_conn* c) {
+void shm_bell_ring(struct shm_conn* c) {
   struct shm_header* h = c->hdr;
   atomic_fetch_add(&h->bell, 1);
   if (atomic_load(&h->sleepers) > 0)
@@ -194,245 +45,6 @@ static void shm_bell_ring(struct shm_conn* c) {
     if (write(c->peer_bell, &one, 1) < 0) { /* EAGAIN: full, the peer wakes anyway */
     }
   }
-}
-
-/* Open the peer's bell pipe through /proc, so that we can wake it while it
- * sleeps in epoll. The inode check makes sure the fd number still names
- * that pipe. Without it (no /proc, or ptrace rules deny the peer's fds)
- * the peer naps and looks again instead. */
-static void shm_bell_open(struct transport_ctx* ctx, struct shm_conn* c) {
-  const struct peer_info* p = &ctx->peers[c->base.peer];
-  char path[64];
-  struct stat st;
-  if (p->bell_ino == 0) return;
-  snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)c->peer_pid, (int)p->bell_fd);
-  int fd = open(path, O_WRONLY | O_NONBLOCK | O_CLOEXEC);
-  if (fd >= 0 && fstat(fd, &st) == 0 && S_ISFIFO(st.st_mode) &&
-      (uint64_t)st.st_ino == p->bell_ino) {
-    c->peer_bell = fd;
-    atomic_store(&c->hdr->fd_ringable[1 - c->side], 1);
-    return;
-  }
-  INFO(SUB_SHM | SUB_INIT,
-       "SHM : cannot open rank %d's bell %s (%s): it naps while it waits for sockets too",
-       c->base.peer, path, fd < 0 ? strerror(errno) : "not its pipe");
-  if (fd >= 0) close(fd);
-}
-
-static ncclResult_t shm_conn_alloc(struct transport_ctx* ctx, int peer, int side, int channel,
-                                   struct shm_conn** out) {
-  struct shm_conn* c = NULL;
-  ncclResult_t res = braid_calloc(&c, 1, sizeof(*c));
-  if (res != ncclSuccess) return res;
-  c->base.ops = &shm_transport;
-  c->base.peer = peer;
-  c->base.is_send = side == SHM_SEND;
-  c->side = side;
-  c->channel = channel;
-  c->peer_pid = ctx->peers[peer].pid;
-  c->timeout_ms = ctx->timeout_ms;
-  c->waits = ctx->waits;
-  c->direct = -1;
-  c->peer_bell = -1;
-  int sender = side == SHM_SEND ? ctx->rank : peer;
-  shm_name_make(c->name, ctx->peers[sender].pid, transport_peer_blob(ctx, TRANSPORT_SHM, sender),
-                side == SHM_SEND ? peer : ctx->rank, channel);
-  *out = c;
-  return ncclSuccess;
-}
-
-static ncclResult_t shm_conn_map(struct shm_conn* c, int fd, size_t bytes) {
-  void* p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
-  if (p == MAP_FAILED) {
-    WARN("SHM : mmap of %s (%zu bytes) failed: %s", c->name, bytes, strerror(errno));
-    return ncclSystemError;
-  }
-  __atomic_store_n(&c->hdr, p, __ATOMIC_RELEASE); /* shm_shutdown may read it from another thread */
-  c->map_bytes = bytes;
-  return ncclSuccess;
-}
-
-/* The slots and data at c->nslots and c->slot_bytes: the sender's own,
- * or what the receiver checked of the header (a copy: the sender could
- * change the mapped words after the check). */
-static void shm_conn_layout(struct shm_conn* c) {
-  size_t slots_off, data_off;
-  shm_layout(c->nslots, c->slot_bytes, &slots_off, &data_off);
-  c->slots = (struct shm_slot*)((char*)c->hdr + slots_off);
-  c->data = (char*)c->hdr + data_off;
-}
-
-static void shm_close(struct transport_conn* base);
-
-static ncclResult_t shm_connect_send(struct transport_ctx* ctx, int peer, int channel,
-                                     struct transport_conn** out) {
-  ncclResult_t res = ncclSuccess;
-  struct shm_conn* c = NULL;
-  int fd = -1;
-  const struct shm_params* p = shm_params_get();
-  size_t slots_off, data_off;
-  size_t bytes = shm_layout((uint32_t)p->nslots, (size_t)p->slot_bytes, &slots_off, &data_off);
-  CHECK(shm_conn_alloc(ctx, peer, SHM_SEND, channel, &c));
-  fd = shm_open(c->name, O_RDWR | O_CREAT | O_EXCL, 0600);
-  if (fd < 0) FAIL(ncclSystemError, "SHM : shm_open(%s) failed: %s", c->name, strerror(errno));
-  c->named = 1;
-  if (ftruncate(fd, (off_t)bytes) != 0)
-    FAIL(ncclSystemError, "SHM : ftruncate(%s, %zu) failed: %s", c->name, bytes, strerror(errno));
-  /* Reserve the pages now: a full /dev/shm (64 MiB in a default container)
-   * is then an error here instead of a SIGBUS on first touch. */
-  int err = posix_fallocate(fd, 0, (off_t)bytes);
-  if (err != 0)
-    FAIL(ncclSystemError, "SHM : cannot reserve %zu bytes in /dev/shm for %s: %s", bytes, c->name,
-         strerror(err));
-  CHECK(shm_conn_map(c, fd, bytes));
-  close(fd);
-  fd = -1;
-
-  struct shm_header* h = c->hdr;
-  h->magic = SHM_MAGIC;
-  h->version = SHM_VERSION;
-  h->secret = ctx->secret;
-  h->map_bytes = bytes;
-  h->nslots = (uint32_t)p->nslots;
-  h->slot_bytes = (uint32_t)p->slot_bytes;
-  h->sender_pid = ctx->peers[ctx->rank].pid;
-  h->sender_rank = ctx->rank;
-  h->receiver_rank = peer;
-  h->channel = channel;
-  h->sender_addr = (uint64_t)(uintptr_t)h;
-  c->nslots = h->nslots;
-  c->slot_bytes = h->slot_bytes;
-  shm_conn_layout(c);
-  c->direct_min = (size_t)p->direct_min;
-  shm_bell_open(ctx, c);
-  atomic_store_explicit(&h->ready, 1, memory_order_release);
-  INFO(SUB_SHM | SUB_INIT, "Channel %d: rank %d -> rank %d via SHM (%u slots x %zu bytes)", channel,
-       ctx->rank, peer, c->nslots, c->slot_bytes);
-  *out = &c->base;
-  return ncclSuccess;
-fail:
-  if (fd >= 0) close(fd);
-  if (c) shm_close(&c->base);
-  return res;
-}
-
-/* Open and map the segment once the sender has sized it; *found says so. */
-static ncclResult_t shm_segment_try_open(struct shm_conn* c, int* found) {
-  ncclResult_t res = ncclSuccess;
-  struct stat st;
-  *found = 0;
-  int fd = shm_open(c->name, O_RDWR, 0);
-  if (fd < 0) {
-    if (errno == ENOENT) return ncclSuccess;
-    FAIL(ncclSystemError, "SHM : shm_open(%s) failed: %s", c->name, strerror(errno));
-  }
-  if (fstat(fd, &st) != 0) FAIL(ncclSystemError, "SHM : fstat(%s): %s", c->name, strerror(errno));
-  if (st.st_uid != geteuid() || (st.st_mode & 077) != 0) /* made by another user, or open to one */
-    FAIL(ncclSystemError, "SHM : segment %s is uid %u mode %o, not this user's alone: refused",
-         c->name, (unsigned)st.st_uid, (unsigned)(st.st_mode & 0777));
-  if (st.st_size < (off_t)sizeof(struct shm_header)) goto out; /* not truncated yet */
-  CHECK(shm_conn_map(c, fd, (size_t)st.st_size));
-  *found = 1;
-out:
-  close(fd);
-  return ncclSuccess;
-fail:
-  if (fd >= 0) close(fd);
-  return res;
-}
-
-/* The sender's part of the header, checked once: what is used after is
- * the copy, since the sender may write the mapped words at any time. */
-static ncclResult_t shm_header_check(struct transport_ctx* ctx, struct shm_conn* c) {
-  struct shm_header h;
-  size_t slots_off, data_off;
-  const char* why = NULL;
-  memcpy(&h, c->hdr, offsetof(struct shm_header, ready));
-  if (h.magic != SHM_MAGIC || h.version != SHM_VERSION)
-    why = "not a Braid segment of this version";
-  else if (h.secret != ctx->secret)
-    why = "another communicator's segment";
-  else if (h.sender_pid != c->peer_pid || h.sender_rank != c->base.peer ||
-           h.receiver_rank != ctx->rank || h.channel != c->channel)
-    why = "wrong ranks";
-  else if (h.nslots < 1 || h.slot_bytes < SHM_LINE || h.slot_bytes % SHM_LINE != 0 ||
-           h.map_bytes != c->map_bytes ||
-           shm_layout(h.nslots, h.slot_bytes, &slots_off, &data_off) != c->map_bytes)
-    why = "inconsistent layout";
-  if (why) {
-    WARN("SHM : segment %s from rank %d refused (%s)", c->name, c->base.peer, why);
-    return ncclSystemError;
-  }
-  c->nslots = h.nslots;
-  c->slot_bytes = h.slot_bytes;
-  return ncclSuccess;
-}
-
-/* Can this process read the sender's memory? EPERM under ptrace
- * restrictions (Yama, a non-dumpable peer, a missing CAP_SYS_PTRACE). */
-static int shm_direct_probe(struct shm_conn* c) {
-  uint32_t v = 0;
-  struct iovec local = {&v, sizeof(v)};
-  struct iovec remote = {(void*)(uintptr_t)c->hdr->sender_addr, sizeof(v)};
-  ssize_t n = process_vm_readv(c->peer_pid, &local, 1, &remote, 1, 0);
-  if (n == (ssize_t)sizeof(v) && v == SHM_MAGIC) return 1;
-  INFO(SUB_SHM | SUB_INIT, "SHM : cannot read rank %d's memory (%s): no direct reads", c->base.peer,
-       n < 0 ? strerror(errno) : "wrong bytes");
-  return 0;
-}
-
-static ncclResult_t shm_connect_recv(struct transport_ctx* ctx, int peer, int channel,
-                                     struct transport_conn** out) {
-  ncclResult_t res = ncclSuccess;
-  struct shm_conn* c = NULL;
-  uint64_t deadline = braid_now_ns() + (uint64_t)MAX(ctx->timeout_ms, 0) * 1000000ull;
-  unsigned sleep_us = SHM_POLL_MIN_US;
-  CHECK(shm_conn_alloc(ctx, peer, SHM_RECV, channel, &c));
-  /* The sender creates the segment in its connect_send, which never waits
-   * for us: poll for it, giving up when the sender is gone. */
-  for (;;) {
-    int found = c->hdr != NULL;
-    if (!found) CHECK(shm_segment_try_open(c, &found));
-    if (found && atomic_load_explicit(&c->hdr->ready, memory_order_acquire)) break;
-    if (ctx->aborted && atomic_load(ctx->aborted))
-      FAIL(ncclSystemError, "SHM : communicator aborted while waiting for rank %d's segment", peer);
-    if (!shm_pid_alive(c->peer_pid))
-      FAIL(ncclRemoteError, "SHM : peer rank %d (pid %d) exited before connecting", peer,
-           (int)c->peer_pid);
-    if (braid_now_ns() >= deadline)
-      FAIL(ncclSystemError,
-           "SHM : timeout waiting for rank %d's segment %s (BRAID_TIMEOUT_MS=%lld)", peer, c->name,
-           (long long)ctx->timeout_ms);
-    usleep(sleep_us);
-    sleep_us = MIN(sleep_us * 2, SHM_POLL_MAX_US);
-  }
-  CHECK(shm_header_check(ctx, c));
-  shm_conn_layout(c);
-  struct shm_header* h = c->hdr;
-  /* Direct reads copy from where the sender's slot says, in the process
-   * the peer table names: only where this side asked for them too, and
-   * never from this very process (a peer naming our pid would make us
-   * copy our own memory into the receive). */
-  c->direct_allowed =
-      shm_params_get()->direct_min > 0 && c->peer_pid != getpid() && shm_direct_probe(c);
-  atomic_store_explicit(&h->direct_ok, (uint32_t)c->direct_allowed, memory_order_relaxed);
-  atomic_store_explicit(&h->receiver_pid, (int32_t)getpid(), memory_order_relaxed);
-  shm_bell_open(ctx, c);
-  atomic_store_explicit(&h->attached, 1, memory_order_release);
-  /* Both sides have it mapped: nothing needs the name any more. */
-  if (shm_unlink(c->name) != 0 && errno != ENOENT)
-    WARN("SHM : shm_unlink(%s) failed: %s", c->name, strerror(errno));
-  INFO(SUB_SHM | SUB_INIT, "Channel %d: rank %d <- rank %d via SHM (%u slots x %zu bytes%s)",
-       channel, ctx->rank, peer, c->nslots, c->slot_bytes,
-       atomic_load(&h->direct_ok) ? ", direct reads allowed" : "");
-  *out = &c->base;
-  return ncclSuccess;
-fail:
-  /* Whatever went wrong, leave nothing behind in /dev/shm. */
-  if (c && shm_unlink(c->name) != 0 && errno != ENOENT)
-    WARN("SHM : shm_unlink(%s) failed: %s", c->name, strerror(errno));
-  if (c) shm_close(&c->base);
-  return res;
 }
 
 /* A message lends from one slot (a direct read has no slot to lend), from
@@ -792,7 +404,7 @@ static void shm_send_drain(struct shm_conn* c) {
   }
 }
 
-static void shm_close(struct transport_conn* base) {
+void shm_close(struct transport_conn* base) {
   struct shm_conn* c = (struct shm_conn*)base;
   shm_send_drain(c);
   if (c->hdr) {
@@ -805,26 +417,6 @@ static void shm_close(struct transport_conn* base) {
   if (c->named && shm_unlink(c->name) != 0 && errno != ENOENT)
     WARN("SHM : shm_unlink(%s) failed: %s", c->name, strerror(errno));
   free(c);
-}
-
-/* Ranks of one host and shared-memory domain (the same /dev/shm and pid
- * namespace); a rank with NCCL_SHM_DISABLE=1 announced domain 0. */
-static int shm_can_connect(const struct transport_ctx* ctx, int a, int b) {
-  const struct shm_blob *ba = transport_peer_blob(ctx, TRANSPORT_SHM, a),
-                        *bb = transport_peer_blob(ctx, TRANSPORT_SHM, b);
-  return ba->domain != 0 && ctx->peers[a].host_hash == ctx->peers[b].host_hash &&
-         ba->domain == bb->domain;
-}
-
-/* This rank's domain and segment tag; its first comm also sweeps what
- * dead processes of the domain left in /dev/shm. */
-static ncclResult_t shm_blob_make(struct transport_ctx* ctx, void* blob) {
-  struct shm_blob* b = blob;
-  (void)ctx;
-  b->domain = param_shm_disable() ? 0 : host_shm_domain();
-  b->tag = host_random64();
-  transport_shm_sweep(b->domain);
-  return ncclSuccess;
 }
 
 const struct transport shm_transport = {
