@@ -1,12 +1,7 @@
 /*
  * The verbs transport (NET/IB): one RC queue pair per peer, channel and
- * direction, receiver-announced buffers, RDMA write with immediate.
- *
- * Setup: the sending side dials an out-of-band TCP socket (tcp.h) and
- * sends its QP's ib_qp_info; the receiving side answers, creates its QP,
- * connects it to the sender's, and sends its own info back; the sender
- * connects when that arrives. The socket then stays in the progress
- * engine's epoll set: its end is how a vanished peer shows.
+ * direction (or several, striped), receiver-announced buffers, RDMA write
+ * with immediate. Setup is ib_connect.c's.
  *
  * A message: the receiver registers its buffer (ib_mr_cache.h) and SENDs
  * an announcement (sequence, address, rkey, size, call) from a slot of
@@ -18,268 +13,35 @@
  * sleep on their CQ's completion channel, also in the epoll set (poll,
  * arm, poll once more, then wait).
  */
+#include "ib_transport.h"
+
 #include <errno.h>
-#include <fcntl.h>
-#include <poll.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include "core.h"
-#include "ib_devices.h"
-#include "ib_gdr.h"
-#include "ib_gid.h"
-#include "ib_mr_cache.h"
-#include "ib_qp.h"
+#include "ib_connect.h"
 #include "mem_kind.h"
 #include "param.h"
-#include "socket.h"
 #include "tcp/tcp.h"
-#include "tcp/tcp_connect.h"
 
-#define IB_DEPTH TRANSPORT_MAX_INFLIGHT
 #define IB_PIECE ((size_t)1 << 30) /* bytes per work request at most */
-#define IB_PROBE_PORTS 16
-#define IB_MAX_QPS 16
 /* Striping: a message takes one stripe per STRIPE_MIN bytes, up to one per
  * QP, cut on STRIPE_ALIGN bytes; stripe j of message s goes on QP (s+j) %
  * nqps, so small messages still spread over the QPs. */
 #define IB_STRIPE_MIN ((size_t)16 << 10)
 #define IB_STRIPE_ALIGN ((size_t)128)
-/* Bounce slots per connection, each a pipeline chunk (at most BOUNCE_MAX). */
-#define IB_BOUNCE_SLOTS 16
-#define IB_BOUNCE_MAX ((size_t)1 << 20)
 /* A peer's socket closed while a message is still out: how long its last
  * completions (already on their way on the QP) may take to show. */
 #define IB_GONE_GRACE_NS 1000000000ull
 
-/* What a rank publishes: whether it speaks verbs, and on what link. */
-struct ib_blob {
-  uint8_t valid;
-  uint8_t link_layer;
-  uint8_t far; /* its port is on another NUMA node than the rank */
-  uint8_t pad;
-  uint32_t mbps; /* its port's rate */
-};
-
-/* What a port on the other socket is priced at, at most: the link between
- * sockets bounds its traffic. NCCL's figure for a Skylake-class link
- * (10 GB/s); no machine here has two sockets to measure one. */
-#define IB_CROSS_SOCKET_MBPS 80000u
-
-/* The comm's device: one port (the first NCCL_IB_HCA selects). */
-struct ib_state {
-  const struct ib_verbs* v;
-  struct ibv_context* ctx;
-  struct ibv_pd* pd;
-  struct ib_port port;
-  int numa;               /* the rank's NUMA node when it opened the device (-1: unknown) */
-  struct ib_qp_info self; /* lid, link layer, MTU, GID: every QP's */
-  struct ib_qp_knobs knobs;
-  int nqps; /* NCCL_IB_QPS_PER_CONNECTION: this end's, when it sends */
-  struct ib_mr_cache cache;
-  enum ibv_event_type fatal; /* a fatal async event seen (0: none): every conn fails */
-  int fatal_seen;
-};
-
-/* A connection's queue pairs, as each end tells the other. The sending
- * end's NCCL_IB_QPS_PER_CONNECTION rules: the receiving end makes as
- * many. */
-struct ib_conn_info {
-  uint32_t nqps, pad;
-  struct ib_qp_info qp[IB_MAX_QPS];
-};
-
-/* The control messages, each in a registered slot. */
-struct ib_ann { /* receiver -> sender: a posted buffer */
-  uint64_t seq, addr, bytes;
-  uint32_t rkey, pad;
-  struct transport_tag tag;
-};
-struct ib_fin { /* sender -> receiver: a message that did not match */
-  uint64_t seq, bytes;
-  struct transport_tag tag;
-};
-union ib_slot {
-  struct ib_ann ann;
-  struct ib_fin fin;
-};
-
-/* wr_id: what completed, on which QP, and which slot or message. */
-enum ib_wr { WR_CTRL_SEND = 1, WR_CTRL_RECV, WR_DATA_SEND, WR_DATA_RECV };
-#define WR_ID(kind, qp, i) ((uint64_t)(kind) << 56 | (uint64_t)(qp) << 48 | (uint64_t)(i))
-#define WR_KIND(id) ((int)((id) >> 56))
-#define WR_QP(id) ((int)(((id) >> 48) & 0xff))
-#define WR_INDEX(id) ((id) & ((1ull << 48) - 1))
-
-/* A message, and how the NIC reaches its buffer: through a registration
- * (ncclCommRegister's, or one made for it), or through the connection's
- * bounce slot of its sequence, copied there or from there. */
-struct ib_msg {
-  void* ptr;
-  size_t bytes;
-  struct transport_tag tag;
-  struct ib_mr_ent* mr; /* held while the NIC may touch the buffer */
-  int owned;            /* the comm's own memory: its registration is kept */
-  int bounce;           /* a small user buffer nobody registered */
-  int written;          /* send: its writes (or fin) are posted */
-  int left;             /* completions still due: stripes written, or to arrive */
-};
-
-struct ib_conn {
-  struct transport_conn base;
-  struct transport_ctx* tctx;
-  struct ib_state* st;
-  int oob;             /* the out-of-band socket */
-  int ready;           /* the QPs are connected */
-  uint64_t gone_since; /* the socket closed with messages still out (0: not) */
-  struct ibv_comp_channel* ch;
-  struct ibv_cq* cq; /* every QP's */
-  int nqps;
-  struct ibv_qp* qps[IB_MAX_QPS]; /* qps[0] also carries the control messages */
-  struct ib_conn_info self;
-  /* slots [0, IB_DEPTH): what this end sends (announcements, fins);
-   * [IB_DEPTH, 2 IB_DEPTH): where the other end's land */
-  union ib_slot slots[2 * IB_DEPTH];
-  struct ibv_mr* slots_mr;
-  char* bounce; /* IB_BOUNCE_SLOTS x bounce_bytes, registered at first need */
-  size_t bounce_bytes;
-  struct ibv_mr* bounce_mr;
-  struct ib_msg q[IB_DEPTH];
-  struct ib_ann anns[IB_DEPTH]; /* send: announcements taken in, by sequence */
-  uint64_t nanns;
-  uint64_t announced; /* receive: announcements posted */
-};
-
-/* ---- The comm's device ---- */
-
-static ncclResult_t watch(struct transport_ctx* ctx, int fd);
-
-static struct ib_state* ib_state_of(const struct transport_ctx* ctx) {
-  return ctx->state[TRANSPORT_NET_IB];
-}
-
-static void ib_free_state(struct transport_ctx* ctx) {
-  struct ib_state* st = ib_state_of(ctx);
-  if (st == NULL) return;
-  ib_mr_cache_free(&st->cache);
-  if (st->pd) st->v->dealloc_pd(st->pd);
-  if (st->ctx) st->v->close_device(st->ctx);
-  free(st);
-  ctx->state[TRANSPORT_NET_IB] = NULL;
-}
-
-/* The NUMA node this rank runs on (-1: unknown): where its buffers are
- * likely to live, so the HCA it would rather use. */
-static int rank_numa(void) {
-  unsigned cpu, node;
-  return getcpu(&cpu, &node) == 0 ? (int)node : -1;
-}
-
-/* Open the device of the selected port nearest this rank: PD, GID, the
- * QPs' common info. */
-static ncclResult_t ib_state_open(struct transport_ctx* ctx, struct ib_state** out) {
-  ncclResult_t res = ncclSuccess;
-  const char* why = NULL;
-  struct ib_port ports[IB_PROBE_PORTS];
-  struct ibv_port_attr pa;
-  struct ib_state* st = NULL;
-  struct ibv_device** list = NULL;
-  int n = 0, nhca = 0;
-  const struct ib_verbs* v = ib_verbs_get(&why);
-  if (v == NULL) FAIL(ncclInvalidUsage, "NET/IB : %s", why);
-  ib_ports_find(v, param_ib_hca(), ports, IB_PROBE_PORTS, &n, &nhca);
-  if (n == 0) FAIL(ncclInvalidUsage, "NET/IB : no active port (%d HCAs)", nhca);
-  CHECK(braid_calloc(&st, 1, sizeof(*st)));
-  ctx->state[TRANSPORT_NET_IB] = st; /* ib_free_state undoes the rest */
-  st->v = v;
-  st->numa = rank_numa();
-  st->port = ports[ib_port_pick(ports, n, st->numa)];
-  list = v->get_device_list(&n);
-  for (int i = 0; list && i < n && st->ctx == NULL; i++)
-    if (strcmp(v->get_device_name(list[i]), st->port.dev) == 0) st->ctx = v->open_device(list[i]);
-  if (list) v->free_device_list(list);
-  if (st->ctx == NULL) FAIL(ncclSystemError, "NET/IB : cannot open %s", st->port.dev);
-  if (v->query_port(st->ctx, (uint8_t)st->port.port, &pa) != 0)
-    FAIL(ncclSystemError, "NET/IB : cannot query %s:%d", st->port.dev, st->port.port);
-  st->pd = v->alloc_pd(st->ctx);
-  if (st->pd == NULL) FAIL(ncclSystemError, "NET/IB : ibv_alloc_pd failed on %s", st->port.dev);
-  st->self.lid = pa.lid;
-  st->self.link_layer = pa.link_layer;
-  st->self.mtu = pa.active_mtu;
-  CHECK(ib_gid_select(v, st->ctx, st->port.port, pa.link_layer, pa.gid_tbl_len, &st->self.gid_index,
-                      &st->self.gid));
-  ib_qp_knobs_read(&st->knobs);
-  st->nqps = (int)param_ib_qps_per_conn();
-  ib_mr_cache_init(&st->cache, v, st->pd);
-  CHECK(watch(ctx, st->ctx->async_fd)); /* fatal events wake the waiter */
-  *out = st;
-fail:
-  return res;
-}
-
-static ncclResult_t ib_blob_make(struct transport_ctx* ctx, void* blob) {
-  ncclResult_t res = ncclSuccess;
-  struct ib_blob b = {0, 0, 0, 0, 0};
-  struct ib_state* st = NULL;
-  if (ctx->net == &ib_transport) { /* only where NCCL_NET chose it */
-    CHECK(ib_state_open(ctx, &st));
-    b.valid = 1;
-    b.link_layer = st->self.link_layer;
-    b.far = (uint8_t)ib_port_far(&st->port, st->numa);
-    b.mbps = st->port.mbps;
-    char d[96];
-    ib_port_describe(&st->port, d, sizeof(d));
-    const char* gdr = ib_gdr_module("/");
-    INFO(SUB_INIT | SUB_NET,
-         "NET/IB : rank %d (NUMA %d) on %s%s, GID index %d; GPUDirect RDMA %s%s%s (not used yet: "
-         "device buffers go through pinned host slots)",
-         ctx->rank, st->numa, d, b.far ? " across sockets" : "", st->self.gid_index,
-         gdr ? "would be available: " : "unavailable", gdr ? gdr : "",
-         gdr ? " loaded" : " (no nvidia_peermem)");
-  }
-  memcpy(blob, &b, sizeof(b));
-fail:
-  return res;
-}
-
-static uint32_t ib_link_mbps(const struct transport_ctx* ctx, int rank) {
-  struct ib_blob b;
-  memcpy(&b, transport_peer_blob(ctx, TRANSPORT_NET_IB, rank), sizeof(b));
-  if (!b.valid) return 0;
-  return b.far ? MIN(b.mbps, IB_CROSS_SOCKET_MBPS) : b.mbps;
-}
-
-static int ib_can_connect(const struct transport_ctx* ctx, int a, int b) {
-  struct ib_blob x, y;
-  memcpy(&x, transport_peer_blob(ctx, TRANSPORT_NET_IB, a), sizeof(x));
-  memcpy(&y, transport_peer_blob(ctx, TRANSPORT_NET_IB, b), sizeof(y));
-  return a != b && x.valid && y.valid && x.link_layer == y.link_layer;
-}
-
-/* ---- Connections ---- */
-
-static void conn_free(struct ib_conn* c) {
-  const struct ib_verbs* v = c->st ? c->st->v : NULL;
-  for (int i = 0; i < IB_DEPTH; i++) ib_mr_put(c->q[i].mr);
-  for (int j = 0; j < c->nqps; j++)
-    if (c->qps[j]) v->destroy_qp(c->qps[j]);
-  if (c->slots_mr) v->dereg_mr(c->slots_mr);
-  if (c->bounce_mr) v->dereg_mr(c->bounce_mr);
-  free(c->bounce);
-  if (c->cq) v->destroy_cq(c->cq);
-  if (c->ch) v->destroy_comp_channel(c->ch);
-  if (c->oob >= 0) close(c->oob);
-  free(c);
-}
-
 /* A receive on QP `qp`: on QP 0 into slot `slot` (announcements at the
  * sender; fins, or nothing, at the receiver), elsewhere into nothing (the
  * immediate of a stripe's last write). */
-static ncclResult_t post_recv(struct ib_conn* c, int qp, int slot) {
+ncclResult_t ib_post_recv(struct ib_conn* c, int qp, int slot) {
   struct ibv_sge sge = {(uint64_t)(uintptr_t)&c->slots[slot], sizeof(union ib_slot),
                         c->slots_mr->lkey};
   struct ibv_recv_wr wr = {.wr_id = WR_ID(c->base.is_send ? WR_CTRL_RECV : WR_DATA_RECV, qp, slot),
@@ -289,189 +51,6 @@ static ncclResult_t post_recv(struct ib_conn* c, int qp, int slot) {
   if (ibv_post_recv(c->qps[qp], &wr, &bad) == 0) return ncclSuccess;
   WARN("NET/IB : ibv_post_recv to rank %d failed", c->base.peer);
   return ncclSystemError;
-}
-
-/* Epoll watches both fds: the CQ's channel and the out-of-band socket. */
-static ncclResult_t watch(struct transport_ctx* ctx, int fd) {
-  struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP | EPOLLET, .data = {0}};
-  if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) == 0 &&
-      epoll_ctl(ctx->epoll_fd, EPOLL_CTL_ADD, fd, &ev) == 0)
-    return ncclSuccess;
-  WARN("NET/IB : cannot watch fd %d: %s", fd, strerror(errno));
-  return ncclSystemError;
-}
-
-/* The QPs of a connection, in INIT, with their receives posted (the other
- * end may send as soon as it is connected): announcements at the sender,
- * fins and stripes' immediates at the receiver. */
-static ncclResult_t qps_make(struct ib_conn* c, int nqps) {
-  ncclResult_t res = ncclSuccess;
-  struct ib_state* st = c->st;
-  c->self.nqps = (uint32_t)nqps;
-  for (int j = 0; j < nqps; j++) {
-    CHECK(ib_qp_create(st->v, st->pd, c->cq, st->port.port, 2 * IB_DEPTH, &c->qps[j]));
-    c->nqps = j + 1;
-    c->self.qp[j] = st->self;
-    c->self.qp[j].qpn = c->qps[j]->qp_num;
-  }
-  for (int i = IB_DEPTH; i < 2 * IB_DEPTH; i++) CHECK(post_recv(c, 0, i));
-  for (int j = 1; j < nqps && !c->base.is_send; j++)
-    for (int i = 0; i < IB_DEPTH; i++) CHECK(post_recv(c, j, 0));
-fail:
-  return res;
-}
-
-/* A connection's verbs objects. It owns `oob` from here on. */
-static ncclResult_t conn_make(struct transport_ctx* ctx, int peer, int is_send, int oob, int nqps,
-                              struct ib_conn** out) {
-  ncclResult_t res = ncclSuccess;
-  struct ib_conn* c = NULL;
-  struct ib_state* st = ib_state_of(ctx);
-  if (st == NULL) {
-    close(oob);
-    FAIL(ncclInternalError, "NET/IB : rank %d connects without its device", ctx->rank);
-  }
-  if (braid_calloc(&c, 1, sizeof(*c)) != ncclSuccess) {
-    close(oob);
-    return ncclSystemError;
-  }
-  c->base.ops = &ib_transport;
-  c->base.peer = peer;
-  c->base.is_send = is_send;
-  c->tctx = ctx;
-  c->st = st;
-  c->oob = oob;
-  c->bounce_bytes = MIN((size_t)param_chunk_size(), IB_BOUNCE_MAX);
-  c->ch = st->v->create_comp_channel(st->ctx);
-  c->cq = c->ch ? st->v->create_cq(st->ctx, (2 + 2 * nqps) * IB_DEPTH, c, c->ch, 0) : NULL;
-  c->slots_mr = st->v->reg_mr(st->pd, c->slots, sizeof(c->slots), IBV_ACCESS_LOCAL_WRITE);
-  if (c->cq == NULL || c->slots_mr == NULL)
-    FAIL(ncclSystemError, "NET/IB : cannot make the CQ or register slots for rank %d", peer);
-  CHECK(qps_make(c, nqps));
-  CHECK(watch(ctx, c->oob));
-  CHECK(watch(ctx, c->ch->fd));
-  *out = c;
-  return ncclSuccess;
-fail:
-  if (c) conn_free(c);
-  return res;
-}
-
-static ncclResult_t info_send(struct ib_conn* c) {
-  if (send(c->oob, &c->self, sizeof(c->self), MSG_NOSIGNAL) == (ssize_t)sizeof(c->self))
-    return ncclSuccess;
-  WARN("NET/IB : cannot send QP info to rank %d", c->base.peer);
-  return ncclRemoteError;
-}
-
-/* The peer's QP info, once whole on the socket (*got 0: not yet). */
-static ncclResult_t info_read(int oob, int peer, struct ib_conn_info* info, int* got) {
-  ssize_t n = recv(oob, info, sizeof(*info), MSG_PEEK | MSG_DONTWAIT);
-  *got = 0;
-  if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
-    WARN("NET/IB : rank %d closed its connection before it was set up", peer);
-    return ncclRemoteError;
-  }
-  if (n < (ssize_t)sizeof(*info)) return ncclSuccess;
-  if (recv(oob, info, sizeof(*info), 0) != (ssize_t)sizeof(*info) || info->nqps < 1 ||
-      info->nqps > IB_MAX_QPS) {
-    WARN("NET/IB : bad QP info from rank %d", peer);
-    return ncclRemoteError;
-  }
-  *got = 1;
-  return ncclSuccess;
-}
-
-/* Connect QP j to the peer's QP j, every one. */
-static ncclResult_t qps_connect(struct ib_conn* c, const struct ib_conn_info* peer) {
-  ncclResult_t res = ncclSuccess;
-  if ((int)peer->nqps != c->nqps)
-    FAIL(ncclInternalError, "NET/IB : rank %d has %u QPs on our connection, %d here", c->base.peer,
-         peer->nqps, c->nqps);
-  for (int j = 0; j < c->nqps; j++)
-    CHECK(ib_qp_connect(c->st->v, c->qps[j], c->st->port.port, &c->self.qp[j], &peer->qp[j],
-                        &c->st->knobs));
-  c->ready = 1;
-fail:
-  return res;
-}
-
-/* The sender: the receiver's answer, once whole: connect. */
-static ncclResult_t info_take(struct ib_conn* c, int* got) {
-  struct ib_conn_info peer;
-  ncclResult_t res = info_read(c->oob, c->base.peer, &peer, got);
-  if (res == ncclSuccess && *got) res = qps_connect(c, &peer);
-  return res;
-}
-
-static ncclResult_t ib_connect_send(struct transport_ctx* ctx, int peer, int channel,
-                                    struct transport_conn** out) {
-  ncclResult_t res = ncclSuccess;
-  struct ib_conn* c = NULL;
-  struct ib_state* st = ib_state_of(ctx);
-  int oob = -1;
-  CHECK(tcp_oob_dial(ctx, peer, channel, &oob));
-  CHECK(conn_make(ctx, peer, 1, oob, st ? st->nqps : 1, &c));
-  res = info_send(c); /* its answer comes later: progress connects the QPs */
-  if (res != ncclSuccess) {
-    conn_free(c);
-    goto fail;
-  }
-  *out = &c->base;
-fail:
-  return res;
-}
-
-/* The sender's info (sent in its send phase), waited for in poll. */
-static ncclResult_t info_wait(struct transport_ctx* ctx, int oob, int peer,
-                              struct ib_conn_info* info) {
-  ncclResult_t res = ncclSuccess;
-  uint64_t deadline = socket_deadline(ctx->timeout_ms);
-  int got = 0;
-  while (res == ncclSuccess && !got) {
-    res = socket_wait(oob, POLLIN, deadline, ctx->aborted, "NET/IB QP info");
-    if (res == ncclSuccess) res = info_read(oob, peer, info, &got);
-  }
-  return res;
-}
-
-/* The receiving end makes as many QPs as the sender, connects them, and
- * answers. */
-static ncclResult_t ib_connect_recv(struct transport_ctx* ctx, int peer, int channel,
-                                    struct transport_conn** out) {
-  ncclResult_t res = ncclSuccess;
-  struct ib_conn* c = NULL;
-  struct ib_conn_info info;
-  int oob = -1;
-  CHECK(tcp_oob_answer(ctx, peer, channel, &oob));
-  res = info_wait(ctx, oob, peer, &info);
-  if (res != ncclSuccess) {
-    close(oob);
-    goto fail;
-  }
-  CHECK(conn_make(ctx, peer, 0, oob, (int)info.nqps, &c));
-  res = qps_connect(c, &info);
-  if (res == ncclSuccess) res = info_send(c);
-  if (res != ncclSuccess) {
-    conn_free(c);
-    goto fail;
-  }
-  INFO(SUB_NET | SUB_INIT, "Channel %d: rank %d via NET/IB, %d QP%s (first %u)", channel, peer,
-       c->nqps, c->nqps > 1 ? "s" : "", c->self.qp[0].qpn);
-  *out = &c->base;
-fail:
-  return res;
-}
-
-static void ib_shutdown(struct transport_conn* conn) {
-  struct ib_conn* c = (struct ib_conn*)conn;
-  struct ibv_qp_attr a = {.qp_state = IBV_QPS_ERR};
-  shutdown(c->oob, SHUT_RDWR);
-  for (int j = 0; j < c->nqps; j++) c->st->v->modify_qp(c->qps[j], &a, IBV_QP_STATE);
-}
-
-static void ib_close(struct transport_conn* conn) {
-  conn_free((struct ib_conn*)conn);
 }
 
 /* ---- Registration ---- */
@@ -640,7 +219,7 @@ static ncclResult_t recv_arrived(struct ib_conn* c, const struct ibv_wc* wc) {
     FAIL(ncclInternalError, "NET/IB : rank %d did not write message %llu", c->base.peer,
          (unsigned long long)f->seq);
   }
-  CHECK(post_recv(c, WR_QP(wc->wr_id), (int)WR_INDEX(wc->wr_id)));
+  CHECK(ib_post_recv(c, WR_QP(wc->wr_id), (int)WR_INDEX(wc->wr_id)));
   CHECK(recv_finish(c));
 fail:
   return res;
@@ -744,7 +323,7 @@ static ncclResult_t ann_arrived(struct ib_conn* c, const struct ibv_wc* wc) {
   }
   c->anns[c->nanns % IB_DEPTH] = c->slots[slot].ann;
   c->nanns++;
-  return post_recv(c, 0, slot);
+  return ib_post_recv(c, 0, slot);
 }
 
 /* One completion. */
@@ -832,7 +411,7 @@ static ncclResult_t ib_progress(struct transport_conn* conn, int* progressed) {
   int got = 0;
   CHECK(async_check(c->st));
   if (!c->ready) {
-    CHECK(info_take(c, &got));
+    CHECK(ib_info_take(c, &got));
     if (!got) {
       transport_wait_on_fd(c->tctx->waits);
       return ncclSuccess;
