@@ -622,11 +622,19 @@ static void test_path_avx512_nt(void** state) {
   run_path("avx512", 1);
 }
 
+/* Whether fp8 value v of type t is a NaN. */
+static int fp8_nan(const struct tinfo* t, uint32_t v) {
+  return isnan(widen(t->type, v));
+}
+
 /* Every pair of fp8 values through kern_reduce on one path, against the
  * scalar reference: each operator and flags, aligned and one byte off
- * (the vector loops and their tails), out of place and in place. The plain
- * sum has its own loop on the SIMD paths (halves through F16C), whose
- * exactness rests on these 65536 pairs. */
+ * (the vector loops and their tails), out of place and in place, and the
+ * pairs without a NaN alone. The plain sum has its own loop on the SIMD
+ * paths (halves through F16C), whose exactness rests on these pairs; it
+ * skips the NaN handling in blocks of 32 without a NaN (or, for e5m2, an
+ * infinity), which only the last layout gives the large values (in the
+ * others they share their blocks with the type's NaNs). */
 static void fp8_pairs(const char* isa) {
   if (!kern_force_isa(isa)) {
     print_message("path %s not available on this CPU\n", isa);
@@ -635,23 +643,25 @@ static void fp8_pairs(const char* isa) {
   enum { N = 65536 };
   static uint8_t a[N + 1], b[N + 1], d[N + 1], want[N];
   for (size_t t = 0; t < NTYPES; t++) {
-    if (types[t].type != ncclFloat8e4m3 && types[t].type != ncclFloat8e5m2) continue;
+    const struct tinfo* ty = &types[t];
+    if (ty->type != ncclFloat8e4m3 && ty->type != ncclFloat8e5m2) continue;
     for (int op = KERN_SUM; op <= KERN_MIN; op++)
       for (unsigned fl = 0; fl < 4; fl++)
-        for (int v = 0; v < 3; v++) { /* aligned; a byte off; in place (dst == a) */
-          size_t o = v == 1;
-          uint64_t scalar = narrow(types[t].type, 1.375f);
-          struct kern_redop r = {types[t].type, (enum kern_op)op, scalar, 3};
+        for (int v = 0; v < 4; v++) { /* aligned; a byte off; in place; no NaN */
+          size_t o = v == 1, m = 0;
+          uint64_t scalar = narrow(ty->type, 1.375f);
+          struct kern_redop r = {ty->type, (enum kern_op)op, scalar, 3};
           for (size_t i = 0; i < N; i++) {
-            a[o + i] = (uint8_t)(i >> 8), b[o + i] = (uint8_t)i;
-            want[i] = (uint8_t)ref_elem(&types[t], op, fl, i >> 8, i & 0xff, scalar, 3);
+            if (v == 3 && (fp8_nan(ty, i >> 8) || fp8_nan(ty, i & 0xff))) continue;
+            a[o + m] = (uint8_t)(i >> 8), b[o + m] = (uint8_t)i;
+            want[m++] = (uint8_t)ref_elem(ty, op, fl, i >> 8, i & 0xff, scalar, 3);
           }
           uint8_t* out = v == 2 ? a : d + o;
-          kern_reduce(&r, fl, out, a + o, b + o, N);
-          for (size_t i = 0; i < N; i++)
+          kern_reduce(&r, fl, out, a + o, b + o, m);
+          for (size_t i = 0; i < m; i++)
             if (out[i] != want[i])
-              fail_msg("%s %s %s flags %u variant %d: %02zx, %02zx -> %02x, want %02x", isa,
-                       types[t].name, op_names[op], fl, v, i >> 8, i & 0xff, out[i], want[i]);
+              fail_msg("%s %s %s flags %u variant %d: %02x, %02x -> %02x, want %02x", isa, ty->name,
+                       op_names[op], fl, v, a[o + i], b[o + i], out[i], want[i]);
         }
   }
   kern_force_isa(NULL);
