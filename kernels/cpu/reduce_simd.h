@@ -343,7 +343,8 @@ KERN_INLINE __m256i f8_sum_block(int e4m3, int plain, int ns, const char* const*
 /* Whole blocks of 32 elements of a plain fp8 sum of ns sources into nd
  * destinations (streamed when nt: the entry aligned them). A block without
  * NaNs (or, for e5m2, infinities) in any source, the everyday case, takes
- * the steps without their NaN handling: a quarter of the work on e4m3. */
+ * the steps without their NaN handling (e4m3 about 15% faster on AVX2:
+ * docs/performance.md, "The CPU reduction kernels"). */
 KERN_INLINE size_t f8_sum_loop(int e4m3, int nt, int ns, int nd, void* const* dp,
                                const void* const* sp, size_t off, size_t n) {
   SIMD_LOCAL_PTRS(1);
