@@ -171,12 +171,14 @@ static void test_stream_ordering(void** state) {
   usleep(50000);
   assert_int_equal(g_cu->cuEventQuery(ev), CUDA_ERROR_NOT_READY);
   assert_int_equal(g_cu->cuStreamQuery(s), CUDA_ERROR_NOT_READY);
-  assert_int_equal(flags[1], 0);
+  /* the flags are shared with the stream's thread, as pinned memory is with
+   * a GPU: read and written atomically */
+  assert_int_equal(__atomic_load_n(&flags[1], __ATOMIC_ACQUIRE), 0);
   assert_int_equal(mem_copy(got, out, n * 4), ncclSuccess); /* the kernel has not run */
   assert_true(got[n - 1] == -1.0f);
-  flags[0] = 1; /* release */
+  __atomic_store_n(&flags[0], 1, __ATOMIC_RELEASE); /* release */
   assert_int_equal(g_cu->cuEventSynchronize(ev), CUDA_SUCCESS);
-  assert_int_equal(flags[1], 7);
+  assert_int_equal(__atomic_load_n(&flags[1], __ATOMIC_ACQUIRE), 7);
   assert_int_equal(mem_copy(got, out, n * 4), ncclSuccess);
   for (size_t i = 0; i < n; i++)
     if (got[i] != 2.0f * (float)i) fail_msg("[%zu] = %g after the release", i, got[i]);
