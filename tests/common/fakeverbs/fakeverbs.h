@@ -68,6 +68,8 @@ struct fv_qp;
  * FV_FD_LISTEN, FV_FD_IN, FV_FD_OUT). */
 enum fv_fd_kind { FV_FD_LISTEN = 1, FV_FD_IN, FV_FD_OUT };
 int fv_hw_watch(struct fv_qp* qp, int fd, enum fv_fd_kind what);
+/* Stop watching fd (the HCA thread, under fv_lock). */
+void fv_hw_unwatch(int fd);
 /* CPU time of the HCA thread so far, ns (0: not started). */
 uint64_t fv_hw_cpu_ns(void);
 /* The HCA's handling of an event on one of qp's fds (under fv_lock). */

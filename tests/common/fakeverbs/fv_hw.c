@@ -73,6 +73,10 @@ int fv_hw_watch(struct fv_qp* qp, int fd, enum fv_fd_kind what) {
   return epoll_ctl(g_epoll, EPOLL_CTL_ADD, fd, &ev);
 }
 
+void fv_hw_unwatch(int fd) {
+  epoll_ctl(g_epoll, EPOLL_CTL_DEL, fd, NULL);
+}
+
 /* The CPU time the HCA thread used so far (0: none started): the
  * emulation's own work, which the benchmark report takes out of a
  * process's CPU time to leave Braid's. */

@@ -45,6 +45,7 @@ struct fv_qp {
   struct ibv_qp qp;
   struct ibv_qp_attr applied; /* what modify_qp set, for ibv_query_qp */
   int listen_fd, in_fd, out_fd;
+  int gone_fd;               /* out_fd once the peer vanished: shut, closed with the QP */
   pthread_mutex_t send_lock; /* one poster's frame at a time on out_fd */
   uint64_t next_psn;
   struct fv_swr* sq;
@@ -177,7 +178,7 @@ FV_EXPORT struct ibv_qp* ibv_create_qp(struct ibv_pd* pd, struct ibv_qp_init_att
   q->sq = calloc((size_t)q->sq_cap, sizeof(*q->sq));
   q->rq = calloc((size_t)q->rq_cap, sizeof(*q->rq));
   q->held = calloc((size_t)q->rq_cap, sizeof(*q->held));
-  q->in_fd = q->out_fd = -1;
+  q->in_fd = q->out_fd = q->gone_fd = -1;
   q->listen_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (q->sq == NULL || q->rq == NULL || q->held == NULL || q->listen_fd < 0) goto fail;
   pthread_mutex_init(&q->send_lock, NULL);
@@ -225,6 +226,7 @@ FV_EXPORT int ibv_destroy_qp(struct ibv_qp* qp) {
   if (q->listen_fd >= 0) close(q->listen_fd);
   if (q->in_fd >= 0) close(q->in_fd);
   if (q->out_fd >= 0) close(q->out_fd);
+  if (q->gone_fd >= 0) close(q->gone_fd);
   for (int i = 0; i < q->held_count; i++) free(q->held[(q->held_head + i) % q->rq_cap].payload);
   pthread_mutex_destroy(&q->send_lock);
   free(q->sq), free(q->rq), free(q->held);
@@ -466,9 +468,13 @@ static void accept_peer(struct fv_qp* q) {
 }
 
 /* The peer vanished: outstanding requests fail as the transport timer
- * would, and the QP goes to error. */
+ * would, and the QP goes to error. The socket is shut, not closed: a
+ * poster may be writing to it outside fv_lock (fv_post_send), and a
+ * closed number could name another file by then; the QP closes it. */
 static void peer_gone(struct fv_qp* q) {
-  close(q->out_fd);
+  fv_hw_unwatch(q->out_fd);
+  shutdown(q->out_fd, SHUT_RDWR);
+  q->gone_fd = q->out_fd;
   q->out_fd = -1;
   if (q->sq_count > 0) send_done(q, IBV_WC_RETRY_EXC_ERR);
 }
