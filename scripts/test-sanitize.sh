@@ -60,6 +60,7 @@ else
 fi
 
 pass=0 fail=0 failed=() start=$(date +%s)
+user_cuda_lib=${BRAID_CUDA_LIB:-} # the caller's driver, if it named one
 
 # Runs prefix... binary args... with the limit; counts and prints the result.
 run_one() {
@@ -142,8 +143,16 @@ for cfg in "${configs[@]}"; do
   fi
   # The simulated CUDA driver of this build, instrumented like the tests:
   # the main build's would hide its atomics (the gates' flags) from TSan.
+  # (Chosen per build: the other build's, left in the environment, would
+  # not load here, as it wants the other sanitizer's runtime.)
   sim=$build/tests/libcudasim.so
-  if [ -z "${BRAID_CUDA_LIB:-}" ] && [ -f "$sim" ]; then export BRAID_CUDA_LIB=$sim; fi
+  if [ -n "$user_cuda_lib" ]; then
+    export BRAID_CUDA_LIB=$user_cuda_lib
+  elif [ -f "$sim" ]; then
+    export BRAID_CUDA_LIB=$sim
+  else
+    unset BRAID_CUDA_LIB
+  fi
   for b in "${units[@]}" "${mps[@]}"; do
     args=()
     [ "$b" = test_abi ] && args=("$build/lib/libnccl.so.2")
