@@ -408,10 +408,10 @@ static int direct_no_links_body(const mp_env* env) {
   if (ncclMemAlloc((void**)&d, LINKS_COUNT * sizeof(float)) || mp_capture_begin(&cap)) return 1;
   bad += links_allreduce(env, comm, s, d, ncclSum, 1.0f);
   int direct = mp_capture_count(&cap, "AllReduce * Direct instead"), early = host_links(&cap);
-  bad += mp_expect_rc(env, comm,
-                      ncclRedOpCreatePreMulSum(&premul, &two, ncclFloat32,
-                                               ncclScalarHostImmediate, comm),
-                      ncclSuccess, "ncclRedOpCreatePreMulSum");
+  bad += mp_expect_rc(
+      env, comm,
+      ncclRedOpCreatePreMulSum(&premul, &two, ncclFloat32, ncclScalarHostImmediate, comm),
+      ncclSuccess, "ncclRedOpCreatePreMulSum");
   bad += links_allreduce(env, comm, s, d, premul, 2.0f);
   int later = host_links(&cap);
   mp_capture_end_quiet(&cap);
