@@ -110,6 +110,6 @@ struct transport_buf mem_transport_buf(void* ptr, size_t bytes, enum mem_kind ki
                                        const struct mem_reg* reg, const struct transport* t) {
   int inside = reg && reg_covers(reg, ptr, bytes);
   unsigned mem = kind == MEM_HOST ? TRANSPORT_CAP_HOST_MEM : TRANSPORT_CAP_DEVICE_MEM;
-  return (struct transport_buf){ptr,  bytes, mem, inside ? reg->handles[t->id] : NULL,
-                                NULL, 0,     0,   0};
+  return (struct transport_buf){
+      .ptr = ptr, .bytes = bytes, .mem = mem, .reg = inside ? reg->handles[t->id] : NULL};
 }

@@ -289,7 +289,7 @@ int transport_moves(const struct transport_conn* conn, const struct transport_bu
 /* Post `bytes` at `ptr`, memory of kind `mem` (TRANSPORT_CAP_*_MEM). */
 static inline ncclResult_t transport_post(struct transport_conn* c, void* ptr, size_t bytes,
                                           unsigned mem, const struct transport_tag* tag) {
-  struct transport_buf b = {ptr, bytes, mem, NULL, NULL, 0, 0, 0};
+  struct transport_buf b = {.ptr = ptr, .bytes = bytes, .mem = mem};
   return c->ops->post(c, &b, tag);
 }
 static inline ncclResult_t transport_post_host(struct transport_conn* c, void* ptr, size_t bytes,
