@@ -176,6 +176,10 @@ static inline uint32_t kern_divisor(const struct kern_redop* r) {
 
 /* Forces inlining so the constant op/flags above fold away. */
 #define KERN_INLINE static inline __attribute__((always_inline))
+/* Hides a vector constant's value from the compiler (an empty asm that
+ * may have changed it): a loop then keeps it in a register, or reloads it,
+ * instead of building it again from an immediate in every iteration. */
+#define KERN_OPAQUE(v) __asm__("" : "+v"(v))
 /* Keeps a specialized body in a function of its own (KERN_DEF_SHAPES). */
 #define KERN_NOINLINE __attribute__((noinline))
 

@@ -224,4 +224,52 @@ KERN_INLINE vi_t vf_as_i(vf_t x) {
   return _mm512_castps_si512(x);
 }
 
+/* ---- 16-bit lanes for the fp8 sums (reduce_simd.h): halves ---- */
+KERN_INLINE vi_t vi_set1_8(uint8_t x) {
+  return _mm512_set1_epi8((char)x);
+}
+KERN_INLINE vi_t vi_set1_16(uint16_t x) {
+  return _mm512_set1_epi16((short)x);
+}
+KERN_INLINE vi_t vi_add16(vi_t x, vi_t y) {
+  return _mm512_add_epi16(x, y);
+}
+KERN_INLINE vi_t vi_slli16(vi_t x, int s) {
+  return _mm512_slli_epi16(x, (unsigned)s);
+}
+KERN_INLINE vi_t vi_srli16(vi_t x, int s) {
+  return _mm512_srli_epi16(x, (unsigned)s);
+}
+KERN_INLINE vi_t vi_srai16(vi_t x, int s) {
+  return _mm512_srai_epi16(x, (unsigned)s);
+}
+KERN_INLINE vi_t vi_min_s16(vi_t x, vi_t y) {
+  return _mm512_min_epi16(x, y);
+}
+KERN_INLINE vi_t vi_min_u16(vi_t x, vi_t y) {
+  return _mm512_min_epu16(x, y);
+}
+/* Whether some byte of x is greater (signed) than y's. */
+KERN_INLINE int vi_any_gt_s8(vi_t x, vi_t y) {
+  return _mm512_cmpgt_epi8_mask(x, y) != 0;
+}
+/* vcvtph2ps from memory: no shuffle micro-op, no extract (as in
+ * reduce_avx2.c, whose comment says why this is asm). */
+KERN_INLINE __m512 f16c_widen_mem(const __m256i* p) {
+  __m512 r;
+  __asm__("vcvtph2ps %1, %0" : "=v"(r) : "m"(*p));
+  return r;
+}
+/* The halves in x and y summed lane by lane, rounded to half (nearest
+ * even): in float, where the sum of two halves rounds to the same half
+ * (24 >= 2 * 11 + 2 bits); widened from a stack copy. */
+KERN_INLINE vi_t vi_add_f16(vi_t x, vi_t y) {
+  __m512i xy[2] = {x, y};
+  const __m256i* h = (const __m256i*)(const void*)xy;
+  __m512 lo = _mm512_add_ps(f16c_widen_mem(h + 0), f16c_widen_mem(h + 2));
+  __m512 hi = _mm512_add_ps(f16c_widen_mem(h + 1), f16c_widen_mem(h + 3));
+  return _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtps_ph(lo, _MM_FROUND_TO_NEAREST_INT)),
+                            _mm512_cvtps_ph(hi, _MM_FROUND_TO_NEAREST_INT), 1);
+}
+
 #include "reduce_simd.h"

@@ -31,6 +31,11 @@
  *                         shift counts), vi_sel_gt32(a, b, x, y) (a > b
  *                         signed ? x : y), vi_sel_eq32, vi_to_f (convert),
  *                         vi_as_f, vf_as_i (reinterpret)
+ *   vi_set1_8, vi_set1_16, vi_add16, vi_slli16, vi_srli16, vi_srai16,
+ *                         vi_min_s16, vi_min_u16: 16-bit lanes (fp8 sums)
+ *   vi_any_gt_s8(x, y)    whether some byte of x > y's (signed)
+ *   vi_add_f16(x, y)      16-bit lanes holding halves, summed and rounded
+ *                         to half (nearest even)
  */
 
 /*
@@ -251,118 +256,241 @@ SIMD_FP8(e5m2)
 
 /*
  * A plain fp8 sum (no premul, no division: the everyday call and its
- * chains), 32 elements at a time through F16C. The loops above widen and
+ * chains) in 16-bit lanes that hold halves. The loops above widen and
  * narrow one element per 32-bit lane with the integer recipes, about nine
- * operations per element; here the fp8 bits become halves in 16-bit lanes
- * with a shift or two, vcvtph2ps/vcvtps2ph do the float steps, and the
- * rounding to fp8 is one round-to-nearest-even on the half's bits. Exact:
- * the sum of two fp8 values rounded to half and then to fp8 is the fp8
- * rounding of their float sum (the GPU facts' "sum via half", and
- * test_kernels' every pair). e4m3 goes scaled by 2^-8, where its bits are a
- * half's shifted by 7 (subnormals included); a sum scales exactly.
- * Written with 256-bit AVX2 and F16C intrinsics, which the AVX-512 file
- * also compiles: both paths run this same code.
+ * operations per element; here an fp8 value becomes a half with a shift or
+ * two, vi_add_f16 adds the halves, and the rounding to fp8 is one
+ * round-to-nearest-even on the half's bits. Exact: the sum of two fp8
+ * values rounded to half and then to fp8 is the fp8 rounding of their
+ * float sum (11 >= 2 * 4 + 2 bits: the GPU facts' "sum via half", and
+ * test_kernels' every pair). e4m3 goes scaled by 2^-8, where its bits are
+ * a half's shifted by 7 (subnormals included); a sum scales exactly.
+ *
+ * A vector of VI_BYTES fp8 values splits into its even and its odd bytes,
+ * each a vector of halves, with masks and shifts: no shuffles, since the
+ * half/float conversions need the same port (docs/performance.md, "The
+ * CPU reduction kernels").
+ */
+
+/* The plain path's constants for one type, made once per call and kept
+ * opaque (KERN_OPAQUE): otherwise GCC builds each again in every iteration
+ * (a move and a broadcast, on the port the conversions need). */
+struct f8_consts {
+  vi_t half_mask;        /* the bits a half takes from a shifted fp8 byte */
+  vi_t sat_pos, sat_neg; /* the largest finite fp8 as a half, + and - */
+  vi_t one, bias;        /* the rounding: bias + the kept part's low bit */
+  vi_t keep;             /* a rounded half's bits */
+  vi_t low15;            /* 0x7fff */
+  vi_t mag, special;     /* an fp8 byte's magnitude, the largest plain one */
+};
+
+KERN_INLINE struct f8_consts f8_consts_make(int e4m3) {
+  struct f8_consts k = {
+      .half_mask = vi_set1_16(e4m3 ? 0xbf80 : 0xff00),
+      .sat_pos = vi_set1_16(e4m3 ? 0x3f00 : 0x7b00),
+      .sat_neg = vi_set1_16(e4m3 ? 0xbf00 : 0xfb00),
+      .one = vi_set1_16(1),
+      .bias = vi_set1_16(e4m3 ? 0x3f : 0x7f),
+      .keep = vi_set1_16(e4m3 ? 0xff80 : 0xff00),
+      .low15 = vi_set1_16(0x7fff),
+      .mag = vi_set1_8(0x7f),
+      .special = vi_set1_8(e4m3 ? 0x7e : 0x7b),
+  };
+  KERN_OPAQUE(k.half_mask);
+  KERN_OPAQUE(k.sat_pos);
+  KERN_OPAQUE(k.sat_neg);
+  KERN_OPAQUE(k.one);
+  KERN_OPAQUE(k.bias);
+  KERN_OPAQUE(k.keep);
+  KERN_OPAQUE(k.low15);
+  KERN_OPAQUE(k.mag);
+  KERN_OPAQUE(k.special);
+  return k;
+}
+
+/* The even bytes of v (the low one of each 16-bit lane) as halves: e5m2
+ * is the top byte of a half; e4m3 keeps its sign and moves its magnitude
+ * down one bit (bit 14 cleared). */
+KERN_INLINE vi_t f8_half_even(vi_t v, int e4m3, const struct f8_consts* k) {
+  vi_t top = vi_slli16(v, 8);
+  if (!e4m3) return top;
+  return vi_and(vi_srai16(top, 1), k->half_mask);
+}
+/* The odd bytes of v (the high one of each lane) as halves. */
+KERN_INLINE vi_t f8_half_odd(vi_t v, int e4m3, const struct f8_consts* k) {
+  return vi_and(e4m3 ? vi_srai16(v, 1) : v, k->half_mask);
+}
+
+/* Halves rounded to the nearest fp8 (ties to even) and saturated to the
+ * largest finite one, as halves again (the bits below the fp8 mantissa
+ * cleared). No NaN may be there; an infinity (the sum overflowed)
+ * saturates. Signed order caps the positive halves, unsigned order the
+ * negative ones; the rounding's carry may run into the exponent, as it
+ * should, but never into the sign. */
+KERN_INLINE vi_t f8_round(vi_t h, int e4m3, const struct f8_consts* k) {
+  h = vi_min_u16(vi_min_s16(h, k->sat_pos), k->sat_neg);
+  vi_t odd = vi_and(vi_srli16(h, e4m3 ? 7 : 8), k->one);
+  return vi_and(vi_add16(vi_add16(h, odd), k->bias), k->keep);
+}
+
+/* Rounded halves back to fp8 bytes, the even and the odd interleaved. An
+ * e4m3 magnitude moves up one bit, beside its sign again. */
+KERN_INLINE vi_t f8_bytes(vi_t even, vi_t odd, int e4m3, const struct f8_consts* k) {
+  if (e4m3) {
+    even = vi_add16(even, vi_and(even, k->low15));
+    odd = vi_add16(odd, vi_and(odd, k->low15));
+  }
+  return vi_or(vi_srli16(even, 8), odd);
+}
+
+/* Whether a block of ns sources holds a value the plain path cannot take:
+ * a NaN (e4m3: magnitude 0x7f) or, for e5m2, an infinity or a NaN
+ * (magnitude above 0x7b). A sum may then be a NaN, which the plain
+ * rounding does not keep; a sum that overflows saturates either way. */
+KERN_INLINE int f8_block_special(int ns, const char* const* src, size_t i,
+                                 const struct f8_consts* k) {
+  vi_t mag = vi_and(vi_load(src[0] + i), k->mag);
+  for (int s = 1; s < ns; s++) mag = vi_max_u8(mag, vi_and(vi_load(src[s] + i), k->mag));
+  return vi_any_gt_s8(mag, k->special);
+}
+
+/* The sum of one block of VI_BYTES elements without a special value: the
+ * chain acc = fp8(acc + src[s]), each step rounded. */
+KERN_INLINE vi_t f8_block_plain(int e4m3, int ns, const char* const* src, size_t i,
+                                const struct f8_consts* k) {
+  vi_t v = vi_load(src[0] + i);
+  vi_t even = f8_half_even(v, e4m3, k), odd = f8_half_odd(v, e4m3, k);
+  for (int s = 1; s < ns; s++) {
+    v = vi_load(src[s] + i);
+    even = f8_round(vi_add_f16(even, f8_half_even(v, e4m3, k)), e4m3, k);
+    odd = f8_round(vi_add_f16(odd, f8_half_odd(v, e4m3, k)), e4m3, k);
+  }
+  return f8_bytes(even, odd, e4m3, k);
+}
+
+/*
+ * Blocks with a special value: 32 elements at a time with 256-bit AVX2 and
+ * F16C intrinsics (the AVX-512 file compiles them too), every NaN kept as
+ * the portable rounding keeps it. The bytes widen to 16-bit lanes by
+ * interleaving with zeros (bytes 0-7 and 16-23, 8-15 and 24-31), which the
+ * final pack puts back in order.
  */
 #define F8_HALF_NAN 0x7e00
 
-/* 16 fp8 values (zero-extended to 16-bit lanes) as halves: e5m2 is the top
- * byte of a half; e4m3 sits 7 bits up (scaled), its NaN made a half NaN
- * unless `plain` says there is none. */
-KERN_INLINE __m256i f8_to_half(__m256i w, int e4m3, int plain) {
+/* 16 fp8 values (zero-extended to 16-bit lanes) as halves, e4m3's NaN made
+ * a half NaN. */
+KERN_INLINE __m256i f8_nan_to_half(__m256i w, int e4m3) {
   if (!e4m3) return _mm256_slli_epi16(w, 8);
   __m256i mag = _mm256_and_si256(w, _mm256_set1_epi16(0x7f));
   __m256i sign = _mm256_and_si256(_mm256_slli_epi16(w, 8), _mm256_set1_epi16((short)0x8000));
   __m256i h = _mm256_or_si256(_mm256_slli_epi16(mag, 7), sign);
-  if (plain) return h;
   __m256i nan = _mm256_cmpeq_epi16(mag, _mm256_set1_epi16(0x7f));
   return _mm256_blendv_epi8(h, _mm256_or_si256(sign, _mm256_set1_epi16(F8_HALF_NAN)), nan);
 }
 
 /* The halves' rounding to fp8 (in the low byte of each 16-bit lane):
  * nearest even on the bits below the fp8 mantissa, saturated to the
- * largest finite value, NaN to 0x7f unless `plain` says there is none,
- * the sign on top. */
-KERN_INLINE __m256i f8_from_half(__m256i h, int e4m3, int plain) {
+ * largest finite value, NaN to 0x7f, the sign on top. */
+KERN_INLINE __m256i f8_nan_from_half(__m256i h, int e4m3) {
   const int s = e4m3 ? 7 : 8;
   __m256i mag = _mm256_and_si256(h, _mm256_set1_epi16(0x7fff));
   __m256i odd = _mm256_and_si256(_mm256_srli_epi16(mag, s), _mm256_set1_epi16(1));
   __m256i r = _mm256_add_epi16(mag, _mm256_set1_epi16((short)((1 << (s - 1)) - 1)));
   r = _mm256_srli_epi16(_mm256_add_epi16(r, odd), s);
   r = _mm256_min_epu16(r, _mm256_set1_epi16(e4m3 ? 0x7e : 0x7b));
-  if (!plain) {
-    __m256i nan = _mm256_cmpgt_epi16(mag, _mm256_set1_epi16(0x7c00));
-    r = _mm256_or_si256(r, _mm256_and_si256(nan, _mm256_set1_epi16(0x7f)));
-  }
+  __m256i nan = _mm256_cmpgt_epi16(mag, _mm256_set1_epi16(0x7c00));
+  r = _mm256_or_si256(r, _mm256_and_si256(nan, _mm256_set1_epi16(0x7f)));
   return _mm256_or_si256(r, _mm256_and_si256(_mm256_srli_epi16(h, 8), _mm256_set1_epi16(0x80)));
 }
 
-/* x + y with x86's NaN rule fixed (x's NaN when both are), as vf_nansel;
- * `plain`: neither is a NaN, nor can the sum be (no infinities). */
-KERN_INLINE __m256 f8_add(__m256 x, __m256 y, int plain) {
+/* x + y with x86's NaN rule fixed (x's NaN when both are), as vf_nansel. */
+KERN_INLINE __m256 f8_nan_add(__m256 x, __m256 y) {
   __m256 r = _mm256_add_ps(x, y);
-  if (plain) return r;
   return _mm256_blendv_ps(r, _mm256_add_ps(x, x), _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
 }
 
 /* One step of the chain on 16 lanes: acc = fp8(acc + y), both fp8 bits. */
-KERN_INLINE __m256i f8_sum_step(__m256i acc, __m256i y, int e4m3, int plain) {
-  __m256i a = f8_to_half(acc, e4m3, plain), b = f8_to_half(y, e4m3, plain);
-  __m256 lo = f8_add(_mm256_cvtph_ps(_mm256_castsi256_si128(a)),
-                     _mm256_cvtph_ps(_mm256_castsi256_si128(b)), plain);
-  __m256 hi = f8_add(_mm256_cvtph_ps(_mm256_extracti128_si256(a, 1)),
-                     _mm256_cvtph_ps(_mm256_extracti128_si256(b, 1)), plain);
+KERN_INLINE __m256i f8_nan_step(__m256i acc, __m256i y, int e4m3) {
+  __m256i a = f8_nan_to_half(acc, e4m3), b = f8_nan_to_half(y, e4m3);
+  __m256 lo = f8_nan_add(_mm256_cvtph_ps(_mm256_castsi256_si128(a)),
+                         _mm256_cvtph_ps(_mm256_castsi256_si128(b)));
+  __m256 hi = f8_nan_add(_mm256_cvtph_ps(_mm256_extracti128_si256(a, 1)),
+                         _mm256_cvtph_ps(_mm256_extracti128_si256(b, 1)));
   __m256i h = _mm256_inserti128_si256(
       _mm256_castsi128_si256(_mm256_cvtps_ph(lo, _MM_FROUND_TO_NEAREST_INT)),
       _mm256_cvtps_ph(hi, _MM_FROUND_TO_NEAREST_INT), 1);
-  return f8_from_half(h, e4m3, plain);
+  return f8_nan_from_half(h, e4m3);
 }
 
-/* Whether none of 32 fp8 values is a NaN (e4m3) or an infinity or a NaN
- * (e5m2): then no sum of them is a NaN either, and their block may skip
- * the NaN handling (`plain`). A sum that overflows saturates either way. */
-KERN_INLINE __m256i f8_specials(__m256i v, int e4m3) {
-  __m256i mag = _mm256_and_si256(v, _mm256_set1_epi8(0x7f));
-  return _mm256_cmpgt_epi8(mag, _mm256_set1_epi8(e4m3 ? 0x7e : 0x7b));
-}
-
-/* The sum of one block of 32 elements, from ns sources. Each 32 bytes
- * widen to two vectors of 16-bit lanes by interleaving with zeros (bytes
- * 0-7 and 16-23, 8-15 and 24-31), which the final pack puts back in order. */
-KERN_INLINE __m256i f8_sum_block(int e4m3, int plain, int ns, const char* const* src, size_t i) {
+/* The sum of 32 elements from ns sources, whatever they hold. */
+KERN_INLINE __m256i f8_block_nan(int e4m3, int ns, const char* const* src, size_t i) {
   const __m256i zero = _mm256_setzero_si256();
   __m256i v = _mm256_loadu_si256((const __m256i*)(const void*)(src[0] + i));
   __m256i lo = _mm256_unpacklo_epi8(v, zero), hi = _mm256_unpackhi_epi8(v, zero);
   for (int k = 1; k < ns; k++) {
     v = _mm256_loadu_si256((const __m256i*)(const void*)(src[k] + i));
-    lo = f8_sum_step(lo, _mm256_unpacklo_epi8(v, zero), e4m3, plain);
-    hi = f8_sum_step(hi, _mm256_unpackhi_epi8(v, zero), e4m3, plain);
+    lo = f8_nan_step(lo, _mm256_unpacklo_epi8(v, zero), e4m3);
+    hi = f8_nan_step(hi, _mm256_unpackhi_epi8(v, zero), e4m3);
   }
   return _mm256_packus_epi16(lo, hi);
 }
 
-/* Whole blocks of 32 elements of a plain fp8 sum of ns sources into nd
- * destinations (streamed when nt: the entry aligned them). A block without
- * NaNs (or, for e5m2, infinities) in any source, the everyday case, takes
- * the steps without their NaN handling (e4m3 about 15% faster on AVX2:
- * docs/performance.md, "The CPU reduction kernels"). */
+/* 32 summed elements to every destination (streamed when nt: the entry
+ * aligned them). */
+KERN_INLINE void f8_store32(int nt, int nd, char* const* dst, size_t i, __m256i out) {
+  for (int j = 0; j < nd; j++) {
+    if (nt)
+      _mm256_stream_si256((__m256i*)(void*)(dst[j] + i), out);
+    else
+      _mm256_storeu_si256((__m256i*)(void*)(dst[j] + i), out);
+  }
+}
+
+/* Elements [i, i + len) by the NaN-keeping blocks (len a multiple of 32).
+ * Out of line: the everyday loop then keeps its constants in registers
+ * instead of building them again in every iteration. */
+static KERN_NOINLINE void f8_sum_nan(int e4m3, int nt, int ns, int nd, char* const* dst,
+                                     const char* const* src, size_t i, size_t len) {
+  for (size_t h = 0; h < len; h += 32)
+    f8_store32(nt, nd, dst, i + h, f8_block_nan(e4m3, ns, src, i + h));
+}
+
+/* The loop runs at about half the memory's rate, bound by its arithmetic,
+ * and the hardware prefetchers then stay too close behind it: asking for
+ * the line 1 KiB ahead of each source took e4m3 from 0.35 to 0.28 ns per
+ * element at 64 MiB on AVX2, e5m2 from 0.28 to 0.22 (docs/performance.md).
+ * A prefetch past a buffer's end does not fault. */
+#define F8_PREFETCH_AHEAD 1024
+KERN_INLINE void f8_prefetch(int ns, const char* const* src, size_t i) {
+  for (int s = 0; s < ns; s++) __builtin_prefetch(src[s] + i);
+}
+
+/* Whole blocks of a plain fp8 sum of ns sources into nd destinations. A
+ * block without a special value, the everyday case, takes the plain path;
+ * the others the NaN-keeping one, 32 elements at a time. With AVX-512's
+ * blocks of 64, a last 32 goes that way too, not element by element. */
 KERN_INLINE size_t f8_sum_loop(int e4m3, int nt, int ns, int nd, void* const* dp,
                                const void* const* sp, size_t off, size_t n) {
   SIMD_LOCAL_PTRS(1);
+  const struct f8_consts k = f8_consts_make(e4m3);
   size_t i = 0;
-  for (; i + 32 <= n; i += 32) {
-    __m256i special = _mm256_setzero_si256();
-    for (int k = 0; k < ns; k++)
-      special = _mm256_or_si256(
-          special,
-          f8_specials(_mm256_loadu_si256((const __m256i*)(const void*)(src[k] + i)), e4m3));
-    __m256i out = _mm256_testz_si256(special, special) ? f8_sum_block(e4m3, 1, ns, src, i)
-                                                       : f8_sum_block(e4m3, 0, ns, src, i);
+  for (; i + VI_BYTES <= n; i += VI_BYTES) {
+    if (i % 64 == 0) f8_prefetch(ns, src, i + F8_PREFETCH_AHEAD);
+    if (f8_block_special(ns, src, i, &k)) {
+      f8_sum_nan(e4m3, nt, ns, nd, dst, src, i, VI_BYTES);
+      continue;
+    }
+    vi_t out = f8_block_plain(e4m3, ns, src, i, &k);
     for (int j = 0; j < nd; j++) {
       if (nt)
-        _mm256_stream_si256((__m256i*)(void*)(dst[j] + i), out);
+        vi_stream(dst[j] + i, out);
       else
-        _mm256_storeu_si256((__m256i*)(void*)(dst[j] + i), out);
+        vi_store(dst[j] + i, out);
     }
+  }
+  if (VI_BYTES > 32 && i + 32 <= n) {
+    f8_sum_nan(e4m3, nt, ns, nd, dst, src, i, 32);
+    i += 32;
   }
   return i;
 }

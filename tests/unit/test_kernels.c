@@ -631,10 +631,11 @@ static int fp8_nan(const struct tinfo* t, uint32_t v) {
  * scalar reference: each operator and flags, aligned and one byte off
  * (the vector loops and their tails), out of place and in place, and the
  * pairs without a NaN alone. The plain sum has its own loop on the SIMD
- * paths (halves through F16C), whose exactness rests on these pairs; it
- * skips the NaN handling in blocks of 32 without a NaN (or, for e5m2, an
- * infinity), which only the last layout gives the large values (in the
- * others they share their blocks with the type's NaNs). */
+ * paths (halves added in float), whose exactness rests on these pairs; a
+ * block (32 or 64 elements) without a NaN (or, for e5m2, an infinity)
+ * takes it, which only the last layout gives the large values (in the
+ * others they share their blocks with the type's NaNs). Its chains of
+ * more sources are test_kern_fp8's. */
 static void fp8_pairs(const char* isa) {
   if (!kern_force_isa(isa)) {
     print_message("path %s not available on this CPU\n", isa);
