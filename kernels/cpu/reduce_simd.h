@@ -447,8 +447,8 @@ KERN_INLINE void f8_store32(int nt, int nd, char* const* dst, size_t i, __m256i 
 }
 
 /* Elements [i, i + len) by the NaN-keeping blocks (len a multiple of 32).
- * Out of line: the everyday loop then keeps its constants in registers
- * instead of building them again in every iteration. */
+ * Out of line: the rare path's own constants and temporaries then stay out
+ * of the everyday loop's registers. */
 static KERN_NOINLINE void f8_sum_nan(int e4m3, int nt, int ns, int nd, char* const* dst,
                                      const char* const* src, size_t i, size_t len) {
   for (size_t h = 0; h < len; h += 32)
