@@ -271,14 +271,15 @@ $(TSTDIR)/test_%: tests/unit/test_%.c $(STLIB)
 $(TSTDIR)/test_topo: LDLIBS += -lhwloc
 
 # The unit tests that link tests/common: the executors over the fake
-# transport, and the CUDA kernel body under the CPU grid emulation (included
+# transport, both ends of a shared-memory connection in one process
+# (shm_loop), and the CUDA kernel body under the CPU grid emulation (included
 # as "common/...": tests/ is on their path, the repository root is not, so
 # the name cannot reach the bottom common/).
 UNIT_COMMON := $(filter-out tests/common/cudasim%.c,$(wildcard tests/common/*.c))
 # Compiled once for every test that links them, as are tests/mp's shared sources.
 UNIT_OBJS   := $(patsubst %.c,$(BUILD)/obj/%.o,$(UNIT_COMMON))
 FAKE_TESTS  := $(TSTDIR)/test_schedule $(TSTDIR)/test_executor $(TSTDIR)/test_kern_cuda \
-               $(TSTDIR)/test_pairwise
+               $(TSTDIR)/test_pairwise $(TSTDIR)/test_bell $(TSTDIR)/test_shm_faults
 $(FAKE_TESTS): $(TSTDIR)/test_%: tests/unit/test_%.c $(UNIT_OBJS) tests/common/*.h $(STLIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(TEST_INC) $(LDFLAGS) $< $(UNIT_OBJS) -o $@ $(STLIB) -lcmocka -ldl $(LDLIBS)

@@ -7,12 +7,14 @@
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/syscall.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "param.h"
@@ -83,9 +85,44 @@ uint32_t debug_parse_subsys(const char* s) {
   return invert ? ~mask : mask;
 }
 
+/* Opens the log file for writing; -1 with `why` when it must not be used.
+ * The path is often in a shared folder under a name anyone can predict
+ * (/tmp/nccl.%h.%p): a link planted there by another user would have us
+ * truncate and write whatever it points to, and another user's file would
+ * get our log (it names buffers, hosts and ports). So a link is followed
+ * only when it is this user's or root's (/dev/stderr), and a regular file
+ * is written only when it is this user's; devices and pipes are fine. */
+static int debug_file_open(const char* path, char* why, size_t len) {
+  struct stat st;
+  int fd = open(path, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0 && lstat(path, &st) == 0 && S_ISLNK(st.st_mode)) {
+    /* ELOOP, or EACCES where the kernel's protected_symlinks said no first */
+    if (st.st_uid != geteuid() && st.st_uid != 0) {
+      snprintf(why, len, "a link of another user's (uid %u)", (unsigned)st.st_uid);
+      return -1;
+    }
+    fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+  }
+  if (fd < 0) {
+    snprintf(why, len, "%s", strerror(errno));
+    return -1;
+  }
+  if (fstat(fd, &st) != 0 || (S_ISREG(st.st_mode) && st.st_uid != geteuid())) {
+    snprintf(why, len, "a file of another user's (uid %u)", (unsigned)st.st_uid);
+    close(fd);
+    return -1;
+  }
+  if (S_ISREG(st.st_mode) && ftruncate(fd, 0) != 0) {
+    snprintf(why, len, "%s", strerror(errno));
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
 /* NCCL_DEBUG_FILE may contain %h (hostname) and %p (pid). */
 static FILE* open_debug_file(const char* pattern) {
-  char path[512];
+  char path[512], why[96] = "";
   size_t o = 0;
   for (const char* p = pattern; *p && o + 64 < sizeof(path); p++) {
     if (p[0] == '%' && p[1] == 'h') {
@@ -99,10 +136,14 @@ static FILE* open_debug_file(const char* pattern) {
     }
   }
   path[o] = '\0';
-  /* Readable by this user only: a log names buffers, hosts and ports. */
-  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  FILE* f = fd >= 0 ? fdopen(fd, "w") : NULL;
-  if (f == NULL && fd >= 0) close(fd);
+  int fd = debug_file_open(path, why, sizeof(why));
+  if (fd < 0) { /* the logger is not set up yet: its format by hand */
+    fprintf(stdout, "%s:%d:%d [0] NCCL WARN NCCL_DEBUG_FILE %s: %s; logging to stdout\n",
+            g_debug.host, (int)getpid(), (int)syscall(SYS_gettid), path, why);
+    return NULL;
+  }
+  FILE* f = fdopen(fd, "w");
+  if (f == NULL) close(fd);
   if (f) setvbuf(f, NULL, _IOLBF, 0);
   return f;
 }

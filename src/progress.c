@@ -91,13 +91,22 @@ void progress_pass_begin(struct progress* p, struct transport_waits* w) {
   w->npoll = 0;
 }
 
+/* Lower a sleeper count this thread raised. Below one, the peer wrote it
+ * (every sleeper lowers only its own raise): put it back where it was and
+ * tell the connection, which naps from then on (transport.h). */
+static void sleeper_lower(_Atomic uint32_t* count, _Atomic int* miscounted) {
+  if (atomic_fetch_sub(count, 1) != 0) return;
+  atomic_fetch_add(count, 1);
+  if (miscounted) atomic_store(miscounted, 1);
+}
+
 /* Sleep on every blocked shared-memory word and every engine's wake word
  * at once. Each word's peer wakes it only when it sees a sleeper, so the
  * sleeper counts go up first (and the kernel rechecks every word). */
 static ncclResult_t futex_sleep(struct progress* const* engines, struct transport_waits* const* w,
                                 int n, int timeout_ms) {
   struct futex_waitv v[FUTEX_WAITV_MAX];
-  _Atomic uint32_t* counted[FUTEX_WAITV_MAX]; /* sleeper counts raised, to lower again */
+  int counted[FUTEX_WAITV_MAX][2]; /* (comm, entry) whose sleeper count went up */
   int m = 0, nc = 0;
   for (int i = 0; i < n && m < FUTEX_WAITV_MAX; i++)
     v[m++] = (struct futex_waitv){.val = engines[i]->wake_seen,
@@ -106,7 +115,7 @@ static ncclResult_t futex_sleep(struct progress* const* engines, struct transpor
   for (int i = 0; i < n; i++)
     for (int j = 0; j < w[i]->nfutex && m < FUTEX_WAITV_MAX; j++) {
       atomic_fetch_add(w[i]->futex[j].sleepers, 1);
-      counted[nc++] = w[i]->futex[j].sleepers;
+      counted[nc][0] = i, counted[nc++][1] = j;
       v[m++] = (struct futex_waitv){
           .val = w[i]->futex[j].seen, .uaddr = (uintptr_t)w[i]->futex[j].word, .flags = FUTEX_32};
     }
@@ -117,7 +126,10 @@ static ncclResult_t futex_sleep(struct progress* const* engines, struct transpor
   if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
   long rc = syscall(SYS_futex_waitv, v, (unsigned)m, 0, &ts, CLOCK_MONOTONIC);
   int err = errno;
-  for (int i = 0; i < nc; i++) atomic_fetch_sub(counted[i], 1);
+  for (int k = 0; k < nc; k++) {
+    const struct transport_waits* wi = w[counted[k][0]];
+    sleeper_lower(wi->futex[counted[k][1]].sleepers, wi->futex[counted[k][1]].miscounted);
+  }
   if (rc < 0 && err == ENOSYS) { /* kernel before 5.16: nap briefly and poll */
     struct timespec nap = {0, 200000};
     nanosleep(&nap, NULL);
@@ -143,7 +155,8 @@ static int fd_bells_raise(struct transport_waits* const* w, int n) {
 
 static void fd_bells_lower(struct transport_waits* const* w, int n) {
   for (int i = 0; i < n; i++)
-    for (int j = 0; j < w[i]->nfutex; j++) atomic_fetch_sub(w[i]->futex[j].fd_sleepers, 1);
+    for (int j = 0; j < w[i]->nfutex; j++)
+      sleeper_lower(w[i]->futex[j].fd_sleepers, w[i]->futex[j].miscounted);
 }
 
 /* Did a word move since the pass looked? After the raise, a peer moving it

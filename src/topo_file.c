@@ -37,10 +37,10 @@
 #include "topo_file.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <stdarg.h>
-#include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -192,19 +192,28 @@ static void topo_write_object(FILE* f, const struct topo_field* fields, size_t n
 }
 
 ncclResult_t topo_write_file(const struct topo_system* sys, const char* path) {
-  static atomic_uint seq;
   ncclResult_t res = ncclSuccess;
   char tmp[PATH_MAX] = "";
   FILE* f = NULL;
   if (sys == NULL || path == NULL)
     FAIL(ncclInvalidArgument, "topo_write_file: %s is NULL", sys ? "path" : "sys");
   /* Every rank of a host may dump to the same path: write a private file and
-   * rename it into place, so a reader never sees a torn one. */
-  unsigned n = atomic_fetch_add(&seq, 1);
-  if (snprintf(tmp, sizeof(tmp), "%s.tmp.%d.%u", path, (int)getpid(), n) >= (int)sizeof(tmp))
+   * rename it into place, so a reader never sees a torn one. The private
+   * name is random and made exclusively: in a shared folder a predictable
+   * one (pid, counter) could be a link a stranger planted first. */
+  int fd = -1;
+  if (snprintf(tmp, sizeof(tmp), "%s.tmp.XXXXXX", path) >= (int)sizeof(tmp))
     FAIL(ncclInvalidArgument, "Topology file path too long: %s", path);
-  if ((f = fopen(tmp, "w")) == NULL)
-    FAIL(ncclSystemError, "Topology file %s: cannot create: %s", tmp, strerror(errno));
+  if ((fd = mkostemp(tmp, O_CLOEXEC)) < 0) {
+    int err = errno;
+    tmp[0] = '\0';
+    FAIL(ncclSystemError, "Topology file %s: cannot create a file beside it: %s", path,
+         strerror(err));
+  }
+  if ((f = fdopen(fd, "w")) == NULL) {
+    close(fd);
+    FAIL(ncclSystemError, "Topology file %s: cannot open: %s", tmp, strerror(errno));
+  }
   topo_write_object(f, topo_system_fields, TOPO_NFIELDS(topo_system_fields), (const char*)sys, 1);
   int bad = ferror(f);
   bad |= fclose(f);

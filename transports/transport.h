@@ -19,7 +19,12 @@
  * reads before waking; fd_sleepers is the count the peer reads before
  * ringing the comm's bell pipe instead, NULL if it cannot), socket
  * connections only count themselves (their fds are already in the comm's
- * epoll set). Reset before every pass. */
+ * epoll set). Reset before every pass.
+ *
+ * The counts live in memory the peer writes too. A sleeper that finds one
+ * below its own raise when it lowers it (the peer zeroed it: its wake-ups
+ * would be skipped, each sleep lasting the whole slice) sets *miscounted,
+ * the connection's own flag, and the connection naps from then on. */
 #define TRANSPORT_WAIT_MAX 32
 struct transport_waits {
   int nfutex;
@@ -27,6 +32,7 @@ struct transport_waits {
     _Atomic uint32_t* word;
     _Atomic uint32_t* sleepers;
     _Atomic uint32_t* fd_sleepers;
+    _Atomic int* miscounted;
     uint32_t seen;
   } futex[TRANSPORT_WAIT_MAX];
   int nfd;
@@ -36,7 +42,8 @@ struct transport_waits {
 /* A connection that cannot move now records what would wake it. */
 static inline void transport_wait_on_futex(struct transport_waits* w, _Atomic uint32_t* word,
                                            _Atomic uint32_t* sleepers,
-                                           _Atomic uint32_t* fd_sleepers, uint32_t seen) {
+                                           _Atomic uint32_t* fd_sleepers, _Atomic int* miscounted,
+                                           uint32_t seen) {
   if (w == NULL) return;
   if (w->nfutex == TRANSPORT_WAIT_MAX) { /* too many: make the waiter poll */
     w->npoll++;
@@ -45,6 +52,7 @@ static inline void transport_wait_on_futex(struct transport_waits* w, _Atomic ui
   w->futex[w->nfutex].word = word;
   w->futex[w->nfutex].sleepers = sleepers;
   w->futex[w->nfutex].fd_sleepers = fd_sleepers;
+  w->futex[w->nfutex].miscounted = miscounted;
   w->futex[w->nfutex].seen = seen;
   w->nfutex++;
 }

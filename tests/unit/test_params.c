@@ -404,10 +404,8 @@ static int count_lines(const char* path, const char* needle) {
   return n;
 }
 
-static void test_logged_once(void** state) {
-  (void)state;
-  char path[128], want[256];
-  snprintf(path, sizeof(path), "/tmp/braid_test_params.%d.log", (int)getpid());
+/* Runs log_child in a fresh process that logs to NCCL_DEBUG_FILE=path. */
+static void run_log_child(const char* path) {
   fflush(NULL);
   pid_t pid = fork();
   assert_true(pid >= 0);
@@ -424,6 +422,49 @@ static void test_logged_once(void** state) {
   assert_int_equal(waitpid(pid, &status, 0), pid);
   assert_true(WIFEXITED(status));
   assert_int_equal(WEXITSTATUS(status), 0);
+}
+
+/* What a file holds, up to cap - 1 bytes ("" when it cannot be read). */
+static void file_text(const char* path, char* out, size_t cap) {
+  FILE* f = fopen(path, "r");
+  size_t n = f ? fread(out, 1, cap - 1, f) : 0;
+  out[n] = '\0';
+  if (f) fclose(f);
+}
+
+/* NCCL_DEBUG_FILE names a path a stranger could predict (/tmp/nccl.%p): a
+ * link another user planted there, or a file of another user's, is never
+ * written through; the log stays on stdout. /dev/stderr (root's link to a
+ * pipe or terminal) still works. */
+static void test_debug_file_not_followed(void** state) {
+  (void)state;
+  char target[128], link[128], theirs[128], got[64];
+  snprintf(target, sizeof(target), "/tmp/braid_test_params.%d.target", (int)getpid());
+  snprintf(link, sizeof(link), "/tmp/braid_test_params.%d.link", (int)getpid());
+  snprintf(theirs, sizeof(theirs), "/tmp/braid_test_params.%d.theirs", (int)getpid());
+  FILE* f = fopen(target, "w");
+  assert_non_null(f);
+  fputs("keep", f);
+  fclose(f);
+  assert_int_equal(symlink(target, link), 0);
+  assert_int_equal(lchown(link, 65534, 65534), 0); /* the tests run as root: nobody's link */
+  run_log_child(link);
+  file_text(target, got, sizeof(got));
+  assert_string_equal(got, "keep");
+  assert_int_equal(rename(target, theirs), 0);
+  assert_int_equal(chown(theirs, 65534, 65534), 0);
+  run_log_child(theirs);
+  file_text(theirs, got, sizeof(got));
+  assert_string_equal(got, "keep");
+  unlink(link);
+  unlink(theirs);
+}
+
+static void test_logged_once(void** state) {
+  (void)state;
+  char path[128], want[256];
+  snprintf(path, sizeof(path), "/tmp/braid_test_params.%d.log", (int)getpid());
+  run_log_child(path);
   assert_int_equal(count_lines(path, "NCCL INFO NCCL_SOCKET_IFNAME set by environment to lo"), 1);
   assert_int_equal(count_lines(path, "NCCL INFO BRAID_CHUNK_SIZE set by environment to 128K"), 1);
   /* the logger's own settings, read before logging existed, are logged too */
@@ -443,7 +484,7 @@ int main(int argc, char** argv) {
       cmocka_unit_test(test_algo_list),         cmocka_unit_test(test_algo_direct),
       cmocka_unit_test(test_tune_file_lines),   cmocka_unit_test(test_table_matches_env_doc),
       cmocka_unit_test(test_table_rows),        cmocka_unit_test(test_getters_cached),
-      cmocka_unit_test(test_logged_once),
+      cmocka_unit_test(test_logged_once),       cmocka_unit_test(test_debug_file_not_followed),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

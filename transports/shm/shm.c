@@ -42,7 +42,9 @@ void shm_bell_ring(struct shm_conn* c) {
     syscall(SYS_futex, (uint32_t*)&h->bell, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
   if (c->peer_bell >= 0 && atomic_load(&h->fd_sleepers[1 - c->side]) > 0) {
     char one = 1;
-    if (write(c->peer_bell, &one, 1) < 0) { /* EAGAIN: full, the peer wakes anyway */
+    /* never EPIPE: this end reads too (shm_bell_open); EAGAIN: full, the
+     * peer wakes anyway, or it died and nobody drains it */
+    if (write(c->peer_bell, &one, 1) < 0) {
     }
   }
 }
@@ -94,14 +96,51 @@ static ncclResult_t shm_lend_return(struct transport_conn* base, uint64_t seq) {
   return ncclSuccess;
 }
 
+/* The receiver's tail, checked: it only moves forward, never past what
+ * was produced. Anything else is the peer writing what it must not, and
+ * that peer is named (a remote error, not this rank's). */
+static ncclResult_t shm_tail_load(struct shm_conn* c) {
+  uint64_t t = atomic_load_explicit(&c->hdr->tail, memory_order_acquire);
+  if (t >= c->tail && t <= c->head) {
+    c->tail = t;
+    return ncclSuccess;
+  }
+  WARN("SHM : rank %d set its ring's tail to %" PRIu64 " where only %" PRIu64 "..%" PRIu64
+       " can be: it writes the shared segment wrongly (a faulty peer)",
+       c->base.peer, t, c->tail, c->head);
+  return ncclRemoteError;
+}
+
+/* The sender's head, checked as the tail is: forward only, and never more
+ * than a ring ahead of what this side freed. */
+static ncclResult_t shm_head_load(struct shm_conn* c) {
+  uint64_t h = atomic_load_explicit(&c->hdr->head, memory_order_acquire);
+  if (h >= c->head && h - c->tail <= c->nslots) {
+    c->head = h;
+    return ncclSuccess;
+  }
+  WARN("SHM : rank %d set its ring's head to %" PRIu64 " where only %" PRIu64 "..%" PRIu64
+       " can be: it writes the shared segment wrongly (a faulty peer)",
+       c->base.peer, h, c->head, c->tail + c->nslots);
+  return ncclRemoteError;
+}
+
 /* The slot the next message goes into, if it is free and nothing is
- * queued before it. */
+ * queued before it. A tail that fails its check gives no room; the next
+ * progress reports it. */
 static void* shm_send_space(struct transport_conn* base, size_t bytes) {
   struct shm_conn* c = (struct shm_conn*)base;
   if (c->side != SHM_SEND || c->cur != base->posted || bytes > c->slot_bytes) return NULL;
-  c->tail = atomic_load_explicit(&c->hdr->tail, memory_order_acquire);
-  if (c->head - c->tail >= c->nslots) return NULL;
+  if (shm_tail_load(c) != ncclSuccess || c->head - c->tail >= c->nslots) return NULL;
+  c->granted = c->head + 1;
   return c->data + (c->head % c->nslots) * c->slot_bytes;
+}
+
+/* Was `b` written where send_space said the next message goes? The tail is
+ * not read again: a slot once free stays free, whatever the peer writes. */
+static int shm_in_place_ok(const struct shm_conn* c, const struct transport_buf* b) {
+  return c->side == SHM_SEND && c->granted == c->head + 1 && c->cur == c->base.posted &&
+         b->bytes <= c->slot_bytes && b->ptr == c->data + (c->head % c->nslots) * c->slot_bytes;
 }
 
 static ncclResult_t shm_post(struct transport_conn* base, const struct transport_buf* b,
@@ -129,7 +168,7 @@ static ncclResult_t shm_post(struct transport_conn* base, const struct transport
     WARN("SHM : cannot lend a %zu-byte message from rank %d", b->bytes, base->peer);
     return ncclInternalError;
   }
-  if (b->in_place && b->ptr != shm_send_space(base, b->bytes)) {
+  if (b->in_place && !shm_in_place_ok(c, b)) {
     WARN("SHM : a %zu-byte message to rank %d is not in the slot it goes into", b->bytes,
          base->peer);
     return ncclInternalError;
@@ -183,7 +222,7 @@ static uint32_t shm_copy_span(const struct shm_conn* c, uint64_t avail, uint64_t
 static ncclResult_t shm_send_step(struct shm_conn* c, int* moved) {
   ncclResult_t res = ncclSuccess;
   struct shm_header* h = c->hdr;
-  c->tail = atomic_load_explicit(&h->tail, memory_order_acquire);
+  CHECK(shm_tail_load(c));
   shm_send_complete(c, moved);
   uint64_t nfree = c->nslots - (c->head - c->tail);
   if (c->cur == c->base.posted || nfree == 0) return ncclSuccess;
@@ -218,6 +257,7 @@ static ncclResult_t shm_send_step(struct shm_conn* c, int* moved) {
     c->cur_off = 0;
   }
   c->head += k;
+  c->granted = 0;
   atomic_store_explicit(&h->head, c->head, memory_order_release);
   shm_bell_ring(c);
   *moved += (int)k;
@@ -270,10 +310,12 @@ static int shm_slot_matches(const struct shm_conn* c, uint64_t idx, const struct
 
 /* One move of the receiving side: empty slots, or read directly. */
 static ncclResult_t shm_recv_step(struct shm_conn* c, int* moved) {
-  struct shm_header* h = c->hdr;
   struct transport_conn* b = &c->base;
   if (c->cur == b->posted) return ncclSuccess;
-  if (c->rd == c->head) c->head = atomic_load_explicit(&h->head, memory_order_acquire);
+  if (c->rd == c->head) {
+    ncclResult_t res = shm_head_load(c);
+    if (res != ncclSuccess) return res;
+  }
   if (c->rd == c->head) return ncclSuccess;
 
   struct shm_msg* m = &c->msgs[c->cur % TRANSPORT_MAX_INFLIGHT];
@@ -285,7 +327,7 @@ static ncclResult_t shm_recv_step(struct shm_conn* c, int* moved) {
   if (res != ncclSuccess) return res;
   if (s->kind == SHM_SLOT_DIRECT && !c->direct_allowed) {
     WARN("SHM : rank %d sent a direct read, which this rank did not allow", b->peer);
-    return ncclInternalError;
+    return ncclRemoteError;
   } else if (s->kind == SHM_SLOT_DIRECT) {
     if (c->cur_off < m->bytes && (res = shm_recv_direct(c, m, s)) != ncclSuccess) return res;
     *moved = 1;
@@ -294,7 +336,7 @@ static ncclResult_t shm_recv_step(struct shm_conn* c, int* moved) {
     if (!shm_slot_matches(c, idx, m, c->cur, 0)) {
       WARN("SHM : bad slot from rank %d (kind %u, %u bytes) for a lent %zu-byte message", b->peer,
            s->kind, s->bytes, m->bytes);
-      return ncclInternalError;
+      return ncclRemoteError;
     }
     m->at = c->rd;
     c->cur_off = m->bytes;
@@ -311,7 +353,7 @@ static ncclResult_t shm_recv_step(struct shm_conn* c, int* moved) {
   } else {
     WARN("SHM : bad slot from rank %d (kind %u, %u bytes at offset %zu of a %zu-byte message)",
          b->peer, s->kind, s->bytes, c->cur_off, m->bytes);
-    return ncclInternalError;
+    return ncclRemoteError;
   }
   c->rd += k;
   *moved += (int)k;
@@ -322,6 +364,25 @@ static ncclResult_t shm_recv_step(struct shm_conn* c, int* moved) {
   }
   shm_recv_free(c);
   return ncclSuccess;
+}
+
+/* Blocked: sleep on the bell, or nap where the peer was caught lowering
+ * our sleeper counts (transport.h): it would skip our wake-ups. */
+static void shm_wait(struct shm_conn* c, uint32_t seen) {
+  if (atomic_load_explicit(&c->miscounted, memory_order_relaxed)) {
+    if (!c->miscount_told)
+      WARN(
+          "SHM : rank %d lowered a sleeper count of this rank's in their segment (a faulty "
+          "peer): this connection polls from now on",
+          c->base.peer);
+    c->miscount_told = 1;
+    transport_wait_nap(c->waits);
+    return;
+  }
+  transport_wait_on_futex(
+      c->waits, &c->hdr->bell, &c->hdr->sleepers,
+      atomic_load(&c->hdr->fd_ringable[c->side]) ? &c->hdr->fd_sleepers[c->side] : NULL,
+      &c->miscounted, seen);
 }
 
 static ncclResult_t shm_progress(struct transport_conn* base, int* progressed) {
@@ -366,9 +427,7 @@ static ncclResult_t shm_progress(struct transport_conn* base, int* progressed) {
       gone = 1;
       continue;
     }
-    transport_wait_on_futex(
-        c->waits, &c->hdr->bell, &c->hdr->sleepers,
-        atomic_load(&c->hdr->fd_ringable[c->side]) ? &c->hdr->fd_sleepers[c->side] : NULL, seen);
+    shm_wait(c, seen);
     return ncclSuccess;
   }
 fail:

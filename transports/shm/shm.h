@@ -112,6 +112,9 @@ struct shm_conn {
   uint64_t cur;      /* message now going through the slots */
   size_t cur_off;    /* bytes of it already moved */
   uint64_t alive_ns; /* next liveness check of the peer */
+  uint64_t granted;  /* send: head + 1 when send_space gave out the slot at head, else 0 */
+  _Atomic int miscounted; /* the peer lowered a sleeper count of ours: nap (transport.h) */
+  int miscount_told;      /* ... and this side said so once */
   struct shm_msg msgs[TRANSPORT_MAX_INFLIGHT];
 };
 

@@ -23,7 +23,7 @@
 #include "shm.h"
 
 #define SHM_MAGIC 0x4d485342u /* "BSHM" */
-#define SHM_VERSION 3u        /* 3: slots carry the call; 2: fd_sleepers, fd_ringable */
+#define SHM_VERSION 4u /* 4: names keyed by the secret; 3: slots carry the call; 2: fd_sleepers */
 #define SHM_PAGE 4096
 /* Slot data starts half a page past a page boundary. `rep movsb`, which
  * glibc uses for copies below about the L2 size, slows down 3-6x when the
@@ -72,14 +72,19 @@ static size_t shm_layout(uint32_t nslots, size_t slot_bytes, size_t* slots_off, 
 /* Open the peer's bell pipe through /proc, so that we can wake it while it
  * sleeps in epoll. The inode check makes sure the fd number still names
  * that pipe. Without it (no /proc, or ptrace rules deny the peer's fds)
- * the peer naps and looks again instead. */
+ * the peer naps and looks again instead.
+ *
+ * Opened for reading too, though nothing reads it here: while this end can
+ * read, the pipe always has a reader, so a ring after the peer died (it
+ * may die asleep, its sleeper count still raised) fills the pipe and gets
+ * EAGAIN instead of EPIPE and a SIGPIPE that would kill this process. */
 static void shm_bell_open(struct transport_ctx* ctx, struct shm_conn* c) {
   const struct peer_info* p = &ctx->peers[c->base.peer];
   char path[64];
   struct stat st;
   if (p->bell_ino == 0) return;
   snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)c->peer_pid, (int)p->bell_fd);
-  int fd = open(path, O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+  int fd = open(path, O_RDWR | O_NONBLOCK | O_CLOEXEC);
   if (fd >= 0 && fstat(fd, &st) == 0 && S_ISFIFO(st.st_mode) &&
       (uint64_t)st.st_ino == p->bell_ino) {
     c->peer_bell = fd;
@@ -108,7 +113,8 @@ static ncclResult_t shm_conn_alloc(struct transport_ctx* ctx, int peer, int side
   c->direct = -1;
   c->peer_bell = -1;
   int sender = side == SHM_SEND ? ctx->rank : peer;
-  shm_name_make(c->name, ctx->peers[sender].pid, transport_peer_blob(ctx, TRANSPORT_SHM, sender),
+  shm_name_make(c->name, ctx->secret, ctx->peers[sender].pid,
+                transport_peer_blob(ctx, TRANSPORT_SHM, sender), sender,
                 side == SHM_SEND ? peer : ctx->rank, channel);
   *out = c;
   return ncclSuccess;

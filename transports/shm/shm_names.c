@@ -5,7 +5,9 @@
  * /dev/shm. The name carries the creator's pid and a hash of its
  * shared-memory domain (boot, /dev/shm, pid namespace), so that another
  * process can tell such a segment apart from a live one even when /dev/shm
- * is shared with containers whose pids mean other processes.
+ * is shared with containers whose pids mean other processes. The rest of
+ * the name is a keyed hash of the link: what another user sees of a job's
+ * segments tells nothing of the next one's name.
  */
 #include "shm_names.h"
 
@@ -19,19 +21,25 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "core.h"
+#include "siphash.h"
 #include "transport.h"
 
 static uint32_t shm_domain_tag(uint64_t domain) {
   return (uint32_t)(domain ^ (domain >> 32));
 }
 
-void shm_name_make(char* out, pid_t sender_pid, const struct shm_blob* sender, int receiver,
-                   int channel) {
-  snprintf(out, SHM_NAME_MAX, "/braid-%d-%08" PRIx32 "-%" PRIx64 "-%d-%d", (int)sender_pid,
-           shm_domain_tag(sender->domain), sender->tag, receiver, channel);
+void shm_name_make(char* out, uint64_t secret, pid_t sender_pid, const struct shm_blob* sender,
+                   int sender_rank, int receiver, int channel) {
+  char link[96];
+  int n = snprintf(link, sizeof(link), "shm/%" PRIx64 "/%d/%d/%d", sender->tag, sender_rank,
+                   receiver, channel);
+  uint64_t h = siphash24(secret, ~secret, link, (size_t)MIN(n, (int)sizeof(link) - 1));
+  snprintf(out, SHM_NAME_MAX, "/braid-%d-%08" PRIx32 "-%016" PRIx64, (int)sender_pid,
+           shm_domain_tag(sender->domain), h);
 }
 
 /* kill(pid, 0) alone takes a zombie for alive, and a peer that is our own
@@ -54,7 +62,7 @@ int shm_pid_alive(pid_t pid) {
 /* Whose segment `name` (a /dev/shm entry) is, when it is one of ours. */
 static int shm_name_owner(const char* name, int* pid, uint32_t* domain) {
   int used = 0;
-  if (sscanf(name, "braid-%d-%8" SCNx32 "-%*x-%*d-%*d%n", pid, domain, &used) != 2) return 0;
+  if (sscanf(name, "braid-%d-%8" SCNx32 "-%*16[0-9a-f]%n", pid, domain, &used) != 2) return 0;
   return used > 0 && name[used] == '\0' && *pid > 0;
 }
 
@@ -68,7 +76,11 @@ void transport_shm_sweep(uint64_t domain) {
   for (struct dirent* e; d && (e = readdir(d)) != NULL;) {
     int pid;
     uint32_t dom;
+    struct stat st;
     if (!shm_name_owner(e->d_name, &pid, &dom) || dom != mine || shm_pid_alive(pid)) continue;
+    /* only this user's: a stranger's file that looks like ours is not ours to remove */
+    if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || st.st_uid != geteuid())
+      continue;
     snprintf(path, sizeof(path), "/%s", e->d_name);
     if (shm_unlink(path) == 0) n++;
   }

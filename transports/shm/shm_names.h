@@ -21,10 +21,13 @@ struct shm_blob {
   uint64_t tag; /* random per rank and comm: names its segments */
 };
 
-/* "/braid-<pid>-<domain>-<tag>-<receiver>-<channel>": the segment a
- * sender (pid, blob) creates for `receiver`. */
-void shm_name_make(char* out, pid_t sender_pid, const struct shm_blob* sender, int receiver,
-                   int channel);
+/* "/braid-<pid>-<domain>-<link>": the segment a sender (pid, blob, rank)
+ * creates for `receiver` on `channel`. <link> is a keyed hash of the link
+ * under the comm's data secret: /dev/shm is public (another user lists it,
+ * or watches it with inotify), and a name derived from what a stranger
+ * sees could be taken first, stopping the job (docs/errors-and-security.md). */
+void shm_name_make(char* out, uint64_t secret, pid_t sender_pid, const struct shm_blob* sender,
+                   int sender_rank, int receiver, int channel);
 
 /* 0 when pid has exited (or is a zombie); unknown means alive. */
 int shm_pid_alive(pid_t pid);
