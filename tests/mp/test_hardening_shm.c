@@ -28,6 +28,7 @@
 #include <cmocka.h>
 
 #include "launcher.h"
+#include "shm/shm.h"
 #include "stranger.h"
 
 #define DEADLINE_S 90
@@ -280,11 +281,94 @@ static void test_stranger_makes_siblings(void** state) {
   assert_int_equal(mp_launch(4, watched_body, NULL, &o), 0);
 }
 
+/* ---- a peer that zeroes the sleeper counts ---- */
+
+#define ZERO_CALLS 300
+
+struct zeroer {
+  _Atomic int stop;
+  pthread_t thread;
+};
+
+/* The headers of every segment this process has mapped: found through
+ * /proc/self/maps (their names are unlinked by now: "(deleted)"). */
+static int mapped_headers(struct shm_header** out, int max) {
+  char line[512];
+  int n = 0;
+  FILE* f = fopen("/proc/self/maps", "re");
+  while (f && n < max && fgets(line, sizeof(line), f)) {
+    unsigned long lo;
+    if (strstr(line, "/dev/shm/braid-") && sscanf(line, "%lx-", &lo) == 1)
+      out[n++] = (struct shm_header*)lo;
+  }
+  if (f) fclose(f);
+  return n;
+}
+
+/* Plays a faulty peer: zeroes every count of this process's segments. */
+static void* zeroer_main(void* arg) {
+  struct zeroer* z = arg;
+  struct shm_header* h[16];
+  while (!atomic_load(&z->stop)) {
+    int n = mapped_headers(h, 16);
+    for (int k = 0; k < 200 * n && !atomic_load(&z->stop); k++) {
+      struct shm_header* x = h[k % n];
+      atomic_store(&x->sleepers, 0);
+      atomic_store(&x->fd_sleepers[0], 0);
+      atomic_store(&x->fd_sleepers[1], 0);
+      usleep(20);
+    }
+  }
+  return NULL;
+}
+
+/* ZERO_CALLS small all-reduces over shared memory while rank 1 zeroes the
+ * counts and comes late now and then, so that rank 0 sleeps: every result
+ * right, rank 0 says it slept through a skipped wake-up (NCCL_DEBUG=WARN
+ * prints it), and the calls go on by polling instead of sleeping a slice
+ * each (the time is printed, not asserted). */
+static int zeroed_body(const mp_env* env) {
+  ncclComm_t comm = NULL;
+  struct zeroer z = {0};
+  int bad = 0;
+  if (mp_comm_init(env, &comm) != 0) return 1;
+  bad += sum_exact(env, comm, 3.0f); /* the segments exist */
+  if (env->rank == 1) pthread_create(&z.thread, NULL, zeroer_main, &z);
+  mp_capture cap;
+  if (mp_capture_begin(&cap) != 0) return 1;
+  double t0 = mp_now();
+  for (int i = 0; i < ZERO_CALLS && !bad; i++) {
+    if (i % 10 == 0 && env->rank == 1) mp_sleep_ms(2); /* late now and then: rank 0 sleeps */
+    bad += sum_exact(env, comm, 3.0f);
+  }
+  double dt = mp_now() - t0;
+  int told = mp_capture_end(&cap, "fell below this rank's own");
+  if (env->rank == 1) {
+    atomic_store(&z.stop, 1);
+    pthread_join(z.thread, NULL);
+  }
+  mp_log(env, "%d all-reduces with the counts zeroed: %.2f s; told %d times", ZERO_CALLS, dt, told);
+  if (env->rank == 0 && told < 1) {
+    mp_fail(env, "slept through skipped wake-ups without a word");
+    bad++;
+  }
+  return bad + mp_expect_rc(env, comm, ncclCommDestroy(comm), ncclSuccess, "ncclCommDestroy");
+}
+
+static void test_zeroed_counts(void** state) {
+  (void)state;
+  mp_opts o = MP_OPTS_INIT;
+  o.deadline_s = DEADLINE_S;
+  assert_int_equal(mp_launch(2, zeroed_body, NULL, &o), 0);
+}
+
 int main(void) {
   mp_default_env("BRAID_TIMEOUT_MS", TIMEOUT_MS);
+  mp_default_env("NCCL_DEBUG", "WARN"); /* test_zeroed_counts reads what the rank said */
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_killed_sleeper),
       cmocka_unit_test(test_stranger_makes_siblings),
+      cmocka_unit_test(test_zeroed_counts),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

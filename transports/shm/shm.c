@@ -372,8 +372,8 @@ static void shm_wait(struct shm_conn* c, uint32_t seen) {
   if (atomic_load_explicit(&c->miscounted, memory_order_relaxed)) {
     if (!c->miscount_told)
       WARN(
-          "SHM : rank %d lowered a sleeper count of this rank's in their segment (a faulty "
-          "peer): this connection polls from now on",
+          "SHM : a sleeper count in the segment shared with rank %d fell below this rank's own "
+          "(written by someone else: a faulty peer?): this connection polls from now on",
           c->base.peer);
     c->miscount_told = 1;
     transport_wait_nap(c->waits);
