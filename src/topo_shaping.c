@@ -66,7 +66,7 @@ static int qdisc_dump_request(int fd) {
                  .nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP,
                  .nlmsg_seq = 1},
            .tc = {.tcm_family = AF_UNSPEC}};
-  return send(fd, &req, req.h.nlmsg_len, 0) == (ssize_t)req.h.nlmsg_len ? 0 : -1;
+  return send(fd, &req, req.h.nlmsg_len, MSG_NOSIGNAL) == (ssize_t)req.h.nlmsg_len ? 0 : -1;
 }
 
 /* Reads the dump to its end; the rate of the root tbf on ifindex, or 0. */

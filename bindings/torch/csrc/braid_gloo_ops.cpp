@@ -7,9 +7,13 @@
  * Sparse all_reduce (SUM only, as gloo's): every rank's indices and values
  * are gathered, the union is coalesced, and the sum replaces the input. Each
  * rank coalesces the same gathered lists in the same rank order, so all get
- * the same bits. The second gather is sized by the first (the largest nnz),
- * so this op waits in its caller; the Work it returns completes behind it on
- * the stream. Dense all-reduces stay asynchronous.
+ * the same bits. The first gather carries each rank's description (entries,
+ * shape, type, whether its indices lie inside its shape), so that every rank
+ * judges the call alike: one rank's bad input fails every rank with the same
+ * error naming it, never one rank while another returns a sum. The next
+ * gathers are sized by the first (the largest nnz), so this op waits in its
+ * caller; the Work it returns completes behind it on the stream. Dense
+ * all-reduces stay asynchronous.
  *
  * monitored_barrier: a barrier that, instead of hanging, tells rank 0 which
  * ranks did not come (torch's debugging aid for desynchronized jobs). It
@@ -19,11 +23,16 @@
  * every rank arrived within the timeout, or to the failure. As gloo's, only
  * rank 0 enforces the barrier's timeout (so that the report comes from it);
  * the others wait up to the group's timeout, but learn a failure at once
- * from "outcome". The keys carry a count of the group's monitored barriers,
- * so that calls never see each other's keys.
+ * from "outcome". A rank that gives up on rank 0 writes its own failure to
+ * "outcome" instead, and rank 0 writes its verdict only where "outcome" is
+ * still empty (the store's compare-and-set): whoever comes first decides
+ * for every rank, so a late rank 0 fails with the others instead of passing
+ * after they raised. The keys carry a count of the group's monitored
+ * barriers, so that calls never see each other's keys.
  */
 #include "braid_backend.hpp"
 
+#include <algorithm>
 #include <sstream>
 
 namespace braid_torch {
@@ -54,6 +63,58 @@ at::Tensor padded(const at::Tensor& t, int64_t dim, int64_t len) {
   at::Tensor p = at::zeros(shape, t.options());
   p.narrow(dim, 0, t.size(dim)).copy_(t);
   return p;
+}
+
+/* What each rank says of its sparse tensor in the first gather: entries,
+ * whether its indices lie inside its shape, then type, sparse dims, dims and
+ * sizes (up to kSparseMaxDims). */
+constexpr int64_t kSparseMaxDims = 64;
+enum SparseMeta : int64_t { kNnz, kInRange, kType, kSparseDims, kDims, kSizes };
+constexpr int64_t kSparseMetaLen = kSizes + kSparseMaxDims;
+
+/* Do t's indices lie inside its shape? Looked at before coalesce(), which
+ * trusts them (torch's sparse invariant checks are off by default). */
+bool indices_in_range(const at::Tensor& t) {
+  at::Tensor idx = t._indices();
+  for (int64_t d = 0; d < idx.size(0) && idx.size(1) > 0; d++)
+    if (idx[d].min().item<int64_t>() < 0 || idx[d].max().item<int64_t>() >= t.size(d)) return false;
+  return true;
+}
+
+at::Tensor sparse_meta(const at::Tensor& t, bool in_range, int64_t nnz) {
+  at::Tensor m = at::zeros({kSparseMetaLen}, at::kLong);
+  int64_t* p = m.data_ptr<int64_t>();
+  p[kNnz] = nnz;
+  p[kInRange] = in_range && t.dim() <= kSparseMaxDims;
+  p[kType] = (int64_t)t.scalar_type();
+  p[kSparseDims] = t.sparse_dim();
+  p[kDims] = t.dim();
+  for (int64_t d = 0; d < t.dim() && d < kSparseMaxDims; d++) p[kSizes + d] = t.size(d);
+  return m;
+}
+
+std::string shape_of(const int64_t* m) {
+  std::ostringstream o;
+  o << c10::toString((c10::ScalarType)m[kType]) << " [";
+  for (int64_t d = 0; d < std::min(m[kDims], kSparseMaxDims); d++) o << (d ? ", " : "") << m[kSizes + d];
+  o << "] over " << m[kSparseDims] << " sparse dims";
+  return o.str();
+}
+
+/* The same verdict on every rank, from the gathered descriptions: empty
+ * when the call may go on, else the error naming the first rank at fault. */
+std::string sparse_verdict(const at::Tensor& metas, int size) {
+  const int64_t* m0 = metas[0].data_ptr<int64_t>();
+  for (int r = 0; r < size; r++) {
+    const int64_t* m = metas[r].data_ptr<int64_t>();
+    if (!m[kInRange] || m[kNnz] < 0)
+      return "rank " + std::to_string(r) + "'s indices lie outside its tensor's size (" +
+             shape_of(m) + ")";
+    if (!std::equal(m + kType, m + kSparseMetaLen, m0 + kType))
+      return "rank " + std::to_string(r) + "'s tensor is " + shape_of(m) + ", rank 0's " +
+             shape_of(m0);
+  }
+  return "";
 }
 
 /* ---------------------------------------------------------------- monitored_barrier */
@@ -90,20 +151,24 @@ c10::intrusive_ptr<c10d::Work> BraidBackend::allreduceSparse(std::vector<at::Ten
   TORCH_CHECK(opts.reduceOp == c10d::ReduceOp::SUM,
               "braid: all_reduce of sparse tensors only sums (ReduceOp.SUM), as gloo's");
   TORCH_CHECK(!coalescing_, "braid: all_reduce of a sparse tensor cannot be coalesced");
-  at::Tensor in = t.coalesce();
+  Ms timeout = opts.timeout;
+  /* a rank whose input is bad still takes part in the first gather, so
+   * that every rank fails alike */
+  bool in_range = indices_in_range(t);
+  at::Tensor in = in_range ? t.coalesce() : t;
+  at::Tensor metas = gather_now(*this, sparse_meta(t, in_range, in._nnz()), size_, timeout);
+  std::string verdict = sparse_verdict(metas, size_);
+  TORCH_CHECK(verdict.empty(), "braid: all_reduce (sparse): ", verdict);
   at::Tensor idx = in._indices().contiguous(); /* [sparse_dim, nnz] int64 */
   at::Tensor val = in._values().contiguous();  /* [nnz, dense sizes...] */
-  Ms timeout = opts.timeout;
 
-  at::Tensor nnz = gather_now(*this, at::full({1}, in._nnz(), idx.options()), size_, timeout);
-  int64_t most = nnz.max().item<int64_t>();
+  int64_t most = metas.select(1, kNnz).max().item<int64_t>();
   at::Tensor all_idx = gather_now(*this, padded(idx, 1, most), size_, timeout);
   at::Tensor all_val = gather_now(*this, padded(val, 0, most), size_, timeout);
 
   std::vector<at::Tensor> idxs, vals;
   for (int r = 0; r < size_; r++) {
-    int64_t n = nnz[r][0].item<int64_t>();
-    TORCH_CHECK(n >= 0, "braid: all_reduce (sparse): rank ", r, " sent ", n, " entries");
+    int64_t n = metas[r][kNnz].item<int64_t>();
     idxs.push_back(all_idx[r].narrow(1, 0, n));
     vals.push_back(all_val[r].narrow(0, 0, n));
   }
@@ -129,14 +194,18 @@ void BraidBackend::monitoredBarrier(const c10d::BarrierOptions& opts, bool waitA
 
   if (rank_ != 0) {
     store_->set(prefix + "arrive/" + std::to_string(rank_), bytes_of("1"));
-    std::string why =
-        "rank 0 did not answer within " + std::to_string(comm_->timeout.count()) + " ms";
-    if (appears(*store_, outcome, comm_->timeout)) {
-      std::vector<uint8_t> v = store_->get(outcome);
-      std::string said(v.begin(), v.end());
-      if (said == "ok") return;
-      why = "rank 0 reports: " + said;
-    }
+    const std::string gave_up = "Rank " + std::to_string(rank_) + " gave up on rank 0 after " +
+                                std::to_string(comm_->timeout.count()) + " ms";
+    std::vector<uint8_t> v = appears(*store_, outcome, comm_->timeout)
+                                 ? store_->get(outcome)
+                                 : store_->compareSet(outcome, {}, bytes_of(gave_up));
+    std::string said(v.begin(), v.end());
+    if (said == "ok") return;
+    std::string why = said == gave_up ? "rank 0 did not answer within " +
+                                            std::to_string(comm_->timeout.count()) + " ms"
+                      : said.find(" gave up on rank 0 ") != std::string::npos
+                          ? said /* another rank's verdict came first */
+                          : "rank 0 reports: " + said;
     TORCH_CHECK(false, "braid: Rank ", rank_,
                 " successfully reached monitoredBarrier, but received errors while waiting for "
                 "send/recv from rank 0 (",
@@ -170,7 +239,11 @@ void BraidBackend::monitoredBarrier(const c10d::BarrierOptions& opts, bool waitA
   if (error.empty() && !missing.empty())
     error = "Ranks " + join(missing) + " failed to pass monitoredBarrier in " +
             std::to_string(timeout.count()) + " ms";
-  store_->set(outcome, bytes_of(error.empty() ? "ok" : error));
+  /* a rank that gave up first has decided: it raised, so must rank 0 */
+  const std::string verdict = error.empty() ? "ok" : error;
+  std::vector<uint8_t> v = store_->compareSet(outcome, {}, bytes_of(verdict));
+  std::string said(v.begin(), v.end());
+  if (said != verdict) error = said + ", before rank 0 came (the barrier failed for every rank)";
   TORCH_CHECK(error.empty(), "braid: [Rank 0]: ", error);
 }
 

@@ -1,8 +1,9 @@
 """The two ops gloo has beyond NCCL's, on braid: all_reduce of sparse COO
 tensors (SUM) and monitored_barrier (rank 0 names the ranks that did not
 come; the others learn it at once instead of waiting out the group's
-timeout)."""
+timeout). Where one rank's part fails, every rank's call fails."""
 
+import time
 from datetime import timedelta
 
 import torch
@@ -44,6 +45,32 @@ def test_sparse_all_reduce_sums_every_rank_entries():
         assert torch.equal(dense, res[0][0]), "ranks differ"
         assert refused is not None and "sparse" in refused and "SUM" in refused, refused
         assert empty_nnz == 0
+
+
+def _bad_sparse(rank, n, case):
+    """One rank's input is bad (case "range": an index past its size;
+    "shape": another shape than the others'): every rank must raise the
+    same error, naming that rank; none may return a sum."""
+    if case == "range":
+        idx = torch.tensor([[0, 9 if rank == 1 else 2]])
+        shape = (5,)
+    else:
+        idx = torch.tensor([[7 if rank == 0 else 1]])
+        shape = (10 if rank == 0 else 5,)
+    t = torch.sparse_coo_tensor(idx, torch.ones(idx.size(1)), shape, check_invariants=False)
+    try:
+        dist.all_reduce(t)
+        return "returned"
+    except RuntimeError as e:
+        return str(e)
+
+
+def test_sparse_all_reduce_fails_on_every_rank_alike():
+    for case, culprit in (("range", "rank 1's indices lie outside"), ("shape", "rank 1's tensor is")):
+        res = world.run(_bad_sparse, 2, case, timeout_s=20, wall_s=60)
+        for r, said in enumerate(res):
+            assert culprit in said, (case, r, said)
+        assert res[0] == res[1], (case, res)
 
 
 def _barrier(group=None, timeout=None, wait_all_ranks=False):
@@ -101,3 +128,22 @@ def test_monitored_barrier_names_the_missing_ranks():
     said = res[2]["rank 1 missing"]
     assert "Rank 2 successfully reached monitoredBarrier" in said, said
     assert "Rank 1 failed" in said, said  # rank 0's verdict travels to the others
+
+
+def _late_rank0(rank, n):
+    """Rank 0 comes after the others have given up on it (the group's
+    timeout, 2 s): it must fail too, not pass."""
+    if rank == 0:
+        time.sleep(4)
+    try:
+        _barrier(timeout=timedelta(seconds=20))
+        return "passed"
+    except RuntimeError as e:
+        return str(e)
+
+
+def test_monitored_barrier_late_rank0_fails_everywhere():
+    res = world.run(_late_rank0, 3, timeout_s=2, wall_s=40)
+    assert "gave up on rank 0" in res[0] and "before rank 0 came" in res[0], res[0]
+    for r in (1, 2):
+        assert "successfully reached monitoredBarrier" in res[r], res[r]
