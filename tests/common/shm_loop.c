@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 #include <sched.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -43,6 +44,22 @@ void shm_loop_teardown(struct shm_loop* l) {
     l->side[r].conn = NULL;
     progress_destroy(&l->side[r].engine);
   }
+}
+
+int shm_loop_fixture_setup(void** state) {
+  struct shm_loop* l = calloc(1, sizeof(*l));
+  if (l == NULL || shm_loop_setup(l, SHM_LOOP_TIMEOUT_MS) != 0) {
+    free(l);
+    return -1;
+  }
+  *state = l;
+  return 0;
+}
+
+int shm_loop_fixture_teardown(void** state) {
+  shm_loop_teardown(*state);
+  free(*state);
+  return 0;
 }
 
 void shm_loop_connect(struct shm_loop* l) {

@@ -44,6 +44,10 @@ int shm_loop_setup(struct shm_loop* l, int64_t timeout_ms);
 /* Closes the connections (receiver first: a sender's close waits for what
  * it sent to be taken) and the engines. */
 void shm_loop_teardown(struct shm_loop* l);
+/* The same as cmocka fixtures: *state is a fresh loop (SHM_LOOP_TIMEOUT_MS). */
+#define SHM_LOOP_TIMEOUT_MS 60000
+int shm_loop_fixture_setup(void** state);
+int shm_loop_fixture_teardown(void** state);
 /* connect_send, then connect_recv, on channel 0 (cmocka asserts). */
 void shm_loop_connect(struct shm_loop* l);
 

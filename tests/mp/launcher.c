@@ -124,6 +124,19 @@ int mp_expect_last_error(const mp_env* env, ncclComm_t comm, const char* what) {
   return 1;
 }
 
+int mp_sum_ranks_exact(const mp_env* env, ncclComm_t comm, float want) {
+  float buf[1001];
+  for (int i = 0; i < 1001; i++) buf[i] = (float)(env->rank + 1);
+  ncclResult_t rc = ncclAllReduce(buf, buf, 1001, ncclFloat, ncclSum, comm, NULL);
+  if (mp_expect_rc(env, comm, rc, ncclSuccess, "ncclAllReduce")) return 1;
+  for (int i = 0; i < 1001; i++)
+    if (buf[i] != want) {
+      mp_fail(env, "all-reduce: [%d] = %g, expected %g", i, buf[i], want);
+      return 1;
+    }
+  return 0;
+}
+
 int mp_comm_init(const mp_env* env, ncclComm_t* comm) {
   *comm = NULL;
   ncclResult_t rc = ncclCommInitRank(comm, env->nranks, env->id, env->rank);

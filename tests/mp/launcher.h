@@ -68,6 +68,11 @@ int mp_sendrecv(const mp_env* env, ncclComm_t comm, const void* out, void* in, s
 /* Checks that ncclGetLastError(comm) is a non-empty string; 0 when it is. */
 int mp_expect_last_error(const mp_env* env, ncclComm_t comm, const char* what);
 
+/* An all-reduce (sum) of rank + 1 over comm, on 1001 floats, each of which
+ * must come out as `want`: 0 when exact, else 1 with the first bad element
+ * printed. */
+int mp_sum_ranks_exact(const mp_env* env, ncclComm_t comm, float want);
+
 /* ncclCommInitRank with env's id; prints the error and returns 1 on failure. */
 int mp_comm_init(const mp_env* env, ncclComm_t* comm);
 

@@ -36,20 +36,6 @@
 #define FLAG_DONE 11             /* shm: the rank that waits in a call has left it */
 #define ID_SLOT 20               /* shm: a grow id for the new rank */
 
-/* Sum of rank + 1 over the comm, on 1001 floats: 0 when exact. */
-static int sum_exact(const mp_env* env, ncclComm_t comm, int nranks, float want) {
-  float buf[1001];
-  for (int i = 0; i < 1001; i++) buf[i] = (float)(env->rank + 1);
-  ncclResult_t rc = ncclAllReduce(buf, buf, 1001, ncclFloat, ncclSum, comm, NULL);
-  if (mp_expect_rc(env, comm, rc, ncclSuccess, "ncclAllReduce")) return 1;
-  for (int i = 0; i < 1001; i++)
-    if (buf[i] != want) {
-      mp_fail(env, "all-reduce of %d ranks: [%d] = %g, expected %g", nranks, i, buf[i], want);
-      return 1;
-    }
-  return 0;
-}
-
 /* ---- a forged control message ---- */
 
 typedef struct forgery {
@@ -134,7 +120,7 @@ static int forged_shrink_body(const mp_env* env) {
   }
   bad += mp_expect_rc(env, comm, c.rc, ncclSuccess, "ncclCommShrink after the forgeries");
   if (c.rc == ncclSuccess) {
-    bad += sum_exact(env, c.out, 2, 3.0f);
+    bad += mp_sum_ranks_exact(env, c.out, 3.0f);
     bad += mp_expect_rc(env, c.out, ncclCommDestroy(c.out), ncclSuccess, "ncclCommDestroy(new)");
   }
   bad += mp_expect_rc(env, comm, ncclCommAbort(comm), ncclSuccess, "ncclCommAbort(parent)");
@@ -203,7 +189,7 @@ static int grow_retry_body(const mp_env* env) {
     memcpy(&id, (const void*)(env->shm + ID_SLOT + 1), sizeof(id));
     ncclResult_t rc = ncclCommGrow(NULL, 3, &id, 2, &grown, NULL);
     if (mp_expect_rc(env, NULL, rc, ncclSuccess, "ncclCommGrow (new rank)")) return 1;
-    bad += sum_exact(env, grown, 3, 6.0f);
+    bad += mp_sum_ranks_exact(env, grown, 6.0f);
     return bad + mp_expect_rc(env, grown, ncclCommDestroy(grown), ncclSuccess, "ncclCommDestroy");
   }
   if (mp_expect_rc(env, NULL, ncclCommInitRank(&parent, 2, env->id, env->rank), ncclSuccess,
@@ -225,7 +211,7 @@ static int grow_retry_body(const mp_env* env) {
   ncclResult_t rc = ncclCommGrow(parent, 3, mine, -1, &grown, NULL);
   bad += mp_expect_rc(env, parent, rc, ncclSuccess, "ncclCommGrow after a refused one");
   if (rc == ncclSuccess) {
-    bad += sum_exact(env, grown, 3, 6.0f);
+    bad += mp_sum_ranks_exact(env, grown, 6.0f);
     bad += mp_expect_rc(env, grown, ncclCommDestroy(grown), ncclSuccess, "ncclCommDestroy(grown)");
   }
   return bad + mp_expect_rc(env, parent, ncclCommDestroy(parent), ncclSuccess, "ncclCommDestroy");

@@ -41,20 +41,6 @@
 #define STRANGER_SAW_NAMES 10   /* the stranger's exit code: it made siblings of what it saw */
 #define STRANGER_SAW_NOTHING 11 /* it saw no segment: the test proves nothing */
 
-/* Sum of rank + 1 over the comm, on 1001 floats: 0 when exact. */
-static int sum_exact(const mp_env* env, ncclComm_t comm, float want) {
-  float buf[1001];
-  for (int i = 0; i < 1001; i++) buf[i] = (float)(env->rank + 1);
-  ncclResult_t rc = ncclAllReduce(buf, buf, 1001, ncclFloat, ncclSum, comm, NULL);
-  if (mp_expect_rc(env, comm, rc, ncclSuccess, "ncclAllReduce")) return 1;
-  for (int i = 0; i < 1001; i++)
-    if (buf[i] != want) {
-      mp_fail(env, "all-reduce: [%d] = %g, expected %g", i, buf[i], want);
-      return 1;
-    }
-  return 0;
-}
-
 /* One group sending `bytes` to every other rank and receiving as much from
  * each: every point-to-point connection of the comm exists after it. */
 static int exchange_all(const mp_env* env, ncclComm_t comm, size_t bytes) {
@@ -137,7 +123,7 @@ static int sleeper_survivor(const mp_env* env, const sleeper_case* k, ncclComm_t
   rc = ncclCommShrink(comm, &excluded, 1, &shrunk, NULL, NCCL_SHRINK_ABORT);
   bad += mp_expect_rc(env, comm, rc, ncclSuccess, "ncclCommShrink after the kill");
   if (rc == ncclSuccess) {
-    bad += sum_exact(env, shrunk, 1.0f + 3.0f); /* ranks 0 and 2 of the old comm */
+    bad += mp_sum_ranks_exact(env, shrunk, 1.0f + 3.0f); /* ranks 0 and 2 of the old comm */
     bad += mp_expect_rc(env, shrunk, ncclCommDestroy(shrunk), ncclSuccess, "ncclCommDestroy");
   }
   return bad + mp_expect_rc(env, NULL, ncclCommAbort(comm), ncclSuccess, "ncclCommAbort(parent)");
@@ -252,10 +238,10 @@ static int watched_job(const mp_env* env) {
   float want = (float)(env->nranks * (env->nranks + 1) / 2);
   if (mp_wait_flag(&env->shm[FLAG_WATCHING], 30000) != 1) return 1;
   if (mp_comm_init(env, &comm) != 0) return 1;
-  bad += sum_exact(env, comm, want);
+  bad += mp_sum_ranks_exact(env, comm, want);
   mp_sleep_ms(500);
   bad += exchange_all(env, comm, 4096);
-  for (int i = 0; i < 3 && !bad; i++) bad += sum_exact(env, comm, want);
+  for (int i = 0; i < 3 && !bad; i++) bad += mp_sum_ranks_exact(env, comm, want);
   return bad + mp_expect_rc(env, comm, ncclCommDestroy(comm), ncclSuccess, "ncclCommDestroy");
 }
 
@@ -332,14 +318,14 @@ static int zeroed_body(const mp_env* env) {
   struct zeroer z = {0};
   int bad = 0;
   if (mp_comm_init(env, &comm) != 0) return 1;
-  bad += sum_exact(env, comm, 3.0f); /* the segments exist */
+  bad += mp_sum_ranks_exact(env, comm, 3.0f); /* the segments exist */
   if (env->rank == 1) pthread_create(&z.thread, NULL, zeroer_main, &z);
   mp_capture cap;
   if (mp_capture_begin(&cap) != 0) return 1;
   double t0 = mp_now();
   for (int i = 0; i < ZERO_CALLS && !bad; i++) {
     if (i % 10 == 0 && env->rank == 1) mp_sleep_ms(2); /* late now and then: rank 0 sleeps */
-    bad += sum_exact(env, comm, 3.0f);
+    bad += mp_sum_ranks_exact(env, comm, 3.0f);
   }
   double dt = mp_now() - t0;
   int told = mp_capture_end(&cap, "fell below this rank's own");

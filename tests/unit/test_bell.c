@@ -22,41 +22,28 @@
 #define DEADLINE_S 60
 #define SLEEP_MS (10 * 60 * 1000)
 
-static struct shm_loop g_loop;
-
-static int setup(void** state) {
-  (void)state;
-  return shm_loop_setup(&g_loop, DEADLINE_S * 1000);
-}
-
-static int teardown(void** state) {
-  (void)state;
-  shm_loop_teardown(&g_loop);
-  return 0;
-}
-
 /* The sleeper asks the sender to ring (fd_sleepers goes up), the sender's
  * next move writes to the pipe, the sleeper wakes long before its timeout,
  * drains the pipe and lowers its count again. */
 static void test_peer_rings_epoll_sleeper(void** state) {
-  (void)state;
-  struct shm_loop_side* rx = &g_loop.side[SHM_LOOP_RECEIVER];
+  struct shm_loop* L = *state;
+  struct shm_loop_side* rx = &L->side[SHM_LOOP_RECEIVER];
   char out[4000], in[4000];
   memset(out, 0x5a, sizeof(out));
-  shm_loop_connect(&g_loop);
-  shm_loop_block_receiver(&g_loop, in, sizeof(in), 1);
+  shm_loop_connect(L);
+  shm_loop_block_receiver(L, in, sizeof(in), 1);
   _Atomic uint32_t* fd_sleepers = rx->waits.futex[0].fd_sleepers;
   assert_non_null(fd_sleepers); /* the sender opened our bell */
   struct shm_loop_sleeper z;
   shm_loop_sleep(&z, rx, SLEEP_MS);
   while (atomic_load(fd_sleepers) == 0 && !atomic_load(&z.done)) sched_yield();
-  shm_loop_send(&g_loop, out, sizeof(out));
+  shm_loop_send(L, out, sizeof(out));
   shm_loop_wake_join(&z, DEADLINE_S);
   assert_int_equal(atomic_load(fd_sleepers), 0);
   char b;
   assert_int_equal(read(rx->engine.bell_fd[0], &b, 1), -1); /* drained */
   assert_int_equal(errno, EAGAIN);
-  shm_loop_drain(&g_loop);
+  shm_loop_drain(L);
   assert_memory_equal(in, out, sizeof(out));
 }
 
@@ -64,23 +51,25 @@ static void test_peer_rings_epoll_sleeper(void** state) {
  * receiver's wait says so, and the sleeper naps and looks again instead
  * of sleeping through the sender's move. */
 static void test_unopenable_bell_naps(void** state) {
-  (void)state;
+  struct shm_loop* L = *state;
   char out[100], in[100];
   memset(out, 0x3c, sizeof(out));
-  g_loop.peers[SHM_LOOP_RECEIVER].bell_ino++;
-  shm_loop_connect(&g_loop);
-  shm_loop_block_receiver(&g_loop, in, sizeof(in), 1);
-  assert_null(g_loop.side[SHM_LOOP_RECEIVER].waits.futex[0].fd_sleepers);
-  shm_loop_send(&g_loop, out, sizeof(out));
+  L->peers[SHM_LOOP_RECEIVER].bell_ino++;
+  shm_loop_connect(L);
+  shm_loop_block_receiver(L, in, sizeof(in), 1);
+  assert_null(L->side[SHM_LOOP_RECEIVER].waits.futex[0].fd_sleepers);
+  shm_loop_send(L, out, sizeof(out));
   struct shm_loop_sleeper z;
-  shm_loop_sleep(&z, &g_loop.side[SHM_LOOP_RECEIVER], SLEEP_MS);
+  shm_loop_sleep(&z, &L->side[SHM_LOOP_RECEIVER], SLEEP_MS);
   shm_loop_wake_join(&z, DEADLINE_S);
 }
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test_setup_teardown(test_peer_rings_epoll_sleeper, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_unopenable_bell_naps, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_peer_rings_epoll_sleeper, shm_loop_fixture_setup,
+                                      shm_loop_fixture_teardown),
+      cmocka_unit_test_setup_teardown(test_unopenable_bell_naps, shm_loop_fixture_setup,
+                                      shm_loop_fixture_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

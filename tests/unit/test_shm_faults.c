@@ -21,27 +21,14 @@
 #define DEADLINE_S 60
 #define NAP_SLICE_MS 200 /* the sleeper's slice, as work.c's: what a skipped wake-up costs */
 
-static struct shm_loop g_loop;
-
-static int setup(void** state) {
-  (void)state;
-  return shm_loop_setup(&g_loop, DEADLINE_S * 1000);
-}
-
-static int teardown(void** state) {
-  (void)state;
-  shm_loop_teardown(&g_loop);
-  return 0;
-}
-
-static struct shm_conn* side_conn(int side) {
-  return (struct shm_conn*)g_loop.side[side].conn;
+static struct shm_conn* side_conn(struct shm_loop* L, int side) {
+  return (struct shm_conn*)L->side[side].conn;
 }
 
 /* One progress call of `side`'s connection. */
-static ncclResult_t step(int side) {
+static ncclResult_t step(struct shm_loop* L, int side) {
   int progressed = 0;
-  struct transport_conn* c = g_loop.side[side].conn;
+  struct transport_conn* c = L->side[side].conn;
   return c->ops->progress(c, &progressed);
 }
 
@@ -51,34 +38,34 @@ static ncclResult_t step(int side) {
  * the pipe any more. The sender's rings must neither raise SIGPIPE (which
  * would kill this process) nor fail its sends. */
 static void test_dead_sleepers_bell(void** state) {
-  (void)state;
-  struct shm_loop_side* rx = &g_loop.side[SHM_LOOP_RECEIVER];
+  struct shm_loop* L = *state;
+  struct shm_loop_side* rx = &L->side[SHM_LOOP_RECEIVER];
   char out[3000], in[3000];
   memset(out, 0x71, sizeof(out));
-  shm_loop_connect(&g_loop);
-  shm_loop_block_receiver(&g_loop, in, sizeof(in) / 3, 1);
+  shm_loop_connect(L);
+  shm_loop_block_receiver(L, in, sizeof(in) / 3, 1);
   _Atomic uint32_t* fd_sleepers = rx->waits.futex[0].fd_sleepers;
   assert_non_null(fd_sleepers);
   atomic_fetch_add(fd_sleepers, 1); /* asleep in epoll... */
   close(rx->engine.bell_fd[0]);     /* ...and gone: the pipe has no reader of its own */
   rx->engine.bell_fd[0] = -1;
-  for (int i = 0; i < 3; i++) shm_loop_send(&g_loop, out, sizeof(out) / 3);
+  for (int i = 0; i < 3; i++) shm_loop_send(L, out, sizeof(out) / 3);
   atomic_fetch_sub(fd_sleepers, 1);
-  shm_loop_drain(&g_loop);
+  shm_loop_drain(L);
   assert_memory_equal(in, out, sizeof(out) / 3);
 }
 
 /* ---- the ring's counters and slots written wrongly ---- */
 
 /* The sender's view of a tail the receiver moved where it cannot be. */
-static void tail_case(uint64_t (*bad_tail)(uint64_t head), int in_place) {
+static void tail_case(struct shm_loop* L, uint64_t (*bad_tail)(uint64_t head), int in_place) {
   char msg[100] = {1};
   char in[100];
-  shm_loop_connect(&g_loop);
-  shm_loop_send(&g_loop, msg, sizeof(msg)); /* head 1 */
-  shm_loop_recv(&g_loop, in, sizeof(in));   /* tail 1 */
-  shm_loop_send(&g_loop, msg, sizeof(msg)); /* seen by the sender; head 2 */
-  struct shm_conn* tx = side_conn(SHM_LOOP_SENDER);
+  shm_loop_connect(L);
+  shm_loop_send(L, msg, sizeof(msg)); /* head 1 */
+  shm_loop_recv(L, in, sizeof(in));   /* tail 1 */
+  shm_loop_send(L, msg, sizeof(msg)); /* seen by the sender; head 2 */
+  struct shm_conn* tx = side_conn(L, SHM_LOOP_SENDER);
   struct transport_conn* c = &tx->base;
   void* space = in_place ? c->ops->send_space(c, sizeof(msg)) : NULL;
   atomic_store(&tx->hdr->tail, bad_tail(tx->head));
@@ -90,7 +77,7 @@ static void tail_case(uint64_t (*bad_tail)(uint64_t head), int in_place) {
   } else {
     assert_int_equal(transport_post_host(c, msg, sizeof(msg), NULL), ncclSuccess);
   }
-  assert_int_equal(step(SHM_LOOP_SENDER), ncclRemoteError);
+  assert_int_equal(step(L, SHM_LOOP_SENDER), ncclRemoteError);
 }
 
 static uint64_t ahead_of_head(uint64_t head) {
@@ -103,55 +90,55 @@ static uint64_t moved_back(uint64_t head) {
 }
 
 static void test_tail_ahead(void** state) {
-  (void)state;
-  tail_case(ahead_of_head, 0);
+  struct shm_loop* L = *state;
+  tail_case(L, ahead_of_head, 0);
 }
 
 static void test_tail_back(void** state) {
-  (void)state;
-  tail_case(moved_back, 0);
+  struct shm_loop* L = *state;
+  tail_case(L, moved_back, 0);
 }
 
 static void test_tail_in_place(void** state) {
-  (void)state;
-  tail_case(ahead_of_head, 1);
+  struct shm_loop* L = *state;
+  tail_case(L, ahead_of_head, 1);
 }
 
 /* The receiver's view of a head the sender moved where it cannot be:
  * more than a ring ahead, or back. */
-static void head_case(int back) {
+static void head_case(struct shm_loop* L, int back) {
   char msg[100] = {2}, in[100];
-  shm_loop_connect(&g_loop);
-  struct shm_conn* rx = side_conn(SHM_LOOP_RECEIVER);
+  shm_loop_connect(L);
+  struct shm_conn* rx = side_conn(L, SHM_LOOP_RECEIVER);
   if (back) { /* one message read: the receiver has seen head 1 */
-    shm_loop_send(&g_loop, msg, sizeof(msg));
-    shm_loop_recv(&g_loop, in, sizeof(in));
+    shm_loop_send(L, msg, sizeof(msg));
+    shm_loop_recv(L, in, sizeof(in));
   }
   atomic_store(&rx->hdr->head, back ? 0 : rx->nslots + 1);
   assert_int_equal(transport_post_host(&rx->base, in, sizeof(in), NULL), ncclSuccess);
-  assert_int_equal(step(SHM_LOOP_RECEIVER), ncclRemoteError);
+  assert_int_equal(step(L, SHM_LOOP_RECEIVER), ncclRemoteError);
 }
 
 static void test_head_past_ring(void** state) {
-  (void)state;
-  head_case(0);
+  struct shm_loop* L = *state;
+  head_case(L, 0);
 }
 
 static void test_head_back(void** state) {
-  (void)state;
-  head_case(1);
+  struct shm_loop* L = *state;
+  head_case(L, 1);
 }
 
 /* A slot whose descriptor the sender garbled. */
 static void test_bad_slot(void** state) {
-  (void)state;
+  struct shm_loop* L = *state;
   char msg[100] = {3}, in[100];
-  shm_loop_connect(&g_loop);
-  shm_loop_send(&g_loop, msg, sizeof(msg));
-  struct shm_conn* rx = side_conn(SHM_LOOP_RECEIVER);
+  shm_loop_connect(L);
+  shm_loop_send(L, msg, sizeof(msg));
+  struct shm_conn* rx = side_conn(L, SHM_LOOP_RECEIVER);
   rx->slots[0].kind = 77;
   assert_int_equal(transport_post_host(&rx->base, in, sizeof(in), NULL), ncclSuccess);
-  assert_int_equal(step(SHM_LOOP_RECEIVER), ncclRemoteError);
+  assert_int_equal(step(L, SHM_LOOP_RECEIVER), ncclRemoteError);
 }
 
 /* ---- the sleeper counts zeroed under a sleeper ---- */
@@ -160,41 +147,41 @@ static void test_bad_slot(void** state) {
  * sender's ring skips the wake-up and the sleeper sleeps its slice. It
  * finds the count below its own raise when it lowers it: the connection
  * naps from then on, instead of sleeping a slice per call. */
-static void zeroed_case(int epoll_path) {
-  struct shm_loop_side* side = &g_loop.side[SHM_LOOP_RECEIVER];
+static void zeroed_case(struct shm_loop* L, int epoll_path) {
+  struct shm_loop_side* side = &L->side[SHM_LOOP_RECEIVER];
   char out[64], in[64];
   memset(out, 0x2b, sizeof(out));
-  shm_loop_connect(&g_loop);
-  struct shm_conn* rx = side_conn(SHM_LOOP_RECEIVER);
+  shm_loop_connect(L);
+  struct shm_conn* rx = side_conn(L, SHM_LOOP_RECEIVER);
   _Atomic uint32_t* count = epoll_path ? &rx->hdr->fd_sleepers[SHM_RECV] : &rx->hdr->sleepers;
-  shm_loop_block_receiver(&g_loop, in, sizeof(in), epoll_path);
+  shm_loop_block_receiver(L, in, sizeof(in), epoll_path);
   assert_int_equal(side->waits.nfutex, 1);
   struct shm_loop_sleeper z;
   shm_loop_sleep(&z, side, NAP_SLICE_MS);
   while (atomic_load(count) == 0 && !atomic_load(&z.done)) sched_yield();
   atomic_store(count, 0); /* the faulty peer */
-  shm_loop_send(&g_loop, out, sizeof(out));
+  shm_loop_send(L, out, sizeof(out));
   shm_loop_wake_join(&z, DEADLINE_S);
   assert_int_equal(atomic_load(count), 0); /* put back, not wrapped around */
-  shm_loop_drain(&g_loop);
+  shm_loop_drain(L);
   assert_memory_equal(in, out, sizeof(out));
-  shm_loop_block_receiver(&g_loop, in, sizeof(in), epoll_path);
+  shm_loop_block_receiver(L, in, sizeof(in), epoll_path);
   assert_int_equal(side->waits.nfutex, 0); /* no sleep on a count the peer plays with */
   assert_int_equal(side->waits.npoll, 1);
 }
 
 static void test_zeroed_sleepers(void** state) {
-  (void)state;
-  zeroed_case(0);
+  struct shm_loop* L = *state;
+  zeroed_case(L, 0);
 }
 
 static void test_zeroed_fd_sleepers(void** state) {
-  (void)state;
-  zeroed_case(1);
+  struct shm_loop* L = *state;
+  zeroed_case(L, 1);
 }
 
 int main(void) {
-#define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
+#define T(fn) cmocka_unit_test_setup_teardown(fn, shm_loop_fixture_setup, shm_loop_fixture_teardown)
   const struct CMUnitTest tests[] = {
       T(test_dead_sleepers_bell), T(test_tail_ahead),      T(test_tail_back),
       T(test_tail_in_place),      T(test_head_past_ring),  T(test_head_back),
