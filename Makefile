@@ -390,13 +390,15 @@ deps:
 
 # The lifetime tests (destroy and abort with work still queued), the API
 # calls that keep lists (registrations, windows), the membership changes
-# (shrink after a kill, grow, revoke) and teardown while a call waits
-# (mp_test_hardening) run a second time under AddressSanitizer and UBSan,
+# (shrink after a kill, grow, revoke), teardown while a call waits
+# (mp_test_hardening) and a shared-memory peer that writes its segment
+# wrongly or dies (test_shm_faults, mp_test_hardening_shm: nothing may be
+# touched outside the ring) run a second time under AddressSanitizer and UBSan,
 # built with the system compiler in $(BUILD)/san-asan/.
 # Their CPU kernels get ASan without UBSan (make test-sanitize has both).
 LIFETIME_KERNEL_FLAGS := -O1 -g -fsanitize=address -fno-omit-frame-pointer
 LIFETIME_ASAN_TESTS := mp_test_lifetime mp_test_streams mp_test_api mp_test_resize mp_test_device \
-                       mp_test_device_p2p mp_test_hardening
+                       mp_test_device_p2p mp_test_hardening mp_test_hardening_shm test_shm_faults
 # The build takes a job per core unless make was given -j (nvcc's two
 # kernels, minutes each, then compile side by side).
 BUILD_JOBS = $(if $(findstring jobserver,$(MAKEFLAGS)),,-j$(shell nproc))
