@@ -81,6 +81,20 @@ ncclResult_t braidCommSetDeterministic(ncclComm_t comm, int enable);
 /* The comm's mode: 1 deterministic, 0 not. */
 ncclResult_t braidCommGetDeterministic(ncclComm_t comm, int* enabled);
 
+/*
+ * Whether calls on `comm` with a NULL stream block (1: they run on the
+ * caller's thread and return when done) or not (0: they are queued on the
+ * comm's own stream and return ncclInProgress; ncclCommGetAsyncError tells
+ * when they are done). NCCL fixes the mode at init (config.blocking); a
+ * comm made non-blocking, once ready, may change it, so that a program can
+ * give its init a deadline (a blocking init waits up to BRAID_TIMEOUT_MS)
+ * and then call without a thread hand-off. Calls issued before run as
+ * issued; a later call still waits for them (calls of a comm run in issue
+ * order). A comm made blocking, or whose init is still running, is
+ * ncclInvalidUsage.
+ */
+ncclResult_t braidCommSetBlocking(ncclComm_t comm, int blocking);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

@@ -71,6 +71,9 @@ struct ncclComm {
   struct mem_regs regs;
   /* non-blocking comm (config.blocking == 0): its work runs on this stream */
   struct braid_stream* internal_stream;
+  /* calls on a NULL stream go to internal_stream (1) or run on the
+   * caller's thread (0): !config.blocking at init, braidCommSetBlocking after */
+  _Atomic int nonblocking;
   /* device calls (device.h): the device path's state, made at the first
    * one, else NULL */
   struct device_comm* device;

@@ -151,6 +151,7 @@ static ncclResult_t comm_create(struct ncclComm** out, int nranks, const ncclUni
   CHECK(braid_calloc(&comm, 1, sizeof(*comm)));
   atomic_init(&comm->refs, 1);
   atomic_init(&comm->deterministic, (int)param_deterministic());
+  atomic_init(&comm->nonblocking, comm->config.blocking == 0);
   comm->magic = COMM_MAGIC;
   comm->rank = rank;
   comm->nranks = nranks;

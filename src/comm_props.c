@@ -157,6 +157,32 @@ ncclResult_t braidCommSetDeterministic(ncclComm_t comm, int enable) {
   return res;
 }
 
+BRAID_API(ncclResult_t, braidCommSetBlocking, ncclComm_t comm, int blocking);
+ncclResult_t braidCommSetBlocking(ncclComm_t comm, int blocking) {
+  ncclResult_t res = comm_call_hold(comm, "braidCommSetBlocking");
+  if (res != ncclSuccess) return res;
+  if (blocking != 0 && blocking != 1) {
+    WARN("braidCommSetBlocking : blocking %d is neither 0 nor 1", blocking);
+    res = ncclInvalidArgument;
+  } else if (comm->internal_stream == NULL) { /* nowhere to queue non-blocking calls */
+    WARN("braidCommSetBlocking : comm %p was made blocking; only a comm made non-blocking "
+         "(config.blocking 0) can change its mode",
+         (void*)comm);
+    res = ncclInvalidUsage;
+  } else if (!atomic_load(&comm->init_done)) {
+    WARN("braidCommSetBlocking : comm %p is still being made (ncclCommGetAsyncError says when "
+         "it is ready)",
+         (void*)comm);
+    res = ncclInvalidUsage;
+  } else {
+    atomic_store(&comm->nonblocking, !blocking);
+    INFO(SUB_INIT, "comm %p rank %d: calls on a NULL stream %s", (void*)comm, comm->rank,
+         blocking ? "block" : "return ncclInProgress");
+  }
+  comm_call_leave(comm);
+  return res;
+}
+
 BRAID_API(ncclResult_t, braidCommGetDeterministic, ncclComm_t comm, int* enabled);
 ncclResult_t braidCommGetDeterministic(ncclComm_t comm, int* enabled) {
   ncclResult_t res = comm_call_hold(comm, "braidCommGetDeterministic");

@@ -131,7 +131,8 @@ static ncclResult_t work_dispatch(struct work_op* ops, int n, cudaStream_t strea
     return device_unit_dispatch(ops, n);
   ncclResult_t res = work_issue(ops, n);
   if (res != ncclSuccess) return res;
-  for (int i = 0; i < n && hs == NULL; i++) hs = ops[i].comm->internal_stream;
+  for (int i = 0; i < n && hs == NULL; i++)
+    if (atomic_load(&ops[i].comm->nonblocking)) hs = ops[i].comm->internal_stream;
   if (hs == NULL) return work_run(ops, n);
   res = work_submit(hs, ops, n, NULL, 0);
   if (res != ncclSuccess) { /* never queued: give its turns back, or later work waits forever */

@@ -1,5 +1,6 @@
 /* Non-blocking comms (config.blocking = 0: ncclInProgress, then poll
- * ncclCommGetAsyncError), ncclMemAlloc, buffer registration, InitRankScalable. */
+ * ncclCommGetAsyncError; braidCommSetBlocking), ncclMemAlloc, buffer
+ * registration, InitRankScalable. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -10,6 +11,7 @@
 
 #include <cmocka.h>
 
+#include "braid.h"
 #include "collcheck.h"
 #include "launcher.h"
 
@@ -496,6 +498,52 @@ static void test_blocking_async_state(void** state) {
   assert_int_equal(mp_launch(2, blocking_body, NULL, NULL), 0);
 }
 
+/* ---- braidCommSetBlocking: a non-blocking comm, once ready, blocks ---- */
+
+/* An all-reduce of rank + 1 on a NULL stream must return `want` (the mode)
+ * and, once complete, hold the sum. */
+static int sum_returns(const mp_env* env, ncclComm_t comm, ncclResult_t want, const char* what) {
+  float buf[257];
+  for (int i = 0; i < 257; i++) buf[i] = (float)(env->rank + 1);
+  ncclResult_t rc = ncclAllReduce(buf, buf, 257, ncclFloat, ncclSum, comm, NULL);
+  int bad = mp_expect_rc(env, comm, rc, want, what);
+  if (rc == ncclInProgress) bad += wait_ready(env, comm, what, NULL);
+  float sum = (float)(env->nranks * (env->nranks + 1) / 2);
+  for (int i = 0; i < 257 && !bad; i++)
+    if (buf[i] != sum) {
+      mp_fail(env, "%s: [%d] = %g, expected %g", what, i, buf[i], sum);
+      bad++;
+    }
+  return bad;
+}
+
+static int set_blocking_body(const mp_env* env) {
+  ncclComm_t comm, blocking;
+  int bad = 0;
+  if (nb_init(env, &comm, NULL) != 0) return 1;
+  bad += sum_returns(env, comm, ncclInProgress, "all-reduce, non-blocking");
+  bad += mp_expect_rc(env, comm, braidCommSetBlocking(comm, 1), ncclSuccess, "set blocking");
+  bad += sum_returns(env, comm, ncclSuccess, "all-reduce, set blocking");
+  bad += mp_expect_rc(env, comm, braidCommSetBlocking(comm, 0), ncclSuccess, "set non-blocking");
+  bad += sum_returns(env, comm, ncclInProgress, "all-reduce, non-blocking again");
+  bad += mp_expect_rc(env, comm, braidCommSetBlocking(comm, 2), ncclInvalidArgument, "mode 2");
+  bad += mp_expect_rc(env, NULL, braidCommSetBlocking(NULL, 1), ncclInvalidArgument, "NULL comm");
+  bad += nb_end(env, comm, bad, NULL);
+  if (mp_expect_rc(env, NULL, ncclCommInitRank(&blocking, env->nranks, env->ids[1], env->rank),
+                   ncclSuccess, "ncclCommInitRank (blocking)"))
+    return 1;
+  bad += mp_expect_rc(env, blocking, braidCommSetBlocking(blocking, 0), ncclInvalidUsage,
+                      "a comm made blocking");
+  return bad + mp_expect_rc(env, blocking, ncclCommDestroy(blocking), ncclSuccess, "destroy");
+}
+
+static void test_set_blocking(void** state) {
+  (void)state;
+  mp_opts o = MP_OPTS_INIT;
+  o.nids = 2;
+  assert_int_equal(mp_launch(3, set_blocking_body, NULL, &o), 0);
+}
+
 int main(void) {
   mp_default_env("BRAID_TIMEOUT_MS", "30000");
   const struct CMUnitTest tests[] = {
@@ -506,6 +554,7 @@ int main(void) {
       cmocka_unit_test(test_scalable),
       cmocka_unit_test(test_scalable_bad),
       cmocka_unit_test(test_blocking_async_state),
+      cmocka_unit_test(test_set_blocking),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
