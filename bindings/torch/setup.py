@@ -59,6 +59,7 @@ setup(
                 "csrc/module.cpp",
                 "csrc/braid_backend.cpp",
                 "csrc/braid_work.cpp",
+                "csrc/braid_queue.cpp",
                 "csrc/braid_gloo_ops.cpp",
             ],
             include_dirs=[include],

@@ -8,6 +8,7 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
@@ -375,7 +376,17 @@ BraidBackend::BraidBackend(std::shared_ptr<Comm> comm, Ms timeout,
 }
 
 void BraidBackend::start(std::shared_ptr<Comm> comm) {
-  ncclResult_t res = braidStreamCreate(&comm->stream);
+  /* made non-blocking so that its init kept the group's timeout; its calls
+   * on a NULL stream (runInline's) block */
+  ncclResult_t res = braidCommSetBlocking(comm->comm, 1);
+  if (res != ncclSuccess) {
+    ncclCommAbort(comm->comm);
+    comm->comm = nullptr;
+    refuse("braidCommSetBlocking", res);
+  }
+  const char* env = std::getenv("BRAID_TORCH_INLINE_BYTES");
+  comm->inline_max = env ? (size_t)std::strtoull(env, nullptr, 0) : (size_t)64 << 10;
+  res = braidStreamCreate(&comm->stream);
   if (res != ncclSuccess) {
     ncclCommAbort(comm->comm);
     comm->comm = nullptr;
@@ -399,6 +410,7 @@ void BraidBackend::shutdown() {
   if (shut_ || !comm_) return;
   shut_ = true;
   /* the queued work finishes (or fails: the watchdog bounds it) first */
+  comm_->flushDeferred();
   if (comm_->stream) braidStreamSynchronize(comm_->stream);
   {
     std::lock_guard<std::mutex> g(comm_->issue_mu);
@@ -439,6 +451,7 @@ c10::intrusive_ptr<c10d::Work> BraidBackend::submit(
     coal_works_.insert(coal_works_.end(), partners.begin(), partners.end());
     coal_works_.push_back(work);
     coal_names_ += (coal_names_.empty() ? "" : ", ") + std::string(name);
+    coal_p2p_ = coal_p2p_ || type == c10d::OpType::SEND || type == c10d::OpType::RECV;
     return work;
   }
   auto unit = std::make_shared<Unit>();
@@ -449,6 +462,9 @@ c10::intrusive_ptr<c10d::Work> BraidBackend::submit(
   unit->keep.insert(unit->keep.end(), outputs.begin(), outputs.end());
   unit->what = std::string(name) + " (sequence number " + std::to_string(seq_) + ")";
   unit->timeout = timeoutOf(timeout);
+  for (auto& t : outputs) unit->bytes += nbytes(t);
+  if (type == c10d::OpType::SEND || type == c10d::OpType::RECV)
+    unit->bytes = SIZE_MAX; /* waits for one peer's matching op: never on the caller's thread */
   issueUnit(unit, calls, calls.size() > 1);
   return work;
 }
@@ -459,51 +475,9 @@ void BraidBackend::issueUnit(const std::shared_ptr<Unit>& unit, std::vector<Call
     if (c.pre) unit->pre.push_back(c.pre);
     if (c.post) unit->post.push_back(c.post);
   }
-  Comm& cm = *comm_;
-  std::lock_guard<std::mutex> g(cm.issue_mu);
-  {
-    std::lock_guard<std::mutex> g2(cm.mu);
-    if (cm.aborted || cm.comm == nullptr)
-      C10_THROW_ERROR(
-          DistBackendError,
-          "braid: " + unit->what + " cannot run: " +
-              (cm.reason.empty() ? std::string("the communicator is gone") : cm.reason));
-  }
-  ncclResult_t res = ncclSuccess;
-  if (!unit->pre.empty()) {
-    auto* h = new std::shared_ptr<Unit>(unit);
-    res = braidStreamLaunchHostFunc(cm.stream, unit_pre, h);
-    if (res != ncclSuccess) {
-      delete h;
-      refuse(unit->what, res);
-    }
-  }
-  if (grouped) res = ncclGroupStart();
-  for (auto& c : calls) {
-    if (res != ncclSuccess && res != ncclInProgress) break;
-    res = c.issue(cm.comm, cm.stream);
-  }
-  if (grouped) {
-    ncclResult_t end = ncclGroupEnd();
-    if (res == ncclSuccess || res == ncclInProgress) res = end;
-  }
-  if (res != ncclSuccess && res != ncclInProgress) refuse(unit->what, res);
-  {
-    std::lock_guard<std::mutex> g2(cm.mu);
-    unit->deadline = std::chrono::steady_clock::now() + unit->timeout;
-    unit->pos = cm.pending.insert(cm.pending.end(), unit.get());
-  }
-  /* the watchdog looks at least once a second: no wake-up per op */
-  auto* h = new std::shared_ptr<Unit>(unit);
-  res = braidStreamLaunchHostFunc(cm.stream, unit_done, h);
-  if (res != ncclSuccess) {
-    delete h;
-    {
-      std::lock_guard<std::mutex> g2(cm.mu);
-      cm.pending.erase(unit->pos);
-    }
-    refuse(unit->what, res);
-  }
+  unit->calls = std::move(calls);
+  unit->grouped = grouped;
+  comm_->issue(unit);
 }
 
 void BraidBackend::startCoalescing() {
@@ -531,6 +505,9 @@ c10::intrusive_ptr<c10d::Work> BraidBackend::endCoalescing() {
   unit->keep.insert(unit->keep.end(), outputs.begin(), outputs.end());
   unit->what = "coalesced [" + names + "] (sequence number " + std::to_string(seq_) + ")";
   unit->timeout = comm_->timeout;
+  for (auto& t : outputs) unit->bytes += nbytes(t);
+  if (coal_p2p_) unit->bytes = SIZE_MAX; /* as submit's */
+  coal_p2p_ = false;
   issueUnit(unit, calls, true);
   return work;
 }
@@ -1093,12 +1070,14 @@ c10::intrusive_ptr<c10d::Work> BraidBackend::p2pSelf(at::Tensor& t, bool sending
       unit->timeout = comm_->timeout;
       unit->deadline = std::chrono::steady_clock::now() + unit->timeout;
       unit->pos = comm_->pending.insert(comm_->pending.end(), unit.get());
+      unit->listed = true;
       comm_->held[sending].push_back({unit, t});
       return work;
     }
     partner = std::move(waiting.front());
     waiting.pop_front();
     comm_->pending.erase(partner.unit->pos);
+    partner.unit->listed = false;
   }
   at::Tensor src = sending ? t : partner.tensor;
   at::Tensor dst = sending ? partner.tensor : t;
@@ -1172,6 +1151,7 @@ c10::intrusive_ptr<BraidBackend> BraidBackend::splitRanks(const std::vector<int>
   int color = it == sorted.end() ? NCCL_SPLIT_NOCOLOR : (int)(h & 0x3fffffff);
   int key = it == sorted.end() ? 0 : (int)(it - sorted.begin());
   /* the parent's queued work runs first: a split is a call on the parent */
+  comm_->flushDeferred();
   braidStreamSynchronize(comm_->stream);
   auto child = std::make_shared<Comm>();
   ncclConfig_t cfg = nonblocking_config();

@@ -44,20 +44,45 @@ struct Held {
 };
 
 /* The communicator, its stream, and what is in flight on them. Shared by
- * the backend and every unit still queued, so the last one frees it. */
+ * the backend and every unit still queued, so the last one frees it.
+ *
+ * How a unit reaches Braid (braid_queue.cpp): a small one with nothing
+ * before it is *deferred*: kept here, not yet issued. If its work is
+ * waited for first (a synchronous op: torch waits at once), the waiting
+ * thread runs it inline, on a NULL stream of the blocking comm: no thread
+ * hand-off. Anything else (a later op, getFuture, polling, or the watchdog
+ * after kKickDelay) puts it on the stream first, so an asynchronous op
+ * still runs on its own while the caller goes on, as gloo's do. Every
+ * other unit goes on the stream at once.
+ *
+ * Locks, always taken in this order: run_mu (held by a thread running a
+ * unit inline, and while a unit is put on the stream: units reach Braid in
+ * issue order), issue_mu (the handle `comm`, stream issue), mu (the rest). */
 struct Comm {
   ncclComm_t comm = nullptr;
   cudaStream_t stream = nullptr;
   int rank = 0, size = 0;
   std::chrono::milliseconds timeout;
 
-  std::mutex issue_mu; /* one op's calls go onto the stream together */
-  std::mutex mu;       /* pending, aborted, reason */
-  std::condition_variable cv;
-  std::list<Unit*> pending; /* issued and not yet completed, oldest first */
+  std::mutex run_mu;
+  std::mutex issue_mu;
+  std::mutex mu;
+  std::condition_variable cv; /* the watchdog's: abort, stopping, a deferred unit */
+  std::list<Unit*> pending;   /* issued and not yet completed, oldest first */
   bool aborted = false;
-  std::string reason;       /* why it was aborted (a timeout names the op) */
-  std::deque<Held> held[2]; /* [0] receives from self, [1] sends to self */
+  std::string reason;                            /* why it was aborted (a timeout names the op) */
+  std::deque<Held> held[2];                      /* [0] receives from self, [1] sends to self */
+  std::shared_ptr<Unit> deferred;                /* not issued yet (at most one: it was alone) */
+  std::chrono::steady_clock::time_point kick_at; /* when the watchdog issues it */
+  std::chrono::steady_clock::time_point last_deferred; /* the latest unit deferred, its kick_at */
+  std::chrono::steady_clock::time_point watch_until =  /* when the watchdog wakes next */
+      std::chrono::steady_clock::time_point::max();
+  /* threads running a call inline with the handle, outside issue_mu (under
+   * issue_mu): while any does, abort revokes the comm (which wakes them and
+   * keeps the handle valid) and the last of them aborts it */
+  int inline_users = 0;
+  size_t inline_max =
+      0; /* units of at most these bytes may be deferred (BRAID_TORCH_INLINE_BYTES) */
 
   std::thread watchdog;
   bool stopping = false;
@@ -65,9 +90,30 @@ struct Comm {
   ~Comm();
   /* Abort the communicator (idempotent): work in flight fails with `why`. */
   void abort(const std::string& why);
-  /* Every held send/receive to self fails with `why` (abort, shutdown). */
+  /* Every held send/receive to self, and a deferred unit, fail with `why`
+   * (abort, shutdown). */
   void failHeld(const std::string& why);
   void watch();
+
+  /* braid_queue.cpp. Issue a unit (its calls in unit->calls): deferred,
+   * else on the stream; an earlier deferred unit goes on the stream first.
+   * Throws when the communicator is gone. */
+  void issue(const std::shared_ptr<Unit>& unit);
+  /* The deferred unit, if any, goes on the stream now; without `wait`,
+   * false when it would have to wait for another thread to do so. */
+  bool flushDeferred(bool wait = true);
+  /* If w's unit is the deferred one, run it here and now; true if it ran. */
+  bool runIfDeferred(const c10d::Work* w);
+  /* Whether w's unit is the deferred one. */
+  bool isDeferred(const c10d::Work* w);
+
+ private:
+  /* On the stream; "" or why it could not be issued. */
+  std::string toStream(const std::shared_ptr<Unit>& unit);
+  void runInline(const std::shared_ptr<Unit>& unit);
+  /* Completes a unit that never ran with `why`. */
+  void failUnit(const std::shared_ptr<Unit>& unit, const std::string& why);
+  void failHeldOnly(const std::string& why);
 };
 
 class BraidWork : public c10d::Work {
@@ -115,12 +161,16 @@ struct Call {
 struct Unit {
   std::shared_ptr<Comm> comm;
   std::vector<c10::intrusive_ptr<BraidWork>> works;
+  std::vector<Call> calls; /* until issued */
+  bool grouped = false;    /* the calls go in one Braid group */
   std::vector<std::function<void()>> pre, post;
   std::vector<at::Tensor> keep;
   std::string what;
   std::chrono::milliseconds timeout{0};
+  size_t bytes = 0; /* what its calls move at most: whether it may be deferred */
   std::chrono::steady_clock::time_point deadline;
   std::exception_ptr pre_error;
+  bool listed = false; /* in Comm::pending (at pos) */
   std::list<Unit*>::iterator pos;
 };
 
@@ -240,6 +290,7 @@ class BraidBackend : public c10d::Backend {
   std::vector<at::Tensor> coal_outputs_, coal_keep_;
   std::vector<c10::intrusive_ptr<BraidWork>> coal_works_;
   std::string coal_names_;
+  bool coal_p2p_ = false; /* a send or receive among them */
 };
 
 /* stream host functions (braid_work.cpp); each takes a new'd shared_ptr<Unit> */

@@ -96,7 +96,8 @@ at::Tensor sparse_meta(const at::Tensor& t, bool in_range, int64_t nnz) {
 std::string shape_of(const int64_t* m) {
   std::ostringstream o;
   o << c10::toString((c10::ScalarType)m[kType]) << " [";
-  for (int64_t d = 0; d < std::min(m[kDims], kSparseMaxDims); d++) o << (d ? ", " : "") << m[kSizes + d];
+  for (int64_t d = 0; d < std::min(m[kDims], kSparseMaxDims); d++)
+    o << (d ? ", " : "") << m[kSizes + d];
   o << "] over " << m[kSparseDims] << " sparse dims";
   return o.str();
 }

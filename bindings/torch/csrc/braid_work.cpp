@@ -28,22 +28,40 @@ void Comm::abort(const std::string& why) {
     reason = why;
   }
   cv.notify_all();
-  /* not while an op is being put on the stream with this handle */
+  /* not while an op is being put on the stream with this handle; a call
+   * running inline is woken by the revoke, and its thread aborts the comm
+   * when it leaves (BraidBackend::runInline) */
   {
     std::lock_guard<std::mutex> g(issue_mu);
-    if (comm != nullptr) ncclCommAbort(comm);
-    comm = nullptr;
+    if (comm != nullptr && inline_users > 0) {
+      ncclCommRevoke(comm, NCCL_REVOKE_DEFAULT);
+    } else {
+      if (comm != nullptr) ncclCommAbort(comm);
+      comm = nullptr;
+    }
   }
   failHeld(why);
 }
 
 void Comm::failHeld(const std::string& why) {
+  failHeldOnly(why);
+  std::shared_ptr<Unit> unit;
+  {
+    std::lock_guard<std::mutex> g(mu);
+    unit = std::move(deferred); /* never issued: it fails as the held ones */
+    deferred.reset();
+  }
+  if (unit) failUnit(unit, why);
+}
+
+void Comm::failHeldOnly(const std::string& why) {
   std::vector<Held> gone;
   {
     std::lock_guard<std::mutex> g(mu);
     for (auto& q : held) {
       for (auto& h : q) {
         pending.erase(h.unit->pos);
+        h.unit->listed = false;
         gone.push_back(std::move(h));
       }
       q.clear();
@@ -72,6 +90,17 @@ void Comm::watch() {
         }
         next = std::min(next, u->deadline);
       }
+    if (deferred && kick_at <= now) { /* nobody waited for it: it runs on the stream */
+      lk.unlock();
+      bool done = flushDeferred(false);
+      lk.lock();
+      if (done) continue;
+      next = now + std::chrono::microseconds(100); /* run_mu was busy: look again soon */
+    }
+    if (deferred && kick_at > now) next = std::min(next, kick_at);
+    /* units are being deferred: look often, so that they need not wake us */
+    if (now - last_deferred < std::chrono::milliseconds(200))
+      next = std::min(next, now + std::chrono::milliseconds(2));
     if (late != nullptr) {
       auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                     now - (late->deadline - late->timeout))
@@ -87,7 +116,9 @@ void Comm::watch() {
       lk.lock();
       continue;
     }
+    watch_until = next;
     cv.wait_until(lk, next);
+    watch_until = std::chrono::steady_clock::time_point::max();
   }
 }
 
@@ -116,7 +147,16 @@ BraidWork::BraidWork(int rank, c10d::OpType type, const char* name, uint64_t seq
           c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))),
       comm_(comm) {}
 
+/* Polling means the caller goes on meanwhile: a deferred unit must run on
+ * its own (braid_queue.cpp). */
 bool BraidWork::isCompleted() {
+  {
+    std::lock_guard<std::mutex> g(mutex_);
+    if (completed_) return true;
+  }
+  if (auto c = comm_.lock()) {
+    if (c->isDeferred(this)) c->flushDeferred();
+  }
   std::lock_guard<std::mutex> g(mutex_);
   return completed_;
 }
@@ -132,6 +172,7 @@ std::exception_ptr BraidWork::exception() const {
 }
 
 bool BraidWork::wait(std::chrono::milliseconds timeout) {
+  if (auto c = comm_.lock()) c->runIfDeferred(this); /* not issued yet: run it on this thread */
   std::unique_lock<std::mutex> lk(mutex_);
   if (timeout == kNoTimeout) {
     cv_.wait(lk, [&] { return completed_; });
@@ -155,6 +196,9 @@ void BraidWork::abort() {
 /* The future is completed only once someone asked for it: most works are
  * only waited for, and a completion would cost every op a thread's wake-up. */
 c10::intrusive_ptr<c10::ivalue::Future> BraidWork::getFuture() {
+  if (auto c = comm_.lock()) { /* a future's user goes on: a deferred unit runs on its own */
+    if (c->isDeferred(this)) c->flushDeferred();
+  }
   bool now;
   {
     std::lock_guard<std::mutex> g(mutex_);
@@ -255,7 +299,8 @@ void unit_done(void* p, ncclResult_t status) {
     }
   {
     std::lock_guard<std::mutex> g(u.comm->mu);
-    u.comm->pending.erase(u.pos);
+    if (u.listed) u.comm->pending.erase(u.pos);
+    u.listed = false;
   }
   for (auto& w : u.works) w->complete(err);
 }

@@ -36,6 +36,34 @@ def test_work_returns_before_peers_come():
     assert done and first == 3.0 and last == 3.0
 
 
+def _small_async_runs_alone(rank, n):
+    """A small async all_reduce must run on its own, as gloo's do, while its
+    caller goes on to wait for something that needs the peer to finish that
+    all_reduce first (the store), or to communicate on another group."""
+    store = dist.distributed_c10d._get_default_store()
+    other = dist.new_group([0, 1])
+    x = torch.full((4,), float(rank + 1))
+    y = torch.full((4,), float(rank + 1))
+    if rank == 0:
+        w = dist.all_reduce(x, async_op=True)
+        store.wait(["joined"])  # rank 1 gets past its all_reduce only if ours runs
+        v = dist.all_reduce(y, async_op=True)
+        dist.send(torch.ones(1), dst=1, group=other)  # rank 1 needs it before it reduces y
+        w.wait()
+        v.wait()
+    else:
+        dist.all_reduce(x)
+        store.set("joined", "1")
+        dist.recv(torch.zeros(1), src=0, group=other)
+        dist.all_reduce(y)
+    return float(x[0]), float(y[0])
+
+
+def test_small_async_op_runs_while_the_caller_waits_elsewhere():
+    for got in world.run(_small_async_runs_alone, 2, timeout_s=30, wall_s=60):
+        assert got == (3.0, 3.0), got
+
+
 def _futures(rank, n):
     out = []
     works = []
