@@ -82,6 +82,25 @@ ncclResult_t braidCommSetDeterministic(ncclComm_t comm, int enable);
 ncclResult_t braidCommGetDeterministic(ncclComm_t comm, int* enabled);
 
 /*
+ * Tagged point-to-point that runs on its own, as gloo's and MPI's isend
+ * and irecv do: the call queues the transfer and returns; done(userData,
+ * status) runs once, on a library thread, when it completed (ncclSuccess)
+ * or failed. Unlike ncclSend/ncclRecv it is in no order with the comm's
+ * other calls: each transfer moves as soon as its peer has posted the
+ * matching one, whatever order the ranks post them in. Sends and receives
+ * between two ranks with the same tag match in the order they were posted
+ * (any int is a tag); a send and its receive must be the same size (else
+ * both fail with ncclInvalidUsage). Host memory only (device memory is
+ * ncclInvalidUsage). A transfer with nothing moving for BRAID_TIMEOUT_MS
+ * fails, as do those still pending when the comm is destroyed, aborted or
+ * revoked. done must not wait for other tagged transfers of its comm.
+ */
+ncclResult_t braidTaggedSend(const void* sendbuff, size_t count, ncclDataType_t datatype, int peer,
+                             int tag, ncclComm_t comm, braidHostFn_t done, void* userData);
+ncclResult_t braidTaggedRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer,
+                             int tag, ncclComm_t comm, braidHostFn_t done, void* userData);
+
+/*
  * Whether calls on `comm` with a NULL stream block (1: they run on the
  * caller's thread and return when done) or not (0: they are queued on the
  * comm's own stream and return ncclInProgress; ncclCommGetAsyncError tells

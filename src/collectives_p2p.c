@@ -13,6 +13,7 @@
 #include "group.h"
 #include "kernels.h"
 #include "mem_kind.h"
+#include "p2p_lane.h"
 #include "work_op.h"
 
 /* ---- ncclSend and ncclRecv ---- */
@@ -225,4 +226,44 @@ ncclResult_t ncclScatter(const void* sendbuff, void* recvbuff, size_t count,
   struct p2p_coll c = {"ncclScatter", 1,        1,    sendbuff, recvbuff,
                        count,         datatype, root, comm,     stream};
   return p2p_coll_run(&c, scatter_queue);
+}
+
+/* ---- braidTaggedSend and braidTaggedRecv (p2p_lane.c) ---- */
+
+static ncclResult_t tagged_post(const char* fn, int kind, void* buf, size_t count,
+                                ncclDataType_t type, int peer, int tag, ncclComm_t comm,
+                                braidHostFn_t done, void* arg) {
+  ncclResult_t res = comm_call_enter(comm, fn, COMM_CALL_WORKING);
+  if (res != ncclSuccess) return res;
+  CHECK(comm_check_type(type, fn));
+  CHECK(comm_check_count(fn, count, kern_type_size(type), 1));
+  if (peer < 0 || peer >= comm->nranks)
+    FAIL(ncclInvalidArgument, "%s : peer %d out of range [0,%d)", fn, peer, comm->nranks);
+  if (count > 0 && buf == NULL) FAIL(ncclInvalidArgument, "%s : buffer is NULL", fn);
+  if (done == NULL) FAIL(ncclInvalidArgument, "%s : done is NULL", fn);
+  if (count > 0 && mem_query(buf) != MEM_HOST)
+    FAIL(ncclInvalidUsage, "%s : the tagged lane moves host memory only; %p is not", fn, buf);
+  INFO(SUB_P2P, "%s: buf %p count %zu datatype %d peer %d tag %d comm %p", fn, buf, count,
+       (int)type, peer, tag, (void*)comm);
+  res = lane_post(comm, kind, buf, count * kern_type_size(type), peer, tag, done, arg);
+fail:
+  comm_call_leave(comm);
+  return res;
+}
+
+BRAID_API(ncclResult_t, braidTaggedSend, const void* sendbuff, size_t count,
+          ncclDataType_t datatype, int peer, int tag, ncclComm_t comm, braidHostFn_t done,
+          void* userData);
+ncclResult_t braidTaggedSend(const void* sendbuff, size_t count, ncclDataType_t datatype, int peer,
+                             int tag, ncclComm_t comm, braidHostFn_t done, void* userData) {
+  return tagged_post("braidTaggedSend", LANE_SEND, (void*)sendbuff, count, datatype, peer, tag,
+                     comm, done, userData);
+}
+
+BRAID_API(ncclResult_t, braidTaggedRecv, void* recvbuff, size_t count, ncclDataType_t datatype,
+          int peer, int tag, ncclComm_t comm, braidHostFn_t done, void* userData);
+ncclResult_t braidTaggedRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer,
+                             int tag, ncclComm_t comm, braidHostFn_t done, void* userData) {
+  return tagged_post("braidTaggedRecv", LANE_RECV, recvbuff, count, datatype, peer, tag, comm, done,
+                     userData);
 }

@@ -69,6 +69,9 @@ struct ncclComm {
   int nredops;
   /* ncclCommRegister'ed buffers */
   struct mem_regs regs;
+  /* the tagged point-to-point lane (p2p_lane.h), made at its first use
+   * (under turn_lock) */
+  struct p2p_lane* lane;
   /* non-blocking comm (config.blocking == 0): its work runs on this stream */
   struct braid_stream* internal_stream;
   /* calls on a NULL stream go to internal_stream (1) or run on the

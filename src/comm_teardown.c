@@ -16,6 +16,7 @@
 #include "device.h"
 #include "executor.h"
 #include "layout.h"
+#include "p2p_lane.h"
 #include "progress.h"
 #include "redop.h"
 #include "stream.h"
@@ -28,6 +29,8 @@ void comm_free(struct ncclComm* comm) {
   comm_registry_remove(comm);
   stream_destroy(comm->internal_stream); /* finishes queued work first */
   comm->internal_stream = NULL;
+  lane_destroy(comm->lane); /* its connections, while the transports are up */
+  comm->lane = NULL;
   device_comm_free(comm);     /* the same for its proxy */
   mem_regs_free(&comm->regs); /* while the transports that pinned them are up */
   comm_conns_apply(comm, 1);

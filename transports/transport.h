@@ -65,6 +65,10 @@ static inline void transport_wait_nap(struct transport_waits* w) {
   if (w) w->npoll++;
 }
 
+/* The channel of the tagged point-to-point lane (src/p2p_lane.c), past
+ * TCP's out-of-band hello channels (2, 3). */
+#define TRANSPORT_CHANNEL_LANE 4
+
 struct transport;
 struct transport_ctx;
 struct cudaipc_cache;
@@ -225,13 +229,22 @@ struct transport {
   size_t blob_bytes;
   ncclResult_t (*blob_make)(struct transport_ctx* ctx, void* blob);
   /* Connect to `peer` for sending / accept from `peer` for receiving, on
-   * `channel` (0: collectives, 1: point-to-point; each pair of ranks has
-   * one connection per channel and direction). A rank connects all its
-   * sends before accepting its receives. */
+   * `channel` (0: collectives, 1: point-to-point, TRANSPORT_CHANNEL_LANE:
+   * the tagged lane; each pair of ranks has one connection per channel and
+   * direction). A rank connects all its sends before accepting its
+   * receives. */
   ncclResult_t (*connect_send)(struct transport_ctx* ctx, int peer, int channel,
                                struct transport_conn** out);
   ncclResult_t (*connect_recv)(struct transport_ctx* ctx, int peer, int channel,
                                struct transport_conn** out);
+  /* Optional: connect_recv that never waits, for a thread that drives many
+   * connections at once (the tagged point-to-point lane). *inout is NULL
+   * at the first call; while the peer has not connected it returns
+   * ncclInProgress with *inout a connection in the making (call again with
+   * it, or give up with ops->close), then ncclSuccess with *inout ready. On
+   * an error *inout is closed and NULL. */
+  ncclResult_t (*connect_recv_try)(struct transport_ctx* ctx, int peer, int channel,
+                                   struct transport_conn** inout);
   /* Optional: both directions with `peer` on `channel` at once, sharing
    * one link (NULL: use connect_send and connect_recv). Called in the send
    * phase (send_phase 1) and again in the receive phase; the transport

@@ -140,6 +140,21 @@ fail:
   return res;
 }
 
+ncclResult_t transport_ctx_fork(struct transport_ctx* ctx, int epoll_fd,
+                                struct transport_waits* waits, struct transport_ctx* out) {
+  ncclResult_t res = transport_accept_share(ctx);
+  if (res != ncclSuccess) return res;
+  *out = *ctx;
+  out->epoll_fd = epoll_fd;
+  out->waits = waits;
+  out->chosen = out->chosen_device = NULL; /* the comm's choices stay the comm's */
+  return ncclSuccess;
+}
+
+const struct transport* transport_lane_for_peer(const struct transport_ctx* ctx, int peer) {
+  return shm_transport.can_connect(ctx, ctx->rank, peer) ? &shm_transport : &tcp_transport;
+}
+
 void transport_states_free(struct transport_ctx* ctx) {
   transport_accept_free(ctx); /* incoming connections nobody claimed */
   for (size_t i = 0; i < TABLE_SIZE; i++)

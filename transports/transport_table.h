@@ -45,6 +45,18 @@ const struct transport* transport_for_peer_device(struct transport_ctx* ctx, int
  * moves device memory gets ready (device_attach). */
 ncclResult_t transport_device_attach(struct transport_ctx* ctx, struct transport_device* dev);
 
+/* A copy of the comm's ctx for another thread that makes and drives
+ * connections of its own (the tagged point-to-point lane): its own epoll
+ * set and waits, the same peers, secret and listener, whose incoming
+ * connections both share (made now if they were not yet). */
+ncclResult_t transport_ctx_fork(struct transport_ctx* ctx, int epoll_fd,
+                                struct transport_waits* waits, struct transport_ctx* out);
+
+/* The transport of the lane (TRANSPORT_CHANNEL_LANE) with `peer`: one
+ * whose receive side can be made without waiting (connect_recv_try),
+ * shared memory where it joins the pair, else TCP. */
+const struct transport* transport_lane_for_peer(const struct transport_ctx* ctx, int peer);
+
 /* Free what each transport kept for the comm (ctx->state, and incoming
  * connections nobody claimed), once its connections are closed. */
 void transport_states_free(struct transport_ctx* ctx);

@@ -487,6 +487,7 @@ const struct transport shm_transport = {
     .blob_make = shm_blob_make,
     .connect_send = shm_connect_send,
     .connect_recv = shm_connect_recv,
+    .connect_recv_try = shm_connect_recv_try,
     .post = shm_post,
     .lend_max = shm_lend_max,
     .send_space = shm_send_space,

@@ -245,6 +245,14 @@ static ncclResult_t shm_header_check(struct transport_ctx* ctx, struct shm_conn*
   return ncclSuccess;
 }
 
+/* Give up on a receive connection: whatever went wrong, leave nothing
+ * behind in /dev/shm. */
+static void shm_recv_abandon(struct shm_conn* c) {
+  if (shm_unlink(c->name) != 0 && errno != ENOENT)
+    WARN("SHM : shm_unlink(%s) failed: %s", c->name, strerror(errno));
+  shm_close(&c->base);
+}
+
 /* Can this process read the sender's memory? EPERM under ptrace
  * restrictions (Yama, a non-dumpable peer, a missing CAP_SYS_PTRACE). */
 static int shm_direct_probe(struct shm_conn* c) {
@@ -258,31 +266,10 @@ static int shm_direct_probe(struct shm_conn* c) {
   return 0;
 }
 
-ncclResult_t shm_connect_recv(struct transport_ctx* ctx, int peer, int channel,
-                              struct transport_conn** out) {
+/* The segment is there and ready: check it, map its layout, say we are
+ * attached and unlink its name. On failure c is closed and its name gone. */
+static ncclResult_t shm_recv_attach(struct transport_ctx* ctx, struct shm_conn* c) {
   ncclResult_t res = ncclSuccess;
-  struct shm_conn* c = NULL;
-  uint64_t deadline = braid_now_ns() + (uint64_t)MAX(ctx->timeout_ms, 0) * 1000000ull;
-  unsigned sleep_us = SHM_POLL_MIN_US;
-  CHECK(shm_conn_alloc(ctx, peer, SHM_RECV, channel, &c));
-  /* The sender creates the segment in its connect_send, which never waits
-   * for us: poll for it, giving up when the sender is gone. */
-  for (;;) {
-    int found = c->hdr != NULL;
-    if (!found) CHECK(shm_segment_try_open(c, &found));
-    if (found && atomic_load_explicit(&c->hdr->ready, memory_order_acquire)) break;
-    if (ctx->aborted && atomic_load(ctx->aborted))
-      FAIL(ncclSystemError, "SHM : communicator aborted while waiting for rank %d's segment", peer);
-    if (!shm_pid_alive(c->peer_pid))
-      FAIL(ncclRemoteError, "SHM : peer rank %d (pid %d) exited before connecting", peer,
-           (int)c->peer_pid);
-    if (braid_now_ns() >= deadline)
-      FAIL(ncclSystemError,
-           "SHM : timeout waiting for rank %d's segment %s (BRAID_TIMEOUT_MS=%lld)", peer, c->name,
-           (long long)ctx->timeout_ms);
-    usleep(sleep_us);
-    sleep_us = MIN(sleep_us * 2, SHM_POLL_MAX_US);
-  }
   CHECK(shm_header_check(ctx, c));
   shm_conn_layout(c);
   struct shm_header* h = c->hdr;
@@ -300,15 +287,82 @@ ncclResult_t shm_connect_recv(struct transport_ctx* ctx, int peer, int channel,
   if (shm_unlink(c->name) != 0 && errno != ENOENT)
     WARN("SHM : shm_unlink(%s) failed: %s", c->name, strerror(errno));
   INFO(SUB_SHM | SUB_INIT, "Channel %d: rank %d <- rank %d via SHM (%u slots x %zu bytes%s)",
-       channel, ctx->rank, peer, c->nslots, c->slot_bytes,
+       c->channel, ctx->rank, c->base.peer, c->nslots, c->slot_bytes,
        atomic_load(&h->direct_ok) ? ", direct reads allowed" : "");
-  *out = &c->base;
   return ncclSuccess;
 fail:
-  /* Whatever went wrong, leave nothing behind in /dev/shm. */
-  if (c && shm_unlink(c->name) != 0 && errno != ENOENT)
-    WARN("SHM : shm_unlink(%s) failed: %s", c->name, strerror(errno));
-  if (c) shm_close(&c->base);
+  shm_recv_abandon(c);
+  return res;
+}
+
+/* One look for the sender's segment: *ready once it is mapped and ready. */
+static ncclResult_t shm_recv_look(struct shm_conn* c, int* ready) {
+  int found = c->hdr != NULL;
+  *ready = 0;
+  if (!found) {
+    ncclResult_t res = shm_segment_try_open(c, &found);
+    if (res != ncclSuccess) return res;
+  }
+  *ready = found && atomic_load_explicit(&c->hdr->ready, memory_order_acquire);
+  return ncclSuccess;
+}
+
+ncclResult_t shm_connect_recv(struct transport_ctx* ctx, int peer, int channel,
+                              struct transport_conn** out) {
+  ncclResult_t res = ncclSuccess;
+  struct shm_conn* c = NULL;
+  uint64_t deadline = braid_now_ns() + (uint64_t)MAX(ctx->timeout_ms, 0) * 1000000ull;
+  unsigned sleep_us = SHM_POLL_MIN_US;
+  int ready = 0;
+  CHECK(shm_conn_alloc(ctx, peer, SHM_RECV, channel, &c));
+  /* The sender creates the segment in its connect_send, which never waits
+   * for us: poll for it, giving up when the sender is gone. */
+  for (;;) {
+    CHECK(shm_recv_look(c, &ready));
+    if (ready) break;
+    if (ctx->aborted && atomic_load(ctx->aborted))
+      FAIL(ncclSystemError, "SHM : communicator aborted while waiting for rank %d's segment", peer);
+    if (!shm_pid_alive(c->peer_pid))
+      FAIL(ncclRemoteError, "SHM : peer rank %d (pid %d) exited before connecting", peer,
+           (int)c->peer_pid);
+    if (braid_now_ns() >= deadline)
+      FAIL(ncclSystemError,
+           "SHM : timeout waiting for rank %d's segment %s (BRAID_TIMEOUT_MS=%lld)", peer, c->name,
+           (long long)ctx->timeout_ms);
+    usleep(sleep_us);
+    sleep_us = MIN(sleep_us * 2, SHM_POLL_MAX_US);
+  }
+  res = shm_recv_attach(ctx, c); /* closes c itself on failure */
+  if (res == ncclSuccess) *out = &c->base;
+  return res;
+fail:
+  if (c) shm_recv_abandon(c);
+  return res;
+}
+
+ncclResult_t shm_connect_recv_try(struct transport_ctx* ctx, int peer, int channel,
+                                  struct transport_conn** inout) {
+  ncclResult_t res = ncclSuccess;
+  struct shm_conn* c = (struct shm_conn*)*inout;
+  int ready = 0;
+  if (c == NULL) {
+    CHECK(shm_conn_alloc(ctx, peer, SHM_RECV, channel, &c));
+    *inout = &c->base;
+  }
+  CHECK(shm_recv_look(c, &ready));
+  if (ready) {
+    *inout = NULL; /* attach closes c itself on failure */
+    CHECK(shm_recv_attach(ctx, c));
+    *inout = &c->base;
+    return ncclSuccess;
+  }
+  if (!shm_pid_alive(c->peer_pid))
+    FAIL(ncclRemoteError, "SHM : peer rank %d (pid %d) exited before connecting", peer,
+         (int)c->peer_pid);
+  return ncclInProgress;
+fail:
+  if (*inout) shm_recv_abandon((struct shm_conn*)*inout);
+  *inout = NULL;
   return res;
 }
 

@@ -17,5 +17,7 @@ ncclResult_t shm_connect_send(struct transport_ctx* ctx, int peer, int channel,
                               struct transport_conn** out);
 ncclResult_t shm_connect_recv(struct transport_ctx* ctx, int peer, int channel,
                               struct transport_conn** out);
+ncclResult_t shm_connect_recv_try(struct transport_ctx* ctx, int peer, int channel,
+                                  struct transport_conn** inout);
 
 #endif /* BRAID_SHM_CONNECT_H_ */

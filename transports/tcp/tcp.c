@@ -190,6 +190,7 @@ const struct transport tcp_transport = {
     .blob_make = tcp_blob_make,
     .connect_send = tcp_connect_send,
     .connect_recv = tcp_connect_recv,
+    .connect_recv_try = tcp_connect_recv_try,
     .connect_duplex = tcp_connect_duplex,
     .post = tcp_post,
     .progress = tcp_progress,

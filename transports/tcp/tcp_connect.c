@@ -16,6 +16,7 @@
 
 #include <errno.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -42,7 +43,10 @@ struct tcp_parked {
   struct tcp_parked* next;
 };
 
+/* Shared by the comm's thread and the lane's (transport_ctx_fork): `lock`
+ * guards the pool and the parked list; nobody holds it while polling. */
 struct transport_accept {
+  pthread_mutex_t lock;
   struct hello_pool pool;
   struct tcp_parked* parked;
   const struct transport_ctx* ctx; /* for the hello checks */
@@ -124,7 +128,8 @@ const char* tcp_hello_problem(const struct transport_ctx* ctx, const struct tcp_
   if (h->to != ctx->rank || h->from < 0 || h->from >= ctx->nranks) return "wrong ranks";
   if (h->nsocks < 1 || h->nsocks > TCP_MAX_SOCKS || h->sock_idx < 0 || h->sock_idx >= h->nsocks)
     return "bad socket numbering";
-  if (h->channel < 0 || h->channel > 1 + TCP_OOB_CHANNELS) return "bad channel";
+  if ((h->channel < 0 || h->channel > 1 + TCP_OOB_CHANNELS) && h->channel != TRANSPORT_CHANNEL_LANE)
+    return "bad channel";
   return NULL;
 }
 
@@ -151,6 +156,7 @@ static ncclResult_t tcp_accept_get(struct transport_ctx* ctx, struct transport_a
   struct transport_accept* a = ctx->accept;
   if (a == NULL) {
     CHECK(braid_calloc(&a, 1, sizeof(*a)));
+    pthread_mutex_init(&a->lock, NULL);
     a->ctx = ctx;
     res = hello_pool_init(&a->pool, "NET/Socket", ctx->listen_fd, sizeof(struct tcp_hello),
                           TCP_HELLO_MS, TCP_MAX_PENDING);
@@ -165,7 +171,21 @@ fail:
   return res;
 }
 
-/* Wait (one slice at most) for incoming connections and read their hellos. */
+/* Read what incoming connections have sent by now (under a->lock): a
+ * fresh poll, so that what another thread took meanwhile is not taken. */
+static ncclResult_t tcp_accept_now(struct transport_accept* a) {
+  struct pollfd p[1 + TCP_MAX_PENDING];
+  int n = hello_pool_pollfds(&a->pool, p);
+  if (poll(p, (nfds_t)n, 0) < 0 && errno != EINTR) {
+    WARN("NET/Socket : poll failed: %s", strerror(errno));
+    return ncclSystemError;
+  }
+  hello_pool_service(&a->pool, p, n, tcp_on_hello, a);
+  return ncclSuccess;
+}
+
+/* Wait (one slice at most) for incoming connections and read their hellos.
+ * The wait holds no lock: the lane's thread claims its own meanwhile. */
 static ncclResult_t tcp_accept_some(struct transport_ctx* ctx, struct transport_accept* a,
                                     uint64_t deadline, int peer) {
   struct pollfd p[1 + TCP_MAX_PENDING];
@@ -178,16 +198,22 @@ static ncclResult_t tcp_accept_some(struct transport_ctx* ctx, struct transport_
          (long long)ctx->timeout_ms);
     return ncclSystemError;
   }
+  pthread_mutex_lock(&a->lock);
   int n = hello_pool_pollfds(&a->pool, p);
-  if (poll(p, (nfds_t)n, hello_pool_timeout_ms(&a->pool, TCP_SLICE_MS)) < 0 && errno != EINTR) {
+  int timeout = hello_pool_timeout_ms(&a->pool, TCP_SLICE_MS);
+  pthread_mutex_unlock(&a->lock);
+  if (poll(p, (nfds_t)n, timeout) < 0 && errno != EINTR) { /* a closed fd is only POLLNVAL */
     WARN("NET/Socket : poll failed: %s", strerror(errno));
     return ncclSystemError;
   }
-  hello_pool_service(&a->pool, p, n, tcp_on_hello, a);
-  return ncclSuccess;
+  pthread_mutex_lock(&a->lock);
+  ncclResult_t res = tcp_accept_now(a);
+  pthread_mutex_unlock(&a->lock);
+  return res;
 }
 
-/* Move parked sockets from `peer` into the connection; count what is there. */
+/* Move parked sockets from `peer` into the connection; count what is there
+ * (under a->lock). */
 static int tcp_claim_parked(struct transport_accept* a, struct tcp_conn* c, int channel) {
   struct tcp_parked** pp = &a->parked;
   while (*pp) {
@@ -207,6 +233,14 @@ static int tcp_claim_parked(struct transport_accept* a, struct tcp_conn* c, int 
   return have;
 }
 
+/* Whether every socket `peer` dialled on `channel` is in c now. */
+static int tcp_claimed_all(struct transport_accept* a, struct tcp_conn* c, int channel) {
+  pthread_mutex_lock(&a->lock);
+  int have = tcp_claim_parked(a, c, channel);
+  pthread_mutex_unlock(&a->lock);
+  return c->nsocks > 0 && have >= c->nsocks;
+}
+
 /* Take the sockets `peer` dialled on hello channel `channel`, accepting
  * until all have come, into a receive conn. */
 static ncclResult_t tcp_gather(struct transport_ctx* ctx, int peer, int channel,
@@ -219,12 +253,37 @@ static ncclResult_t tcp_gather(struct transport_ctx* ctx, int peer, int channel,
   CHECK(tcp_conn_alloc(peer, 0, 0, &c));
   c->waits = ctx->waits;
   /* Sockets from this peer may have arrived while we waited for another. */
-  while (tcp_claim_parked(a, c, channel) < c->nsocks || c->nsocks == 0)
-    CHECK(tcp_accept_some(ctx, a, deadline, peer));
+  while (!tcp_claimed_all(a, c, channel)) CHECK(tcp_accept_some(ctx, a, deadline, peer));
   *out = c;
   return ncclSuccess;
 fail:
   if (c) tcp_transport.close(&c->base);
+  return res;
+}
+
+ncclResult_t tcp_connect_recv_try(struct transport_ctx* ctx, int peer, int channel,
+                                  struct transport_conn** inout) {
+  ncclResult_t res = ncclSuccess;
+  struct tcp_conn* c = (struct tcp_conn*)*inout;
+  struct transport_accept* a = NULL;
+  CHECK(tcp_accept_get(ctx, &a));
+  if (c == NULL) {
+    CHECK(tcp_conn_alloc(peer, 0, 0, &c));
+    c->waits = ctx->waits;
+    *inout = &c->base;
+  }
+  pthread_mutex_lock(&a->lock);
+  res = tcp_accept_now(a);
+  pthread_mutex_unlock(&a->lock);
+  if (res != ncclSuccess) goto fail;
+  if (!tcp_claimed_all(a, c, channel)) return ncclInProgress;
+  for (int s = 0; s < c->nsocks; s++) CHECK(tcp_sock_ready(ctx, c->socks[s].fd));
+  INFO(SUB_NET | SUB_INIT, "Channel %d: accepted rank %d via NET/Socket with %d sockets", channel,
+       peer, c->nsocks);
+  return ncclSuccess;
+fail:
+  if (*inout) tcp_transport.close(*inout);
+  *inout = NULL;
   return res;
 }
 
@@ -331,6 +390,11 @@ fail:
   return res;
 }
 
+ncclResult_t transport_accept_share(struct transport_ctx* ctx) {
+  struct transport_accept* a = NULL;
+  return ctx->listen_fd >= 0 ? tcp_accept_get(ctx, &a) : ncclSuccess;
+}
+
 void transport_accept_free(struct transport_ctx* ctx) {
   struct transport_accept* a = ctx->accept;
   if (a == NULL) return;
@@ -341,6 +405,7 @@ void transport_accept_free(struct transport_ctx* ctx) {
     free(p);
   }
   hello_pool_free(&a->pool);
+  pthread_mutex_destroy(&a->lock);
   free(a);
   ctx->accept = NULL;
 }

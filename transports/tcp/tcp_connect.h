@@ -32,6 +32,12 @@ ncclResult_t tcp_connect_recv(struct transport_ctx* ctx, int peer, int channel,
 ncclResult_t tcp_connect_duplex(struct transport_ctx* ctx, int peer, int channel, int send_phase,
                                 struct transport_conn** send, struct transport_conn** recv);
 
+ncclResult_t tcp_connect_recv_try(struct transport_ctx* ctx, int peer, int channel,
+                                  struct transport_conn** inout);
+
+/* Make ctx's state of incoming connections now, so that copies of ctx
+ * (transport_ctx_fork) share it. */
+ncclResult_t transport_accept_share(struct transport_ctx* ctx);
 /* Close the incoming connections nobody claimed. */
 void transport_accept_free(struct transport_ctx* ctx);
 

@@ -424,7 +424,7 @@ void BraidBackend::shutdown() {
     if (comm_->comm) (aborted ? ncclCommAbort : ncclCommDestroy)(comm_->comm);
     comm_->comm = nullptr;
   }
-  comm_->failHeld("braid: the process group was shut down before its partner came");
+  comm_->failDeferred("braid: the process group was shut down");
   if (comm_->stream) braidStreamDestroy(comm_->stream);
   comm_->stream = nullptr;
 }
@@ -451,7 +451,6 @@ c10::intrusive_ptr<c10d::Work> BraidBackend::submit(
     coal_works_.insert(coal_works_.end(), partners.begin(), partners.end());
     coal_works_.push_back(work);
     coal_names_ += (coal_names_.empty() ? "" : ", ") + std::string(name);
-    coal_p2p_ = coal_p2p_ || type == c10d::OpType::SEND || type == c10d::OpType::RECV;
     return work;
   }
   auto unit = std::make_shared<Unit>();
@@ -463,8 +462,6 @@ c10::intrusive_ptr<c10d::Work> BraidBackend::submit(
   unit->what = std::string(name) + " (sequence number " + std::to_string(seq_) + ")";
   unit->timeout = timeoutOf(timeout);
   for (auto& t : outputs) unit->bytes += nbytes(t);
-  if (type == c10d::OpType::SEND || type == c10d::OpType::RECV)
-    unit->bytes = SIZE_MAX; /* waits for one peer's matching op: never on the caller's thread */
   issueUnit(unit, calls, calls.size() > 1);
   return work;
 }
@@ -497,18 +494,34 @@ c10::intrusive_ptr<c10d::Work> BraidBackend::endCoalescing() {
   coal_names_.clear();
   auto work = c10::make_intrusive<BraidWork>(rank_, c10d::OpType::COALESCED, "coalesced", ++seq_,
                                              outputs, comm_);
-  auto unit = std::make_shared<Unit>();
-  unit->comm = comm_;
-  unit->works = std::move(works);
-  unit->works.push_back(work);
-  unit->keep = std::move(keep);
-  unit->keep.insert(unit->keep.end(), outputs.begin(), outputs.end());
-  unit->what = "coalesced [" + names + "] (sequence number " + std::to_string(seq_) + ")";
-  unit->timeout = comm_->timeout;
-  for (auto& t : outputs) unit->bytes += nbytes(t);
-  if (coal_p2p_) unit->bytes = SIZE_MAX; /* as submit's */
-  coal_p2p_ = false;
-  issueUnit(unit, calls, true);
+  std::shared_ptr<Join> join = std::move(coal_join_); /* sends and receives among them */
+  coal_join_.reset();
+  if (join) join->work = work;
+  if (!calls.empty()) {
+    auto unit = std::make_shared<Unit>();
+    unit->comm = comm_;
+    unit->works = std::move(works);
+    if (join) {
+      unit->join = join;
+      join->add();
+    } else {
+      unit->works.push_back(work);
+    }
+    unit->keep = std::move(keep);
+    unit->keep.insert(unit->keep.end(), outputs.begin(), outputs.end());
+    unit->what = "coalesced [" + names + "] (sequence number " + std::to_string(seq_) + ")";
+    unit->timeout = comm_->timeout;
+    for (auto& t : outputs) unit->bytes += nbytes(t);
+    try {
+      issueUnit(unit, calls, true);
+    } catch (...) {
+      if (join) join->part(nullptr);
+      throw;
+    }
+  } else if (!join) {
+    work->complete(nullptr); /* nothing in it */
+  }
+  if (join) join->part(nullptr); /* its own count: done once every part is */
   return work;
 }
 
@@ -1018,105 +1031,78 @@ c10::intrusive_ptr<c10d::Work> BraidBackend::alltoall(std::vector<at::Tensor>& o
 
 /* ---------------------------------------------------------------- point to point */
 
-/* Tags: Braid, as NCCL, matches the sends and receives between two ranks in
- * the order they are issued; a tag does not reorder them (docs/torch.md). */
+/* Sends and receives go through Braid's tagged lane (braidTaggedSend,
+ * braidTaggedRecv): each runs on its own, whatever order the ranks post
+ * them in, matched by (peer, tag) in posting order, as gloo's are; not on
+ * the stream, where a receive would hold up every later op. The lane's
+ * thread completes the work (unit_done). In a batch (coalescing), each
+ * goes at once, and the batch's work completes with the last (Join). */
 c10::intrusive_ptr<c10d::Work> BraidBackend::p2p(std::vector<at::Tensor>& tensors, int peer,
-                                                 bool sending) {
+                                                 int tag, bool sending) {
   const char* op = sending ? "send" : "recv";
   at::Tensor& t = single(op, tensors);
   TORCH_CHECK(peer >= 0 && peer < size_, "braid: ", op, sending ? ": destination " : ": source ",
               peer, " is not a rank of this group of ", size_);
-  if (peer == rank_ && t.numel() > 0) return p2pSelf(t, sending);
-  std::vector<Call> calls;
-  std::vector<at::Tensor> keep;
-  if (t.numel() > 0) {
-    Call c;
-    Block b = block_of(t, c, sending, !sending);
-    void* p = b.t.data_ptr();
-    size_t n = nbytes(t);
-    c.issue = [p, n, peer, sending](ncclComm_t comm, cudaStream_t s) {
-      return sending ? ncclSend(p, n, ncclUint8, peer, comm, s)
-                     : ncclRecv(p, n, ncclUint8, peer, comm, s);
-    };
-    keep.push_back(b.t);
-    calls.push_back(std::move(c));
-  }
-  return submit(op, sending ? c10d::OpType::SEND : c10d::OpType::RECV, std::move(calls), tensors,
-                keep, Ms(-1));
-}
-
-/* A send to self and its receive, each issued alone: torch 2.4 issues a CPU
- * batch_isend_irecv op by op, and gloo lets a send to self wait for its
- * receive. Braid, as NCCL, pairs them only within one group, so the first
- * of a pair is held (a work that is not yet on the stream) and its partner
- * puts one copy on the stream that completes both. Pairs match in the order
- * they were issued, as Braid's sends and receives do; a held one that meets
- * no partner within the group's timeout fails as any late op does. */
-c10::intrusive_ptr<c10d::Work> BraidBackend::p2pSelf(at::Tensor& t, bool sending) {
-  const char* op = sending ? "send to self" : "recv from self";
   c10d::OpType type = sending ? c10d::OpType::SEND : c10d::OpType::RECV;
-  Held partner;
-  {
-    std::lock_guard<std::mutex> g(comm_->mu);
-    TORCH_CHECK(!comm_->aborted, "braid: ", op, " cannot run: ", comm_->reason);
-    auto& waiting = comm_->held[!sending];
-    if (waiting.empty()) {
-      auto work = c10::make_intrusive<BraidWork>(rank_, type, op, ++seq_,
-                                                 std::vector<at::Tensor>{t}, comm_);
-      auto unit = std::make_shared<Unit>();
-      unit->works.push_back(work);
-      unit->what = std::string(op) + " (sequence number " + std::to_string(seq_) +
-                   ", waiting for its partner)";
-      unit->timeout = comm_->timeout;
-      unit->deadline = std::chrono::steady_clock::now() + unit->timeout;
-      unit->pos = comm_->pending.insert(comm_->pending.end(), unit.get());
-      unit->listed = true;
-      comm_->held[sending].push_back({unit, t});
-      return work;
-    }
-    partner = std::move(waiting.front());
-    waiting.pop_front();
-    comm_->pending.erase(partner.unit->pos);
-    partner.unit->listed = false;
-  }
-  at::Tensor src = sending ? t : partner.tensor;
-  at::Tensor dst = sending ? partner.tensor : t;
-  size_t n = nbytes(src);
-  if (n != nbytes(dst)) {
-    std::string msg = "braid: a send to self of " + std::to_string(n) +
-                      " bytes met a receive from self of " + std::to_string(nbytes(dst)) +
-                      " bytes; both fail";
-    for (auto& w : partner.unit->works) w->complete(make_error(msg));
-    TORCH_CHECK(false, msg);
-  }
+  auto work = c10::make_intrusive<BraidWork>(rank_, type, op, ++seq_, tensors, comm_);
+  auto unit = std::make_shared<Unit>();
+  unit->comm = comm_;
+  unit->works.push_back(work);
+  std::string whom = peer == rank_ ? (sending ? " to self" : " from self")
+                                   : (sending ? " to rank " : " from rank ") + std::to_string(peer);
+  unit->what = std::string(op) + whom + " with tag " + std::to_string(tag) + " (sequence number " +
+               std::to_string(seq_) + ")";
+  unit->timeout = comm_->timeout;
   Call c;
-  Block bs = block_of(src, c, true, false);
-  Block bd = block_of(dst, c, false, true);
-  at::Tensor from = bs.t, to = bd.t;
-  add_pre(c, [from, to, n]() { std::memcpy(to.data_ptr(), from.data_ptr(), n); });
-  c.issue = [](ncclComm_t, cudaStream_t) { return ncclSuccess; };
-  std::vector<Call> calls;
-  calls.push_back(std::move(c));
-  auto partners = partner.unit->works;
-  try {
-    return submit(op, type, std::move(calls), {t}, {from, to, partner.tensor}, Ms(-1), nullptr,
-                  partners);
-  } catch (const std::exception& e) {
-    for (auto& w : partners) w->complete(make_error(e.what()));
-    throw;
+  Block b = block_of(t, c, sending, !sending);
+  if (c.post) unit->post.push_back(c.post);
+  if (c.pre) c.pre(); /* a staged send's copy, now: the transfer starts now */
+  unit->keep = {b.t, t};
+  if (coalescing_) {
+    if (!coal_join_) coal_join_ = std::make_shared<Join>();
+    unit->join = coal_join_;
+    unit->join->add();
   }
+  void* p = t.numel() > 0 ? b.t.data_ptr() : nullptr;
+  size_t n = nbytes(t);
+  Comm& cm = *comm_;
+  std::lock_guard<std::mutex> g(cm.issue_mu);
+  {
+    std::lock_guard<std::mutex> g2(cm.mu);
+    if (cm.aborted || cm.comm == nullptr) {
+      if (unit->join) unit->join->part(nullptr); /* counted above: no part of it now */
+      C10_THROW_ERROR(DistBackendError,
+                      "braid: " + unit->what + " cannot run: " +
+                          (cm.reason.empty() ? "the communicator is gone" : cm.reason));
+    }
+    unit->deadline = std::chrono::steady_clock::now() + unit->timeout;
+    unit->pos = cm.pending.insert(cm.pending.end(), unit.get());
+    unit->listed = true;
+  }
+  auto* h = new std::shared_ptr<Unit>(unit);
+  ncclResult_t res = sending ? braidTaggedSend(p, n, ncclUint8, peer, tag, cm.comm, unit_done, h)
+                             : braidTaggedRecv(p, n, ncclUint8, peer, tag, cm.comm, unit_done, h);
+  if (res != ncclSuccess) {
+    delete h;
+    {
+      std::lock_guard<std::mutex> g2(cm.mu);
+      cm.pending.erase(unit->pos);
+      unit->listed = false;
+    }
+    if (unit->join) unit->join->part(nullptr);
+    refuse(unit->what, res);
+  }
+  return work;
 }
 
 c10::intrusive_ptr<c10d::Work> BraidBackend::send(std::vector<at::Tensor>& tensors, int dst,
                                                   int tag) {
-  (void)tag;
-  return p2p(tensors, dst, true);
+  return p2p(tensors, dst, tag, true);
 }
 
 c10::intrusive_ptr<c10d::Work> BraidBackend::recv(std::vector<at::Tensor>& tensors, int src,
                                                   int tag) {
-  (void)tag;
-  return p2p(tensors, src, false);
+  return p2p(tensors, src, tag, false);
 }
 
 c10::intrusive_ptr<c10d::Work> BraidBackend::recvAnysource(std::vector<at::Tensor>&, int) {

@@ -34,13 +34,19 @@
 namespace braid_torch {
 
 struct Unit;
+class BraidWork;
 
-/* A send to self or a receive from self waiting for its partner
- * (BraidBackend::p2pSelf). Its unit is in Comm::pending, so the watchdog
- * bounds the wait; it has no comm pointer (no cycle through Comm::held). */
-struct Held {
-  std::shared_ptr<Unit> unit;
-  at::Tensor tensor;
+/* A batch (coalescing) whose sends and receives run on their own: its work
+ * completes with the last of its parts (each transfer, and the unit of its
+ * other calls), with the first error. It counts itself as a part until the
+ * batch is closed (endCoalescing), so it cannot complete early. */
+struct Join {
+  std::mutex mu;
+  int left = 1;
+  std::exception_ptr error;
+  c10::intrusive_ptr<BraidWork> work; /* set by endCoalescing */
+  void add();
+  void part(std::exception_ptr err);
 };
 
 /* The communicator, its stream, and what is in flight on them. Shared by
@@ -71,7 +77,6 @@ struct Comm {
   std::list<Unit*> pending;   /* issued and not yet completed, oldest first */
   bool aborted = false;
   std::string reason;                            /* why it was aborted (a timeout names the op) */
-  std::deque<Held> held[2];                      /* [0] receives from self, [1] sends to self */
   std::shared_ptr<Unit> deferred;                /* not issued yet (at most one: it was alone) */
   std::chrono::steady_clock::time_point kick_at; /* when the watchdog issues it */
   std::chrono::steady_clock::time_point last_deferred; /* the latest unit deferred, its kick_at */
@@ -90,9 +95,8 @@ struct Comm {
   ~Comm();
   /* Abort the communicator (idempotent): work in flight fails with `why`. */
   void abort(const std::string& why);
-  /* Every held send/receive to self, and a deferred unit, fail with `why`
-   * (abort, shutdown). */
-  void failHeld(const std::string& why);
+  /* A deferred unit fails with `why` (abort, shutdown). */
+  void failDeferred(const std::string& why);
   void watch();
 
   /* braid_queue.cpp. Issue a unit (its calls in unit->calls): deferred,
@@ -113,7 +117,6 @@ struct Comm {
   void runInline(const std::shared_ptr<Unit>& unit);
   /* Completes a unit that never ran with `why`. */
   void failUnit(const std::shared_ptr<Unit>& unit, const std::string& why);
-  void failHeldOnly(const std::string& why);
 };
 
 class BraidWork : public c10d::Work {
@@ -170,7 +173,8 @@ struct Unit {
   size_t bytes = 0; /* what its calls move at most: whether it may be deferred */
   std::chrono::steady_clock::time_point deadline;
   std::exception_ptr pre_error;
-  bool listed = false; /* in Comm::pending (at pos) */
+  bool listed = false;        /* in Comm::pending (at pos) */
+  std::shared_ptr<Join> join; /* a batch it is a part of, told when it is done */
   std::list<Unit*>::iterator pos;
 };
 
@@ -258,8 +262,8 @@ class BraidBackend : public c10d::Backend {
   ncclComm_t ncclComm() const { return comm_->comm; }
 
  private:
-  c10::intrusive_ptr<c10d::Work> p2p(std::vector<at::Tensor>& tensors, int peer, bool sending);
-  c10::intrusive_ptr<c10d::Work> p2pSelf(at::Tensor& t, bool sending);
+  c10::intrusive_ptr<c10d::Work> p2p(std::vector<at::Tensor>& tensors, int peer, int tag,
+                                     bool sending);
   /* sparse COO all-reduce, gloo's (braid_gloo_ops.cpp) */
   c10::intrusive_ptr<c10d::Work> allreduceSparse(std::vector<at::Tensor>& tensors,
                                                  const c10d::AllreduceOptions& opts);
@@ -290,7 +294,7 @@ class BraidBackend : public c10d::Backend {
   std::vector<at::Tensor> coal_outputs_, coal_keep_;
   std::vector<c10::intrusive_ptr<BraidWork>> coal_works_;
   std::string coal_names_;
-  bool coal_p2p_ = false; /* a send or receive among them */
+  std::shared_ptr<Join> coal_join_; /* made at the batch's first send or receive */
 };
 
 /* stream host functions (braid_work.cpp); each takes a new'd shared_ptr<Unit> */

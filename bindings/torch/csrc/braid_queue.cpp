@@ -43,6 +43,7 @@ void Comm::failUnit(const std::shared_ptr<Unit>& unit, const std::string& why) {
   }
   std::exception_ptr err = make_error("braid: " + unit->what + " cannot run: " + why);
   for (auto& w : unit->works) w->complete(err);
+  if (unit->join) unit->join->part(err);
 }
 
 std::string Comm::toStream(const std::shared_ptr<Unit>& unit) {
@@ -170,20 +171,21 @@ bool Comm::runIfDeferred(const c10d::Work* w) {
  * so a NULL stream runs the calls here. The watchdog bounds it as any unit:
  * its abort revokes the comm, which wakes the call. */
 void Comm::runInline(const std::shared_ptr<Unit>& unit) {
-  ncclComm_t handle;
+  ncclComm_t handle = nullptr;
+  std::string why;
   {
     std::lock_guard<std::mutex> g(issue_mu);
     std::lock_guard<std::mutex> g2(mu);
     if (aborted || comm == nullptr) {
-      std::string why = reason.empty() ? std::string("the communicator is gone") : reason;
-      if (unit->listed) pending.erase(unit->pos);
-      unit->listed = false;
-      std::exception_ptr err = make_error("braid: " + unit->what + " cannot run: " + why);
-      for (auto& w : unit->works) w->complete(err);
-      return;
+      why = reason.empty() ? std::string("the communicator is gone") : reason;
+    } else {
+      inline_users++;
+      handle = comm;
     }
-    inline_users++;
-    handle = comm;
+  }
+  if (handle == nullptr) {
+    failUnit(unit, why);
+    return;
   }
   unit_pre(new std::shared_ptr<Unit>(unit), ncclSuccess);
   ncclResult_t res = unit->pre_error ? ncclInternalError : ncclSuccess;

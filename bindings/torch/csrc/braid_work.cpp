@@ -40,37 +40,35 @@ void Comm::abort(const std::string& why) {
       comm = nullptr;
     }
   }
-  failHeld(why);
+  failDeferred(why);
 }
 
-void Comm::failHeld(const std::string& why) {
-  failHeldOnly(why);
+void Comm::failDeferred(const std::string& why) {
   std::shared_ptr<Unit> unit;
   {
     std::lock_guard<std::mutex> g(mu);
-    unit = std::move(deferred); /* never issued: it fails as the held ones */
+    unit = std::move(deferred); /* never issued */
     deferred.reset();
   }
   if (unit) failUnit(unit, why);
 }
 
-void Comm::failHeldOnly(const std::string& why) {
-  std::vector<Held> gone;
+void Join::add() {
+  std::lock_guard<std::mutex> g(mu);
+  left++;
+}
+
+void Join::part(std::exception_ptr err) {
+  c10::intrusive_ptr<BraidWork> w;
+  std::exception_ptr first;
   {
     std::lock_guard<std::mutex> g(mu);
-    for (auto& q : held) {
-      for (auto& h : q) {
-        pending.erase(h.unit->pos);
-        h.unit->listed = false;
-        gone.push_back(std::move(h));
-      }
-      q.clear();
-    }
+    if (err && !error) error = err;
+    if (--left > 0) return;
+    w = work;
+    first = error;
   }
-  for (auto& h : gone) {
-    std::exception_ptr err = make_error(h.unit->what + ": " + why);
-    for (auto& w : h.unit->works) w->complete(err);
-  }
+  if (w) w->complete(first);
 }
 
 /* The oldest unit past its deadline aborts the communicator: its peers then
@@ -303,6 +301,7 @@ void unit_done(void* p, ncclResult_t status) {
     u.listed = false;
   }
   for (auto& w : u.works) w->complete(err);
+  if (u.join) u.join->part(err);
 }
 
 }  // namespace braid_torch
