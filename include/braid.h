@@ -99,6 +99,13 @@ ncclResult_t braidTaggedSend(const void* sendbuff, size_t count, ncclDataType_t 
                              int tag, ncclComm_t comm, braidHostFn_t done, void* userData);
 ncclResult_t braidTaggedRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer,
                              int tag, ncclComm_t comm, braidHostFn_t done, void* userData);
+/* A tagged receive from any rank (MPI_ANY_SOURCE, gloo's recv from any
+ * source): it takes the oldest send with its tag that no earlier receive
+ * took, from whichever rank; *source is that rank when done runs with
+ * ncclSuccess. A receive posted earlier, from any source or from a named
+ * rank, takes a send first. */
+ncclResult_t braidTaggedRecvAny(void* recvbuff, size_t count, ncclDataType_t datatype, int tag,
+                                ncclComm_t comm, int* source, braidHostFn_t done, void* userData);
 
 /*
  * Whether calls on `comm` with a NULL stream block (1: they run on the

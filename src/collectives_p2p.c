@@ -232,12 +232,12 @@ ncclResult_t ncclScatter(const void* sendbuff, void* recvbuff, size_t count,
 
 static ncclResult_t tagged_post(const char* fn, int kind, void* buf, size_t count,
                                 ncclDataType_t type, int peer, int tag, ncclComm_t comm,
-                                braidHostFn_t done, void* arg) {
+                                int* source, braidHostFn_t done, void* arg) {
   ncclResult_t res = comm_call_enter(comm, fn, COMM_CALL_WORKING);
   if (res != ncclSuccess) return res;
   CHECK(comm_check_type(type, fn));
   CHECK(comm_check_count(fn, count, kern_type_size(type), 1));
-  if (peer < 0 || peer >= comm->nranks)
+  if ((peer < 0 && source == NULL) || peer >= comm->nranks)
     FAIL(ncclInvalidArgument, "%s : peer %d out of range [0,%d)", fn, peer, comm->nranks);
   if (count > 0 && buf == NULL) FAIL(ncclInvalidArgument, "%s : buffer is NULL", fn);
   if (done == NULL) FAIL(ncclInvalidArgument, "%s : done is NULL", fn);
@@ -245,7 +245,7 @@ static ncclResult_t tagged_post(const char* fn, int kind, void* buf, size_t coun
     FAIL(ncclInvalidUsage, "%s : the tagged lane moves host memory only; %p is not", fn, buf);
   INFO(SUB_P2P, "%s: buf %p count %zu datatype %d peer %d tag %d comm %p", fn, buf, count,
        (int)type, peer, tag, (void*)comm);
-  res = lane_post(comm, kind, buf, count * kern_type_size(type), peer, tag, done, arg);
+  res = lane_post(comm, kind, buf, count * kern_type_size(type), peer, tag, source, done, arg);
 fail:
   comm_call_leave(comm);
   return res;
@@ -257,13 +257,25 @@ BRAID_API(ncclResult_t, braidTaggedSend, const void* sendbuff, size_t count,
 ncclResult_t braidTaggedSend(const void* sendbuff, size_t count, ncclDataType_t datatype, int peer,
                              int tag, ncclComm_t comm, braidHostFn_t done, void* userData) {
   return tagged_post("braidTaggedSend", LANE_SEND, (void*)sendbuff, count, datatype, peer, tag,
-                     comm, done, userData);
+                     comm, NULL, done, userData);
 }
 
 BRAID_API(ncclResult_t, braidTaggedRecv, void* recvbuff, size_t count, ncclDataType_t datatype,
           int peer, int tag, ncclComm_t comm, braidHostFn_t done, void* userData);
 ncclResult_t braidTaggedRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer,
                              int tag, ncclComm_t comm, braidHostFn_t done, void* userData) {
-  return tagged_post("braidTaggedRecv", LANE_RECV, recvbuff, count, datatype, peer, tag, comm, done,
-                     userData);
+  return tagged_post("braidTaggedRecv", LANE_RECV, recvbuff, count, datatype, peer, tag, comm, NULL,
+                     done, userData);
+}
+
+BRAID_API(ncclResult_t, braidTaggedRecvAny, void* recvbuff, size_t count, ncclDataType_t datatype,
+          int tag, ncclComm_t comm, int* source, braidHostFn_t done, void* userData);
+ncclResult_t braidTaggedRecvAny(void* recvbuff, size_t count, ncclDataType_t datatype, int tag,
+                                ncclComm_t comm, int* source, braidHostFn_t done, void* userData) {
+  if (source == NULL) {
+    WARN("braidTaggedRecvAny : source is NULL");
+    return ncclInvalidArgument;
+  }
+  return tagged_post("braidTaggedRecvAny", LANE_RECV, recvbuff, count, datatype, -1, tag, comm,
+                     source, done, userData);
 }

@@ -49,14 +49,21 @@ struct p2p_lane {
   struct lane_peer** peer; /* per rank, made at first use */
   struct lane_peer* active;
   struct lane_list self_sends, self_recvs; /* with this rank, not matched yet */
+  struct lane_shared shared;               /* receives from any source */
   struct lane_list finished;
 };
+
+/* While a receive from any source waits, the lane looks for every peer's
+ * connection, this often per peer (each look of shared memory asks the
+ * kernel whether the peer lives). */
+#define LANE_LISTEN_NS (2ull * 1000 * 1000)
 
 static struct lane_peer* lane_peer_get(struct p2p_lane* L, int rank) {
   struct lane_peer* p = L->peer[rank];
   if (p) return p;
   if (braid_calloc(&p, 1, sizeof(*p)) != ncclSuccess) return NULL;
   p->rank = rank;
+  p->shared = &L->shared;
   p->t = transport_lane_for_peer(&L->ctx, rank);
   p->moved_ns = braid_now_ns();
   p->next_active = L->active;
@@ -96,9 +103,68 @@ static void lane_self_match(struct p2p_lane* L, struct lane_req* r) {
   lane_list_push(&L->finished, d);
 }
 
+/* A send to self that a receive from any source waits for, earlier than
+ * every receive from self with its tag: true when it took it. */
+static int lane_self_to_any(struct p2p_lane* L, struct lane_req* s) {
+  struct lane_req *any = L->shared.anys.head, *named = L->self_recvs.head;
+  for (; any && any->tag != s->tag; any = any->next) {
+  }
+  for (; named && named->tag != s->tag; named = named->next) {
+  }
+  if (any == NULL || (named && named->order < any->order)) return 0;
+  struct lane_list* l = &L->shared.anys;
+  struct lane_req* prev = NULL;
+  for (struct lane_req* x = l->head; x != any; x = x->next) prev = x;
+  if (prev)
+    prev->next = any->next;
+  else
+    l->head = any->next;
+  if (l->tail == any) l->tail = prev;
+  any->peer = L->comm->rank;
+  any->next = L->self_recvs.head; /* first: lane_self_match takes the first with the tag */
+  L->self_recvs.head = any;
+  if (L->self_recvs.tail == NULL) L->self_recvs.tail = any;
+  lane_self_match(L, s);
+  return 1;
+}
+
+/* A receive from any source: the oldest send announced with its tag that
+ * nobody took, from whichever peer; else it waits, and the lane listens to
+ * every peer. Sends to self count as a source too. */
+static void lane_admit_any(struct p2p_lane* L, struct lane_req* r) {
+  struct lane_peer* from = NULL;
+  const struct lane_rts* oldest = NULL;
+  for (struct lane_peer* p = L->active; p; p = p->next_active) {
+    const struct lane_rts* u = p->broken ? NULL : lane_peer_unexpected(p, r->tag);
+    if (u && (oldest == NULL || u->arrival < oldest->arrival)) oldest = u, from = p;
+  }
+  if (from) {
+    ncclResult_t res = lane_peer_take(from, oldest, r, &L->finished);
+    from->moved_ns = braid_now_ns();
+    if (res != ncclSuccess) lane_peer_fail(from, res, &L->finished);
+    return;
+  }
+  for (struct lane_req* s = L->self_sends.head; s; s = s->next)
+    if (s->tag == r->tag) {
+      r->peer = L->comm->rank;
+      lane_self_match(L, r);
+      return;
+    }
+  lane_list_push(&L->shared.anys, r);
+  for (int rank = 0; rank < L->comm->nranks; rank++)
+    if (rank != L->comm->rank) (void)lane_peer_get(L, rank);
+}
+
 /* A request taken from the submissions: to its peer, or matched here. */
 static void lane_admit(struct p2p_lane* L, struct lane_req* r) {
+  r->posted_ns = braid_now_ns();
+  if (r->kind == LANE_RECV) r->order = L->shared.next_order++;
+  if (r->peer < 0) {
+    lane_admit_any(L, r);
+    return;
+  }
   if (r->peer == L->comm->rank) {
+    if (r->kind == LANE_SEND && lane_self_to_any(L, r)) return;
     lane_self_match(L, r);
     return;
   }
@@ -113,12 +179,22 @@ static void lane_admit(struct p2p_lane* L, struct lane_req* r) {
   lane_list_push(&L->finished, r);
 }
 
-/* Make what is missing of the peer's connections; *connecting while the
- * receive side is not there yet. */
+/* Make what is missing of the peer's connections: both ways when it holds
+ * requests, the receive side alone while the lane only listens to it (a
+ * receive from any source waits); *connecting while the receive side is
+ * not there yet. */
 static ncclResult_t lane_connect(struct p2p_lane* L, struct lane_peer* p, int* connecting) {
   ncclResult_t res = ncclSuccess;
-  if (p->tx == NULL) CHECK(p->t->connect_send(&L->ctx, p->rank, TRANSPORT_CHANNEL_LANE, &p->tx));
+  int busy = lane_peer_busy(p);
+  if (p->tx == NULL && busy)
+    CHECK(p->t->connect_send(&L->ctx, p->rank, TRANSPORT_CHANNEL_LANE, &p->tx));
   if (!p->rx_ready) {
+    uint64_t now = braid_now_ns();
+    if (!busy && now < p->try_ns) {
+      *connecting = 1;
+      return ncclSuccess;
+    }
+    p->try_ns = now + LANE_LISTEN_NS;
     res = p->t->connect_recv_try(&L->ctx, p->rank, TRANSPORT_CHANNEL_LANE, &p->rx);
     if (res == ncclInProgress) {
       *connecting = 1;
@@ -136,7 +212,8 @@ fail:
 static void lane_drive(struct p2p_lane* L, struct lane_peer* p, int* moved, int* connecting) {
   int here = 0;
   ncclResult_t res = ncclSuccess;
-  if (p->broken != ncclSuccess || (!lane_peer_busy(p) && p->tx == NULL)) return;
+  int listening = L->shared.anys.head != NULL;
+  if (p->broken != ncclSuccess || (!lane_peer_busy(p) && p->tx == NULL && !listening)) return;
   res = lane_connect(L, p, connecting);
   if (res == ncclSuccess) res = lane_peer_step(p, &L->finished, &here);
   uint64_t now = braid_now_ns();
@@ -153,9 +230,24 @@ static void lane_drive(struct p2p_lane* L, struct lane_peer* p, int* moved, int*
   if (res != ncclSuccess) lane_peer_fail(p, res, &L->finished);
 }
 
+/* Receives from any source that waited BRAID_TIMEOUT_MS fail. */
+static void lane_expire_anys(struct p2p_lane* L) {
+  uint64_t now = braid_now_ns(), limit = (uint64_t)L->ctx.timeout_ms * 1000000ull;
+  while (L->shared.anys.head && now - L->shared.anys.head->posted_ns > limit) {
+    struct lane_req* r = lane_list_pop(&L->shared.anys);
+    WARN(
+        "Tagged p2p : rank %d: no send with tag %d came from any rank within %lld ms "
+        "(BRAID_TIMEOUT_MS)",
+        L->comm->rank, r->tag, (long long)L->ctx.timeout_ms);
+    r->status = ncclSystemError;
+    lane_list_push(&L->finished, r);
+  }
+}
+
 /* Tell the finished requests' callers, outside any lock. */
 static void lane_deliver(struct p2p_lane* L) {
   for (struct lane_req* r; (r = lane_list_pop(&L->finished)) != NULL;) {
+    if (r->source && r->status == ncclSuccess) *r->source = r->peer;
     r->done(r->arg, r->status);
     free(r);
   }
@@ -172,7 +264,7 @@ static void lane_fail_all(struct p2p_lane* L, ncclResult_t res) {
   pthread_mutex_unlock(&L->lock);
   for (struct lane_peer* p = L->active; p; p = p->next_active)
     if (p->broken == ncclSuccess) lane_peer_fail(p, res, &L->finished);
-  struct lane_list* lists[] = {&incoming, &L->self_sends, &L->self_recvs};
+  struct lane_list* lists[] = {&incoming, &L->self_sends, &L->self_recvs, &L->shared.anys};
   for (size_t i = 0; i < sizeof(lists) / sizeof(lists[0]); i++)
     for (struct lane_req* r; (r = lane_list_pop(lists[i])) != NULL;) {
       r->status = res;
@@ -211,6 +303,7 @@ static void* lane_main(void* arg) {
     if (stop || atomic_load(&L->comm->aborted)) break;
     for (struct lane_peer* p = L->active; p; p = p->next_active)
       lane_drive(L, p, &moved, &connecting);
+    lane_expire_anys(L);
     lane_deliver(L);
     if (moved) {
       idle_since = 0;
@@ -268,7 +361,7 @@ fail:
 }
 
 ncclResult_t lane_post(struct ncclComm* comm, int kind, void* buf, size_t bytes, int peer, int tag,
-                       braidHostFn_t done, void* arg) {
+                       int* source, braidHostFn_t done, void* arg) {
   ncclResult_t res = ncclSuccess;
   struct lane_req* r = NULL;
   pthread_mutex_lock(&comm->turn_lock); /* the comm's lane is made once */
@@ -277,7 +370,14 @@ ncclResult_t lane_post(struct ncclComm* comm, int kind, void* buf, size_t bytes,
   pthread_mutex_unlock(&comm->turn_lock);
   if (res != ncclSuccess) return res;
   CHECK(braid_calloc(&r, 1, sizeof(*r)));
-  *r = (struct lane_req){kind, peer, tag, buf, bytes, done, arg, 0, ncclSuccess, NULL};
+  *r = (struct lane_req){.kind = kind,
+                         .peer = peer,
+                         .tag = tag,
+                         .buf = buf,
+                         .bytes = bytes,
+                         .done = done,
+                         .arg = arg,
+                         .source = source};
   pthread_mutex_lock(&L->lock);
   int exited = L->exited;
   if (!exited) lane_list_push(&L->incoming, r);

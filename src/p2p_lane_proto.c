@@ -109,29 +109,59 @@ ncclResult_t lane_peer_send(struct lane_peer* p, struct lane_req* r) {
   return out_push(p, LANE_RTS, r->tag, r->id, 0, r->bytes, NULL);
 }
 
-ncclResult_t lane_peer_recv(struct lane_peer* p, struct lane_req* r, struct lane_list* finished) {
-  r->id = p->next_recv_id++;
-  struct lane_rts *prev = NULL, *u = p->unexpected;
-  for (; u && u->tag != r->tag; prev = u, u = u->next) {
+const struct lane_rts* lane_peer_unexpected(const struct lane_peer* p, int tag) {
+  const struct lane_rts* u = p->unexpected;
+  for (; u && u->tag != tag; u = u->next) {
   }
-  if (u == NULL) {
-    lane_list_push(&p->recvs, r);
-    return ncclSuccess;
+  return u;
+}
+
+ncclResult_t lane_peer_take(struct lane_peer* p, const struct lane_rts* u, struct lane_req* r,
+                            struct lane_list* finished) {
+  struct lane_rts* prev = NULL;
+  struct lane_rts* x = p->unexpected;
+  for (; x != u; prev = x, x = x->next) {
   }
   if (prev)
-    prev->next = u->next;
+    prev->next = x->next;
   else
-    p->unexpected = u->next;
-  if (p->unexpected_tail == u) p->unexpected_tail = prev;
+    p->unexpected = x->next;
+  if (p->unexpected_tail == x) p->unexpected_tail = prev;
   p->nunexpected--;
-  ncclResult_t res = lane_match(p, u->id, u->bytes, r, finished);
-  free(u);
+  r->peer = p->rank;
+  r->id = p->next_recv_id++;
+  ncclResult_t res = lane_match(p, x->id, x->bytes, r, finished);
+  free(x);
   return res;
+}
+
+ncclResult_t lane_peer_recv(struct lane_peer* p, struct lane_req* r, struct lane_list* finished) {
+  const struct lane_rts* u = lane_peer_unexpected(p, r->tag);
+  if (u) return lane_peer_take(p, u, r, finished);
+  r->id = p->next_recv_id++;
+  lane_list_push(&p->recvs, r);
+  return ncclSuccess;
+}
+
+/* The receive an announced send goes to: the earliest posted of this
+ * peer's with its tag and those from any source with its tag. */
+static struct lane_req* rts_receiver(struct lane_peer* p, int tag) {
+  struct lane_req *named = p->recvs.head, *any = p->shared->anys.head;
+  for (; named && named->tag != tag; named = named->next) {
+  }
+  for (; any && any->tag != tag; any = any->next) {
+  }
+  if (named == NULL && any == NULL) return NULL;
+  if (any == NULL || (named && named->order < any->order)) return list_take(&p->recvs, 1, tag);
+  struct lane_req* r = list_take(&p->shared->anys, 1, tag);
+  r->peer = p->rank;
+  r->id = p->next_recv_id++;
+  return r;
 }
 
 static ncclResult_t on_rts(struct lane_peer* p, const struct lane_frame* f,
                            struct lane_list* finished) {
-  struct lane_req* r = list_take(&p->recvs, 1, f->tag);
+  struct lane_req* r = rts_receiver(p, f->tag);
   if (r) return lane_match(p, f->id, f->bytes, r, finished);
   if (p->nunexpected == LANE_MAX_UNEXPECTED) {
     WARN("Tagged p2p : rank %d announced %d sends nobody here received: refused", p->rank,
@@ -140,7 +170,7 @@ static ncclResult_t on_rts(struct lane_peer* p, const struct lane_frame* f,
   }
   struct lane_rts* u = malloc(sizeof(*u));
   if (u == NULL) return ncclSystemError;
-  *u = (struct lane_rts){f->id, f->tag, f->bytes, NULL};
+  *u = (struct lane_rts){f->id, f->tag, f->bytes, p->shared->next_arrival++, NULL};
   if (p->unexpected_tail)
     p->unexpected_tail->next = u;
   else

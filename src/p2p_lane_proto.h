@@ -38,12 +38,16 @@ struct lane_frame {
 
 struct lane_req {
   int kind; /* LANE_SEND, LANE_RECV */
-  int peer, tag;
+  int peer; /* a receive from any source: -1 until matched */
+  int tag;
   char* buf;
   size_t bytes;
   braidHostFn_t done;
   void* arg;
-  uint64_t id; /* per peer: sends and receives numbered apart */
+  int* source;    /* a receive from any source: where its sender's rank goes */
+  uint64_t id;    /* per peer: sends and receives numbered apart */
+  uint64_t order; /* receives: posting order across peers (any source vs named) */
+  uint64_t posted_ns;
   ncclResult_t status;
   struct lane_req* next;
 };
@@ -53,7 +57,19 @@ struct lane_rts {
   uint64_t id;
   int32_t tag;
   uint64_t bytes;
+  uint64_t arrival; /* across peers: the oldest goes to a receive from any source */
   struct lane_rts* next;
+};
+
+struct lane_list {
+  struct lane_req *head, *tail;
+};
+
+/* What all peers of a lane share: receives from any source, and the
+ * counters that order receives and arrivals across peers. */
+struct lane_shared {
+  struct lane_list anys;
+  uint64_t next_order, next_arrival;
 };
 
 /* What goes out on a peer's stream, in order: a frame, or a payload that
@@ -65,12 +81,9 @@ struct lane_out {
   struct lane_out* next;
 };
 
-struct lane_list {
-  struct lane_req *head, *tail;
-};
-
 struct lane_peer {
   int rank;
+  struct lane_shared* shared;
   const struct transport* t;
   struct transport_conn* tx; /* this rank -> peer */
   struct transport_conn* rx; /* peer -> this rank; in the making until rx_ready */
@@ -92,6 +105,7 @@ struct lane_peer {
   size_t nunexpected;
   uint64_t next_send_id, next_recv_id;
   uint64_t moved_ns; /* the last time anything moved with this peer */
+  uint64_t try_ns;   /* the next look for its connection when only listening */
   struct lane_peer* next_active;
 };
 
@@ -99,9 +113,16 @@ struct lane_peer {
 void lane_list_push(struct lane_list* l, struct lane_req* r);
 struct lane_req* lane_list_pop(struct lane_list* l);
 
-/* A new request with this peer (never this rank). */
+/* A new request with this peer (never this rank); a receive has its
+ * order already. */
 ncclResult_t lane_peer_send(struct lane_peer* p, struct lane_req* r);
 ncclResult_t lane_peer_recv(struct lane_peer* p, struct lane_req* r, struct lane_list* finished);
+/* The oldest send p announced with `tag` that no receive took, its
+ * arrival stamp in *arrival; NULL if none. */
+const struct lane_rts* lane_peer_unexpected(const struct lane_peer* p, int tag);
+/* A receive from any source takes that send of p's. */
+ncclResult_t lane_peer_take(struct lane_peer* p, const struct lane_rts* u, struct lane_req* r,
+                            struct lane_list* finished);
 
 /* One step of the peer's streams (its connections made): post what waits,
  * progress both ways, act on what arrived; finished requests go to

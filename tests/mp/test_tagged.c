@@ -6,7 +6,7 @@
  *  - every rank posts its sends first, each larger than a ring;
  *  - tags received in another order than sent, many tags to one peer;
  *  - a send to self; a size mismatch fails both sides; a tagged receive
- *    waits while the comm runs collectives;
+ *    waits while the comm runs collectives; receives from any source;
  *  - bad arguments; a peer killed, an abort and a destroy with transfers
  *    pending: each fails its callback, nothing hangs. */
 #include <setjmp.h>
@@ -222,6 +222,63 @@ static void test_mismatch_and_collectives(void** state) {
   assert_int_equal(mp_launch(2, mismatch_body, NULL, NULL), 0);
 }
 
+/* ---- a receive from any source ---- */
+
+/* Rank 0 posts three receives from any source with tag 9 (a fourth with
+ * tag 8, from itself); ranks 1 and 2 send one each, rank 0 one to itself:
+ * each message lands in one receive, which says where it came from. */
+static int any_body(const mp_env* env) {
+  ncclComm_t comm;
+  struct reqs set = {0};
+  unsigned char in[3][256], out[256], self_in[8], self_out[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+  int src[3] = {-1, -1, -1}, self_src = -1, bad = 0;
+  if (mp_comm_init(env, &comm) != 0) return 1;
+  if (env->rank == 0) {
+    for (int k = 0; k < 3; k++) {
+      int i = set.n++;
+      g_slots[i] = (struct slot){&set, i};
+      bad += mp_expect_rc(
+          env, comm,
+          braidTaggedRecvAny(in[k], 256, ncclUint8, 9, comm, &src[k], on_done, &g_slots[i]),
+          ncclSuccess, "braidTaggedRecvAny");
+    }
+    int i = set.n++;
+    g_slots[i] = (struct slot){&set, i};
+    bad += mp_expect_rc(
+        env, comm,
+        braidTaggedRecvAny(self_in, 8, ncclUint8, 8, comm, &self_src, on_done, &g_slots[i]),
+        ncclSuccess, "braidTaggedRecvAny (self)");
+    fill(out, 256, 0, 0, 9);
+    bad += post(env, comm, &set, 1, out, 256, 0, 9);
+    bad += post(env, comm, &set, 1, self_out, 8, 0, 8);
+  } else {
+    fill(out, 256, env->rank, 0, 9);
+    bad += post(env, comm, &set, 1, out, 256, 0, 9);
+  }
+  bad += wait_all(env, &set, ncclSuccess, "receives from any source");
+  if (env->rank == 0 && !bad) {
+    int seen[3] = {0, 0, 0};
+    for (int k = 0; k < 3; k++) {
+      if (src[k] < 0 || src[k] > 2 || seen[src[k]]++) {
+        mp_fail(env, "receive %d says it came from rank %d", k, src[k]);
+        bad++;
+        continue;
+      }
+      bad += check(env, in[k], 256, src[k], 0, 9);
+    }
+    if (self_src != 0 || memcmp(self_in, self_out, 8) != 0) {
+      mp_fail(env, "the receive from any source of tag 8 got rank %d's message", self_src);
+      bad++;
+    }
+  }
+  return bad + mp_expect_rc(env, comm, ncclCommDestroy(comm), ncclSuccess, "ncclCommDestroy");
+}
+
+static void test_any_source(void** state) {
+  (void)state;
+  assert_int_equal(mp_launch(3, any_body, NULL, NULL), 0);
+}
+
 /* ---- bad arguments ---- */
 
 static int args_body(const mp_env* env) {
@@ -304,6 +361,7 @@ int main(void) {
       cmocka_unit_test(test_orders),
       cmocka_unit_test(test_tags),
       cmocka_unit_test(test_mismatch_and_collectives),
+      cmocka_unit_test(test_any_source),
       cmocka_unit_test(test_bad_arguments),
       cmocka_unit_test(test_endings),
   };

@@ -1041,15 +1041,18 @@ c10::intrusive_ptr<c10d::Work> BraidBackend::p2p(std::vector<at::Tensor>& tensor
                                                  int tag, bool sending) {
   const char* op = sending ? "send" : "recv";
   at::Tensor& t = single(op, tensors);
-  TORCH_CHECK(peer >= 0 && peer < size_, "braid: ", op, sending ? ": destination " : ": source ",
-              peer, " is not a rank of this group of ", size_);
+  TORCH_CHECK((peer >= 0 || !sending) && peer < size_, "braid: ", op,
+              sending ? ": destination " : ": source ", peer, " is not a rank of this group of ",
+              size_);
   c10d::OpType type = sending ? c10d::OpType::SEND : c10d::OpType::RECV;
   auto work = c10::make_intrusive<BraidWork>(rank_, type, op, ++seq_, tensors, comm_);
   auto unit = std::make_shared<Unit>();
   unit->comm = comm_;
   unit->works.push_back(work);
-  std::string whom = peer == rank_ ? (sending ? " to self" : " from self")
-                                   : (sending ? " to rank " : " from rank ") + std::to_string(peer);
+  std::string whom =
+      peer < 0        ? std::string(" from any rank")
+      : peer == rank_ ? std::string(sending ? " to self" : " from self")
+                      : std::string(sending ? " to rank " : " from rank ") + std::to_string(peer);
   unit->what = std::string(op) + whom + " with tag " + std::to_string(tag) + " (sequence number " +
                std::to_string(seq_) + ")";
   unit->timeout = comm_->timeout;
@@ -1080,8 +1083,11 @@ c10::intrusive_ptr<c10d::Work> BraidBackend::p2p(std::vector<at::Tensor>& tensor
     unit->listed = true;
   }
   auto* h = new std::shared_ptr<Unit>(unit);
-  ncclResult_t res = sending ? braidTaggedSend(p, n, ncclUint8, peer, tag, cm.comm, unit_done, h)
-                             : braidTaggedRecv(p, n, ncclUint8, peer, tag, cm.comm, unit_done, h);
+  ncclResult_t res =
+      sending ? braidTaggedSend(p, n, ncclUint8, peer, tag, cm.comm, unit_done, h)
+      : peer < 0
+          ? braidTaggedRecvAny(p, n, ncclUint8, tag, cm.comm, work->sourceSlot(), unit_done, h)
+          : braidTaggedRecv(p, n, ncclUint8, peer, tag, cm.comm, unit_done, h);
   if (res != ncclSuccess) {
     delete h;
     {
@@ -1105,10 +1111,11 @@ c10::intrusive_ptr<c10d::Work> BraidBackend::recv(std::vector<at::Tensor>& tenso
   return p2p(tensors, src, tag, false);
 }
 
-c10::intrusive_ptr<c10d::Work> BraidBackend::recvAnysource(std::vector<at::Tensor>&, int) {
-  TORCH_CHECK(false,
-              "braid: recv from any source (src=None) is not supported: Braid, as NCCL, "
-              "receives from a named rank");
+/* From whichever rank sends with the tag first (braidTaggedRecvAny); the
+ * work's sourceRank() says which, once complete. */
+c10::intrusive_ptr<c10d::Work> BraidBackend::recvAnysource(std::vector<at::Tensor>& tensors,
+                                                           int tag) {
+  return p2p(tensors, -1, tag, false);
 }
 
 c10::intrusive_ptr<c10d::Work> BraidBackend::barrier(const c10d::BarrierOptions& opts) {

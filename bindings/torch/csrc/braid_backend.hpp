@@ -139,11 +139,16 @@ class BraidWork : public c10d::Work {
 
   /* Called once, from the stream's host function. */
   void complete(std::exception_ptr error);
+  /* A receive from any source: the lane writes the sender's rank here
+   * before it completes the work; sourceRank() reads it. */
+  int* sourceSlot() { return &source_; }
+  int sourceRank() const override;
 
   const std::string name;
 
  private:
   const uint64_t seq_;
+  int source_ = -1;
   std::vector<at::Tensor> outputs_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
   bool future_wanted_ = false; /* getFuture was called (under mutex_) */

@@ -236,6 +236,13 @@ std::vector<at::Tensor> BraidWork::result() {
   return outputs_;
 }
 
+int BraidWork::sourceRank() const {
+  std::lock_guard<std::mutex> g(mutex_);
+  TORCH_CHECK(completed_ && source_ >= 0,
+              "braid: sourceRank() is known once a receive from any source completed");
+  return source_;
+}
+
 uint64_t BraidWork::getSequencenumber() const {
   return seq_;
 }

@@ -102,3 +102,23 @@ def test_tags_match_their_receives():
 def test_batch_isend_irecv():
     gloo, braid = _both(_batch, 3)
     assert braid == gloo
+
+
+def _any_source(rank, n):
+    """Rank 0 receives from any source, as many times as there are peers;
+    each says where it came from."""
+    if rank != 0:
+        dist.send(_payload(rank, 0, 0, 32), 0)
+        return None
+    got = {}
+    for _ in range(n - 1):
+        t = torch.zeros(32)
+        src = dist.recv(t)  # src=None: any source
+        got[src] = t.tolist()
+    return got
+
+
+def test_recv_from_any_source():
+    gloo, braid = _both(_any_source, 3)
+    assert braid == gloo
+    assert braid[0] == {r: _payload(r, 0, 0, 32).tolist() for r in (1, 2)}

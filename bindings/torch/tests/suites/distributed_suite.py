@@ -32,8 +32,6 @@ elif BACKEND == "braid":
     DistTestCases.backend_feature["plugin"].add("braid")
     DistTestCases.backend_feature["ddp"].add("braid")
     DistTestCases.backend_feature["subgroup"].add("braid")
-    # and what it does not: a receive from any source, as for nccl and ucc
-    DistTestCases.skip_collective["sendrecv anysource"].add("braid")
 
 import torch.testing._internal.distributed.distributed_test as distributed_test  # noqa: E402
 from torch.testing._internal.distributed.distributed_test import (  # noqa: E402
