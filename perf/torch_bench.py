@@ -1,10 +1,15 @@
 """torch.distributed all_reduce and DDP training, backend "braid" against
 "gloo" in the same run (perf/torch_compare.sh runs it; docs/torch.md has the
-figures). Each backend gets NP forked ranks on this host; rank 0 prints.
+figures), and against two more on request (perf/torch_peers.sh): "deepspeed",
+DeepSpeed's shared-memory all-reduce for CPU inference
+(deepspeed.comm.inference_all_reduce, DS_ACCELERATOR=cpu), and "library",
+Braid's own all_reduce_perf on the same ranks and sizes (its in-place
+column: torch's all_reduce is in place). Each backend gets NP forked ranks
+on this host; rank 0 prints.
 
-all_reduce: float32 sum, out of place in torch's sense (in place on the
-tensor), 4 KiB .. 256 MiB, the mean time per call over ITERS calls after
-warm-up (nccl-tests' definition), busbw = bytes / time * 2(n-1)/n.
+all_reduce: DTYPE (float32 or bfloat16) sum, in place on the tensor,
+4 KiB .. 256 MiB, the mean time per call over ITERS calls after warm-up
+(nccl-tests' definition), busbw = bytes / time * 2(n-1)/n.
 DDP: a 784-512-512-10 MLP, SGD, BATCH samples per rank; steps per second,
 and the step time without communication (DDP's no_sync) to tell how much
 of a step is communication. The backends take turns over ROUNDS rounds and
@@ -15,7 +20,9 @@ import argparse
 import json
 import multiprocessing
 import os
+import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -33,28 +40,42 @@ def sizes(lo, hi):
         s *= 4 if s < hi else 2
 
 
-def bench_allreduce(rank, n, args):
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+def reducer(backend):
+    """The call under test: torch's all_reduce, or DeepSpeed's inference one."""
+    if backend == "deepspeed":
+        import deepspeed.comm as dcomm
+        return lambda x: dcomm.inference_all_reduce(x)
+    return dist.all_reduce
+
+
+def bench_allreduce(rank, n, args, backend):
     rows = []
+    reduce = reducer(backend)
+    dtype = DTYPES[args.dtype]
     for size in sizes(args.min_bytes, args.max_bytes):
-        x = torch.ones(size // 4, dtype=torch.float32)
+        x = torch.ones(size // dtype.itemsize, dtype=dtype)
         # enough calls for about args.seconds per size, within [3, args.iters]
         for _ in range(2):
-            dist.all_reduce(x)
+            reduce(x)
         dist.barrier()
         t0 = time.perf_counter()
-        dist.all_reduce(x)
+        reduce(x)
         one = torch.tensor([time.perf_counter() - t0], dtype=torch.float64)
         dist.all_reduce(one, op=dist.ReduceOp.MAX)
         iters = int(max(3, min(args.iters, args.seconds / max(float(one), 1e-6))))
         dist.barrier()
         t0 = time.perf_counter()
         for _ in range(iters):
-            dist.all_reduce(x)
+            reduce(x)
         dt = torch.tensor([(time.perf_counter() - t0) / iters], dtype=torch.float64)
         dist.all_reduce(dt, op=dist.ReduceOp.MAX)
         t = float(dt)
         busbw = size / t * 2 * (n - 1) / n / 1e9
-        ok = bool(torch.all(x == float(n) ** (iters + 3)).item()) if size <= 1 << 20 else True
+        want = torch.tensor(float(n) ** (iters + 3), dtype=torch.float64).to(dtype)  # inf past range
+        ok = bool(torch.all(x == want).item()) if size <= 1 << 20 else True
         rows.append({"bytes": size, "us": t * 1e6, "busbw": busbw, "iters": iters, "ok": ok})
         del x
     return rows
@@ -123,17 +144,31 @@ def bench_ddp(rank, n, args):
             "params": params, "batch": args.batch}
 
 
+def init_deepspeed(rank, n, port):
+    """DeepSpeed as its CPU users start it: gloo underneath, its shared-memory
+    op (built on first use) for inference_all_reduce on one node."""
+    os.environ.update({"DS_ACCELERATOR": "cpu", "MASTER_ADDR": "127.0.0.1",
+                       "MASTER_PORT": str(port), "RANK": str(rank), "WORLD_SIZE": str(n),
+                       "LOCAL_RANK": str(rank), "LOCAL_SIZE": str(n)})
+    import deepspeed
+    deepspeed.init_distributed(dist_backend="gloo", auto_mpi_discovery=False,
+                               timeout=timedelta(seconds=600))
+
+
 def rank_main(rank, n, backend, store_path, args, conn):
     torch.set_num_threads(1)
     if backend == "braid":
         import braid_torch  # noqa: F401
-    store = dist.FileStore(store_path, n)
-    dist.init_process_group(backend, store=store, rank=rank, world_size=n,
-                            timeout=timedelta(seconds=600))
+    if backend == "deepspeed":
+        init_deepspeed(rank, n, args.port)
+    else:
+        store = dist.FileStore(store_path, n)
+        dist.init_process_group(backend, store=store, rank=rank, world_size=n,
+                                timeout=timedelta(seconds=600))
     out = {}
     if "allreduce" in args.what:
-        out["allreduce"] = bench_allreduce(rank, n, args)
-    if "ddp" in args.what:
+        out["allreduce"] = bench_allreduce(rank, n, args, backend)
+    if "ddp" in args.what and backend != "deepspeed":
         out["ddp"] = bench_ddp(rank, n, args)
     dist.barrier()
     if rank == 0:
@@ -141,7 +176,38 @@ def rank_main(rank, n, backend, store_path, args, conn):
     dist.destroy_process_group()
 
 
+def run_library(args):
+    """Braid's all_reduce_perf on the same ranks and sizes (mpirun), its
+    in-place column: the library's own time, no torch in between."""
+    dt = {"float32": "float", "bfloat16": "bfloat16"}[args.dtype]
+    cmd = ["mpirun", "-np", str(args.np), "--bind-to", "none", "--mca", "oob_tcp_if_include",
+           "lo", "--allow-run-as-root", "--oversubscribe", os.path.join(args.bin, "all_reduce_perf"),
+           "-b", str(args.min_bytes), "-e", str(args.max_bytes), "-f", "4", "-d", dt, "-o", "sum",
+           "-n", str(args.iters), "-w", "20", "-c", "0"]
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               PMIX_MCA_psec=os.environ.get("PMIX_MCA_psec", "native"))
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout)
+    rows = []
+    for line in out.stdout.splitlines():
+        f = line.split()
+        if len(f) >= 13 and f[0].isdigit() and f[2] == dt:
+            size, us = int(f[0]), float(f[9])  # in place
+            rows.append({"bytes": size, "us": us, "busbw": 0.0, "iters": args.iters, "ok": True})
+    if not rows:
+        raise SystemExit(f"torch_bench: all_reduce_perf gave nothing:\n{out.stdout}{out.stderr}")
+    return {"allreduce": rows}
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def run_backend(backend, args):
+    if backend == "library":
+        return run_library(args)
+    args.port = free_port()
     ctx = multiprocessing.get_context("fork")
     with tempfile.TemporaryDirectory() as d:
         parent, child = ctx.Pipe(duplex=False)
@@ -196,8 +262,11 @@ def main():
     ap.add_argument("--timeout", type=float, default=1800)
     ap.add_argument("--rounds", type=int, default=3, help="alternating rounds; medians")
     ap.add_argument("--json", help="write the results here")
+    ap.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
+    ap.add_argument("--bin", default="build/bin", help="where all_reduce_perf is (library)")
     args = ap.parse_args()
-    results = {"np": args.np, "torch": torch.__version__, "rounds": args.rounds}
+    results = {"np": args.np, "torch": torch.__version__, "rounds": args.rounds,
+               "dtype": args.dtype}
     backends = args.backends.split(",")
     # Rounds alternate the backends, and each figure is the median over rounds: on a shared
     # host the load shifts, and one backend measured after the other would carry the shift.
@@ -218,8 +287,9 @@ def main():
 
 def report(res, backends):
     if all("allreduce" in res[b] for b in backends):
-        print(f"# all_reduce float32 sum, {res['np']} ranks, torch {res['torch']}: time per call "
-              f"(us) and busbw (GB/s), median of {res['rounds']} alternating rounds")
+        print(f"# all_reduce {res.get('dtype', 'float32')} sum, {res['np']} ranks, torch "
+              f"{res['torch']}: time per call (us) and busbw (GB/s), median of {res['rounds']} "
+              f"alternating rounds")
         hdr = "".join(f"  {b + ' us':>12} {b + ' GB/s':>11}" for b in backends)
         print(f"# {'bytes':>10}{hdr}  {'ratio':>6}")
         rows = {b: {r["bytes"]: r for r in res[b]["allreduce"]} for b in backends}
@@ -228,12 +298,12 @@ def report(res, backends):
             for b in backends:
                 r = rows[b].get(size)
                 line += f"  {r['us']:>12.1f} {r['busbw']:>11.3f}" if r else "  " + " " * 24
-            if len(backends) == 2 and all(size in rows[b] for b in backends):
+            if len(backends) > 1 and all(size in rows[b] for b in backends[:2]):
                 line += f"  {rows[backends[1]][size]['us'] / rows[backends[0]][size]['us']:>6.3f}"
             if not all(rows[b][size]["ok"] for b in backends if size in rows[b]):
                 line += "  WRONG RESULT"
             print(line)
-        if len(backends) == 2:
+        if len(backends) > 1:
             print(f"# ratio = {backends[1]} time / {backends[0]} time")
     if all("ddp" in res[b] for b in backends):
         d0 = res[backends[0]]["ddp"]

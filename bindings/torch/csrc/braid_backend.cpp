@@ -1039,12 +1039,15 @@ c10::intrusive_ptr<c10d::Work> BraidBackend::alltoall(std::vector<at::Tensor>& o
  * goes at once, and the batch's work completes with the last (Join). */
 c10::intrusive_ptr<c10d::Work> BraidBackend::p2p(std::vector<at::Tensor>& tensors, int peer,
                                                  int tag, bool sending) {
-  const char* op = sending ? "send" : "recv";
+  /* the profiler's event names, as gloo's: braid:send, braid:recv, braid:recvAnySource */
+  const char* op = sending ? "send" : peer < 0 ? "recvAnySource" : "recv";
   at::Tensor& t = single(op, tensors);
   TORCH_CHECK((peer >= 0 || !sending) && peer < size_, "braid: ", op,
               sending ? ": destination " : ": source ", peer, " is not a rank of this group of ",
               size_);
-  c10d::OpType type = sending ? c10d::OpType::SEND : c10d::OpType::RECV;
+  c10d::OpType type = sending    ? c10d::OpType::SEND
+                      : peer < 0 ? c10d::OpType::RECVANYSOURCE
+                                 : c10d::OpType::RECV;
   auto work = c10::make_intrusive<BraidWork>(rank_, type, op, ++seq_, tensors, comm_);
   auto unit = std::make_shared<Unit>();
   unit->comm = comm_;
