@@ -384,8 +384,8 @@ void BraidBackend::start(std::shared_ptr<Comm> comm) {
     comm->comm = nullptr;
     refuse("braidCommSetBlocking", res);
   }
-  const char* env = std::getenv("BRAID_TORCH_INLINE_BYTES");
-  comm->inline_max = env ? (size_t)std::strtoull(env, nullptr, 0) : (size_t)64 << 10;
+  const char* inl = std::getenv("BRAID_TORCH_INLINE");
+  comm->inline_on = inl == nullptr || std::strcmp(inl, "0") != 0;
   res = braidStreamCreate(&comm->stream);
   if (res != ncclSuccess) {
     ncclCommAbort(comm->comm);
@@ -461,7 +461,6 @@ c10::intrusive_ptr<c10d::Work> BraidBackend::submit(
   unit->keep.insert(unit->keep.end(), outputs.begin(), outputs.end());
   unit->what = std::string(name) + " (sequence number " + std::to_string(seq_) + ")";
   unit->timeout = timeoutOf(timeout);
-  for (auto& t : outputs) unit->bytes += nbytes(t);
   issueUnit(unit, calls, calls.size() > 1);
   return work;
 }
@@ -511,7 +510,6 @@ c10::intrusive_ptr<c10d::Work> BraidBackend::endCoalescing() {
     unit->keep.insert(unit->keep.end(), outputs.begin(), outputs.end());
     unit->what = "coalesced [" + names + "] (sequence number " + std::to_string(seq_) + ")";
     unit->timeout = comm_->timeout;
-    for (auto& t : outputs) unit->bytes += nbytes(t);
     try {
       issueUnit(unit, calls, true);
     } catch (...) {

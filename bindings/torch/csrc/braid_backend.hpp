@@ -86,8 +86,7 @@ struct Comm {
    * issue_mu): while any does, abort revokes the comm (which wakes them and
    * keeps the handle valid) and the last of them aborts it */
   int inline_users = 0;
-  size_t inline_max =
-      0; /* units of at most these bytes may be deferred (BRAID_TORCH_INLINE_BYTES) */
+  bool inline_on = true; /* units are deferred and run by their waiter (BRAID_TORCH_INLINE) */
 
   std::thread watchdog;
   bool stopping = false;
@@ -175,7 +174,6 @@ struct Unit {
   std::vector<at::Tensor> keep;
   std::string what;
   std::chrono::milliseconds timeout{0};
-  size_t bytes = 0; /* what its calls move at most: whether it may be deferred */
   std::chrono::steady_clock::time_point deadline;
   std::exception_ptr pre_error;
   bool listed = false;        /* in Comm::pending (at pos) */
