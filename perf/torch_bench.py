@@ -1,6 +1,7 @@
 """torch.distributed all_reduce and DDP training, backend "braid" against
 "gloo" in the same run (perf/torch_compare.sh runs it; docs/torch.md has the
-figures), and against two more on request (perf/torch_peers.sh): "deepspeed",
+figures), and against three more on request (perf/torch_peers.sh): "braid-op",
+braid's all_reduce as a torch op without a Work (braid_torch.all_reduce_), "deepspeed",
 DeepSpeed's shared-memory all-reduce for CPU inference
 (deepspeed.comm.inference_all_reduce, DS_ACCELERATOR=cpu), and "library",
 Braid's own all_reduce_perf on the same ranks and sizes (its in-place
@@ -18,6 +19,7 @@ each figure is the median over them.
 
 import argparse
 import json
+import math
 import multiprocessing
 import os
 import socket
@@ -44,10 +46,14 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
 def reducer(backend):
-    """The call under test: torch's all_reduce, or DeepSpeed's inference one."""
+    """The call under test: torch's all_reduce, DeepSpeed's inference one, or
+    braid's op without a Work (braid_torch.all_reduce_, "braid-op")."""
     if backend == "deepspeed":
         import deepspeed.comm as dcomm
         return lambda x: dcomm.inference_all_reduce(x)
+    if backend == "braid-op":
+        import braid_torch
+        return braid_torch.all_reduce_
     return dist.all_reduce
 
 
@@ -74,7 +80,8 @@ def bench_allreduce(rank, n, args, backend):
         dist.all_reduce(dt, op=dist.ReduceOp.MAX)
         t = float(dt)
         busbw = size / t * 2 * (n - 1) / n / 1e9
-        want = torch.tensor(float(n) ** (iters + 3), dtype=torch.float64).to(dtype)  # inf past range
+        want = torch.tensor(math.inf if (iters + 3) * math.log2(n) > 1000 else float(n) ** (iters + 3),
+                            dtype=torch.float64).to(dtype)  # inf past the type's range
         ok = bool(torch.all(x == want).item()) if size <= 1 << 20 else True
         rows.append({"bytes": size, "us": t * 1e6, "busbw": busbw, "iters": iters, "ok": ok})
         del x
@@ -157,18 +164,18 @@ def init_deepspeed(rank, n, port):
 
 def rank_main(rank, n, backend, store_path, args, conn):
     torch.set_num_threads(1)
-    if backend == "braid":
+    if backend.startswith("braid"):
         import braid_torch  # noqa: F401
     if backend == "deepspeed":
         init_deepspeed(rank, n, args.port)
     else:
         store = dist.FileStore(store_path, n)
-        dist.init_process_group(backend, store=store, rank=rank, world_size=n,
+        dist.init_process_group(backend.split("-")[0], store=store, rank=rank, world_size=n,
                                 timeout=timedelta(seconds=600))
     out = {}
     if "allreduce" in args.what:
         out["allreduce"] = bench_allreduce(rank, n, args, backend)
-    if "ddp" in args.what and backend != "deepspeed":
+    if "ddp" in args.what and backend in ("braid", "gloo"):
         out["ddp"] = bench_ddp(rank, n, args)
     dist.barrier()
     if rank == 0:

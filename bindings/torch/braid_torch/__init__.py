@@ -11,7 +11,7 @@ import torch.distributed as dist
 
 from . import _C  # noqa: E402  (needs torch's c10d types loaded first)
 
-__all__ = ["BraidBackend", "braid_version"]
+__all__ = ["BraidBackend", "all_reduce_", "braid_version"]
 
 BraidBackend = _C.BraidBackend
 
@@ -19,6 +19,17 @@ BraidBackend = _C.BraidBackend
 def braid_version() -> int:
     """ncclGetVersion of the Braid this package was built against."""
     return _C.version()
+
+
+def all_reduce_(tensor, op="sum", group=None):
+    """all_reduce of a CPU tensor in place, done when it returns, with no
+    Work: what CPU inference stacks call per layer (DeepSpeed's
+    inference_all_reduce). `op` is "sum", "avg", "product", "min" or "max";
+    `group` a process group whose CPU backend is braid (the default group
+    when None). In issue order with the group's other ops. A torch op,
+    torch.ops.braid.all_reduce_(tensor, op, group_name)."""
+    g = group if group is not None else dist.group.WORLD
+    return torch.ops.braid.all_reduce_(tensor, op, g.group_name)
 
 
 def _create_backend(store, group_rank, group_size, timeout):

@@ -583,6 +583,23 @@ c10::intrusive_ptr<c10d::Work> BraidBackend::allreduce(std::vector<at::Tensor>& 
                 opts.timeout);
 }
 
+void BraidBackend::allReduceNow(at::Tensor& t, const c10d::ReduceOp& op) {
+  check_tensor("all_reduce_", t);
+  auto unit = std::make_shared<Unit>();
+  unit->comm = comm_;
+  unit->what = "all_reduce_ (sequence number " + std::to_string(++seq_) + ")";
+  unit->timeout = comm_->timeout;
+  if (t.numel() == 0) {
+    red_plan("all_reduce_", t.scalar_type(), op); /* still refuse what is wrong */
+    return;
+  }
+  Call c = reduce_call("all_reduce_", t, op, -1, size_, unit->keep);
+  if (c.pre) unit->pre.push_back(c.pre);
+  if (c.post) unit->post.push_back(c.post);
+  unit->calls.push_back(std::move(c));
+  comm_->runNow(unit);
+}
+
 c10::intrusive_ptr<c10d::Work> BraidBackend::allreduce_coalesced(
     std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
   std::vector<Call> calls;

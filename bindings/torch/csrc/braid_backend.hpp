@@ -107,12 +107,17 @@ struct Comm {
   bool flushDeferred(bool wait = true);
   /* If w's unit is the deferred one, run it here and now; true if it ran. */
   bool runIfDeferred(const c10d::Work* w);
+  /* Run a unit of no work here and now, after what was issued before it
+   * (the direct op, braid_torch.all_reduce_); throws when it failed. */
+  void runNow(const std::shared_ptr<Unit>& unit);
   /* Whether w's unit is the deferred one. */
   bool isDeferred(const c10d::Work* w);
 
  private:
   /* On the stream; "" or why it could not be issued. */
   std::string toStream(const std::shared_ptr<Unit>& unit);
+  /* The calls of a unit on this thread, holding run_mu; its outcome. */
+  ncclResult_t runCalls(const std::shared_ptr<Unit>& unit);
   void runInline(const std::shared_ptr<Unit>& unit);
   /* Completes a unit that never ran with `why`. */
   void failUnit(const std::shared_ptr<Unit>& unit, const std::string& why);
@@ -263,6 +268,12 @@ class BraidBackend : public c10d::Backend {
 
   /* For tests and tools: the communicator's rank count and handle. */
   ncclComm_t ncclComm() const { return comm_->comm; }
+
+  /* all_reduce of t in place, here and now, with no Work: the torch op
+   * braid::all_reduce_ (module.cpp) for callers that wait at once anyway,
+   * tensor-parallel inference say, where a Work's cost is most of a small
+   * call's. In issue order with the group's other ops. */
+  void allReduceNow(at::Tensor& t, const c10d::ReduceOp& op);
 
  private:
   c10::intrusive_ptr<c10d::Work> p2p(std::vector<at::Tensor>& tensors, int peer, int tag,

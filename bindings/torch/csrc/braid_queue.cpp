@@ -172,22 +172,53 @@ bool Comm::runIfDeferred(const c10d::Work* w) {
  * so a NULL stream runs the calls here. The watchdog bounds it as any unit:
  * its abort revokes the comm, which wakes the call. */
 void Comm::runInline(const std::shared_ptr<Unit>& unit) {
+  ncclResult_t res = runCalls(unit); /* the comm gone: an error, the reason says why */
+  unit_done(new std::shared_ptr<Unit>(unit), res); /* copies out, completes the works */
+}
+
+void Comm::runNow(const std::shared_ptr<Unit>& unit) {
+  flushDeferred();
+  std::lock_guard<std::mutex> run(run_mu);
+  {
+    std::lock_guard<std::mutex> g(mu);
+    if (aborted)
+      C10_THROW_ERROR(DistBackendError, "braid: " + unit->what + " cannot run: " + reason);
+    unit->deadline = std::chrono::steady_clock::now() + unit->timeout;
+    unit->pos = pending.insert(pending.end(), unit.get());
+    unit->listed = true;
+  }
+  ncclResult_t res = runCalls(unit);
+  std::string reason_now;
+  {
+    std::lock_guard<std::mutex> g(mu);
+    if (unit->listed) pending.erase(unit->pos);
+    unit->listed = false;
+    reason_now = reason;
+  }
+  if (unit->pre_error) std::rethrow_exception(unit->pre_error);
+  if (res == ncclSuccess) {
+    for (auto& f : unit->post) f();
+    return;
+  }
+  const char* last = ncclGetLastError(nullptr);
+  std::string msg = "braid: " + unit->what + " failed on rank " + std::to_string(rank) + ": " +
+                    ncclGetErrorString(res);
+  if (last != nullptr && *last) msg += " (" + std::string(last) + ")";
+  if (!reason_now.empty()) msg = reason_now + "; " + msg;
+  C10_THROW_ERROR(DistBackendError, msg);
+}
+
+ncclResult_t Comm::runCalls(const std::shared_ptr<Unit>& unit) {
   ncclComm_t handle = nullptr;
-  std::string why;
   {
     std::lock_guard<std::mutex> g(issue_mu);
     std::lock_guard<std::mutex> g2(mu);
-    if (aborted || comm == nullptr) {
-      why = reason.empty() ? std::string("the communicator is gone") : reason;
-    } else {
+    if (!aborted && comm != nullptr) {
       inline_users++;
       handle = comm;
     }
   }
-  if (handle == nullptr) {
-    failUnit(unit, why);
-    return;
-  }
+  if (handle == nullptr) return ncclInvalidUsage; /* the comm is gone: reason says why */
   unit_pre(new std::shared_ptr<Unit>(unit), ncclSuccess);
   ncclResult_t res = unit->pre_error ? ncclInternalError : ncclSuccess;
   if (res == ncclSuccess && unit->grouped) res = ncclGroupStart();
@@ -212,7 +243,7 @@ void Comm::runInline(const std::shared_ptr<Unit>& unit) {
       comm = nullptr;
     }
   }
-  unit_done(new std::shared_ptr<Unit>(unit), res); /* copies out, completes the works */
+  return res;
 }
 
 }  // namespace braid_torch

@@ -281,3 +281,35 @@ def _coalesced(rank, n):
 def test_coalesced():
     for bad in world.run(_coalesced, N):
         assert not bad, "\n".join(bad)
+
+
+def _direct_op(rank, n):
+    """braid_torch.all_reduce_: in place, done at return, in issue order with
+    the group's asynchronous ops, on a subgroup too; a bad op is refused."""
+    import braid_torch
+
+    x = torch.full((1000,), float(rank + 1))
+    big = torch.full((1 << 18,), float(rank))
+    w = dist.all_reduce(big, async_op=True)  # issued first: runs first
+    braid_torch.all_reduce_(x)
+    w.wait()
+    y = torch.full((7,), float(rank + 1), dtype=torch.bfloat16)
+    braid_torch.all_reduce_(y, op="max")
+    sub = dist.new_group([0, 1])
+    z = torch.ones(5)
+    if rank < 2:
+        braid_torch.all_reduce_(z, group=sub)
+    try:
+        braid_torch.all_reduce_(torch.ones(3), op="bxor")
+        refused = None
+    except RuntimeError as e:
+        refused = str(e)
+    return float(x[0]), float(big[0]), float(y[0]), float(z[0]), refused
+
+
+def test_direct_all_reduce_op():
+    n = 3
+    for rank, (x, big, y, z, refused) in enumerate(world.run(_direct_op, n)):
+        assert x == n * (n + 1) / 2 and big == sum(range(n)) and y == n
+        assert z == (2.0 if rank < 2 else 1.0)
+        assert refused and "bxor" in refused, refused
