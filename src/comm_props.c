@@ -165,14 +165,16 @@ ncclResult_t braidCommSetBlocking(ncclComm_t comm, int blocking) {
     WARN("braidCommSetBlocking : blocking %d is neither 0 nor 1", blocking);
     res = ncclInvalidArgument;
   } else if (comm->internal_stream == NULL) { /* nowhere to queue non-blocking calls */
-    WARN("braidCommSetBlocking : comm %p was made blocking; only a comm made non-blocking "
-         "(config.blocking 0) can change its mode",
-         (void*)comm);
+    WARN(
+        "braidCommSetBlocking : comm %p was made blocking; only a comm made non-blocking "
+        "(config.blocking 0) can change its mode",
+        (void*)comm);
     res = ncclInvalidUsage;
   } else if (!atomic_load(&comm->init_done)) {
-    WARN("braidCommSetBlocking : comm %p is still being made (ncclCommGetAsyncError says when "
-         "it is ready)",
-         (void*)comm);
+    WARN(
+        "braidCommSetBlocking : comm %p is still being made (ncclCommGetAsyncError says when "
+        "it is ready)",
+        (void*)comm);
     res = ncclInvalidUsage;
   } else {
     atomic_store(&comm->nonblocking, !blocking);
