@@ -11,7 +11,7 @@ MPICC  ?= mpicc
 # so a forbidden include does not compile; scripts/check-layers.sh (part of
 # make test) checks every #include "..." against the same lists, printed by
 # `make print-layers`, and names the rule a crossing breaks.
-LAYERS           := common gpu kernels algorithms transports src perf trainer tests
+LAYERS           := common gpu kernels algorithms transports src perf trainer tools tests
 LAYER_common     := include common
 LAYER_gpu        := include common gpu
 LAYER_kernels    := include common kernels
@@ -20,6 +20,7 @@ LAYER_transports := include common gpu transports
 LAYER_src        := include common gpu kernels algorithms transports src
 LAYER_perf       := include perf
 LAYER_trainer    := include trainer
+LAYER_tools      := include tools
 LAYER_tests      := include common gpu kernels algorithms transports src tests
 # -I flags for the source $(1): its top folder's list.
 layer_inc = $(addprefix -I,$(LAYER_$(firstword $(subst /, ,$(1)))))
@@ -134,7 +135,7 @@ MP_BINS    := $(patsubst tests/mp/%.c,$(TSTDIR)/mp_%,$(MP_SRCS))
 all: lib tools
 
 lib: $(SHLIB) $(STLIB) $(NCCLSO) $(LIBDIR)/libnccl.so
-tools: $(PERF_BINS) $(MPI_PERF)
+tools: $(PERF_BINS) $(MPI_PERF) $(BINDIR)/braid-status
 tests: $(UNIT_BINS) $(MP_BINS)
 # The sanitizer builds (scripts/test-sanitize.sh) need only these two kinds.
 unit-mp-tests: $(UNIT_BINS) $(MP_BINS)
@@ -262,6 +263,11 @@ $(BINDIR)/%_perf: perf/%_perf.c $(PERF_OBJS) perf/*.h $(STLIB)
 	$(PERF_CC) $(ALL_CFLAGS) $(call layer_inc,$<) $(LDFLAGS) -fvisibility=default $< $(PERF_OBJS) \
 	  -o $@ $(STLIB) $(LDLIBS)
 
+# braid-status (tools/): the status API's command line, on the public API only.
+$(BINDIR)/braid-status: tools/braid-status.c include/braid.h $(STLIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(call layer_inc,$<) $(LDFLAGS) $< -o $@ $(STLIB) $(LDLIBS)
+
 $(TSTDIR)/test_%: tests/unit/test_%.c $(STLIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(TEST_INC) $(LDFLAGS) $< -o $@ $(STLIB) -lcmocka -ldl $(LDLIBS)
@@ -327,6 +333,8 @@ $(TSTDIR)/mp_test_%: tests/mp/test_%.c $(MP_OBJS) tests/mp/*.h $(STLIB)
 $(TSTDIR)/mp_test_device $(TSTDIR)/mp_test_device_p2p $(TSTDIR)/mp_test_device_trust: $(CUDASIM)
 # mp_test_deterministic runs its device-buffer variants where the simulated driver is built.
 $(TSTDIR)/mp_test_deterministic: $(if $(filter 1,$(HAVE_CUDA)),$(CUDASIM))
+# mp_test_status asks about a job on device buffers where the simulated driver is built.
+$(TSTDIR)/mp_test_status: $(if $(filter 1,$(HAVE_CUDA)),$(CUDASIM))
 # mp_test_device_trust plays a rank that lies about its buffers (cudaipc_describe
 # wrapped) and strangers that speak the fd links' protocol (cuda.h's types; searched
 # last: the toolkit ships NVIDIA's nccl.h, which must not stand in for Braid's).
@@ -460,7 +468,7 @@ endif
 	install -m 755 $(SHLIB) $(NCCLSO) $(DESTDIR)$(PREFIX)/lib/
 	install -m 644 $(STLIB) $(DESTDIR)$(PREFIX)/lib/
 	ln -sf libnccl.so.2 $(DESTDIR)$(PREFIX)/lib/libnccl.so
-	install -m 755 $(PERF_BINS) $(MPI_PERF) $(DESTDIR)$(PREFIX)/bin/
+	install -m 755 $(PERF_BINS) $(MPI_PERF) $(BINDIR)/braid-status $(DESTDIR)$(PREFIX)/bin/
 	install -m 755 $(TRAIN_BIN) $(DESTDIR)$(PREFIX)/bin/
 
 # ---------------------------------------------------------------- sanitizers and fuzzing

@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "host.h"
 #include "param.h"
 
 #define LAST_ERROR_LEN 1024
@@ -123,19 +124,7 @@ static int debug_file_open(const char* path, char* why, size_t len) {
 /* NCCL_DEBUG_FILE may contain %h (hostname) and %p (pid). */
 static FILE* open_debug_file(const char* pattern) {
   char path[512], why[96] = "";
-  size_t o = 0;
-  for (const char* p = pattern; *p && o + 64 < sizeof(path); p++) {
-    if (p[0] == '%' && p[1] == 'h') {
-      o += snprintf(path + o, sizeof(path) - o, "%s", g_debug.host);
-      p++;
-    } else if (p[0] == '%' && p[1] == 'p') {
-      o += snprintf(path + o, sizeof(path) - o, "%d", (int)getpid());
-      p++;
-    } else {
-      path[o++] = *p;
-    }
-  }
-  path[o] = '\0';
+  host_expand_path(pattern, path, sizeof(path));
   int fd = debug_file_open(path, why, sizeof(why));
   if (fd < 0) { /* the logger is not set up yet: its format by hand */
     fprintf(stdout, "%s:%d:%d [0] NCCL WARN NCCL_DEBUG_FILE %s: %s; logging to stdout\n",

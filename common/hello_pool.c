@@ -111,6 +111,12 @@ static void accept_all(struct hello_pool* pool, uint64_t now, hello_pool_done_fn
   for (int taken = 0; taken < pool->max_pending; taken++) {
     int fd = accept4(pool->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd < 0) return; /* EAGAIN: nothing more waits (or an aborted handshake) */
+    const char* why = pool->admit ? pool->admit(fd) : NULL;
+    if (why != NULL) {
+      hello_pool_log_refusal(pool, why);
+      close(fd);
+      continue;
+    }
     if (pool->npending == pool->max_pending) {
       int oldest = 0;
       for (int i = 1; i < pool->npending; i++)

@@ -36,6 +36,9 @@ struct hello_pool {
   int npending;
   struct hello_pending* pending;
   uint64_t dropped; /* connections that never sent a whole hello in time */
+  /* Optional, set after init: why a connection may not even send its
+   * hello (NULL: it may), so that strangers never take a pending slot. */
+  const char* (*admit)(int fd);
 };
 
 ncclResult_t hello_pool_init(struct hello_pool* pool, const char* who, int listen_fd,

@@ -95,6 +95,14 @@
   INT(deterministic, "BRAID_DETERMINISTIC", 0, 0, 1, 0,                                          \
       "1: every reduction in the canonical pairwise order, the same bits however it runs")       \
   /* kernels (kernels/cpu) */                                                                    \
-  STR(kernel_isa, "BRAID_KERNEL_ISA", NULL, "best", 0, "CPU kernel path: portable, avx2, avx512")
+  STR(kernel_isa, "BRAID_KERNEL_ISA", NULL, "best", 0, "CPU kernel path: portable, avx2, avx512") \
+  /* hung jobs (src/flight.c, src/status_service.c) */                                            \
+  INT(flight_entries, "BRAID_FLIGHT_ENTRIES", 256, 16, 65536, 0,                                  \
+      "operations each communicator remembers")                                                   \
+  STR(trace_dir, "BRAID_TRACE_DIR", NULL, "unset", 0,                                             \
+      "where a rank writes its recorder on a timeout, remote error or abort")                     \
+  STR(op_log, "BRAID_OP_LOG", NULL, "unset", 0,                                                   \
+      "a JSON line per operation, to this path (%h host, %p pid)")                                \
+  INT(status, "BRAID_STATUS", 1, 0, 1, 0, "0: no status service (braid-status cannot ask)")
 
 #endif /* BRAID_PARAM_TABLE_H_ */

@@ -121,6 +121,38 @@ ncclResult_t braidTaggedRecvAny(void* recvbuff, size_t count, ncclDataType_t dat
  */
 ncclResult_t braidCommSetBlocking(ncclComm_t comm, int blocking);
 
+/*
+ * What a job is doing, live and post mortem (docs/debugging.md). Every
+ * rank keeps a flight recorder of its last calls (BRAID_FLIGHT_ENTRIES);
+ * a status gathers every rank's over the comm's own authenticated control
+ * channel and says, first line, who holds the job up and where: a rank
+ * that has not called a collective, one that is slow, gone, stopped, a
+ * link that carries nothing, calls that do not match. The text ends with
+ * a table of the ranks. Formats: the verdict as text, JSON lines (every
+ * rank's recorder, then the verdict), Prometheus' text format.
+ */
+typedef enum {
+  braidStatusText = 0,
+  braidStatusJson = 1,
+  braidStatusPrometheus = 2
+} braidStatusFormat_t;
+
+/* The job's status as this rank of comm gathers it now (it takes about
+ * half a second: two looks, apart, tell a job that moves from one that is
+ * stuck); *text is the caller's to free(). Callable while other threads
+ * are inside calls on comm. */
+ncclResult_t braidCommStatus(ncclComm_t comm, braidStatusFormat_t format, char** text);
+/* This rank's flight recorder of comm as JSON lines, what it would write
+ * to BRAID_TRACE_DIR; *text is the caller's to free(). */
+ncclResult_t braidCommRecorder(ncclComm_t comm, char** text);
+/* braid-status: ask process `pid` (this user's, with a communicator) for
+ * the status of each of its comms, written to fd. ncclInvalidArgument when
+ * no such process of this user answers status requests. */
+ncclResult_t braidStatusAsk(int pid, braidStatusFormat_t format, int fd);
+/* braid-status --dumps: the status of each comm whose ranks left their
+ * recorders in `dir` (BRAID_TRACE_DIR), merged, written to fd. */
+ncclResult_t braidStatusFromDumps(const char* dir, braidStatusFormat_t format, int fd);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

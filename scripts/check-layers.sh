@@ -2,7 +2,7 @@
 # The layer rules of docs/architecture.md ("Layers"), checked on the sources:
 #
 #  include: every #include "..." of a library or tool source (common/ gpu/ src/
-#           transports/ algorithms/ kernels/ perf/ trainer/; tests may see
+#           transports/ algorithms/ kernels/ perf/ trainer/ tools/; tests may see
 #           everything) must resolve in its own directory or in a folder its
 #           top folder may include from. The lists are the Makefile's, the
 #           same ones the compiler gets as -I flags (make print-layers).
@@ -27,7 +27,7 @@ if [ ${#allowed[@]} -eq 0 ]; then
   exit 2
 fi
 
-checked=(common gpu src transports algorithms kernels perf trainer)
+checked=(common gpu src transports algorithms kernels perf trainer tools)
 bad=0
 
 violation() {

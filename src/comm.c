@@ -140,10 +140,13 @@ void comm_conns_apply(struct ncclComm* comm, int close_them) {
 void comm_set_error(struct ncclComm* comm, ncclResult_t err) {
   int expected = ncclSuccess;
   if (err == ncclSuccess) return;
-  if (atomic_compare_exchange_strong(&comm->error, &expected, (int)err))
+  if (atomic_compare_exchange_strong(&comm->error, &expected, (int)err)) {
     INFO(SUB_INIT,
          "Rank %d: communicator failed (%s); shutting down its connections so peers notice",
          comm->rank, ncclGetErrorString(err));
+    flight_note_error(&comm->flight, err, debug_last_error()); /* what the WARN said */
+    flight_dump(comm, ncclGetErrorString(err));
+  }
   comm_conns_apply(comm, 0);
 }
 
@@ -155,6 +158,8 @@ void comm_unref(struct ncclComm* comm) {
   if (atomic_fetch_sub(&comm->refs, 1) != 1) return;
   pthread_mutex_destroy(&comm->turn_lock);
   pthread_cond_destroy(&comm->turn_cv);
+  pthread_mutex_destroy(&comm->mailbox.lock);
+  pthread_cond_destroy(&comm->mailbox.cv);
   comm->magic = 0;
   free(comm);
 }

@@ -13,7 +13,9 @@
 #include <stdint.h>
 
 #include "bootstrap.h"
+#include "comm_ctrl.h"
 #include "executor.h"
+#include "flight.h"
 #include "mem.h"
 #include "nccl.h"
 #include "progress.h"
@@ -69,6 +71,10 @@ struct ncclComm {
   int nredops;
   /* ncclCommRegister'ed buffers */
   struct mem_regs regs;
+  /* its last operations (flight.h): what its status and dumps show */
+  struct flight flight;
+  /* control messages kept by the status service for ctrl_recv */
+  struct ctrl_mailbox mailbox;
   /* the tagged point-to-point lane (p2p_lane.h), made at its first use
    * (under turn_lock) */
   struct p2p_lane* lane;

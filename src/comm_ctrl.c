@@ -17,9 +17,7 @@
 #include "socket.h"
 #include "socket_peer.h"
 
-#define CTRL_HELLO_MS 5000 /* a connection sends its whole message within this */
 #define CTRL_MAX_PENDING 8
-#define CTRL_ACK 'A'
 #define CTRL_KEY_TWEAK 0x636f6e74726f6c00ull /* "control": its keys apart from other uses */
 
 ncclResult_t ctrl_listen(struct ncclComm* comm, union socket_addr* where) {
@@ -101,15 +99,24 @@ static const char* ctrl_stranger(const struct ncclComm* comm, int fd, int from) 
   return NULL;
 }
 
-/* Why a message is not the awaited one, NULL when it is. */
-static const char* ctrl_mismatch(const struct ctrl_wait* w, int fd, const struct ctrl_msg* m) {
-  const struct ncclComm* comm = w->comm;
+const char* ctrl_check(const struct ncclComm* comm, int fd, const struct ctrl_msg* m) {
   if (m->magic != CTRL_MAGIC) return "not a control message";
   if (m->from < 0 || m->from >= comm->nranks || m->from == comm->rank) return "not from a peer";
   if (m->proof != ctrl_proof(comm->tctx.secret, m)) return "not from this communicator";
+  return ctrl_stranger(comm, fd, m->from);
+}
+
+/* Why a member's message is not the awaited one, NULL when it is. */
+static const char* ctrl_unwanted(const struct ctrl_wait* w, const struct ctrl_msg* m) {
   if (m->kind != w->kind || (w->from >= 0 && m->from != w->from)) return "another request";
   if (m->epoch != w->epoch) return "an earlier request";
-  return ctrl_stranger(comm, fd, m->from);
+  return NULL;
+}
+
+/* Why a message is not the awaited one, NULL when it is. */
+static const char* ctrl_mismatch(const struct ctrl_wait* w, int fd, const struct ctrl_msg* m) {
+  const char* why = ctrl_check(w->comm, fd, m);
+  return why ? why : ctrl_unwanted(w, m);
 }
 
 static void ctrl_hello_done(void* arg, int fd, const void* hello) {
@@ -129,11 +136,51 @@ static void ctrl_hello_done(void* arg, int fd, const void* hello) {
   w->got = 1;
 }
 
+/* The awaited message from the comm's mailbox, kept there by the status
+ * service (which serves the listener); others are dropped with a line. */
+static ncclResult_t ctrl_recv_mailbox(struct ctrl_wait* w, uint64_t deadline_ns) {
+  struct ctrl_mailbox* box = &w->comm->mailbox;
+  ncclResult_t res = ncclSuccess;
+  pthread_mutex_lock(&box->lock);
+  while (!w->got) {
+    int kept = 0;
+    for (int i = 0; i < box->n; i++) {
+      const struct ctrl_msg* m = &box->msgs[i];
+      const char* why = w->got ? "" : ctrl_unwanted(w, m);
+      if (why == NULL) {
+        *w->out = *m, w->got = 1;
+      } else if (m->kind != w->kind || m->epoch > w->epoch) { /* a later call's: kept */
+        box->msgs[kept++] = *m;
+      } else if (*why) {
+        INFO(SUB_INIT, "Rank %d: control message of rank %d dropped: %s", w->comm->rank, m->from,
+             why);
+      }
+    }
+    box->n = kept;
+    if (w->got) break;
+    if (atomic_load(&w->comm->closing)) {
+      WARN("Rank %d: the communicator was aborted or destroyed during the call", w->comm->rank);
+      res = ncclInvalidUsage;
+      break;
+    }
+    if (braid_now_ns() >= deadline_ns) {
+      WARN("Rank %d: no word from rank %d on the control channel within BRAID_TIMEOUT_MS",
+           w->comm->rank, w->from);
+      res = ncclRemoteError;
+      break;
+    }
+    braid_cond_wait_ms(&box->cv, &box->lock, 100); /* closing seen in 0.1 s */
+  }
+  pthread_mutex_unlock(&box->lock);
+  return res;
+}
+
 ncclResult_t ctrl_recv(struct ncclComm* comm, uint32_t kind, uint64_t epoch, int from,
                        struct ctrl_msg* out, uint64_t deadline_ns) {
   ncclResult_t res = ncclSuccess;
   struct pollfd p[1 + CTRL_MAX_PENDING];
   struct ctrl_wait w = {comm, kind, epoch, from, 0, {0}, out};
+  if (comm->mailbox.served) return ctrl_recv_mailbox(&w, deadline_ns);
   CHECK(hello_pool_init(&w.pool, "Control listener", comm->ctrl_fd, sizeof(struct ctrl_msg),
                         CTRL_HELLO_MS, CTRL_MAX_PENDING));
   while (!w.got) {

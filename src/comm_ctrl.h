@@ -16,6 +16,7 @@
 #ifndef BRAID_COMM_CTRL_H_
 #define BRAID_COMM_CTRL_H_
 
+#include <pthread.h>
 #include <stdint.h>
 
 #include "nccl.h"
@@ -25,7 +26,13 @@ union socket_addr;
 
 #define CTRL_MAGIC 0x4c525443u /* "CTRL" */
 
-enum ctrl_kind { CTRL_SHRINK = 1, CTRL_GROW = 2 };
+/* SHRINK, GROW: an id for a new comm (ctrl_send_id, ctrl_recv). STATUS: a
+ * member asks for this rank's flight recorder (status_service.c answers:
+ * its size, then the snapshot). */
+enum ctrl_kind { CTRL_SHRINK = 1, CTRL_GROW = 2, CTRL_STATUS = 3 };
+
+#define CTRL_HELLO_MS 5000 /* a connection sends its whole message within this */
+#define CTRL_ACK 'A'
 
 struct ctrl_msg {
   uint32_t magic;
@@ -37,9 +44,25 @@ struct ctrl_msg {
   ncclUniqueId id; /* the new comm's id */
 };
 
+/* Control messages the status service (status_service.h), which then
+ * serves the comm's listener, keeps for ctrl_recv. */
+#define CTRL_MAILBOX 8
+struct ctrl_mailbox {
+  pthread_mutex_t lock;
+  pthread_cond_t cv;
+  int served; /* set once, before any ctrl_recv: the service takes the messages */
+  int n;
+  struct ctrl_msg msgs[CTRL_MAILBOX];
+};
+
 /* Set m->proof for the comm with `secret` (public for the tests that
  * forge a message as a stranger holding the secret would). */
 void ctrl_msg_seal(struct ctrl_msg* m, uint64_t secret);
+
+/* Why message m, read from connection fd, is not from a member of comm
+ * (NULL: it is): its magic, its sender's rank, its proof, and that it came
+ * from the address that member published and, on this host, its process. */
+const char* ctrl_check(const struct ncclComm* comm, int fd, const struct ctrl_msg* m);
 
 /* Open the comm's listener on `where` (port 0: any; the port is written
  * back) into comm->ctrl_fd. */

@@ -11,6 +11,8 @@
 #include "bootstrap_root.h"
 #include "braid.h"
 #include "comm.h"
+#include "flight.h"
+#include "status_service.h"
 #include "comm_ctrl.h"
 #include "comm_init.h"
 #include "comm_teardown.h"
@@ -151,7 +153,6 @@ static ncclResult_t comm_create(struct ncclComm** out, int nranks, const ncclUni
   CHECK(braid_calloc(&comm, 1, sizeof(*comm)));
   atomic_init(&comm->refs, 1);
   atomic_init(&comm->deterministic, (int)param_deterministic());
-  atomic_init(&comm->nonblocking, comm->config.blocking == 0);
   comm->magic = COMM_MAGIC;
   comm->rank = rank;
   comm->nranks = nranks;
@@ -161,9 +162,13 @@ static ncclResult_t comm_create(struct ncclComm** out, int nranks, const ncclUni
   comm->progress.bell_fd[0] = comm->progress.bell_fd[1] = -1;
   pthread_mutex_init(&comm->turn_lock, NULL);
   pthread_cond_init(&comm->turn_cv, NULL);
+  pthread_mutex_init(&comm->mailbox.lock, NULL);
+  pthread_cond_init(&comm->mailbox.cv, NULL);
   mem_regs_init(&comm->regs, &(struct mem_reg_hooks){regs_attach, regs_detach, &comm->tctx});
   CHECK(comm_registry_add(comm));
   CHECK(comm_config_read(config, &comm->config));
+  atomic_init(&comm->nonblocking, comm->config.blocking == 0);
+  CHECK(flight_init(&comm->flight));
   CHECK(comm_setup_local(comm, &listen));
   comm->tctx = (struct transport_ctx){
       .rank = rank,
@@ -244,6 +249,7 @@ static ncclResult_t comm_bootstrap(struct ncclComm* comm) {
   if (comm->internal_stream) /* this thread is the comm's progress thread */
     CHECK(topo_bind_thread_near(sys, ifname, NULL));
   tuner_log_table(comm);
+  status_register(comm); /* its control listener is served from now on */
   atomic_store(&comm->init_done, 1);
   INFO(SUB_INIT, "comm %p rank %d nranks %d - Init COMPLETE", (void*)comm, comm->rank,
        comm->nranks);

@@ -15,6 +15,8 @@
 #include "core.h"
 #include "device.h"
 #include "executor.h"
+#include "flight.h"
+#include "status_service.h"
 #include "layout.h"
 #include "p2p_lane.h"
 #include "progress.h"
@@ -35,11 +37,13 @@ void comm_free(struct ncclComm* comm) {
   mem_regs_free(&comm->regs); /* while the transports that pinned them are up */
   comm_conns_apply(comm, 1);
   transport_states_free(&comm->tctx);
+  status_unregister(comm); /* the service lets go of its listener and of the comm */
   if (comm->tctx.listen_fd >= 0) close(comm->tctx.listen_fd);
   if (comm->ctrl_fd >= 0) close(comm->ctrl_fd);
   comm->tctx.listen_fd = comm->ctrl_fd = -1;
   progress_destroy(&comm->progress);
   exec_free(&comm->exec);
+  flight_free(&comm->flight);
   sched_topo_free(&comm->layout);
   redop_free_all(comm);
   free(comm->send_conns);
@@ -140,6 +144,7 @@ ncclResult_t ncclCommAbort(ncclComm_t comm) {
   ncclResult_t res = comm_check(comm, "ncclCommAbort");
   if (res != ncclSuccess) return res;
   comm_registry_remove(comm);
+  flight_dump(comm, "ncclCommAbort"); /* before anything of it goes */
   atomic_store(&comm->closing, 1);
   comm_abort_waits(comm);
   /* A unit running now wakes on the eventfd and leaves; queued ones find

@@ -72,7 +72,7 @@ static ncclResult_t post_msg(struct exec_ctx* ex, struct transport_conn* c, void
     b = mem_transport_buf(ptr, bytes, a->mem, a->recvreg, c->ops);
     if (b.reg == NULL) b = mem_transport_buf(ptr, bytes, a->mem, a->sendreg, c->ops);
   }
-  return c->ops->post(c, &b, &ex->tag);
+  return transport_conn_post(c, &b, &ex->tag);
 }
 
 /* The primitives whose reduction reads the local operand (X, Y or the
@@ -95,7 +95,7 @@ static int step_lends(const struct exec_ctx* ex, const struct sched_step* st) {
 /* Post a receive the transport lends (step_lends). */
 static ncclResult_t post_lent_recv(struct exec_ctx* ex, struct transport_conn* c, size_t bytes) {
   struct transport_buf b = {.bytes = bytes, .mem = TRANSPORT_CAP_HOST_MEM, .lend = 1};
-  return c->ops->post(c, &b, &ex->tag);
+  return transport_conn_post(c, &b, &ex->tag);
 }
 
 /* Post the send its task wrote in place (step_send_in_place). */
@@ -103,7 +103,7 @@ static ncclResult_t post_in_place(struct exec_ctx* ex, struct transport_conn* c,
                                   size_t bytes) {
   struct transport_buf b = {
       .ptr = ptr, .bytes = bytes, .mem = TRANSPORT_CAP_HOST_MEM, .in_place = 1};
-  return c->ops->post(c, &b, &ex->tag);
+  return transport_conn_post(c, &b, &ex->tag);
 }
 
 /* Receives into a slot when the received data must be combined first

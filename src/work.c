@@ -16,6 +16,7 @@
 #include "core.h"
 #include "device.h"
 #include "exec_plan.h"
+#include "flight.h"
 #include "param.h"
 #include "plan.h"
 #include "stream.h"
@@ -94,12 +95,15 @@ static ncclResult_t op_step(struct work_op* op, uint64_t pass, uint64_t last_pro
                             int* progressed) {
   ncclResult_t res;
   if (op->kind != WORK_COLL) {
+    int was_started = op->started;
     res = p2p_step(op, pass, progressed);
+    if (!was_started && op->started) flight_start(op);
     return res == ncclSuccess && !op->done && !*progressed ? p2p_alive(op, last_progress_ns) : res;
   }
   if (op->direct) { /* blocks until done: the unit's ops are all one comm's, run in turn */
     op->done = 1;
     *progressed = 1;
+    flight_start(op);
     return device_direct_run(op);
   }
   if (!op->started) {
@@ -110,6 +114,7 @@ static ncclResult_t op_step(struct work_op* op, uint64_t pass, uint64_t last_pro
       return res;
     if ((res = exec_comm_start(op->comm, &op->args)) != ncclSuccess) return res;
     op->started = 1;
+    flight_start(op);
   }
   return exec_comm_progress(op->comm, &op->done, progressed);
 }
@@ -125,13 +130,16 @@ static ncclResult_t work_drive(struct work_op* ops, int n, struct ncclComm* cons
     for (int i = 0; i < m; i++) progress_pass_begin(&comms[i]->progress, &comms[i]->waits);
     for (int i = 0; i < n; i++) {
       if (ops[i].done) continue;
-      res = op_step(&ops[i], pass, last_progress, &progressed);
+      int moved = 0;
+      res = op_step(&ops[i], pass, last_progress, &moved);
       if (res != ncclSuccess) {
         if (first == ncclSuccess) first = res;
         comm_set_error(ops[i].comm, res);
         ops[i].done = 1;
       }
-      if (ops[i].done) remaining--, progressed = 1;
+      if (moved) flight_progress(&ops[i], braid_now_ns());
+      if (ops[i].done) remaining--, moved = 1, flight_end(&ops[i], res);
+      progressed |= moved;
     }
     if (progressed || remaining == 0) {
       idle_since = 0;
@@ -171,7 +179,10 @@ ncclResult_t work_issue(struct work_op* ops, int n) {
   ncclResult_t res = unit_comms(ops, n, comms, &m);
   if (res != ncclSuccess) return res;
   for (int i = 0; i < m; i++) pthread_mutex_lock(&comms[i]->turn_lock);
-  for (int i = 0; i < n; i++) ops[i].ticket = ops[i].comm->next_ticket;
+  for (int i = 0; i < n; i++) {
+    ops[i].ticket = ops[i].comm->next_ticket;
+    flight_enqueue(&ops[i].comm->flight, &ops[i]); /* numbered in issue order, under the lock */
+  }
   for (int i = m - 1; i >= 0; i--) {
     comms[i]->next_ticket++;
     comm_ref(comms[i]); /* the unit's, until it has run: it may wait on a host stream */
@@ -248,6 +259,10 @@ static ncclResult_t unit_in_turn(struct work_op* ops, int n, int run) {
     if (res == ncclSuccess) res = work_drive(ops, n, comms, m);
   }
   deferred_release(ops, n);
+  /* ops that never reached the drive (matched to self, empty, a failure
+   * before it, a cancel) end in the recorder with the unit */
+  ncclResult_t end = run || res != ncclSuccess ? res : ncclSystemError; /* a cancel failed it */
+  for (int i = 0; i < n; i++) flight_end(&ops[i], end);
   for (int i = 0; i < m; i++) turn_leave(comms[i], got[i]); /* later units fail fast on errors */
 fail:
   return res;

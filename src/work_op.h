@@ -17,6 +17,8 @@
 
 enum work_kind { WORK_COLL = 0, WORK_SEND, WORK_RECV };
 
+struct flight_entry;
+
 /* How a collective on device buffers runs direct (src/cuda/cuda_direct.h):
  * all its ranks on one node, or Hier with the node's stages direct. */
 enum work_direct { WORK_DIRECT_NONE = 0, WORK_DIRECT_NODE, WORK_DIRECT_HIER };
@@ -46,6 +48,8 @@ struct work_op {
   int started;
   int done;
   uint64_t seq;        /* p2p: message number on its connection */
+  struct flight_entry* flight; /* its record (flight.h), NULL: none */
+  uint64_t flight_seq;         /* ... while the record's seq is still this */
   uint64_t ticket;     /* this unit's turn on op->comm (same for all its ops there) */
   cudaStream_t stream; /* the stream the call named */
   int direct; /* enum work_direct: a collective run by the direct algorithm (cuda_direct.h) */

@@ -62,7 +62,7 @@ ncclResult_t p2p_step(struct work_op* op, uint64_t pass, int* progressed) {
     op->seq = c->posted;
     struct transport_buf b = mem_transport_buf(op->buf, op->bytes, op->mem, op->reg, c->ops);
     if (op->deferred[0].slot) b.launch = &op->deferred[0]; /* a gated ipc send's copy */
-    CHECK(c->ops->post(c, &b, NULL));
+    CHECK(transport_conn_post(c, &b, NULL));
     op->started = 1;
     *progressed = 1;
   }

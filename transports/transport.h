@@ -194,6 +194,12 @@ struct transport_conn {
   int is_send;
   uint64_t posted;
   uint64_t completed;
+  /* Bytes of every message posted so far, and that count as it stood after
+   * each of the last TRANSPORT_MAX_INFLIGHT (by seq): what the messages
+   * completed carried is then known without the transports counting it
+   * (transport_conn_done_bytes). Written by transport_conn_post. */
+  uint64_t posted_bytes;
+  uint64_t bytes_after[TRANSPORT_MAX_INFLIGHT];
   uint64_t stall_pass; /* p2p: the posting pass that found this connection full */
   /* receive: set with ncclInvalidUsage when a message did not match its
    * receive, with the tag the peer sent */
@@ -307,11 +313,29 @@ struct transport {
  * (the table never picks such a transport: this catches a caller's bug). */
 int transport_moves(const struct transport_conn* conn, const struct transport_buf* b);
 
+/* Every post goes through here: the connection's byte counts follow. */
+static inline ncclResult_t transport_conn_post(struct transport_conn* c,
+                                               const struct transport_buf* b,
+                                               const struct transport_tag* tag) {
+  ncclResult_t res = c->ops->post(c, b, tag);
+  if (res == ncclSuccess) {
+    c->posted_bytes += b->bytes;
+    c->bytes_after[(c->posted - 1) % TRANSPORT_MAX_INFLIGHT] = c->posted_bytes;
+  }
+  return res;
+}
+
+/* Bytes of the messages completed so far (fewer than
+ * TRANSPORT_MAX_INFLIGHT are ever pending, so the count is still kept). */
+static inline uint64_t transport_conn_done_bytes(const struct transport_conn* c) {
+  return c->completed ? c->bytes_after[(c->completed - 1) % TRANSPORT_MAX_INFLIGHT] : 0;
+}
+
 /* Post `bytes` at `ptr`, memory of kind `mem` (TRANSPORT_CAP_*_MEM). */
 static inline ncclResult_t transport_post(struct transport_conn* c, void* ptr, size_t bytes,
                                           unsigned mem, const struct transport_tag* tag) {
   struct transport_buf b = {.ptr = ptr, .bytes = bytes, .mem = mem};
-  return c->ops->post(c, &b, tag);
+  return transport_conn_post(c, &b, tag);
 }
 static inline ncclResult_t transport_post_host(struct transport_conn* c, void* ptr, size_t bytes,
                                                const struct transport_tag* tag) {
