@@ -97,8 +97,8 @@
   /* kernels (kernels/cpu) */                                                                    \
   STR(kernel_isa, "BRAID_KERNEL_ISA", NULL, "best", 0, "CPU kernel path: portable, avx2, avx512") \
   /* hung jobs (src/flight.c, src/status_service.c) */                                            \
-  INT(flight_entries, "BRAID_FLIGHT_ENTRIES", 256, 16, 65536, 0,                                  \
-      "operations each communicator remembers")                                                   \
+  INT(flight_entries, "BRAID_FLIGHT_ENTRIES", 256, 0, 65536, 0,                                   \
+      "operations each communicator remembers (0: no recorder)")                                  \
   STR(trace_dir, "BRAID_TRACE_DIR", NULL, "unset", 0,                                             \
       "where a rank writes its recorder on a timeout, remote error or abort")                     \
   STR(op_log, "BRAID_OP_LOG", NULL, "unset", 0,                                                   \

@@ -30,15 +30,28 @@ ncclResult_t flight_init(struct flight* f) {
   memset(f, 0, sizeof(*f));
   f->cap = (uint32_t)param_flight_entries();
   pthread_mutex_init(&f->lock, NULL);
-  return braid_calloc(&f->ring, f->cap, sizeof(*f->ring));
+  f->inited = 1;
+  f->precise = param_op_log() != NULL;
+  return f->cap ? braid_calloc(&f->ring, f->cap, sizeof(*f->ring)) : ncclSuccess;
 }
 
 void flight_free(struct flight* f) {
-  if (f->cap == 0) return; /* never made */
+  if (!f->inited) return; /* never made */
   if (f->oplog) fclose(f->oplog);
   free(f->ring);
   pthread_mutex_destroy(&f->lock);
   memset(f, 0, sizeof(*f));
+}
+
+#define FLIGHT_LOOK_NS 1000000u /* a moving call's links are counted once a ms */
+
+/* The recorder's clock: the coarse one (a few ns, ms-accurate: ages are
+ * shown in tenths of seconds) unless per-call times are logged. */
+static uint64_t flight_now(const struct flight* f) {
+  struct timespec ts;
+  if (f->precise) return braid_now_ns();
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
 static uint64_t wall_ms(void) {
@@ -56,16 +69,23 @@ static struct flight_entry* mine(const struct work_op* op) {
   return e;
 }
 
+/* The comm's counters have one writer at a time (the thread whose unit
+ * has the comm's turn): a load and a store, no locked instruction. */
+static uint64_t bump(_Atomic uint64_t* counter, uint64_t by) {
+  uint64_t v = atomic_load_explicit(counter, memory_order_relaxed) + by;
+  atomic_store_explicit(counter, v, memory_order_relaxed);
+  return v;
+}
+
 void flight_enqueue(struct flight* f, struct work_op* op) {
-  if (f->ring == NULL) return;
-  uint64_t seq = atomic_fetch_add_explicit(&f->next_seq, 1, memory_order_relaxed) + 1;
+  op->flight = NULL;
+  if (f->ring == NULL) return; /* BRAID_FLIGHT_ENTRIES=0 */
+  uint64_t seq = bump(&f->next_seq, 1);
   struct flight_entry* e = &f->ring[seq % f->cap];
   atomic_store_explicit(&e->seq, 0, memory_order_relaxed); /* readers skip it while written */
   atomic_thread_fence(memory_order_release);
   e->kind = op->kind == WORK_COLL ? FLIGHT_COLL : op->kind == WORK_SEND ? FLIGHT_SEND : FLIGHT_RECV;
-  e->coll_seq = op->kind == WORK_COLL
-                    ? atomic_fetch_add_explicit(&f->next_coll, 1, memory_order_relaxed) + 1
-                    : 0;
+  e->coll_seq = op->kind == WORK_COLL ? bump(&f->next_coll, 1) : 0;
   e->coll = op->kind == WORK_COLL ? op->args.coll : -1;
   e->type = op->kind == WORK_COLL ? (int32_t)op->args.type : (int32_t)ncclUint8;
   e->op = op->kind == WORK_COLL ? (int32_t)op->args.redop.op : -1;
@@ -80,7 +100,7 @@ void flight_enqueue(struct flight* f, struct work_op* op) {
   } else {
     e->bytes = op->bytes;
   }
-  e->enq_ns = braid_now_ns();
+  e->enq_ns = flight_now(f);
   atomic_store_explicit(&e->start_ns, 0, memory_order_relaxed);
   atomic_store_explicit(&e->end_ns, 0, memory_order_relaxed);
   atomic_store_explicit(&e->state, FLIGHT_QUEUED, memory_order_relaxed);
@@ -109,9 +129,9 @@ static void link_add(struct flight_entry* e, uint32_t* n, int peer, int dir,
 void flight_start(struct work_op* op) {
   struct flight_entry* e = mine(op);
   if (e == NULL) return;
-  uint64_t now = braid_now_ns();
-  uint32_t n = 0;
   struct ncclComm* comm = op->comm;
+  uint64_t now = flight_now(&comm->flight);
+  uint32_t n = 0;
   if (op->kind != WORK_COLL) {
     link_add(e, &n, op->peer, op->kind == WORK_SEND,
              *work_conn_slot(op, op->peer, op->kind == WORK_SEND), now);
@@ -127,14 +147,18 @@ void flight_start(struct work_op* op) {
     }
     e->algo = op->args.algo;
   }
+  e->looked_ns = now;
   atomic_store_explicit(&e->nlinks, n, memory_order_release);
   atomic_store_explicit(&e->start_ns, now, memory_order_relaxed);
   atomic_store_explicit(&e->state, FLIGHT_RUNNING, memory_order_relaxed);
 }
 
-void flight_progress(struct work_op* op, uint64_t now) {
+void flight_progress(struct work_op* op, int now_idle) {
   struct flight_entry* e = mine(op);
   if (e == NULL) return;
+  uint64_t now = flight_now(&op->comm->flight);
+  if (!now_idle && now - e->looked_ns < FLIGHT_LOOK_NS) return;
+  e->looked_ns = now;
   uint32_t n = atomic_load_explicit(&e->nlinks, memory_order_relaxed);
   for (uint32_t i = 0; i < n; i++) {
     struct flight_link* l = &e->links[i];
@@ -214,22 +238,19 @@ void flight_end(struct work_op* op, ncclResult_t status) {
   int state = atomic_load_explicit(&e->state, memory_order_relaxed);
   if (state != FLIGHT_QUEUED && state != FLIGHT_RUNNING) return; /* ended already */
   struct flight* f = &op->comm->flight;
-  uint64_t now = braid_now_ns(), start = atomic_load_explicit(&e->start_ns, memory_order_relaxed);
+  uint64_t now = flight_now(f), start = atomic_load_explicit(&e->start_ns, memory_order_relaxed);
   if (start == 0) start = now;
   atomic_store_explicit(&e->end_ns, now, memory_order_relaxed);
   atomic_store_explicit(&e->status, status, memory_order_relaxed);
   atomic_store_explicit(&e->state, status == ncclSuccess ? FLIGHT_DONE : FLIGHT_FAILED,
                         memory_order_release);
-  atomic_fetch_add_explicit(status == ncclSuccess ? &f->ops_done : &f->ops_failed, 1,
-                            memory_order_relaxed);
-  if (status == ncclSuccess)
-    atomic_fetch_add_explicit(&f->bytes_done, e->bytes, memory_order_relaxed);
-  atomic_fetch_add_explicit(&f->busy_ns, now - start, memory_order_relaxed);
-  oplog_write(op->comm, e, now - start, status);
+  bump(status == ncclSuccess ? &f->ops_done : &f->ops_failed, 1);
+  if (status == ncclSuccess) bump(&f->bytes_done, e->bytes);
+  if (f->precise) oplog_write(op->comm, e, now - start, status);
 }
 
 void flight_note_error(struct flight* f, ncclResult_t code, const char* what) {
-  if (f->ring == NULL) return;
+  if (!f->inited) return;
   pthread_mutex_lock(&f->lock);
   if (f->last_error_code == ncclSuccess) { /* the first: what the rest follow from */
     snprintf(f->last_error, sizeof(f->last_error), "%s", what && *what ? what : "");
@@ -288,7 +309,7 @@ uint64_t flight_comm_id(const struct ncclComm* comm) {
 
 void flight_snapshot(struct ncclComm* comm, struct flight_wire* w) {
   struct flight* f = &comm->flight;
-  uint64_t now = braid_now_ns();
+  uint64_t now = flight_now(f);
   memset(w, 0, sizeof(*w));
   w->magic = FLIGHT_WIRE_MAGIC;
   w->version = FLIGHT_WIRE_VERSION;
@@ -301,7 +322,6 @@ void flight_snapshot(struct ncclComm* comm, struct flight_wire* w) {
   w->ops_done = atomic_load(&f->ops_done);
   w->ops_failed = atomic_load(&f->ops_failed);
   w->bytes_done = atomic_load(&f->bytes_done);
-  w->busy_ms = atomic_load(&f->busy_ns) / 1000000u;
   w->now_wall_ms = wall_ms();
   gethostname(w->host, sizeof(w->host) - 1);
   pthread_mutex_lock(&f->lock);

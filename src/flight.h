@@ -53,6 +53,7 @@ struct flight_entry {
   _Atomic uint64_t start_ns, end_ns;
   _Atomic int32_t state, status;
   _Atomic uint32_t nlinks;
+  uint64_t looked_ns; /* the writer's: when flight_progress last counted */
   struct flight_link links[FLIGHT_LINKS];
 };
 
@@ -61,7 +62,7 @@ struct flight {
   uint32_t cap;
   _Atomic uint64_t next_seq;  /* operations enqueued */
   _Atomic uint64_t next_coll; /* collectives enqueued */
-  _Atomic uint64_t ops_done, ops_failed, bytes_done, busy_ns;
+  _Atomic uint64_t ops_done, ops_failed, bytes_done;
   pthread_mutex_t lock; /* the last error, the per-operation log */
   char last_error[FLIGHT_ERROR_LEN];
   int32_t last_error_code;
@@ -69,6 +70,8 @@ struct flight {
   void* oplog;                 /* FILE*: BRAID_OP_LOG's, NULL when off */
   int oplog_tried;
   _Atomic int dumped; /* flight_dump wrote this comm's file */
+  int inited;
+  int precise; /* times from the precise clock (BRAID_OP_LOG), else the coarse one */
 };
 
 /* ---- what a rank tells of a comm: a snapshot, the same on every host ---- */
@@ -99,7 +102,7 @@ struct flight_wire {
   int32_t last_error_code;
   uint64_t comm_id; /* the same on every rank of the comm */
   uint64_t next_seq, next_coll;
-  uint64_t ops_done, ops_failed, bytes_done, busy_ms;
+  uint64_t ops_done, ops_failed, bytes_done;
   uint64_t now_wall_ms, last_error_wall_ms;
   char host[64];
   char last_error[FLIGHT_ERROR_LEN];
@@ -116,8 +119,10 @@ void flight_free(struct flight* f);
 void flight_enqueue(struct flight* f, struct work_op* op);
 /* The operation starts: its links are the connections it will use. */
 void flight_start(struct work_op* op);
-/* A pass of the engine moved (now: its time): fresh counts of the links. */
-void flight_progress(struct work_op* op, uint64_t now);
+/* A pass of the engine moved it: fresh counts of its links, at most once
+ * a millisecond unless `now_idle` (the engine found nothing to do and is
+ * about to wait: what it waits with is then exact). */
+void flight_progress(struct work_op* op, int now_idle);
 /* It ended with `status` (ncclSuccess: done). */
 void flight_end(struct work_op* op, ncclResult_t status);
 /* A failure of the comm as the log told it (the last WARN), kept with its

@@ -51,9 +51,9 @@ void flight_json(const struct flight_wire* w, const char* why, struct strbuf* b)
   strbuf_printf(b,
                 ",\"comm\":\"%016" PRIx64 "\",\"at\":\"%s\",\"at_ms\":%" PRIu64 ",\"ops\":%" PRIu64
                 ",\"collectives\":%" PRIu64 ",\"done\":%" PRIu64 ",\"failed\":%" PRIu64
-                ",\"bytes\":%" PRIu64 ",\"busy_ms\":%" PRIu64,
+                ",\"bytes\":%" PRIu64,
                 w->comm_id, at, w->now_wall_ms, w->next_seq, w->next_coll, w->ops_done,
-                w->ops_failed, w->bytes_done, w->busy_ms);
+                w->ops_failed, w->bytes_done);
   if (w->last_error_code != ncclSuccess) {
     char err_at[40];
     flight_wall_time(w->last_error_wall_ms, err_at, sizeof(err_at));
@@ -86,7 +86,7 @@ void flight_dump(struct ncclComm* comm, const char* why) {
   struct strbuf text = {0};
   char path[512];
   int expected = 0;
-  if (dir == NULL || comm->flight.ring == NULL ||
+  if (dir == NULL || !comm->flight.inited ||
       !atomic_compare_exchange_strong(&comm->flight.dumped, &expected, 1))
     return;
   struct flight_wire* w = malloc(sizeof(*w)); /* large: not on a waiting thread's stack */

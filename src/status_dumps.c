@@ -50,8 +50,6 @@ static void rank_member(const char* key, const char* v, void* arg) {
     w->ops_failed = json_uint(v);
   else if (strcmp(key, "bytes") == 0)
     w->bytes_done = json_uint(v);
-  else if (strcmp(key, "busy_ms") == 0)
-    w->busy_ms = json_uint(v);
   else if (strcmp(key, "error") == 0 && json_string(v, s, sizeof(s)))
     w->last_error_code = flight_status_parse(s);
   else if (strcmp(key, "error_at_ms") == 0)

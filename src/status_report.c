@@ -60,7 +60,6 @@ static void report_prometheus(const struct status_job* job, int first, struct st
       {"braid_ops_total", "counter", "calls the rank completed on the communicator"},
       {"braid_ops_failed_total", "counter", "calls that failed"},
       {"braid_bytes_total", "counter", "bytes of the completed calls"},
-      {"braid_busy_seconds_total", "counter", "time the rank spent in calls"},
       {"braid_open_ops", "gauge", "calls enqueued and not finished"},
       {"braid_oldest_wait_seconds", "gauge", "how long the oldest unfinished call has waited"}};
   uint64_t id = 0;
@@ -80,8 +79,7 @@ static void report_prometheus(const struct status_job* job, int first, struct st
         if (w->entries[i].state == FLIGHT_QUEUED || w->entries[i].state == FLIGHT_RUNNING)
           open++, oldest = MAX(oldest, w->entries[i].enq_age_ms);
       double v[] = {s->answered,           (double)w->ops_done, (double)w->ops_failed,
-                    (double)w->bytes_done, w->busy_ms / 1e3,    (double)open,
-                    oldest / 1e3};
+                    (double)w->bytes_done, (double)open,        oldest / 1e3};
       strbuf_printf(out, "%s{comm=\"%016" PRIx64 "\",rank=\"%d\",host=", metrics[k][0], id, r);
       strbuf_json_string(out, s->answered ? w->host : ""); /* the same escapes as Prometheus' */
       strbuf_printf(out, "} %.17g\n", v[k]);

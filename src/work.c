@@ -137,14 +137,19 @@ static ncclResult_t work_drive(struct work_op* ops, int n, struct ncclComm* cons
         comm_set_error(ops[i].comm, res);
         ops[i].done = 1;
       }
-      if (moved) flight_progress(&ops[i], braid_now_ns());
+      if (moved) flight_progress(&ops[i], 0);
       if (ops[i].done) remaining--, moved = 1, flight_end(&ops[i], res);
       progressed |= moved;
     }
     if (progressed || remaining == 0) {
       idle_since = 0;
       last_progress = braid_now_ns();
-    } else if (!keep_polling(&idle_since, comms, m)) {
+      continue;
+    }
+    if (idle_since == 0) /* it stops moving: the recorder counts what it waits with */
+      for (int i = 0; i < n; i++)
+        if (!ops[i].done) flight_progress(&ops[i], 1);
+    if (!keep_polling(&idle_since, comms, m)) {
       CHECK(work_wait(comms, m));
       idle_since = 0;
     }
