@@ -112,6 +112,25 @@ static int rank_moved(const struct status_job* job, int r) {
 
 /* ---- a rank gone, a disagreement, a failure ---- */
 
+/* Why the ranks in `set` said nothing, ranks with the same reason on one
+ * line ("ranks 4-7 took no connection ..."). */
+static void say_whys(struct strbuf* b, const struct status_job* job, const unsigned char* set) {
+  int n = job->nranks;
+  unsigned char* left = malloc((size_t)n * 2);
+  char list[256];
+  if (left == NULL) return;
+  unsigned char* same = left + n;
+  memcpy(left, set, (size_t)n);
+  for (int r = 0; r < n; r++) {
+    if (!left[r]) continue;
+    for (int q = 0; q < n; q++)
+      same[q] = left[q] && strcmp(job->now[q].why, job->now[r].why) == 0, left[q] &= !same[q];
+    rank_list(same, n, list, sizeof(list));
+    strbuf_printf(b, "  rank%s %s %s\n", plural(list), list, job->now[r].why);
+  }
+  free(left);
+}
+
 static int say_gone(struct strbuf* b, const struct status_job* job) {
   int first = -1;
   for (int r = 0; r < job->nranks && first < 0; r++)
@@ -127,8 +146,10 @@ static int say_gone(struct strbuf* b, const struct status_job* job) {
       break;
     }
   }
-  for (int r = first + 1; r < job->nranks; r++)
-    if (!job->now[r].answered) strbuf_printf(b, "  rank %d %s\n", r, job->now[r].why);
+  unsigned char* rest = calloc((size_t)job->nranks, 1); /* the other silent ones */
+  for (int r = first + 1; rest && r < job->nranks; r++) rest[r] = !job->now[r].answered;
+  if (rest) say_whys(b, job, rest);
+  free(rest);
   return 1;
 }
 
@@ -373,8 +394,7 @@ static void say_silent(struct strbuf* b, const struct view* v) {
   strbuf_printf(b, "rank%s %s do%s not answer; rank%s %s %s waited %.1f s in %s\n", plural(list),
                 list, *plural(list) ? "" : "es", plural(v->waiting_list), v->waiting_list,
                 *plural(v->waiting_list) ? "have" : "has", v->waited / 1e3, v->what);
-  for (int r = 0; r < v->n; r++)
-    if (v->silent[r]) strbuf_printf(b, "  rank %d %s\n", r, v->job->now[r].why);
+  say_whys(b, v->job, v->silent);
   const struct flight_wire_link* l = idlest_link(v, v->silent, &who);
   if (l) say_link(b, v, who, l, "  ");
 }

@@ -14,6 +14,8 @@
 #    (build/tests/fakeverbs, its QP sockets in a directory every host sees), all-reduce,
 #    send/recv and all-to-all on 2x2 and 4x1 (4x1 striping each connection over 2 QPs), Ring and the
 #    tuner.
+# 3. braid-status (status_case): asked on a running 2x4 all-reduce loop, then with h1's link down:
+#    the verdict must say the job moves, then name h1's ranks and the link a rank waits on.
 # 2. Link down: a long all-reduce on 2x2 (tuner) and 3x1 (Tree) hosts with shaped links; h1's
 #    link goes down mid-collective; every rank must fail (non-zero exit with an NCCL error)
 #    within BRAID_TIMEOUT_MS + a margin, and none may hang. Stacks of ranks still running are
@@ -70,6 +72,7 @@ tmp=$(mktemp -d /tmp/braid-cluster-test.XXXXXX)
 # cannot swap them underneath mpirun.
 mkdir -p "$tmp/bin" "$tmp/ompi"
 for t in "${TOOLS[@]}"; do cp "$build/bin/${t}_perf" "$tmp/bin/"; done
+cp "$build/bin/braid-status" "$tmp/bin/"
 # mpirun-args gives the cluster its own Open MPI session directory base: other clusters' daemons
 # use the same host names (h0, h1, ...).
 mapfile -t MPIARGS < <("$cluster" mpirun-args)
@@ -383,6 +386,80 @@ link_down_case() {
   } | sed 's/^/  | /'
 }
 
+# ---------------------------------------------------------------- braid-status
+
+# The pid of a rank process (the perf tool) running on HOST, "" when none.
+rank_pid_on() { rank_procs | awk -v h="$1" '$1 == h { print $2; exit }'; }
+
+# braid-status inside HOST against PID into FILE; prints the seconds it took.
+ask_status() {
+  local host=$1 pid=$2 file=$3 t0
+  t0=$(now)
+  "$cluster" exec "$host" "$tmp/bin/braid-status" "$pid" >"$file" 2>&1
+  since "$t0"
+}
+
+# status_case LAYOUT HOSTS NP VICTIM: braid-status on a running 2x4 job, then with VICTIM's link
+# down: the first verdict must say the job moves, the second must name VICTIM's ranks as silent
+# and the link a rank on h0 waits on; the job must keep running while it is asked.
+status_case() {
+  local layout=$1 hosts=$2 np=$3 victim=$4 dir=$tmp/$1.status t0 pid waited why="" took1 took2
+  local first last
+  mkdir -p "$dir"
+  make_rank_wrapper "$dir/rank.sh"
+  ncases=$((ncases + 1))
+  t0=$(now)
+  "$cluster" shape $LD_RATE
+  timeout -k 5 150 mpirun "${MPIARGS[@]}" --mca orte_abort_on_non_zero_status 0 -np "$np" \
+    -host "$hosts" -x BRAID_TIMEOUT_MS=$LD_TIMEOUT_MS -x NCCL_DEBUG=WARN \
+    -x "NCCL_DEBUG_FILE=$dir/log.%h.%p" "$dir/rank.sh" "$dir" "$tmp/bin/all_reduce_perf" \
+    -b 16M -e 16M -n 5 -w 0 -N 0 -c 0 >"$dir/mpirun.out" 2>&1 </dev/null &
+  bgpid=$!
+  for ((waited = 0; waited < 600; waited++)); do
+    grep -qv '^#' "$dir/out.0" 2>/dev/null && break
+    sleep 0.1
+  done
+  pid=$(rank_pid_on h0)
+  if ! grep -qv '^#' "$dir/out.0" 2>/dev/null || [ -z "$pid" ]; then
+    why="the all-reduce loop did not start within 60 s"
+  else
+    took1=$(ask_status h0 "$pid" "$dir/running")
+    first=$(grep -m1 '^comm ' "$dir/running")
+    rows=$(grep -cv '^#' "$dir/out.0")
+    "$cluster" link "$victim" down
+    sleep 3
+    took2=$(ask_status h0 "$pid" "$dir/down")
+    last=$(grep -m1 '^comm ' "$dir/down")
+    "$cluster" link "$victim" up
+    if ! grep -q "is moving\|no rank waits\|is slow, not stuck" <<<"$first"; then
+      why="running job: verdict '$first'"
+    elif ! grep -q "ranks 4-7 do not answer" <<<"$last" ||
+      ! grep -q "waits for .* from rank [4-7] over tcp, nothing moved" "$dir/down"; then
+      why="link down: verdict '$last'"
+    fi
+  fi
+  stop_pid "$bgpid" 2
+  wait "$bgpid" 2>/dev/null
+  bgpid=""
+  kill_leftovers
+  "$cluster" shape off
+  printf 'cluster %-3s %-14s %-11s %-29s ' "$layout" "braid-status" "tuner" "(all_reduce, $victim down)"
+  if [ -z "$why" ]; then
+    echo "ok $(since "$t0") s"
+    echo "  running ($rows rows by then; answered in $took1 s): $first"
+    echo "  $victim down (answered in $took2 s):"
+    sed 's/^/  | /' "$dir/down"
+    return
+  fi
+  echo "FAILED ($why) $(since "$t0") s"
+  failed+=("$layout/braid-status")
+  {
+    for f in "$dir"/running "$dir"/down "$dir"/mpirun.out; do
+      [ -s "$f" ] && echo "--- ${f##*/}" && tail -n 30 "$f"
+    done
+  } | sed 's/^/  | /'
+}
+
 # ---------------------------------------------------------------- main
 
 "$cluster" down >/dev/null 2>&1 # a cluster left by an interrupted run
@@ -444,6 +521,7 @@ for l in "${LINKDOWN[@]}"; do
   [[ "$layout/link-down" =~ ${only:-.} ]] || continue
   link_down_case "$layout" "$hosts" "$np" "$victim" "$algo"
 done
+[[ "2x4/braid-status" =~ ${only:-.} ]] && status_case 2x4 h0:4,h1:4 8 h1
 
 echo "cluster tests: $ncases cases, ${#failed[@]} failed${failed[*]:+: ${failed[*]}}; $(since "$start") s"
 [ ${#failed[@]} -eq 0 ]
