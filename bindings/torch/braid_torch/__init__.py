@@ -11,7 +11,7 @@ import torch.distributed as dist
 
 from . import _C  # noqa: E402  (needs torch's c10d types loaded first)
 
-__all__ = ["BraidBackend", "all_reduce_", "braid_version"]
+__all__ = ["BraidBackend", "all_reduce_", "braid_version", "status", "recorder"]
 
 BraidBackend = _C.BraidBackend
 
@@ -30,6 +30,31 @@ def all_reduce_(tensor, op="sum", group=None):
     torch.ops.braid.all_reduce_(tensor, op, group_name)."""
     g = group if group is not None else dist.group.WORLD
     return torch.ops.braid.all_reduce_(tensor, op, g.group_name)
+
+
+def _backend(group):
+    g = group if group is not None else dist.group.WORLD
+    b = g._get_backend(torch.device("cpu"))
+    if not isinstance(b, BraidBackend):
+        raise ValueError("braid: the group's CPU backend is not braid")
+    return b
+
+
+def status(group=None, format="text"):
+    """What the group's job is doing, as the braid-status command tells it:
+    every rank's flight recorder gathered over the group's own channels,
+    the verdict first ("rank 5 has not called all_reduce #1042; ..."), then
+    a table of the ranks. `format` is "text", "json" (every rank's recorder
+    and the verdict, JSON lines) or "prometheus". Takes about half a second;
+    callable while other threads wait in the group's calls."""
+    return _backend(group).status(format)
+
+
+def recorder(group=None):
+    """This rank's flight recorder for the group as JSON lines: its last
+    calls with their sizes, times and links (what it writes to
+    BRAID_TRACE_DIR when it fails)."""
+    return _backend(group).recorder()
 
 
 def _create_backend(store, group_rank, group_size, timeout):

@@ -583,6 +583,36 @@ c10::intrusive_ptr<c10d::Work> BraidBackend::allreduce(std::vector<at::Tensor>& 
                 opts.timeout);
 }
 
+/* The library's text, owned here; throws with its error. */
+static std::string take_text(ncclResult_t res, char* text, const char* what) {
+  std::string out = text ? text : "";
+  free(text);
+  TORCH_CHECK(res == ncclSuccess, "braid: ", what, ": ", ncclGetErrorString(res));
+  return out;
+}
+
+std::string BraidBackend::status(const std::string& format) const {
+  static const std::pair<const char*, braidStatusFormat_t> formats[] = {
+      {"text", braidStatusText}, {"json", braidStatusJson}, {"prometheus", braidStatusPrometheus}};
+  const braidStatusFormat_t* f = nullptr;
+  for (auto& x : formats)
+    if (format == x.first) f = &x.second;
+  TORCH_CHECK(f, "braid: status: format \"", format, "\" is none of text, json, prometheus");
+  ncclComm_t handle = comm_->comm;
+  TORCH_CHECK(handle != nullptr, "braid: status: the communicator was aborted: ", comm_->reason);
+  char* text = nullptr;
+  ncclResult_t res = braidCommStatus(handle, *f, &text);
+  return take_text(res, text, "status");
+}
+
+std::string BraidBackend::recorder() const {
+  ncclComm_t handle = comm_->comm;
+  TORCH_CHECK(handle != nullptr, "braid: recorder: the communicator was aborted: ", comm_->reason);
+  char* text = nullptr;
+  ncclResult_t res = braidCommRecorder(handle, &text);
+  return take_text(res, text, "recorder");
+}
+
 void BraidBackend::allReduceNow(at::Tensor& t, const c10d::ReduceOp& op) {
   check_tensor("all_reduce_", t);
   auto unit = std::make_shared<Unit>();

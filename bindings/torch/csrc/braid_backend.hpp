@@ -94,6 +94,9 @@ struct Comm {
   ~Comm();
   /* Abort the communicator (idempotent): work in flight fails with `why`. */
   void abort(const std::string& why);
+  /* The verdict on the job now (braidCommStatus, its first lines), for a
+   * timeout's message; "" when there is none. */
+  std::string verdict(int max_lines);
   /* A deferred unit fails with `why` (abort, shutdown). */
   void failDeferred(const std::string& why);
   void watch();
@@ -274,6 +277,12 @@ class BraidBackend : public c10d::Backend {
    * tensor-parallel inference say, where a Work's cost is most of a small
    * call's. In issue order with the group's other ops. */
   void allReduceNow(at::Tensor& t, const c10d::ReduceOp& op);
+
+  /* What the job is doing, as braid-status tells it (braid.h: text, json
+   * or prometheus), gathered from every rank of the group; and this rank's
+   * flight recorder as JSON lines (what BRAID_TRACE_DIR gets). */
+  std::string status(const std::string& format) const;
+  std::string recorder() const;
 
  private:
   c10::intrusive_ptr<c10d::Work> p2p(std::vector<at::Tensor>& tensors, int peer, int tag,

@@ -4,6 +4,8 @@
  * completion of its works (their futures completed off the stream's thread).
  */
 #include <ATen/Parallel.h>
+
+#include <thread>
 #include <c10/util/Exception.h>
 
 #include "braid_backend.hpp"
@@ -41,6 +43,33 @@ void Comm::abort(const std::string& why) {
     }
   }
   failDeferred(why);
+}
+
+/* A timeout's message waits this long after the status was taken before the
+ * comm goes: the ranks that timed out at the same moment are still asking. */
+static constexpr std::chrono::milliseconds kStatusGrace{500};
+
+std::string Comm::verdict(int max_lines) {
+  ncclComm_t handle;
+  {
+    std::lock_guard<std::mutex> g(issue_mu);
+    handle = comm;
+  }
+  char* text = nullptr;
+  /* a stale handle is refused by the library's registry, not used */
+  if (handle == nullptr || braidCommStatus(handle, braidStatusText, &text) != ncclSuccess)
+    return "";
+  std::string all(text), out;
+  free(text);
+  size_t at = 0;
+  for (int line = 0; line < max_lines && at < all.size(); line++) {
+    size_t end = all.find('\n', at);
+    if (end == std::string::npos) end = all.size();
+    if (all.compare(at, 8, "  rank  ") == 0) break; /* the table: braid_torch.status() has it */
+    out += (line ? "; " : "") + all.substr(at, end - at);
+    at = end + 1;
+  }
+  return out;
 }
 
 void Comm::failDeferred(const std::string& why) {
@@ -108,8 +137,15 @@ void Comm::watch() {
                         std::to_string(ms) + " ms; its timeout is " +
                         std::to_string(late->timeout.count()) +
                         " ms); the communicator was aborted";
-      TORCH_WARN(why);
       lk.unlock();
+      /* who holds it up, from every rank's recorder, before the comm goes;
+       * the ranks that timed out with this one are still there to answer */
+      std::string seen = verdict(6);
+      if (!seen.empty()) {
+        why += ". Status: " + seen;
+        std::this_thread::sleep_for(kStatusGrace);
+      }
+      TORCH_WARN(why);
       abort(why);
       lk.lock();
       continue;

@@ -55,6 +55,10 @@ PYBIND11_MODULE(_C, m) {
              py::gil_scoped_release nogil;
              b.splitRanks({}, std::chrono::milliseconds(-1), nullptr);
            })
+      .def("status", &braid_torch::BraidBackend::status, py::arg("format") = "text",
+           py::call_guard<py::gil_scoped_release>())
+      .def("recorder", &braid_torch::BraidBackend::recorder,
+           py::call_guard<py::gil_scoped_release>())
       .def("nccl_version", [](braid_torch::BraidBackend&) {
         int v = 0;
         ncclGetVersion(&v);

@@ -1,6 +1,9 @@
 """Every collective of backend "braid" on every dtype it moves or reduces,
 checked against the answer each rank computes alone from every rank's input."""
 
+import json
+
+import braid_torch
 import torch
 import torch.distributed as dist
 
@@ -313,3 +316,25 @@ def test_direct_all_reduce_op():
         assert x == n * (n + 1) / 2 and big == sum(range(n)) and y == n
         assert z == (2.0 if rank < 2 else 1.0)
         assert refused and "bxor" in refused, refused
+
+
+def _status(rank, n):
+    dist.all_reduce(torch.ones(10))
+    dist.broadcast(torch.ones(10), 0)
+    return braid_torch.status(), braid_torch.status(format="json"), braid_torch.recorder()
+
+
+def test_status_and_recorder():
+    # every rank asks at once, between calls: nobody waits, every rank answers
+    res = world.run(_status, 3)
+    for r in range(3):
+        text, js, rec = res[r]
+        assert "3 ranks: no rank waits in Braid" in text.splitlines()[0], text
+        lines = [json.loads(x) for x in js.splitlines()]
+        assert [x["rank"] for x in lines if "nranks" in x] == [0, 1, 2], js
+        assert lines[-1]["verdict"][0].endswith("no rank waits in Braid: the job is between calls")
+        own = [json.loads(x) for x in rec.splitlines()]
+        assert own[0]["rank"] == r and own[0]["nranks"] == 3, rec
+        ops = [x["op"] for x in own[1:]]
+        assert ops[-2:] == ["all_reduce", "broadcast"], ops
+        assert all(x["state"] == "done" for x in own[1:]), rec

@@ -103,6 +103,29 @@ def test_stuck_peer_times_out_on_every_rank():
     for r in (0, 2):
         assert res[r] is not None, f"rank {r}: no error"
         assert "all_reduce" in res[r], res[r]
+        # the status taken before the abort names the stopped rank
+        assert "rank 1 does not answer" in res[r], res[r]
+        assert "is stopped (SIGSTOP?)" in res[r], res[r]
+
+
+def _peer_never_calls(rank, n):
+    dist.barrier()
+    if rank == 1:  # busy elsewhere past the others' timeout: it never calls
+        time.sleep(6)
+        return None
+    try:
+        dist.all_reduce(torch.ones(100))
+    except RuntimeError as e:
+        return str(e)
+    return None
+
+
+def test_timeout_names_the_rank_that_never_called():
+    res = world.run(_peer_never_calls, 3, timeout_s=3, wall_s=60)
+    for r in (0, 2):
+        assert res[r] is not None, f"rank {r}: no error"
+        assert "rank 1 has not called all_reduce #" in res[r], res[r]
+        assert "ranks 0, 2 have waited" in res[r], res[r]
 
 
 def _unmatched_send_to_self(rank, n):
