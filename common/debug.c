@@ -17,7 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "host.h"
+#include "host_path.h"
 #include "param.h"
 
 #define LAST_ERROR_LEN 1024

@@ -51,29 +51,3 @@ uint64_t host_shm_domain(void) {
   if (stat("/proc/self/ns/pid", &st) == 0) h = braid_fnv1a(h, &st.st_ino, sizeof(st.st_ino));
   return h;
 }
-
-void host_short_name(char* out, size_t cap) {
-  if (cap == 0) return;
-  out[0] = '\0';
-  if (gethostname(out, cap - 1) != 0) snprintf(out, cap, "unknown");
-  out[cap - 1] = '\0';
-  char* dot = strchr(out, '.');
-  if (dot) *dot = '\0';
-}
-
-void host_expand_path(const char* pattern, char* out, size_t cap) {
-  char host[256];
-  size_t o = 0;
-  host_short_name(host, sizeof(host));
-  for (const char* p = pattern; *p && o + 1 < cap; p++) {
-    int n = 0;
-    if (p[0] == '%' && p[1] == 'h')
-      n = snprintf(out + o, cap - o, "%s", host), p++;
-    else if (p[0] == '%' && p[1] == 'p')
-      n = snprintf(out + o, cap - o, "%d", (int)getpid()), p++;
-    else
-      out[o] = *p, n = 1;
-    o = MIN(o + (size_t)n, cap - 1);
-  }
-  out[MIN(o, cap - 1)] = '\0';
-}

@@ -6,7 +6,6 @@
 #ifndef BRAID_HOST_H_
 #define BRAID_HOST_H_
 
-#include <stddef.h>
 #include <stdint.h>
 
 /* Random 64-bit value from the kernel. */
@@ -17,12 +16,5 @@ uint64_t host_hash(void);
 
 /* Shared-memory domain: boot id, /dev/shm and pid namespace. */
 uint64_t host_shm_domain(void);
-
-/* This host's short name (up to the first dot) into out (cap bytes). */
-void host_short_name(char* out, size_t cap);
-
-/* A file name pattern with %h (the short host name) and %p (the pid)
- * expanded into out (cap bytes; a longer one is cut). */
-void host_expand_path(const char* pattern, char* out, size_t cap);
 
 #endif /* BRAID_HOST_H_ */

@@ -15,6 +15,7 @@
 
 #include "comm.h"
 #include "core.h"
+#include "flight_json.h"
 #include "ptr_set.h"
 
 /* ---- the live comms ---- */
@@ -145,7 +146,7 @@ void comm_set_error(struct ncclComm* comm, ncclResult_t err) {
          "Rank %d: communicator failed (%s); shutting down its connections so peers notice",
          comm->rank, ncclGetErrorString(err));
     flight_note_error(&comm->flight, err, debug_last_error()); /* what the WARN said */
-    flight_dump(comm, ncclGetErrorString(err));
+    flight_dump(&comm->flight, ncclGetErrorString(err));
   }
   comm_conns_apply(comm, 0);
 }

@@ -249,6 +249,7 @@ static ncclResult_t comm_bootstrap(struct ncclComm* comm) {
   if (comm->internal_stream) /* this thread is the comm's progress thread */
     CHECK(topo_bind_thread_near(sys, ifname, NULL));
   tuner_log_table(comm);
+  flight_set_comm(&comm->flight, comm->rank, comm->nranks, comm->tctx.secret);
   status_register(comm); /* its control listener is served from now on */
   atomic_store(&comm->init_done, 1);
   INFO(SUB_INIT, "comm %p rank %d nranks %d - Init COMPLETE", (void*)comm, comm->rank,

@@ -15,7 +15,7 @@
 #include "core.h"
 #include "device.h"
 #include "executor.h"
-#include "flight.h"
+#include "flight_json.h"
 #include "status_service.h"
 #include "layout.h"
 #include "p2p_lane.h"
@@ -144,7 +144,7 @@ ncclResult_t ncclCommAbort(ncclComm_t comm) {
   ncclResult_t res = comm_check(comm, "ncclCommAbort");
   if (res != ncclSuccess) return res;
   comm_registry_remove(comm);
-  flight_dump(comm, "ncclCommAbort"); /* before anything of it goes */
+  flight_dump(&comm->flight, "ncclCommAbort"); /* before anything of it goes */
   atomic_store(&comm->closing, 1);
   comm_abort_waits(comm);
   /* A unit running now wakes on the eventfd and leaves; queued ones find

@@ -1,30 +1,24 @@
 /*
- * The flight recorder (flight.h): a ring of entries per comm, the snapshot
- * a rank gives of it, its JSON, the dump a failing rank writes and the
- * per-operation log. Recording costs a few stores per operation and a few
- * loads per pass of the engine; time comes from the vDSO clock.
+ * The flight recorder (flight.h): a ring of entries per comm and the
+ * snapshot a rank gives of it. Recording costs a few stores per call and,
+ * once a millisecond while it moves, a few loads per link; the clock is the
+ * coarse one unless per-call times are logged.
  */
 #include "flight.h"
 
-#include <errno.h>
-#include <fcntl.h>
-#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
-#include "comm.h"
-#include "connect.h"
 #include "core.h"
-#include "exec_plan.h"
-#include "host.h"
-#include "kernels.h"
+#include "flight_oplog.h"
 #include "param.h"
 #include "siphash.h"
-#include "work_op.h"
+#include "transport.h"
+
+#define FLIGHT_LOOK_NS 1000000u /* a moving call's links are counted once a ms */
 
 ncclResult_t flight_init(struct flight* f) {
   memset(f, 0, sizeof(*f));
@@ -35,15 +29,20 @@ ncclResult_t flight_init(struct flight* f) {
   return f->cap ? braid_calloc(&f->ring, f->cap, sizeof(*f->ring)) : ncclSuccess;
 }
 
+void flight_set_comm(struct flight* f, int rank, int nranks, uint64_t secret) {
+  static const char what[] = "braid status: comm id";
+  f->rank = rank;
+  f->nranks = nranks;
+  f->comm_id = siphash24(secret, ~secret, what, sizeof(what));
+}
+
 void flight_free(struct flight* f) {
   if (!f->inited) return; /* never made */
-  if (f->oplog) fclose(f->oplog);
+  flight_oplog_close(f);
   free(f->ring);
   pthread_mutex_destroy(&f->lock);
   memset(f, 0, sizeof(*f));
 }
-
-#define FLIGHT_LOOK_NS 1000000u /* a moving call's links are counted once a ms */
 
 /* The recorder's clock: the coarse one (a few ns, ms-accurate: ages are
  * shown in tenths of seconds) unless per-call times are logged. */
@@ -60,13 +59,11 @@ static uint64_t wall_ms(void) {
   return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
-/* The entry an operation writes, while nobody took it over (the ring
- * wrapped around a long-running one: it then records nothing more). */
-static struct flight_entry* mine(const struct work_op* op) {
-  struct flight_entry* e = op->flight;
-  if (e == NULL || atomic_load_explicit(&e->seq, memory_order_relaxed) != op->flight_seq)
+/* The entry a call writes, while nobody took it over. */
+static struct flight_entry* mine(struct flight_mark m) {
+  if (m.entry == NULL || atomic_load_explicit(&m.entry->seq, memory_order_relaxed) != m.seq)
     return NULL;
-  return e;
+  return m.entry;
 }
 
 /* The comm's counters have one writer at a time (the thread whose unit
@@ -77,46 +74,31 @@ static uint64_t bump(_Atomic uint64_t* counter, uint64_t by) {
   return v;
 }
 
-void flight_enqueue(struct flight* f, struct work_op* op) {
-  op->flight = NULL;
-  if (f->ring == NULL) return; /* BRAID_FLIGHT_ENTRIES=0 */
-  uint64_t seq = bump(&f->next_seq, 1);
-  struct flight_entry* e = &f->ring[seq % f->cap];
+struct flight_mark flight_enqueue(struct flight* f, const struct flight_call* c) {
+  struct flight_mark m = {NULL, 0};
+  if (f->ring == NULL) return m; /* BRAID_FLIGHT_ENTRIES=0 */
+  m.seq = bump(&f->next_seq, 1);
+  struct flight_entry* e = m.entry = &f->ring[m.seq % f->cap];
   atomic_store_explicit(&e->seq, 0, memory_order_relaxed); /* readers skip it while written */
   atomic_thread_fence(memory_order_release);
-  e->kind = op->kind == WORK_COLL ? FLIGHT_COLL : op->kind == WORK_SEND ? FLIGHT_SEND : FLIGHT_RECV;
-  e->coll_seq = op->kind == WORK_COLL ? bump(&f->next_coll, 1) : 0;
-  e->coll = op->kind == WORK_COLL ? op->args.coll : -1;
-  e->type = op->kind == WORK_COLL ? (int32_t)op->args.type : (int32_t)ncclUint8;
-  e->op = op->kind == WORK_COLL ? (int32_t)op->args.redop.op : -1;
-  e->algo = -1;
-  e->root = op->kind == WORK_COLL ? op->args.root : -1;
-  e->peer = op->kind == WORK_COLL ? -1 : op->peer;
-  e->count = op->kind == WORK_COLL ? op->args.count : op->bytes;
-  if (op->kind == WORK_COLL) {
-    size_t send, recv;
-    exec_extents(&op->args, op->comm->nranks, &send, &recv);
-    e->bytes = MAX(send, recv);
-  } else {
-    e->bytes = op->bytes;
-  }
+  e->coll_seq = c->kind == FLIGHT_COLL ? bump(&f->next_coll, 1) : 0;
+  e->kind = c->kind, e->coll = c->coll, e->type = c->type, e->op = c->op;
+  e->root = c->root, e->peer = c->peer, e->algo = -1;
+  e->count = c->count, e->bytes = c->bytes;
   e->enq_ns = flight_now(f);
   atomic_store_explicit(&e->start_ns, 0, memory_order_relaxed);
   atomic_store_explicit(&e->end_ns, 0, memory_order_relaxed);
   atomic_store_explicit(&e->state, FLIGHT_QUEUED, memory_order_relaxed);
   atomic_store_explicit(&e->status, ncclSuccess, memory_order_relaxed);
   atomic_store_explicit(&e->nlinks, 0, memory_order_relaxed);
-  atomic_store_explicit(&e->seq, seq, memory_order_release);
-  op->flight = e;
-  op->flight_seq = seq;
+  atomic_store_explicit(&e->seq, m.seq, memory_order_release);
+  return m;
 }
 
-static void link_add(struct flight_entry* e, uint32_t* n, int peer, int dir,
-                     struct transport_conn* c, uint64_t now) {
-  if (c == NULL || *n == FLIGHT_LINKS) return;
-  struct flight_link* l = &e->links[(*n)++];
-  l->peer = peer;
-  l->dir = (uint8_t)dir;
+static void link_init(struct flight_link* l, const struct flight_link_src* s, uint64_t now) {
+  struct transport_conn* c = s->conn;
+  l->peer = s->peer;
+  l->dir = (uint8_t)s->dir;
   l->transport = (uint8_t)c->ops->id;
   l->conn = c;
   l->base_posted = c->posted_bytes;
@@ -126,37 +108,25 @@ static void link_add(struct flight_entry* e, uint32_t* n, int peer, int dir,
   atomic_store_explicit(&l->moved_ns, now, memory_order_relaxed);
 }
 
-void flight_start(struct work_op* op) {
-  struct flight_entry* e = mine(op);
+void flight_start(struct flight* f, struct flight_mark m, int algo,
+                  const struct flight_link_src* links, int n) {
+  struct flight_entry* e = mine(m);
   if (e == NULL) return;
-  struct ncclComm* comm = op->comm;
-  uint64_t now = flight_now(&comm->flight);
-  uint32_t n = 0;
-  if (op->kind != WORK_COLL) {
-    link_add(e, &n, op->peer, op->kind == WORK_SEND,
-             *work_conn_slot(op, op->peer, op->kind == WORK_SEND), now);
-  } else if (op->direct) {
-    e->algo = FLIGHT_ALGO_DIRECT;
-  } else {
-    int peers[FLIGHT_LINKS];
-    int m = sched_peers(&op->key, peers, FLIGHT_LINKS);
-    for (int i = 0; i < m; i++) {
-      if (peers[i] == comm->rank) continue;
-      link_add(e, &n, peers[i], 0, comm->recv_conns[peers[i]], now);
-      link_add(e, &n, peers[i], 1, comm->send_conns[peers[i]], now);
-    }
-    e->algo = op->args.algo;
-  }
+  uint64_t now = flight_now(f);
+  uint32_t k = 0;
+  for (int i = 0; i < n && k < FLIGHT_LINKS; i++)
+    if (links[i].conn != NULL) link_init(&e->links[k++], &links[i], now);
+  e->algo = algo;
   e->looked_ns = now;
-  atomic_store_explicit(&e->nlinks, n, memory_order_release);
+  atomic_store_explicit(&e->nlinks, k, memory_order_release);
   atomic_store_explicit(&e->start_ns, now, memory_order_relaxed);
   atomic_store_explicit(&e->state, FLIGHT_RUNNING, memory_order_relaxed);
 }
 
-void flight_progress(struct work_op* op, int now_idle) {
-  struct flight_entry* e = mine(op);
+void flight_progress(struct flight* f, struct flight_mark m, int now_idle) {
+  struct flight_entry* e = mine(m);
   if (e == NULL) return;
-  uint64_t now = flight_now(&op->comm->flight);
+  uint64_t now = flight_now(f);
   if (!now_idle && now - e->looked_ns < FLIGHT_LOOK_NS) return;
   e->looked_ns = now;
   uint32_t n = atomic_load_explicit(&e->nlinks, memory_order_relaxed);
@@ -170,83 +140,19 @@ void flight_progress(struct work_op* op, int now_idle) {
   }
 }
 
-/* nccl-tests' bus bandwidth factor of a collective on n ranks. */
-static double bus_factor(int kind, int coll, int n) {
-  if (kind != FLIGHT_COLL || n < 2) return 1.0;
-  if (coll == COLL_ALLREDUCE) return 2.0 * (n - 1) / n;
-  if (coll == COLL_ALLGATHER || coll == COLL_REDUCESCATTER) return (double)(n - 1) / n;
-  return 1.0;
-}
-
-/* The transports an entry's links use, as JSON strings: "shm","tcp". */
-static void transports_used(const struct flight_entry* e, char* out, size_t cap) {
-  unsigned seen = 0;
-  size_t o = 0;
-  out[0] = '\0';
-  for (uint32_t i = 0; i < atomic_load_explicit(&e->nlinks, memory_order_relaxed); i++) {
-    unsigned t = e->links[i].transport;
-    if (t >= 32 || (seen & (1u << t))) continue;
-    seen |= 1u << t;
-    o += (size_t)snprintf(out + o, cap - MIN(o, cap), "%s\"%s\"", o ? "," : "",
-                          flight_transport_name((int)t));
-    if (o >= cap) break;
-  }
-}
-
-/* BRAID_OP_LOG: one JSON line per operation, in a file of this process
- * (%h host, %p pid in its name), opened at the first operation. */
-static void oplog_write(struct ncclComm* comm, const struct flight_entry* e, uint64_t ns,
-                        ncclResult_t status) {
-  struct flight* f = &comm->flight;
-  const char* pattern = param_op_log();
-  if (pattern == NULL) return;
-  pthread_mutex_lock(&f->lock);
-  if (!f->oplog_tried) {
-    char path[512];
-    f->oplog_tried = 1;
-    host_expand_path(pattern, path, sizeof(path));
-    /* this user's alone: it tells what the job moves */
-    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0600);
-    f->oplog = fd >= 0 ? fdopen(fd, "a") : NULL;
-    if (f->oplog == NULL) {
-      if (fd >= 0) close(fd);
-      WARN("BRAID_OP_LOG %s: %s; no per-operation records", path, strerror(errno));
-    }
-  }
-  if (f->oplog) {
-    double s = (double)ns / 1e9, algbw = s > 0 ? (double)e->bytes / s / 1e9 : 0;
-    char transports[64];
-    transports_used(e, transports, sizeof(transports));
-    fprintf(f->oplog,
-            "{\"rank\":%d,\"nranks\":%d,\"seq\":%" PRIu64
-            ",\"op\":\"%s\",\"type\":\"%s\","
-            "\"bytes\":%" PRIu64
-            ",\"time_us\":%.3f,\"algbw_gbps\":%.4f,\"busbw_gbps\":%.4f,"
-            "\"algo\":\"%s\",\"transports\":[%s],\"status\":\"%s\"}\n",
-            comm->rank, comm->nranks, atomic_load(&e->seq), flight_op_name(e->kind, e->coll),
-            flight_type_name(e->type), e->bytes, s * 1e6, algbw,
-            algbw * bus_factor(e->kind, e->coll, comm->nranks), flight_algo_name(e->algo),
-            transports, ncclGetErrorString(status));
-    fflush(f->oplog);
-  }
-  pthread_mutex_unlock(&f->lock);
-}
-
-void flight_end(struct work_op* op, ncclResult_t status) {
-  struct flight_entry* e = mine(op);
+void flight_end(struct flight* f, struct flight_mark m, ncclResult_t status) {
+  struct flight_entry* e = mine(m);
   if (e == NULL) return;
   int state = atomic_load_explicit(&e->state, memory_order_relaxed);
   if (state != FLIGHT_QUEUED && state != FLIGHT_RUNNING) return; /* ended already */
-  struct flight* f = &op->comm->flight;
   uint64_t now = flight_now(f), start = atomic_load_explicit(&e->start_ns, memory_order_relaxed);
-  if (start == 0) start = now;
   atomic_store_explicit(&e->end_ns, now, memory_order_relaxed);
   atomic_store_explicit(&e->status, status, memory_order_relaxed);
   atomic_store_explicit(&e->state, status == ncclSuccess ? FLIGHT_DONE : FLIGHT_FAILED,
                         memory_order_release);
   bump(status == ncclSuccess ? &f->ops_done : &f->ops_failed, 1);
   if (status == ncclSuccess) bump(&f->bytes_done, e->bytes);
-  if (f->precise) oplog_write(op->comm, e, now - start, status);
+  if (f->precise) flight_oplog_write(f, e, now - (start ? start : now), status);
 }
 
 void flight_note_error(struct flight* f, ncclResult_t code, const char* what) {
@@ -302,21 +208,29 @@ static int by_seq(const void* a, const void* b) {
   return x->seq < y->seq ? -1 : x->seq > y->seq;
 }
 
-uint64_t flight_comm_id(const struct ncclComm* comm) {
-  static const char what[] = "braid status: comm id";
-  return siphash24(comm->tctx.secret, ~comm->tctx.secret, what, sizeof(what));
+/* The newest entries first: every unfinished one, then finished ones
+ * while there is room; in call order. */
+static void snapshot_entries(struct flight* f, uint64_t now, struct flight_wire* w) {
+  for (int pass = 0; pass < 2; pass++)
+    for (uint64_t k = 0; k < f->cap && w->nentries < FLIGHT_WIRE_ENTRIES; k++) {
+      if (w->next_seq < k + 1) break;
+      struct flight_wire_entry x;
+      if (!entry_copy(&f->ring[(w->next_seq - k) % f->cap], now, &x)) continue;
+      int open = x.state == FLIGHT_QUEUED || x.state == FLIGHT_RUNNING;
+      if (open == (pass == 0)) w->entries[w->nentries++] = x;
+    }
+  qsort(w->entries, w->nentries, sizeof(w->entries[0]), by_seq);
 }
 
-void flight_snapshot(struct ncclComm* comm, struct flight_wire* w) {
-  struct flight* f = &comm->flight;
+void flight_snapshot(struct flight* f, struct flight_wire* w) {
   uint64_t now = flight_now(f);
   memset(w, 0, sizeof(*w));
   w->magic = FLIGHT_WIRE_MAGIC;
   w->version = FLIGHT_WIRE_VERSION;
-  w->rank = comm->rank;
-  w->nranks = comm->nranks;
+  w->rank = f->rank;
+  w->nranks = f->nranks;
   w->pid = (int32_t)getpid();
-  w->comm_id = flight_comm_id(comm);
+  w->comm_id = f->comm_id;
   w->next_seq = atomic_load(&f->next_seq);
   w->next_coll = atomic_load(&f->next_coll);
   w->ops_done = atomic_load(&f->ops_done);
@@ -329,15 +243,5 @@ void flight_snapshot(struct ncclComm* comm, struct flight_wire* w) {
   w->last_error_wall_ms = f->last_error_wall_ms;
   memcpy(w->last_error, f->last_error, sizeof(w->last_error));
   pthread_mutex_unlock(&f->lock);
-  if (f->ring == NULL) return;
-  /* the newest first: every unfinished one, then finished ones while room */
-  for (int pass = 0; pass < 2; pass++)
-    for (uint64_t k = 0; k < f->cap && w->nentries < FLIGHT_WIRE_ENTRIES; k++) {
-      if (w->next_seq < k + 1) break;
-      struct flight_wire_entry x;
-      if (!entry_copy(&f->ring[(w->next_seq - k) % f->cap], now, &x)) continue;
-      int open = x.state == FLIGHT_QUEUED || x.state == FLIGHT_RUNNING;
-      if (open == (pass == 0)) w->entries[w->nentries++] = x;
-    }
-  qsort(w->entries, w->nentries, sizeof(w->entries[0]), by_seq);
+  if (f->ring) snapshot_entries(f, now, w);
 }

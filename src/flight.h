@@ -2,8 +2,10 @@
  * The flight recorder (flight.c): every communicator keeps its last
  * operations, as they are enqueued, start, move and end, in memory it owns:
  * no system call per operation. What a hung job's status shows (status
- * service, braid-status), what a rank writes when it fails (BRAID_TRACE_DIR)
- * and the per-operation records (BRAID_OP_LOG) all come from here.
+ * service, braid-status), what a rank writes when it fails (BRAID_TRACE_DIR,
+ * flight_json.h) and the per-operation records (BRAID_OP_LOG, flight_oplog.h)
+ * all come from here. It knows calls as flight_call and connections as
+ * transports' counters, not the comm or its ops (work_flight.c maps them).
  *
  * One thread writes an entry at a time (the one that issues the operation,
  * then the one that runs it); the status thread reads it at any time. The
@@ -18,20 +20,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "flight_names.h"
 #include "nccl.h"
 
-struct ncclComm;
-struct strbuf;
 struct transport_conn;
-struct work_op;
 
 #define FLIGHT_LINKS 8
 #define FLIGHT_WIRE_ENTRIES 64 /* a snapshot's entries at most: every unfinished one first */
 #define FLIGHT_ERROR_LEN 160
-#define FLIGHT_ALGO_DIRECT (-2) /* a device collective run in one pass, no schedule */
-
-enum flight_state { FLIGHT_QUEUED = 1, FLIGHT_RUNNING, FLIGHT_DONE, FLIGHT_FAILED };
-enum flight_kind { FLIGHT_COLL = 0, FLIGHT_SEND, FLIGHT_RECV };
 
 /* One peer connection an operation uses, one way. */
 struct flight_link {
@@ -72,6 +68,8 @@ struct flight {
   _Atomic int dumped; /* flight_dump wrote this comm's file */
   int inited;
   int precise; /* times from the precise clock (BRAID_OP_LOG), else the coarse one */
+  int rank, nranks;
+  uint64_t comm_id;
 };
 
 /* ---- what a rank tells of a comm: a snapshot, the same on every host ---- */
@@ -111,56 +109,48 @@ struct flight_wire {
   struct flight_wire_entry entries[FLIGHT_WIRE_ENTRIES];
 };
 
+/* What a call is, as the recorder keeps it (work_flight.c fills it). */
+struct flight_call {
+  int32_t kind, coll, type, op, root, peer; /* -1 where it has none */
+  uint64_t count, bytes;
+};
+
+/* A call's record: its entry while the entry still holds it (the ring may
+ * wrap around a call that runs long: it then records nothing more). */
+struct flight_mark {
+  struct flight_entry* entry; /* NULL: none */
+  uint64_t seq;
+};
+
+/* One connection a call uses, as flight_start takes it. */
+struct flight_link_src {
+  int peer;
+  int dir; /* 0: receives from peer, 1: sends to it */
+  struct transport_conn* conn;
+};
+
 ncclResult_t flight_init(struct flight* f);
+/* The comm's place, once its bootstrap is done: its id in snapshots and dump
+ * names is a keyed hash of the secret (which never leaves the rank). */
+void flight_set_comm(struct flight* f, int rank, int nranks, uint64_t secret);
 void flight_free(struct flight* f);
 
-/* The unit's operations, as work_issue takes their turns: each gets an
- * entry (op->flight) and a number. */
-void flight_enqueue(struct flight* f, struct work_op* op);
-/* The operation starts: its links are the connections it will use. */
-void flight_start(struct work_op* op);
+/* A call is issued (numbered in issue order: under the comm's turn lock). */
+struct flight_mark flight_enqueue(struct flight* f, const struct flight_call* c);
+/* It starts with `algo` (or FLIGHT_ALGO_DIRECT, -1: none) over these links. */
+void flight_start(struct flight* f, struct flight_mark m, int algo,
+                  const struct flight_link_src* links, int n);
 /* A pass of the engine moved it: fresh counts of its links, at most once
  * a millisecond unless `now_idle` (the engine found nothing to do and is
  * about to wait: what it waits with is then exact). */
-void flight_progress(struct work_op* op, int now_idle);
-/* It ended with `status` (ncclSuccess: done). */
-void flight_end(struct work_op* op, ncclResult_t status);
+void flight_progress(struct flight* f, struct flight_mark m, int now_idle);
+/* It ended with `status` (ncclSuccess: done); a second end is ignored. */
+void flight_end(struct flight* f, struct flight_mark m, ncclResult_t status);
 /* A failure of the comm as the log told it (the last WARN), kept with its
- * wall-clock time for the status ("rank 7 is gone (... at 12:01:07)"). */
+ * wall-clock time for the status ("rank 0 failed at 12:01:07: ..."). */
 void flight_note_error(struct flight* f, ncclResult_t code, const char* what);
 
-/* The comm's id in snapshots and dump names: the same on every rank, a
- * keyed hash (the secret itself never leaves the rank). */
-uint64_t flight_comm_id(const struct ncclComm* comm);
-
-/* This rank's snapshot of comm (w is zeroed and filled). */
-void flight_snapshot(struct ncclComm* comm, struct flight_wire* w);
-
-/* The snapshot as JSON lines (flight_json.c): one for the rank, one per
- * entry; `why`, when not NULL, goes into the rank's line. */
-void flight_json(const struct flight_wire* w, const char* why, struct strbuf* out);
-
-/* Names for what a snapshot holds, and back (flight_names.c): a name not
- * known parses as -1 (the transport's as 255, the state's as 0, the
- * status's as ncclInternalError). */
-const char* flight_op_name(int kind, int coll);
-const char* flight_type_name(int type);
-const char* flight_redop_name(int op);
-const char* flight_algo_name(int algo);
-const char* flight_transport_name(int id);
-const char* flight_state_name(int state);
-int flight_op_parse(const char* name, int* kind, int* coll);
-int flight_type_parse(const char* name);
-int flight_redop_parse(const char* name);
-int flight_algo_parse(const char* name);
-int flight_transport_parse(const char* name);
-int flight_state_parse(const char* name);
-int flight_status_parse(const char* name);
-/* A CLOCK_REALTIME time in ms as ISO 8601 (UTC) into out. */
-void flight_wall_time(uint64_t wall_ms, char* out, size_t cap);
-
-/* Write the comm's snapshot to BRAID_TRACE_DIR (a file per rank and comm;
- * nothing when unset), once per comm: a timeout, a remote error, an abort. */
-void flight_dump(struct ncclComm* comm, const char* why);
+/* This rank's snapshot (w is zeroed and filled). */
+void flight_snapshot(struct flight* f, struct flight_wire* w);
 
 #endif /* BRAID_FLIGHT_H_ */

@@ -12,9 +12,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "comm.h"
 #include "core.h"
-#include "flight.h"
+#include "flight_json.h"
+#include "flight_names.h"
 #include "param.h"
 #include "strbuf.h"
 
@@ -81,24 +81,23 @@ static void dump_write(const char* path, const struct strbuf* text, int rank, co
   if (fd >= 0) close(fd);
 }
 
-void flight_dump(struct ncclComm* comm, const char* why) {
+void flight_dump(struct flight* f, const char* why) {
   const char* dir = param_trace_dir();
   struct strbuf text = {0};
   char path[512];
   int expected = 0;
-  if (dir == NULL || !comm->flight.inited ||
-      !atomic_compare_exchange_strong(&comm->flight.dumped, &expected, 1))
+  if (dir == NULL || !f->inited || !atomic_compare_exchange_strong(&f->dumped, &expected, 1))
     return;
   struct flight_wire* w = malloc(sizeof(*w)); /* large: not on a waiting thread's stack */
   if (w == NULL) {
-    WARN("BRAID_TRACE_DIR: out of memory for rank %d's recorder", comm->rank);
+    WARN("BRAID_TRACE_DIR: out of memory for rank %d's recorder", f->rank);
     return;
   }
-  flight_snapshot(comm, w);
+  flight_snapshot(f, w);
   flight_json(w, why, &text);
   snprintf(path, sizeof(path), "%s/braid-%s-%d-%016" PRIx64 "-rank%d.jsonl", dir, w->host,
-           (int)w->pid, w->comm_id, comm->rank);
-  dump_write(path, &text, comm->rank, why);
+           (int)w->pid, w->comm_id, f->rank);
+  dump_write(path, &text, f->rank, why);
   strbuf_free(&text);
   free(w);
 }

@@ -8,7 +8,7 @@
 #include <time.h>
 
 #include "core.h"
-#include "flight.h"
+#include "flight_names.h"
 #include "schedule.h"
 
 static const char* const type_names[] = {"int8",   "uint8",    "int32",   "uint32",

@@ -17,10 +17,12 @@
 #include "comm.h"
 #include "core.h"
 #include "flight.h"
+#include "flight_json.h"
 #include "socket.h"
 #include "status_dumps.h"
 #include "status_gather.h"
-#include "status_service.h"
+#include "status_proto.h"
+#include "status_report.h"
 #include "strbuf.h"
 
 #define ASK_CONNECT_MS 2000 /* the process takes the request within this */
@@ -53,6 +55,12 @@ static ncclResult_t text_out(struct strbuf* b, char** text) {
   return *text ? ncclSuccess : ncclSystemError;
 }
 
+/* The caller holds the comm for the whole gather. */
+static int held_snapshot(const struct status_target* t, struct flight_wire* w) {
+  flight_snapshot(&t->held->flight, w);
+  return 1;
+}
+
 BRAID_API(ncclResult_t, braidCommStatus, ncclComm_t comm, braidStatusFormat_t format, char** text);
 ncclResult_t braidCommStatus(ncclComm_t comm, braidStatusFormat_t format, char** text) {
   struct status_target t;
@@ -64,6 +72,7 @@ ncclResult_t braidCommStatus(ncclComm_t comm, braidStatusFormat_t format, char**
   CHECK(status_what_of(format, &what, "braidCommStatus"));
   CHECK(status_target_make(comm, &t));
   t.held = comm;
+  t.self_snapshot = held_snapshot;
   res = status_of(&t, what, 1, &out);
   status_target_free(&t);
   if (res == ncclSuccess) res = text_out(&out, text);
@@ -81,7 +90,7 @@ ncclResult_t braidCommRecorder(ncclComm_t comm, char** text) {
   if (res != ncclSuccess) return res;
   if (text == NULL) FAIL(ncclInvalidArgument, "braidCommRecorder : text is NULL");
   CHECK(braid_calloc(&w, 1, sizeof(*w)));
-  flight_snapshot(comm, w);
+  flight_snapshot(&comm->flight, w);
   flight_json(w, NULL, &out);
   res = text_out(&out, text);
 fail:

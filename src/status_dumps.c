@@ -18,6 +18,7 @@
 
 #include "core.h"
 #include "flight.h"
+#include "flight_names.h"
 #include "status_json.h"
 
 #define DUMP_MAX_BYTES (4u << 20) /* a dump is ~20 KiB: larger is not one */

@@ -16,7 +16,7 @@
 #include "core.h"
 #include "host.h"
 #include "siphash.h"
-#include "status_gather.h"
+#include "status_fetch.h"
 
 #define STATUS_KEY_TWEAK 0x7374617475730000ull /* "status": its keys apart from other uses */
 

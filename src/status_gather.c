@@ -20,7 +20,7 @@
 #include "comm.h"
 #include "comm_ctrl.h"
 #include "core.h"
-#include "status_service.h"
+#include "status_fetch.h"
 
 #define STATUS_FANOUT 256 /* fetches of a round at once */
 
@@ -88,10 +88,7 @@ static void status_round(const struct status_target* t, int round_ms, struct sta
       int r = next++;
       if (r == t->rank) {
         memset(&out[r], 0, sizeof(out[r]));
-        if (t->held)
-          flight_snapshot(t->held, &out[r].w), out[r].answered = 1;
-        else
-          out[r].answered = status_snapshot_of(t->comm, &out[r].w);
+        out[r].answered = t->self_snapshot(t, &out[r].w);
         if (!out[r].answered) snprintf(out[r].why, sizeof(out[r].why), "was destroyed meanwhile");
         continue;
       }

@@ -2,8 +2,7 @@
  * A job's status in the forms braid-status prints (status_gather.h): the
  * verdict, JSON lines (every rank's recorder, then the verdict), and
  * Prometheus' text format (a node exporter's text-file collector reads
- * it); and the answer to a braid-status request for every comm of this
- * process.
+ * it).
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -11,15 +10,14 @@
 #include <string.h>
 
 #include "core.h"
-#include "socket.h"
-#include "status_gather.h"
-#include "status_service.h"
+#include "flight_json.h"
+#include "status_proto.h"
+#include "status_report.h"
+#include "status_verdict.h"
 #include "strbuf.h"
 
 #define STATUS_GAP_MS 300   /* between the two rounds of a gather */
 #define STATUS_ROUND_MS 600 /* a rank silent that long in a round does not answer */
-#define STATUS_MAX_COMMS 16 /* comms of a process one answer covers */
-#define STATUS_SEND_MS 2000 /* braid-status reads what it asked for within this */
 
 /* The verdict's lines as one JSON line: {"comm":..,"verdict":[..]}. */
 static void json_verdict(struct strbuf* out, uint64_t comm_id, const char* verdict) {
@@ -109,22 +107,4 @@ ncclResult_t status_of(const struct status_target* t, uint32_t what, int first,
   status_report(&job, what, first, out);
   status_job_free(&job);
   return out->failed ? ncclSystemError : ncclSuccess;
-}
-
-void status_answer(int fd, uint32_t what) {
-  struct status_target t[STATUS_MAX_COMMS];
-  struct strbuf out = {0};
-  int n = status_targets(t, STATUS_MAX_COMMS);
-  if (n == 0)
-    strbuf_printf(&out, "%s",
-                  what == STATUS_JSON         ? "{\"verdict\":[\"no communicator\"]}\n"
-                  : what == STATUS_PROMETHEUS ? ""
-                                              : "This process has no communicator.\n");
-  for (int i = 0; i < n; i++) {
-    if (status_of(&t[i], what, i == 0, &out) != ncclSuccess)
-      strbuf_printf(&out, "comm %d of this process: out of memory\n", i);
-    status_target_free(&t[i]);
-  }
-  if (out.s) (void)socket_send_all(fd, out.s, out.len, socket_deadline(STATUS_SEND_MS), NULL);
-  strbuf_free(&out);
 }

@@ -22,14 +22,21 @@
 #include "hello_pool.h"
 #include "host.h"
 #include "param.h"
+#include "comm_ctrl.h"
 #include "socket.h"
+#include "status_fetch.h"
 #include "status_gather.h"
+#include "status_proto.h"
+#include "status_report.h"
+#include "strbuf.h"
 
 #define STATUS_HELLO_MS 2000 /* a connection sends its whole request within this */
 #define STATUS_MAX_PENDING 8 /* per listener */
 #define STATUS_MAX_WORKERS 4 /* braid-status requests answered at once */
 #define STATUS_REPLY_MS 2000 /* a status reply to a peer is sent within this */
 #define STATUS_MAX_POLL 1024
+#define STATUS_MAX_COMMS 16 /* comms of a process one answer covers */
+#define STATUS_SEND_MS 2000 /* braid-status reads what it asked for within this */
 
 struct served {
   struct ncclComm* comm;
@@ -68,7 +75,7 @@ static void service_wake(void) {
 static void answer_status(struct ncclComm* comm, int fd, uint64_t nonce) {
   struct flight_wire* w = malloc(sizeof(*w));
   if (w == NULL) return;
-  flight_snapshot(comm, w);
+  flight_snapshot(&comm->flight, w);
   uint32_t len = (uint32_t)status_wire_bytes(w);
   uint64_t seal = status_reply_seal(comm->tctx.secret, nonce, w, len);
   uint64_t deadline = socket_deadline(STATUS_REPLY_MS);
@@ -109,6 +116,51 @@ static void on_ctrl_hello(void* arg, int fd, const void* hello) {
 }
 
 /* ---- braid-status on the Unix socket ---- */
+
+/* A target's own snapshot, if the service still serves its comm. */
+static int served_snapshot(const struct status_target* t, struct flight_wire* w) {
+  const struct ncclComm* comm = t->comm;
+  int found = 0;
+  pthread_mutex_lock(&g_svc.lock);
+  for (int i = 0; i < g_svc.ncomms && !found; i++)
+    if (g_svc.comms[i].comm == comm) {
+      flight_snapshot(&g_svc.comms[i].comm->flight, w);
+      found = 1;
+    }
+  pthread_mutex_unlock(&g_svc.lock);
+  return found;
+}
+
+/* Copies of up to `max` of the served comms' targets (under the lock: a
+ * comm is there until status_unregister, which takes the lock). */
+static int status_targets(struct status_target* out, int max) {
+  int n = 0;
+  pthread_mutex_lock(&g_svc.lock);
+  for (int i = 0; i < g_svc.ncomms && n < max; i++)
+    if (status_target_make(g_svc.comms[i].comm, &out[n]) == ncclSuccess)
+      out[n++].self_snapshot = served_snapshot;
+  pthread_mutex_unlock(&g_svc.lock);
+  return n;
+}
+
+/* Answer a braid-status request on fd, for every comm of this process. */
+static void status_answer(int fd, uint32_t what) {
+  struct status_target t[STATUS_MAX_COMMS];
+  struct strbuf out = {0};
+  int n = status_targets(t, STATUS_MAX_COMMS);
+  if (n == 0)
+    strbuf_printf(&out, "%s",
+                  what == STATUS_JSON         ? "{\"verdict\":[\"no communicator\"]}\n"
+                  : what == STATUS_PROMETHEUS ? ""
+                                              : "This process has no communicator.\n");
+  for (int i = 0; i < n; i++) {
+    if (status_of(&t[i], what, i == 0, &out) != ncclSuccess)
+      strbuf_printf(&out, "comm %d of this process: out of memory\n", i);
+    status_target_free(&t[i]);
+  }
+  if (out.s) (void)socket_send_all(fd, out.s, out.len, socket_deadline(STATUS_SEND_MS), NULL);
+  strbuf_free(&out);
+}
 
 struct worker {
   int fd;
@@ -340,25 +392,4 @@ void status_unregister(struct ncclComm* comm) {
   else
     service_wake();
   pthread_mutex_unlock(&g_svc.life);
-}
-
-int status_targets(struct status_target* out, int max) {
-  int n = 0;
-  pthread_mutex_lock(&g_svc.lock);
-  for (int i = 0; i < g_svc.ncomms && n < max; i++)
-    if (status_target_make(g_svc.comms[i].comm, &out[n]) == ncclSuccess) n++;
-  pthread_mutex_unlock(&g_svc.lock);
-  return n;
-}
-
-int status_snapshot_of(const struct ncclComm* comm, struct flight_wire* w) {
-  int found = 0;
-  pthread_mutex_lock(&g_svc.lock);
-  for (int i = 0; i < g_svc.ncomms && !found; i++)
-    if (g_svc.comms[i].comm == comm) {
-      flight_snapshot(g_svc.comms[i].comm, w);
-      found = 1;
-    }
-  pthread_mutex_unlock(&g_svc.lock);
-  return found;
 }

@@ -16,24 +16,9 @@
 #include <pthread.h>
 #include <stdint.h>
 
-#include "comm_ctrl.h"
 #include "nccl.h"
 
 struct ncclComm;
-
-#define STATUS_PREFIX "braid-status-"
-#define STATUS_MAGIC 0x53544154u /* "STAT" */
-#define STATUS_VERSION 1u
-
-/* What braid-status asks a process (one fixed-size hello on the socket):
- * the answer is text, then the connection closes. */
-enum status_what { STATUS_VERDICT = 1, STATUS_JSON, STATUS_PROMETHEUS };
-
-struct status_request {
-  uint32_t magic, version;
-  uint32_t what; /* enum status_what */
-  uint32_t flags;
-};
 
 /* Start serving comm (its control listener open): the service starts with
  * the process's first comm. Without the service (BRAID_STATUS=0, or it

@@ -17,7 +17,8 @@
 
 #include "core.h"
 #include "flight.h"
-#include "status_gather.h"
+#include "flight_names.h"
+#include "status_verdict.h"
 #include "strbuf.h"
 
 #define HISTORY 8 /* a rank's last collectives its calling period is taken over */

@@ -16,7 +16,7 @@
 #include "core.h"
 #include "device.h"
 #include "exec_plan.h"
-#include "flight.h"
+#include "work_flight.h"
 #include "param.h"
 #include "plan.h"
 #include "stream.h"
@@ -97,13 +97,13 @@ static ncclResult_t op_step(struct work_op* op, uint64_t pass, uint64_t last_pro
   if (op->kind != WORK_COLL) {
     int was_started = op->started;
     res = p2p_step(op, pass, progressed);
-    if (!was_started && op->started) flight_start(op);
+    if (!was_started && op->started) work_flight_start(op);
     return res == ncclSuccess && !op->done && !*progressed ? p2p_alive(op, last_progress_ns) : res;
   }
   if (op->direct) { /* blocks until done: the unit's ops are all one comm's, run in turn */
     op->done = 1;
     *progressed = 1;
-    flight_start(op);
+    work_flight_start(op);
     return device_direct_run(op);
   }
   if (!op->started) {
@@ -114,7 +114,7 @@ static ncclResult_t op_step(struct work_op* op, uint64_t pass, uint64_t last_pro
       return res;
     if ((res = exec_comm_start(op->comm, &op->args)) != ncclSuccess) return res;
     op->started = 1;
-    flight_start(op);
+    work_flight_start(op);
   }
   return exec_comm_progress(op->comm, &op->done, progressed);
 }
@@ -137,8 +137,8 @@ static ncclResult_t work_drive(struct work_op* ops, int n, struct ncclComm* cons
         comm_set_error(ops[i].comm, res);
         ops[i].done = 1;
       }
-      if (moved) flight_progress(&ops[i], 0);
-      if (ops[i].done) remaining--, moved = 1, flight_end(&ops[i], res);
+      if (moved) work_flight_progress(&ops[i], 0);
+      if (ops[i].done) remaining--, moved = 1, work_flight_end(&ops[i], res);
       progressed |= moved;
     }
     if (progressed || remaining == 0) {
@@ -148,7 +148,7 @@ static ncclResult_t work_drive(struct work_op* ops, int n, struct ncclComm* cons
     }
     if (idle_since == 0) /* it stops moving: the recorder counts what it waits with */
       for (int i = 0; i < n; i++)
-        if (!ops[i].done) flight_progress(&ops[i], 1);
+        if (!ops[i].done) work_flight_progress(&ops[i], 1);
     if (!keep_polling(&idle_since, comms, m)) {
       CHECK(work_wait(comms, m));
       idle_since = 0;
@@ -186,7 +186,7 @@ ncclResult_t work_issue(struct work_op* ops, int n) {
   for (int i = 0; i < m; i++) pthread_mutex_lock(&comms[i]->turn_lock);
   for (int i = 0; i < n; i++) {
     ops[i].ticket = ops[i].comm->next_ticket;
-    flight_enqueue(&ops[i].comm->flight, &ops[i]); /* numbered in issue order, under the lock */
+    work_flight_enqueue(&ops[i]); /* numbered in issue order, under the lock */
   }
   for (int i = m - 1; i >= 0; i--) {
     comms[i]->next_ticket++;
@@ -267,7 +267,7 @@ static ncclResult_t unit_in_turn(struct work_op* ops, int n, int run) {
   /* ops that never reached the drive (matched to self, empty, a failure
    * before it, a cancel) end in the recorder with the unit */
   ncclResult_t end = run || res != ncclSuccess ? res : ncclSystemError; /* a cancel failed it */
-  for (int i = 0; i < n; i++) flight_end(&ops[i], end);
+  for (int i = 0; i < n; i++) work_flight_end(&ops[i], end);
   for (int i = 0; i < m; i++) turn_leave(comms[i], got[i]); /* later units fail fast on errors */
 fail:
   return res;

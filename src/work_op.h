@@ -12,12 +12,11 @@
 #include <stdint.h>
 
 #include "executor.h"
+#include "flight.h"
 #include "mem.h"
 #include "nccl.h"
 
 enum work_kind { WORK_COLL = 0, WORK_SEND, WORK_RECV };
-
-struct flight_entry;
 
 /* How a collective on device buffers runs direct (src/cuda/cuda_direct.h):
  * all its ranks on one node, or Hier with the node's stages direct. */
@@ -47,11 +46,10 @@ struct work_op {
   /* progress of this run */
   int started;
   int done;
-  uint64_t seq;        /* p2p: message number on its connection */
-  struct flight_entry* flight; /* its record (flight.h), NULL: none */
-  uint64_t flight_seq;         /* ... while the record's seq is still this */
-  uint64_t ticket;     /* this unit's turn on op->comm (same for all its ops there) */
-  cudaStream_t stream; /* the stream the call named */
+  uint64_t seq;              /* p2p: message number on its connection */
+  struct flight_mark flight; /* its record (flight.h) */
+  uint64_t ticket;           /* this unit's turn on op->comm (same for all its ops there) */
+  cudaStream_t stream;       /* the stream the call named */
   int direct; /* enum work_direct: a collective run by the direct algorithm (cuda_direct.h) */
   int ipc;    /* p2p on device memory moved device to device (transports/cudaipc), not staged */
   /* gated: its kernels, queued on the stream: a direct collective's (two for

@@ -66,7 +66,8 @@ std::string Comm::verdict(int max_lines) {
     size_t end = all.find('\n', at);
     if (end == std::string::npos) end = all.size();
     if (all.compare(at, 8, "  rank  ") == 0) break; /* the table: braid_torch.status() has it */
-    out += (line ? "; " : "") + all.substr(at, end - at);
+    size_t from = all.find_first_not_of(' ', at); /* the detail lines' indent */
+    out += (line ? "; " : "") + all.substr(from, end - std::min(from, end));
     at = end + 1;
   }
   return out;
