@@ -66,8 +66,8 @@ static struct flight_entry* mine(struct flight_mark m) {
   return m.entry;
 }
 
-/* The comm's counters have one writer at a time (the thread whose unit
- * has the comm's turn): a load and a store, no locked instruction. */
+/* The numbers have one writer at a time (who holds the comm's turn lock:
+ * work_issue, lane_post): a load and a store, no locked instruction. */
 static uint64_t bump(_Atomic uint64_t* counter, uint64_t by) {
   uint64_t v = atomic_load_explicit(counter, memory_order_relaxed) + by;
   atomic_store_explicit(counter, v, memory_order_relaxed);
@@ -83,7 +83,7 @@ struct flight_mark flight_enqueue(struct flight* f, const struct flight_call* c)
   atomic_thread_fence(memory_order_release);
   e->coll_seq = c->kind == FLIGHT_COLL ? bump(&f->next_coll, 1) : 0;
   e->kind = c->kind, e->coll = c->coll, e->type = c->type, e->op = c->op;
-  e->root = c->root, e->peer = c->peer, e->algo = -1;
+  e->root = c->root, e->peer = c->peer, e->tag = c->tag, e->algo = -1;
   e->count = c->count, e->bytes = c->bytes;
   e->enq_ns = flight_now(f);
   atomic_store_explicit(&e->start_ns, 0, memory_order_relaxed);
@@ -150,8 +150,11 @@ void flight_end(struct flight* f, struct flight_mark m, ncclResult_t status) {
   atomic_store_explicit(&e->status, status, memory_order_relaxed);
   atomic_store_explicit(&e->state, status == ncclSuccess ? FLIGHT_DONE : FLIGHT_FAILED,
                         memory_order_release);
-  bump(status == ncclSuccess ? &f->ops_done : &f->ops_failed, 1);
-  if (status == ncclSuccess) bump(&f->bytes_done, e->bytes);
+  /* the comm's engine and its tagged lane end calls on two threads */
+  atomic_fetch_add_explicit(status == ncclSuccess ? &f->ops_done : &f->ops_failed, 1,
+                            memory_order_relaxed);
+  if (status == ncclSuccess)
+    atomic_fetch_add_explicit(&f->bytes_done, e->bytes, memory_order_relaxed);
   if (f->precise) flight_oplog_write(f, e, now - (start ? start : now), status);
 }
 
@@ -181,7 +184,7 @@ static int entry_copy(const struct flight_entry* e, uint64_t now, struct flight_
   w->seq = seq;
   w->coll_seq = e->coll_seq;
   w->kind = e->kind, w->coll = e->coll, w->type = e->type, w->op = e->op;
-  w->algo = e->algo, w->root = e->root, w->peer = e->peer;
+  w->algo = e->algo, w->root = e->root, w->peer = e->peer, w->tag = e->tag;
   w->count = e->count, w->bytes = e->bytes;
   w->state = atomic_load_explicit(&e->state, memory_order_acquire);
   w->status = atomic_load_explicit(&e->status, memory_order_relaxed);

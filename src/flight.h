@@ -43,7 +43,7 @@ struct flight_link {
 struct flight_entry {
   _Atomic uint64_t seq; /* the operation's number on the comm, from 1; 0: never used */
   uint64_t coll_seq;    /* collectives: their own number (every rank's agree), else 0 */
-  int32_t kind, coll, type, op, algo, root, peer;
+  int32_t kind, coll, type, op, algo, root, peer, tag;
   uint64_t count, bytes;
   uint64_t enq_ns;
   _Atomic uint64_t start_ns, end_ns;
@@ -87,7 +87,7 @@ struct flight_wire_link {
 /* Times are ages in ms at the snapshot (-1: not yet): hosts' clocks differ. */
 struct flight_wire_entry {
   uint64_t seq, coll_seq;
-  int32_t kind, coll, type, op, algo, root, peer, state, status;
+  int32_t kind, coll, type, op, algo, root, peer, tag, state, status;
   uint32_t nlinks;
   uint64_t count, bytes;
   int64_t enq_age_ms, start_age_ms, end_age_ms;
@@ -112,6 +112,7 @@ struct flight_wire {
 /* What a call is, as the recorder keeps it (work_flight.c fills it). */
 struct flight_call {
   int32_t kind, coll, type, op, root, peer; /* -1 where it has none */
+  int32_t tag;                              /* a tagged send/recv's (braid.h), else -1 */
   uint64_t count, bytes;
 };
 

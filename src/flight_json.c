@@ -32,13 +32,13 @@ static void json_entry(struct strbuf* b, const struct flight_wire* w,
       b,
       "{\"rank\":%d,\"seq\":%" PRIu64 ",\"coll_seq\":%" PRIu64
       ",\"op\":\"%s\",\"type\":\"%s\",\"redop\":\"%s\",\"count\":%" PRIu64 ",\"bytes\":%" PRIu64
-      ",\"root\":%d,\"peer\":%d,\"algo\":\"%s\",\"state\":\"%s\","
+      ",\"root\":%d,\"peer\":%d,\"tag\":%d,\"algo\":\"%s\",\"state\":\"%s\","
       "\"status\":\"%s\",\"enqueued_ms_ago\":%" PRId64 ",\"started_ms_ago\":%" PRId64
       ",\"ended_ms_ago\":%" PRId64 ",\"links\":[",
       w->rank, e->seq, e->coll_seq, flight_op_name(e->kind, e->coll), flight_type_name(e->type),
-      flight_redop_name(e->op), e->count, e->bytes, e->root, e->peer, flight_algo_name(e->algo),
-      flight_state_name(e->state), ncclGetErrorString((ncclResult_t)e->status), e->enq_age_ms,
-      e->start_age_ms, e->end_age_ms);
+      flight_redop_name(e->op), e->count, e->bytes, e->root, e->peer, e->tag,
+      flight_algo_name(e->algo), flight_state_name(e->state),
+      ncclGetErrorString((ncclResult_t)e->status), e->enq_age_ms, e->start_age_ms, e->end_age_ms);
   for (uint32_t i = 0; i < e->nlinks; i++) json_link(b, &e->links[i], i == 0);
   strbuf_printf(b, "]}\n");
 }

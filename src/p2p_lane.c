@@ -248,6 +248,7 @@ static void lane_expire_anys(struct p2p_lane* L) {
 static void lane_deliver(struct p2p_lane* L) {
   for (struct lane_req* r; (r = lane_list_pop(&L->finished)) != NULL;) {
     if (r->source && r->status == ncclSuccess) *r->source = r->peer;
+    flight_end(&L->comm->flight, r->flight, r->status);
     r->done(r->arg, r->status);
     free(r);
   }
@@ -360,17 +361,40 @@ fail:
   return res;
 }
 
+/* A tagged call in the comm's recorder (under its turn lock, where calls
+ * are numbered), running from the start: the lane moves it when it can. */
+static struct flight_mark lane_record(struct ncclComm* comm, int kind, int peer, int tag,
+                                      size_t bytes) {
+  struct flight_call c = {.kind = kind == LANE_SEND ? FLIGHT_SEND : FLIGHT_RECV,
+                          .coll = -1,
+                          .type = ncclUint8,
+                          .op = -1,
+                          .root = -1,
+                          .peer = peer,
+                          .tag = tag,
+                          .count = bytes,
+                          .bytes = bytes};
+  struct flight_mark m = flight_enqueue(&comm->flight, &c);
+  flight_start(&comm->flight, m, -1, NULL, 0);
+  return m;
+}
+
 ncclResult_t lane_post(struct ncclComm* comm, int kind, void* buf, size_t bytes, int peer, int tag,
                        int* source, braidHostFn_t done, void* arg) {
   ncclResult_t res = ncclSuccess;
   struct lane_req* r = NULL;
+  CHECK(braid_calloc(&r, 1, sizeof(*r)));
   pthread_mutex_lock(&comm->turn_lock); /* the comm's lane is made once */
   if (comm->lane == NULL) res = lane_create(comm, &comm->lane);
   struct p2p_lane* L = comm->lane;
+  if (res == ncclSuccess) r->flight = lane_record(comm, kind, peer, tag, bytes); /* numbered */
   pthread_mutex_unlock(&comm->turn_lock);
-  if (res != ncclSuccess) return res;
-  CHECK(braid_calloc(&r, 1, sizeof(*r)));
-  *r = (struct lane_req){.kind = kind,
+  if (res != ncclSuccess) {
+    free(r);
+    return res;
+  }
+  *r = (struct lane_req){.flight = r->flight,
+                         .kind = kind,
                          .peer = peer,
                          .tag = tag,
                          .buf = buf,
@@ -383,6 +407,7 @@ ncclResult_t lane_post(struct ncclComm* comm, int kind, void* buf, size_t bytes,
   if (!exited) lane_list_push(&L->incoming, r);
   pthread_mutex_unlock(&L->lock);
   if (exited) {
+    flight_end(&comm->flight, r->flight, ncclSystemError);
     free(r);
     FAIL(ncclSystemError, "Tagged p2p : rank %d's communicator was aborted or revoked", comm->rank);
   }

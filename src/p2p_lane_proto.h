@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "braid.h"
+#include "flight.h"
 #include "nccl.h"
 #include "transport.h"
 
@@ -49,6 +50,7 @@ struct lane_req {
   uint64_t order; /* receives: posting order across peers (any source vs named) */
   uint64_t posted_ns;
   ncclResult_t status;
+  struct flight_mark flight; /* its record in the comm's recorder */
   struct lane_req* next;
 };
 

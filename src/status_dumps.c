@@ -107,6 +107,8 @@ static void entry_member(const char* key, const char* v, void* arg) {
     e->root = (int32_t)json_int(v);
   else if (strcmp(key, "peer") == 0)
     e->peer = (int32_t)json_int(v);
+  else if (strcmp(key, "tag") == 0)
+    e->tag = (int32_t)json_int(v);
   else if (strcmp(key, "algo") == 0 && json_string(v, s, sizeof(s)))
     e->algo = flight_algo_parse(s);
   else if (strcmp(key, "state") == 0 && json_string(v, s, sizeof(s)))

@@ -91,6 +91,11 @@ static void describe_op(const struct flight_wire_entry* e, char* out, size_t cap
   if (e->kind == FLIGHT_COLL)
     snprintf(out, cap, "%s #%" PRIu64 " (%s %s)", name, e->coll_seq, size,
              flight_type_name(e->type));
+  else if (e->peer < 0)
+    snprintf(out, cap, "%s from any rank (%s, tag %d)", name, size, e->tag);
+  else if (e->tag >= 0)
+    snprintf(out, cap, "%s %s rank %d (%s, tag %d)", name, e->kind == FLIGHT_SEND ? "to" : "from",
+             e->peer, size, e->tag);
   else
     snprintf(out, cap, "%s %s rank %d (%s)", name, e->kind == FLIGHT_SEND ? "to" : "from", e->peer,
              size);

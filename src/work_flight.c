@@ -10,22 +10,22 @@
 #include "work_op.h"
 
 void work_flight_enqueue(struct work_op* op) {
-  struct flight_call c;
+  struct flight_call c = {
+      .coll = -1, .type = ncclUint8, .op = -1, .root = -1, .peer = -1, .tag = -1};
   if (op->kind == WORK_COLL) {
     size_t send, recv;
     exec_extents(&op->args, op->comm->nranks, &send, &recv);
-    c = (struct flight_call){FLIGHT_COLL,       op->args.coll,  (int32_t)op->args.type,
-                             op->args.redop.op, op->args.root,  -1,
-                             op->args.count,    MAX(send, recv)};
+    c.kind = FLIGHT_COLL;
+    c.coll = op->args.coll;
+    c.type = (int32_t)op->args.type;
+    c.op = op->args.redop.op;
+    c.root = op->args.root;
+    c.count = op->args.count;
+    c.bytes = MAX(send, recv);
   } else {
-    c = (struct flight_call){op->kind == WORK_SEND ? FLIGHT_SEND : FLIGHT_RECV,
-                             -1,
-                             ncclUint8,
-                             -1,
-                             -1,
-                             op->peer,
-                             op->bytes,
-                             op->bytes};
+    c.kind = op->kind == WORK_SEND ? FLIGHT_SEND : FLIGHT_RECV;
+    c.peer = op->peer;
+    c.count = c.bytes = op->bytes;
   }
   op->flight = flight_enqueue(&op->comm->flight, &c);
 }

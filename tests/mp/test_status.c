@@ -10,7 +10,8 @@
  *  - a rank killed: live, and from the dumps the survivors wrote
  *    (BRAID_TRACE_DIR) when they failed;
  *  - a slow rank, which must be called slow, not stuck;
- *  - a rank that calls another collective than the others. */
+ *  - a rank that calls another collective than the others;
+ *  - a tagged receive (PyTorch's recv) whose sender has not sent. */
 #include <errno.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -146,6 +147,31 @@ static int rank_mismatched(const mp_env* env, ncclComm_t comm, const status_case
   else
     (void)ncclAllReduce(buf, buf, COUNT, ncclFloat, ncclSum, comm, NULL);
   return wait_go(env); /* whatever the calls returned: the verdict is what is checked */
+}
+
+static void tagged_done(void* arg, ncclResult_t status) {
+  __atomic_store_n((int*)arg, status == ncclSuccess ? 1 : -1, __ATOMIC_RELEASE);
+}
+
+/* Rank 0 waits in a tagged receive (braid.h, what PyTorch's recv uses)
+ * from the culprit, which sends only once the inspector is done. */
+static int rank_tagged(const mp_env* env, ncclComm_t comm, const status_case* c) {
+  int bad = allreduce_exact(env, comm, c), got = 0;
+  static char buf[4096];
+  if (bad) return bad;
+  if (env->rank == 0 && braidTaggedRecv(buf, sizeof(buf), ncclUint8, c->culprit, 7, comm,
+                                        tagged_done, &got) != ncclSuccess)
+    return 1;
+  if (env->rank == c->culprit) {
+    if (wait_go(env)) return 1;
+    if (braidTaggedSend(buf, sizeof(buf), ncclUint8, 0, 7, comm, tagged_done, &got) != ncclSuccess)
+      return 1;
+  }
+  if (env->rank != 0 && env->rank != c->culprit) return wait_go(env); /* stays in the comm */
+  double end = mp_now() + WAIT_MS / 1000.0;
+  while (__atomic_load_n(&got, __ATOMIC_ACQUIRE) == 0 && mp_now() < end) mp_sleep_ms(5);
+  if (got != 1) mp_fail(env, "the tagged %s did not complete", env->rank ? "send" : "receive");
+  return got != 1;
 }
 
 static int comm_rank(const mp_env* env, const status_case* c) {
@@ -377,6 +403,20 @@ static int inspect_mismatched(const mp_env* env, const status_case* c) {
   return bad + release(env, c);
 }
 
+static int inspect_tagged(const mp_env* env, const status_case* c) {
+  char* text = malloc(ANSWER_BYTES);
+  char want[128], then[96];
+  int bad = wait_calls(env, c, 1);
+  mp_sleep_ms(SETTLE_MS);
+  snprintf(want, sizeof(want), "rank 0 waits in recv from rank %d (4.0 KiB, tag 7)", c->culprit);
+  snprintf(then, sizeof(then), "rank %d has no send to rank 0 pending: it has not called it",
+           c->culprit);
+  bad += ask(env, env->shm[SHM_PID + 0], braidStatusText, text, ANSWER_BYTES, NULL) ||
+         expect_all(env, "the verdict", text, want, then, NULL);
+  free(text);
+  return bad + release(env, c);
+}
+
 /* ---- the cases ---- */
 
 static int body(const mp_env* env) {
@@ -442,12 +482,22 @@ static void test_mismatched(void** state) {
   run_case(&c, -1);
 }
 
+static void test_tagged_unmatched(void** state) {
+  (void)state;
+  status_case c = {"tagged", 3, 2, 0, NULL, rank_tagged, inspect_tagged, ""};
+  run_case(&c, -1);
+}
+
 int main(void) {
   mp_default_env("BRAID_CUDA_LIB", "build/tests/libcudasim.so");
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_never_calls), cmocka_unit_test(test_never_calls_device),
-      cmocka_unit_test(test_stopped),     cmocka_unit_test(test_killed),
-      cmocka_unit_test(test_slow),        cmocka_unit_test(test_mismatched),
+      cmocka_unit_test(test_never_calls),
+      cmocka_unit_test(test_never_calls_device),
+      cmocka_unit_test(test_stopped),
+      cmocka_unit_test(test_killed),
+      cmocka_unit_test(test_slow),
+      cmocka_unit_test(test_mismatched),
+      cmocka_unit_test(test_tagged_unmatched),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
