@@ -157,6 +157,9 @@ void comm_ref(struct ncclComm* comm) {
 
 void comm_unref(struct ncclComm* comm) {
   if (atomic_fetch_sub(&comm->refs, 1) != 1) return;
+  /* the recorder goes last: a unit still queued on a host stream when the
+   * comm was aborted ends its entries when the stream cancels it */
+  flight_free(&comm->flight);
   pthread_mutex_destroy(&comm->turn_lock);
   pthread_cond_destroy(&comm->turn_cv);
   pthread_mutex_destroy(&comm->mailbox.lock);

@@ -43,7 +43,6 @@ void comm_free(struct ncclComm* comm) {
   comm->tctx.listen_fd = comm->ctrl_fd = -1;
   progress_destroy(&comm->progress);
   exec_free(&comm->exec);
-  flight_free(&comm->flight);
   sched_topo_free(&comm->layout);
   redop_free_all(comm);
   free(comm->send_conns);
