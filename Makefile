@@ -11,17 +11,18 @@ MPICC  ?= mpicc
 # so a forbidden include does not compile; scripts/check-layers.sh (part of
 # make test) checks every #include "..." against the same lists, printed by
 # `make print-layers`, and names the rule a crossing breaks.
-LAYERS           := common gpu kernels algorithms transports src perf trainer tools tests
+LAYERS           := common gpu kernels algorithms transports src sim perf trainer tools tests
 LAYER_common     := include common
 LAYER_gpu        := include common gpu
 LAYER_kernels    := include common kernels
 LAYER_algorithms := include common algorithms
 LAYER_transports := include common gpu transports
 LAYER_src        := include common gpu kernels algorithms transports src
+LAYER_sim        := include common gpu kernels algorithms transports src sim
 LAYER_perf       := include perf
 LAYER_trainer    := include trainer
 LAYER_tools      := include tools
-LAYER_tests      := include common gpu kernels algorithms transports src tests
+LAYER_tests      := include common gpu kernels algorithms transports src sim tests
 # -I flags for the source $(1): its top folder's list.
 layer_inc = $(addprefix -I,$(LAYER_$(firstword $(subst /, ,$(1)))))
 TEST_INC := $(call layer_inc,tests/)
@@ -135,7 +136,7 @@ MP_BINS    := $(patsubst tests/mp/%.c,$(TSTDIR)/mp_%,$(MP_SRCS))
 all: lib tools
 
 lib: $(SHLIB) $(STLIB) $(NCCLSO) $(LIBDIR)/libnccl.so
-tools: $(PERF_BINS) $(MPI_PERF) $(BINDIR)/braid-status
+tools: $(PERF_BINS) $(MPI_PERF) $(BINDIR)/braid-status $(BINDIR)/braid-sim
 tests: $(UNIT_BINS) $(MP_BINS)
 # The sanitizer builds (scripts/test-sanitize.sh) need only these two kinds.
 unit-mp-tests: $(UNIT_BINS) $(MP_BINS)
@@ -227,7 +228,7 @@ $(BUILD)/obj/%.fatbin.o: $(BUILD)/obj/%.fatbin.c
 	$(CC) $(ALL_CFLAGS) -c $< -o $@
 .PRECIOUS: $(BUILD)/obj/%.fatbin $(BUILD)/obj/%.fatbin.c
 
--include $(LIB_OBJS:.o=.d) $(patsubst %.cu,$(BUILD)/obj/%.d,$(CUDA_CU))
+-include $(LIB_OBJS:.o=.d) $(SIM_OBJS:.o=.d) $(patsubst %.cu,$(BUILD)/obj/%.d,$(CUDA_CU))
 -include $(patsubst %.c,$(BUILD)/obj/%.d,$(PERF_COMMON) $(MP_COMMON) $(filter-out \
            tests/common/cudasim%.c,$(wildcard tests/common/*.c)) $(wildcard trainer/*.c)) \
          $(BUILD)/obj/trainer/launch_mpi.d
@@ -263,10 +264,24 @@ $(BINDIR)/%_perf: perf/%_perf.c $(PERF_OBJS) perf/*.h $(STLIB)
 	$(PERF_CC) $(ALL_CFLAGS) $(call layer_inc,$<) $(LDFLAGS) -fvisibility=default $< $(PERF_OBJS) \
 	  -o $@ $(STLIB) $(LDLIBS)
 
+# braid-sim (sim/): Braid's own schedules played on a modelled cluster;
+# it links the library's internals (schedules, executor keys, tuner).
+SIM_SRCS := $(wildcard sim/*.c)
+SIM_OBJS := $(patsubst %.c,$(BUILD)/obj/%.o,$(SIM_SRCS))
+SIM_LIB_OBJS := $(filter-out $(BUILD)/obj/sim/main.o,$(SIM_OBJS))
+$(BINDIR)/braid-sim: $(SIM_OBJS) $(STLIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(LDFLAGS) $(SIM_OBJS) -o $@ $(STLIB) $(LDLIBS)
+
 # braid-status (tools/): the status API's command line, on the public API only.
 $(BINDIR)/braid-status: tools/braid-status.c include/braid.h $(STLIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(call layer_inc,$<) $(LDFLAGS) $< -o $@ $(STLIB) $(LDLIBS)
+
+# test_sim plays braid-sim's engine: its objects beside the library.
+$(TSTDIR)/test_sim: tests/unit/test_sim.c $(SIM_LIB_OBJS) $(STLIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(TEST_INC) $(LDFLAGS) $< -o $@ $(SIM_LIB_OBJS) $(STLIB) -lcmocka $(LDLIBS)
 
 $(TSTDIR)/test_%: tests/unit/test_%.c $(STLIB)
 	@mkdir -p $(dir $@)

@@ -104,10 +104,17 @@ static ncclResult_t piece_allreduce_hop(struct schedule* s, const struct hier* h
   return ring_allreduce_hop(s, &g, nd + 1, hop, 0);
 }
 
+/* Nodes whose sizes stand for all: where every node holds as many ranks,
+ * node 0 alone (at 16k ranks a loop over 2k nodes per boundary made a
+ * schedule cost seconds). */
+static int distinct_nodes(const struct hier* h) {
+  return h->t->min_ppn == h->t->max_ppn ? 1 : h->nnodes;
+}
+
 /* The next segment boundary of any node after `off` in the round. */
 static size_t next_boundary(const struct hier* h, size_t len, size_t off) {
   size_t best = len;
-  for (int i = 0; i < h->nnodes; i++) {
+  for (int i = 0; i < distinct_nodes(h); i++) {
     int k = sched_topo_node_size(h->t, i);
     size_t j = seg_owner(len, off, k) + 1;
     if ((int)j < k) best = MIN(best, seg_start(len, (int)j, k));
@@ -234,7 +241,7 @@ static size_t hier_iteration_bound(const struct hier* h) {
   size_t q = h->span / h->chunk, round = hier_round_len(h), count = h->k->count, most = 0;
   size_t tail = count % round ? count % round : round;
   int hops = hier_nstages(h);
-  for (int nd = 0; nd < h->nnodes; nd++) {
+  for (int nd = 0; nd < distinct_nodes(h); nd++) {
     int k = sched_topo_node_size(h->t, nd);
     for (int l = 0; l < k; l++) {
       size_t pieces = MAX(hier_pieces(h, nd, l, MIN(round, count)), hier_pieces(h, nd, l, tail));

@@ -55,6 +55,7 @@ static int block_base(int v, int l) {
  * half held no rank and the other half did, the other half's holder took
  * v's share over; -1 when v's block holds no rank. */
 static int pw_holder(int v, int l, int n) {
+  if ((n & (n - 1)) == 0) return v; /* every half holds ranks (a fast path: 16k ranks) */
   if (block_base(v, l) >= n) return -1;
   int h = v;
   for (int j = 0; j < l; j++) {

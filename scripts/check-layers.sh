@@ -27,7 +27,7 @@ if [ ${#allowed[@]} -eq 0 ]; then
   exit 2
 fi
 
-checked=(common gpu src transports algorithms kernels perf trainer tools)
+checked=(common gpu src transports algorithms kernels sim perf trainer tools)
 bad=0
 
 violation() {

@@ -154,7 +154,7 @@ void exec_ctx_key(const struct exec_ctx* ex, const struct exec_args* args, struc
 
 /* Elements of each block per piece: EXEC_PIECE_CHUNKS chunks of all the
  * blocks together. Every rank derives the same from the same call. */
-static size_t exec_piece_count(const struct exec_ctx* ex, const struct exec_args* a) {
+size_t exec_piece_count(const struct exec_ctx* ex, const struct exec_args* a) {
   size_t chunk = MIN(a->chunk_bytes, ex->slot_bytes), es = kern_type_size(a->type);
   int blocked = a->coll == COLL_ALLGATHER || a->coll == COLL_REDUCESCATTER;
   size_t per = es * (blocked ? (size_t)(a->group_ranks ? a->group_size : ex->conf.nranks) : 1);

@@ -232,10 +232,10 @@ double tuner_cost(const struct tuner_model* m, int coll, int algo, double bytes)
 
 /* --- choosing --- */
 
-/* The choice for a call, silently; returns 1 when a tune file forced it. */
-static int tuner_decide(const struct ncclComm* comm, int coll, size_t bytes, int canonical,
-                        int* algo, size_t* chunk_bytes) {
-  const struct tuner_model* m = &comm->tune;
+/* The choice for a call on a model and layout, silently; returns 1 when a
+ * tune file forced it. */
+int tuner_pick(const struct tuner_model* m, const struct sched_topo* layout, int coll, size_t bytes,
+               int canonical, int* algo, size_t* chunk_bytes) {
   unsigned allowed = tuner_allowed();
   *algo = -1;
   double best = 0;
@@ -250,13 +250,18 @@ static int tuner_decide(const struct ncclComm* comm, int coll, size_t bytes, int
     return 1;
   }
   for (int a = 0; a < ALGO_COUNT; a++) {
-    if (!(allowed & (1u << a)) || !sched_supports_on(&comm->layout, coll, a)) continue;
+    if (!(allowed & (1u << a)) || !sched_supports_on(layout, coll, a)) continue;
     double t = tuner_cost(m, coll, a, (double)bytes);
     if (*algo < 0 || t < best) *algo = a, best = t;
   }
   if (*algo < 0) *algo = ALGO_RING; /* every collective has a ring */
   *chunk_bytes = tuner_chunk(m, coll, *algo, bytes);
   return 0;
+}
+
+static int tuner_decide(const struct ncclComm* comm, int coll, size_t bytes, int canonical,
+                        int* algo, size_t* chunk_bytes) {
+  return tuner_pick(&comm->tune, &comm->layout, coll, bytes, canonical, algo, chunk_bytes);
 }
 
 /* Whole slots by default: over TCP per-message costs outweigh a deeper

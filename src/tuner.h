@@ -20,6 +20,10 @@ size_t tuner_chunk(const struct tuner_model* m, int coll, int algo, size_t bytes
  * its modelled time (us). */
 double tuner_host_best(const struct ncclComm* comm, int coll, size_t bytes, int* algo);
 
+/* The choice on a model and layout alone (braid-sim asks it of clusters
+ * no comm spans); returns 1 when a tune file forced it. */
+int tuner_pick(const struct tuner_model* m, const struct sched_topo* layout, int coll, size_t bytes,
+               int canonical, int* algo, size_t* chunk_bytes);
 /* Algorithm and chunk size for `coll` on a buffer of `bytes`; with
  * `canonical` (the deterministic mode) a reduction gets Pairwise. */
 void tuner_choose(const struct ncclComm* comm, int coll, size_t bytes, int canonical, int* algo,

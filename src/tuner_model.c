@@ -119,6 +119,12 @@ static int hier_pipelines(const struct ncclComm* comm) {
   return k.topo != NULL && hier_allreduce_pipelines(&k);
 }
 
+void tuner_model_price(struct tuner_model* m) {
+  double f = MAX(1.0, m->oversub);
+  k_link_fill[m->intra_transport->id](&m->intra, m, f, 0);
+  k_link_fill[m->net_transport->id](&m->net, m, f, 1);
+}
+
 ncclResult_t tuner_model_init(struct ncclComm* comm) {
   ncclResult_t res = ncclSuccess;
   struct tuner_model* m = &comm->tune;
@@ -145,9 +151,7 @@ ncclResult_t tuner_model_init(struct ncclComm* comm) {
     m->mem_mbps = MIN(m->mem_mbps, p->mem_mbps);
   }
   m->oversub = f;
-  f = MAX(1.0, f);
-  k_link_fill[m->intra_transport->id](&m->intra, m, f, 0);
-  k_link_fill[m->net_transport->id](&m->net, m, f, 1);
+  tuner_model_price(m);
   if (file) CHECK(tuner_file_read(file, m));
 fail:
   return res;

@@ -18,4 +18,9 @@ struct ncclComm;
  * it is malformed). */
 ncclResult_t tuner_model_init(struct ncclComm* comm);
 
+/* The link costs (intra, net) of a model whose transports, layout, NIC
+ * and memory speeds and ranks per core are filled in: what init does
+ * last, and what braid-sim does for a cluster it describes. */
+void tuner_model_price(struct tuner_model* m);
+
 #endif /* BRAID_TUNER_MODEL_H_ */

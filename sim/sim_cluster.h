@@ -1,0 +1,51 @@
+/*
+ * The cluster braid-sim plays Braid's schedules on (sim_cluster.c): nodes
+ * of `per_node` ranks, the link inside a node, NICs per node, the fabric
+ * between them (a fat tree, full or oversubscribed, or rails), and the
+ * costs a rank pays itself: per message and per byte reduced or copied.
+ * Ranks are placed in blocks (rank = node * per_node + local), as
+ * launchers place them.
+ */
+#ifndef BRAID_SIM_CLUSTER_H_
+#define BRAID_SIM_CLUSTER_H_
+
+#include <stddef.h>
+
+#include "nccl.h"
+#include "schedule.h"
+
+enum sim_fabric { SIM_FAT_TREE = 0, SIM_RAILS = 1 };
+
+struct sim_cluster {
+  int nranks, per_node, nnodes;
+  int nics;            /* per node; rank l uses NIC l % nics */
+  double nic_gbps;     /* per NIC and direction, Gbit/s */
+  double net_lat_us;   /* NIC to NIC through the fabric, one way */
+  double intra_gbps;   /* one rank to another inside a node (shared memory) */
+  double intra_lat_us; /* a hop inside a node */
+  double msg_us;       /* a rank's CPU time per message it sends, and the receiver's */
+  double reduce_gbps;  /* a rank reducing: bytes of each input per second, Gbit/s */
+  double copy_gbps;    /* a rank copying */
+  double oversub;      /* fat tree: bisection = nodes * nics * nic / oversub (1: full) */
+  enum sim_fabric fabric;
+  double rail_cross_us; /* rails: a message between two rails crosses the spine */
+  int window;           /* the executor's steps in flight (BRAID_NSTEPS) */
+  size_t slot_bytes;    /* its slot, the largest chunk (BRAID_CHUNK_SIZE) */
+};
+
+/* The defaults: 8 ranks a node, one 100 Gbit/s NIC, a full fat tree, the
+ * library's window and slot. */
+void sim_cluster_defaults(struct sim_cluster* c);
+/* Apply "name=value" (a field above by its name, fabric=fat|rails);
+ * ncclInvalidArgument with a message naming it otherwise. */
+ncclResult_t sim_cluster_set(struct sim_cluster* c, const char* assignment);
+/* nnodes from nranks and per_node; ncclInvalidArgument unless per_node
+ * divides nranks and every figure is positive. */
+ncclResult_t sim_cluster_check(struct sim_cluster* c);
+/* One line describing it, for the tables' headers. */
+void sim_cluster_describe(const struct sim_cluster* c, char* out, size_t size);
+
+/* The layout a comm over this cluster would have (layout.h), block placement. */
+ncclResult_t sim_cluster_layout(const struct sim_cluster* c, struct sched_topo* t);
+
+#endif /* BRAID_SIM_CLUSTER_H_ */

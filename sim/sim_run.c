@@ -1,0 +1,277 @@
+/*
+ * Building and playing one call (sim_run.h).
+ */
+#include "sim_run.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "core.h"
+#include "layout.h"
+#include "sched_build.h"
+#include "sim_engine.h"
+#include "sim_symmetry.h"
+#include "sim_tune.h"
+#include "tuner.h"
+
+#define SIM_ELEM 4 /* floats */
+
+ncclResult_t sim_context_init(struct sim_context* s, const struct sim_cluster* c) {
+  ncclResult_t res = ncclSuccess;
+  memset(s, 0, sizeof(*s));
+  s->c = c;
+  s->step_budget = SIM_STEP_BUDGET;
+  CHECK(sim_cluster_layout(c, &s->topo));
+  sim_tune_model(c, &s->topo, &s->model);
+  struct exec_conf conf = {
+      .nranks = c->nranks, .topo = &s->topo, .window = c->window, .slot_bytes = c->slot_bytes};
+  CHECK(exec_init(&s->ex, &conf));
+fail:
+  return res;
+}
+
+void sim_context_free(struct sim_context* s) {
+  exec_free(&s->ex);
+  sched_free(&s->sched);
+  sched_topo_free(&s->topo);
+}
+
+/* Elements per rank's block (all-gather, reduce-scatter) or of the buffer. */
+static size_t call_count(const struct sim_context* s, int coll, size_t bytes) {
+  size_t elems = bytes / SIM_ELEM;
+  if (coll == COLL_ALLGATHER || coll == COLL_REDUCESCATTER) return elems / (size_t)s->c->nranks;
+  return elems;
+}
+
+static ncclResult_t append_steps(const struct schedule* sc, int piece_first, struct sim_step** out,
+                                 size_t* n, size_t* cap) {
+  ncclResult_t res = ncclSuccess;
+  if (*n + sc->nsteps > *cap) {
+    size_t want = MAX(*n + sc->nsteps, 2 * *cap);
+    CHECK(braid_realloc(out, want, sizeof(**out)));
+    *cap = want;
+  }
+  for (size_t i = 0; i < sc->nsteps; i++) {
+    const struct sched_step* st = &sc->steps[i];
+    (*out)[(*n)++] = (struct sim_step){.recv = st->recv_peer,
+                                       .send = st->send_peer,
+                                       .bytes = (uint32_t)(st->count * SIM_ELEM),
+                                       .prim = st->prim,
+                                       .piece_first = (uint8_t)(piece_first && i == 0)};
+  }
+fail:
+  return res;
+}
+
+/* Rank `rank`'s steps for the call, piece after piece, as the executor
+ * cuts it (exec_piece_count, exec_ctx_key). */
+static ncclResult_t rank_steps(struct sim_context* s, const struct sim_call* call, size_t count,
+                               size_t chunk, int rank, struct sim_step** out, size_t* n) {
+  ncclResult_t res = ncclSuccess;
+  size_t cap = 0;
+  struct exec_args a = {.coll = call->coll,
+                        .root = call->root,
+                        .count = count,
+                        .type = ncclFloat,
+                        .algo = call->algo,
+                        .chunk_bytes = chunk};
+  *out = NULL, *n = 0;
+  s->ex.conf.rank = rank;
+  size_t piece = exec_piece_count(&s->ex, &a);
+  for (size_t off = 0; off < count; off += piece) {
+    struct exec_args p = a;
+    struct sched_key key;
+    p.count = MIN(piece, count - off);
+    if (call->coll == COLL_ALLGATHER || call->coll == COLL_REDUCESCATTER) p.stride = count;
+    exec_ctx_key(&s->ex, &p, &key);
+    CHECK(sched_build(&s->sched, &key));
+    CHECK(append_steps(&s->sched, off > 0, out, n, &cap));
+  }
+  return ncclSuccess;
+fail:
+  free(*out);
+  *out = NULL;
+  return res;
+}
+
+static void plan_free(struct sim_plan* p) {
+  for (int r = 0; p->steps && r < p->nsim; r++) free(p->steps[r]);
+  free(p->steps);
+  free(p->nsteps);
+  memset(p, 0, sizeof(*p));
+}
+
+static ncclResult_t plan_alloc(struct sim_plan* p, const struct sim_cluster* c, int nsim) {
+  ncclResult_t res = ncclSuccess;
+  memset(p, 0, sizeof(*p));
+  p->c = c, p->nsim = nsim;
+  CHECK(braid_calloc(&p->steps, (size_t)nsim, sizeof(*p->steps)));
+  CHECK(braid_calloc(&p->nsteps, (size_t)nsim, sizeof(*p->nsteps)));
+fail:
+  return res;
+}
+
+/* Whether every probed node's schedules are node 0's moved by `kind`. */
+static ncclResult_t probe_map(struct sim_context* s, const struct sim_call* call, size_t count,
+                              size_t chunk, const struct sim_plan* p, enum sim_map_kind kind,
+                              int* ok) {
+  ncclResult_t res = ncclSuccess;
+  const struct sim_cluster* c = s->c;
+  int probes[3] = {1, c->nnodes / 2, c->nnodes - 1};
+  *ok = 0;
+  if (kind == SIM_MAP_XOR && (c->nnodes & (c->nnodes - 1)) != 0) return ncclSuccess;
+  for (int l = 0; l < c->per_node; l++)
+    for (int i = 0; i < 3; i++) {
+      struct sim_step* other = NULL;
+      size_t n = 0;
+      if (probes[i] <= 0 || (i > 0 && probes[i] == probes[i - 1])) continue;
+      CHECK(rank_steps(s, call, count, chunk, probes[i] * c->per_node + l, &other, &n));
+      int same = sim_is_map(c, kind, p->steps[l], p->nsteps[l], other, n, probes[i], SIM_ELEM);
+      free(other);
+      if (!same) return ncclSuccess;
+    }
+  *ok = 1;
+fail:
+  return res;
+}
+
+/* Node 0's schedules in p, and the map of nodes under which they stand
+ * for every node's (SIM_MAP_NONE: none, checked on three nodes). */
+static ncclResult_t plan_symmetric(struct sim_context* s, const struct sim_call* call, size_t count,
+                                   size_t chunk, struct sim_plan* p) {
+  ncclResult_t res = ncclSuccess;
+  const struct sim_cluster* c = s->c;
+  int ok = 0;
+  CHECK(plan_alloc(p, c, c->per_node));
+  for (int l = 0; l < c->per_node; l++)
+    CHECK(rank_steps(s, call, count, chunk, l, &p->steps[l], &p->nsteps[l]));
+  for (enum sim_map_kind kind = SIM_MAP_SHIFT; kind <= SIM_MAP_XOR && !ok; kind++) {
+    CHECK(probe_map(s, call, count, chunk, p, kind, &ok));
+    if (ok) p->symmetric = kind;
+  }
+fail:
+  return res;
+}
+
+static ncclResult_t plan_full(struct sim_context* s, const struct sim_call* call, size_t count,
+                              size_t chunk, struct sim_plan* p) {
+  ncclResult_t res = ncclSuccess;
+  CHECK(plan_alloc(p, s->c, s->c->nranks));
+  for (int r = 0; r < s->c->nranks; r++)
+    CHECK(rank_steps(s, call, count, chunk, r, &p->steps[r], &p->nsteps[r]));
+fail:
+  return res;
+}
+
+static void take_stats(struct sim_result* out, const struct sim_plan* p,
+                       const struct sim_stats* st) {
+  out->us = st->end_us;
+  out->symmetric = p->symmetric != SIM_MAP_NONE;
+  out->messages = st->messages;
+  out->steps = st->steps;
+}
+
+/* Every rank in full, unless more steps than the budget: then the time
+ * at `bytes` from two smaller calls (*too_big, nothing played). */
+static ncclResult_t play_full(struct sim_context* s, const struct sim_call* call, size_t count,
+                              size_t chunk, unsigned flags, struct sim_result* out, int* too_big) {
+  ncclResult_t res = ncclSuccess;
+  struct sim_plan p = {0};
+  struct sim_stats st;
+  struct sim_step* first = NULL;
+  size_t n0 = 0;
+  *too_big = 0;
+  CHECK(rank_steps(s, call, count, chunk, 0, &first, &n0));
+  free(first);
+  if (!(flags & SIM_EXACT) && n0 * (size_t)s->c->nranks > s->step_budget) {
+    *too_big = 1;
+    return ncclSuccess;
+  }
+  CHECK(plan_full(s, call, count, chunk, &p));
+  CHECK(sim_play(&p, &st));
+  take_stats(out, &p, &st);
+fail:
+  plan_free(&p);
+  return res;
+}
+
+static ncclResult_t play_at(struct sim_context* s, const struct sim_call* call, size_t chunk,
+                            unsigned flags, struct sim_result* out);
+
+/* T(B) = T(B2) + (B - B2) (T(B2) - T(B1)) / (B2 - B1), B1 = B2 / 2, B2
+ * sized to half the budget: both past the fill, where time is linear. */
+static ncclResult_t extrapolate(struct sim_context* s, const struct sim_call* call, size_t chunk,
+                                unsigned flags, struct sim_result* out) {
+  ncclResult_t res = ncclSuccess;
+  struct sim_result r1, r2;
+  struct sim_call c1 = *call, c2 = *call;
+  size_t unit = (size_t)SIM_ELEM * (size_t)s->c->nranks;
+  size_t steps0 = 0;
+  struct sim_step* first = NULL;
+  CHECK(rank_steps(s, call, call_count(s, call->coll, call->bytes), chunk, 0, &first, &steps0));
+  free(first);
+  double scale = (double)s->step_budget / 2.0 / ((double)steps0 * s->c->nranks);
+  c2.bytes = MAX(2 * unit, (size_t)((double)call->bytes * scale) / (2 * unit) * (2 * unit));
+  c1.bytes = c2.bytes / 2;
+  CHECK(play_at(s, &c2, chunk, flags | SIM_EXACT, &r2));
+  CHECK(play_at(s, &c1, chunk, flags | SIM_EXACT, &r1));
+  *out = r2;
+  out->us =
+      r2.us + (double)(call->bytes - c2.bytes) * (r2.us - r1.us) / (double)(c2.bytes - c1.bytes);
+  out->extrapolated = 1;
+fail:
+  return res;
+}
+
+static ncclResult_t play_at(struct sim_context* s, const struct sim_call* call, size_t chunk,
+                            unsigned flags, struct sim_result* out) {
+  ncclResult_t res = ncclSuccess;
+  struct sim_plan p = {0};
+  struct sim_stats st;
+  size_t count = call_count(s, call->coll, call->bytes);
+  int too_big = 0;
+  memset(out, 0, sizeof(*out));
+  out->chunk = chunk;
+  if (count == 0) return ncclSuccess; /* nothing moves */
+  if (!(flags & SIM_FULL) && s->c->nnodes > 1) {
+    CHECK(plan_symmetric(s, call, count, chunk, &p));
+    if (p.symmetric != SIM_MAP_NONE) {
+      CHECK(sim_play(&p, &st));
+      take_stats(out, &p, &st);
+      goto fail; /* done */
+    }
+    plan_free(&p);
+  }
+  CHECK(play_full(s, call, count, chunk, flags, out, &too_big));
+  if (too_big) CHECK(extrapolate(s, call, chunk, flags, out));
+fail:
+  plan_free(&p);
+  out->chunk = chunk;
+  return res;
+}
+
+ncclResult_t sim_collective(struct sim_context* s, const struct sim_call* call, unsigned flags,
+                            struct sim_result* out) {
+  if (call->coll < 0 || call->coll >= COLL_COUNT || call->algo < 0 || call->algo >= ALGO_COUNT ||
+      !sched_supports_on(&s->topo, call->coll, call->algo)) {
+    WARN("braid-sim: %s does not implement %s on this layout", sched_algo_name(call->algo),
+         sched_coll_name(call->coll));
+    return ncclInvalidArgument;
+  }
+  size_t chunk = tuner_chunk(&s->model, call->coll, call->algo, call->bytes);
+  return play_at(s, call, chunk, flags, out);
+}
+
+int sim_tuner_pick(struct sim_context* s, int coll, size_t bytes) {
+  int algo;
+  size_t chunk;
+  tuner_pick(&s->model, &s->topo, coll, bytes, 0, &algo, &chunk);
+  return algo;
+}
+
+double sim_busbw_factor(int coll, int nranks) {
+  double n = nranks;
+  if (coll == COLL_ALLREDUCE) return 2.0 * (n - 1) / n;
+  if (coll == COLL_ALLGATHER || coll == COLL_REDUCESCATTER) return (n - 1) / n;
+  return 1.0;
+}

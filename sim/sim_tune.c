@@ -1,0 +1,46 @@
+/*
+ * A tuner model for a simulated cluster (sim_tune.h), filled as
+ * tuner_model_init fills a comm's from its peer table.
+ */
+#include "sim_tune.h"
+
+#include <string.h>
+
+#include "core.h"
+#include "executor.h"
+#include "hier.h"
+#include "layout.h"
+#include "transport.h"
+#include "tree.h"
+#include "tuner_model.h"
+
+/* Whether a large Hier all-reduce would pipeline on this layout: asked of
+ * the key a 64 MiB call builds, as tuner_model.c asks it. */
+static int hier_would_pipeline(const struct sim_cluster* c, const struct sched_topo* t) {
+  struct sched_key k = {.topo = t,
+                        .coll = COLL_ALLREDUCE,
+                        .algo = ALGO_HIER,
+                        .nranks = c->nranks,
+                        .count = (size_t)16 << 20,
+                        .elem_size = 4,
+                        .chunk_bytes = c->slot_bytes,
+                        .slices_per_step = MAX(1, MAX(4, c->window) / 2)};
+  return hier_allreduce_pipelines(&k);
+}
+
+void sim_tune_model(const struct sim_cluster* c, const struct sched_topo* t,
+                    struct tuner_model* m) {
+  memset(m, 0, sizeof(*m));
+  m->nranks = c->nranks, m->nnodes = c->nnodes;
+  m->min_ppn = m->max_ppn = c->per_node;
+  m->tree_depth = tree_depth(c->nranks);
+  m->slot_bytes = c->slot_bytes;
+  m->slices_per_step = MAX(1, MAX(4, c->window) / 2);
+  m->hier_pipelined = hier_would_pipeline(c, t);
+  m->intra_transport = c->per_node > 1 ? &shm_transport : &tcp_transport;
+  m->net_transport = &tcp_transport;
+  m->oversub = 1;
+  m->nic_mbps = (uint32_t)(c->nic_gbps * 1000.0);
+  m->mem_mbps = (uint32_t)(c->copy_gbps * 1000.0 / 8.0);
+  tuner_model_price(m);
+}

@@ -1,0 +1,177 @@
+/*
+ * braid-sim's model, checked against what can be worked out by hand: one
+ * message over a port, a bandwidth-bound ring at the NIC's rate, symmetric
+ * play against full play, extrapolation against exact play, and schedules
+ * that do not match reported, not hung.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "schedule.h"
+#include "sim_cluster.h"
+#include "sim_engine.h"
+#include "sim_net.h"
+#include "sim_run.h"
+
+static void cluster(struct sim_cluster* c, int nranks, int per_node) {
+  sim_cluster_defaults(c);
+  c->nranks = nranks, c->per_node = per_node;
+  assert_int_equal(sim_cluster_check(c), ncclSuccess);
+}
+
+static double simulate(struct sim_cluster* c, int coll, int algo, size_t bytes, unsigned flags,
+                       struct sim_result* r) {
+  struct sim_context s;
+  struct sim_call call = {.coll = coll, .algo = algo, .root = 0, .bytes = bytes};
+  assert_int_equal(sim_context_init(&s, c), ncclSuccess);
+  assert_int_equal(sim_collective(&s, &call, flags, r), ncclSuccess);
+  sim_context_free(&s);
+  return r->us;
+}
+
+/* One message across nodes: bytes at the NIC's rate plus the latency;
+ * a second offered at once waits for the first at the sender's port. */
+static void test_one_message(void** state) {
+  struct sim_cluster c;
+  struct sim_net n;
+  double sent, arrived, sent2, arrived2;
+  (void)state;
+  cluster(&c, 2, 1);
+  c.nic_gbps = 8, c.net_lat_us = 3; /* 1000 bytes per us */
+  assert_int_equal(sim_net_init(&n, &c, 2, 2), ncclSuccess);
+  sim_net_send(&n, 0, 1, 0, 0, 1, 1, 1e6, 10.0, &sent, &arrived);
+  assert_true(fabs(sent - 1010.0) < 1e-9);
+  assert_true(fabs(arrived - 1013.0) < 1e-9);
+  sim_net_send(&n, 0, 1, 0, 0, 1, 1, 1e6, 10.0, &sent2, &arrived2);
+  assert_true(fabs(sent2 - 2010.0) < 1e-9);
+  assert_true(fabs(arrived2 - 2013.0) < 1e-9);
+  sim_net_free(&n);
+}
+
+/* A big ring all-reduce over one rank per node is bound by the NIC: its
+ * bus bandwidth comes within 10% of the line rate, never above it. */
+static void test_ring_at_line_rate(void** state) {
+  struct sim_cluster c;
+  struct sim_result r;
+  (void)state;
+  cluster(&c, 8, 1);
+  c.nic_gbps = 10;
+  size_t bytes = (size_t)256 << 20;
+  double us = simulate(&c, COLL_ALLREDUCE, ALGO_RING, bytes, 0, &r);
+  double busbw_gbps = (double)bytes * 8 / (us * 1e3) * 2.0 * 7 / 8;
+  assert_true(busbw_gbps <= 10.0);
+  assert_true(busbw_gbps > 9.0);
+}
+
+/* Node 0's ranks standing for all give the time of every rank played,
+ * for a shift (ring, Hier) and an xor (doubling, Pairwise) symmetry:
+ * the same to the last digit but for recursive halving at 4 MiB (2%
+ * apart: a port serves messages offered at one instant in the order of
+ * their senders, which the two plays number differently). */
+static void test_symmetric_matches_full(void** state) {
+  static const struct {
+    int coll, algo;
+  } cases[] = {{COLL_ALLREDUCE, ALGO_RING},     {COLL_ALLGATHER, ALGO_RING},
+               {COLL_REDUCESCATTER, ALGO_RING}, {COLL_ALLREDUCE, ALGO_HIER},
+               {COLL_ALLREDUCE, ALGO_RD},       {COLL_ALLREDUCE, ALGO_PAIRWISE},
+               {COLL_REDUCESCATTER, ALGO_HIER}};
+  struct sim_cluster c;
+  (void)state;
+  cluster(&c, 32, 4);
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+    for (size_t bytes = 64 << 10; bytes <= (8u << 20); bytes *= 8) {
+      struct sim_result sym, full;
+      simulate(&c, cases[i].coll, cases[i].algo, bytes, 0, &sym);
+      simulate(&c, cases[i].coll, cases[i].algo, bytes, SIM_FULL, &full);
+      print_message("%s %s %zu B: symmetric %.1f us, full %.1f us\n",
+                    sched_coll_name(cases[i].coll), sched_algo_name(cases[i].algo), bytes, sym.us,
+                    full.us);
+      assert_true(sym.symmetric);
+      assert_false(full.symmetric);
+      assert_true(fabs(sym.us - full.us) <= 0.03 * full.us);
+    }
+}
+
+/* The double binary tree has no such symmetry: it is played in full. */
+static void test_tree_plays_in_full(void** state) {
+  struct sim_cluster c;
+  struct sim_result r;
+  (void)state;
+  cluster(&c, 32, 4);
+  simulate(&c, COLL_ALLREDUCE, ALGO_TREE, 1 << 20, 0, &r);
+  assert_false(r.symmetric);
+  assert_true(r.us > 0);
+}
+
+/* Past the budget, a time from two smaller calls: within 2% of playing
+ * the call itself. */
+static void test_extrapolation(void** state) {
+  struct sim_cluster c;
+  struct sim_context s;
+  struct sim_result exact, guess;
+  struct sim_call call = {.coll = COLL_ALLREDUCE, .algo = ALGO_TREE, .bytes = (size_t)32 << 20};
+  (void)state;
+  cluster(&c, 64, 8);
+  assert_int_equal(sim_context_init(&s, &c), ncclSuccess);
+  assert_int_equal(sim_collective(&s, &call, SIM_EXACT, &exact), ncclSuccess);
+  s.step_budget = 64 * 400; /* exact play needs ~64 x 2k steps */
+  assert_int_equal(sim_collective(&s, &call, 0, &guess), ncclSuccess);
+  sim_context_free(&s);
+  print_message("tree 32 MiB on 64 ranks: %.1f us played, %.1f us extrapolated\n", exact.us,
+                guess.us);
+  assert_false(exact.extrapolated);
+  assert_true(guess.extrapolated);
+  assert_true(fabs(guess.us - exact.us) <= 0.02 * exact.us);
+}
+
+/* A rank that waits for a message nobody sends: an error naming it. */
+static void test_unmatched_schedules(void** state) {
+  struct sim_cluster c;
+  struct sim_step r0[] = {{.recv = -1, .send = 1, .bytes = 64, .prim = PRIM_SEND}};
+  struct sim_step r1[] = {{.recv = 0, .send = -1, .bytes = 64, .prim = PRIM_RECV},
+                          {.recv = 0, .send = -1, .bytes = 64, .prim = PRIM_RECV}};
+  struct sim_step* steps[] = {r0, r1};
+  size_t nsteps[] = {1, 2};
+  struct sim_stats st;
+  (void)state;
+  cluster(&c, 2, 1);
+  struct sim_plan p = {.c = &c, .nsim = 2, .steps = steps, .nsteps = nsteps};
+  assert_int_equal(sim_play(&p, &st), ncclInternalError);
+  nsteps[1] = 1;
+  assert_int_equal(sim_play(&p, &st), ncclSuccess);
+  assert_int_equal(st.messages, 1);
+}
+
+/* Bad settings are refused with a message, not taken. */
+static void test_cluster_settings(void** state) {
+  struct sim_cluster c;
+  (void)state;
+  sim_cluster_defaults(&c);
+  assert_int_equal(sim_cluster_set(&c, "nic_gbps=200"), ncclSuccess);
+  assert_true(c.nic_gbps == 200);
+  assert_int_equal(sim_cluster_set(&c, "fabric=rails"), ncclSuccess);
+  assert_int_equal(sim_cluster_set(&c, "nic_gbps=fast"), ncclInvalidArgument);
+  assert_int_equal(sim_cluster_set(&c, "no_such=1"), ncclInvalidArgument);
+  assert_int_equal(sim_cluster_set(&c, "fabric=torus"), ncclInvalidArgument);
+  c.nranks = 10, c.per_node = 4;
+  assert_int_equal(sim_cluster_check(&c), ncclInvalidArgument);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_one_message),
+      cmocka_unit_test(test_ring_at_line_rate),
+      cmocka_unit_test(test_symmetric_matches_full),
+      cmocka_unit_test(test_tree_plays_in_full),
+      cmocka_unit_test(test_extrapolation),
+      cmocka_unit_test(test_unmatched_schedules),
+      cmocka_unit_test(test_cluster_settings),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
