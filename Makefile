@@ -228,7 +228,7 @@ $(BUILD)/obj/%.fatbin.o: $(BUILD)/obj/%.fatbin.c
 	$(CC) $(ALL_CFLAGS) -c $< -o $@
 .PRECIOUS: $(BUILD)/obj/%.fatbin $(BUILD)/obj/%.fatbin.c
 
--include $(LIB_OBJS:.o=.d) $(SIM_OBJS:.o=.d) $(patsubst %.cu,$(BUILD)/obj/%.d,$(CUDA_CU))
+-include $(LIB_OBJS:.o=.d) $(patsubst %.cu,$(BUILD)/obj/%.d,$(CUDA_CU))
 -include $(patsubst %.c,$(BUILD)/obj/%.d,$(PERF_COMMON) $(MP_COMMON) $(filter-out \
            tests/common/cudasim%.c,$(wildcard tests/common/*.c)) $(wildcard trainer/*.c)) \
          $(BUILD)/obj/trainer/launch_mpi.d
@@ -269,6 +269,7 @@ $(BINDIR)/%_perf: perf/%_perf.c $(PERF_OBJS) perf/*.h $(STLIB)
 SIM_SRCS := $(wildcard sim/*.c)
 SIM_OBJS := $(patsubst %.c,$(BUILD)/obj/%.o,$(SIM_SRCS))
 SIM_LIB_OBJS := $(filter-out $(BUILD)/obj/sim/main.o,$(SIM_OBJS))
+-include $(SIM_OBJS:.o=.d)
 $(BINDIR)/braid-sim: $(SIM_OBJS) $(STLIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(LDFLAGS) $(SIM_OBJS) -o $@ $(STLIB) $(LDLIBS)

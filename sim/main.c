@@ -16,6 +16,7 @@
 #include "core.h"
 #include "sim_cluster.h"
 #include "sim_run.h"
+#include "tuner.h"
 
 struct sim_args {
   int ranks_lo, ranks_hi, coll; /* coll -1: every one */
@@ -23,13 +24,17 @@ struct sim_args {
   size_t bytes_lo, bytes_hi, factor;
   unsigned flags;
   double check_tuner; /* 0: no check */
+  int csv;            /* rows as comma-separated values */
+  int repeat;         /* calls back to back (sim_call) */
 };
 
 static void usage(void) {
-  fprintf(stderr,
-          "usage: braid-sim [--ranks N|LO:HI] [--per-node G] [--coll NAME|all] [--bytes B|LO:HI]\n"
-          "                 [--factor F] [--algo NAME] [--full] [--exact] [--check-tuner R]\n"
-          "                 [name=value ...]   (the cluster: docs/simulator.md)\n");
+  fprintf(
+      stderr,
+      "usage: braid-sim [--ranks N|LO:HI] [--per-node G] [--coll NAME|all] [--bytes B|LO:HI]\n"
+      "                 [--factor F] [--algo NAME] [--full] [--exact] [--check-tuner R] [--csv]\n"
+      "                 [--repeat K]\n"
+      "                 [name=value ...]   (the cluster: docs/simulator.md)\n");
 }
 
 /* "64M", "8", "1G": bytes; 0 on garbage. */
@@ -72,6 +77,7 @@ static int parse_one(const char* opt, const char* v, struct sim_args* a, struct 
   *used = 1;
   if (strcmp(opt, "--full") == 0) return a->flags |= SIM_FULL, 1;
   if (strcmp(opt, "--exact") == 0) return a->flags |= SIM_EXACT, 1;
+  if (strcmp(opt, "--csv") == 0) return a->csv = 1, 1;
   if (opt[0] != '-' && strchr(opt, '=')) return sim_cluster_set(c, opt) == ncclSuccess;
   *used = 2;
   if (v == NULL) return 0;
@@ -84,12 +90,13 @@ static int parse_one(const char* opt, const char* v, struct sim_args* a, struct 
     return (a->coll = parse_named(v, sched_coll_name, COLL_COUNT)) >= -1;
   if (strcmp(opt, "--algo") == 0)
     return (a->algo = parse_named(v, sched_algo_name, ALGO_COUNT)) >= -1;
+  if (strcmp(opt, "--repeat") == 0) return (a->repeat = atoi(v)) >= 1;
   if (strcmp(opt, "--check-tuner") == 0) return (a->check_tuner = atof(v)) >= 1;
   return 0;
 }
 
 static ncclResult_t parse_args(int argc, char** argv, struct sim_args* a, struct sim_cluster* c) {
-  *a = (struct sim_args){16, 16, COLL_ALLREDUCE, -1, 8, (size_t)1 << 30, 8, 0, 0};
+  *a = (struct sim_args){16, 16, COLL_ALLREDUCE, -1, 8, (size_t)1 << 30, 8, 0, 0, 0, 1};
   for (int i = 1, used = 0; i < argc; i += used) {
     if (parse_one(argv[i], i + 1 < argc ? argv[i + 1] : NULL, a, c, &used)) continue;
     fprintf(stderr, "braid-sim: bad argument '%s'\n", argv[i]);
@@ -107,41 +114,65 @@ static int coll_last(const struct sim_args* a) {
   return a->coll < 0 ? COLL_COUNT - 1 : a->coll;
 }
 
-static void print_header(const struct sim_context* s) {
+static void print_header(const struct sim_context* s, int csv) {
   char line[320];
   sim_cluster_describe(s->c, line, sizeof(line));
-  printf("# %s\n# %8s %12s %-13s", line, "ranks", "bytes", "coll");
+  printf("# %s\n", line);
+  if (csv) {
+    printf("ranks,per_node,bytes,coll,algo,us,busbw,played,tuner\n");
+    return;
+  }
+  printf("# %8s %12s %-13s", "ranks", "bytes", "coll");
   for (int algo = 0; algo < ALGO_COUNT; algo++)
     printf(" %12s us %6s", sched_algo_name(algo), "busbw");
   printf("  %-11s %s\n", "tuner", "pick/best");
 }
 
-/* One row: every algorithm, the tuner's pick; its ratio to the best in
- * *ratio (1 when it is the best). '~' marks an extrapolated time, '=' a
- * symmetric play's. */
+/* How an algorithm's time was had: every rank played, node 0's for all,
+ * or extrapolated. */
+static const char* played(const struct sim_result* r) {
+  return r->extrapolated ? "extrapolated" : r->symmetric ? "symmetric" : "full";
+}
+
+static void print_time(const struct sim_context* s, const struct sim_args* a, int coll,
+                       size_t bytes, int algo, const struct sim_result* r, int pick) {
+  double busbw = r->us > 0 ? (double)bytes / r->us / 1e3 * sim_busbw_factor(coll, s->c->nranks) : 0;
+  if (a->csv)
+    printf("%d,%d,%zu,%s,%s,%.3f,%.4f,%s,%s\n", s->c->nranks, s->c->per_node, bytes,
+           sched_coll_name(coll), sched_algo_name(algo), r->us, busbw, played(r),
+           sched_algo_name(pick));
+  else
+    printf(" %c%14.1f %6.2f", r->extrapolated ? '~' : r->symmetric ? '=' : ' ', r->us, busbw);
+}
+
+/* One row: every algorithm, the tuner's pick and its ratio to the best
+ * of the algorithms it chooses among (NCCL_ALGO; Pairwise only where
+ * named) in *ratio. '~' marks an extrapolated time, '=' a symmetric
+ * play's. */
 static ncclResult_t sim_row(struct sim_context* s, const struct sim_args* a, int coll, size_t bytes,
                             double* ratio) {
   ncclResult_t res = ncclSuccess;
   double t[ALGO_COUNT], best = 0;
+  unsigned eligible = tuner_allowed();
   int pick = sim_tuner_pick(s, coll, bytes);
-  printf("  %8d %12zu %-13s", s->c->nranks, bytes, sched_coll_name(coll));
+  if (!a->csv) printf("  %8d %12zu %-13s", s->c->nranks, bytes, sched_coll_name(coll));
   for (int algo = 0; algo < ALGO_COUNT; algo++) {
     struct sim_result r;
-    struct sim_call call = {.coll = coll, .algo = algo, .root = 0, .bytes = bytes};
+    struct sim_call call = {
+        .coll = coll, .algo = algo, .root = 0, .bytes = bytes, .repeat = a->repeat};
     t[algo] = -1;
     if ((a->algo >= 0 && a->algo != algo && algo != pick) ||
         !sched_supports_on(&s->topo, coll, algo)) {
-      printf(" %15s %6s", "-", "-");
+      if (!a->csv) printf(" %15s %6s", "-", "-");
       continue;
     }
     CHECK(sim_collective(s, &call, a->flags, &r));
     t[algo] = r.us;
-    if (best == 0 || r.us < best) best = r.us;
-    double busbw = r.us > 0 ? (double)bytes / r.us / 1e3 * sim_busbw_factor(coll, s->c->nranks) : 0;
-    printf(" %c%14.1f %6.2f", r.extrapolated ? '~' : r.symmetric ? '=' : ' ', r.us, busbw);
+    if ((eligible & (1u << algo)) && (best == 0 || r.us < best)) best = r.us;
+    print_time(s, a, coll, bytes, algo, &r, pick);
   }
   *ratio = best > 0 && t[pick] > 0 ? t[pick] / best : 1.0;
-  printf("  %-11s %.2f\n", sched_algo_name(pick), *ratio);
+  if (!a->csv) printf("  %-11s %.2f\n", sched_algo_name(pick), *ratio);
 fail:
   return res;
 }
@@ -154,7 +185,7 @@ static ncclResult_t sweep(struct sim_cluster* c, const struct sim_args* a, doubl
     c->nranks = (int)n;
     CHECK(sim_cluster_check(c));
     CHECK(sim_context_init(&s, c));
-    print_header(&s);
+    print_header(&s, a->csv);
     for (int coll = coll_first(a); coll <= coll_last(a); coll++)
       for (size_t b = a->bytes_lo; b <= a->bytes_hi; b *= a->factor) {
         double ratio;

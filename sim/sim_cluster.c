@@ -26,6 +26,7 @@ void sim_cluster_defaults(struct sim_cluster* c) {
   c->oversub = 1;
   c->fabric = SIM_FAT_TREE;
   c->rail_cross_us = 1;
+  c->wire_gbps = 10;
   c->window = 16;
   c->slot_bytes = 64 << 10;
 }
@@ -45,7 +46,7 @@ static const struct {
     SIM_INT(nranks),      SIM_INT(per_node),    SIM_INT(nics),         SIM_DBL(nic_gbps),
     SIM_DBL(net_lat_us),  SIM_DBL(intra_gbps),  SIM_DBL(intra_lat_us), SIM_DBL(msg_us),
     SIM_DBL(reduce_gbps), SIM_DBL(copy_gbps),   SIM_DBL(oversub),      SIM_DBL(rail_cross_us),
-    SIM_INT(window),      SIM_SIZE(slot_bytes),
+    SIM_INT(window),      SIM_SIZE(slot_bytes), SIM_SIZE(burst_bytes), SIM_DBL(wire_gbps),
 };
 
 static ncclResult_t set_number(struct sim_cluster* c, int i, const char* value) {

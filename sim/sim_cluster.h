@@ -21,6 +21,8 @@ struct sim_cluster {
   int nics;            /* per node; rank l uses NIC l % nics */
   double nic_gbps;     /* per NIC and direction, Gbit/s */
   double net_lat_us;   /* NIC to NIC through the fabric, one way */
+  size_t burst_bytes;  /* a token bucket on each NIC (tc tbf), 0: none */
+  double wire_gbps;    /* the rate while its tokens last */
   double intra_gbps;   /* one rank to another inside a node (shared memory) */
   double intra_lat_us; /* a hop inside a node */
   double msg_us;       /* a rank's CPU time per message it sends, and the receiver's */

@@ -78,15 +78,16 @@ static ncclResult_t rank_steps(struct sim_context* s, const struct sim_call* cal
   *out = NULL, *n = 0;
   s->ex.conf.rank = rank;
   size_t piece = exec_piece_count(&s->ex, &a);
-  for (size_t off = 0; off < count; off += piece) {
-    struct exec_args p = a;
-    struct sched_key key;
-    p.count = MIN(piece, count - off);
-    if (call->coll == COLL_ALLGATHER || call->coll == COLL_REDUCESCATTER) p.stride = count;
-    exec_ctx_key(&s->ex, &p, &key);
-    CHECK(sched_build(&s->sched, &key));
-    CHECK(append_steps(&s->sched, off > 0, out, n, &cap));
-  }
+  for (int again = 0; again < MAX(1, call->repeat); again++)
+    for (size_t off = 0; off < count; off += piece) {
+      struct exec_args p = a;
+      struct sched_key key;
+      p.count = MIN(piece, count - off);
+      if (call->coll == COLL_ALLGATHER || call->coll == COLL_REDUCESCATTER) p.stride = count;
+      exec_ctx_key(&s->ex, &p, &key);
+      CHECK(sched_build(&s->sched, &key));
+      CHECK(append_steps(&s->sched, off > 0 || again > 0, out, n, &cap));
+    }
   return ncclSuccess;
 fail:
   free(*out);
@@ -223,30 +224,38 @@ fail:
   return res;
 }
 
-static ncclResult_t play_at(struct sim_context* s, const struct sim_call* call, size_t chunk,
-                            unsigned flags, struct sim_result* out) {
+/* Node 0's ranks for all, if the schedules allow it (*played). */
+static ncclResult_t play_symmetric(struct sim_context* s, const struct sim_call* call, size_t count,
+                                   size_t chunk, struct sim_result* out, int* played) {
   ncclResult_t res = ncclSuccess;
   struct sim_plan p = {0};
   struct sim_stats st;
+  *played = 0;
+  CHECK(plan_symmetric(s, call, count, chunk, &p));
+  if (p.symmetric != SIM_MAP_NONE) {
+    CHECK(sim_play(&p, &st));
+    take_stats(out, &p, &st);
+    *played = 1;
+  }
+fail:
+  plan_free(&p);
+  return res;
+}
+
+static ncclResult_t play_at(struct sim_context* s, const struct sim_call* call, size_t chunk,
+                            unsigned flags, struct sim_result* out) {
+  ncclResult_t res = ncclSuccess;
   size_t count = call_count(s, call->coll, call->bytes);
-  int too_big = 0;
+  int played = 0, too_big = 0;
   memset(out, 0, sizeof(*out));
   out->chunk = chunk;
   if (count == 0) return ncclSuccess; /* nothing moves */
-  if (!(flags & SIM_FULL) && s->c->nnodes > 1) {
-    CHECK(plan_symmetric(s, call, count, chunk, &p));
-    if (p.symmetric != SIM_MAP_NONE) {
-      CHECK(sim_play(&p, &st));
-      take_stats(out, &p, &st);
-      goto fail; /* done */
-    }
-    plan_free(&p);
-  }
-  CHECK(play_full(s, call, count, chunk, flags, out, &too_big));
+  if (!(flags & SIM_FULL) && s->c->nnodes > 1)
+    CHECK(play_symmetric(s, call, count, chunk, out, &played));
+  if (!played) CHECK(play_full(s, call, count, chunk, flags, out, &too_big));
   if (too_big) CHECK(extrapolate(s, call, chunk, flags, out));
-fail:
-  plan_free(&p);
   out->chunk = chunk;
+fail:
   return res;
 }
 
@@ -259,7 +268,17 @@ ncclResult_t sim_collective(struct sim_context* s, const struct sim_call* call, 
     return ncclInvalidArgument;
   }
   size_t chunk = tuner_chunk(&s->model, call->coll, call->algo, call->bytes);
-  return play_at(s, call, chunk, flags, out);
+  if (call->repeat <= 1) return play_at(s, call, chunk, flags, out);
+  /* one call in a loop: (T(k calls) - T(1 call)) / (k - 1) */
+  ncclResult_t res = ncclSuccess;
+  struct sim_call once = *call;
+  struct sim_result first;
+  once.repeat = 1;
+  CHECK(play_at(s, &once, chunk, flags, &first));
+  CHECK(play_at(s, call, chunk, flags, out));
+  out->us = (out->us - first.us) / (call->repeat - 1);
+fail:
+  return res;
 }
 
 int sim_tuner_pick(struct sim_context* s, int coll, size_t bytes) {

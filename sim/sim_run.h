@@ -21,10 +21,14 @@
 #define SIM_EXACT 2u /* never extrapolate */
 
 /* nccl-tests' sizes: `bytes` is the whole buffer (an all-gather's output,
- * a reduce-scatter's input); floats, summed. */
+ * a reduce-scatter's input); floats, summed. With `repeat` > 1 the call
+ * runs that many times back to back, as a benchmark's loop does, and the
+ * time is that of one call in the loop (the last ones' mean): a port's
+ * token bucket, full before the first call, is what the loop leaves. */
 struct sim_call {
   int coll, algo, root;
   size_t bytes;
+  int repeat; /* 0 or 1: once, from idle */
 };
 
 struct sim_result {

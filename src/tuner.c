@@ -59,7 +59,7 @@ int tuner_forces_direct(void) {
 
 /* Bit mask of algorithms NCCL_ALGO allows (all but Pairwise when unset:
  * outside the deterministic mode it runs only where it is named). */
-static unsigned tuner_allowed(void) {
+unsigned tuner_allowed(void) {
   static _Atomic int cached = -1;
   int v = atomic_load_explicit(&cached, memory_order_relaxed);
   if (v >= 0) return (unsigned)v;

@@ -30,6 +30,9 @@ void tuner_choose(const struct ncclComm* comm, int coll, size_t bytes, int canon
                   size_t* chunk_bytes);
 /* The model's table for this comm, at INFO/TUNING. */
 void tuner_log_table(const struct ncclComm* comm);
+/* The algorithms the tuner chooses among (NCCL_ALGO; all but Pairwise
+ * when unset), a bit mask of enum sched_algo. */
+unsigned tuner_allowed(void);
 /* NCCL_ALGO syntax to a bit mask of enum sched_algo (exposed for tests). */
 unsigned tuner_parse_algos(const char* s);
 /* Whether NCCL_ALGO allows the direct algorithm on device buffers (it is

@@ -54,6 +54,39 @@ static void test_one_message(void** state) {
   sim_net_free(&n);
 }
 
+/* A NIC behind a token bucket (tc's tbf): a message the bucket covers
+ * passes at the wire's speed, then the link's rate rules; a loop of calls
+ * (repeat) sees what the bucket has left, not a full one. */
+static void test_token_bucket(void** state) {
+  struct sim_cluster c;
+  struct sim_net n;
+  struct sim_result once, loop, plain;
+  double sent, arrived;
+  (void)state;
+  cluster(&c, 2, 1);
+  c.nic_gbps = 8, c.wire_gbps = 80, c.net_lat_us = 0, c.burst_bytes = 100000;
+  assert_int_equal(sim_net_init(&n, &c, 2, 2), ncclSuccess);
+  sim_net_send(&n, 0, 1, 0, 0, 1, 1, 50000, 0, &sent, &arrived);
+  assert_true(fabs(sent - 5.0) < 1e-9); /* 50 kB at 10 kB/us */
+  sim_net_send(&n, 0, 1, 0, 0, 1, 1, 100000, sent, &sent, &arrived);
+  /* 55 kB of tokens left: the other 45 kB at the rate, 1 kB/us */
+  assert_true(fabs(sent - 5.0 - 45.0) < 1e-6);
+  sim_net_free(&n);
+  struct sim_call call = {.coll = COLL_ALLREDUCE, .algo = ALGO_RING, .bytes = 1 << 20};
+  struct sim_context s;
+  assert_int_equal(sim_context_init(&s, &c), ncclSuccess);
+  assert_int_equal(sim_collective(&s, &call, 0, &once), ncclSuccess);
+  call.repeat = 16;
+  assert_int_equal(sim_collective(&s, &call, 0, &loop), ncclSuccess);
+  sim_context_free(&s);
+  c.burst_bytes = 0;
+  simulate(&c, COLL_ALLREDUCE, ALGO_RING, 1 << 20, 0, &plain);
+  print_message("1 MiB ring: %.1f us once, %.1f us a call in a loop, %.1f us unshaped bucket\n",
+                once.us, loop.us, plain.us);
+  assert_true(once.us < loop.us);
+  assert_true(fabs(loop.us - plain.us) <= 0.05 * plain.us);
+}
+
 /* A big ring all-reduce over one rank per node is bound by the NIC: its
  * bus bandwidth comes within 10% of the line rate, never above it. */
 static void test_ring_at_line_rate(void** state) {
@@ -165,13 +198,10 @@ static void test_cluster_settings(void** state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_one_message),
-      cmocka_unit_test(test_ring_at_line_rate),
-      cmocka_unit_test(test_symmetric_matches_full),
-      cmocka_unit_test(test_tree_plays_in_full),
-      cmocka_unit_test(test_extrapolation),
-      cmocka_unit_test(test_unmatched_schedules),
-      cmocka_unit_test(test_cluster_settings),
+      cmocka_unit_test(test_one_message),         cmocka_unit_test(test_token_bucket),
+      cmocka_unit_test(test_ring_at_line_rate),   cmocka_unit_test(test_symmetric_matches_full),
+      cmocka_unit_test(test_tree_plays_in_full),  cmocka_unit_test(test_extrapolation),
+      cmocka_unit_test(test_unmatched_schedules), cmocka_unit_test(test_cluster_settings),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
