@@ -119,25 +119,45 @@ static double ring_cost(const struct tuner_model* m, int coll, double kb) {
   return link_time(l, ALGO_RING, n - 1, kb); /* chain broadcast / reduce */
 }
 
-static double tree_cost(const struct tuner_model* m, int coll, double kb) {
-  const struct tuner_link* l = flat_link(m);
-  /* up then down; an interior rank moves the data of two children */
-  if (coll == COLL_ALLREDUCE) return link_time(l, ALGO_TREE, 2.0 * (m->tree_depth - 1), 2 * kb);
-  return link_time(l, ALGO_TREE, m->tree_depth - 1, 2 * kb);
+/* Per KB, a flat algorithm across nodes is never faster than its share
+ * of the NIC: the ring visits ranks node by node, so one flow leaves each
+ * node; a tree's and recursive doubling's ranks each have links of their
+ * own across nodes, and all of a node's ranks share its NIC (braid-sim:
+ * trees at 2 ranks a node took twice what the line rate alone said). */
+static double flat_beta(const struct tuner_model* m, int algo) {
+  double beta = flat_link(m)->beta_us_per_kb[algo];
+  if (algo == ALGO_TREE || algo == ALGO_RD) beta = MAX(beta, m->wire_us_per_kb * m->max_ppn);
+  return beta;
 }
 
-/* Whole-buffer exchanges, or from RD_HALVING_MIN_BYTES on (4+ ranks in the
- * power-of-two core) halving then doubling: twice the core's rounds, each
- * rank moving 2(p2-1)/p2 of the buffer; folded ranks add two whole rounds. */
-static double rd_cost(const struct tuner_model* m, double kb, double slot_kb) {
+/* Up then down; an interior rank moves the data of two children. Slices
+ * pipeline through the levels, but across nodes each level forwards a
+ * whole slice at the NIC's rate: a call of few slices pays a slice's time
+ * per level (braid-sim: a 4 KiB tree over 128 nodes took three times the
+ * pipelined figure). Inside a node the fitted lines hold that fill. */
+static double tree_cost(const struct tuner_model* m, int coll, double kb, double slot_kb) {
   const struct tuner_link* l = flat_link(m);
+  double hops = (coll == COLL_ALLREDUCE ? 2.0 : 1.0) * (m->tree_depth - 1);
+  double beta = flat_beta(m, ALGO_TREE);
+  double fill = m->nnodes > 1 ? MAX(0.0, hops - 1) * 2 * MIN(kb, slot_kb) : 0;
+  return hops * l->alpha_us[ALGO_TREE] + (2 * kb + fill) * beta;
+}
+
+/* Recursive doubling over n ranks: whole-buffer exchanges, or from
+ * RD_HALVING_MIN_BYTES on (4+ ranks in the power-of-two core) halving
+ * then doubling: twice the core's rounds, each rank moving 2(p2-1)/p2 of
+ * the buffer; folded ranks add two whole rounds. */
+static double rd_time(int n, double kb, double slot_kb, double alpha, double beta) {
   double slices = kb > slot_kb ? kb / slot_kb : 1.0;
-  int r = rd_rounds(m->nranks);
-  if (!rd_uses_halving((size_t)(kb * 1024.0), 1, m->nranks))
-    return link_time(l, ALGO_RD, r * slices, r * kb);
-  int core = rd_core_rounds(m->nranks), p2 = 1 << core, fold = r - core; /* fold: 0 or 2 */
+  int r = rd_rounds(n);
+  if (!rd_uses_halving((size_t)(kb * 1024.0), 1, n)) return r * slices * alpha + r * kb * beta;
+  int core = rd_core_rounds(n), p2 = 1 << core, fold = r - core; /* fold: 0 or 2 */
   double moved = 2.0 * (p2 - 1) / p2 * kb + fold * kb;
-  return link_time(l, ALGO_RD, (2 * core + fold) * slices, moved);
+  return (2 * core + fold) * slices * alpha + moved * beta;
+}
+
+static double rd_cost(const struct tuner_model* m, double kb, double slot_kb) {
+  return rd_time(m->nranks, kb, slot_kb, flat_link(m)->alpha_us[ALGO_RD], flat_beta(m, ALGO_RD));
 }
 
 /* Hierarchical: node phases on the intra link (each rank's share), the
@@ -150,7 +170,7 @@ static double hier_cost(const struct tuner_model* m, int coll, double kb, double
   if (coll == COLL_ALLREDUCE &&
       hier_allreduce_uses_leaders((size_t)(kb * 1024.0), m->slot_bytes)) /* leaders */
     return link_time(in, ALGO_TREE, 2.0 * log2_ceil(p), 2 * kb) +
-           link_time(net, ALGO_RD, rd_rounds(nn), rd_rounds(nn) * kb);
+           rd_time(nn, kb, slot_kb, net->alpha_us[ALGO_RD], net->beta_us_per_kb[ALGO_RD]);
   if (coll == COLL_ALLREDUCE) {
     double node = link_time(in, ALGO_RING, 2.0 * (p - 1), 2 * pf * kb);
     double wire = link_time(net, ALGO_RING, 2.0 * (nn - 1), 2 * mf * kb);
@@ -218,7 +238,7 @@ double tuner_cost(const struct tuner_model* m, int coll, int algo, double bytes)
     case ALGO_RING:
       return ring_cost(m, coll, kb);
     case ALGO_TREE:
-      return tree_cost(m, coll, kb);
+      return tree_cost(m, coll, kb, slot_kb);
     case ALGO_RD:
       return rd_cost(m, kb, slot_kb);
     case ALGO_HIER:

@@ -121,6 +121,7 @@ static int hier_pipelines(const struct ncclComm* comm) {
 
 void tuner_model_price(struct tuner_model* m) {
   double f = MAX(1.0, m->oversub);
+  m->wire_us_per_kb = m->nnodes > 1 && m->nic_mbps ? 8192.0 / (double)m->nic_mbps : 0;
   k_link_fill[m->intra_transport->id](&m->intra, m, f, 0);
   k_link_fill[m->net_transport->id](&m->net, m, f, 1);
 }
