@@ -21,6 +21,7 @@ void sim_cluster_defaults(struct sim_cluster* c) {
   c->intra_gbps = 80;
   c->intra_lat_us = 1;
   c->msg_us = 2;
+  c->intra_msg_us = 0.5;
   c->reduce_gbps = 60;
   c->copy_gbps = 80;
   c->oversub = 1;
@@ -43,10 +44,11 @@ static const struct {
   size_t off;
   char kind;
 } k_fields[] = {
-    SIM_INT(nranks),      SIM_INT(per_node),    SIM_INT(nics),         SIM_DBL(nic_gbps),
-    SIM_DBL(net_lat_us),  SIM_DBL(intra_gbps),  SIM_DBL(intra_lat_us), SIM_DBL(msg_us),
-    SIM_DBL(reduce_gbps), SIM_DBL(copy_gbps),   SIM_DBL(oversub),      SIM_DBL(rail_cross_us),
-    SIM_INT(window),      SIM_SIZE(slot_bytes), SIM_SIZE(burst_bytes), SIM_DBL(wire_gbps),
+    SIM_INT(nranks),        SIM_INT(per_node),    SIM_INT(nics),         SIM_DBL(nic_gbps),
+    SIM_DBL(net_lat_us),    SIM_DBL(intra_gbps),  SIM_DBL(intra_lat_us), SIM_DBL(msg_us),
+    SIM_DBL(intra_msg_us),  SIM_DBL(reduce_gbps), SIM_DBL(copy_gbps),    SIM_DBL(oversub),
+    SIM_DBL(rail_cross_us), SIM_INT(window),      SIM_SIZE(slot_bytes),  SIM_SIZE(burst_bytes),
+    SIM_DBL(wire_gbps),
 };
 
 static ncclResult_t set_number(struct sim_cluster* c, int i, const char* value) {
@@ -103,9 +105,9 @@ void sim_cluster_describe(const struct sim_cluster* c, char* out, size_t size) {
     snprintf(fabric, sizeof(fabric), "fat tree 1:%.2g", c->oversub);
   snprintf(out, size,
            "%d ranks = %d nodes x %d; %d x %.0f Gbit/s NIC, %.1f us, %s; intra %.0f Gbit/s "
-           "%.1f us; %.1f us/msg; reduce %.0f Gbit/s",
+           "%.1f us; %.1f us/msg (%.1f inside); reduce %.0f Gbit/s",
            c->nranks, c->nnodes, c->per_node, c->nics, c->nic_gbps, c->net_lat_us, fabric,
-           c->intra_gbps, c->intra_lat_us, c->msg_us, c->reduce_gbps);
+           c->intra_gbps, c->intra_lat_us, c->msg_us, c->intra_msg_us, c->reduce_gbps);
 }
 
 ncclResult_t sim_cluster_layout(const struct sim_cluster* c, struct sched_topo* t) {

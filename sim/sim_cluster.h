@@ -26,6 +26,7 @@ struct sim_cluster {
   double intra_gbps;   /* one rank to another inside a node (shared memory) */
   double intra_lat_us; /* a hop inside a node */
   double msg_us;       /* a rank's CPU time per message it sends, and the receiver's */
+  double intra_msg_us; /* the same for a message inside a node (shared memory) */
   double reduce_gbps;  /* a rank reducing: bytes of each input per second, Gbit/s */
   double copy_gbps;    /* a rank copying */
   double oversub;      /* fat tree: bisection = nodes * nics * nic / oversub (1: full) */

@@ -1,7 +1,9 @@
 /*
- * The engine (sim_engine.h): per rank, the executor's three cursors
- * (posted, computed, retired) over a window of records; per connection, a
- * queue of arrival times; a heap of sends in the order they are offered.
+ * The engine (sim_engine.h). Every use of a resource - a rank's CPU, a
+ * port - happens while handling an event, and events are handled in time
+ * order: a rank's state machine (advance) only finds what may happen next
+ * and queues it. So the outcome does not depend on the order in which
+ * ranks happen to learn things, and symmetric play matches full play.
  */
 #include "sim_engine.h"
 
@@ -11,141 +13,27 @@
 #include "core.h"
 #include "schedule.h"
 #include "sim_net.h"
+#include "sim_queue.h"
 
-/* ---- arrival queues, by peer ---- */
+#define REC_SEND_QUEUED 1u /* its send's CPU work is queued or done */
+#define REC_OFFERED 2u     /* its send is offered to the network */
+#define REC_SENT 4u        /* and has left the sender's port */
 
-struct sim_conn {
-  int peer;    /* -1: an empty slot of the map */
-  double last; /* outgoing: when its last send was offered */
-  double* t;   /* incoming: arrival times not yet taken */
-  uint32_t head, n, cap;
-};
-
-/* Open addressing over peers: ring and chain ranks have 2, trees 6,
- * recursive doubling 2 log n. */
-struct sim_map {
-  struct sim_conn* slots;
-  uint32_t cap, n;
-};
-
-static void map_free(struct sim_map* m) {
-  for (uint32_t i = 0; i < m->cap; i++) free(m->slots[i].t);
-  free(m->slots);
-  memset(m, 0, sizeof(*m));
-}
-
-static ncclResult_t map_grow(struct sim_map* m) {
-  ncclResult_t res = ncclSuccess;
-  struct sim_map g = {NULL, m->cap ? 2 * m->cap : 8, 0};
-  CHECK(braid_calloc(&g.slots, g.cap, sizeof(*g.slots)));
-  for (uint32_t i = 0; i < g.cap; i++) g.slots[i].peer = -1;
-  for (uint32_t i = 0; i < m->cap; i++) {
-    if (m->slots[i].peer < 0) continue;
-    uint32_t j = (uint32_t)m->slots[i].peer * 2654435761u & (g.cap - 1);
-    while (g.slots[j].peer >= 0) j = (j + 1) & (g.cap - 1);
-    g.slots[j] = m->slots[i];
-    g.n++;
-  }
-  free(m->slots);
-  *m = g;
-fail:
-  return res;
-}
-
-static ncclResult_t map_get(struct sim_map* m, int peer, struct sim_conn** out) {
-  ncclResult_t res = ncclSuccess;
-  if (2 * (m->n + 1) > m->cap) CHECK(map_grow(m));
-  uint32_t j = (uint32_t)peer * 2654435761u & (m->cap - 1);
-  while (m->slots[j].peer >= 0 && m->slots[j].peer != peer) j = (j + 1) & (m->cap - 1);
-  if (m->slots[j].peer < 0) {
-    memset(&m->slots[j], 0, sizeof(m->slots[j]));
-    m->slots[j].peer = peer;
-    m->n++;
-  }
-  *out = &m->slots[j];
-fail:
-  return res;
-}
-
-static ncclResult_t queue_push(struct sim_conn* q, double t) {
-  ncclResult_t res = ncclSuccess;
-  if (q->n == q->cap) {
-    uint32_t cap = q->cap ? 2 * q->cap : 16;
-    double* nt = NULL;
-    CHECK(braid_calloc(&nt, cap, sizeof(double)));
-    for (uint32_t i = 0; i < q->n; i++) nt[i] = q->t[(q->head + i) % q->cap];
-    free(q->t);
-    q->t = nt, q->head = 0, q->cap = cap;
-  }
-  q->t[(q->head + q->n++) % q->cap] = t;
-fail:
-  return res;
-}
-
-/* ---- the heap of offered sends ---- */
-
-struct sim_event {
-  double t;
-  int rank;
-  uint32_t step;
-};
-
-struct sim_heap {
-  struct sim_event* e;
-  size_t n, cap;
-};
-
-static int event_before(const struct sim_event* a, const struct sim_event* b) {
-  if (a->t != b->t) return a->t < b->t;
-  if (a->rank != b->rank) return a->rank < b->rank;
-  return a->step < b->step;
-}
-
-static ncclResult_t heap_push(struct sim_heap* h, struct sim_event ev) {
-  ncclResult_t res = ncclSuccess;
-  if (h->n == h->cap) {
-    CHECK(braid_realloc(&h->e, h->cap ? 2 * h->cap : 1024, sizeof(*h->e)));
-    h->cap = h->cap ? 2 * h->cap : 1024;
-  }
-  size_t i = h->n++;
-  while (i > 0 && event_before(&ev, &h->e[(i - 1) / 2])) {
-    h->e[i] = h->e[(i - 1) / 2];
-    i = (i - 1) / 2;
-  }
-  h->e[i] = ev;
-fail:
-  return res;
-}
-
-static struct sim_event heap_pop(struct sim_heap* h) {
-  struct sim_event top = h->e[0], last = h->e[--h->n];
-  size_t i = 0;
-  for (;;) {
-    size_t k = 2 * i + 1;
-    if (k >= h->n) break;
-    if (k + 1 < h->n && event_before(&h->e[k + 1], &h->e[k])) k++;
-    if (!event_before(&h->e[k], &last)) break;
-    h->e[i] = h->e[k];
-    i = k;
-  }
-  if (h->n) h->e[i] = last;
-  return top;
-}
-
-/* ---- ranks ---- */
-
-#define REC_SEND_MADE 1u /* its send is offered (or on the heap) */
-#define REC_SENT 2u      /* and has left the sender's port */
-
+/* A posted step: when it was posted, its message's arrival (taken when
+ * its compute was queued), when it was computed, sent and retired. */
 struct sim_rec {
-  double post, end, sent, retire;
+  double post, arrival, end, sent, retire;
   unsigned flags;
 };
 
+/* The executor's cursors: posted, queued for compute, computed, retired. */
 struct sim_rank {
   const struct sim_step* steps;
-  size_t nsteps, next_post, next_compute, retired;
-  double cpu, last_retire;
+  size_t nsteps, next_post, next_queue, computed, retired;
+  int computing;        /* a compute is queued and not done */
+  double cpu;           /* the CPU is free from */
+  double last_end;      /* the last computed step's end */
+  double last_retire;   /* and the last retired one's */
   struct sim_rec* recs; /* [window]: step i in i % window */
   struct sim_map in, out;
 };
@@ -161,8 +49,8 @@ struct sim_engine {
   uint64_t messages;
 };
 
-static int step_sends(const struct sim_step* s) {
-  return s->send >= 0;
+static struct sim_rec* rec_of(const struct sim_engine* e, struct sim_rank* k, size_t i) {
+  return &k->recs[i % e->window];
 }
 
 static int plain_send(const struct sim_step* s) {
@@ -186,37 +74,36 @@ static double step_cost(const struct sim_engine* e, const struct sim_step* s) {
   }
 }
 
-/* Offer step i's send at `t` at the earliest: the CPU pays for the
- * message, and a connection's messages leave in the schedule's order. */
-static ncclResult_t make_send(struct sim_engine* e, int r, size_t i, double t) {
-  ncclResult_t res = ncclSuccess;
-  struct sim_rank* k = &e->ranks[r];
-  struct sim_conn* out;
-  CHECK(map_get(&k->out, k->steps[i].send, &out));
-  t = MAX(t, k->cpu) + e->c->msg_us;
-  k->cpu = t;
-  t = MAX(t, out->last);
-  out->last = t;
-  k->recs[i % e->window].flags |= REC_SEND_MADE;
-  CHECK(heap_push(&e->heap, (struct sim_event){t, r, (uint32_t)i}));
-fail:
-  return res;
+/* A rank's CPU time for one message to or from `peer`. */
+static double msg_cost(const struct sim_engine* e, int r, int peer) {
+  const struct sim_cluster* c = e->c;
+  return r / c->per_node == peer / c->per_node ? c->intra_msg_us : c->msg_us;
+}
+
+static ncclResult_t push(struct sim_engine* e, double t, int r, size_t i, int kind) {
+  struct sim_event ev = {t, r % e->c->per_node, r, (uint32_t)i, (uint8_t)kind};
+  return sim_heap_push(&e->heap, ev);
+}
+
+static ncclResult_t queue_send(struct sim_engine* e, int r, size_t i, double t) {
+  rec_of(e, &e->ranks[r], i)->flags |= REC_SEND_QUEUED;
+  return push(e, t, r, i, SIM_EV_SEND);
 }
 
 /* Whether posted plain send i may go before the steps ahead of it are
- * computed: none of them still has to send on the same connection. */
-static int may_send_early(const struct sim_engine* e, const struct sim_rank* k, size_t i) {
-  for (size_t j = k->next_compute; j < i; j++)
-    if (k->steps[j].send == k->steps[i].send && !(k->recs[j % e->window].flags & REC_SEND_MADE))
-      return 0;
+ * computed: every earlier step on the same connection has offered its
+ * send (the executor keeps a connection's order). */
+static int may_send_early(const struct sim_engine* e, struct sim_rank* k, size_t i) {
+  for (size_t j = k->retired; j < i; j++)
+    if (k->steps[j].send == k->steps[i].send && !(rec_of(e, k, j)->flags & REC_OFFERED)) return 0;
   return 1;
 }
 
 static int retire_steps(struct sim_engine* e, struct sim_rank* k) {
   int moved = 0;
-  while (k->retired < k->next_compute) {
-    struct sim_rec* rec = &k->recs[k->retired % e->window];
-    int sends = step_sends(&k->steps[k->retired]);
+  while (k->retired < k->computed) {
+    struct sim_rec* rec = rec_of(e, k, k->retired);
+    int sends = k->steps[k->retired].send >= 0;
     if (sends && !(rec->flags & REC_SENT)) break;
     k->last_retire = MAX(k->last_retire, MAX(rec->end, sends ? rec->sent : 0));
     rec->retire = k->last_retire;
@@ -226,73 +113,121 @@ static int retire_steps(struct sim_engine* e, struct sim_rank* k) {
   return moved;
 }
 
-static ncclResult_t post_steps(struct sim_engine* e, int r, int* moved) {
-  ncclResult_t res = ncclSuccess;
-  struct sim_rank* k = &e->ranks[r];
+static int post_steps(struct sim_engine* e, struct sim_rank* k) {
+  int moved = 0;
   while (k->next_post < k->nsteps && k->next_post - k->retired < e->window) {
     size_t i = k->next_post;
-    const struct sim_step* st = &k->steps[i];
-    if (st->piece_first && k->retired < i) break; /* a piece starts on a drained window */
-    struct sim_rec* rec = &k->recs[i % e->window];
+    if (k->steps[i].piece_first && k->retired < i) break; /* a piece starts on a drained window */
+    struct sim_rec* rec = rec_of(e, k, i);
     double post = i >= e->window ? rec->retire : 0; /* step i - window's slot */
-    if (st->piece_first) post = MAX(post, k->last_retire);
+    if (k->steps[i].piece_first) post = MAX(post, k->last_retire);
     memset(rec, 0, sizeof(*rec));
     rec->post = post;
     k->next_post++;
-    *moved = 1;
-    if (plain_send(st) && may_send_early(e, k, i)) CHECK(make_send(e, r, i, post));
+    moved = 1;
   }
-fail:
-  return res;
+  return moved;
 }
 
-/* Compute step i if its message is in; 0 if it must wait. */
-static ncclResult_t compute_step(struct sim_engine* e, int r, size_t i, int* done) {
+/* Plain sends of posted steps whose connection is free of earlier sends. */
+static ncclResult_t send_early(struct sim_engine* e, int r, double now) {
   ncclResult_t res = ncclSuccess;
   struct sim_rank* k = &e->ranks[r];
-  const struct sim_step* st = &k->steps[i];
-  struct sim_rec* rec = &k->recs[i % e->window];
-  double start = MAX(rec->post, k->cpu);
-  *done = 0;
-  if (st->prim == PRIM_EXCHANGE && !(rec->flags & REC_SEND_MADE))
-    CHECK(make_send(e, r, i, start)); /* it sends Y once the steps before are done */
-  if (sched_prim_recvs(st->prim)) {
-    struct sim_conn* in;
-    CHECK(map_get(&k->in, st->recv, &in));
-    if (in->n == 0) return ncclSuccess;
-    start = MAX(MAX(start, k->cpu), in->t[in->head]) + e->c->msg_us;
-    in->head = (in->head + 1) % in->cap;
-    in->n--;
+  for (size_t i = k->next_queue; i < k->next_post; i++) {
+    struct sim_rec* rec = rec_of(e, k, i);
+    if (!plain_send(&k->steps[i]) || (rec->flags & REC_SEND_QUEUED) || !may_send_early(e, k, i))
+      continue;
+    CHECK(queue_send(e, r, i, MAX(rec->post, now)));
   }
-  rec->end = start + step_cost(e, st);
-  if (rec->end > k->cpu) k->cpu = rec->end;
-  if (step_sends(st) && !(rec->flags & REC_SEND_MADE)) CHECK(make_send(e, r, i, rec->end));
-  *done = 1;
 fail:
   return res;
 }
 
-/* Move rank r as far as what it knows allows. */
-static ncclResult_t advance(struct sim_engine* e, int r) {
+/* Queue the next step's compute once the one before is done and its
+ * message is in; a plain send computes nothing and passes at once.
+ * *moved when a step went on. */
+static ncclResult_t queue_compute(struct sim_engine* e, int r, int* moved) {
+  ncclResult_t res = ncclSuccess;
+  struct sim_rank* k = &e->ranks[r];
+  while (!k->computing && k->next_queue < k->next_post) {
+    size_t i = k->next_queue;
+    const struct sim_step* st = &k->steps[i];
+    struct sim_rec* rec = rec_of(e, k, i);
+    double ready = MAX(rec->post, k->last_end);
+    if (st->prim == PRIM_EXCHANGE && !(rec->flags & REC_SEND_QUEUED))
+      CHECK(queue_send(e, r, i, ready)); /* it sends Y once the steps before are done */
+    if (plain_send(st)) {
+      if (!(rec->flags & REC_SEND_QUEUED)) CHECK(queue_send(e, r, i, ready));
+      rec->end = k->last_end = ready;
+      k->next_queue++, k->computed++;
+      *moved = 1;
+      continue;
+    }
+    if (sched_prim_recvs(st->prim)) {
+      struct sim_conn* in;
+      CHECK(sim_map_get(&k->in, st->recv, &in));
+      if (in->n == 0) break; /* its message has not come */
+      rec->arrival = sim_conn_pop(in);
+      ready = MAX(ready, rec->arrival);
+    }
+    CHECK(push(e, ready, r, i, SIM_EV_COMPUTE));
+    k->computing = 1;
+    k->next_queue++;
+    *moved = 1;
+  }
+fail:
+  return res;
+}
+
+/* Move rank r as far as what is known at `now` allows. */
+static ncclResult_t advance(struct sim_engine* e, int r, double now) {
   ncclResult_t res = ncclSuccess;
   struct sim_rank* k = &e->ranks[r];
   int moved = 1;
   while (moved) {
     moved = retire_steps(e, k);
-    CHECK(post_steps(e, r, &moved));
-    while (k->next_compute < k->next_post) {
-      int done;
-      CHECK(compute_step(e, r, k->next_compute, &done));
-      if (!done) break;
-      k->next_compute++;
-      moved = 1;
-    }
+    moved |= post_steps(e, k);
+    CHECK(queue_compute(e, r, &moved));
   }
+  CHECK(send_early(e, r, now));
 fail:
   return res;
 }
 
-/* ---- playing ---- */
+/* ---- events ---- */
+
+/* The send's CPU work from `t` on, then its offer, in the connection's order. */
+static ncclResult_t offer_send(struct sim_engine* e, int r, size_t i, double t) {
+  ncclResult_t res = ncclSuccess;
+  struct sim_rank* k = &e->ranks[r];
+  struct sim_conn* out;
+  CHECK(sim_map_get(&k->out, k->steps[i].send, &out));
+  k->cpu = MAX(t, k->cpu) + msg_cost(e, r, k->steps[i].send);
+  out->last = MAX(out->last, k->cpu);
+  rec_of(e, k, i)->flags |= REC_OFFERED;
+  CHECK(push(e, out->last, r, i, SIM_EV_NET));
+fail:
+  return res;
+}
+
+static ncclResult_t on_compute(struct sim_engine* e, struct sim_event ev) {
+  ncclResult_t res = ncclSuccess;
+  struct sim_rank* k = &e->ranks[ev.rank];
+  const struct sim_step* st = &k->steps[ev.step];
+  struct sim_rec* rec = rec_of(e, k, ev.step);
+  double start = MAX(ev.t, k->cpu);
+  if (sched_prim_recvs(st->prim)) start += msg_cost(e, ev.rank, st->recv);
+  rec->end = k->last_end = k->cpu = start + step_cost(e, st);
+  k->computing = 0;
+  k->computed++;
+  if (st->send >= 0 && !(rec->flags & REC_SEND_QUEUED)) { /* its result goes on */
+    rec->flags |= REC_SEND_QUEUED;
+    CHECK(offer_send(e, ev.rank, ev.step, rec->end));
+  }
+  CHECK(advance(e, ev.rank, ev.t));
+fail:
+  return res;
+}
 
 /* Where a message from played rank r to rank `to` lands: the played rank
  * that receives it, and the sender as that rank's schedule names it. */
@@ -307,12 +242,12 @@ static void landing(const struct sim_engine* e, int r, int to, int* rank, int* l
   *label = sim_map_rank(c, e->p->symmetric, r, home);
 }
 
-static ncclResult_t deliver(struct sim_engine* e, struct sim_event ev) {
+static ncclResult_t on_net(struct sim_engine* e, struct sim_event ev) {
   ncclResult_t res = ncclSuccess;
   const struct sim_cluster* c = e->c;
   struct sim_rank* k = &e->ranks[ev.rank];
   const struct sim_step* st = &k->steps[ev.step];
-  struct sim_rec* rec = &k->recs[ev.step % e->window];
+  struct sim_rec* rec = rec_of(e, k, ev.step);
   int to = st->send, rank, label;
   double arrived;
   struct sim_conn* in;
@@ -322,24 +257,37 @@ static ncclResult_t deliver(struct sim_engine* e, struct sim_event ev) {
   sim_net_send(&e->net, ev.rank, to, snode, ev.rank, dnode, rank, st->bytes, ev.t, &rec->sent,
                &arrived);
   rec->flags |= REC_SENT;
-  CHECK(map_get(&e->ranks[rank].in, label, &in));
-  CHECK(queue_push(in, arrived));
+  CHECK(sim_map_get(&e->ranks[rank].in, label, &in));
+  CHECK(sim_conn_push(in, arrived));
   e->messages++;
-  CHECK(advance(e, rank));
-  CHECK(advance(e, ev.rank));
+  CHECK(advance(e, rank, ev.t));
+  CHECK(advance(e, ev.rank, ev.t));
 fail:
   return res;
 }
+
+static ncclResult_t handle(struct sim_engine* e, struct sim_event ev) {
+  switch (ev.kind) {
+    case SIM_EV_COMPUTE:
+      return on_compute(e, ev);
+    case SIM_EV_SEND:
+      return offer_send(e, ev.rank, ev.step, ev.t);
+    default:
+      return on_net(e, ev);
+  }
+}
+
+/* ---- playing ---- */
 
 static ncclResult_t stuck(const struct sim_engine* e) {
   for (int r = 0; r < e->p->nsim; r++) {
     const struct sim_rank* k = &e->ranks[r];
     if (k->retired == k->nsteps) continue;
-    const struct sim_step* st = &k->steps[k->next_compute < k->nsteps ? k->next_compute : 0];
+    size_t at = k->next_queue < k->nsteps ? k->next_queue : k->nsteps - 1;
     WARN(
         "braid-sim: rank %d stopped at step %zu of %zu (%s from rank %d): the schedules do not "
         "match",
-        r, k->next_compute, k->nsteps, sched_prim_name(st->prim), st->recv);
+        r, at, k->nsteps, sched_prim_name(k->steps[at].prim), k->steps[at].recv);
     return ncclInternalError;
   }
   return ncclSuccess;
@@ -348,11 +296,11 @@ static ncclResult_t stuck(const struct sim_engine* e) {
 static void engine_free(struct sim_engine* e) {
   for (int r = 0; e->ranks && r < e->p->nsim; r++) {
     free(e->ranks[r].recs);
-    map_free(&e->ranks[r].in);
-    map_free(&e->ranks[r].out);
+    sim_map_free(&e->ranks[r].in);
+    sim_map_free(&e->ranks[r].out);
   }
   free(e->ranks);
-  free(e->heap.e);
+  sim_heap_free(&e->heap);
   sim_net_free(&e->net);
 }
 
@@ -380,8 +328,8 @@ ncclResult_t sim_play(const struct sim_plan* p, struct sim_stats* out) {
   struct sim_engine e;
   memset(out, 0, sizeof(*out));
   CHECK(engine_init(&e, p));
-  for (int r = 0; r < p->nsim; r++) CHECK(advance(&e, r));
-  while (e.heap.n) CHECK(deliver(&e, heap_pop(&e.heap)));
+  for (int r = 0; r < p->nsim; r++) CHECK(advance(&e, r, 0));
+  while (e.heap.n) CHECK(handle(&e, sim_heap_pop(&e.heap)));
   CHECK(stuck(&e));
   for (int r = 0; r < p->nsim; r++) {
     out->end_us = MAX(out->end_us, e.ranks[r].last_retire);

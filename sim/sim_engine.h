@@ -6,12 +6,12 @@
  * (a new piece of a call only once the last is all retired), computes
  * them in order on its one CPU (a receive waits for its message; a
  * reduction or copy costs its bytes at the rank's rate; each message sent
- * or taken costs msg_us), sends a step's result when it is computed (a
- * plain send of data in place as soon as it is posted and nothing earlier
- * on that connection waits, an exchange once the steps before it are
- * done), and retires a step once its send has left. Sends are offered to
- * the network in time order (a heap), so its ports serve them first come,
- * first served.
+ * or taken costs msg_us, inside a node intra_msg_us), sends a step's
+ * result when it is computed (a plain send of data in place as soon as it
+ * is posted and every earlier send on that connection has gone, an
+ * exchange once the steps before it are done), and retires a step once
+ * its send has left. Every use of a CPU or a port happens in time order
+ * (a heap of events), first come, first served.
  *
  * Symmetric play: where every node's schedules are node 0's moved by a
  * map of nodes (sim_symmetry.h), the ranks of node 0 stand for all: a
