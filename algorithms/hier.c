@@ -14,14 +14,14 @@
  */
 #include "hier.h"
 
+#include <stdlib.h>
+
 #include "core.h"
 #include "layout.h"
 #include "recursive_doubling.h"
 #include "ring.h"
 #include "schedule.h"
 #include "tree.h"
-
-#define HIER_MAX_NODES 4096
 
 /* The layout as the algorithm needs it. */
 struct hier {
@@ -209,14 +209,18 @@ static ncclResult_t hier_leaders(struct schedule* s, const struct hier* h) {
   ncclResult_t res = ncclSuccess;
   const struct sched_topo* t = h->t;
   const int* mine = &t->order[t->node_start[h->node]];
-  int leaders[HIER_MAX_NODES], m = h->nnodes, k = h->ppn;
-  if (m > HIER_MAX_NODES) FAIL(ncclInvalidUsage, "Hier: more than %d nodes", HIER_MAX_NODES);
-  for (int i = 0; i < m; i++) leaders[i] = node_rank(t, i, 0);
+  int *leaders = NULL, m = h->nnodes, k = h->ppn;
   if (k > 1) CHECK(sub_schedule(s, h->k, tree_schedule_reduce, mine, k, h->local, 0, 0, m == 1));
-  if (m > 1 && h->local == 0)
+  if (m > 1 && h->local == 0) {
+    /* on the heap: any number of nodes (a stack array refused 4096+,
+     * which braid-sim found at 16,384 ranks on 8,192 nodes) */
+    CHECK(braid_calloc(&leaders, (size_t)m, sizeof(*leaders)));
+    for (int i = 0; i < m; i++) leaders[i] = node_rank(t, i, 0);
     CHECK(sub_schedule(s, h->k, rd_schedule_allreduce, leaders, m, h->node, 0, k > 1, 1));
+  }
   if (k > 1) CHECK(sub_schedule(s, h->k, tree_schedule_broadcast, mine, k, h->local, 0, 1, 1));
 fail:
+  free(leaders);
   return res;
 }
 

@@ -13,11 +13,19 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core.h"
+#include "sched_build.h"
 #include "schedule.h"
 #include "sim_cluster.h"
 #include "sim_engine.h"
 #include "sim_net.h"
 #include "sim_run.h"
+#include "tuner.h"
+
+/* perf/sim_calibrate.py's fit for the emulated 1 Gbit/s cluster */
+#define SIM_FIT_LAT "4"
+#define SIM_FIT_MSG "4"
+#define SIM_FIT_INTRA_MSG "0.5"
 
 static void cluster(struct sim_cluster* c, int nranks, int per_node) {
   sim_cluster_defaults(c);
@@ -162,6 +170,52 @@ static void test_extrapolation(void** state) {
   assert_true(fabs(guess.us - exact.us) <= 0.02 * exact.us);
 }
 
+/* The emulated cluster's figures as perf/sim_calibrate.py fitted them
+ * (docs/simulator.md, "Calibration"), its links at iperf3's rate; at
+ * scale without tc's bucket. */
+static void calibrated(struct sim_cluster* c, int nranks, int per_node) {
+  cluster(c, nranks, per_node);
+  assert_int_equal(sim_cluster_set(c, "nic_gbps=0.952"), ncclSuccess);
+  assert_int_equal(sim_cluster_set(c, "net_lat_us=" SIM_FIT_LAT), ncclSuccess);
+  assert_int_equal(sim_cluster_set(c, "msg_us=" SIM_FIT_MSG), ncclSuccess);
+  assert_int_equal(sim_cluster_set(c, "intra_msg_us=" SIM_FIT_INTRA_MSG), ncclSuccess);
+}
+
+/* The library's tuner at scale, on the calibrated cluster: at every
+ * point of the grid its pick takes at most 1.1x the best algorithm it
+ * chooses among (NCCL_ALGO's default set). */
+static void test_tuner_at_scale(void** state) {
+  static const int ranks[] = {64, 512, 4096, 16384};
+  static const size_t sizes[] = {8, 32 << 10, 2 << 20, 128 << 20};
+  unsigned eligible = tuner_allowed();
+  double worst = 1;
+  (void)state;
+  for (size_t n = 0; n < sizeof(ranks) / sizeof(ranks[0]); n++) {
+    struct sim_cluster c;
+    struct sim_context s;
+    calibrated(&c, ranks[n], 2);
+    assert_int_equal(sim_context_init(&s, &c), ncclSuccess);
+    for (size_t b = 0; b < sizeof(sizes) / sizeof(sizes[0]); b++) {
+      double t[ALGO_COUNT] = {0}, best = 0;
+      int pick = sim_tuner_pick(&s, COLL_ALLREDUCE, sizes[b]);
+      for (int a = 0; a < ALGO_COUNT; a++) {
+        struct sim_call call = {.coll = COLL_ALLREDUCE, .algo = a, .bytes = sizes[b]};
+        struct sim_result r;
+        if (!(eligible & (1u << a)) || !sched_supports_on(&s.topo, COLL_ALLREDUCE, a)) continue;
+        assert_int_equal(sim_collective(&s, &call, 0, &r), ncclSuccess);
+        t[a] = r.us;
+        if (best == 0 || r.us < best) best = r.us;
+      }
+      print_message("%5d ranks %10zu B: %s %.1f us, best %.1f us (%.2fx)\n", ranks[n], sizes[b],
+                    sched_algo_name(pick), t[pick], best, t[pick] / best);
+      assert_true(t[pick] > 0);
+      worst = MAX(worst, t[pick] / best);
+    }
+    sim_context_free(&s);
+  }
+  assert_true(worst <= 1.1);
+}
+
 /* A rank that waits for a message nobody sends: an error naming it. */
 static void test_unmatched_schedules(void** state) {
   struct sim_cluster c;
@@ -201,6 +255,7 @@ int main(void) {
       cmocka_unit_test(test_ring_at_line_rate),   cmocka_unit_test(test_symmetric_matches_full),
       cmocka_unit_test(test_tree_plays_in_full),  cmocka_unit_test(test_extrapolation),
       cmocka_unit_test(test_unmatched_schedules), cmocka_unit_test(test_cluster_settings),
+      cmocka_unit_test(test_tuner_at_scale),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
