@@ -12,10 +12,11 @@ csv=${2:-}
 top=$(cd "$(dirname "$0")/.." && pwd)
 out=$top/docs/sim
 sim=$build/bin/braid-sim
-CALIBRATED=${CALIBRATED:-"nic_gbps=0.952 net_lat_us=4 msg_us=4"}
+CALIBRATED=${CALIBRATED:-"nic_gbps=0.952 net_lat_us=4 msg_us=4 intra_msg_us=3"}
 mkdir -p "$out"
 # shellcheck disable=SC2086 # the figures are words
 "$sim" --ranks 64:16384 --per-node 2 --bytes 8:1G --factor 8 $CALIBRATED >"$out/tuner-1gbit-ppn2.txt"
+"$sim" --ranks 64:16384 --per-node 8 --bytes 8:1G --factor 8 $CALIBRATED >"$out/tuner-1gbit-ppn8.txt"
 "$sim" --ranks 64:16384 --per-node 8 --bytes 8:1G --factor 8 >"$out/tuner-100gbit-ppn8.txt"
 if [ -n "$csv" ]; then
   "$top/perf/sim_calibrate.py" "$build" "$csv" wire_gbps=20 burst_bytes=65536 $CALIBRATED \

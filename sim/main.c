@@ -8,6 +8,7 @@
  *   braid-sim --ranks 64:16384 --bytes 8:1G --factor 8 [--check-tuner 1.1]
  *   braid-sim ... nic_gbps=200 net_lat_us=3 oversub=2   (the cluster, sim_cluster.h)
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -129,9 +130,12 @@ static void print_header(const struct sim_context* s, int csv) {
 }
 
 /* How an algorithm's time was had: every rank played, node 0's for all,
- * or extrapolated. */
+ * extrapolated, or not at all (too many steps). */
 static const char* played(const struct sim_result* r) {
-  return r->extrapolated ? "extrapolated" : r->symmetric ? "symmetric" : "full";
+  return r->too_big        ? "too_big"
+         : r->extrapolated ? "extrapolated"
+         : r->symmetric    ? "symmetric"
+                           : "full";
 }
 
 static void print_time(const struct sim_context* s, const struct sim_args* a, int coll,
@@ -141,6 +145,8 @@ static void print_time(const struct sim_context* s, const struct sim_args* a, in
     printf("%d,%d,%zu,%s,%s,%.3f,%.4f,%s,%s\n", s->c->nranks, s->c->per_node, bytes,
            sched_coll_name(coll), sched_algo_name(algo), r->us, busbw, played(r),
            sched_algo_name(pick));
+  else if (r->too_big)
+    printf(" %15s %6s", "too big", "-");
   else
     printf(" %c%14.1f %6.2f", r->extrapolated ? '~' : r->symmetric ? '=' : ' ', r->us, busbw);
 }
@@ -168,10 +174,11 @@ static ncclResult_t sim_row(struct sim_context* s, const struct sim_args* a, int
     }
     CHECK(sim_collective(s, &call, a->flags, &r));
     t[algo] = r.us;
-    if ((eligible & (1u << algo)) && (best == 0 || r.us < best)) best = r.us;
+    if ((eligible & (1u << algo)) && r.us >= 0 && (best == 0 || r.us < best)) best = r.us;
     print_time(s, a, coll, bytes, algo, &r, pick);
   }
-  *ratio = best > 0 && t[pick] > 0 ? t[pick] / best : 1.0;
+  /* a pick too big to play cannot be shown within any ratio */
+  *ratio = t[pick] < 0 ? HUGE_VAL : best > 0 && t[pick] > 0 ? t[pick] / best : 1.0;
   if (!a->csv) printf("  %-11s %.2f\n", sched_algo_name(pick), *ratio);
 fail:
   return res;

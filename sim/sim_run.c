@@ -214,6 +214,11 @@ static ncclResult_t extrapolate(struct sim_context* s, const struct sim_call* ca
   double scale = (double)s->step_budget / 2.0 / ((double)steps0 * s->c->nranks);
   c2.bytes = MAX(2 * unit, (size_t)((double)call->bytes * scale) / (2 * unit) * (2 * unit));
   c1.bytes = c2.bytes / 2;
+  if (c2.bytes >= call->bytes) { /* below a unit per rank the shape changes: no line */
+    out->us = -1;
+    out->too_big = 1;
+    return ncclSuccess;
+  }
   CHECK(play_at(s, &c2, chunk, flags | SIM_EXACT, &r2));
   CHECK(play_at(s, &c1, chunk, flags | SIM_EXACT, &r1));
   *out = r2;

@@ -32,9 +32,11 @@ struct sim_call {
 };
 
 struct sim_result {
-  double us;
+  double us; /* -1: not played (too_big) */
   size_t chunk;
   int symmetric, extrapolated;
+  int too_big;              /* more steps than the budget, and no smaller call of the
+                             * same shape to extrapolate from (fewer elements than ranks) */
   uint64_t messages, steps; /* played */
 };
 

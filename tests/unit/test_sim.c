@@ -25,7 +25,7 @@
 /* perf/sim_calibrate.py's fit for the emulated 1 Gbit/s cluster */
 #define SIM_FIT_LAT "4"
 #define SIM_FIT_MSG "4"
-#define SIM_FIT_INTRA_MSG "0.5"
+#define SIM_FIT_INTRA_MSG "3"
 
 static void cluster(struct sim_cluster* c, int nranks, int per_node) {
   sim_cluster_defaults(c);
@@ -204,7 +204,7 @@ static void test_tuner_at_scale(void** state) {
         if (!(eligible & (1u << a)) || !sched_supports_on(&s.topo, COLL_ALLREDUCE, a)) continue;
         assert_int_equal(sim_collective(&s, &call, 0, &r), ncclSuccess);
         t[a] = r.us;
-        if (best == 0 || r.us < best) best = r.us;
+        if (r.us >= 0 && (best == 0 || r.us < best)) best = r.us;
       }
       print_message("%5d ranks %10zu B: %s %.1f us, best %.1f us (%.2fx)\n", ranks[n], sizes[b],
                     sched_algo_name(pick), t[pick], best, t[pick] / best);
