@@ -37,6 +37,7 @@ void sim_tune_model(const struct sim_cluster* c, const struct sched_topo* t,
   m->slot_bytes = c->slot_bytes;
   m->slices_per_step = MAX(1, MAX(4, c->window) / 2);
   m->hier_pipelined = hier_would_pipeline(c, t);
+  m->tree_sharers = tuner_tree_sharers(t);
   m->intra_transport = c->per_node > 1 ? &shm_transport : &tcp_transport;
   m->net_transport = &tcp_transport;
   m->oversub = 1;

@@ -119,28 +119,38 @@ static double ring_cost(const struct tuner_model* m, int coll, double kb) {
   return link_time(l, ALGO_RING, n - 1, kb); /* chain broadcast / reduce */
 }
 
+/* The double tree's executor keeps its NIC busy 1/1.4 of the time in
+ * steady state: braid-sim's slope per KB at 1024 ranks over 1 Gbit/s, one
+ * rank a node, is 2.77 times the line rate where each rank moves 2x the
+ * buffer each way. */
+#define TREE_PIPE_LOSS 1.4
+
 /* Per KB, a flat algorithm across nodes is never faster than its share
  * of the NIC: the ring visits ranks node by node, so one flow leaves each
- * node; a tree's and recursive doubling's ranks each have links of their
- * own across nodes, and all of a node's ranks share its NIC (braid-sim:
- * trees at 2 ranks a node took twice what the line rate alone said). */
+ * node; a tree's links leaving a node carry what tuner_tree_sharers
+ * counts; recursive doubling halves with its farthest partner first, so
+ * all of a node's ranks cross at once (braid-sim: both took twice the
+ * line rate's figure at 2 ranks a node). */
 static double flat_beta(const struct tuner_model* m, int algo) {
   double beta = flat_link(m)->beta_us_per_kb[algo];
-  if (algo == ALGO_TREE || algo == ALGO_RD) beta = MAX(beta, m->wire_us_per_kb * m->max_ppn);
+  if (algo == ALGO_TREE)
+    beta = MAX(beta, m->wire_us_per_kb * MAX(1.0, m->tree_sharers) * TREE_PIPE_LOSS);
+  if (algo == ALGO_RD) beta = MAX(beta, m->wire_us_per_kb * m->max_ppn);
   return beta;
 }
 
 /* Up then down; an interior rank moves the data of two children. Slices
  * pipeline through the levels, but across nodes each level forwards a
- * whole slice at the NIC's rate: a call of few slices pays a slice's time
- * per level (braid-sim: a 4 KiB tree over 128 nodes took three times the
+ * whole slice: a call of few slices pays a slice's time per level at the
+ * line rate (braid-sim: a 4 KiB tree over 128 nodes took three times the
  * pipelined figure). Inside a node the fitted lines hold that fill. */
 static double tree_cost(const struct tuner_model* m, int coll, double kb, double slot_kb) {
   const struct tuner_link* l = flat_link(m);
   double hops = (coll == COLL_ALLREDUCE ? 2.0 : 1.0) * (m->tree_depth - 1);
-  double beta = flat_beta(m, ALGO_TREE);
-  double fill = m->nnodes > 1 ? MAX(0.0, hops - 1) * 2 * MIN(kb, slot_kb) : 0;
-  return hops * l->alpha_us[ALGO_TREE] + (2 * kb + fill) * beta;
+  double alpha = l->alpha_us[ALGO_TREE], beta = flat_beta(m, ALGO_TREE);
+  if (m->nnodes == 1) return hops * alpha + 2 * kb * beta;
+  double line = MAX(l->beta_us_per_kb[ALGO_TREE], m->wire_us_per_kb);
+  return hops * alpha + 2 * kb * beta + MAX(0.0, hops - 1) * MIN(kb, slot_kb) * line;
 }
 
 /* Recursive doubling over n ranks: whole-buffer exchanges, or from

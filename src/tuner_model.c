@@ -106,6 +106,30 @@ static const struct transport* intra_transport(const struct ncclComm* comm) {
   return common ? common : transport_network(&comm->tctx);
 }
 
+/* How many of position p's links in tree `which` leave its node. */
+static int tree_crossings(const struct sched_topo* t, int p, int which) {
+  int parent, child[2], node = t->node_of[t->order[p]], n = 0;
+  tree_links(p, t->nranks, which, &parent, child);
+  int links[3] = {parent, child[0], child[1]};
+  for (int i = 0; i < 3; i++) n += links[i] >= 0 && t->node_of[t->order[links[i]]] != node;
+  return n;
+}
+
+/* Each link leaving a node carries the buffer once each way, halved
+ * between the two trees. At 8 ranks a node the levels near the leaves
+ * stay inside it: the NIC carries 1.5 ranks' share, not 8. */
+double tuner_tree_sharers(const struct sched_topo* t) {
+  double most = 1, *per = NULL;
+  if (t == NULL || t->nnodes < 2 || braid_calloc(&per, (size_t)t->nnodes, sizeof(*per)))
+    return t && t->nnodes > 1 ? (double)t->max_ppn : 1; /* no memory: the bound */
+  for (int p = 0; p < t->nranks; p++)
+    for (int which = 0; which < 2; which++)
+      per[t->node_of[t->order[p]]] += 0.5 * tree_crossings(t, p, which) / 2.0;
+  for (int i = 0; i < t->nnodes; i++) most = MAX(most, per[i]);
+  free(per);
+  return most;
+}
+
 /* Whether a large Hier all-reduce on this comm pipelines its rounds: asked
  * of the very key the executor would build for one. */
 static int hier_pipelines(const struct ncclComm* comm) {
@@ -139,6 +163,7 @@ ncclResult_t tuner_model_init(struct ncclComm* comm) {
   m->slot_bytes = comm->exec.slot_bytes;
   m->slices_per_step = MAX(1, comm->exec.window / 2);
   m->hier_pipelined = hier_pipelines(comm);
+  m->tree_sharers = tuner_tree_sharers(t);
   m->intra_transport = intra_transport(comm);
   m->net_transport = transport_network(&comm->tctx);
   m->nic_mbps = UINT32_MAX, m->mem_mbps = UINT32_MAX;

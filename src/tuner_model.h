@@ -9,6 +9,7 @@
 #include <stddef.h>
 
 #include "nccl.h"
+#include "schedule.h"
 #include "tuner_types.h"
 
 struct ncclComm;
@@ -22,5 +23,10 @@ ncclResult_t tuner_model_init(struct ncclComm* comm);
  * and memory speeds and ranks per core are filled in: what init does
  * last, and what braid-sim does for a cluster it describes. */
 void tuner_model_price(struct tuner_model* m);
+
+/* What a node's NIC carries in the double tree over this layout, in
+ * units of the twice the buffer one rank moves (the most on any node; at
+ * least 1). */
+double tuner_tree_sharers(const struct sched_topo* t);
 
 #endif /* BRAID_TUNER_MODEL_H_ */

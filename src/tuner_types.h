@@ -36,6 +36,7 @@ struct tuner_model {
   double oversub;              /* most ranks per core on any node */
   uint32_t nic_mbps, mem_mbps; /* slowest rank's; 0: unknown */
   double wire_us_per_kb;       /* the NIC's line rate across nodes; 0: unknown or one node */
+  double tree_sharers;         /* a node's NIC load in the double tree (tuner_tree_sharers) */
   size_t slot_bytes;
   int slices_per_step; /* the executor's window / 2, as schedules see it */
   int hier_pipelined;  /* Hier all-reduce overlaps node and network stages */
