@@ -172,20 +172,21 @@ static void take_stats(struct sim_result* out, const struct sim_plan* p,
   out->steps = st->steps;
 }
 
-/* Every rank in full, unless more steps than the budget: then the time
- * at `bytes` from two smaller calls (*too_big, nothing played). */
+/* Every rank in full, unless more steps than the budget: then nothing is
+ * played and *steps0 holds rank 0's count (0 when played). */
 static ncclResult_t play_full(struct sim_context* s, const struct sim_call* call, size_t count,
-                              size_t chunk, unsigned flags, struct sim_result* out, int* too_big) {
+                              size_t chunk, unsigned flags, struct sim_result* out,
+                              size_t* steps0) {
   ncclResult_t res = ncclSuccess;
   struct sim_plan p = {0};
   struct sim_stats st;
   struct sim_step* first = NULL;
   size_t n0 = 0;
-  *too_big = 0;
+  *steps0 = 0;
   CHECK(rank_steps(s, call, count, chunk, 0, &first, &n0));
   free(first);
   if (!(flags & SIM_EXACT) && n0 * (size_t)s->c->nranks > s->step_budget) {
-    *too_big = 1;
+    *steps0 = n0;
     return ncclSuccess;
   }
   CHECK(plan_full(s, call, count, chunk, &p));
@@ -200,17 +201,14 @@ static ncclResult_t play_at(struct sim_context* s, const struct sim_call* call, 
                             unsigned flags, struct sim_result* out);
 
 /* T(B) = T(B2) + (B - B2) (T(B2) - T(B1)) / (B2 - B1), B1 = B2 / 2, B2
- * sized to half the budget: both past the fill, where time is linear. */
+ * sized to half the budget (from rank 0's `steps0` at B): both past the
+ * fill, where time is linear. */
 static ncclResult_t extrapolate(struct sim_context* s, const struct sim_call* call, size_t chunk,
-                                unsigned flags, struct sim_result* out) {
+                                unsigned flags, size_t steps0, struct sim_result* out) {
   ncclResult_t res = ncclSuccess;
   struct sim_result r1, r2;
   struct sim_call c1 = *call, c2 = *call;
   size_t unit = (size_t)SIM_ELEM * (size_t)s->c->nranks;
-  size_t steps0 = 0;
-  struct sim_step* first = NULL;
-  CHECK(rank_steps(s, call, call_count(s, call->coll, call->bytes), chunk, 0, &first, &steps0));
-  free(first);
   double scale = (double)s->step_budget / 2.0 / ((double)steps0 * s->c->nranks);
   c2.bytes = MAX(2 * unit, (size_t)((double)call->bytes * scale) / (2 * unit) * (2 * unit));
   c1.bytes = c2.bytes / 2;
@@ -251,14 +249,15 @@ static ncclResult_t play_at(struct sim_context* s, const struct sim_call* call, 
                             unsigned flags, struct sim_result* out) {
   ncclResult_t res = ncclSuccess;
   size_t count = call_count(s, call->coll, call->bytes);
-  int played = 0, too_big = 0;
+  int played = 0;
+  size_t over_budget = 0; /* rank 0's steps, where full play would exceed the budget */
   memset(out, 0, sizeof(*out));
   out->chunk = chunk;
   if (count == 0) return ncclSuccess; /* nothing moves */
   if (!(flags & SIM_FULL) && s->c->nnodes > 1)
     CHECK(play_symmetric(s, call, count, chunk, out, &played));
-  if (!played) CHECK(play_full(s, call, count, chunk, flags, out, &too_big));
-  if (too_big) CHECK(extrapolate(s, call, chunk, flags, out));
+  if (!played) CHECK(play_full(s, call, count, chunk, flags, out, &over_budget));
+  if (over_budget) CHECK(extrapolate(s, call, chunk, flags, over_budget, out));
   out->chunk = chunk;
 fail:
   return res;
