@@ -35,6 +35,8 @@
       "log file instead of stdout; %h host, %p pid")                                              \
   /* bootstrap and sockets (src/bootstrap.c, common/socket.c) */                                  \
   STR(comm_id, "NCCL_COMM_ID", NULL, "unset", 0, "host:port of the bootstrap root")               \
+  INT(bootstrap_fanout, "BRAID_BOOTSTRAP_FANOUT", 8, 1, 1024, 0,                                  \
+      "ranks each root and rank hands the peer table to (src/bootstrap_relay.h)")                 \
   STR(job_id, "BRAID_JOB_ID", NULL, "unset", 0, "mixed into the job key of NCCL_COMM_ID jobs")    \
   STR(socket_ifname, "NCCL_SOCKET_IFNAME", NULL, "^docker,lo, then lo", 0,                        \
       "interfaces to use: prefixes, ^ excludes, = exact names")                                   \

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "bootstrap_relay.h"
 #include "bootstrap_root.h"
 #include "core.h"
 #include "host.h"
@@ -157,8 +158,12 @@ ncclResult_t bootstrap_maybe_start_root(const struct bootstrap_id* id, int rank,
   socket_addr_from_wire(&id->root, &addr);
   if (bootstrap_root_start(&addr, id->key, nranks, out, &err) == ncclSuccess) return ncclSuccess;
   if (err == EADDRINUSE) { /* whoever holds it: if a root of our key, it fails too */
-    struct root_hello h = {BOOTSTRAP_MAGIC, BOOTSTRAP_VERSION,    id->key, 0,
-                           nranks,          ROOT_HELLO_COLLISION, 0,       {0}};
+    struct root_hello h = {.magic = BOOTSTRAP_MAGIC,
+                           .version = BOOTSTRAP_VERSION,
+                           .key = id->key,
+                           .nranks = nranks,
+                           .flags = ROOT_HELLO_COLLISION,
+                           .nroots = 1};
     struct root_reply r;
     if (rank_hello(&addr, &h, &fd, &r, socket_deadline(2000), aborted) == ncclSuccess)
       INFO(SUB_BOOTSTRAP, "Bootstrap: the root at %s was told of the collision",
@@ -173,30 +178,93 @@ fail:
   return res;
 }
 
-ncclResult_t bootstrap_exchange(const struct bootstrap_id* id, int rank, int nranks,
+/* The ids of ncclCommInitRankScalable: rank's block's root and root 0. */
+ncclResult_t bootstrap_ids_pick(const ncclUniqueId* ids, int nids, int rank, int nranks,
+                                struct bootstrap_ids* out) {
+  ncclResult_t res = ncclSuccess;
+  int same = 1;
+  if (nids < 1 || nids > nranks)
+    FAIL(ncclInvalidArgument, "Bootstrap: %d ids for %d ranks (1 to nranks)", nids, nranks);
+  for (int i = 0; i < nids; i++) {
+    CHECK(bootstrap_id_decode(&ids[i], &out->mine));
+    same &= memcmp(&ids[i], &ids[0], sizeof(ids[0])) == 0;
+  }
+  out->nroots = same ? 1 : nids; /* NCCL_COMM_ID's ids are all one */
+  CHECK(bootstrap_id_decode(&ids[0], &out->first));
+  CHECK(bootstrap_id_decode(&ids[bootstrap_block_of(rank, nranks, out->nroots)], &out->mine));
+fail:
+  return res;
+}
+
+/* The hello for this rank's root. */
+static struct root_hello rank_hello_make(const struct bootstrap_ids* ids, int rank, int nranks,
+                                         const struct peer_info* mine) {
+  struct root_hello h = {.magic = BOOTSTRAP_MAGIC,
+                         .version = BOOTSTRAP_VERSION,
+                         .key = ids->mine.key,
+                         .rank = rank,
+                         .nranks = nranks,
+                         .nroots = ids->nroots,
+                         .root_index = bootstrap_block_of(rank, nranks, ids->nroots),
+                         .info = *mine};
+  if (ids->nroots > 1) h.first_key = ids->first.key, h.first = ids->first.root;
+  return h;
+}
+
+/* The root's reply, checked: its table here, or the relay of its parent. */
+static ncclResult_t rank_get_table(const struct root_reply* r, int fd, int rank, int nranks,
+                                   struct peer_info* all, int ctrl_fd, uint64_t deadline_ns,
+                                   _Atomic int* aborted, struct bootstrap_counts* counts) {
+  ncclResult_t res = ncclSuccess;
+  if (r->nranks != nranks)
+    FAIL(ncclInternalError, "Bootstrap: the root answered rank %d for %d ranks", rank, r->nranks);
+  if (r->parent < -1 || r->parent >= nranks || r->parent == rank || r->fanout < 1)
+    FAIL(ncclInternalError, "Bootstrap: the root's reply to rank %d names parent %d fanout %d",
+         rank, r->parent, r->fanout);
+  if (r->parent >= 0)
+    return bootstrap_relay_recv(ctrl_fd, r->parent, rank, nranks, r->data_secret, all,
+                                deadline_ns, aborted, counts);
+  CHECK(socket_recv_all(fd, all, sizeof(struct peer_info) * (size_t)nranks, deadline_ns, aborted));
+  counts->bytes_in += sizeof(struct peer_info) * (size_t)nranks;
+fail:
+  return res;
+}
+
+ncclResult_t bootstrap_exchange(const struct bootstrap_ids* ids, int rank, int nranks,
                                 const struct peer_info* mine, struct peer_info* all,
-                                uint64_t* data_secret, uint64_t deadline_ns, _Atomic int* aborted) {
+                                uint64_t* data_secret, int ctrl_fd, uint64_t deadline_ns,
+                                _Atomic int* aborted, struct bootstrap_counts* counts) {
   ncclResult_t res = ncclSuccess;
   union socket_addr root;
   char buf[SOCKET_ADDR_STRLEN];
   int fd = -1;
-  struct root_hello h = {BOOTSTRAP_MAGIC, BOOTSTRAP_VERSION, id->key, rank, nranks, 0, 0, *mine};
+  struct bootstrap_counts own = {0};
+  struct root_hello h = rank_hello_make(ids, rank, nranks, mine);
   struct root_reply r;
-  socket_addr_from_wire(&id->root, &root);
+  if (counts == NULL) counts = &own;
+  socket_addr_from_wire(&ids->mine.root, &root);
   socket_addr_str(&root, buf, sizeof(buf));
   res = rank_hello(&root, &h, &fd, &r, deadline_ns, aborted);
   if (res != ncclSuccess)
     FAIL(res,
          "Bootstrap: rank %d got no answer from root %s (a rank died, timed out, or ids differ)",
          rank, buf);
+  *counts = (struct bootstrap_counts){1, sizeof(h), 1, sizeof(r)};
   if (r.status != ROOT_OK)
     FAIL(ncclInvalidUsage, "Bootstrap: root %s %s", buf, root_status_str(r.status));
-  if (r.nranks != nranks)
-    FAIL(ncclInternalError, "Bootstrap: root %s answered for %d ranks", buf, r.nranks);
-  CHECK(socket_recv_all(fd, all, sizeof(struct peer_info) * (size_t)nranks, deadline_ns, aborted));
+  CHECK(rank_get_table(&r, fd, rank, nranks, all, ctrl_fd, deadline_ns, aborted, counts));
   for (int i = 0; i < nranks; i++)
     if (all[i].rank != i) FAIL(ncclInternalError, "Bootstrap: corrupt peer table entry %d", i);
   *data_secret = r.data_secret;
+  close(fd), fd = -1; /* the root is done with us: let it go before the relays */
+  int block = bootstrap_block_of(rank, nranks, ids->nroots);
+  bootstrap_relay_send(rank, nranks, all, r.data_secret,
+                       bootstrap_block_first(block, nranks, ids->nroots),
+                       bootstrap_block_size(block, nranks, ids->nroots), r.fanout, deadline_ns,
+                       aborted, counts);
+  TRACE(SUB_BOOTSTRAP, "Bootstrap: rank %d sent %llu messages (%llu bytes), received %llu (%llu)",
+        rank, (unsigned long long)counts->msgs_out, (unsigned long long)counts->bytes_out,
+        (unsigned long long)counts->msgs_in, (unsigned long long)counts->bytes_in);
 fail:
   if (fd >= 0) close(fd);
   return res;

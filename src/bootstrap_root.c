@@ -1,7 +1,11 @@
 /*
  * The bootstrap root: one thread that reads every connection's hello side
- * by side (hello_pool), registers the ranks that hold the job key, and
- * when all have come sends each the table and a fresh data secret.
+ * by side (hello_pool), registers the ranks of its block that hold the job
+ * key, and when all have come sends the table and the data secret down the
+ * relay tree (bootstrap_relay.h): whole to the tree's first ranks, and to
+ * the others the rank that relays it. With several roots, root b > 0 first
+ * hands its block to root 0 and gets the whole table and the secret back;
+ * root 0 waits for its own block and every other root's.
  *
  * Whatever makes the job ambiguous fails it loudly for every rank the root
  * has seen: a rank registering twice (two jobs with one address and key),
@@ -22,6 +26,7 @@
 #include <unistd.h>
 
 #include "bootstrap.h"
+#include "bootstrap_relay.h"
 #include "core.h"
 #include "hello_pool.h"
 #include "host.h"
@@ -45,12 +50,19 @@ struct bootstrap_root {
   uint64_t key;
   uint64_t deadline_ns;
   int nranks;      /* expected: given, or learned from the first hello */
-  int nregistered; /* ranks whose hello was accepted */
-  int* fds;        /* per rank, -1 until registered */
+  int nroots;      /* the job's roots, 0 until the first hello */
+  int index;       /* which of them this is */
+  int first, size; /* its block of ranks */
+  int expect;      /* entries it waits for: its block's, and root 0 every block's */
+  uint64_t up_key; /* root 0's key and address, for index > 0 */
+  struct socket_wire_addr up;
+  int nregistered; /* entries accepted */
+  int* fds;        /* per rank, -1 until registered; root 0: root b at b's first rank */
   struct peer_info* table;
   const char* failure;  /* set once the job failed: every later hello is told */
   _Atomic int conflict; /* the failure was a collision or disagreement, for the owner */
   enum root_status failure_status;
+  struct bootstrap_counts counts; /* what it sent and received, for the log */
   struct hello_pool pool;
   struct pollfd* pfds; /* room for the pool and every rank */
 };
@@ -77,6 +89,25 @@ const char* bootstrap_hello_stranger(const struct root_hello* h, uint64_t key) {
   return NULL;
 }
 
+/* Why a hello's roots do not fit the job's (ncclCommInitRankScalable), or NULL. */
+static const char* root_roots_conflict(const struct bootstrap_root* st,
+                                       const struct root_hello* h) {
+  if (h->nroots < 1 || h->nroots > h->nranks || h->root_index < 0 || h->root_index >= h->nroots)
+    return "a hello claims impossible roots";
+  if (st->nroots != 0 && (h->nroots != st->nroots || h->root_index != st->index))
+    return "ranks disagree on the job's ids";
+  if (st->nroots > 1 && st->index > 0 &&
+      (h->first_key != st->up_key || memcmp(&h->first, &st->up, sizeof(st->up)) != 0))
+    return "ranks disagree on the job's first id";
+  int block = bootstrap_block_of(h->rank, h->nranks, h->nroots);
+  if (h->flags & ROOT_HELLO_BLOCK)
+    return h->root_index == 0 && block > 0 &&
+                   bootstrap_block_first(block, h->nranks, h->nroots) == h->rank
+               ? NULL
+               : "a block that no root holds";
+  return block == h->root_index ? NULL : "a rank came to another block's root (ids differ?)";
+}
+
 /* Why a key holder's hello makes the job ambiguous, or NULL. */
 static const char* root_hello_conflict(const struct bootstrap_root* st,
                                        const struct root_hello* h) {
@@ -86,6 +117,8 @@ static const char* root_hello_conflict(const struct bootstrap_root* st,
   if (h->nranks < 1 || h->nranks > BOOTSTRAP_MAX_RANKS) return "a rank claims an impossible nranks";
   if (st->nranks != 0 && h->nranks != st->nranks) return "ranks disagree on nranks";
   if (h->rank < 0 || h->rank >= h->nranks) return "a rank claims a rank out of range";
+  const char* why = root_roots_conflict(st, h);
+  if (why) return why;
   if (st->fds && st->fds[h->rank] >= 0)
     return "a rank registered twice: two jobs share NCCL_COMM_ID and job key";
   return NULL;
@@ -93,7 +126,7 @@ static const char* root_hello_conflict(const struct bootstrap_root* st,
 
 /* Answer one connection and close it (best effort: it may be gone). */
 static void root_reply_close(int fd, enum root_status status) {
-  struct root_reply r = {BOOTSTRAP_MAGIC, (uint32_t)status, 0, 0, 0};
+  struct root_reply r = {.magic = BOOTSTRAP_MAGIC, .status = (uint32_t)status};
   if (send(fd, &r, sizeof(r), MSG_NOSIGNAL | MSG_DONTWAIT) < 0) { /* gone: nothing to tell */
   }
   close(fd);
@@ -135,9 +168,40 @@ fail:
   return res;
 }
 
+/* The first hello tells the root which it is and which ranks it waits for. */
+static void root_learn(struct bootstrap_root* st, const struct root_hello* h) {
+  if (st->nroots != 0) return;
+  st->nroots = h->nroots;
+  st->index = h->root_index;
+  st->first = bootstrap_block_first(st->index, st->nranks, st->nroots);
+  st->size = bootstrap_block_size(st->index, st->nranks, st->nroots);
+  st->expect = st->index == 0 ? st->nranks : st->size;
+  st->up_key = h->first_key;
+  st->up = h->first;
+}
+
+/* Root b's entries after its block hello: each must be the rank it claims. */
+static ncclResult_t root_read_block(struct bootstrap_root* st, int fd, int first) {
+  ncclResult_t res = ncclSuccess;
+  int size = bootstrap_block_size(bootstrap_block_of(first, st->nranks, st->nroots), st->nranks,
+                                  st->nroots);
+  size_t bytes = sizeof(*st->table) * (size_t)size;
+  CHECK(socket_recv_all(fd, st->table + first, bytes, st->deadline_ns, &st->stop));
+  for (int i = 0; i < size; i++)
+    if (st->table[first + i].rank != first + i)
+      FAIL(ncclRemoteError, "Bootstrap root: the block of rank %d holds rank %d's entry at %d",
+           first, st->table[first + i].rank, first + i);
+  st->counts.bytes_in += bytes;
+  st->nregistered += size;
+fail:
+  return res;
+}
+
 static ncclResult_t root_register(struct bootstrap_root* st, int fd, const struct root_hello* h) {
   if (st->fds == NULL && root_size(st, h->nranks) != ncclSuccess) return ncclSystemError;
+  root_learn(st, h);
   st->fds[h->rank] = fd;
+  if (h->flags & ROOT_HELLO_BLOCK) return root_read_block(st, fd, h->rank);
   st->table[h->rank] = h->info;
   st->nregistered++;
   TRACE(SUB_BOOTSTRAP, "Bootstrap root: rank %d/%d registered", h->rank, st->nranks);
@@ -150,6 +214,8 @@ static void root_on_hello(void* arg, int fd, const void* bytes) {
   struct root_hello h;
   memcpy(&h, bytes, sizeof(h));
   const char* why = bootstrap_hello_stranger(&h, st->key);
+  st->counts.msgs_in++;
+  st->counts.bytes_in += sizeof(h);
   if (why) {
     hello_pool_log_refusal(&st->pool, why);
     root_reply_close(fd, ROOT_REFUSED);
@@ -165,8 +231,8 @@ static void root_on_hello(void* arg, int fd, const void* bytes) {
     return;
   }
   if (root_register(st, fd, &h) != ncclSuccess) {
-    root_reply_close(fd, ROOT_FAILED);
-    root_fail(st, ROOT_FAILED, "out of memory");
+    if (st->fds == NULL || st->fds[h.rank] != fd) root_reply_close(fd, ROOT_FAILED);
+    root_fail(st, ROOT_FAILED, "out of memory, or another root's block could not be read");
   }
 }
 
@@ -203,7 +269,7 @@ static ncclResult_t root_poll_once(struct bootstrap_root* st) {
 }
 
 static int root_complete(const struct bootstrap_root* st) {
-  return st->nranks != 0 && st->nregistered == st->nranks && st->failure == NULL;
+  return st->nroots != 0 && st->nregistered == st->expect && st->failure == NULL;
 }
 
 /* Wait for every rank, or fail; a failed root then lingers for late ranks. */
@@ -230,27 +296,107 @@ static int root_rank_is_here(const struct bootstrap_root* st, int i, uint64_t ho
   return st->table[i].pid == (int32_t)getpid() && st->table[i].host_hash == host;
 }
 
-/* Every rank gets the data secret and the table - the ranks of this
- * process last: once they have theirs, their init returns and the process
- * may exit, taking the root with it, while others still wait. */
-static void root_send_tables(struct bootstrap_root* st) {
-  struct root_reply r = {BOOTSTRAP_MAGIC, ROOT_OK, host_random64(), st->nranks, 0};
+/* One answer; the table follows when `table` is set. */
+static void root_send(struct bootstrap_root* st, int fd, const struct root_reply* r, int table,
+                      int rank) {
   size_t bytes = sizeof(struct peer_info) * (size_t)st->nranks;
+  if (socket_send_all(fd, r, sizeof(*r), st->deadline_ns, NULL) != ncclSuccess ||
+      (table && socket_send_all(fd, st->table, bytes, st->deadline_ns, NULL) != ncclSuccess)) {
+    WARN("Bootstrap root: could not answer rank %d", rank);
+    return;
+  }
+  st->counts.msgs_out++;
+  st->counts.bytes_out += sizeof(*r) + (table ? bytes : 0);
+}
+
+/* Every rank of the block gets the data secret, and the table or the rank
+ * that relays it - the ranks of this process last: once they have theirs,
+ * their init returns and the process may exit, taking the root with it,
+ * while others still wait. */
+static void root_send_tables(struct bootstrap_root* st, uint64_t secret) {
+  int fanout = (int)param_bootstrap_fanout();
+  struct root_reply r = {BOOTSTRAP_MAGIC, ROOT_OK, secret, st->nranks, -1, fanout, 0};
   uint64_t host = host_hash();
   for (int here = 0; here < 2; here++)
-    for (int i = 0; i < st->nranks; i++) {
+    for (int j = 0; j < st->size; j++) {
+      int i = st->first + j, parent = relay_parent(j, fanout);
       if (root_rank_is_here(st, i, host) != here) continue;
-      if (socket_send_all(st->fds[i], &r, sizeof(r), st->deadline_ns, NULL) != ncclSuccess ||
-          socket_send_all(st->fds[i], st->table, bytes, st->deadline_ns, NULL) != ncclSuccess)
-        WARN("Bootstrap root: could not send the peer table to rank %d", i);
+      r.parent = parent < 0 ? -1 : st->first + parent;
+      root_send(st, st->fds[i], &r, parent < 0, i);
     }
-  INFO(SUB_BOOTSTRAP, "Bootstrap root: served %d ranks", st->nranks);
+}
+
+/* Root 0: every other root gets the whole table and the secret. */
+static void root_answer_blocks(struct bootstrap_root* st, uint64_t secret) {
+  struct root_reply r = {BOOTSTRAP_MAGIC, ROOT_OK, secret, st->nranks, -1, 1, 0};
+  for (int b = 1; b < st->nroots; b++) {
+    int first = bootstrap_block_first(b, st->nranks, st->nroots);
+    root_send(st, st->fds[first], &r, 1, first);
+  }
+}
+
+/* Root b > 0: hand the block to root 0; the whole table and the secret
+ * come back, or the reason the job failed. */
+static ncclResult_t root_ask_first(struct bootstrap_root* st, uint64_t* secret,
+                                   enum root_status* status) {
+  ncclResult_t res = ncclSuccess;
+  union socket_addr addr;
+  int fd = -1;
+  struct root_hello h = {.magic = BOOTSTRAP_MAGIC,
+                         .version = BOOTSTRAP_VERSION,
+                         .key = st->up_key,
+                         .rank = st->first,
+                         .nranks = st->nranks,
+                         .flags = ROOT_HELLO_BLOCK,
+                         .nroots = st->nroots};
+  struct root_reply r;
+  size_t block = sizeof(*st->table) * (size_t)st->size;
+  *status = ROOT_FAILED;
+  if (socket_addr_from_wire(&st->up, &addr) != 0)
+    FAIL(ncclInvalidArgument, "Bootstrap root %d: the first id's address is unusable", st->index);
+  CHECK(socket_connect(&addr, st->deadline_ns, &st->stop, &fd));
+  CHECK(socket_send_all(fd, &h, sizeof(h), st->deadline_ns, &st->stop));
+  CHECK(socket_send_all(fd, st->table + st->first, block, st->deadline_ns, &st->stop));
+  CHECK(socket_recv_all(fd, &r, sizeof(r), st->deadline_ns, &st->stop));
+  st->counts.msgs_out++, st->counts.bytes_out += sizeof(h) + block;
+  if (r.magic != BOOTSTRAP_MAGIC || r.status != ROOT_OK || r.nranks != st->nranks) {
+    *status = r.magic == BOOTSTRAP_MAGIC && r.status == ROOT_CONFLICT ? ROOT_CONFLICT : ROOT_FAILED;
+    FAIL(ncclRemoteError, "Bootstrap root %d: root 0 failed the job (status %u)", st->index,
+         r.status);
+  }
+  CHECK(socket_recv_all(fd, st->table, sizeof(*st->table) * (size_t)st->nranks, st->deadline_ns,
+                        &st->stop));
+  for (int i = 0; i < st->nranks; i++)
+    if (st->table[i].rank != i) FAIL(ncclRemoteError, "Bootstrap root: corrupt entry %d", i);
+  st->counts.msgs_in++;
+  st->counts.bytes_in += sizeof(r) + sizeof(*st->table) * (size_t)st->nranks;
+  *secret = r.data_secret;
+fail:
+  if (fd >= 0) close(fd);
+  return res;
+}
+
+/* All have come: answer them, through root 0 when this is another root. */
+static void root_finish(struct bootstrap_root* st) {
+  uint64_t secret = host_random64();
+  enum root_status status;
+  if (st->index > 0 && root_ask_first(st, &secret, &status) != ncclSuccess) {
+    root_fail(st, status, "root 0 failed or could not be reached");
+    return;
+  }
+  if (st->index == 0) root_answer_blocks(st, secret);
+  root_send_tables(st, secret);
+  INFO(SUB_BOOTSTRAP,
+       "Bootstrap root %d of %d: served %d ranks; %llu messages (%llu bytes) in, %llu (%llu) out",
+       st->index, st->nroots, st->size, (unsigned long long)st->counts.msgs_in,
+       (unsigned long long)st->counts.bytes_in, (unsigned long long)st->counts.msgs_out,
+       (unsigned long long)st->counts.bytes_out);
 }
 
 static void* root_main(void* arg) {
   struct bootstrap_root* st = arg;
   root_serve(st);
-  if (root_complete(st)) root_send_tables(st);
+  if (root_complete(st)) root_finish(st);
   root_unref(st); /* closing tells ranks still waiting that bootstrap failed */
   return NULL;
 }
@@ -313,6 +459,12 @@ void bootstrap_root_release(struct bootstrap_root* root) {
   if (write(root->wake[1], &one, 1) < 0) { /* full: it is awake already */
   }
   pthread_join(root->thread, NULL);
+  root_unref(root);
+}
+
+void bootstrap_root_wait(struct bootstrap_root* root, struct bootstrap_counts* counts) {
+  pthread_join(root->thread, NULL);
+  *counts = root->counts;
   root_unref(root);
 }
 

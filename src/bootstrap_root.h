@@ -1,8 +1,8 @@
 /*
  * The bootstrap root (bootstrap_root.c): one thread that reads every
- * connection's hello side by side, registers the ranks that hold the job
- * key, and when all have come sends each the table and a fresh data
- * secret (the wire: bootstrap.h).
+ * connection's hello side by side, registers the ranks of its block that
+ * hold the job key, and when all have come sends the table and the data
+ * secret down the relay tree (the wire: bootstrap.h).
  */
 #ifndef BRAID_BOOTSTRAP_ROOT_H_
 #define BRAID_BOOTSTRAP_ROOT_H_
@@ -26,6 +26,9 @@ ncclResult_t bootstrap_root_start(union socket_addr* addr, uint64_t key, int nra
                                   struct bootstrap_root** out, int* listen_err);
 /* Stop waiting for ranks (registered ones are told) and let go of it. */
 void bootstrap_root_release(struct bootstrap_root* root);
+/* Wait until it is done (served or failed), and what it sent and
+ * received; for the scaling measurements. */
+void bootstrap_root_wait(struct bootstrap_root* root, struct bootstrap_counts* counts);
 /* Let go of it while it serves on until its ranks came or its timeout. */
 void bootstrap_root_detach(struct bootstrap_root* root);
 

@@ -44,7 +44,7 @@ struct ncclComm {
   int cuda_dev;
   struct tuner_model tune; /* the tuner's cost model of this comm */
   ncclConfig_t config;
-  struct bootstrap_id id;
+  struct bootstrap_ids ids; /* its root's id and the first: its key names the comm */
   struct peer_info* peers;
   struct sched_topo layout; /* nodes and local ranks, from the peers' host hashes */
   /* data plane */

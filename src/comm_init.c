@@ -138,17 +138,12 @@ fail:
 }
 
 /* Allocate and set up a comm without talking to anyone. */
-static ncclResult_t comm_create(struct ncclComm** out, int nranks, const ncclUniqueId* uid,
-                                int rank, int cuda_dev, const ncclConfig_t* config) {
+static ncclResult_t comm_create(struct ncclComm** out, int nranks,
+                                const struct bootstrap_ids* ids, int rank, int cuda_dev,
+                                const ncclConfig_t* config) {
   ncclResult_t res = ncclSuccess;
   struct ncclComm* comm = NULL;
   union socket_addr listen;
-  struct bootstrap_id id;
-  if (nranks < 1 || nranks > BOOTSTRAP_MAX_RANKS)
-    FAIL(ncclInvalidArgument, "ncclCommInitRank : invalid nranks %d", nranks);
-  if (rank < 0 || rank >= nranks)
-    FAIL(ncclInvalidArgument, "ncclCommInitRank : rank %d out of range [0,%d)", rank, nranks);
-  CHECK(bootstrap_id_decode(uid, &id));
   log_version_once();
   CHECK(braid_calloc(&comm, 1, sizeof(*comm)));
   atomic_init(&comm->refs, 1);
@@ -157,7 +152,7 @@ static ncclResult_t comm_create(struct ncclComm** out, int nranks, const ncclUni
   comm->rank = rank;
   comm->nranks = nranks;
   comm->cuda_dev = cuda_dev;
-  comm->id = id;
+  comm->ids = *ids;
   comm->progress.epoll_fd = comm->progress.wake_fd = comm->tctx.listen_fd = comm->ctrl_fd = -1;
   comm->progress.bell_fd[0] = comm->progress.bell_fd[1] = -1;
   pthread_mutex_init(&comm->turn_lock, NULL);
@@ -239,9 +234,11 @@ static ncclResult_t comm_bootstrap(struct ncclComm* comm) {
   CHECK(socket_local_addr(&addr, ifname, sizeof(ifname)));
   comm_describe_self(comm, sys, ifname, &mine);
   CHECK(transport_blobs_make(&comm->tctx, &mine));
-  CHECK(bootstrap_maybe_start_root(&comm->id, comm->rank, comm->nranks, &comm->aborted, &root));
-  res = bootstrap_exchange(&comm->id, comm->rank, comm->nranks, &mine, comm->peers,
-                           &comm->tctx.secret, socket_deadline(param_timeout_ms()), &comm->aborted);
+  CHECK(bootstrap_maybe_start_root(&comm->ids.mine, comm->rank, comm->nranks, &comm->aborted,
+                                   &root));
+  res = bootstrap_exchange(&comm->ids, comm->rank, comm->nranks, &mine, comm->peers,
+                           &comm->tctx.secret, comm->ctrl_fd, socket_deadline(param_timeout_ms()),
+                           &comm->aborted, NULL);
   bootstrap_root_release(root); /* done serving, or its rank failed: it fails the others */
   CHECK(res);
   CHECK(comm_layout(comm, sys));
@@ -266,13 +263,13 @@ static ncclResult_t comm_bootstrap_job(void* p) {
   return res;
 }
 
-static ncclResult_t comm_init_rank(ncclComm_t* out, int nranks, const ncclUniqueId* uid, int rank,
-                                   int cuda_dev, const ncclConfig_t* config) {
+static ncclResult_t comm_init_rank(ncclComm_t* out, int nranks, const struct bootstrap_ids* ids,
+                                   int rank, int cuda_dev, const ncclConfig_t* config) {
   ncclResult_t res = ncclSuccess;
   struct ncclComm* comm = NULL;
   if (out == NULL) FAIL(ncclInvalidArgument, "ncclCommInitRank : comm pointer is NULL");
   *out = NULL;
-  CHECK(comm_create(&comm, nranks, uid, rank, cuda_dev, config));
+  CHECK(comm_create(&comm, nranks, ids, rank, cuda_dev, config));
   if (comm->config.blocking == 0) {
     CHECK(stream_create(&comm->internal_stream));
     CHECK(stream_submit_fn(comm->internal_stream, comm_bootstrap_job, comm));
@@ -291,13 +288,13 @@ fail:
 struct deferred_init {
   ncclComm_t* out;
   int nranks, rank, cuda_dev, has_config;
-  ncclUniqueId id;
+  struct bootstrap_ids ids;
   ncclConfig_t config;
 };
 
 static ncclResult_t deferred_init_run(void* p) {
   struct deferred_init* d = p;
-  ncclResult_t res = comm_init_rank(d->out, d->nranks, &d->id, d->rank, d->cuda_dev,
+  ncclResult_t res = comm_init_rank(d->out, d->nranks, &d->ids, d->rank, d->cuda_dev,
                                     d->has_config ? &d->config : NULL);
   free(d);
   return res;
@@ -309,15 +306,31 @@ static int caller_device(void) {
   return device_current();
 }
 
-static ncclResult_t init_rank_maybe_deferred(ncclComm_t* out, int nranks, ncclUniqueId id, int rank,
-                                             const ncclConfig_t* config) {
+/* The ids for `rank`, checked with nranks and rank (ncclCommInitRank's
+ * one id, or ncclCommInitRankScalable's nids). */
+static ncclResult_t init_ids(const ncclUniqueId* ids, int nids, int nranks, int rank,
+                             struct bootstrap_ids* out) {
+  ncclResult_t res = ncclSuccess;
+  if (nranks < 1 || nranks > BOOTSTRAP_MAX_RANKS)
+    FAIL(ncclInvalidArgument, "ncclCommInitRank : invalid nranks %d", nranks);
+  if (rank < 0 || rank >= nranks)
+    FAIL(ncclInvalidArgument, "ncclCommInitRank : rank %d out of range [0,%d)", rank, nranks);
+  CHECK(bootstrap_ids_pick(ids, nids, rank, nranks, out));
+fail:
+  return res;
+}
+
+static ncclResult_t init_rank_maybe_deferred(ncclComm_t* out, int nranks, const ncclUniqueId* uids,
+                                             int nids, int rank, const ncclConfig_t* config) {
   ncclResult_t res = ncclSuccess;
   struct deferred_init* d = NULL;
+  struct bootstrap_ids ids;
   int dev = caller_device();
+  CHECK(init_ids(uids, nids, nranks, rank, &ids));
   device_kernels_preload(); /* here, on the caller's thread and context */
-  if (group_depth() == 0) return comm_init_rank(out, nranks, &id, rank, dev, config);
+  if (group_depth() == 0) return comm_init_rank(out, nranks, &ids, rank, dev, config);
   CHECK(braid_calloc(&d, 1, sizeof(*d)));
-  *d = (struct deferred_init){out, nranks, rank, dev, config != NULL, id, NCCL_CONFIG_INITIALIZER};
+  *d = (struct deferred_init){out, nranks, rank, dev, config != NULL, ids, NCCL_CONFIG_INITIALIZER};
   if (config) CHECK(comm_config_read(config, &d->config));
   CHECK(group_add_job(deferred_init_run, d));
   return ncclSuccess;
@@ -330,14 +343,14 @@ fail:
 NCCL_API(ncclResult_t, ncclCommInitRank, ncclComm_t* comm, int nranks, ncclUniqueId commId,
          int rank);
 ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank) {
-  return init_rank_maybe_deferred(comm, nranks, commId, rank, NULL);
+  return init_rank_maybe_deferred(comm, nranks, &commId, 1, rank, NULL);
 }
 
 NCCL_API(ncclResult_t, ncclCommInitRankConfig, ncclComm_t* comm, int nranks, ncclUniqueId commId,
          int rank, ncclConfig_t* config);
 ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank,
                                     ncclConfig_t* config) {
-  return init_rank_maybe_deferred(comm, nranks, commId, rank, config);
+  return init_rank_maybe_deferred(comm, nranks, &commId, 1, rank, config);
 }
 
 struct init_all_arg {
@@ -351,7 +364,10 @@ struct init_all_arg {
 
 static void* init_all_main(void* p) {
   struct init_all_arg* a = p;
-  a->result = comm_init_rank(a->out, a->ndev, a->id, a->rank, a->dev, NULL);
+  struct bootstrap_ids ids;
+  a->result = init_ids(a->id, 1, a->ndev, a->rank, &ids);
+  if (a->result == ncclSuccess)
+    a->result = comm_init_rank(a->out, a->ndev, &ids, a->rank, a->dev, NULL);
   return NULL;
 }
 
@@ -383,19 +399,16 @@ fail:
   return res;
 }
 
-/* Braid's root serves any number of ranks from one thread with poll(), so
- * the bootstrap goes through the first id; every id is still checked, and
- * the roots behind the others (started by ncclGetUniqueId) time out idle. */
+/* Each id's root registers one block of ranks (bootstrap_relay.h) and the
+ * others hand theirs to the first: nId roots share the hellos. */
 NCCL_API(ncclResult_t, ncclCommInitRankScalable, ncclComm_t* newcomm, int nranks, int myrank,
          int nId, ncclUniqueId* commIds, ncclConfig_t* config);
 ncclResult_t ncclCommInitRankScalable(ncclComm_t* newcomm, int nranks, int myrank, int nId,
                                       ncclUniqueId* commIds, ncclConfig_t* config) {
   ncclResult_t res = ncclSuccess;
-  struct bootstrap_id id;
   if (nId < 1 || commIds == NULL)
     FAIL(ncclInvalidArgument, "ncclCommInitRankScalable : nId %d commIds %p", nId, (void*)commIds);
-  for (int i = 0; i < nId; i++) CHECK(bootstrap_id_decode(&commIds[i], &id));
-  return init_rank_maybe_deferred(newcomm, nranks, commIds[0], myrank, config);
+  return init_rank_maybe_deferred(newcomm, nranks, commIds, nId, myrank, config);
 fail:
   return res;
 }

@@ -65,7 +65,7 @@ ncclResult_t ncclCommQueryProperties(ncclComm_t comm, void* props) {
   p.cudaDev = comm->cuda_dev;
   p.nvmlDev = comm->cuda_dev;
   p.nLsaTeams = 0; /* no rank reaches another's memory by load and store */
-  p.commHash = comm->id.key;
+  p.commHash = comm->ids.first.key;
   memcpy((char*)user + offsetof(struct comm_properties, rank),
          (const char*)&p + offsetof(struct comm_properties, rank),
          MIN(user->size, sizeof(p)) - offsetof(struct comm_properties, rank));

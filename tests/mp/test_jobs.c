@@ -219,8 +219,12 @@ static uint64_t guessed_key(void) {
 
 /* Hellos with absurd fields, then a real init as rank 1: all refused. */
 static int stranger_at_root(const mp_env* env, int port) {
-  struct root_hello h = {
-      BOOTSTRAP_MAGIC, BOOTSTRAP_VERSION, guessed_key(), 1, BOOTSTRAP_MAX_RANKS, 0, 0, {0}};
+  struct root_hello h = {.magic = BOOTSTRAP_MAGIC,
+                         .version = BOOTSTRAP_VERSION,
+                         .key = guessed_key(),
+                         .rank = 1,
+                         .nranks = BOOTSTRAP_MAX_RANKS,
+                         .nroots = 1};
   for (int i = 0; i < 3; i++) {
     int fd = connect_loopback(port);
     if (fd < 0) return 1;

@@ -446,6 +446,14 @@ static void test_scalable(void** state) {
   run_scalable(2, 2, 1);
   run_scalable(1, 1, 1);
   run_scalable(4, 2, 0);
+  /* the table relayed down trees of two (bootstrap_relay.h), in 3 and 4 blocks */
+  setenv("BRAID_BOOTSTRAP_FANOUT", "2", 1);
+  run_scalable(9, 3, 1);
+  run_scalable(10, 4, 0);
+  run_scalable(6, 1, 1);
+  setenv("BRAID_BOOTSTRAP_FANOUT", "1", 1); /* a chain */
+  run_scalable(5, 1, 1);
+  unsetenv("BRAID_BOOTSTRAP_FANOUT");
 }
 
 static int scalable_bad_body(const mp_env* env) {
