@@ -264,6 +264,12 @@ $(BINDIR)/%_perf: perf/%_perf.c $(PERF_OBJS) perf/*.h $(STLIB)
 	$(PERF_CC) $(ALL_CFLAGS) $(call layer_inc,$<) $(LDFLAGS) -fvisibility=default $< $(PERF_OBJS) \
 	  -o $@ $(STLIB) $(LDLIBS)
 
+# The other MPI tools (mpi_scale_probe): built the same way.
+$(BINDIR)/mpi_%: perf/mpi_%.c $(PERF_OBJS) perf/*.h $(STLIB)
+	@mkdir -p $(dir $@)
+	$(PERF_CC) $(ALL_CFLAGS) $(call layer_inc,$<) $(LDFLAGS) -fvisibility=default $< $(PERF_OBJS) \
+	  -o $@ $(STLIB) $(LDLIBS)
+
 # braid-sim (sim/): Braid's own schedules played on a modelled cluster;
 # it links the library's internals (schedules, executor keys, tuner).
 SIM_SRCS := $(wildcard sim/*.c)
