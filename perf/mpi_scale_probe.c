@@ -9,7 +9,9 @@
  * distinct peers its flight recorder saw. Every collective's result is checked exactly; rank 0
  * prints one line per metric: min, median, max over the ranks.
  *
- *   mpirun ... mpi_scale_probe [--mb N]     N: the large size, MiB (default 4)
+ *   mpirun ... mpi_scale_probe [--mb N] [--roots K]
+ * N: the large size, MiB (default 4). K > 1: Braid's comm is made by ncclCommInitRankScalable
+ * with K ids, id i made by rank i * nranks / K (as jobs give one per node). 
  * Exit status: 0 when every result was exact on every rank, 1 otherwise. */
 #include <dirent.h>
 #include <stdint.h>
@@ -229,7 +231,12 @@ static void report(const char* name, double v, int rank, int nranks) {
 int main(int argc, char** argv) {
   long before[M_COUNT], after_mpi[M_COUNT], braid_init[M_COUNT], after_braid[M_COUNT];
   double t_start = now_ms();
-  size_t mb = argc >= 3 && strcmp(argv[1], "--mb") == 0 ? (size_t)atol(argv[2]) : 4;
+  size_t mb = 4;
+  int nroots = 1;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (strcmp(argv[i], "--mb") == 0) mb = (size_t)atol(argv[i + 1]);
+    if (strcmp(argv[i], "--roots") == 0) nroots = atoi(argv[i + 1]);
+  }
   sample(before);
   MPI_Init(&argc, &argv);
   struct bufs b = {0};
@@ -243,15 +250,21 @@ int main(int argc, char** argv) {
   MPI_Allreduce(&one, &got, 1, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
   double mpi_ms = now_ms() - t_start;
   mpi_collectives(&b, sizes, 3);
-  sample(after_mpi);
 
-  ncclUniqueId id;
   ncclComm_t comm = NULL;
-  if (b.rank == 0) ncclGetUniqueId(&id);
-  MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
+  nroots = nroots < 1 ? 1 : nroots > b.nranks ? b.nranks : nroots;
+  ncclUniqueId* ids = calloc((size_t)nroots, sizeof(*ids));
+  for (int i = 0; i < nroots; i++) {
+    int maker = (int)((long)i * b.nranks / nroots);
+    if (b.rank == maker) ncclGetUniqueId(&ids[i]);
+    MPI_Bcast(&ids[i], sizeof(ids[i]), MPI_BYTE, maker, MPI_COMM_WORLD);
+  }
   MPI_Barrier(MPI_COMM_WORLD);
+  sample(after_mpi); /* after the last MPI call before Braid's: its lazy connections too */
   double t0 = now_ms();
-  int bad = ncclCommInitRank(&comm, b.nranks, id, b.rank) != ncclSuccess;
+  int bad = (nroots > 1 ? ncclCommInitRankScalable(&comm, b.nranks, b.rank, nroots, ids, NULL)
+                        : ncclCommInitRank(&comm, b.nranks, ids[0], b.rank)) != ncclSuccess;
+  double init_ms = now_ms() - t0;
   sample(braid_init);
   bad += !bad && check_allreduce(&b, 2, comm);
   double braid_ms = now_ms() - t0;
@@ -268,11 +281,14 @@ int main(int argc, char** argv) {
   int bad_total = 0;
   MPI_Allreduce(&bad, &bad_total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   if (b.rank == 0)
-    printf("# %d ranks; collectives at 8 B, %zu KiB, %zu MiB: %s\n%-22s %12s %12s %12s\n",
-           b.nranks, sizes[1] * sizeof(float) / 1024, mb,
+    printf("# %d ranks, %d bootstrap root%s; collectives at 8 B, %zu KiB, %zu MiB: %s\n"
+           "%-22s %12s %12s %12s\n",
+           b.nranks, nroots, nroots > 1 ? "s (ncclCommInitRankScalable)" : "",
+           sizes[1] * sizeof(float) / 1024, mb,
            bad_total ? "SOME WRONG" : "all exact", "figure", "min", "median", "max");
   report("mpi_init_ms", mpi_ms, b.rank, b.nranks);
   report("braid_init_ms", braid_ms, b.rank, b.nranks);
+  report("braid_commInit_ms", init_ms, b.rank, b.nranks); /* of it, ncclCommInitRank alone */
   for (int m = 0; m < M_COUNT; m++) {
     char name[40];
     snprintf(name, sizeof(name), "mpi_%s", kMetric[m]);
@@ -284,6 +300,7 @@ int main(int argc, char** argv) {
          b.nranks);
   report("braid_peers", (double)peers, b.rank, b.nranks);
   if (comm) bad ? ncclCommAbort(comm) : ncclCommDestroy(comm);
+  free(ids);
   free(b.send);
   free(b.recv);
   MPI_Finalize();

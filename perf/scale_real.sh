@@ -9,7 +9,8 @@
 # algorithm needs.
 #
 #   perf/scale_real.sh BUILD          writes docs/sim/scale-real.txt; needs root and Open MPI
-# Environment: NS="8 16 32 64 128"  RPN=4  RATE=1gbit  ALGO_NS="128"
+# Last, at ROOTS_NS, Braid's comm made with ncclCommInitRankScalable and one id per host.
+# Environment: NS="8 16 32 64 128"  RPN=4  RATE=1gbit  ALGO_NS="128"  ROOTS_NS="64 128"
 #              ALGOS="Ring Tree RecDoubling Hier"  TIMEOUT=900 (seconds per mpirun)
 set -uo pipefail
 build=${1:?usage: perf/scale_real.sh BUILD}
@@ -22,6 +23,7 @@ RPN=${RPN:-4}
 RATE=${RATE:-1gbit}
 ALGO_NS=${ALGO_NS:-128}
 ALGOS=${ALGOS:-Ring Tree RecDoubling Hier}
+ROOTS_NS=${ROOTS_NS:-64 128}
 TIMEOUT=${TIMEOUT:-900}
 [ -x "$probe" ] || { echo "scale_real: no $probe (make tools with Open MPI)" >&2; exit 1; }
 for v in $(compgen -e | grep -E '^(NCCL_|BRAID_)'); do unset "$v"; done
@@ -34,15 +36,16 @@ trap '"$cluster" down >/dev/null 2>&1' EXIT
 "$cluster" up $((max / RPN)) "$RATE" >/dev/null || exit 1
 mapfile -t mpirun_args < <("$cluster" mpirun-args)
 
-# run N [VAR=VALUE]: one launch of the probe on N/RPN hosts
+# run N [VAR=VALUE [PROBE_ARGS...]]: one launch of the probe on N/RPN hosts
 run() {
   local n=$1 hosts="" i t0
   for ((i = 0; i < n / RPN; i++)); do hosts+="${hosts:+,}h$i:$RPN"; done
   local env=()
   [ -n "${2:-}" ] && env=(-x "$2")
+  shift 2 || shift $#
   t0=$(date +%s.%N)
   timeout "$TIMEOUT" mpirun "${mpirun_args[@]}" --allow-run-as-root -np "$n" -host "$hosts" \
-    --mca btl self,vader,tcp "${env[@]}" "$probe" 2>&1 | grep -v "NCCL INFO"
+    --mca btl self,vader,tcp "${env[@]}" "$probe" "$@" 2>&1 | grep -v -e "NCCL INFO" -e "plm:rsh"
   echo "# launch to exit: $(echo "$(date +%s.%N) - $t0" | bc) s, rc ${PIPESTATUS[0]}"
 }
 
@@ -62,5 +65,10 @@ run() {
       echo "## $n ranks on $((n / RPN)) hosts, NCCL_ALGO=$a"
       run "$n" "NCCL_ALGO=$a" | grep -E "^#|peers|sockets"
     done
+  done
+  for n in $ROOTS_NS; do
+    echo
+    echo "## $n ranks on $((n / RPN)) hosts, one bootstrap root per host"
+    run "$n" "BRAID_BOOTSTRAP_FANOUT=8" --roots $((n / RPN)) | grep -E "^#|init_ms|commInit|peers"
   done
 } | tee "$out"
