@@ -3,6 +3,7 @@
  */
 #include "sim_run.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -202,23 +203,36 @@ static ncclResult_t play_at(struct sim_context* s, const struct sim_call* call, 
 
 /* T(B) = T(B2) + (B - B2) (T(B2) - T(B1)) / (B2 - B1), B1 = B2 / 2, B2
  * sized to half the budget (from rank 0's `steps0` at B): both past the
- * fill, where time is linear. */
+ * fill, where time is linear. That is checked, not assumed: the slope from
+ * B0 = B1 / 2 to B1 must be within SIM_LINEAR_TOL of B1's to B2, or the
+ * small calls are latency, not a line through B's (at 24,576 ranks such a
+ * line gave a pairwise all-reduce ten times the line rate), and there is
+ * no answer. */
+#define SIM_LINEAR_TOL 0.1
+
+static ncclResult_t no_line(struct sim_result* out) {
+  out->us = -1;
+  out->too_big = 1;
+  return ncclSuccess;
+}
+
 static ncclResult_t extrapolate(struct sim_context* s, const struct sim_call* call, size_t chunk,
                                 unsigned flags, size_t steps0, struct sim_result* out) {
   ncclResult_t res = ncclSuccess;
-  struct sim_result r1, r2;
-  struct sim_call c1 = *call, c2 = *call;
+  struct sim_result r0, r1, r2;
+  struct sim_call c0 = *call, c1 = *call, c2 = *call;
   size_t unit = (size_t)SIM_ELEM * (size_t)s->c->nranks;
   double scale = (double)s->step_budget / 2.0 / ((double)steps0 * s->c->nranks);
   c2.bytes = MAX(2 * unit, (size_t)((double)call->bytes * scale) / (2 * unit) * (2 * unit));
   c1.bytes = c2.bytes / 2;
-  if (c2.bytes >= call->bytes) { /* below a unit per rank the shape changes: no line */
-    out->us = -1;
-    out->too_big = 1;
-    return ncclSuccess;
-  }
+  c0.bytes = c1.bytes / 2;
+  if (c2.bytes >= call->bytes || c0.bytes < unit) return no_line(out);
   CHECK(play_at(s, &c2, chunk, flags | SIM_EXACT, &r2));
   CHECK(play_at(s, &c1, chunk, flags | SIM_EXACT, &r1));
+  CHECK(play_at(s, &c0, chunk, flags | SIM_EXACT, &r0));
+  double slope = (r2.us - r1.us) / (double)(c2.bytes - c1.bytes);
+  double slope0 = (r1.us - r0.us) / (double)(c1.bytes - c0.bytes);
+  if (slope <= 0 || fabs(slope - slope0) > SIM_LINEAR_TOL * slope) return no_line(out);
   *out = r2;
   out->us =
       r2.us + (double)(call->bytes - c2.bytes) * (r2.us - r1.us) / (double)(c2.bytes - c1.bytes);
