@@ -11,7 +11,7 @@
  *
  *   mpirun ... mpi_scale_probe [--mb N] [--roots K]
  * N: the large size, MiB (default 4). K > 1: Braid's comm is made by ncclCommInitRankScalable
- * with K ids, id i made by rank i * nranks / K (as jobs give one per node). 
+ * with K ids, id i made by rank i * nranks / K (as jobs give one per node).
  * Exit status: 0 when every result was exact on every rank, 1 otherwise. */
 #include <dirent.h>
 #include <stdint.h>
@@ -176,9 +176,12 @@ static int check_sendrecv(const struct bufs* b, size_t n, ncclComm_t comm) {
 static const struct {
   const char* name;
   coll_fn fn;
-} kColls[] = {{"allreduce", check_allreduce},   {"broadcast", check_broadcast},
-              {"reduce", check_reduce},         {"allgather", check_allgather},
-              {"reducescatter", check_reduce_scatter}, {"sendrecv", check_sendrecv}};
+} kColls[] = {{"allreduce", check_allreduce},
+              {"broadcast", check_broadcast},
+              {"reduce", check_reduce},
+              {"allgather", check_allgather},
+              {"reducescatter", check_reduce_scatter},
+              {"sendrecv", check_sendrecv}};
 #define NCOLLS (sizeof(kColls) / sizeof(kColls[0]))
 
 /* Open MPI's side: its init's collectives on the same sizes (not checked: the peer, not the
@@ -281,11 +284,12 @@ int main(int argc, char** argv) {
   int bad_total = 0;
   MPI_Allreduce(&bad, &bad_total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   if (b.rank == 0)
-    printf("# %d ranks, %d bootstrap root%s; collectives at 8 B, %zu KiB, %zu MiB: %s\n"
-           "%-22s %12s %12s %12s\n",
-           b.nranks, nroots, nroots > 1 ? "s (ncclCommInitRankScalable)" : "",
-           sizes[1] * sizeof(float) / 1024, mb,
-           bad_total ? "SOME WRONG" : "all exact", "figure", "min", "median", "max");
+    printf(
+        "# %d ranks, %d bootstrap root%s; collectives at 8 B, %zu KiB, %zu MiB: %s\n"
+        "%-22s %12s %12s %12s\n",
+        b.nranks, nroots, nroots > 1 ? "s (ncclCommInitRankScalable)" : "",
+        sizes[1] * sizeof(float) / 1024, mb, bad_total ? "SOME WRONG" : "all exact", "figure",
+        "min", "median", "max");
   report("mpi_init_ms", mpi_ms, b.rank, b.nranks);
   report("braid_init_ms", braid_ms, b.rank, b.nranks);
   report("braid_commInit_ms", init_ms, b.rank, b.nranks); /* of it, ncclCommInitRank alone */

@@ -222,8 +222,8 @@ static ncclResult_t rank_get_table(const struct root_reply* r, int fd, int rank,
     FAIL(ncclInternalError, "Bootstrap: the root's reply to rank %d names parent %d fanout %d",
          rank, r->parent, r->fanout);
   if (r->parent >= 0)
-    return bootstrap_relay_recv(ctrl_fd, r->parent, rank, nranks, r->data_secret, all,
-                                deadline_ns, aborted, counts);
+    return bootstrap_relay_recv(ctrl_fd, r->parent, rank, nranks, r->data_secret, all, deadline_ns,
+                                aborted, counts);
   CHECK(socket_recv_all(fd, all, sizeof(struct peer_info) * (size_t)nranks, deadline_ns, aborted));
   counts->bytes_in += sizeof(struct peer_info) * (size_t)nranks;
 fail:
@@ -258,10 +258,9 @@ ncclResult_t bootstrap_exchange(const struct bootstrap_ids* ids, int rank, int n
   *data_secret = r.data_secret;
   close(fd), fd = -1; /* the root is done with us: let it go before the relays */
   int block = bootstrap_block_of(rank, nranks, ids->nroots);
-  bootstrap_relay_send(rank, nranks, all, r.data_secret,
-                       bootstrap_block_first(block, nranks, ids->nroots),
-                       bootstrap_block_size(block, nranks, ids->nroots), r.fanout, deadline_ns,
-                       aborted, counts);
+  bootstrap_relay_send(
+      rank, nranks, all, r.data_secret, bootstrap_block_first(block, nranks, ids->nroots),
+      bootstrap_block_size(block, nranks, ids->nroots), r.fanout, deadline_ns, aborted, counts);
   TRACE(SUB_BOOTSTRAP, "Bootstrap: rank %d sent %llu messages (%llu bytes), received %llu (%llu)",
         rank, (unsigned long long)counts->msgs_out, (unsigned long long)counts->bytes_out,
         (unsigned long long)counts->msgs_in, (unsigned long long)counts->bytes_in);

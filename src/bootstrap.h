@@ -53,12 +53,12 @@ struct root_hello {
   int32_t rank; /* a block: its first rank */
   int32_t nranks;
   uint32_t flags;
-  int32_t nroots;              /* the job's roots: 1, or nId of ncclCommInitRankScalable */
-  int32_t root_index;          /* which root this is sent to */
-  int32_t reserved;            /* zero */
-  uint64_t first_key;          /* root 0's key (the one blocks go to), when nroots > 1 */
+  int32_t nroots;                /* the job's roots: 1, or nId of ncclCommInitRankScalable */
+  int32_t root_index;            /* which root this is sent to */
+  int32_t reserved;              /* zero */
+  uint64_t first_key;            /* root 0's key (the one blocks go to), when nroots > 1 */
   struct socket_wire_addr first; /* root 0's address, when nroots > 1 */
-  struct peer_info info;       /* a block: unused; its entries follow */
+  struct peer_info info;         /* a block: unused; its entries follow */
 };
 /* Sent by a rank 0 that could not serve NCCL_COMM_ID's address because
  * something holds it: if that is a root with our key, two jobs collide. */

@@ -120,8 +120,8 @@ static ncclResult_t relay_poll(struct relay_wait* w, uint64_t deadline_ns) {
 }
 
 ncclResult_t bootstrap_relay_recv(int ctrl_fd, int parent, int rank, int nranks, uint64_t secret,
-                                  struct peer_info* all, uint64_t deadline_ns,
-                                  _Atomic int* aborted, struct bootstrap_counts* counts) {
+                                  struct peer_info* all, uint64_t deadline_ns, _Atomic int* aborted,
+                                  struct bootstrap_counts* counts) {
   ncclResult_t res = ncclSuccess;
   struct hello_pool pool;
   struct relay_wait w = {&pool, parent, rank, nranks, secret, -1, {0}};
@@ -169,8 +169,8 @@ void bootstrap_relay_send(int rank, int nranks, const struct peer_info* all, uin
                           _Atomic int* aborted, struct bootstrap_counts* counts) {
   int c = relay_first_child(rank - first, fanout);
   if (c >= size) return; /* a leaf: nothing to hash */
-  struct relay_header h = {RELAY_MAGIC, BOOTSTRAP_VERSION, rank, 0, nranks, 0,
-                           table_mac(secret, all, nranks), 0};
+  struct relay_header h = {
+      RELAY_MAGIC, BOOTSTRAP_VERSION, rank, 0, nranks, 0, table_mac(secret, all, nranks), 0};
   for (int end = MIN(c + fanout, size); c < end; c++) {
     h.to = first + c;
     h.proof = header_proof(secret, &h);

@@ -59,8 +59,8 @@ int relay_first_child(int j, int fanout);
 /* Wait on ctrl_fd for `parent`'s relay of the table to `rank`, checked
  * against `secret`; connections that are not it are dropped. */
 ncclResult_t bootstrap_relay_recv(int ctrl_fd, int parent, int rank, int nranks, uint64_t secret,
-                                  struct peer_info* all, uint64_t deadline_ns,
-                                  _Atomic int* aborted, struct bootstrap_counts* counts);
+                                  struct peer_info* all, uint64_t deadline_ns, _Atomic int* aborted,
+                                  struct bootstrap_counts* counts);
 
 /* Relay the table from `rank` to its children in its block (first rank
  * `first`, `size` ranks). A child that cannot be reached is logged and

@@ -138,9 +138,8 @@ fail:
 }
 
 /* Allocate and set up a comm without talking to anyone. */
-static ncclResult_t comm_create(struct ncclComm** out, int nranks,
-                                const struct bootstrap_ids* ids, int rank, int cuda_dev,
-                                const ncclConfig_t* config) {
+static ncclResult_t comm_create(struct ncclComm** out, int nranks, const struct bootstrap_ids* ids,
+                                int rank, int cuda_dev, const ncclConfig_t* config) {
   ncclResult_t res = ncclSuccess;
   struct ncclComm* comm = NULL;
   union socket_addr listen;
@@ -234,8 +233,8 @@ static ncclResult_t comm_bootstrap(struct ncclComm* comm) {
   CHECK(socket_local_addr(&addr, ifname, sizeof(ifname)));
   comm_describe_self(comm, sys, ifname, &mine);
   CHECK(transport_blobs_make(&comm->tctx, &mine));
-  CHECK(bootstrap_maybe_start_root(&comm->ids.mine, comm->rank, comm->nranks, &comm->aborted,
-                                   &root));
+  CHECK(
+      bootstrap_maybe_start_root(&comm->ids.mine, comm->rank, comm->nranks, &comm->aborted, &root));
   res = bootstrap_exchange(&comm->ids, comm->rank, comm->nranks, &mine, comm->peers,
                            &comm->tctx.secret, comm->ctrl_fd, socket_deadline(param_timeout_ms()),
                            &comm->aborted, NULL);

@@ -41,7 +41,8 @@ static void test_blocks(void** state) {
         int first = bootstrap_block_first(b, n, roots), size = bootstrap_block_size(b, n, roots);
         assert_int_equal(first, next); /* contiguous, in order */
         assert_true(size == n / roots || size == n / roots + 1);
-        for (int r = first; r < first + size; r++) assert_int_equal(bootstrap_block_of(r, n, roots), b);
+        for (int r = first; r < first + size; r++)
+          assert_int_equal(bootstrap_block_of(r, n, roots), b);
         next = first + size;
       }
       assert_int_equal(next, n);
@@ -173,7 +174,8 @@ static void check_counts(const struct job* job, const struct rank_arg* a, int fa
   for (int r = 0; r < job->nranks; r++) {
     assert_true(a[r].counts.msgs_out <= 1 + (uint64_t)fanout);
     assert_true(a[r].counts.bytes_out <=
-                sizeof(struct root_hello) + (uint64_t)fanout * (sizeof(struct relay_header) + table));
+                sizeof(struct root_hello) +
+                    (uint64_t)fanout * (sizeof(struct relay_header) + table));
     int block = bootstrap_block_of(r, job->nranks, job->nroots);
     int j = r - bootstrap_block_first(block, job->nranks, job->nroots);
     assert_int_equal(a[r].counts.msgs_in, j < fanout ? 1 : 2); /* the reply; a relay */
@@ -354,8 +356,8 @@ static void sweep_row(int nranks, int nroots, int fanout) {
   printf("%6d %5d %6d %9llu %12llu %9llu %12llu %9.1f\n", nranks, nroots,
          (int)param_bootstrap_fanout(), /* the knob's, within its bounds */
          (unsigned long long)msgs, (unsigned long long)bytes,
-         (unsigned long long)(root->msgs_in + root->msgs_out),
-         (unsigned long long)root->bytes_out, ms);
+         (unsigned long long)(root->msgs_in + root->msgs_out), (unsigned long long)root->bytes_out,
+         ms);
   fflush(stdout);
   job_free(&job, a);
 }
@@ -363,8 +365,9 @@ static void sweep_row(int nranks, int nroots, int fanout) {
 static int sweep(int fanout, int nroots) {
   struct rlimit rl;
   if (getrlimit(RLIMIT_NOFILE, &rl) == 0) rl.rlim_cur = rl.rlim_max, setrlimit(RLIMIT_NOFILE, &rl);
-  printf("# per rank: the most messages (in + out) and bytes out of any rank but a root's\n"
-         "# root 0: messages (in + out) and bytes out; ms: the whole exchange, threads on loopback\n");
+  printf(
+      "# per rank: the most messages (in + out) and bytes out of any rank but a root's\n"
+      "# root 0: messages (in + out) and bytes out; ms: the whole exchange, threads on loopback\n");
   printf("%6s %5s %6s %9s %12s %9s %12s %9s\n", "ranks", "roots", "fanout", "rank_msgs",
          "rank_bytes", "root_msgs", "root_bytes", "ms");
   for (int n = 8; n <= 2048; n *= 2) sweep_row(n, MIN(nroots, n), fanout >= 0 ? fanout : n);
@@ -375,12 +378,9 @@ int main(int argc, char** argv) {
   if (argc >= 2 && strcmp(argv[1], "--sweep") == 0)
     return sweep(argc >= 3 ? atoi(argv[2]) : 8, argc >= 4 ? atoi(argv[3]) : 1);
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_blocks),
-      cmocka_unit_test(test_tree),
-      cmocka_unit_test(test_exchange),
-      cmocka_unit_test(test_relay_strangers),
-      cmocka_unit_test(test_relay_tampered),
-      cmocka_unit_test(test_relay_parent_never_comes),
+      cmocka_unit_test(test_blocks),         cmocka_unit_test(test_tree),
+      cmocka_unit_test(test_exchange),       cmocka_unit_test(test_relay_strangers),
+      cmocka_unit_test(test_relay_tampered), cmocka_unit_test(test_relay_parent_never_comes),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
