@@ -90,8 +90,8 @@ def main():
         cells = " | ".join(cell(rows, a, 0, "{:.1f}") for a in ALGOS)
         print(f"| {n} | {nodes} | {ring:.1f} | {tree:.1f} | {ring / tree:.0f}x | {cells} | "
               f"{rows['Ring'][0] / best:.0f}x | {pick} |")
-    print("\n1 GiB all-reduce, bus bandwidth GB/s (the node's NICs: "
-          f"{CLUSTER['nics'] * CLUSTER['nic_gbps'] / 8 / PER_NODE:.2f} GB/s per rank)\n")
+    print("\n1 GiB all-reduce, bus bandwidth GB/s (a NIC's line rate: "
+          f"{CLUSTER['nic_gbps'] / 8:.2f} GB/s; a ring crosses each node once)\n")
     print("| ranks | Braid Ring | Braid Tree | Braid RecDoubling | Braid Hier | Braid Pairwise "
           "| tuner |")
     print("|---:|---:|---:|---:|---:|---:|---|")

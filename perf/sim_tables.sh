@@ -2,8 +2,9 @@
 # The tables of docs/simulator.md, produced (never typed): braid-sim's grids of every algorithm
 # and the tuner's pick, and the calibration against a perf/bench_cluster.sh run.
 #
-#   perf/sim_tables.sh BUILD [RESULTS_CSV]      writes docs/sim/*.txt (and calibration-1gbit.md
-#                                               when a bench_cluster.sh results.csv is given)
+#   perf/sim_tables.sh BUILD [RESULTS_CSV]      writes docs/sim/*.txt and nccl-compare.md (and
+#                                               calibration-1gbit.md when a bench_cluster.sh
+#                                               results.csv is given)
 # The calibrated cluster's figures are CALIBRATED (below): what perf/sim_calibrate.py's fit chose
 # for the emulated 1 Gbit/s cluster; its link rate is iperf3's.
 set -euo pipefail
@@ -18,6 +19,8 @@ mkdir -p "$out"
 "$sim" --ranks 64:16384 --per-node 2 --bytes 8:1G --factor 8 $CALIBRATED >"$out/tuner-1gbit-ppn2.txt"
 "$sim" --ranks 64:16384 --per-node 8 --bytes 8:1G --factor 8 $CALIBRATED >"$out/tuner-1gbit-ppn8.txt"
 "$sim" --ranks 64:16384 --per-node 8 --bytes 8:1G --factor 8 >"$out/tuner-100gbit-ppn8.txt"
+# Beside NCCL's published scaling (a few minutes of CPU: 24,576 ranks in full)
+"$top/perf/nccl_compare.py" "$build" >"$out/nccl-compare.md"
 if [ -n "$csv" ]; then
   "$top/perf/sim_calibrate.py" "$build" "$csv" wire_gbps=20 burst_bytes=65536 $CALIBRATED \
     >"$out/calibration-1gbit.md" || true # the table says where the bound is missed
