@@ -164,7 +164,8 @@ void exec_slots(const struct exec_ctx* ex, void** base, size_t* bytes);
 /* The schedule key of a call whose algorithm and chunk are chosen. */
 void exec_ctx_key(const struct exec_ctx* ex, const struct exec_args* args, struct sched_key* key);
 /* Elements of each block per piece of a call (EXEC_PIECE_CHUNKS chunks of
- * all the blocks together); every rank derives the same. */
+ * all the blocks together, a chunk of each at least); every rank derives
+ * the same. */
 size_t exec_piece_count(const struct exec_ctx* ex, const struct exec_args* args);
 
 /* Begin a call (the context must be idle); every message carries `tag`. */
