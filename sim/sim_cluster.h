@@ -34,6 +34,8 @@ struct sim_cluster {
   double rail_cross_us; /* rails: a message between two rails crosses the spine */
   int window;           /* the executor's steps in flight (BRAID_NSTEPS) */
   size_t slot_bytes;    /* its slot, the largest chunk (BRAID_CHUNK_SIZE) */
+  int tune_links;       /* 1: the tuner prices links from these figures, as a BRAID_TUNE_FILE
+                         * written for the cluster would; 0: the library's own lines */
 };
 
 /* The defaults: 8 ranks a node, one 100 Gbit/s NIC, a full fat tree, the

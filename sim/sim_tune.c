@@ -28,6 +28,18 @@ static int hier_would_pipeline(const struct sim_cluster* c, const struct sched_t
   return hier_allreduce_pipelines(&k);
 }
 
+/* Every algorithm's link lines from the cluster's figures - what a
+ * BRAID_TUNE_FILE's "link" lines written for it would say: a hop's latency
+ * and message cost, a KB at the link's rate (the NIC's across nodes). */
+static void tune_links_from_figures(const struct sim_cluster* c, struct tuner_model* m) {
+  for (int a = 0; a < ALGO_COUNT; a++) {
+    m->net.alpha_us[a] = c->net_lat_us + c->msg_us;
+    m->net.beta_us_per_kb[a] = 8.192 / c->nic_gbps;
+    m->intra.alpha_us[a] = c->intra_lat_us + c->intra_msg_us;
+    m->intra.beta_us_per_kb[a] = 8.192 / c->intra_gbps;
+  }
+}
+
 void sim_tune_model(const struct sim_cluster* c, const struct sched_topo* t,
                     struct tuner_model* m) {
   memset(m, 0, sizeof(*m));
@@ -44,4 +56,5 @@ void sim_tune_model(const struct sim_cluster* c, const struct sched_topo* t,
   m->nic_mbps = (uint32_t)(c->nic_gbps * 1000.0);
   m->mem_mbps = (uint32_t)(c->copy_gbps * 1000.0 / 8.0);
   tuner_model_price(m);
+  if (c->tune_links) tune_links_from_figures(c, m);
 }
