@@ -4,13 +4,13 @@
 # in the same processes. Per N, the probe's table: init time to the end of the first 8-byte
 # all-reduce, and per rank the resident memory, file descriptors, sockets, threads and /dev/shm
 # each library added, Braid's sockets right after init (its connections are made on first use)
-# and the peers its flight recorder saw after every collective at three sizes, all checked
-# exactly. Then, at ALGO_NS, the same with each algorithm forced: the peers and sockets that
-# algorithm needs.
+# and the peers it connected to after every collective at three sizes, all checked
+# exactly. Then, at ALGO_NS, all-reduces alone with each algorithm forced: the peers and sockets
+# that algorithm needs.
 #
 #   perf/scale_real.sh BUILD          writes docs/sim/scale-real.txt; needs root and Open MPI
 # Last, at ROOTS_NS, Braid's comm made with ncclCommInitRankScalable and one id per host.
-# Environment: NS="8 16 32 64 128"  RPN=4  RATE=1gbit  ALGO_NS="128"  ROOTS_NS="64 128"
+# Environment: NS="8 16 32 64 128"  RPN=4  RATE=1gbit  ALGO_NS="32 64 128"  ROOTS_NS="64 128"
 #              ALGOS="Ring Tree RecDoubling Hier"  TIMEOUT=900 (seconds per mpirun)
 set -uo pipefail
 build=${1:?usage: perf/scale_real.sh BUILD}
@@ -21,7 +21,7 @@ out=$top/docs/sim/scale-real.txt
 NS=${NS:-8 16 32 64 128}
 RPN=${RPN:-4}
 RATE=${RATE:-1gbit}
-ALGO_NS=${ALGO_NS:-128}
+ALGO_NS=${ALGO_NS:-32 64 128}
 ALGOS=${ALGOS:-Ring Tree RecDoubling Hier}
 ROOTS_NS=${ROOTS_NS:-64 128}
 TIMEOUT=${TIMEOUT:-900}
@@ -62,8 +62,8 @@ run() {
   for n in $ALGO_NS; do
     for a in $ALGOS; do
       echo
-      echo "## $n ranks on $((n / RPN)) hosts, NCCL_ALGO=$a"
-      run "$n" "NCCL_ALGO=$a" | grep -E "^#|peers|sockets"
+      echo "## $n ranks on $((n / RPN)) hosts, NCCL_ALGO=$a, all-reduces only"
+      run "$n" "NCCL_ALGO=$a" --allreduce-only 1 | grep -E "^#|peers|sockets"
     done
   done
   for n in $ROOTS_NS; do
