@@ -6,8 +6,8 @@
  * and after Braid's (ncclCommInitRank and the same collectives) - and times both inits to the end
  * of the first 8-byte all-reduce. Braid's connections are counted after init (none: they are
  * made when a schedule first needs a peer) and after the collectives, as sockets and as the
- * distinct peers its transports logged a connection with. Every collective's result is checked exactly; rank 0
- * prints one line per metric: min, median, max over the ranks.
+ * distinct peers its transports logged a connection with. Every collective's result is checked
+ * exactly; rank 0 prints one line per metric: min, median, max over the ranks.
  *
  *   mpirun ... mpi_scale_probe [--mb N] [--roots K] [--allreduce-only 1]
  * N: the large size, MiB (default 4). K > 1: Braid's comm is made by ncclCommInitRankScalable
