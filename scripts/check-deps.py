@@ -238,7 +238,32 @@ def main():
     print("check-deps: %d modules, %d dependencies, largest cycle %d, %d climbing, "
           "%d declarations in another file's header" %
           (len(graph), nedges, largest, len(bad), len(strays)))
-    sys.exit(1 if bad or big or strays else 0)
+    stale = doc_figures_stale(graph, len(graph), nedges, largest)
+    if stale:
+        print(stale)
+    sys.exit(1 if bad or big or strays or stale else 0)
+
+
+# docs/architecture.md gives this script's figures; a build with every
+# optional part (CUDA, verbs) checks that it still gives them.
+DOC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "docs", "architecture.md")
+FULL_BUILD = ("src/cuda/cuda_comm", "transports/ib/ib_qp")
+
+
+def doc_figures_stale(graph, nmods, nedges, largest):
+    if not all(m in graph for m in FULL_BUILD):
+        print("check-deps: a build without CUDA or verbs: docs/architecture.md's figures "
+              "not compared")
+        return None
+    text = " ".join(open(DOC).read().split())
+    m = re.search(r"Today: (\d+) modules, (\d+) dependencies, largest cycle (\d+)", text)
+    if m is None:
+        return "check-deps: docs/architecture.md has no 'Today: N modules, ...' line"
+    if tuple(int(x) for x in m.groups()) != (nmods, nedges, largest):
+        return ("check-deps: docs/architecture.md says %s modules, %s dependencies, largest "
+                "cycle %s; the build has %d, %d, %d: update its 'Today:' line" %
+                (m.group(1), m.group(2), m.group(3), nmods, nedges, largest))
+    return None
 
 
 if __name__ == "__main__":
