@@ -72,9 +72,9 @@ static void link_shm(struct tuner_link* l, const struct tuner_model* m, double f
  * (for verbs, the HCA port's rate: transport link_mbps). */
 static void link_socket(struct tuner_link* l, const struct tuner_model* m, double f, int across) {
   link_from_lines(l, k_tcp, f);
-  if (!across || m->nic_mbps == 0) return;
-  double wire = 8192.0 / (double)m->nic_mbps; /* us per KB at line rate */
-  for (int a = 0; a < ALGO_COUNT; a++) l->beta_us_per_kb[a] = MAX(l->beta_us_per_kb[a], wire);
+  if (!across) return;
+  for (int a = 0; a < ALGO_COUNT; a++)
+    l->beta_us_per_kb[a] = MAX(l->beta_us_per_kb[a], m->wire_us_per_kb);
 }
 
 /* The link costs of each transport of the table (transports/transport.h)

@@ -25,7 +25,7 @@ ncclResult_t tuner_model_init(struct ncclComm* comm);
 void tuner_model_price(struct tuner_model* m);
 
 /* What a node's NIC carries in the double tree over this layout, in
- * units of the twice the buffer one rank moves (the most on any node; at
+ * units of twice the buffer one rank moves (the most on any node; at
  * least 1). */
 double tuner_tree_sharers(const struct sched_topo* t);
 
