@@ -202,13 +202,15 @@ static void mpi_collectives(const struct bufs* b, const size_t* sizes, int nsize
 
 /* Braid's connections, from its own log: each transport logs one INFO line
  * per connection it makes ("... rank N via NET/Socket", "rank A -> rank B
- * via SHM"). The probe sends that log (NET and SHM only) to a file of its
- * own before the library reads its settings. */
-static char g_log[64];
+ * via SHM"). The probe sends that log (NET and SHM only) to a file in a
+ * directory of its own (mkdtemp, mode 700: no other user can plant or read
+ * the name) before the library reads its settings. */
+static char g_dir[] = "/tmp/braid-probe.XXXXXX";
+static char g_log[sizeof(g_dir) + 16];
 
 static void log_connections(void) {
-  snprintf(g_log, sizeof(g_log), "/tmp/braid-probe.%d.log", (int)getpid());
-  unlink(g_log);
+  if (mkdtemp(g_dir) == NULL) return; /* no log: the peers are reported as -1 */
+  snprintf(g_log, sizeof(g_log), "%s/nccl.log", g_dir);
   setenv("NCCL_DEBUG", "INFO", 1);
   setenv("NCCL_DEBUG_SUBSYS", "NET,SHM", 1);
   setenv("NCCL_DEBUG_FILE", g_log, 1);
@@ -233,7 +235,7 @@ static int line_peer(const char* line) {
 static long connected_peers(int nranks) {
   char line[512];
   long n = 0;
-  FILE* f = fopen(g_log, "r");
+  FILE* f = g_log[0] ? fopen(g_log, "r") : NULL;
   char* seen = calloc((size_t)nranks, 1);
   if (f == NULL || seen == NULL) n = -1;
   while (n >= 0 && fgets(line, sizeof(line), f)) {
@@ -243,6 +245,7 @@ static long connected_peers(int nranks) {
   if (f) fclose(f);
   free(seen);
   unlink(g_log);
+  rmdir(g_dir);
   return n;
 }
 

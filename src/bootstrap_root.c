@@ -34,6 +34,9 @@
 
 /* A connection has this long to send its whole hello. */
 #define ROOT_HELLO_MS 2000
+/* And another root this long for its block's entries after its hello
+ * (16,384 entries are 2.5 MB: 20 ms at 1 Gbit/s). */
+#define ROOT_BLOCK_MS 10000
 /* Connections that have not sent a whole hello yet, at most. */
 #define ROOT_MAX_PENDING 64
 /* How long a failed root keeps telling late ranks why. */
@@ -180,13 +183,17 @@ static void root_learn(struct bootstrap_root* st, const struct root_hello* h) {
   st->up = h->first;
 }
 
-/* Root b's entries after its block hello: each must be the rank it claims. */
+/* Root b's entries after its block hello: each must be the rank it claims.
+ * Root b sends them with the hello, so they come at once or never: the
+ * read has ROOT_BLOCK_MS, not the whole bootstrap's time, while every
+ * other hello waits for this one thread. */
 static ncclResult_t root_read_block(struct bootstrap_root* st, int fd, int first) {
   ncclResult_t res = ncclSuccess;
   int size = bootstrap_block_size(bootstrap_block_of(first, st->nranks, st->nroots), st->nranks,
                                   st->nroots);
   size_t bytes = sizeof(*st->table) * (size_t)size;
-  CHECK(socket_recv_all(fd, st->table + first, bytes, st->deadline_ns, &st->stop));
+  uint64_t deadline = MIN(st->deadline_ns, socket_deadline(ROOT_BLOCK_MS));
+  CHECK(socket_recv_all(fd, st->table + first, bytes, deadline, &st->stop));
   for (int i = 0; i < size; i++)
     if (st->table[first + i].rank != first + i)
       FAIL(ncclRemoteError, "Bootstrap root: the block of rank %d holds rank %d's entry at %d",
