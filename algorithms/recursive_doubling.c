@@ -8,6 +8,8 @@
  */
 #include "recursive_doubling.h"
 
+#include <stdlib.h>
+
 #include "core.h"
 #include "schedule.h"
 
@@ -39,26 +41,76 @@ fail:
   return res;
 }
 
-/* One round of paired halves with `partner`, slice by slice so that each
- * send is followed by its receive (a rendezvous transport needs the peer's
- * receive posted in time): `out_prim` sends [so, so+sn), `in_prim` takes
- * [ro, ro+rn). */
-static ncclResult_t rd_pair_round(struct schedule* s, int partner, size_t chunk,
-                                  enum sched_prim out_prim, size_t so, size_t sn,
-                                  enum sched_prim in_prim, unsigned in_flags, size_t ro,
-                                  size_t rn) {
+/* The slices of a halving round's range in the order the rounds after it
+ * use them. The range splits at its middle as the next round splits it
+ * (bit `mask` of the rank, which both partners share); a reduce-scatter
+ * round takes first the half the next round sends, an all-gather round
+ * sends first the half the rank held before the round that brought the
+ * other; each half is ordered the same way by the rounds after. So a
+ * round's sends leave in the order its data came, while the round before
+ * still receives, and every rank waits alike (one rank's waits are
+ * another's, which lets braid-sim play one node for all). */
+struct rd_cut {
+  size_t at, len;
+};
+
+struct rd_order {
+  struct rd_cut* cuts;
+  size_t n;
+  size_t chunk;
+  int rank, held_first; /* held_first: all-gather rounds */
+};
+
+static void rd_order_range(struct rd_order* o, size_t lo, size_t n, int mask) {
+  if (n > o->chunk && mask > 0) {
+    size_t half = n / 2;
+    int held_lower = !(o->rank & mask); /* the rank keeps the lower half then */
+    int lower_first = o->held_first ? held_lower : !held_lower;
+    rd_order_range(o, lower_first ? lo : lo + half, lower_first ? half : n - half, mask / 2);
+    rd_order_range(o, lower_first ? lo + half : lo, lower_first ? n - half : half, mask / 2);
+    return;
+  }
+  for (size_t a = 0; a < n; a += o->chunk)
+    o->cuts[o->n++] = (struct rd_cut){lo + a, MIN(o->chunk, n - a)};
+}
+
+/* At most the range's slices plus one per split, itself at most one per
+ * slice. */
+static size_t rd_order_cap(size_t n, size_t chunk) {
+  return 2 * DIV_UP(n, chunk) + 1;
+}
+
+/* One round with `partner`, slice by slice so that each send is followed
+ * by its receive (a rendezvous transport needs the peer's receive posted
+ * in time): `out_prim` sends [so, so+sn), `in_prim` takes [ro, ro+rn),
+ * both in the order of rd_order_range with `mask` (the next round's bit). */
+struct rd_round_args {
+  int partner, mask, held_first;
+  enum sched_prim out_prim, in_prim;
+  unsigned in_flags;
+  size_t so, sn, ro, rn;
+};
+
+static ncclResult_t rd_pair_round(struct schedule* s, const struct rd_round_args* a, int rank,
+                                  size_t chunk) {
   ncclResult_t res = ncclSuccess;
-  size_t slices = MAX(DIV_UP(sn, chunk), DIV_UP(rn, chunk));
-  for (size_t i = 0; i < slices; i++) {
-    size_t a = i * chunk;
-    if (a < sn)
-      CHECK(sched_append(s, out_prim, SCHED_LOCAL_OUT, -1, partner, so + a, so + a,
-                         MIN(chunk, sn - a)));
-    if (a < rn)
-      CHECK(sched_append(s, in_prim, in_flags | SCHED_LOCAL_OUT, partner, -1, ro + a, ro + a,
-                         MIN(chunk, rn - a)));
+  struct rd_order out = {.chunk = chunk, .rank = rank, .held_first = a->held_first};
+  struct rd_order in = out;
+  CHECK(braid_calloc(&out.cuts, rd_order_cap(a->sn, chunk), sizeof(*out.cuts)));
+  CHECK(braid_calloc(&in.cuts, rd_order_cap(a->rn, chunk), sizeof(*in.cuts)));
+  rd_order_range(&out, a->so, a->sn, a->mask);
+  rd_order_range(&in, a->ro, a->rn, a->mask);
+  for (size_t i = 0; i < MAX(out.n, in.n); i++) {
+    if (i < out.n)
+      CHECK(sched_append(s, a->out_prim, SCHED_LOCAL_OUT, -1, a->partner, out.cuts[i].at,
+                         out.cuts[i].at, out.cuts[i].len));
+    if (i < in.n)
+      CHECK(sched_append(s, a->in_prim, a->in_flags | SCHED_LOCAL_OUT, a->partner, -1,
+                         in.cuts[i].at, in.cuts[i].at, in.cuts[i].len));
   }
 fail:
+  free(out.cuts);
+  free(in.cuts);
   return res;
 }
 
@@ -78,17 +130,32 @@ static ncclResult_t rd_halving_core(struct schedule* s, const struct sched_key* 
     size_t mid = lo[levels] + (hi[levels] - lo[levels]) / 2;
     size_t keep_lo = low ? lo[levels] : mid, keep_hi = low ? mid : hi[levels];
     size_t send_lo = low ? mid : lo[levels], send_hi = low ? hi[levels] : mid;
-    unsigned post = mask == 1 ? SCHED_POST : 0;
-    CHECK(rd_pair_round(s, partner, chunk, PRIM_SEND_OUT, send_lo, send_hi - send_lo,
-                        PRIM_RECV_REDUCE_COPY, post, keep_lo, keep_hi - keep_lo));
+    struct rd_round_args a = {.partner = partner,
+                              .mask = mask / 2,
+                              .out_prim = PRIM_SEND_OUT,
+                              .in_prim = PRIM_RECV_REDUCE_COPY,
+                              .in_flags = mask == 1 ? SCHED_POST : 0,
+                              .so = send_lo,
+                              .sn = send_hi - send_lo,
+                              .ro = keep_lo,
+                              .rn = keep_hi - keep_lo};
+    CHECK(rd_pair_round(s, &a, r, chunk));
     lo[levels + 1] = keep_lo, hi[levels + 1] = keep_hi;
   }
   for (int mask = 1, l = levels; mask < p2; mask *= 2, l--) {
     int partner = r ^ mask, low = r < partner;
     size_t mine = lo[l], mine_n = hi[l] - lo[l];
     size_t theirs = low ? hi[l] : lo[l - 1], theirs_n = (hi[l - 1] - lo[l - 1]) - mine_n;
-    CHECK(rd_pair_round(s, partner, chunk, PRIM_SEND_OUT, mine, mine_n, PRIM_RECV, 0, theirs,
-                        theirs_n));
+    struct rd_round_args a = {.partner = partner,
+                              .mask = mask / 2,
+                              .held_first = 1,
+                              .out_prim = PRIM_SEND_OUT,
+                              .in_prim = PRIM_RECV,
+                              .so = mine,
+                              .sn = mine_n,
+                              .ro = theirs,
+                              .rn = theirs_n};
+    CHECK(rd_pair_round(s, &a, r, chunk));
   }
 fail:
   return res;
@@ -99,26 +166,40 @@ int rd_uses_halving(size_t count, size_t elem_size, int nranks) {
   return p2 > 2 && count >= (size_t)p2 && count * elem_size >= RD_HALVING_MIN_BYTES;
 }
 
+/* The order in which core rank `core` takes in the input: with halving,
+ * the first round's (rd_order_range); otherwise from the start. */
+static ncclResult_t rd_input_order(struct rd_order* o, const struct sched_key* k, int core, int p2,
+                                   size_t chunk) {
+  ncclResult_t res = ncclSuccess;
+  *o = (struct rd_order){.chunk = chunk, .rank = core};
+  CHECK(braid_calloc(&o->cuts, rd_order_cap(k->count, chunk), sizeof(*o->cuts)));
+  rd_order_range(o, 0, k->count, rd_uses_halving(k->count, k->elem_size, k->nranks) ? p2 / 2 : 0);
+fail:
+  return res;
+}
+
 ncclResult_t rd_schedule_allreduce(struct schedule* s, const struct sched_key* k) {
   ncclResult_t res = ncclSuccess;
   int n = k->nranks, r = k->rank, p2 = rd_pow2_floor(n), extra = n - p2;
   size_t chunk = MAX((size_t)1, k->chunk_bytes / k->elem_size);
+  struct rd_order in = {0};
   if (k->count == 0) return ncclSuccess;
   if (n == 1) return sched_append(s, PRIM_COPY, SCHED_PRE | SCHED_POST, -1, -1, 0, 0, k->count);
+  CHECK(rd_input_order(&in, k, r >= p2 ? r - p2 : r, p2, chunk));
   if (r >= p2) { /* folded rank: contribute, then receive the result */
-    for (size_t off = 0; off < k->count; off += chunk)
-      CHECK(
-          sched_append(s, PRIM_SEND, SCHED_PRE, -1, r - p2, off, off, MIN(chunk, k->count - off)));
+    for (size_t i = 0; i < in.n; i++)
+      CHECK(sched_append(s, PRIM_SEND, SCHED_PRE, -1, r - p2, in.cuts[i].at, in.cuts[i].at,
+                         in.cuts[i].len));
     for (size_t off = 0; off < k->count; off += chunk)
       CHECK(sched_append(s, PRIM_RECV, 0, r - p2, -1, off, off, MIN(chunk, k->count - off)));
-    return ncclSuccess;
+    goto fail;
   }
-  for (size_t off = 0; off < k->count; off += chunk) {
-    size_t len = MIN(chunk, k->count - off);
+  for (size_t i = 0; i < in.n; i++) {
+    size_t at = in.cuts[i].at, len = in.cuts[i].len;
     if (r < extra)
-      CHECK(sched_append(s, PRIM_RECV_REDUCE_COPY, SCHED_PRE, r + p2, -1, off, off, len));
+      CHECK(sched_append(s, PRIM_RECV_REDUCE_COPY, SCHED_PRE, r + p2, -1, at, at, len));
     else
-      CHECK(sched_append(s, PRIM_COPY, SCHED_PRE, -1, -1, off, off, len));
+      CHECK(sched_append(s, PRIM_COPY, SCHED_PRE, -1, -1, at, at, len));
   }
   if (rd_uses_halving(k->count, k->elem_size, n)) {
     CHECK(rd_halving_core(s, k, r, p2, chunk));
@@ -133,5 +214,6 @@ ncclResult_t rd_schedule_allreduce(struct schedule* s, const struct sched_key* k
     for (size_t off = 0; off < k->count; off += chunk)
       CHECK(sched_append(s, PRIM_SEND_OUT, 0, -1, r + p2, off, off, MIN(chunk, k->count - off)));
 fail:
+  free(in.cuts);
   return res;
 }
