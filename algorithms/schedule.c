@@ -9,21 +9,23 @@
 
 #include "core.h"
 
+/* writes_y: the primitive writes its slice of the output (received or
+ * computed into it), which a send of those bytes must wait for. */
 static const struct {
   const char* name;
-  uint8_t recvs, sends;
+  uint8_t recvs, sends, writes_y;
 } prims[PRIM_COUNT] = {
-    [PRIM_SEND] = {"send", 0, 1},
-    [PRIM_RECV] = {"recv", 1, 0},
-    [PRIM_RECV_REDUCE_SEND] = {"recvReduceSend", 1, 1},
-    [PRIM_RECV_REDUCE_COPY_SEND] = {"recvReduceCopySend", 1, 1},
-    [PRIM_RECV_COPY_SEND] = {"recvCopySend", 1, 1},
-    [PRIM_RECV_REDUCE_COPY] = {"recvReduceCopy", 1, 0},
-    [PRIM_COPY] = {"copy", 0, 0},
-    [PRIM_SEND_OUT] = {"sendOut", 0, 1},
-    [PRIM_EXCHANGE] = {"exchange", 1, 1},
-    [PRIM_RECV_REDUCE_CARRY] = {"recvReduceCarry", 1, 0},
-    [PRIM_LOAD_CARRY] = {"loadCarry", 0, 0},
+    [PRIM_SEND] = {"send", 0, 1, 0},
+    [PRIM_RECV] = {"recv", 1, 0, 1},
+    [PRIM_RECV_REDUCE_SEND] = {"recvReduceSend", 1, 1, 0},
+    [PRIM_RECV_REDUCE_COPY_SEND] = {"recvReduceCopySend", 1, 1, 1},
+    [PRIM_RECV_COPY_SEND] = {"recvCopySend", 1, 1, 1},
+    [PRIM_RECV_REDUCE_COPY] = {"recvReduceCopy", 1, 0, 1},
+    [PRIM_COPY] = {"copy", 0, 0, 1},
+    [PRIM_SEND_OUT] = {"sendOut", 0, 1, 0},
+    [PRIM_EXCHANGE] = {"exchange", 1, 1, 1},
+    [PRIM_RECV_REDUCE_CARRY] = {"recvReduceCarry", 1, 0, 0},
+    [PRIM_LOAD_CARRY] = {"loadCarry", 0, 0, 0},
 };
 
 int sched_prim_recvs(enum sched_prim p) {
@@ -31,6 +33,12 @@ int sched_prim_recvs(enum sched_prim p) {
 }
 int sched_prim_sends(enum sched_prim p) {
   return prims[p].sends;
+}
+int sched_prim_writes_y(enum sched_prim p) {
+  return prims[p].writes_y;
+}
+int sched_step_sends_y(const struct sched_step* st) {
+  return st->prim == PRIM_SEND_OUT || (st->prim == PRIM_SEND && (st->flags & SCHED_LOCAL_OUT));
 }
 const char* sched_prim_name(enum sched_prim p) {
   return p < PRIM_COUNT ? prims[p].name : "?";

@@ -154,6 +154,11 @@ void sched_free(struct schedule* s);
 /* 1 when the primitive receives / sends. */
 int sched_prim_recvs(enum sched_prim p);
 int sched_prim_sends(enum sched_prim p);
+/* 1 when the primitive writes its slice of the output Y. */
+int sched_prim_writes_y(enum sched_prim p);
+/* 1 when the step is a plain send of its slice of Y (out of place, the
+ * only sends that an earlier step's write can hold back). */
+int sched_step_sends_y(const struct sched_step* st);
 const char* sched_prim_name(enum sched_prim p);
 
 /* Append p (ignored when negative or already there) to a peer list of m

@@ -90,13 +90,19 @@ static ncclResult_t queue_send(struct sim_engine* e, int r, size_t i, double t) 
   return push(e, t, r, i, SIM_EV_SEND);
 }
 
-/* Whether posted plain send i may go before the steps ahead of it are
- * computed: every earlier step on the same connection has offered its
- * send (the executor keeps a connection's order). */
-static int may_send_early(const struct sim_engine* e, struct sim_rank* k, size_t i) {
+/* When posted plain send i may go before the steps ahead of it are
+ * computed, or -1 if not yet: every earlier step on the same connection
+ * has offered its send (the executor keeps a connection's order), and the
+ * step that writes the output bytes it sends, if any, has been computed
+ * (send_may_go's rule: a halving's next round sends what this one
+ * reduces): from that compute's end on. */
+static double may_send_early(const struct sim_engine* e, struct sim_rank* k, size_t i) {
+  const struct sim_step* s = &k->steps[i];
   for (size_t j = k->retired; j < i; j++)
-    if (k->steps[j].send == k->steps[i].send && !(rec_of(e, k, j)->flags & REC_OFFERED)) return 0;
-  return 1;
+    if (k->steps[j].send == s->send && !(rec_of(e, k, j)->flags & REC_OFFERED)) return -1;
+  if (s->y_wait == 0 || i - s->y_wait < k->retired) return 0;
+  if (i - s->y_wait >= k->computed) return -1;
+  return rec_of(e, k, i - s->y_wait)->end;
 }
 
 static int retire_steps(struct sim_engine* e, struct sim_rank* k) {
@@ -135,9 +141,11 @@ static ncclResult_t send_early(struct sim_engine* e, int r, double now) {
   struct sim_rank* k = &e->ranks[r];
   for (size_t i = k->next_queue; i < k->next_post; i++) {
     struct sim_rec* rec = rec_of(e, k, i);
-    if (!plain_send(&k->steps[i]) || (rec->flags & REC_SEND_QUEUED) || !may_send_early(e, k, i))
+    double from;
+    if (!plain_send(&k->steps[i]) || (rec->flags & REC_SEND_QUEUED) ||
+        (from = may_send_early(e, k, i)) < 0)
       continue;
-    CHECK(queue_send(e, r, i, MAX(rec->post, now)));
+    CHECK(queue_send(e, r, i, MAX(MAX(rec->post, now), from)));
   }
 fail:
   return res;

@@ -33,6 +33,11 @@ struct sim_step {
   uint32_t bytes;
   uint8_t prim;        /* enum sched_prim */
   uint8_t piece_first; /* the first step of a piece after the first */
+  /* A plain send of output bytes that step i - y_wait writes (the latest
+   * such within the window; 0: none): it waits for that step's compute,
+   * as the executor's send_may_go does. The call is played out of place:
+   * sends of the input never wait. */
+  uint16_t y_wait;
 };
 
 struct sim_plan {

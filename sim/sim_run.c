@@ -44,8 +44,24 @@ static size_t call_count(const struct sim_context* s, int coll, size_t bytes) {
   return elems;
 }
 
-static ncclResult_t append_steps(const struct schedule* sc, int piece_first, struct sim_step** out,
-                                 size_t* n, size_t* cap) {
+/* How far back the latest step within `window` (the engine's, floor
+ * included) is that writes output bytes step i sends (0: none, or i sends
+ * no output); a step further back is retired, so computed, before i is
+ * posted. */
+static uint16_t y_wait_of(const struct schedule* sc, size_t i, int window) {
+  const struct sched_step* st = &sc->steps[i];
+  if (!sched_step_sends_y(st)) return 0;
+  for (size_t back = 1; back <= i && back <= (size_t)MIN(window, UINT16_MAX); back++) {
+    const struct sched_step* w = &sc->steps[i - back];
+    if (sched_prim_writes_y(w->prim) && w->yoff < st->yoff + st->count &&
+        st->yoff < w->yoff + w->count)
+      return (uint16_t)back;
+  }
+  return 0;
+}
+
+static ncclResult_t append_steps(const struct schedule* sc, int piece_first, int window,
+                                 struct sim_step** out, size_t* n, size_t* cap) {
   ncclResult_t res = ncclSuccess;
   if (*n + sc->nsteps > *cap) {
     size_t want = MAX(*n + sc->nsteps, 2 * *cap);
@@ -58,7 +74,8 @@ static ncclResult_t append_steps(const struct schedule* sc, int piece_first, str
                                        .send = st->send_peer,
                                        .bytes = (uint32_t)(st->count * SIM_ELEM),
                                        .prim = st->prim,
-                                       .piece_first = (uint8_t)(piece_first && i == 0)};
+                                       .piece_first = (uint8_t)(piece_first && i == 0),
+                                       .y_wait = y_wait_of(sc, i, window)};
   }
 fail:
   return res;
@@ -87,7 +104,7 @@ static ncclResult_t rank_steps(struct sim_context* s, const struct sim_call* cal
       if (call->coll == COLL_ALLGATHER || call->coll == COLL_REDUCESCATTER) p.stride = count;
       exec_ctx_key(&s->ex, &p, &key);
       CHECK(sched_build(&s->sched, &key));
-      CHECK(append_steps(&s->sched, off > 0 || again > 0, out, n, &cap));
+      CHECK(append_steps(&s->sched, off > 0 || again > 0, MAX(4, s->c->window), out, n, &cap));
     }
   return ncclSuccess;
 fail:

@@ -19,8 +19,8 @@ int sim_map_home(const struct sim_cluster* c, enum sim_map_kind kind, int node) 
 static int step_is_map(const struct sim_cluster* c, enum sim_map_kind kind,
                        const struct sim_step* a, const struct sim_step* b, int node, size_t elem) {
   size_t diff = a->bytes > b->bytes ? a->bytes - b->bytes : b->bytes - a->bytes;
-  return a->prim == b->prim && a->piece_first == b->piece_first && diff <= elem &&
-         sim_map_rank(c, kind, a->recv, node) == b->recv &&
+  return a->prim == b->prim && a->piece_first == b->piece_first && a->y_wait == b->y_wait &&
+         diff <= elem && sim_map_rank(c, kind, a->recv, node) == b->recv &&
          sim_map_rank(c, kind, a->send, node) == b->send;
 }
 

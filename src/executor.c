@@ -265,21 +265,6 @@ static int task_hazard(const struct exec_ctx* ex, const struct kern_task* t) {
   return 0;
 }
 
-/* Whether primitive p writes its slice of Y (received or computed). */
-static int prim_writes_y(enum sched_prim p) {
-  switch (p) {
-    case PRIM_RECV:
-    case PRIM_RECV_REDUCE_COPY_SEND:
-    case PRIM_RECV_COPY_SEND:
-    case PRIM_RECV_REDUCE_COPY:
-    case PRIM_COPY:
-    case PRIM_EXCHANGE:
-      return 1;
-    default:
-      return 0;
-  }
-}
-
 /* Whether an uncomputed step before `end` writes the bytes [p, p + bytes)
  * of the output, or with `reads` also reads them from Y. A receive straight
  * into them must wait for both (a node's first rank may hand the value
@@ -290,7 +275,7 @@ static int uncomputed_touch_y(const struct exec_ctx* ex, size_t end, const void*
   for (size_t i = ex->next_compute; i < end; i++) {
     const struct sched_step* si = &ex->sched->steps[i];
     int reads_y = si->prim == PRIM_SEND_OUT || (si->flags & SCHED_LOCAL_OUT);
-    if ((prim_writes_y(si->prim) || (reads && reads_y)) &&
+    if ((sched_prim_writes_y(si->prim) || (reads && reads_y)) &&
         spans_overlap((const char*)ex->args.recvbuff + si->yoff * ex->es, si->count * ex->es, p,
                       bytes))
       return 1;
