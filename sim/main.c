@@ -120,7 +120,7 @@ static void print_header(const struct sim_context* s, int csv) {
   sim_cluster_describe(s->c, line, sizeof(line));
   printf("# %s\n", line);
   if (csv) {
-    printf("ranks,per_node,bytes,coll,algo,us,busbw,played,tuner\n");
+    printf("ranks,per_node,bytes,coll,algo,us,busbw,played,tuner,model_us\n");
     return;
   }
   printf("# %8s %12s %-13s", "ranks", "bytes", "coll");
@@ -142,9 +142,9 @@ static void print_time(const struct sim_context* s, const struct sim_args* a, in
                        size_t bytes, int algo, const struct sim_result* r, int pick) {
   double busbw = r->us > 0 ? (double)bytes / r->us / 1e3 * sim_busbw_factor(coll, s->c->nranks) : 0;
   if (a->csv)
-    printf("%d,%d,%zu,%s,%s,%.3f,%.4f,%s,%s\n", s->c->nranks, s->c->per_node, bytes,
+    printf("%d,%d,%zu,%s,%s,%.3f,%.4f,%s,%s,%.3f\n", s->c->nranks, s->c->per_node, bytes,
            sched_coll_name(coll), sched_algo_name(algo), r->us, busbw, played(r),
-           sched_algo_name(pick));
+           sched_algo_name(pick), tuner_cost(&s->model, coll, algo, (double)bytes));
   else if (r->too_big)
     printf(" %15s %6s", "too big", "-");
   else

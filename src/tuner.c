@@ -109,21 +109,31 @@ static int rd_rounds(int n) {
   return core + ((1 << core) != n ? 2 : 0);
 }
 
+/* The ring visits ranks node by node: of every max_ppn hops one crosses
+ * the network and the rest stay in a node, where a hop costs the intra
+ * link's (braid-sim: all hops at the network's priced an 8 B all-reduce
+ * over 8 nodes of 8 ranks at 2.8x its time). Per KB, the network. */
+static double ring_time(const struct tuner_model* m, double hops, double kb) {
+  const struct tuner_link* l = flat_link(m);
+  double net_hops = m->nnodes > 1 ? hops / MAX(1, m->max_ppn) : hops;
+  return link_time(l, ALGO_RING, net_hops, kb) + (hops - net_hops) * m->intra.alpha_us[ALGO_RING];
+}
+
 static double ring_cost(const struct tuner_model* m, int coll, double kb) {
   int n = m->nranks;
   double frac = (double)(n - 1) / n;
-  const struct tuner_link* l = flat_link(m);
-  if (coll == COLL_ALLREDUCE) return link_time(l, ALGO_RING, 2.0 * (n - 1), 2 * frac * kb);
-  if (coll == COLL_ALLGATHER || coll == COLL_REDUCESCATTER)
-    return link_time(l, ALGO_RING, n - 1, frac * kb);
-  return link_time(l, ALGO_RING, n - 1, kb); /* chain broadcast / reduce */
+  if (coll == COLL_ALLREDUCE) return ring_time(m, 2.0 * (n - 1), 2 * frac * kb);
+  if (coll == COLL_ALLGATHER || coll == COLL_REDUCESCATTER) return ring_time(m, n - 1, frac * kb);
+  return ring_time(m, n - 1, kb); /* chain broadcast / reduce */
 }
 
-/* The double tree's executor keeps its NIC busy 1/1.4 of the time in
+/* The double tree's executor keeps its NIC busy 1/3.3 of the time in
  * steady state: braid-sim's slope per KB at 1024 ranks over 1 Gbit/s, one
- * rank a node, is 2.77 times the line rate where each rank moves 2x the
- * buffer each way. */
-#define TREE_PIPE_LOSS 1.4
+ * rank a node, is 6.6 times the line rate where each rank moves 2x the
+ * buffer each way (an interior rank's send to its second child waits
+ * until the slice is in, and its window holds few slices; 1.4 before
+ * braid-sim made such sends wait, as the executor does). */
+#define TREE_PIPE_LOSS 3.3
 
 /* Per KB, a flat algorithm across nodes is never faster than its share
  * of the NIC: the ring visits ranks node by node, so one flow leaves each
@@ -156,44 +166,80 @@ static double tree_cost(const struct tuner_model* m, int coll, double kb, double
 /* Recursive doubling over n ranks: whole-buffer exchanges, or from
  * RD_HALVING_MIN_BYTES on (4+ ranks in the power-of-two core) halving
  * then doubling: twice the core's rounds, each rank moving 2(p2-1)/p2 of
- * the buffer; folded ranks add two whole rounds. */
-static double rd_time(int n, double kb, double slot_kb, double alpha, double beta) {
-  double slices = kb > slot_kb ? kb / slot_kb : 1.0;
-  int r = rd_rounds(n);
-  if (!rd_uses_halving((size_t)(kb * 1024.0), 1, n)) return r * slices * alpha + r * kb * beta;
-  int core = rd_core_rounds(n), p2 = 1 << core, fold = r - core; /* fold: 0 or 2 */
-  double moved = 2.0 * (p2 - 1) / p2 * kb + fold * kb;
-  return (2 * core + fold) * slices * alpha + moved * beta;
+ * the buffer; folded ranks add two whole rounds. Halving round k sends
+ * a 2^k-th of the buffer, so its messages are that share of the slices
+ * (at least one), not all of them (braid-sim: a slice's hop in every
+ * round priced a 16 MiB call at 2,048 ranks at 2.6x its time). Partners
+ * go from farthest to nearest, so the last `local` rounds of the core
+ * stay in a node, at alpha_in a hop (braid-sim: all at the network's
+ * put an 8 B call over 32 nodes of 2 above Hier's, which took 1.1x its
+ * time). */
+struct rd_hop {
+  double alpha, alpha_in, beta;
+  int local;
+};
+
+static double rd_time(int n, double kb, double slot_kb, const struct rd_hop* h) {
+  double slices = kb > slot_kb ? kb / slot_kb : 1.0, net = 0, in = 0;
+  int r = rd_rounds(n), core = rd_core_rounds(n), p2 = 1 << core, fold = r - core;
+  int halving = rd_uses_halving((size_t)(kb * 1024.0), 1, n);
+  for (int k = 1; k <= core; k++) {
+    double msgs = halving ? 2.0 * MAX(1.0, slices / (double)(1 << k)) : slices;
+    *(k > core - h->local ? &in : &net) += msgs;
+  }
+  net += fold * slices;
+  double moved = halving ? 2.0 * (p2 - 1) / p2 * kb + fold * kb : r * kb;
+  return net * h->alpha + in * h->alpha_in + moved * h->beta;
+}
+
+/* The core rounds that stay in a node: log2 of its ranks, where every node
+ * holds the same power of two of them (aligned blocks, as launchers place
+ * ranks and the tuner assumes for Pairwise too). */
+static int rd_local_rounds(const struct tuner_model* m) {
+  int p = m->max_ppn, local = 0;
+  if (m->nnodes < 2 || m->min_ppn != p || (p & (p - 1)) != 0) return 0;
+  while ((2 << local) <= p) local++;
+  return local;
 }
 
 static double rd_cost(const struct tuner_model* m, double kb, double slot_kb) {
-  return rd_time(m->nranks, kb, slot_kb, flat_link(m)->alpha_us[ALGO_RD], flat_beta(m, ALGO_RD));
+  struct rd_hop h = {.alpha = flat_link(m)->alpha_us[ALGO_RD],
+                     .alpha_in = m->intra.alpha_us[ALGO_RD],
+                     .beta = flat_beta(m, ALGO_RD),
+                     .local = rd_local_rounds(m)};
+  return rd_time(m->nranks, kb, slot_kb, &h);
 }
 
 /* Hierarchical: node phases on the intra link (each rank's share), the
  * inter-node phase on the network, where the node's ppn ranks together
- * move what one rank would in a flat algorithm over nnodes. */
+ * move what one rank would in a flat algorithm over nnodes: the NIC
+ * carries all of it, each rank's CPU a ppn-th (braid-sim: a rank's CPU
+ * priced for the whole node's bytes put a 16 MiB call at 256 ranks at
+ * 1.8x its time). */
 static double hier_cost(const struct tuner_model* m, int coll, double kb, double slot_kb) {
   int p = m->max_ppn, nn = m->nnodes;
   double pf = (double)(p - 1) / p, mf = (double)(nn - 1) / nn;
-  const struct tuner_link *in = &m->intra, *net = &m->net;
+  struct tuner_link shared = m->net;
+  const struct tuner_link *in = &m->intra, *net = &shared;
+  for (int a = 0; a < ALGO_COUNT; a++)
+    shared.beta_us_per_kb[a] = MAX(m->net.beta_us_per_kb[a] / p, m->wire_us_per_kb);
   if (coll == COLL_ALLREDUCE &&
       hier_allreduce_uses_leaders((size_t)(kb * 1024.0), m->slot_bytes)) /* leaders */
     return link_time(in, ALGO_TREE, 2.0 * log2_ceil(p), 2 * kb) +
-           rd_time(nn, kb, slot_kb, net->alpha_us[ALGO_RD], net->beta_us_per_kb[ALGO_RD]);
+           rd_time(nn, kb, slot_kb,
+                   &(struct rd_hop){.alpha = m->net.alpha_us[ALGO_RD],
+                                    .beta = m->net.beta_us_per_kb[ALGO_RD]});
   if (coll == COLL_ALLREDUCE) {
-    /* Pipelined rounds hide the faster side but for one round at each end. */
+    /* A rank's one CPU serves its node ring and its network ring, so their
+     * bytes add up even when the rounds pipeline (braid-sim: at 8 nodes of
+     * 8 ranks a pipelined 1 GiB call took their sum, not their maximum).
+     * Pipelined, the hops are paid once; unpipelined, each round of a
+     * window's slices per rank pays them (braid-sim: at 4096 ranks on 2048
+     * nodes Hier took 3.3x the ring, priced below it with one round's). */
     double round_kb = (double)m->min_ppn * slot_kb;
-    if (m->hier_pipelined && kb > round_kb) {
-      double node = link_time(in, ALGO_RING, 2.0 * (p - 1), 2 * pf * kb);
-      double wire = link_time(net, ALGO_RING, 2.0 * (nn - 1), 2 * mf * kb);
-      return MAX(node, wire) + MIN(node, wire) * round_kb / kb;
-    }
-    /* Unpipelined, each round of a window's slices per rank runs its node
-     * and network rings in turn: every round pays their hops (braid-sim:
-     * at 4096 ranks on 2048 nodes Hier took 3.3x the ring, priced below
-     * it with one round's hops). */
-    double rounds = ceil(kb / (round_kb * MAX(1, m->slices_per_step)));
+    double rounds = m->hier_pipelined && kb > round_kb
+                        ? 1.0
+                        : ceil(kb / (round_kb * MAX(1, m->slices_per_step)));
     return link_time(in, ALGO_RING, 2.0 * (p - 1) * rounds, 2 * pf * kb) +
            link_time(net, ALGO_RING, 2.0 * (nn - 1) * rounds, 2 * mf * kb);
   }
