@@ -227,6 +227,20 @@ static ncclResult_t play_at(struct sim_context* s, const struct sim_call* call, 
  * no answer. */
 #define SIM_LINEAR_TOL 0.1
 
+/* The least time a byte of the call can take across the network: every
+ * node's NICs carry, per direction, at least 2(m-1)/m of an all-reduce's
+ * buffer over m nodes, (m-1)/m of an all-gather's or reduce-scatter's, a
+ * broadcast's or reduce's whole buffer (some node receives or sends it
+ * all). A line through smaller calls that is faster is not the call's
+ * (at 2,048 ranks, 2 a node, the line through Hier's smaller calls put a
+ * 16 MiB all-reduce at 1.7 times the line rate). 0 on one node. */
+static double wire_floor_us_per_byte(const struct sim_cluster* c, int coll) {
+  double m = c->nnodes, share = coll == COLL_ALLREDUCE ? 2 * (m - 1) / m
+                                : coll == COLL_ALLGATHER || coll == COLL_REDUCESCATTER ? (m - 1) / m
+                                                                                       : 1.0;
+  return c->nnodes > 1 ? share / (c->nics * c->nic_gbps * 1000.0 / 8.0) : 0;
+}
+
 static ncclResult_t no_line(struct sim_result* out) {
   out->us = -1;
   out->too_big = 1;
@@ -249,7 +263,9 @@ static ncclResult_t extrapolate(struct sim_context* s, const struct sim_call* ca
   CHECK(play_at(s, &c0, chunk, flags | SIM_EXACT, &r0));
   double slope = (r2.us - r1.us) / (double)(c2.bytes - c1.bytes);
   double slope0 = (r1.us - r0.us) / (double)(c1.bytes - c0.bytes);
-  if (slope <= 0 || fabs(slope - slope0) > SIM_LINEAR_TOL * slope) return no_line(out);
+  if (slope <= 0 || fabs(slope - slope0) > SIM_LINEAR_TOL * slope ||
+      slope < wire_floor_us_per_byte(s->c, call->coll))
+    return no_line(out);
   *out = r2;
   out->us =
       r2.us + (double)(call->bytes - c2.bytes) * (r2.us - r1.us) / (double)(c2.bytes - c1.bytes);

@@ -200,6 +200,23 @@ static void calibrated(struct sim_cluster* c, int nranks, int per_node) {
   assert_int_equal(sim_cluster_set(c, "intra_msg_us=" SIM_FIT_INTRA_MSG), ncclSuccess);
 }
 
+/* A line through smaller calls never gives a call less time than its
+ * nodes' NICs need for it: at 2,048 ranks, 2 a node, Hier's smaller
+ * 16 MiB all-reduces drew a line to 1.7 times the line rate; now the
+ * call is too big to play, or slower than the wire allows. */
+static void test_extrapolation_floor(void** state) {
+  struct sim_cluster c;
+  struct sim_result r;
+  (void)state;
+  calibrated(&c, 2048, 2);
+  size_t bytes = (size_t)16 << 20;
+  double m = c.nranks / c.per_node, floor_us = bytes * 2 * (m - 1) / m / (c.nic_gbps * 125.0);
+  simulate(&c, COLL_ALLREDUCE, ALGO_HIER, bytes, 0, &r);
+  print_message("Hier 16 MiB on 2048 ranks: %s %.1f us, the wire's floor %.1f us\n",
+                r.too_big ? "too big" : "played", r.us, floor_us);
+  assert_true(r.too_big || r.us >= floor_us);
+}
+
 /* The library's tuner at scale, on the calibrated cluster: at every
  * point of the grid its pick takes at most 1.1x the best algorithm it
  * chooses among (NCCL_ALGO's default set). */
@@ -277,6 +294,7 @@ int main(void) {
       cmocka_unit_test(test_send_waits_for_its_data),
       cmocka_unit_test(test_tree_plays_in_full),
       cmocka_unit_test(test_extrapolation),
+      cmocka_unit_test(test_extrapolation_floor),
       cmocka_unit_test(test_unmatched_schedules),
       cmocka_unit_test(test_cluster_settings),
       cmocka_unit_test(test_tuner_at_scale),
