@@ -171,25 +171,25 @@ static double tree_cost(const struct tuner_model* m, int coll, double kb, double
  * (at least one), not all of them (braid-sim: a slice's hop in every
  * round priced a 16 MiB call at 2,048 ranks at 2.6x its time). Partners
  * go from farthest to nearest, so the last `local` rounds of the core
- * stay in a node, at alpha_in a hop (braid-sim: all at the network's
- * put an 8 B call over 32 nodes of 2 above Hier's, which took 1.1x its
- * time). */
+ * stay in a node, at alpha_in a hop and beta_in a KB (braid-sim: all at
+ * the network's put an 8 B call over 32 nodes of 2 above Hier's, which
+ * took 1.1x its time; a 64 B one over 16 nodes of 8 took 1.4x). */
 struct rd_hop {
-  double alpha, alpha_in, beta;
+  double alpha, alpha_in, beta, beta_in;
   int local;
 };
 
 static double rd_time(int n, double kb, double slot_kb, const struct rd_hop* h) {
-  double slices = kb > slot_kb ? kb / slot_kb : 1.0, net = 0, in = 0;
-  int r = rd_rounds(n), core = rd_core_rounds(n), p2 = 1 << core, fold = r - core;
+  double slices = kb > slot_kb ? kb / slot_kb : 1.0, hops[2] = {0, 0}, kbs[2] = {0, 0};
+  int r = rd_rounds(n), core = rd_core_rounds(n), fold = r - core;
   int halving = rd_uses_halving((size_t)(kb * 1024.0), 1, n);
-  for (int k = 1; k <= core; k++) {
-    double msgs = halving ? 2.0 * MAX(1.0, slices / (double)(1 << k)) : slices;
-    *(k > core - h->local ? &in : &net) += msgs;
+  for (int k = 1; k <= core; k++) { /* [0]: across nodes, [1]: inside one */
+    int in = k > core - h->local;
+    hops[in] += halving ? 2.0 * MAX(1.0, slices / (double)(1 << k)) : slices;
+    kbs[in] += halving ? 2.0 * kb / (double)(1 << k) : kb;
   }
-  net += fold * slices;
-  double moved = halving ? 2.0 * (p2 - 1) / p2 * kb + fold * kb : r * kb;
-  return net * h->alpha + in * h->alpha_in + moved * h->beta;
+  hops[0] += fold * slices, kbs[0] += fold * kb;
+  return hops[0] * h->alpha + hops[1] * h->alpha_in + kbs[0] * h->beta + kbs[1] * h->beta_in;
 }
 
 /* The core rounds that stay in a node: log2 of its ranks, where every node
@@ -206,6 +206,7 @@ static double rd_cost(const struct tuner_model* m, double kb, double slot_kb) {
   struct rd_hop h = {.alpha = flat_link(m)->alpha_us[ALGO_RD],
                      .alpha_in = m->intra.alpha_us[ALGO_RD],
                      .beta = flat_beta(m, ALGO_RD),
+                     .beta_in = m->intra.beta_us_per_kb[ALGO_RD],
                      .local = rd_local_rounds(m)};
   return rd_time(m->nranks, kb, slot_kb, &h);
 }
