@@ -47,7 +47,7 @@ def predicted(build, layout, system, sizes, settings):
     times = {}
     for line in out.splitlines():
         f = line.split(",")
-        if len(f) == 9 and f[4] == system and f[0].isdigit():
+        if len(f) >= 9 and f[4] == system and f[0].isdigit():
             times[int(f[2])] = float(f[5])
     return times
 

@@ -15,10 +15,29 @@ out=$top/docs/sim
 sim=$build/bin/braid-sim
 CALIBRATED=${CALIBRATED:-"nic_gbps=0.952 net_lat_us=4 msg_us=4 intra_msg_us=3"}
 mkdir -p "$out"
+# A tuner table's closing line: how many picks are over 1.1x the best, the worst, and how many
+# times (a pick, or any algorithm and size) braid-sim had no time to give ("too big").
+tuner_summary() {
+  awk '$1 ~ /^[0-9]+$/ {
+         n++; big += gsub(/too big/, "&"); r = $NF
+         if (r == "inf") { nopick++; next }
+         if (r + 0 > 1.1) over++
+         if (r + 0 > worst) { worst = r + 0; at = $1 " ranks, " $2 " B" }
+       }
+       END { printf "# tuner: %d of %d picks over 1.1x the best, the worst %.2fx (%s); " \
+                    "%d picks and %d times in all too big to play\n", over, n, worst, at, nopick, big }' "$1"
+}
+tuner_table() { # name, then braid-sim's arguments
+  local name=$1
+  shift
+  "$sim" "$@" >"$out/$name.txt"
+  tuner_summary "$out/$name.txt" >>"$out/$name.txt"
+}
 # shellcheck disable=SC2086 # the figures are words
-"$sim" --ranks 64:16384 --per-node 2 --bytes 8:1G --factor 8 $CALIBRATED >"$out/tuner-1gbit-ppn2.txt"
-"$sim" --ranks 64:16384 --per-node 8 --bytes 8:1G --factor 8 $CALIBRATED >"$out/tuner-1gbit-ppn8.txt"
-"$sim" --ranks 64:16384 --per-node 8 --bytes 8:1G --factor 8 >"$out/tuner-100gbit-ppn8.txt"
+tuner_table tuner-1gbit-ppn2 --ranks 64:16384 --per-node 2 --bytes 8:1G --factor 8 $CALIBRATED
+# shellcheck disable=SC2086
+tuner_table tuner-1gbit-ppn8 --ranks 64:16384 --per-node 8 --bytes 8:1G --factor 8 $CALIBRATED
+tuner_table tuner-100gbit-ppn8 --ranks 64:16384 --per-node 8 --bytes 8:1G --factor 8
 # Beside NCCL's published scaling (a few minutes of CPU: 24,576 ranks in full)
 "$top/perf/nccl_compare.py" "$build" >"$out/nccl-compare.md"
 if [ -n "$csv" ]; then
