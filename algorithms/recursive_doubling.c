@@ -56,28 +56,36 @@ struct rd_cut {
 
 struct rd_order {
   struct rd_cut* cuts;
-  size_t n;
+  size_t n, cap;
   size_t chunk;
   int rank, held_first; /* held_first: all-gather rounds */
 };
 
-static void rd_order_range(struct rd_order* o, size_t lo, size_t n, int mask) {
+static ncclResult_t rd_order_range(struct rd_order* o, size_t lo, size_t n, int mask) {
+  ncclResult_t res = ncclSuccess;
   if (n > o->chunk && mask > 0) {
     size_t half = n / 2;
     int held_lower = !(o->rank & mask); /* the rank keeps the lower half then */
     int lower_first = o->held_first ? held_lower : !held_lower;
-    rd_order_range(o, lower_first ? lo : lo + half, lower_first ? half : n - half, mask / 2);
-    rd_order_range(o, lower_first ? lo + half : lo, lower_first ? n - half : half, mask / 2);
-    return;
+    CHECK(rd_order_range(o, lower_first ? lo : lo + half, lower_first ? half : n - half, mask / 2));
+    return rd_order_range(o, lower_first ? lo + half : lo, lower_first ? n - half : half, mask / 2);
   }
-  for (size_t a = 0; a < n; a += o->chunk)
+  for (size_t a = 0; a < n; a += o->chunk) {
+    if (o->n == o->cap) return ncclInternalError; /* rd_order_init's bound is wrong */
     o->cuts[o->n++] = (struct rd_cut){lo + a, MIN(o->chunk, n - a)};
+  }
+fail:
+  return res;
 }
 
-/* At most the range's slices plus one per split, itself at most one per
- * slice. */
-static size_t rd_order_cap(size_t n, size_t chunk) {
-  return 2 * DIV_UP(n, chunk) + 1;
+/* Room for the cuts of n elements: a split range holds more than a chunk,
+ * so its halves hold at least half a chunk each, and no more than twice
+ * the range's chunks come out of it. */
+static ncclResult_t rd_order_init(struct rd_order* o, size_t n, size_t chunk, int rank,
+                                  int held_first) {
+  *o = (struct rd_order){
+      .cap = 2 * DIV_UP(n, chunk) + 1, .chunk = chunk, .rank = rank, .held_first = held_first};
+  return braid_calloc(&o->cuts, o->cap, sizeof(*o->cuts));
 }
 
 /* One round with `partner`, slice by slice so that each send is followed
@@ -94,12 +102,11 @@ struct rd_round_args {
 static ncclResult_t rd_pair_round(struct schedule* s, const struct rd_round_args* a, int rank,
                                   size_t chunk) {
   ncclResult_t res = ncclSuccess;
-  struct rd_order out = {.chunk = chunk, .rank = rank, .held_first = a->held_first};
-  struct rd_order in = out;
-  CHECK(braid_calloc(&out.cuts, rd_order_cap(a->sn, chunk), sizeof(*out.cuts)));
-  CHECK(braid_calloc(&in.cuts, rd_order_cap(a->rn, chunk), sizeof(*in.cuts)));
-  rd_order_range(&out, a->so, a->sn, a->mask);
-  rd_order_range(&in, a->ro, a->rn, a->mask);
+  struct rd_order out = {0}, in = {0};
+  CHECK(rd_order_init(&out, a->sn, chunk, rank, a->held_first));
+  CHECK(rd_order_init(&in, a->rn, chunk, rank, a->held_first));
+  CHECK(rd_order_range(&out, a->so, a->sn, a->mask));
+  CHECK(rd_order_range(&in, a->ro, a->rn, a->mask));
   for (size_t i = 0; i < MAX(out.n, in.n); i++) {
     if (i < out.n)
       CHECK(sched_append(s, a->out_prim, SCHED_LOCAL_OUT, -1, a->partner, out.cuts[i].at,
@@ -171,9 +178,9 @@ int rd_uses_halving(size_t count, size_t elem_size, int nranks) {
 static ncclResult_t rd_input_order(struct rd_order* o, const struct sched_key* k, int core, int p2,
                                    size_t chunk) {
   ncclResult_t res = ncclSuccess;
-  *o = (struct rd_order){.chunk = chunk, .rank = core};
-  CHECK(braid_calloc(&o->cuts, rd_order_cap(k->count, chunk), sizeof(*o->cuts)));
-  rd_order_range(o, 0, k->count, rd_uses_halving(k->count, k->elem_size, k->nranks) ? p2 / 2 : 0);
+  CHECK(rd_order_init(o, k->count, chunk, core, 0));
+  CHECK(rd_order_range(o, 0, k->count,
+                       rd_uses_halving(k->count, k->elem_size, k->nranks) ? p2 / 2 : 0));
 fail:
   return res;
 }
