@@ -38,6 +38,7 @@ tuner_table tuner-1gbit-ppn2 --ranks 64:16384 --per-node 2 --bytes 8:1G --factor
 # shellcheck disable=SC2086
 tuner_table tuner-1gbit-ppn8 --ranks 64:16384 --per-node 8 --bytes 8:1G --factor 8 $CALIBRATED
 tuner_table tuner-100gbit-ppn8 --ranks 64:16384 --per-node 8 --bytes 8:1G --factor 8
+"$top/perf/sim_tree_slopes.sh" "$build" >"$out/tree-slopes.txt"
 # Beside NCCL's published scaling (a few minutes of CPU: 24,576 ranks in full)
 "$top/perf/nccl_compare.py" "$build" >"$out/nccl-compare.md"
 if [ -n "$csv" ]; then
