@@ -30,8 +30,10 @@ tuner_summary() {
 tuner_table() { # name, then braid-sim's arguments
   local name=$1
   shift
+  local summary
   "$sim" "$@" >"$out/$name.txt"
-  tuner_summary "$out/$name.txt" >>"$out/$name.txt"
+  summary=$(tuner_summary "$out/$name.txt") # read whole before the file grows
+  echo "$summary" >>"$out/$name.txt"
 }
 # shellcheck disable=SC2086 # the figures are words
 tuner_table tuner-1gbit-ppn2 --ranks 64:16384 --per-node 2 --bytes 8:1G --factor 8 $CALIBRATED
@@ -42,6 +44,7 @@ tuner_table tuner-100gbit-ppn8 --ranks 64:16384 --per-node 8 --bytes 8:1G --fact
 # Beside NCCL's published scaling (a few minutes of CPU: 24,576 ranks in full)
 "$top/perf/nccl_compare.py" "$build" >"$out/nccl-compare.md"
 if [ -n "$csv" ]; then
+  # shellcheck disable=SC2086
   "$top/perf/sim_calibrate.py" "$build" "$csv" wire_gbps=20 burst_bytes=65536 $CALIBRATED \
     >"$out/calibration-1gbit.md" || true # the table says where the bound is missed
 fi
