@@ -27,6 +27,7 @@ CLUSTER = {
     "msg_us": 2.0,  # NCCL: NET ring LL hop 2.7 us
     "reduce_gbps": 2000,  # a GPU reduces at memory speed: never the bound here
     "copy_gbps": 2000,
+    "tune_links": 1,  # the tuner prices these links, as a tune file written for them would
 }
 
 # NCCL's tuning model, v2.30.7-1 src/graph/tuning.cc, LL protocol (microseconds).

@@ -30,14 +30,17 @@ static int hier_would_pipeline(const struct sim_cluster* c, const struct sched_t
 
 /* Every algorithm's link lines from the cluster's figures - what a
  * BRAID_TUNE_FILE's "link" lines written for it would say: a hop's latency
- * and message cost, a KB at the link's rate (the NIC's across nodes). */
+ * and the message cost of both its ends (the sender's CPU, then the
+ * receiver's: sim_engine.c charges each), a KB at the link's rate (the
+ * NIC's across nodes). */
 static void tune_links_from_figures(const struct sim_cluster* c, struct tuner_model* m) {
   for (int a = 0; a < ALGO_COUNT; a++) {
-    m->net.alpha_us[a] = c->net_lat_us + c->msg_us;
+    m->net.alpha_us[a] = c->net_lat_us + 2 * c->msg_us;
     m->net.beta_us_per_kb[a] = 8.192 / c->nic_gbps;
-    m->intra.alpha_us[a] = c->intra_lat_us + c->intra_msg_us;
+    m->intra.alpha_us[a] = c->intra_lat_us + 2 * c->intra_msg_us;
     m->intra.beta_us_per_kb[a] = 8.192 / c->intra_gbps;
   }
+  m->reduce_us_per_kb = 8.192 / c->reduce_gbps;
 }
 
 void sim_tune_model(const struct sim_cluster* c, const struct sched_topo* t,

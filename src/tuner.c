@@ -112,40 +112,92 @@ static int rd_rounds(int n) {
 /* The ring visits ranks node by node: of every max_ppn hops one crosses
  * the network and the rest stay in a node, where a hop costs the intra
  * link's (braid-sim: all hops at the network's priced an 8 B all-reduce
- * over 8 nodes of 8 ranks at 2.8x its time). Per KB, the network. */
-static double ring_time(const struct tuner_model* m, double hops, double kb) {
-  const struct tuner_link* l = flat_link(m);
-  double net_hops = m->nnodes > 1 ? hops / MAX(1, m->max_ppn) : hops;
-  return link_time(l, ALGO_RING, net_hops, kb) + (hops - net_hops) * m->intra.alpha_us[ALGO_RING];
+ * over 8 nodes of 8 ranks at 2.8x its time). The time is the longer of
+ * two: a block's journey round the ring, its first slice at each hop's
+ * own link and the slices behind it at the network's pace, and the time
+ * the rank feeding the NIC takes to push its bytes (braid-sim: the
+ * network's rate on every hop priced 2 MiB over 1,024 nodes of 2 at
+ * 1.3x its time; the journey alone, 2 MiB over 8 nodes of 8 at 0.2x).
+ * `step_kb`: what one step moves. */
+static double ring_time(const struct tuner_model* m, double hops, double kb, double step_kb,
+                        double slot_kb) {
+  const struct tuner_link *l = flat_link(m), *in = &m->intra;
+  if (m->nnodes < 2) return link_time(l, ALGO_RING, hops, kb);
+  double net_hops = hops / MAX(1, m->max_ppn), in_hops = hops - net_hops;
+  double slice = MIN(step_kb, slot_kb), net_beta = l->beta_us_per_kb[ALGO_RING];
+  double journey = net_hops * (l->alpha_us[ALGO_RING] + slice * net_beta) +
+                   in_hops * (in->alpha_us[ALGO_RING] + slice * in->beta_us_per_kb[ALGO_RING]) +
+                   MAX(0.0, kb - hops * slice) * net_beta;
+  return MAX(journey, link_time(l, ALGO_RING, net_hops, kb));
 }
 
-static double ring_cost(const struct tuner_model* m, int coll, double kb) {
+/* What a rank spends reducing `kb` beside moving it, where the model
+ * prices that apart from its links (tuner_types.h). */
+static double reduce_time(const struct tuner_model* m, double kb) {
+  return kb * m->reduce_us_per_kb;
+}
+
+/* A ring's reductions beside its transfers, over `steps` steps of
+ * `step_kb` each on a link of `beta` per KB: a step's slices go through
+ * the link and then the reduction, a pipeline of two stages, so the slower
+ * sets the pace and one slice of the faster is not hidden; a step of one
+ * slice reduces once it has all come (braid-sim: adding every reduction
+ * to the transfers priced a 16 MiB ring over 8 nodes of 8 at 1.16x its
+ * time, hiding all of them a 2 MiB one at 0.8x). */
+static double ring_reduce_time(const struct tuner_model* m, double steps, double step_kb,
+                               double slot_kb, double beta) {
+  double red = m->reduce_us_per_kb;
+  return steps * (step_kb * (MAX(beta, red) - beta) + MIN(step_kb, slot_kb) * MIN(beta, red));
+}
+
+/* An all-reduce reduces in its reduce-scatter half only. */
+static double ring_cost(const struct tuner_model* m, int coll, double kb, double slot_kb) {
   int n = m->nranks;
-  double frac = (double)(n - 1) / n;
-  if (coll == COLL_ALLREDUCE) return ring_time(m, 2.0 * (n - 1), 2 * frac * kb);
-  if (coll == COLL_ALLGATHER || coll == COLL_REDUCESCATTER) return ring_time(m, n - 1, frac * kb);
-  return ring_time(m, n - 1, kb); /* chain broadcast / reduce */
+  double frac = (double)(n - 1) / n, beta = flat_link(m)->beta_us_per_kb[ALGO_RING];
+  double red = ring_reduce_time(m, n - 1, kb / n, slot_kb, beta), block = kb / n;
+  if (coll == COLL_ALLREDUCE)
+    return ring_time(m, 2.0 * (n - 1), 2 * frac * kb, block, slot_kb) + red;
+  if (coll == COLL_ALLGATHER) return ring_time(m, n - 1, frac * kb, block, slot_kb);
+  if (coll == COLL_REDUCESCATTER) return ring_time(m, n - 1, frac * kb, block, slot_kb) + red;
+  if (coll == COLL_REDUCE) /* a chain: every step the whole buffer */
+    return ring_time(m, n - 1, kb, kb, slot_kb) + ring_reduce_time(m, n - 1, kb, slot_kb, beta);
+  return ring_time(m, n - 1, kb, kb, slot_kb); /* chain broadcast */
 }
 
-/* The double tree's executor keeps its NIC busy 1/3.3 of the time in
- * steady state: braid-sim's slope per KB at 1024 ranks over 1 Gbit/s, one
- * rank a node, is 6.6 times the line rate where each rank moves 2x the
- * buffer each way (an interior rank's send to its second child waits
- * until the slice is in, and its window holds few slices; 1.4 before
- * braid-sim made such sends wait, as the executor does). */
-#define TREE_PIPE_LOSS 3.3
+/* The double tree's all-reduce keeps its NIC busy less of the time the
+ * deeper it is: braid-sim's slope per KB, one rank a node over 1 Gbit/s
+ * (docs/sim/tree-slopes.txt), is twice the line rate's at depth 3 and
+ * grows by 0.26 of that a level (an interior rank's send to its second
+ * child waits until the slice is in, and the executor's in-order window
+ * couples the levels); its reduce and broadcast stay at the line's. A
+ * constant loss (3.3, fitted at depth 11) priced the tree at 0.7x its
+ * time at depth 13 and over it below. */
+#define TREE_LOSS_PER_LEVEL 0.26
+
+static double tree_loss(const struct tuner_model* m, int coll) {
+  return coll == COLL_ALLREDUCE ? 1.0 + TREE_LOSS_PER_LEVEL * MAX(0, m->tree_depth - 3) : 1.0;
+}
+
+/* What a tree's rank spends reducing: an all-reduce's levels reduce one
+ * after another on the way up, and braid-sim's slope grows by about half
+ * a reduction of the buffer a level (100 Gbit/s, reducing at 60 Gbit/s:
+ * 1.5, 2.5, 3.7 and 5.4 reductions at depths 3, 5, 7 and 9); a reduce's
+ * interior rank reduces its two children's data. */
+static double tree_reduce_time(const struct tuner_model* m, int coll, double kb) {
+  if (coll == COLL_ALLREDUCE) return reduce_time(m, kb * m->tree_depth / 2.0);
+  return coll == COLL_REDUCE ? reduce_time(m, 2 * kb) : 0;
+}
 
 /* Per KB, a flat algorithm across nodes is never faster than its share
  * of the NIC: the ring visits ranks node by node, so one flow leaves each
  * node; a tree's links leaving a node carry what tuner_tree_sharers
- * counts; recursive doubling halves with its farthest partner first, so
- * all of a node's ranks cross at once (braid-sim: both took twice the
- * line rate's figure at 2 ranks a node). */
-static double flat_beta(const struct tuner_model* m, int algo) {
+ * counts (braid-sim: it took twice the line rate's figure at 2 ranks a
+ * node), at the tree's loss; recursive doubling's rounds are priced in
+ * rd_time. */
+static double flat_beta(const struct tuner_model* m, int algo, int coll) {
   double beta = flat_link(m)->beta_us_per_kb[algo];
   if (algo == ALGO_TREE)
-    beta = MAX(beta, m->wire_us_per_kb * MAX(1.0, m->tree_sharers) * TREE_PIPE_LOSS);
-  if (algo == ALGO_RD) beta = MAX(beta, m->wire_us_per_kb * m->max_ppn);
+    beta = MAX(beta, m->wire_us_per_kb * MAX(1.0, m->tree_sharers) * tree_loss(m, coll));
   return beta;
 }
 
@@ -157,10 +209,11 @@ static double flat_beta(const struct tuner_model* m, int algo) {
 static double tree_cost(const struct tuner_model* m, int coll, double kb, double slot_kb) {
   const struct tuner_link* l = flat_link(m);
   double hops = (coll == COLL_ALLREDUCE ? 2.0 : 1.0) * (m->tree_depth - 1);
-  double alpha = l->alpha_us[ALGO_TREE], beta = flat_beta(m, ALGO_TREE);
-  if (m->nnodes == 1) return hops * alpha + 2 * kb * beta;
+  double alpha = l->alpha_us[ALGO_TREE], beta = flat_beta(m, ALGO_TREE, coll);
+  double red = tree_reduce_time(m, coll, kb);
+  if (m->nnodes == 1) return hops * alpha + 2 * kb * beta + red;
   double line = MAX(l->beta_us_per_kb[ALGO_TREE], m->wire_us_per_kb);
-  return hops * alpha + 2 * kb * beta + MAX(0.0, hops - 1) * MIN(kb, slot_kb) * line;
+  return hops * alpha + 2 * kb * beta + MAX(0.0, hops - 1) * MIN(kb, slot_kb) * line + red;
 }
 
 /* Recursive doubling over n ranks: whole-buffer exchanges, or from
@@ -173,23 +226,39 @@ static double tree_cost(const struct tuner_model* m, int coll, double kb, double
  * go from farthest to nearest, so the last `local` rounds of the core
  * stay in a node, at alpha_in a hop and beta_in a KB (braid-sim: all at
  * the network's put an 8 B call over 32 nodes of 2 above Hier's, which
- * took 1.1x its time; a 64 B one over 16 nodes of 8 took 1.4x). */
+ * took 1.1x its time; a 64 B one over 16 nodes of 8 took 1.4x). A round
+ * across nodes is never faster than the NIC carrying every rank of the
+ * node at once (`nic`: halving with the farthest partner first, they all
+ * cross together; braid-sim: twice the line rate's figure at 2 ranks a
+ * node), but a round of small messages is not slower for it: the NIC has
+ * drained before the next round's messages are ready (braid-sim: pricing
+ * every round at the node's load put a 64 B call over 64 nodes of 8
+ * ranks above Hier's, 1.3x its time). */
 struct rd_hop {
-  double alpha, alpha_in, beta, beta_in;
+  double alpha, alpha_in, beta, beta_in, nic, reduce; /* us per hop, per KB */
   int local;
 };
 
+/* One round across nodes: its hops and its own bytes, or the node's bytes
+ * through the NIC, whichever takes longer. */
+static double rd_net_round(const struct rd_hop* h, double hops, double kb) {
+  return MAX(hops * h->alpha + kb * h->beta, kb * h->nic);
+}
+
 static double rd_time(int n, double kb, double slot_kb, const struct rd_hop* h) {
-  double slices = kb > slot_kb ? kb / slot_kb : 1.0, hops[2] = {0, 0}, kbs[2] = {0, 0};
+  double slices = kb > slot_kb ? kb / slot_kb : 1.0, t = 0, red = 0;
   int r = rd_rounds(n), core = rd_core_rounds(n), fold = r - core;
   int halving = rd_uses_halving((size_t)(kb * 1024.0), 1, n);
-  for (int k = 1; k <= core; k++) { /* [0]: across nodes, [1]: inside one */
-    int in = k > core - h->local;
-    hops[in] += halving ? 2.0 * MAX(1.0, slices / (double)(1 << k)) : slices;
-    kbs[in] += halving ? 2.0 * kb / (double)(1 << k) : kb;
+  for (int k = 1; k <= core; k++) {
+    double hops = halving ? 2.0 * MAX(1.0, slices / (double)(1 << k)) : slices;
+    double round_kb = halving ? 2.0 * kb / (double)(1 << k) : kb;
+    t += k > core - h->local ? hops * h->alpha_in + round_kb * h->beta_in
+                             : rd_net_round(h, hops, round_kb);
+    red += halving ? kb / (double)(1 << k) : kb; /* what the round receives, reduced */
   }
-  hops[0] += fold * slices, kbs[0] += fold * kb;
-  return hops[0] * h->alpha + hops[1] * h->alpha_in + kbs[0] * h->beta + kbs[1] * h->beta_in;
+  t += fold * rd_net_round(h, slices, kb);
+  red += fold ? kb : 0; /* the fold-in reduces, the hand-back copies */
+  return t + red * h->reduce;
 }
 
 /* The core rounds that stay in a node: log2 of its ranks, where every node
@@ -205,10 +274,57 @@ static int rd_local_rounds(const struct tuner_model* m) {
 static double rd_cost(const struct tuner_model* m, double kb, double slot_kb) {
   struct rd_hop h = {.alpha = flat_link(m)->alpha_us[ALGO_RD],
                      .alpha_in = m->intra.alpha_us[ALGO_RD],
-                     .beta = flat_beta(m, ALGO_RD),
+                     .beta = flat_beta(m, ALGO_RD, COLL_ALLREDUCE),
                      .beta_in = m->intra.beta_us_per_kb[ALGO_RD],
+                     .nic = m->wire_us_per_kb * m->max_ppn,
+                     .reduce = m->reduce_us_per_kb,
                      .local = rd_local_rounds(m)};
   return rd_time(m->nranks, kb, slot_kb, &h);
+}
+
+/* Hier's leader all-reduce: a tree in each node up to its leader and back
+ * down, the leaders' recursive doubling between. The node tree forwards a
+ * whole slice a level, as the flat tree does across nodes (braid-sim: a
+ * 32 KiB call over 8 nodes of 8 took 1.6x the price without that fill),
+ * and its interior ranks reduce two children's data on the way up. */
+static double hier_leaders_cost(const struct tuner_model* m, double kb, double slot_kb) {
+  double levels = log2_ceil(m->max_ppn), slice = MIN(kb, slot_kb);
+  double node =
+      link_time(&m->intra, ALGO_TREE, 2 * levels, 2 * kb + MAX(0.0, 2 * levels - 1) * slice) +
+      reduce_time(m, 2 * kb + MAX(0.0, levels - 1) * slice);
+  return node + rd_time(m->nnodes, kb, slot_kb,
+                        &(struct rd_hop){.alpha = m->net.alpha_us[ALGO_RD],
+                                         .beta = m->net.beta_us_per_kb[ALGO_RD],
+                                         .reduce = m->reduce_us_per_kb});
+}
+
+/* Hier's reduce-scatter rings' reductions, as ring_reduce_time prices
+ * them: the node ring's steps on the intra link, then the network ring's
+ * on the rank's share, whose link is the rank's share of its NIC. */
+static double hier_reduce_time(const struct tuner_model* m, double kb, double slot_kb,
+                               double rounds) {
+  int p = m->max_ppn, nn = m->nnodes;
+  double node_kb = kb / (p * rounds), net_kb = node_kb / nn;
+  double net_beta = MAX(m->net.beta_us_per_kb[ALGO_RING], m->wire_us_per_kb * p);
+  return ring_reduce_time(m, (p - 1) * rounds, node_kb, slot_kb,
+                          m->intra.beta_us_per_kb[ALGO_RING]) +
+         ring_reduce_time(m, (nn - 1) * rounds, net_kb, slot_kb, net_beta);
+}
+
+/* Hier's network phase: the node's ppn rings, one a rank, share its NIC.
+ * The longer of two: a block's journey round its ring (each hop's first
+ * slice at the line rate, the slices behind it at the rank's share of
+ * the NIC), and the NIC carrying the node's bytes while each ring's hops
+ * hide behind the others' transfers (braid-sim: every hop paid on top of
+ * the NIC's time priced 256 KiB over 128 nodes of 2 at 1.4x its time).
+ * `node_kb`: what the node's ranks together move. */
+static double hier_net_time(const struct tuner_model* m, const struct tuner_link* shared,
+                            double hops, double node_kb, double slice) {
+  int p = m->max_ppn;
+  double alpha = shared->alpha_us[ALGO_RING], beta = shared->beta_us_per_kb[ALGO_RING];
+  double wire = MAX(m->wire_us_per_kb, beta), rank_kb = node_kb / p;
+  double journey = hops * (alpha + slice * wire) + MAX(0.0, rank_kb - hops * slice) * beta * p;
+  return MAX(journey, hops * alpha / p + node_kb * beta);
 }
 
 /* Hierarchical: node phases on the intra link (each rank's share), the
@@ -224,12 +340,8 @@ static double hier_cost(const struct tuner_model* m, int coll, double kb, double
   const struct tuner_link *in = &m->intra, *net = &shared;
   for (int a = 0; a < ALGO_COUNT; a++)
     shared.beta_us_per_kb[a] = MAX(m->net.beta_us_per_kb[a] / p, m->wire_us_per_kb);
-  if (coll == COLL_ALLREDUCE &&
-      hier_allreduce_uses_leaders((size_t)(kb * 1024.0), m->slot_bytes)) /* leaders */
-    return link_time(in, ALGO_TREE, 2.0 * log2_ceil(p), 2 * kb) +
-           rd_time(nn, kb, slot_kb,
-                   &(struct rd_hop){.alpha = m->net.alpha_us[ALGO_RD],
-                                    .beta = m->net.beta_us_per_kb[ALGO_RD]});
+  if (coll == COLL_ALLREDUCE && hier_allreduce_uses_leaders((size_t)(kb * 1024.0), m->slot_bytes))
+    return hier_leaders_cost(m, kb, slot_kb);
   if (coll == COLL_ALLREDUCE) {
     /* A rank's one CPU serves its node ring and its network ring, so their
      * bytes add up even when the rounds pipeline (braid-sim: at 8 nodes of
@@ -241,12 +353,15 @@ static double hier_cost(const struct tuner_model* m, int coll, double kb, double
     double rounds = m->hier_pipelined && kb > round_kb
                         ? 1.0
                         : ceil(kb / (round_kb * MAX(1, m->slices_per_step)));
+    double red = hier_reduce_time(m, kb, slot_kb, rounds);
+    double slice = MIN(kb / (p * nn * rounds), slot_kb);
     return link_time(in, ALGO_RING, 2.0 * (p - 1) * rounds, 2 * pf * kb) +
-           link_time(net, ALGO_RING, 2.0 * (nn - 1) * rounds, 2 * mf * kb);
+           hier_net_time(m, net, 2.0 * (nn - 1) * rounds, 2 * mf * kb, slice) + red;
   }
   /* all-gather / reduce-scatter: kb is the whole gathered buffer */
   return link_time(in, ALGO_RING, (double)(p - 1) * nn, pf * kb) +
-         link_time(net, ALGO_RING, nn - 1, mf * kb);
+         link_time(net, ALGO_RING, nn - 1, mf * kb) +
+         (coll == COLL_REDUCESCATTER ? hier_reduce_time(m, kb, slot_kb, 1) : 0);
 }
 
 /* Whether Pairwise's node-aware all-reduce applies: several nodes of the
@@ -296,11 +411,21 @@ static double pairwise_cost(const struct tuner_model* m, int coll, double kb, do
   return link_time(l, ALGO_PAIRWISE, levels + slices, frac * kb); /* reduce-scatter */
 }
 
+/* What a Pairwise rank reduces: the whole buffer each level when it
+ * exchanges whole buffers, (n-1)/n of it when it halves. */
+static double pairwise_reduced_kb(const struct tuner_model* m, int coll, double kb) {
+  int n = m->nranks;
+  if (!sched_coll_reduces(coll)) return 0;
+  if (coll == COLL_ALLREDUCE && pairwise_uses_doubling((size_t)(kb * 1024.0), 1, n))
+    return pairwise_levels(n) * kb;
+  return (double)(n - 1) / n * kb;
+}
+
 double tuner_cost(const struct tuner_model* m, int coll, int algo, double bytes) {
   double kb = bytes / 1024.0, slot_kb = (double)m->slot_bytes / 1024.0;
   switch (algo) {
     case ALGO_RING:
-      return ring_cost(m, coll, kb);
+      return ring_cost(m, coll, kb, slot_kb);
     case ALGO_TREE:
       return tree_cost(m, coll, kb, slot_kb);
     case ALGO_RD:
@@ -308,7 +433,7 @@ double tuner_cost(const struct tuner_model* m, int coll, int algo, double bytes)
     case ALGO_HIER:
       return hier_cost(m, coll, kb, slot_kb);
     case ALGO_PAIRWISE:
-      return pairwise_cost(m, coll, kb, slot_kb);
+      return pairwise_cost(m, coll, kb, slot_kb) + reduce_time(m, pairwise_reduced_kb(m, coll, kb));
     default:
       return 1e30;
   }

@@ -5,6 +5,9 @@
  *
  *   link <intra|net> <Ring|Tree|RecDoubling|Hier|all> <alpha_us> <beta_us_per_KB>
  *       replace that link's cost line for that algorithm (or all of them)
+ *   reduce <us_per_KB>
+ *       a rank's cost per KB it reduces, apart from the links (the
+ *       library's own lines hold it: 0)
  *   force <AllReduce|AllGather|ReduceScatter|Broadcast|Reduce> <min_bytes> <max_bytes>
  *         <algorithm> [chunk_bytes]
  *       calls of that collective on min..max bytes (inclusive; sizes accept
@@ -64,6 +67,13 @@ static const char* parse_link(char** w, int nw, struct tuner_model* m) {
   return NULL;
 }
 
+/* "reduce" line: words[1]. */
+static const char* parse_reduce(char** w, int nw, struct tuner_model* m) {
+  if (nw != 2) return "expected: reduce <us_per_KB>";
+  if (parse_cost(w[1], &m->reduce_us_per_kb)) return "the cost must be a finite number >= 0";
+  return NULL;
+}
+
 static const char* parse_force(char** w, int nw, struct tuner_model* m) {
   struct tuner_forced f = {0};
   if (nw != 5 && nw != 6)
@@ -110,8 +120,10 @@ ncclResult_t tuner_file_parse(FILE* f, const char* name, struct tuner_model* m) 
         bad = parse_link(w, nw, m);
       else if (strcasecmp(w[0], "force") == 0)
         bad = parse_force(w, nw, m);
+      else if (strcasecmp(w[0], "reduce") == 0)
+        bad = parse_reduce(w, nw, m);
       else
-        bad = "a line starts with link or force";
+        bad = "a line starts with link, reduce or force";
     }
     if (bad) FAIL(ncclInvalidArgument, "BRAID_TUNE_FILE %s, line %d: %s", name, lineno, bad);
   }

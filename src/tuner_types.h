@@ -37,6 +37,10 @@ struct tuner_model {
   uint32_t nic_mbps, mem_mbps; /* slowest rank's; 0: unknown */
   double wire_us_per_kb;       /* the NIC's line rate across nodes; 0: unknown or one node */
   double tree_sharers;         /* a node's NIC load in the double tree (tuner_tree_sharers) */
+  /* a rank's cost per KB it reduces, beside what its links cost; 0 where
+   * the link lines were fitted on calls that reduce (the library's own:
+   * tuner_model.c) */
+  double reduce_us_per_kb;
   size_t slot_bytes;
   int slices_per_step; /* the executor's window / 2, as schedules see it */
   int hier_pipelined;  /* Hier all-reduce overlaps node and network stages */

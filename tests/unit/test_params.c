@@ -199,10 +199,14 @@ static void test_tune_file_lines(void** state) {
   struct tuner_model m;
   static const char* bad[] = {"link net Ring nan 1\n",  "link net Ring inf 1\n",
                               "link net all 1 1e999\n", "link net Ring -1 1\n",
-                              "link net Ring 1 0x\n",   "force AllReduce 2K 1K Ring\n"};
-  assert_int_equal(tune_text("link intra Ring 1.5 0.02 # ok\nlink net all 0 1e-3\n", &m),
-                   ncclSuccess);
+                              "link net Ring 1 0x\n",   "force AllReduce 2K 1K Ring\n",
+                              "reduce -0.1\n",          "reduce\n",
+                              "reduce 0.1 0.2\n",       "reduce nan\n"};
+  assert_int_equal(
+      tune_text("link intra Ring 1.5 0.02 # ok\nlink net all 0 1e-3\nreduce 0.137\n", &m),
+      ncclSuccess);
   assert_true(m.intra.alpha_us[ALGO_RING] == 1.5 && m.net.beta_us_per_kb[ALGO_HIER] == 1e-3);
+  assert_true(m.reduce_us_per_kb == 0.137);
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
     assert_int_equal(tune_text(bad[i], &m), ncclInvalidArgument);
   /* a line longer than any fixed buffer is one line */
