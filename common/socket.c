@@ -219,6 +219,11 @@ void socket_tune_data(int fd, int bufsize) {
   }
 }
 
+void socket_push(int fd) {
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)); /* pushes what is held */
+}
+
 ncclResult_t socket_try_listen(union socket_addr* addr, int* fdp, int* err) {
   int one = 1;
   int fd = socket(addr->sa.sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0);

@@ -70,6 +70,14 @@ ncclResult_t socket_recv_all(int fd, void* buf, size_t len, uint64_t deadline_ns
 /* Data-path socket options: non-blocking, TCP_NODELAY, buffer sizes. */
 void socket_tune_data(int fd, int bufsize);
 
+/* Send now the bytes the kernel holds back on a data socket. Autocorking
+ * keeps a write's last small segment while earlier ones of the socket
+ * still wait in the host's queue, and sends it only when they leave: on
+ * a rate-limited link (tc's tbf or htb) that held a frame's tail, and the
+ * frame, 10-85 ms (recursive doubling 256 KiB over 4 hosts at 1 Gbit/s:
+ * 21 ms a call instead of 3.3). */
+void socket_push(int fd);
+
 /* Deadline `ms` milliseconds from now. */
 uint64_t socket_deadline(int64_t ms);
 

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "core.h"
+#include "socket.h"
 #include "tcp.h"
 #include "tcp_connect.h"
 
@@ -114,9 +115,9 @@ static ssize_t tcp_io(struct tcp_conn* c, struct tcp_sock* s, char* part, size_t
   return -1;
 }
 
-/* Drive one socket through the messages it carries until it would block. */
-static ncclResult_t tcp_sock_progress(struct tcp_conn* c, struct tcp_sock* s, int idx,
-                                      int* progressed) {
+/* Move one socket's frames until it would block or has none left. */
+static ncclResult_t tcp_sock_write_read(struct tcp_conn* c, struct tcp_sock* s, int idx,
+                                        int* progressed) {
   while (s->cursor < c->base.posted) {
     struct tcp_msg* m = &c->msgs[s->cursor % TRANSPORT_MAX_INFLIGHT];
     size_t lo, hi;
@@ -140,8 +141,24 @@ static ncclResult_t tcp_sock_progress(struct tcp_conn* c, struct tcp_sock* s, in
     m->parts_left--;
     s->cursor++;
     s->done = 0;
+    s->unpushed = c->base.is_send;
   }
   return ncclSuccess;
+}
+
+/* Drive one socket through the messages it carries until it would block.
+ * A sender that wrote the last byte of everything posted pushes it out:
+ * nothing follows soon to fill the segment the kernel holds back
+ * (socket_push), so only then is a push worth its system call. */
+static ncclResult_t tcp_sock_progress(struct tcp_conn* c, struct tcp_sock* s, int idx,
+                                      int* progressed) {
+  ncclResult_t res = tcp_sock_write_read(c, s, idx, progressed);
+  if (res == ncclSuccess && c->base.is_send && s->done == 0 && s->unpushed &&
+      s->cursor == c->base.posted) {
+    socket_push(s->fd);
+    s->unpushed = 0;
+  }
+  return res;
 }
 
 static ncclResult_t tcp_progress(struct transport_conn* base, int* progressed) {

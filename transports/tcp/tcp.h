@@ -64,6 +64,7 @@ struct tcp_sock {
   uint64_t cursor;        /* message this socket works on */
   size_t done;            /* bytes of its frame and part already moved */
   struct tcp_frame frame; /* the frame going out, or coming in */
+  int unpushed;           /* a sender's frames written since its last push */
 };
 
 struct tcp_conn {
