@@ -60,4 +60,5 @@ void sim_tune_model(const struct sim_cluster* c, const struct sched_topo* t,
   m->mem_mbps = (uint32_t)(c->copy_gbps * 1000.0 / 8.0);
   tuner_model_price(m);
   if (c->tune_links) tune_links_from_figures(c, m);
+  m->net_alone = m->net; /* the cluster's figures give every rank a core */
 }

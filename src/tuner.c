@@ -286,15 +286,19 @@ static double rd_cost(const struct tuner_model* m, double kb, double slot_kb) {
  * down, the leaders' recursive doubling between. The node tree forwards a
  * whole slice a level, as the flat tree does across nodes (braid-sim: a
  * 32 KiB call over 8 nodes of 8 took 1.6x the price without that fill),
- * and its interior ranks reduce two children's data on the way up. */
+ * and its interior ranks reduce two children's data on the way up. A
+ * leader crosses the network alone, so its hop is a lone rank's, not one
+ * of a crowded node's (on 2 emulated hosts of 4 ranks sharing 2 cores,
+ * priced as crowded, recursive doubling was picked up to 1 KiB and took
+ * 1.8x Hier's time). */
 static double hier_leaders_cost(const struct tuner_model* m, double kb, double slot_kb) {
   double levels = log2_ceil(m->max_ppn), slice = MIN(kb, slot_kb);
   double node =
       link_time(&m->intra, ALGO_TREE, 2 * levels, 2 * kb + MAX(0.0, 2 * levels - 1) * slice) +
       reduce_time(m, 2 * kb + MAX(0.0, levels - 1) * slice);
   return node + rd_time(m->nnodes, kb, slot_kb,
-                        &(struct rd_hop){.alpha = m->net.alpha_us[ALGO_RD],
-                                         .beta = m->net.beta_us_per_kb[ALGO_RD],
+                        &(struct rd_hop){.alpha = m->net_alone.alpha_us[ALGO_RD],
+                                         .beta = m->net_alone.beta_us_per_kb[ALGO_RD],
                                          .reduce = m->reduce_us_per_kb});
 }
 

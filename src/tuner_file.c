@@ -64,6 +64,7 @@ static const char* parse_link(char** w, int nw, struct tuner_model* m) {
   if (parse_cost(w[4], &beta)) return "beta must be a finite number >= 0";
   for (int a = 0; a < ALGO_COUNT; a++)
     if (algo == -2 || algo == a) l->alpha_us[a] = alpha, l->beta_us_per_kb[a] = beta;
+  if (l == &m->net) m->net_alone = m->net; /* the file's figures hold for a rank alone too */
   return NULL;
 }
 

@@ -148,6 +148,7 @@ void tuner_model_price(struct tuner_model* m) {
   m->wire_us_per_kb = m->nnodes > 1 && m->nic_mbps ? 8192.0 / (double)m->nic_mbps : 0;
   k_link_fill[m->intra_transport->id](&m->intra, m, f, 0);
   k_link_fill[m->net_transport->id](&m->net, m, f, 1);
+  k_link_fill[m->net_transport->id](&m->net_alone, m, 1.0, 1);
 }
 
 ncclResult_t tuner_model_init(struct ncclComm* comm) {

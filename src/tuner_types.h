@@ -45,6 +45,9 @@ struct tuner_model {
   int slices_per_step; /* the executor's window / 2, as schedules see it */
   int hier_pipelined;  /* Hier all-reduce overlaps node and network stages */
   struct tuner_link intra, net;
+  /* the network for a rank that crosses it alone while its node's other
+   * ranks wait (Hier's leaders): its CPU is not shared with theirs */
+  struct tuner_link net_alone;
   int nforced;
   struct tuner_forced forced[TUNER_MAX_FORCED];
 };

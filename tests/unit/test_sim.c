@@ -20,7 +20,9 @@
 #include "sim_engine.h"
 #include "sim_net.h"
 #include "sim_run.h"
+#include "transport.h"
 #include "tuner.h"
+#include "tuner_model.h"
 
 /* perf/sim_calibrate.py's fit for the emulated 1 Gbit/s cluster */
 #define SIM_FIT_LAT "4"
@@ -289,6 +291,35 @@ static void test_tuner_at_scale(void** state) {
     assert_true(tuner_grid_worst(&clusters[i]) <= 1.1);
 }
 
+/* Hier's leaders cross the network one a node: the tuner prices their
+ * rounds with a lone rank's hop (net_alone), where a flat algorithm's
+ * ranks cross together and share the cores (net). On 2 hosts of 4 ranks,
+ * 2 cores each, the crowded hop put recursive doubling under Hier up to
+ * 1 KiB, where Hier took 0.55x its time on the emulated cluster. */
+static void test_leaders_cross_alone(void** state) {
+  struct tuner_model m = {.nranks = 8,
+                          .nnodes = 2,
+                          .min_ppn = 4,
+                          .max_ppn = 4,
+                          .tree_depth = 4,
+                          .slot_bytes = 65536,
+                          .slices_per_step = 8,
+                          .tree_sharers = 1,
+                          .intra_transport = &shm_transport,
+                          .net_transport = &tcp_transport,
+                          .oversub = 2,
+                          .nic_mbps = 1000,
+                          .mem_mbps = 5000};
+  (void)state;
+  tuner_model_price(&m);
+  assert_true(m.net_alone.alpha_us[ALGO_RD] < m.net.alpha_us[ALGO_RD]);
+  double hier = tuner_cost(&m, COLL_ALLREDUCE, ALGO_HIER, 256);
+  double rd = tuner_cost(&m, COLL_ALLREDUCE, ALGO_RD, 256);
+  m.net_alone = m.net; /* leaders priced as crowded */
+  assert_true(tuner_cost(&m, COLL_ALLREDUCE, ALGO_HIER, 256) > hier);
+  assert_true(tuner_cost(&m, COLL_ALLREDUCE, ALGO_RD, 256) == rd);
+}
+
 /* A rank that waits for a message nobody sends: an error naming it. */
 static void test_unmatched_schedules(void** state) {
   struct sim_cluster c;
@@ -333,6 +364,7 @@ int main(void) {
       cmocka_unit_test(test_extrapolation),
       cmocka_unit_test(test_extrapolation_floor),
       cmocka_unit_test(test_extrapolation_shape),
+      cmocka_unit_test(test_leaders_cross_alone),
       cmocka_unit_test(test_unmatched_schedules),
       cmocka_unit_test(test_cluster_settings),
       cmocka_unit_test(test_tuner_at_scale),
