@@ -30,7 +30,7 @@ for ((i = 0; i < NODES; i++)); do hosts+="${hosts:+,}h$i:$RPN"; done
 # autocork 0|1: sets it in every host's network namespace (the setting is per namespace)
 autocork() {
   for ((i = 0; i < NODES; i++)); do
-    ip netns exec "braid-h$i" sysctl -q "net.ipv4.tcp_autocorking=$1"
+    "$CLUSTER" exec "h$i" sysctl -q "net.ipv4.tcp_autocorking=$1"
   done
 }
 

@@ -46,6 +46,8 @@ tuner_table tuner-1gbit-ppn8 --ranks 64:16384 --per-node 8 --bytes 8:1G --factor
 tuner_table tuner-100gbit-ppn8 --ranks 64:16384 --per-node 8 --bytes 8:1G --factor 8 tune_links=1
 # The same tuner with the library's own lines (fitted to this machine's loopback TCP and shared
 # memory), 64 to 1,024 ranks: what it picks on those clusters without a tune file.
+own=$(mktemp)
+trap 'rm -f "$own"' EXIT
 {
   echo "# the tuner with the library's own link lines (tune_links=0), 64-1024 ranks, 8 B-1 GiB"
   for cluster in "1gbit-ppn2 --per-node 2 $CALIBRATED" "1gbit-ppn8 --per-node 8 $CALIBRATED" \
@@ -54,10 +56,9 @@ tuner_table tuner-100gbit-ppn8 --ranks 64:16384 --per-node 8 --bytes 8:1G --fact
     set -- $cluster
     name=$1
     shift
-    "$sim" --ranks 64:1024 --bytes 8:1G --factor 8 "$@" >"$out/.own-lines.tmp"
-    echo "$name $(tuner_summary "$out/.own-lines.tmp" | sed 's/^# tuner: //')"
+    "$sim" --ranks 64:1024 --bytes 8:1G --factor 8 "$@" >"$own"
+    echo "$name $(tuner_summary "$own" | sed 's/^# tuner: //')"
   done
-  rm -f "$out/.own-lines.tmp"
 } >"$out/tuner-own-lines.txt"
 "$top/perf/sim_tree_slopes.sh" "$build" >"$out/tree-slopes.txt"
 # Beside NCCL's published scaling (a few minutes of CPU: 24,576 ranks in full)
