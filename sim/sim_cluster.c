@@ -48,7 +48,7 @@ static const struct {
     SIM_DBL(net_lat_us),    SIM_DBL(intra_gbps),  SIM_DBL(intra_lat_us), SIM_DBL(msg_us),
     SIM_DBL(intra_msg_us),  SIM_DBL(reduce_gbps), SIM_DBL(copy_gbps),    SIM_DBL(oversub),
     SIM_DBL(rail_cross_us), SIM_INT(window),      SIM_SIZE(slot_bytes),  SIM_SIZE(burst_bytes),
-    SIM_DBL(wire_gbps),     SIM_INT(tune_links),
+    SIM_DBL(wire_gbps),     SIM_INT(tune_links),  SIM_INT(host_cores),   SIM_DBL(sock_gbps),
 };
 
 static ncclResult_t set_number(struct sim_cluster* c, int i, const char* value) {

@@ -36,6 +36,10 @@ struct sim_cluster {
   size_t slot_bytes;    /* its slot, the largest chunk (BRAID_CHUNK_SIZE) */
   int tune_links;       /* 1: the tuner prices links from these figures, as a BRAID_TUNE_FILE
                          * written for the cluster would; 0: the library's own lines */
+  int host_cores;       /* > 0: every rank's CPU work shares this many cores (emulated
+                         * clusters: all their hosts are one machine); 0: a core per rank */
+  double sock_gbps;     /* > 0: a rank's CPU moves a network message's bytes through the
+                         * kernel at this rate, sending and receiving; 0: free */
 };
 
 /* The defaults: 8 ranks a node, one 100 Gbit/s NIC, a full fat tree, the

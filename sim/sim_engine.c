@@ -46,6 +46,8 @@ struct sim_engine {
   struct sim_net net;
   size_t window;
   double us_reduce, us_copy; /* per byte */
+  double us_sock;            /* per byte of a network message, each end (sock_gbps) */
+  double* core_free;         /* [host_cores]: when each shared core is free, or NULL */
   uint64_t messages;
 };
 
@@ -74,10 +76,39 @@ static double step_cost(const struct sim_engine* e, const struct sim_step* s) {
   }
 }
 
-/* A rank's CPU time for one message to or from `peer`. */
-static double msg_cost(const struct sim_engine* e, int r, int peer) {
+/* A rank's CPU time for one message of `bytes` to or from `peer`: the
+ * call, and across the network the kernel's copy of its bytes. */
+static double msg_cost(const struct sim_engine* e, int r, int peer, size_t bytes) {
   const struct sim_cluster* c = e->c;
-  return r / c->per_node == peer / c->per_node ? c->intra_msg_us : c->msg_us;
+  if (r / c->per_node == peer / c->per_node) return c->intra_msg_us;
+  return c->msg_us + (double)bytes * e->us_sock;
+}
+
+/* With shared cores, an event whose rank's CPU is still busy comes back
+ * when it is free (1): work then books a core in the order it became
+ * ready, first come first served, as a run queue serves it, and never
+ * holds a core ahead of work that was ready sooner. */
+static ncclResult_t cpu_defer(struct sim_engine* e, struct sim_event ev, int* deferred) {
+  const struct sim_rank* k = &e->ranks[ev.rank];
+  *deferred = e->core_free && k->cpu > ev.t;
+  if (!*deferred) return ncclSuccess;
+  ev.t = k->cpu;
+  return sim_heap_push(&e->heap, ev);
+}
+
+/* Rank r's CPU runs `us` of work from `t` on; returns when it starts. With
+ * shared cores the work also waits for the earliest free one. */
+static double cpu_run(struct sim_engine* e, struct sim_rank* k, double t, double us) {
+  double start = MAX(t, k->cpu);
+  if (e->core_free) {
+    int best = 0;
+    for (int i = 1; i < e->c->host_cores; i++)
+      if (e->core_free[i] < e->core_free[best]) best = i;
+    start = MAX(start, e->core_free[best]);
+    e->core_free[best] = start + us;
+  }
+  k->cpu = start + us;
+  return start;
 }
 
 static ncclResult_t push(struct sim_engine* e, double t, int r, size_t i, int kind) {
@@ -210,7 +241,7 @@ static ncclResult_t offer_send(struct sim_engine* e, int r, size_t i, double t) 
   struct sim_rank* k = &e->ranks[r];
   struct sim_conn* out;
   CHECK(sim_map_get(&k->out, k->steps[i].send, &out));
-  k->cpu = MAX(t, k->cpu) + msg_cost(e, r, k->steps[i].send);
+  cpu_run(e, k, t, msg_cost(e, r, k->steps[i].send, k->steps[i].bytes));
   out->last = MAX(out->last, k->cpu);
   rec_of(e, k, i)->flags |= REC_OFFERED;
   CHECK(push(e, out->last, r, i, SIM_EV_NET));
@@ -223,14 +254,22 @@ static ncclResult_t on_compute(struct sim_engine* e, struct sim_event ev) {
   struct sim_rank* k = &e->ranks[ev.rank];
   const struct sim_step* st = &k->steps[ev.step];
   struct sim_rec* rec = rec_of(e, k, ev.step);
-  double start = MAX(ev.t, k->cpu);
-  if (sched_prim_recvs(st->prim)) start += msg_cost(e, ev.rank, st->recv);
-  rec->end = k->last_end = k->cpu = start + step_cost(e, st);
+  int deferred;
+  CHECK(cpu_defer(e, ev, &deferred));
+  if (deferred) return ncclSuccess;
+  double us = step_cost(e, st);
+  if (sched_prim_recvs(st->prim)) us += msg_cost(e, ev.rank, st->recv, st->bytes);
+  cpu_run(e, k, ev.t, us);
+  rec->end = k->last_end = k->cpu;
   k->computing = 0;
   k->computed++;
   if (st->send >= 0 && !(rec->flags & REC_SEND_QUEUED)) { /* its result goes on */
-    rec->flags |= REC_SEND_QUEUED;
-    CHECK(offer_send(e, ev.rank, ev.step, rec->end));
+    if (e->core_free)
+      CHECK(queue_send(e, ev.rank, ev.step, rec->end)); /* books its core when ready */
+    else {
+      rec->flags |= REC_SEND_QUEUED;
+      CHECK(offer_send(e, ev.rank, ev.step, rec->end));
+    }
   }
   CHECK(advance(e, ev.rank, ev.t));
 fail:
@@ -274,12 +313,23 @@ fail:
   return res;
 }
 
+static ncclResult_t on_send(struct sim_engine* e, struct sim_event ev) {
+  ncclResult_t res = ncclSuccess;
+  int deferred;
+  CHECK(cpu_defer(e, ev, &deferred));
+  if (deferred) return ncclSuccess;
+  CHECK(offer_send(e, ev.rank, ev.step, ev.t));
+  if (e->core_free) CHECK(advance(e, ev.rank, ev.t)); /* later sends on its connection may go */
+fail:
+  return res;
+}
+
 static ncclResult_t handle(struct sim_engine* e, struct sim_event ev) {
   switch (ev.kind) {
     case SIM_EV_COMPUTE:
       return on_compute(e, ev);
     case SIM_EV_SEND:
-      return offer_send(e, ev.rank, ev.step, ev.t);
+      return on_send(e, ev);
     default:
       return on_net(e, ev);
   }
@@ -308,6 +358,7 @@ static void engine_free(struct sim_engine* e) {
     sim_map_free(&e->ranks[r].out);
   }
   free(e->ranks);
+  free(e->core_free);
   sim_heap_free(&e->heap);
   sim_net_free(&e->net);
 }
@@ -320,6 +371,8 @@ static ncclResult_t engine_init(struct sim_engine* e, const struct sim_plan* p) 
   e->window = (size_t)MAX(4, c->window); /* the executor's floor (executor.c) */
   e->us_reduce = 8.0 / (c->reduce_gbps * 1000.0);
   e->us_copy = 8.0 / (c->copy_gbps * 1000.0);
+  e->us_sock = c->sock_gbps > 0 ? 8.0 / (c->sock_gbps * 1000.0) : 0;
+  if (c->host_cores > 0) CHECK(braid_calloc(&e->core_free, (size_t)c->host_cores, sizeof(double)));
   CHECK(sim_net_init(&e->net, c, p->symmetric ? 1 : c->nnodes, p->nsim));
   CHECK(braid_calloc(&e->ranks, (size_t)p->nsim, sizeof(*e->ranks)));
   for (int r = 0; r < p->nsim; r++) {

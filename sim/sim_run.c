@@ -337,7 +337,8 @@ static ncclResult_t play_at(struct sim_context* s, const struct sim_call* call, 
   memset(out, 0, sizeof(*out));
   out->chunk = chunk;
   if (count == 0) return ncclSuccess; /* nothing moves */
-  if (!(flags & SIM_FULL) && s->c->nnodes > 1)
+  /* shared cores couple every node's ranks: node 0's cannot stand for all */
+  if (!(flags & SIM_FULL) && s->c->nnodes > 1 && s->c->host_cores == 0)
     CHECK(play_symmetric(s, call, count, chunk, out, &played));
   if (!played) CHECK(play_full(s, call, count, chunk, flags, out, &over_budget));
   if (over_budget) CHECK(extrapolate(s, call, chunk, flags, over_budget, out));

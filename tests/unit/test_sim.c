@@ -160,6 +160,39 @@ static void test_send_waits_for_its_data(void** state) {
   assert_true(us >= 8 * hop);
 }
 
+/* Ranks sharing a host's cores (an emulated cluster on one machine): one
+ * core does every message's CPU work in turn, so a call takes at least
+ * their sum; as many cores as ranks never make one wait, the same time as
+ * a core each; the kernel's copy of a message's bytes costs its rank. */
+static void test_shared_cores(void** state) {
+  static const int algos[] = {ALGO_RING, ALGO_TREE, ALGO_RD, ALGO_HIER};
+  struct sim_cluster c;
+  struct sim_result own, one, all, sock;
+  (void)state;
+  cluster(&c, 16, 2);
+  c.msg_us = 10, c.intra_msg_us = 5, c.net_lat_us = 0;
+  for (size_t i = 0; i < sizeof(algos) / sizeof(algos[0]); i++)
+    for (size_t bytes = 8; bytes <= (1u << 20); bytes *= 512) {
+      c.host_cores = 0;
+      simulate(&c, COLL_ALLREDUCE, algos[i], bytes, SIM_FULL, &own);
+      c.host_cores = 1;
+      simulate(&c, COLL_ALLREDUCE, algos[i], bytes, 0, &one);
+      c.host_cores = c.nranks;
+      simulate(&c, COLL_ALLREDUCE, algos[i], bytes, 0, &all);
+      c.sock_gbps = 1; /* 8 ns a byte at each end of a network message */
+      simulate(&c, COLL_ALLREDUCE, algos[i], bytes, 0, &sock);
+      c.sock_gbps = 0;
+      double floor = 2.0 * (double)one.messages * c.intra_msg_us; /* every message is >= 5 us */
+      print_message("%s %zu B: a core each %.1f us, 1 core %.1f us (>= %.1f), %d cores %.1f us\n",
+                    sched_algo_name(algos[i]), bytes, own.us, one.us, floor, c.nranks, all.us);
+      assert_false(one.symmetric);
+      assert_true(one.us >= floor);
+      assert_true(one.us > own.us);
+      assert_true(fabs(all.us - own.us) <= 1e-9 * own.us);
+      assert_true(sock.us > all.us);
+    }
+}
+
 static void test_tree_plays_in_full(void** state) {
   struct sim_cluster c;
   struct sim_result r;
@@ -360,6 +393,7 @@ int main(void) {
       cmocka_unit_test(test_ring_at_line_rate),
       cmocka_unit_test(test_symmetric_matches_full),
       cmocka_unit_test(test_send_waits_for_its_data),
+      cmocka_unit_test(test_shared_cores),
       cmocka_unit_test(test_tree_plays_in_full),
       cmocka_unit_test(test_extrapolation),
       cmocka_unit_test(test_extrapolation_floor),
