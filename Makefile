@@ -77,7 +77,8 @@ CUDA_CU   := $(wildcard kernels/cuda/*.cu)
 IB_SRCS   := $(wildcard transports/ib/*.c)
 
 # The CPU kernels first: the slowest C files start while there are jobs to run beside them.
-LIB_SRCS := $(wildcard kernels/cpu/*.c) $(wildcard common/*.c) $(wildcard gpu/*.c) $(wildcard src/*.c) \
+LIB_SRCS := $(wildcard kernels/cpu/*.c) $(wildcard common/*.c) $(wildcard gpu/*.c) \
+            $(filter-out $(addsuffix /%,$(CUDA_DIRS) $(NOCUDA_DIRS)),$(wildcard src/*/*.c)) \
             $(wildcard transports/*.c) \
             $(filter-out $(addsuffix /%,$(CUDA_DIRS) $(IB_DIRS)),$(wildcard transports/*/*.c)) \
             $(wildcard algorithms/*.c)

@@ -33,10 +33,10 @@
       "subsystems logged at INFO: comma list, ^ excludes")                                        \
   STR(debug_file, "NCCL_DEBUG_FILE", NULL, "stdout", PARAM_EARLY,                                 \
       "log file instead of stdout; %h host, %p pid")                                              \
-  /* bootstrap and sockets (src/bootstrap.c, common/socket.c) */                                  \
+  /* bootstrap and sockets (src/bootstrap/bootstrap.c, common/socket.c) */                        \
   STR(comm_id, "NCCL_COMM_ID", NULL, "unset", 0, "host:port of the bootstrap root")               \
   INT(bootstrap_fanout, "BRAID_BOOTSTRAP_FANOUT", 8, 1, 1024, 0,                                  \
-      "ranks each root and rank hands the peer table to (src/bootstrap_relay.h)")                 \
+      "ranks each root and rank hands the peer table to (src/bootstrap/bootstrap_relay.h)")       \
   STR(job_id, "BRAID_JOB_ID", NULL, "unset", 0, "mixed into the job key of NCCL_COMM_ID jobs")    \
   STR(socket_ifname, "NCCL_SOCKET_IFNAME", NULL, "^docker,lo, then lo", 0,                        \
       "interfaces to use: prefixes, ^ excludes, = exact names")                                   \
@@ -98,7 +98,7 @@
       "1: every reduction in the canonical pairwise order, the same bits however it runs")        \
   /* kernels (kernels/cpu) */                                                                     \
   STR(kernel_isa, "BRAID_KERNEL_ISA", NULL, "best", 0, "CPU kernel path: portable, avx2, avx512") \
-  /* hung jobs (src/flight.c, src/status_service.c) */                                            \
+  /* hung jobs (src/status/flight.c, src/status/status_service.c) */                              \
   INT(flight_entries, "BRAID_FLIGHT_ENTRIES", 256, 0, 65536, 0,                                   \
       "operations each communicator remembers (0: no recorder)")                                  \
   STR(trace_dir, "BRAID_TRACE_DIR", NULL, "unset", 0,                                             \

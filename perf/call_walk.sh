@@ -3,7 +3,7 @@
 # call climbs from a lower layer to a higher one (perf/call_walk.py), on
 # host buffers (2 ranks as threads) and on device buffers (2 processes on
 # the simulated driver, the call gated on its stream: the issuing call and
-# the proxy's run of it, src/work.c's unit_run). Needs valgrind, and mpirun
+# the proxy's run of it, src/engine/work.c's unit_run). Needs valgrind, and mpirun
 # for the device walk.
 # Usage: perf/call_walk.sh [BUILD]
 set -euo pipefail

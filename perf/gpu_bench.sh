@@ -82,7 +82,7 @@ for tool in all_gather_perf reduce_scatter_perf; do
   echo "--- $tool, 4 processes on one GPU, NCCL_ALGO=Direct"
   procs_perf "$tool" 4
 done
-# The tuner's device model (src/tuner_device.c) against both sides of its
+# The tuner's device model (src/tune/tuner_device.c) against both sides of its
 # choice: staged through host memory, and its own pick per size.
 echo "--- all_reduce_perf, 2 processes on one GPU, NCCL_ALGO=^Direct (staged)"
 procs_perf all_reduce_perf 2 "^Direct" "${PROCS_MAX:-64M}"

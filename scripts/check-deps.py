@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The library's own dependency graph, checked (docs/architecture.md, "Layers").
 
-A module is a source file and its header (src/comm.c + src/comm.h). Module A
+A module is a source file and its header (src/comm/comm.c + src/comm/comm.h). Module A
 depends on module B when A's source or header includes B's header, or when
 A's object calls (or reads) a symbol that only B's object defines: the
 compiler's view and the linker's, so a call through a declaration written
@@ -29,7 +29,7 @@ PROTOTYPE = re.compile(r"^(?!static|typedef|extern|#|\s)[A-Za-z_][\w\s\*]*?\b([a
                        re.M)
 # Header -> the folders whose files may define what it declares.
 INTERFACES = {
-    "src/device.h": ("src/cuda", "src/host"),       # the device path, CUDA or none
+    "src/engine/device.h": ("src/cuda", "src/host"),       # the device path, CUDA or none
     "gpu/mem_kind.h": ("gpu/cuda", "gpu/host"),     # memory kinds, with CUDA or host only
     "kernels/kernels.h": ("kernels/cpu",),          # the kernels layer's interface
     "kernels/cpu/kern_dispatch.h": ("kernels/cpu",),  # the ISA variants of reduce*.c

@@ -17,7 +17,7 @@
 #include "core.h"
 #include "sim_cluster.h"
 #include "sim_run.h"
-#include "tuner.h"
+#include "tune/tuner.h"
 
 struct sim_args {
   int ranks_lo, ranks_hi, coll; /* coll -1: every one */

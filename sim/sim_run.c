@@ -13,7 +13,7 @@
 #include "sim_engine.h"
 #include "sim_symmetry.h"
 #include "sim_tune.h"
-#include "tuner.h"
+#include "tune/tuner.h"
 
 #define SIM_ELEM 4 /* floats */
 

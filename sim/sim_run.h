@@ -12,10 +12,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "executor.h"
+#include "engine/executor.h"
 #include "schedule.h"
 #include "sim_cluster.h"
-#include "tuner_types.h"
+#include "tune/tuner_types.h"
 
 #define SIM_FULL 1u  /* play every rank, even where node 0's could stand for all */
 #define SIM_EXACT 2u /* never extrapolate */

@@ -7,12 +7,12 @@
 #include <string.h>
 
 #include "core.h"
-#include "executor.h"
+#include "engine/executor.h"
 #include "hier.h"
 #include "layout.h"
 #include "transport.h"
 #include "tree.h"
-#include "tuner_model.h"
+#include "tune/tuner_model.h"
 
 /* Whether a large Hier all-reduce would pipeline on this layout: asked of
  * the key a 64 MiB call builds, as tuner_model.c asks it. */

@@ -7,7 +7,7 @@
 #define BRAID_SIM_TUNE_H_
 
 #include "sim_cluster.h"
-#include "tuner_types.h"
+#include "tune/tuner_types.h"
 
 /* Shared memory inside a node, sockets across, the NIC's and the copy's
  * speeds from the cluster, one rank per core. */

@@ -5,7 +5,7 @@
 
 #include <stdlib.h>
 
-#include "comm.h"
+#include "comm/comm.h"
 #include "core.h"
 #include "cuda/cuda_driver.h"
 #include "cuda_copy.h"
@@ -14,9 +14,9 @@
 #include "cuda_kernels.h"
 #include "cuda_stage.h"
 #include "cuda/cudaipc_mem.h"
-#include "device.h"
+#include "engine/device.h"
 #include "param.h"
-#include "stream.h"
+#include "engine/stream.h"
 #include "transport_table.h"
 
 int device_current(void) {

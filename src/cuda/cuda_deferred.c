@@ -10,7 +10,7 @@
 
 #include "core.h"
 #include "cuda_kernels.h"
-#include "device.h"
+#include "engine/device.h"
 
 struct deferred_slot {
   uint64_t go; /* written by the host */

@@ -19,7 +19,7 @@
 #include "cuda/kern_body.h"
 #include "cuda/cuda_driver.h"
 #include "cuda_slot_pool.h"
-#include "work_op.h"
+#include "engine/work_op.h"
 
 /* A comm's deferred-launch slots. */
 struct cuda_deferred_pool {

@@ -19,7 +19,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "comm.h"
+#include "comm/comm.h"
 #include "core.h"
 #include "cuda/cuda_driver.h"
 #include "cuda/cudaipc_fd_link.h"
@@ -28,14 +28,14 @@
 #include "cuda_kernels.h"
 #include "cuda/cudaipc_fd.h"
 #include "cuda/cudaipc_mem.h"
-#include "device.h"
+#include "engine/device.h"
 #include "direct.h"
-#include "exec_plan.h"
+#include "engine/exec_plan.h"
 #include "kernels.h"
 #include "layout.h"
-#include "mem.h"
-#include "tuner.h"
-#include "tuner_device.h"
+#include "engine/mem.h"
+#include "tune/tuner.h"
+#include "tune/tuner_device.h"
 
 enum direct_what { DIRECT_MSG_BUF = 1, DIRECT_MSG_DONE = 2, DIRECT_MSG_FAIL = 3 };
 

@@ -32,7 +32,7 @@
 
 #include <cuda.h>
 
-#include "work_op.h"
+#include "engine/work_op.h"
 
 struct cuda_direct;
 

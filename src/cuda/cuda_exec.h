@@ -11,7 +11,7 @@
 #ifndef BRAID_CUDA_EXEC_H_
 #define BRAID_CUDA_EXEC_H_
 
-#include "executor.h"
+#include "engine/executor.h"
 
 struct device_comm;
 struct cuda_exec;

@@ -16,7 +16,7 @@
 
 #include "cuda/cuda_driver.h"
 #include "cuda_slot_pool.h"
-#include "work_op.h"
+#include "engine/work_op.h"
 
 /* A comm's gates. */
 struct cuda_gates {

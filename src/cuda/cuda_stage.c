@@ -6,11 +6,11 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "comm.h"
+#include "comm/comm.h"
 #include "device_comm.h"
 #include "core.h"
 #include "kernels.h"
-#include "mem.h"
+#include "engine/mem.h"
 
 #define STAGE_ALIGN 256 /* every span starts on a boundary the copy engines like */
 

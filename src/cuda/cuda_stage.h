@@ -21,7 +21,7 @@
 #include <cuda.h>
 
 #include "cuda/cuda_driver.h"
-#include "work_op.h"
+#include "engine/work_op.h"
 
 struct device_comm;
 struct cuda_mirror;

@@ -1,5 +1,5 @@
 /*
- * Device calls (src/device.h's device_unit_wanted and device_unit_dispatch):
+ * Device calls (src/engine/device.h's device_unit_wanted and device_unit_dispatch):
  * a unit of work (one call, or one group) that names CUDA
  * streams or device buffers is ordered on its streams (docs/architecture.md 4). At
  * issue, each stream gets the copy-in of the device buffers the unit reads,
@@ -14,7 +14,7 @@
  * collectives direct or as fused kernels on the executor's device backend
  * (cuda_exec.h), only send/recv buffers staged.
  */
-#include "comm.h"
+#include "comm/comm.h"
 #include "core.h"
 #include "cuda/cuda_driver.h"
 #include "cuda_comm.h"
@@ -22,11 +22,11 @@
 #include "cuda_direct.h"
 #include "cuda_gate.h"
 #include "cuda_stage.h"
-#include "device.h"
-#include "mem.h"
-#include "stream.h"
+#include "engine/device.h"
+#include "engine/mem.h"
+#include "engine/stream.h"
 #include "transport_table.h"
-#include "work.h"
+#include "engine/work.h"
 
 int device_unit_wanted(const struct work_op* ops, int n) {
   if (cuda_driver() == NULL) return 0;

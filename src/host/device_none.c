@@ -4,7 +4,7 @@
  * ever handed here; calls that would be are refused as the internal errors
  * they would be.
  */
-#include "device.h"
+#include "engine/device.h"
 
 #include "core.h"
 

@@ -11,9 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm.h"
+#include "comm/comm.h"
 #include "layout.h"
-#include "redop.h"
+#include "engine/redop.h"
 
 /* A lending connection's memory, made at its first need (most of a
  * world's connections carry nothing), poisoned: a receive, a buffer per

@@ -12,7 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "executor.h"
+#include "engine/executor.h"
 #include "schedule.h"
 #include "transport.h"
 

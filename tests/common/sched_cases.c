@@ -3,7 +3,7 @@
  * starts from and the output every rank must end with.
  */
 #include "sched_cases.h"
-#include "exec_cpu.h"
+#include "engine/exec_cpu.h"
 #include "layout.h"
 #include "sched_build.h"
 

@@ -11,7 +11,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 
-#include "progress.h"
+#include "engine/progress.h"
 #include "transport.h"
 
 enum { SHM_LOOP_SENDER = 0, SHM_LOOP_RECEIVER = 1 };

@@ -1,10 +1,10 @@
-/* The unique id decoder (bootstrap_id_decode, src/bootstrap.c): 128 bytes
+/* The unique id decoder (bootstrap_id_decode, src/bootstrap/bootstrap.c): 128 bytes
  * from the user (the input, zero-padded or cut). Properties: an id that
  * decodes names a usable root address, and encoding it again and decoding
  * gives the same id. */
 #include <string.h>
 
-#include "bootstrap.h"
+#include "bootstrap/bootstrap.h"
 #include "fuzz.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

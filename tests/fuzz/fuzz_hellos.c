@@ -1,13 +1,13 @@
 /* The first bytes a stranger sends: the bootstrap root's hello check
- * (bootstrap_hello_stranger, src/bootstrap_root.c) and a TCP data
+ * (bootstrap_hello_stranger, src/bootstrap/bootstrap_root.c) and a TCP data
  * listener's (tcp_hello_problem, transports/tcp/tcp_connect.c). Properties:
  * a root hello passes only with Braid's magic, this protocol version and
  * the job key; a TCP hello passes only with the data secret, for this rank,
  * from a rank of the comm, with socket numbering and channel in range. */
 #include <string.h>
 
-#include "bootstrap.h"
-#include "bootstrap_root.h"
+#include "bootstrap/bootstrap.h"
+#include "bootstrap/bootstrap_root.h"
 #include "fuzz.h"
 #include "tcp/tcp.h"
 #include "tcp/tcp_connect.h"

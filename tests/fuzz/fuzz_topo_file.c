@@ -1,11 +1,11 @@
-/* NCCL_TOPO_FILE's JSON parser (src/topo_file.c). Properties: all or nothing
+/* NCCL_TOPO_FILE's JSON parser (src/topo/topo_file.c). Properties: all or nothing
  * (a failed parse leaves the struct zeroed); a parsed topology respects its
  * bounds; written back and read again it is the same, byte for byte. */
 #include <string.h>
 #include <unistd.h>
 
 #include "fuzz.h"
-#include "topo.h"
+#include "topo/topo.h"
 
 /* memcmp, not a loop: this file is instrumented too, and a byte loop over
  * 40 KiB cost the fuzzer 90% of its time in comparison tracing. */

@@ -1,4 +1,4 @@
-/* BRAID_TUNE_FILE's parser (src/tuner_file.c), read through a memory stream,
+/* BRAID_TUNE_FILE's parser (src/tune/tuner_file.c), read through a memory stream,
  * and the model it feeds. Properties: whatever a file that parses says, the
  * model holds finite costs >= 0 and valid forced ranges, and every modelled
  * time is a number >= 0. */
@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "fuzz.h"
-#include "tuner.h"
+#include "tune/tuner.h"
 
 /* 8 ranks as 2 nodes x 4 over shared memory and the network. */
 static void model_init(struct tuner_model* m) {

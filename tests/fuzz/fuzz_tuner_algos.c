@@ -1,6 +1,6 @@
-/* NCCL_ALGO lists (tuner_parse_algos, src/tuner.c). Properties: only
+/* NCCL_ALGO lists (tuner_parse_algos, src/tune/tuner.c). Properties: only
  * algorithm bits, and a leading '^' gives the complement. */
-#include "comm.h"
+#include "comm/comm.h"
 #include "fuzz.h"
 #include "schedule.h"
 

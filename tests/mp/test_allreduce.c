@@ -9,7 +9,7 @@
 #include <cmocka.h>
 
 #include "archeck.h"
-#include "comm.h" /* the schedule cache's build counter */
+#include "comm/comm.h" /* the schedule cache's build counter */
 #include "dtypes.h"
 #include "launcher.h"
 

@@ -29,7 +29,7 @@
 
 #include <cmocka.h>
 
-#include "comm.h"
+#include "comm/comm.h"
 #include "cuda/cudaipc_fd.h"
 #include "cuda/cudaipc_fd_link.h"
 #include "cuda/cudaipc_mem.h"

@@ -24,8 +24,8 @@
 
 #include <cmocka.h>
 
-#include "comm.h"
-#include "comm_ctrl.h"
+#include "comm/comm.h"
+#include "comm/comm_ctrl.h"
 #include "launcher.h"
 #include "socket.h"
 #include "stranger.h"

@@ -24,8 +24,8 @@
 
 #include <cmocka.h>
 
-#include "bootstrap.h"
-#include "comm.h"
+#include "bootstrap/bootstrap.h"
+#include "comm/comm.h"
 #include "launcher.h"
 #include "tcp/tcp.h"
 

@@ -12,7 +12,7 @@
 
 #include <arpa/inet.h>
 
-#include "bootstrap.h"
+#include "bootstrap/bootstrap.h"
 #include "nccl.h"
 
 static void test_roundtrip(void** state) {

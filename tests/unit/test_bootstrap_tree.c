@@ -1,5 +1,5 @@
 /*
- * The bootstrap at scale (src/bootstrap_relay.h): blocks of ranks per
+ * The bootstrap at scale (src/bootstrap/bootstrap_relay.h): blocks of ranks per
  * root, the relay tree, whole exchanges of hundreds of ranks as threads
  * against one or several real roots with what each side sent counted, and
  * the relay against strangers, a forged table and a parent that never
@@ -21,9 +21,9 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include "bootstrap.h"
-#include "bootstrap_relay.h"
-#include "bootstrap_root.h"
+#include "bootstrap/bootstrap.h"
+#include "bootstrap/bootstrap_relay.h"
+#include "bootstrap/bootstrap_root.h"
 #include "core.h"
 #include "param.h"
 #include "socket.h"

@@ -25,7 +25,7 @@
 #include "cuda/cuda_driver.h"
 #include "cuda/cuda_kernels.h"
 #include "kernels.h"
-#include "mem.h"
+#include "engine/mem.h"
 #include "nccl.h"
 #include "param.h"
 

@@ -31,8 +31,8 @@
 #include "cuda/cudaipc_fd.h"
 #include "cuda/cudaipc_fd_link.h"
 #include "cuda/cudaipc_mem.h"
-#include "bootstrap.h"
-#include "mem.h"
+#include "bootstrap/bootstrap.h"
+#include "engine/mem.h"
 #include "nccl.h"
 #include "param.h"
 

@@ -17,7 +17,7 @@
 
 #include "common/fake_transport.h"
 #include "common/sched_cases.h"
-#include "exec_cpu.h"
+#include "engine/exec_cpu.h"
 #include "kernels.h"
 
 /* ---- The late backend ---- */

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "mem.h"
+#include "engine/mem.h"
 
 static void test_query_and_copy(void** state) {
   (void)state;

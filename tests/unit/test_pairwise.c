@@ -18,7 +18,7 @@
 #include "common/fake_transport.h"
 #include "common/order_inputs.h"
 #include "common/sched_cases.h"
-#include "exec_cpu.h"
+#include "engine/exec_cpu.h"
 #include "kernels.h"
 #include "pairwise.h"
 #include "sched_build.h"

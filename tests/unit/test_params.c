@@ -16,12 +16,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "comm.h"
+#include "comm/comm.h"
 #include "debug.h"
 #include "param.h"
 #include "socket.h"
-#include "tuner.h"
-#include "tuner_file.h"
+#include "tune/tuner.h"
+#include "tune/tuner_file.h"
 
 static void test_parse_int(void** state) {
   (void)state;

@@ -21,8 +21,8 @@
 #include "sim_net.h"
 #include "sim_run.h"
 #include "transport.h"
-#include "tuner.h"
-#include "tuner_model.h"
+#include "tune/tuner.h"
+#include "tune/tuner_model.h"
 
 /* perf/sim_calibrate.py's fit for the emulated 1 Gbit/s cluster */
 #define SIM_FIT_LAT "4"

@@ -21,11 +21,11 @@
 
 #include "debug.h"
 #include "param.h"
-#include "topo.h"
-#include "topo_file.h"
-#include "topo_hwloc.h"
-#include "topo_nic.h"
-#include "topo_sysfs.h"
+#include "topo/topo.h"
+#include "topo/topo_file.h"
+#include "topo/topo_hwloc.h"
+#include "topo/topo_nic.h"
+#include "topo/topo_sysfs.h"
 
 static char g_dir[] = "/tmp/braid_test_topo_XXXXXX";
 

@@ -19,10 +19,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "comm.h"
-#include "topo.h"
-#include "tuner.h"
-#include "tuner_device.h"
+#include "comm/comm.h"
+#include "topo/topo.h"
+#include "tune/tuner.h"
+#include "tune/tuner_device.h"
 
 #define NSIZES 26 /* 8 B << 0..25 */
 #define NRANKS 4

@@ -1,0 +1,103 @@
+/*
+ * Connections on demand. Before a unit of work runs, every connection its
+ * operations need is made: first every missing send side (a connect lands
+ * in the peer's listen backlog without the peer's help), then every missing
+ * receive side (accepting what peers connected). No rank ever waits for a
+ * peer that is itself waiting, even when one thread drives many comms.
+ */
+#include "engine/connect.h"
+
+#include "comm/comm.h"
+#include "core.h"
+#include "sched_build.h"
+#include "transport_table.h"
+#include "engine/work_op.h"
+
+#define CONNECT_MAX_PEERS 64
+
+/* The peers an operation talks to, and whether it sends/receives to each:
+ * a collective's, from the schedule work_plan chose; none for a direct
+ * call on one node, whose kernels reach the peers' buffers over links of
+ * its own (cuda_direct.h) and never fall back to the schedule. */
+static int op_peers(struct work_op* op, int* peers, int* sends, int* recvs) {
+  if (op->kind == WORK_COLL && op->direct == WORK_DIRECT_NODE) return 0;
+  if (op->kind == WORK_COLL) {
+    int m = sched_peers(&op->key, peers, CONNECT_MAX_PEERS);
+    for (int i = 0; i < m; i++) sends[i] = recvs[i] = 1;
+    return m;
+  }
+  if (op->peer == op->comm->rank || op->bytes == 0) return 0;
+  peers[0] = op->peer;
+  sends[0] = op->kind == WORK_SEND;
+  recvs[0] = op->kind == WORK_RECV;
+  return 1;
+}
+
+struct transport_conn** work_conn_slot(struct work_op* op, int peer, int send) {
+  struct ncclComm* c = op->comm;
+  if (op->kind == WORK_COLL) return send ? &c->send_conns[peer] : &c->recv_conns[peer];
+  if (op->ipc) return send ? &c->p2p_send_dev[peer] : &c->p2p_recv_dev[peer];
+  return send ? &c->p2p_send[peer] : &c->p2p_recv[peer];
+}
+
+/* The transport of an operation's messages to `peer`: device to device
+ * for ipc operations (their dispatch checked there is one). */
+static ncclResult_t op_transport(struct work_op* op, int peer, const struct transport** t) {
+  struct transport_ctx* ctx = &op->comm->tctx;
+  if (!op->ipc) return transport_for_peer(ctx, peer, t);
+  *t = transport_for_peer_device(ctx, peer);
+  if (*t) return ncclSuccess;
+  WARN("Rank %d: no transport moves device memory to rank %d any more", ctx->rank, peer);
+  return ncclInternalError;
+}
+
+/* A new connection enters the comm's tables with a release store: an
+ * ncclCommAbort on another thread reads them (comm_conns_apply) while a
+ * call connects, and must see each connection whole or not at all. */
+static void conn_publish(struct transport_conn** slot, struct transport_conn* c) {
+  if (c) __atomic_store_n(slot, c, __ATOMIC_RELEASE);
+}
+
+static ncclResult_t connect_phase(struct work_op* ops, int n, int send) {
+  ncclResult_t res = ncclSuccess;
+  int peers[CONNECT_MAX_PEERS], sends[CONNECT_MAX_PEERS], recvs[CONNECT_MAX_PEERS];
+  for (int i = 0; i < n; i++) {
+    int m = op_peers(&ops[i], peers, sends, recvs);
+    for (int j = 0; j < m; j++) {
+      struct transport_ctx* ctx = &ops[i].comm->tctx;
+      const struct transport* t;
+      CHECK(op_transport(&ops[i], peers[j], &t));
+      if (t->connect_duplex && sends[j] && recvs[j]) {
+        struct transport_conn **s = work_conn_slot(&ops[i], peers[j], 1),
+                              **r = work_conn_slot(&ops[i], peers[j], 0);
+        struct transport_conn *got_s = NULL, *got_r = NULL;
+        if (*s == NULL && *r == NULL)
+          res = t->connect_duplex(ctx, peers[j], ops[i].kind != WORK_COLL, send, &got_s, &got_r);
+        conn_publish(s, got_s);
+        conn_publish(r, got_r);
+        CHECK(res);
+        continue;
+      }
+      if (!(send ? sends[j] : recvs[j])) continue;
+      struct transport_conn** slot = work_conn_slot(&ops[i], peers[j], send);
+      struct transport_conn* got = NULL;
+      if (*slot) continue;
+      if (send)
+        res = t->connect_send(ctx, peers[j], ops[i].kind != WORK_COLL, &got);
+      else
+        res = t->connect_recv(ctx, peers[j], ops[i].kind != WORK_COLL, &got);
+      conn_publish(slot, got);
+      CHECK(res);
+    }
+  }
+fail:
+  return res;
+}
+
+ncclResult_t work_connect(struct work_op* ops, int n) {
+  ncclResult_t res = ncclSuccess;
+  CHECK(connect_phase(ops, n, 1));
+  CHECK(connect_phase(ops, n, 0));
+fail:
+  return res;
+}

@@ -1,0 +1,78 @@
+/*
+ * A unit of work (work.h) as its parts are: the operations of one group
+ * (or one ungrouped call), each a collective or one side of a send/recv,
+ * with what the device path attaches to it (direct, gated launches) and
+ * the stream gates a unit may wait on. Types only: the engine, the host
+ * streams and the device path all read them.
+ */
+#ifndef BRAID_WORK_OP_H_
+#define BRAID_WORK_OP_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/executor.h"
+#include "status/flight.h"
+#include "engine/mem.h"
+#include "nccl.h"
+
+enum work_kind { WORK_COLL = 0, WORK_SEND, WORK_RECV };
+
+/* How a collective on device buffers runs direct (src/cuda/cuda_direct.h):
+ * all its ranks on one node, or Hier with the node's stages direct. */
+enum work_direct { WORK_DIRECT_NONE = 0, WORK_DIRECT_NODE, WORK_DIRECT_HIER };
+
+/* Kernels one operation may queue on its stream (work_op.deferred). */
+#define WORK_MAX_LAUNCHES 2
+
+/* A kernel launch queued on a stream before its task is known
+ * (src/cuda/cuda_deferred.h): the slot, and the value of its flags for
+ * this use. slot NULL: none. */
+struct work_deferred {
+  void* slot;
+  uint64_t value;
+};
+
+struct work_op {
+  struct ncclComm* comm;
+  int kind;
+  struct exec_args args; /* WORK_COLL */
+  struct sched_key key;  /* WORK_COLL: the schedule work_plan chose */
+  int peer;              /* WORK_SEND / WORK_RECV */
+  void* buf;
+  size_t bytes;
+  enum mem_kind mem;         /* p2p: of buf (mem_query) */
+  const struct mem_reg* reg; /* p2p: the registration holding buf (work_plan), NULL: none */
+  /* progress of this run */
+  int started;
+  int done;
+  uint64_t seq;              /* p2p: message number on its connection */
+  struct flight_mark flight; /* its record (flight.h) */
+  uint64_t ticket;           /* this unit's turn on op->comm (same for all its ops there) */
+  cudaStream_t stream;       /* the stream the call named */
+  int direct; /* enum work_direct: a collective run by the direct algorithm (cuda_direct.h) */
+  int ipc;    /* p2p on device memory moved device to device (transports/cudaipc), not staged */
+  /* gated: its kernels, queued on the stream: a direct collective's (two for
+   * Hier on devices: into its scratch, out of it), an ipc send's copy. slot
+   * NULL: none */
+  struct work_deferred deferred[WORK_MAX_LAUNCHES];
+};
+
+/* A unit on device streams waits for each stream to reach it and lets each
+ * go on when done (src/cuda/cuda_gate.h): the stream writes *ready = value,
+ * then waits until *done >= value. Host addresses of pinned flags. */
+struct work_gate {
+  const volatile uint64_t* ready;
+  volatile uint64_t* done;
+  uint64_t value;
+  /* While the wait lasts: ncclSuccess while the stream can still get there,
+   * an error (the stream failed, its context is broken) once it cannot. */
+  ncclResult_t (*check)(const struct work_gate* g);
+  void* stream;
+  void* ctx;
+};
+
+/* The CUDA streams one unit may span. */
+#define WORK_MAX_GATES 8
+
+#endif /* BRAID_WORK_OP_H_ */
