@@ -58,6 +58,8 @@ setup(
             sources=[
                 "csrc/module.cpp",
                 "csrc/braid_backend.cpp",
+                "csrc/braid_collectives.cpp",
+                "csrc/braid_tables.cpp",
                 "csrc/braid_work.cpp",
                 "csrc/braid_queue.cpp",
                 "csrc/braid_gloo_ops.cpp",
