@@ -301,9 +301,12 @@ static int stranger_asks(void* arg) {
 static int inspect_late(const mp_env* env, const status_case* c) {
   char* text = malloc(ANSWER_BYTES);
   char want[192], list[96], args[64];
-  int bad = 0, pid0 = env->shm[SHM_PID + 0];
+  int bad = 0, pid0;
   double took = 0;
   bad += wait_calls(env, c, CALLS);
+  /* read once the ranks have called: rank 0 writes its pid as it starts,
+   * and the inspector may start first (it asked pid 0 under load) */
+  pid0 = __atomic_load_n(&env->shm[SHM_PID + 0], __ATOMIC_ACQUIRE);
   mp_sleep_ms(SETTLE_MS);
   others(c, list, sizeof(list));
   snprintf(want, sizeof(want),
