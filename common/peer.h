@@ -9,8 +9,10 @@
 
 #include "socket.h"
 
-/* What every rank tells every other rank at init. */
-#define PEER_BLOB_BYTES 64
+/* What every rank tells every other rank at init. The transports' blobs
+ * take 64 bytes today (transport_blobs_make's records); the rest is room
+ * for another transport's. */
+#define PEER_BLOB_BYTES 96
 
 struct peer_info {
   int32_t rank;
@@ -26,8 +28,8 @@ struct peer_info {
   uint64_t bell_ino;            /* that pipe's inode, 0 if none */
   struct socket_wire_addr ctrl; /* its comm's control listener (comm_ctrl.h) */
   /* What each transport publishes about this rank (where it listens, what
-   * names its segments), opaque here: the table (transports/transport.h)
-   * gives each its slice, and the root's exchange carries them. */
+   * names its segments), opaque here: a record per transport of the rank's
+   * build (transports/transport_table.c), carried by the root's exchange. */
   uint8_t blobs[PEER_BLOB_BYTES];
 };
 

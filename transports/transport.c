@@ -1,7 +1,8 @@
 /*
- * What every transport shares: the check that a received message is the
- * one its receive was posted for, reported the same way
- * everywhere, that a posted buffer is memory the transport moves, and registering a user range with
+ * What every transport shares: its blob in a peer table (a record of its
+ * id, length and bytes), the check that a received message is the one its
+ * receive was posted for, reported the same way everywhere, that a posted
+ * buffer is memory the transport moves, and registering a user range with
  * the transports that pin or map memory.
  */
 #include <inttypes.h>
@@ -11,6 +12,50 @@
 #include "transport.h"
 
 static const struct transport_tag kNoTag;
+
+/* ---- blobs: records of (id, length, bytes) in peer_info.blobs ---- */
+
+#define BLOB_HEADER 2
+
+/* The offset of t's record in `blobs`, or of the end of the records (*found 0). */
+static size_t blob_find(const uint8_t* b, const struct transport* t, int* found) {
+  size_t at = 0;
+  *found = 0;
+  /* a peer's bytes: every length is checked against what is left */
+  while (at + BLOB_HEADER <= PEER_BLOB_BYTES && b[at + 1] != 0) {
+    size_t len = b[at + 1];
+    if (at + BLOB_HEADER + len > PEER_BLOB_BYTES) return PEER_BLOB_BYTES; /* malformed */
+    if (b[at] == t->id) {
+      *found = len == t->blob_bytes;
+      return *found ? at : PEER_BLOB_BYTES;
+    }
+    at += BLOB_HEADER + len;
+  }
+  return at;
+}
+
+void* transport_blob_put(struct peer_info* p, const struct transport* t) {
+  int found;
+  size_t at = blob_find(p->blobs, t, &found);
+  if (found) return p->blobs + at + BLOB_HEADER;
+  if (t->blob_bytes == 0 || t->blob_bytes > 255 ||
+      at + BLOB_HEADER + t->blob_bytes > PEER_BLOB_BYTES)
+    return NULL;
+  p->blobs[at] = (uint8_t)t->id;
+  p->blobs[at + 1] = (uint8_t)t->blob_bytes;
+  return p->blobs + at + BLOB_HEADER;
+}
+
+/* Zeros for a blob a rank did not publish: every transport reads an
+ * all-zero blob as "not here" (no listener, no segment, no port). */
+static const uint8_t k_no_blob[PEER_BLOB_BYTES];
+
+const void* transport_peer_blob(const struct transport_ctx* ctx, const struct transport* t,
+                                int rank) {
+  int found;
+  size_t at = blob_find(ctx->peers[rank].blobs, t, &found);
+  return found ? ctx->peers[rank].blobs + at + BLOB_HEADER : k_no_blob;
+}
 
 ncclResult_t transport_check_message(struct transport_conn* conn, uint64_t seq, uint64_t bytes,
                                      const struct transport_tag* tag, uint64_t want_seq,

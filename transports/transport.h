@@ -74,32 +74,21 @@ struct transport_ctx;
 struct cudaipc_cache;
 struct work_deferred;
 
-/* The transports of the table (transport_table.c), in the order a pair of
- * ranks tries them. The tuner keeps one link cost per id. */
-enum transport_id {
-  TRANSPORT_CUDAIPC = 0,
-  TRANSPORT_SHM,
-  TRANSPORT_NET_IB,
-  TRANSPORT_NET_SOCKET,
-  TRANSPORT_COUNT
-};
+/* A transport's id (its descriptor's `id`) is a small number of its own,
+ * the same in every build: it names the transport's blob in a peer table
+ * and its links in the flight recorder's dumps, which builds with and
+ * without CUDA or verbs read alike; per-comm arrays are indexed by it.
+ * The table refuses two rows with one id (transport_table_init). */
+#define TRANSPORT_MAX_ID 16
 
-/* Where each transport's blob (what it publishes about a rank) lives in
- * peer_info.blobs: a place of its own per id, the same whether or not a
- * build has the transport, so that builds with and without CUDA or verbs
- * read each other's peer tables alike. */
-static inline size_t transport_blob_at(enum transport_id id) {
-  static const size_t at[TRANSPORT_COUNT + 1] = {0, 8, 24, 32, PEER_BLOB_BYTES};
-  return at[id];
-}
-static inline void* transport_blob_in(struct peer_info* p, enum transport_id id) {
-  return p->blobs + transport_blob_at(id);
-}
-/* How many bytes the blob of transport `id` may take (today: CUDA IPC 8,
- * shm 16, verbs 8, sockets 24). */
-static inline size_t transport_blob_room(enum transport_id id) {
-  return transport_blob_at(id + 1) - transport_blob_at(id);
-}
+/* How the tuner prices a transport's hops (src/tune/tuner_model.c): by the
+ * kind of link it moves bytes over, so a new transport of a known kind
+ * needs no cost of its own. */
+enum transport_link {
+  TRANSPORT_LINK_DEVICE = 0, /* device memory only: the device model prices it */
+  TRANSPORT_LINK_MEMORY,     /* copies through memory both ranks map */
+  TRANSPORT_LINK_NETWORK,    /* messages through a NIC (the NIC's rate bounds them) */
+};
 
 /* The comm's device, made at its first device call (src/cuda/cuda_comm.c):
  * what a transport that moves device memory needs. */
@@ -137,14 +126,18 @@ struct transport_ctx {
   const struct transport** chosen_device;
   const struct transport* net;     /* the network NCCL_NET names */
   struct transport_device* device; /* NULL until the comm's first device call */
-  void* state[TRANSPORT_COUNT];    /* what a transport keeps per comm (free_state) */
+  void* state[TRANSPORT_MAX_ID];   /* what a transport keeps per comm, by id (free_state) */
 };
 
-/* Rank's blob of transport `id` in the comm's peer table. */
-static inline const void* transport_peer_blob(const struct transport_ctx* ctx, enum transport_id id,
-                                              int rank) {
-  return ctx->peers[rank].blobs + transport_blob_at(id);
-}
+/* Rank's blob of transport t in the comm's peer table: its blob_bytes as
+ * the rank published them, or zeros where the rank's build has no such
+ * transport or its record is malformed (transport_blobs_make's layout). */
+const void* transport_peer_blob(const struct transport_ctx* ctx, const struct transport* t,
+                                int rank);
+/* The place of t's blob in p (a record made at the end if p has none),
+ * or NULL where there is no room: how the table writes a rank's blobs
+ * (transport_blobs_make), and tests a peer's. */
+void* transport_blob_put(struct peer_info* p, const struct transport* t);
 
 /* What call a message belongs to, as its poster describes it: opaque to
  * transports, which carry it with the message and compare it, byte for
@@ -221,17 +214,23 @@ ncclResult_t transport_check_message(struct transport_conn* conn, uint64_t seq, 
 #define TRANSPORT_CAP_WAKE_FD 0x100u    /* its fds in the comm's epoll set */
 #define TRANSPORT_CAP_WAKE_FUTEX 0x200u /* a futex word in shared memory */
 
+/* A transport's descriptor: one row of the table (transport_table.c). */
 struct transport {
-  const char* name;
-  enum transport_id id;
-  unsigned caps; /* TRANSPORT_CAP_* */
+  const char* name;     /* in logs: "NET/Socket" */
+  const char* key;      /* in status reports and dumps: "tcp" */
+  unsigned id;          /* < TRANSPORT_MAX_ID, see above */
+  unsigned caps;        /* TRANSPORT_CAP_* */
+  const char* net_name; /* NCCL_NET's name for it where it crosses the network ("Socket"); NULL:
+                         * it joins ranks of one host only */
+  enum transport_link link;
   /* Whether this transport can join ranks a and b. Decided from the peer
    * table alone, so that both ends of a pair, and the tuner of every rank
    * (which asks about pairs it is not part of), get the same answer. */
   int (*can_connect)(const struct transport_ctx* ctx, int a, int b);
-  /* This rank's blob (blob_bytes, at most PEER_BLOB_BYTES for all
-   * transports together), filled at init into its peer_info before the
-   * bootstrap exchange; a peer's is transport_peer_blob(). */
+  /* This rank's blob (blob_bytes, at most 255; all transports' together,
+   * with a 2-byte header each, at most PEER_BLOB_BYTES), filled at init
+   * into its peer_info before the bootstrap exchange; a peer's is
+   * transport_peer_blob(). */
   size_t blob_bytes;
   ncclResult_t (*blob_make)(struct transport_ctx* ctx, void* blob);
   /* Connect to `peer` for sending / accept from `peer` for receiving, on
@@ -302,10 +301,13 @@ struct transport {
   /* Optional (NULL: the peer table's NIC speed): the line rate of `rank`'s
    * link on this transport, Mb/s, 0 unknown; what the tuner prices. */
   uint32_t (*link_mbps)(const struct transport_ctx* ctx, int rank);
+  /* Optional, for a network: where NCCL_NET names it, whether it can run
+   * here, with a WARN saying why not (verbs: no usable port). */
+  ncclResult_t (*net_check)(void);
   /* Optional: the comm made its device (ctx->device is set): get ready to
    * move device memory. */
   ncclResult_t (*device_attach)(struct transport_ctx* ctx);
-  /* Optional: free ctx->state[id], after every connection closed. */
+  /* Optional: free ctx->state[t->id], after every connection closed. */
   void (*free_state)(struct transport_ctx* ctx);
 };
 
@@ -344,8 +346,6 @@ static inline ncclResult_t transport_post_host(struct transport_conn* c, void* p
 
 extern const struct transport tcp_transport;
 extern const struct transport shm_transport;
-extern const struct transport cudaipc_transport;
-extern const struct transport ib_transport;
 /* The chosen_device entry of a pair that no transport joins for device
  * memory: their device buffers go through pinned host slots. */
 extern const struct transport transport_none;

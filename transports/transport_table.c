@@ -3,24 +3,32 @@
  * each publishes about its rank. Every transport says which pairs it can
  * join (can_connect) and what it moves (caps); a pair takes the first that
  * fits, in the order below: the most direct path first, the network last.
- * Each transport's blob (where it listens, what names its segments) has a
- * slice of peer_info.blobs of its own (transport.c). NCCL's knobs steer the choice:
+ * Each transport's blob (where it listens, what names its segments) is a
+ * record of peer_info.blobs (transport.c). NCCL's knobs steer the choice:
  * NCCL_SHM_DISABLE (a rank announces no shared-memory domain, so no pair
  * with it passes shm's check), NCCL_P2P_DISABLE (no cudaipc) and NCCL_NET,
- * which names the network. Host buffers and device buffers choose apart:
- * only cudaipc moves device memory as it is; the others move pinned host
- * slots the device path stages through.
+ * which names the network (a row's net_name). Host buffers and device
+ * buffers choose apart: only cudaipc moves device memory as it is; the
+ * others move pinned host slots the device path stages through.
+ *
+ * A row is a transport's descriptor (transport.h): adding a transport is
+ * its folder and its row here.
  */
 #include "transport_table.h"
 
+#include <stdio.h>
+#include <string.h>
 #include <strings.h>
 
 #include "core.h"
 #include "param.h"
 #include "tcp/tcp_connect.h"
 #include "transport.h"
+#ifdef BRAID_HAVE_CUDA
+#include "cudaipc/cudaipc.h"
+#endif
 #ifdef BRAID_HAVE_IBVERBS
-#include "ib/ib_probe.h"
+#include "ib/ib_transport.h"
 #endif
 
 static const struct transport* const k_table[] = {
@@ -34,26 +42,41 @@ static const struct transport* const k_table[] = {
     &tcp_transport};
 #define TABLE_SIZE (sizeof(k_table) / sizeof(k_table[0]))
 
-/* Networks by NCCL_NET's names. */
+/* Networks by NCCL_NET's names (Socket when unset). */
 static const struct transport* net_named(const char* name) {
-  if (name == NULL || strcasecmp(name, "Socket") == 0) return &tcp_transport;
-#ifdef BRAID_HAVE_IBVERBS
-  if (strcasecmp(name, "IB") == 0) return &ib_transport;
-#endif
+  if (name == NULL) name = tcp_transport.net_name;
+  for (size_t i = 0; i < TABLE_SIZE; i++)
+    if (k_table[i]->net_name && strcasecmp(name, k_table[i]->net_name) == 0) return k_table[i];
   return NULL;
 }
 
 ncclResult_t transport_blobs_make(struct transport_ctx* ctx, struct peer_info* mine) {
   ncclResult_t res = ncclSuccess;
+  memset(mine->blobs, 0, sizeof(mine->blobs));
   for (size_t i = 0; i < TABLE_SIZE; i++) {
     const struct transport* t = k_table[i];
-    if (t->blob_bytes > transport_blob_room(t->id))
-      FAIL(ncclInternalError, "%s's blob needs %zu bytes, its place in the peer table has %zu",
-           t->name, t->blob_bytes, transport_blob_room(t->id));
-    CHECK(t->blob_make(ctx, transport_blob_in(mine, t->id)));
+    if (t->blob_bytes == 0) continue;
+    void* blob = transport_blob_put(mine, t);
+    if (blob == NULL)
+      FAIL(ncclInternalError,
+           "%s's blob of %zu bytes does not fit the peer table's %d: raise PEER_BLOB_BYTES",
+           t->name, t->blob_bytes, PEER_BLOB_BYTES);
+    CHECK(t->blob_make(ctx, blob));
   }
 fail:
   return res;
+}
+
+const char* transport_key_of(unsigned id) {
+  for (size_t i = 0; i < TABLE_SIZE; i++)
+    if (k_table[i]->id == id) return k_table[i]->key;
+  return NULL;
+}
+
+int transport_id_of(const char* key) {
+  for (size_t i = 0; i < TABLE_SIZE; i++)
+    if (strcmp(k_table[i]->key, key) == 0) return (int)k_table[i]->id;
+  return -1;
 }
 
 ncclResult_t transport_register(struct transport_ctx* ctx, void* base, size_t size,
@@ -65,24 +88,41 @@ void transport_deregister(struct transport_ctx* ctx, void** handles) {
   transport_deregister_each(k_table, TABLE_SIZE, ctx, handles);
 }
 
-static int is_network(const struct transport* t) {
-  return t->id == TRANSPORT_NET_SOCKET || t->id == TRANSPORT_NET_IB;
+/* Every row's id is its own and in range: per-comm arrays and peers'
+ * blobs are indexed by it. */
+static ncclResult_t rows_check(void) {
+  unsigned seen = 0;
+  for (size_t i = 0; i < TABLE_SIZE; i++) {
+    const struct transport* t = k_table[i];
+    if (t->id >= TRANSPORT_MAX_ID || (seen & (1u << t->id)) || t->key == NULL) {
+      WARN("Transport table: %s has id %u, taken or past %d, or no key", t->name, t->id,
+           TRANSPORT_MAX_ID);
+      return ncclInternalError;
+    }
+    seen |= 1u << t->id;
+  }
+  return ncclSuccess;
+}
+
+/* "Socket, IB": the networks of this build, for NCCL_NET's error. */
+static void net_names(char* out, size_t size) {
+  size_t at = 0;
+  out[0] = '\0';
+  for (size_t i = 0; i < TABLE_SIZE && at < size; i++)
+    if (k_table[i]->net_name)
+      at += (size_t)snprintf(out + at, size - at, "%s%s", at ? ", " : "", k_table[i]->net_name);
 }
 
 ncclResult_t transport_table_init(struct transport_ctx* ctx) {
+  ncclResult_t res = rows_check();
   const char* net = param_net();
+  char names[128];
+  if (res != ncclSuccess) return res;
   ctx->net = net_named(net);
-#ifdef BRAID_HAVE_IBVERBS
-  if (ctx->net == &ib_transport) return ib_probe(); /* a clear error unless a port is usable */
-#endif
-  if (ctx->net != NULL) return ncclSuccess;
-  WARN("NCCL_NET=%s : no such network in this build (Socket%s)", net,
-#ifdef BRAID_HAVE_IBVERBS
-       ", IB"
-#else
-       ""
-#endif
-  );
+  if (ctx->net != NULL) /* a network that can fail to run says so now (verbs: no usable port) */
+    return ctx->net->net_check ? ctx->net->net_check() : ncclSuccess;
+  net_names(names, sizeof(names));
+  WARN("NCCL_NET=%s : no such network in this build (%s)", net, names);
   return ncclInvalidArgument;
 }
 
@@ -95,7 +135,7 @@ const struct transport* transport_select(const struct transport_ctx* ctx, int a,
   for (size_t i = 0; i < TABLE_SIZE; i++) {
     const struct transport* t = k_table[i];
     if ((t->caps & mem_caps) != mem_caps) continue;
-    if (is_network(t) && t != transport_network(ctx)) continue; /* not NCCL_NET's */
+    if (t->net_name && t != transport_network(ctx)) continue; /* not NCCL_NET's */
     if (t->can_connect(ctx, a, b)) return t;
   }
   return NULL;

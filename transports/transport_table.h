@@ -17,8 +17,16 @@
  * build has (ncclInvalidArgument with a WARN otherwise). */
 ncclResult_t transport_table_init(struct transport_ctx* ctx);
 
-/* Every transport's blob for this rank, into `mine` (its peer_info). */
+/* Every transport's blob for this rank, into `mine` (its peer_info): a
+ * record each, its id, its length and its bytes, in the table's order
+ * (transport_peer_blob reads a peer's). ncclInternalError if they do not
+ * fit PEER_BLOB_BYTES. */
 ncclResult_t transport_blobs_make(struct transport_ctx* ctx, struct peer_info* mine);
+
+/* The key of the build's transport with this id ("tcp"), NULL if none;
+ * and back, -1 if none (the flight recorder's names). */
+const char* transport_key_of(unsigned id);
+int transport_id_of(const char* key);
 
 /* transport_register_each over the table. */
 ncclResult_t transport_register(struct transport_ctx* ctx, void* base, size_t size, void** handles);

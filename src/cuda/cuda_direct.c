@@ -28,6 +28,7 @@
 #include "cuda_kernels.h"
 #include "cuda/cudaipc_fd.h"
 #include "cuda/cudaipc_mem.h"
+#include "cudaipc/cudaipc.h"
 #include "engine/device.h"
 #include "direct.h"
 #include "engine/exec_plan.h"
@@ -371,7 +372,7 @@ static ncclResult_t post_buffer(struct ncclComm* comm, struct cuda_direct* d, in
   int fd = -1, own_fd = 0;
   if (ptr && d->any_remote) {
     const struct mem_reg* reg = mem_reg_find(&comm->regs, ptr, 1);
-    const struct cudaipc_export* ex = reg ? reg->handles[TRANSPORT_CUDAIPC] : NULL;
+    const struct cudaipc_export* ex = reg ? reg->handles[cudaipc_transport.id] : NULL;
     if (cudaipc_export_covers(ex, ptr)) {
       m.desc = ex->desc;
       fd = ex->fd;

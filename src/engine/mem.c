@@ -10,8 +10,6 @@
 
 #include "core.h"
 
-_Static_assert(TRANSPORT_COUNT <= MEM_REG_HANDLES, "a registration keeps a handle per transport");
-
 void mem_regs_init(struct mem_regs* regs, const struct mem_reg_hooks* hooks) {
   pthread_mutex_init(&regs->lock, NULL);
   regs->head = NULL;

@@ -15,8 +15,8 @@
 #include "transport.h"
 
 /* Handles a registration keeps for those who pin or map it: one per
- * transport id (TRANSPORT_COUNT fits, transport_table.c checks). */
-#define MEM_REG_HANDLES 8
+ * transport id (below TRANSPORT_MAX_ID, transport_table.c checks). */
+#define MEM_REG_HANDLES TRANSPORT_MAX_ID
 
 /* One ncclCommRegister'ed range, or a window (ncclCommWindowRegister);
  * the handle the user gets back. */

@@ -489,7 +489,7 @@ size_t tuner_chunk(const struct tuner_model* m, int coll, int algo, size_t bytes
   /* Across nodes every message pays the network's per-message cost: whole
    * slots, for Hier too (docs/performance.md, "Measurements behind the defaults"). */
   if (m->nnodes > 1) return slot;
-  if (m->intra_transport->id != TRANSPORT_SHM || per_rank >= 4 * slot) return slot;
+  if (m->intra_transport->link != TRANSPORT_LINK_MEMORY || per_rank >= 4 * slot) return slot;
   return MAX((size_t)4096, MIN(slot, ALIGN_UP(per_rank / 4, 4096)));
 }
 

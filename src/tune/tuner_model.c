@@ -77,18 +77,18 @@ static void link_socket(struct tuner_link* l, const struct tuner_model* m, doubl
     l->beta_us_per_kb[a] = MAX(l->beta_us_per_kb[a], m->wire_us_per_kb);
 }
 
-/* The link costs of each transport of the table (transports/transport.h)
- * that moves host memory, from the topology (ranks per core, NIC speed)
- * and measurement (memcpy). cudaipc moves only device buffers, which the
- * device model prices (tuner_device.c): it is never intra_transport. */
+/* The link costs of each kind of link a transport moves host memory over
+ * (its descriptor's `link`), from the topology (ranks per core, NIC
+ * speed) and measurement (memcpy). Device-only transports (cudaipc) are
+ * priced by the device model (tuner_device.c): never intra_transport.
+ * Verbs are priced as sockets (the NIC's rate bounds both) until measured
+ * on RDMA hardware, which no machine here has. */
 typedef void (*link_fill_fn)(struct tuner_link* l, const struct tuner_model* m, double f,
                              int across_nodes);
-static const link_fill_fn k_link_fill[TRANSPORT_COUNT] = {
-    [TRANSPORT_SHM] = link_shm,
-    /* verbs: priced as sockets (the NIC's rate bounds both) until measured
-     * on RDMA hardware, which no machine here has */
-    [TRANSPORT_NET_IB] = link_socket,
-    [TRANSPORT_NET_SOCKET] = link_socket,
+static const link_fill_fn k_link_fill[] = {
+    [TRANSPORT_LINK_DEVICE] = link_socket, /* never asked: the table stages device buffers */
+    [TRANSPORT_LINK_MEMORY] = link_shm,
+    [TRANSPORT_LINK_NETWORK] = link_socket,
 };
 
 /* The transport that joins the ranks of every node: what each rank pairs
@@ -146,9 +146,9 @@ static int hier_pipelines(const struct ncclComm* comm) {
 void tuner_model_price(struct tuner_model* m) {
   double f = MAX(1.0, m->oversub);
   m->wire_us_per_kb = m->nnodes > 1 && m->nic_mbps ? 8192.0 / (double)m->nic_mbps : 0;
-  k_link_fill[m->intra_transport->id](&m->intra, m, f, 0);
-  k_link_fill[m->net_transport->id](&m->net, m, f, 1);
-  k_link_fill[m->net_transport->id](&m->net_alone, m, 1.0, 1);
+  k_link_fill[m->intra_transport->link](&m->intra, m, f, 0);
+  k_link_fill[m->net_transport->link](&m->net, m, f, 1);
+  k_link_fill[m->net_transport->link](&m->net_alone, m, 1.0, 1);
 }
 
 ncclResult_t tuner_model_init(struct ncclComm* comm) {

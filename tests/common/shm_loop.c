@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "shm/shm_names.h"
+#include "transport_table.h"
 
 int shm_loop_setup(struct shm_loop* l, int64_t timeout_ms) {
   memset(l, 0, sizeof(*l));
@@ -23,7 +24,7 @@ int shm_loop_setup(struct shm_loop* l, int64_t timeout_ms) {
                                      .host_hash = 1,
                                      .bell_fd = s->engine.bell_fd[0],
                                      .bell_ino = s->engine.bell_ino};
-    *(struct shm_blob*)transport_blob_in(&l->peers[r], TRANSPORT_SHM) =
+    *(struct shm_blob*)transport_blob_put(&l->peers[r], &shm_transport) =
         (struct shm_blob){.domain = 1, .tag = 0xb0b0 + (uint64_t)r};
     s->ctx = (struct transport_ctx){.rank = r,
                                     .nranks = 2,

@@ -31,6 +31,7 @@
 #include "host.h"
 #include "shm/shm_names.h"
 #include "transport.h"
+#include "transport_table.h"
 
 /* No wait in these tests lasts longer: a hang fails instead of stalling. */
 #define DEADLINE_MS 30000
@@ -257,7 +258,7 @@ static void pair_run(child_fn sender, child_fn receiver, parent_fn parent, int v
     sh->peers[r].rank = r;
     sh->peers[r].pid = pid[r];
     sh->peers[r].host_hash = 1;
-    *(struct shm_blob*)transport_blob_in(&sh->peers[r], TRANSPORT_SHM) =
+    *(struct shm_blob*)transport_blob_put(&sh->peers[r], &shm_transport) =
         (struct shm_blob){.domain = 1, .tag = host_random64()};
   }
   atomic_store(&sh->table_ready, 1);

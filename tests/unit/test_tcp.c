@@ -21,6 +21,7 @@
 #include "tcp/tcp.h"
 #include "tcp/tcp_connect.h"
 #include "transport.h"
+#include "transport_table.h"
 
 #define DEADLINE_MS 20000
 #define NRANKS 2
@@ -58,7 +59,7 @@ static int setup(void** state) {
     if (socket_local_addr(&addr, NULL, 0) != ncclSuccess) return -1;
     addr.sin.sin_port = 0;
     if (socket_listen(&addr, &s->ctx.listen_fd) != ncclSuccess) return -1;
-    struct tcp_blob* b = transport_blob_in(&g_peers[r], TRANSPORT_NET_SOCKET);
+    struct tcp_blob* b = transport_blob_put(&g_peers[r], &tcp_transport);
     socket_addr_to_wire(&addr, &b->listen);
     g_peers[r].rank = r;
     s->ctx.rank = r;

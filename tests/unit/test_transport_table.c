@@ -16,6 +16,9 @@
 #include "shm/shm_names.h"
 #include "transport.h"
 #include "transport_table.h"
+#ifdef BRAID_HAVE_CUDA
+#include "cudaipc/cudaipc.h"
+#endif
 
 #define NPEERS 5
 #define HOST_A 0xa11ull
@@ -28,7 +31,7 @@ static struct peer_info g_peers[NPEERS];
 static const struct transport* g_chosen[NPEERS];
 
 static struct shm_blob* shm_of(int r) {
-  return transport_blob_in(&g_peers[r], TRANSPORT_SHM);
+  return transport_blob_put(&g_peers[r], &shm_transport);
 }
 
 static void table_ctx(struct transport_ctx* ctx, int rank) {
@@ -44,6 +47,49 @@ static void table_ctx(struct transport_ctx* ctx, int rank) {
   ctx->nranks = NPEERS;
   ctx->peers = g_peers;
   ctx->chosen = g_chosen;
+}
+
+/* A peer's blobs are records (id, length, bytes): each transport finds its
+ * own wherever it lies, and reads zeros where the peer has none, or where
+ * a record's length is not its blob's or runs past the table: a peer's
+ * bytes are never read out of bounds. */
+static void test_blob_records(void** state) {
+  struct transport_ctx ctx = {.rank = 0, .nranks = 1, .peers = g_peers};
+  static const uint8_t zeros[64];
+  (void)state;
+  memset(&g_peers[0], 0, sizeof(g_peers[0]));
+  assert_memory_equal(transport_peer_blob(&ctx, &tcp_transport, 0), zeros,
+                      tcp_transport.blob_bytes);
+  uint8_t* tcp = transport_blob_put(&g_peers[0], &tcp_transport);
+  uint8_t* shm = transport_blob_put(&g_peers[0], &shm_transport);
+  assert_non_null(tcp);
+  assert_non_null(shm);
+  memset(tcp, 0x7c, tcp_transport.blob_bytes);
+  memset(shm, 0x5a, shm_transport.blob_bytes);
+  assert_ptr_equal(transport_blob_put(&g_peers[0], &tcp_transport), tcp); /* found, not made */
+  assert_ptr_equal(transport_peer_blob(&ctx, &tcp_transport, 0), tcp);
+  assert_ptr_equal(transport_peer_blob(&ctx, &shm_transport, 0), shm);
+  uint8_t* b = g_peers[0].blobs;
+  b[1] = (uint8_t)(tcp_transport.blob_bytes + 1); /* tcp's record claims another length */
+  assert_memory_equal(transport_peer_blob(&ctx, &tcp_transport, 0), zeros,
+                      tcp_transport.blob_bytes);
+  b[1] = 250; /* past the table: nothing after it is read */
+  assert_memory_equal(transport_peer_blob(&ctx, &shm_transport, 0), zeros,
+                      shm_transport.blob_bytes);
+  memset(b, 0xff, PEER_BLOB_BYTES); /* all records of an unknown id, lengths past the end */
+  assert_memory_equal(transport_peer_blob(&ctx, &shm_transport, 0), zeros,
+                      shm_transport.blob_bytes);
+  assert_null(transport_blob_put(&g_peers[0], &shm_transport)); /* no room */
+}
+
+/* Each descriptor's key names it in status dumps, and back. */
+static void test_keys(void** state) {
+  (void)state;
+  assert_string_equal(transport_key_of(tcp_transport.id), "tcp");
+  assert_string_equal(transport_key_of(shm_transport.id), "shm");
+  assert_int_equal(transport_id_of("tcp"), (int)tcp_transport.id);
+  assert_int_equal(transport_id_of("nope"), -1);
+  assert_null(transport_key_of(TRANSPORT_MAX_ID));
 }
 
 static void test_pairs(void** state) {
@@ -137,7 +183,7 @@ static void test_device_pairs(void** state) {
       param_cache_reset();
     }
     g_peers[r].cuda_uuid = g_peers[r].cuda_view = uuids[r];
-    cudaipc_transport.blob_make(&ctx, transport_blob_in(&g_peers[r], TRANSPORT_CUDAIPC));
+    cudaipc_transport.blob_make(&ctx, transport_blob_put(&g_peers[r], &cudaipc_transport));
   }
   unsetenv("NCCL_P2P_DISABLE");
   param_cache_reset();
@@ -219,7 +265,8 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_pairs),         cmocka_unit_test(test_chosen_once),
       cmocka_unit_test(test_net_knob),      cmocka_unit_test(test_memory_kinds),
-      cmocka_unit_test(test_register_each),
+      cmocka_unit_test(test_register_each), cmocka_unit_test(test_blob_records),
+      cmocka_unit_test(test_keys),
 #ifdef BRAID_HAVE_CUDA
       cmocka_unit_test(test_device_pairs),
 #endif

@@ -32,6 +32,7 @@
 #include "cuda/cudaipc_fd_link.h"
 #include "cuda/cudaipc_mem.h"
 #include "param.h"
+#include "cudaipc.h"
 #include "transport.h"
 
 #define IPC_ROLE "p2p"
@@ -106,7 +107,7 @@ static ncclResult_t ipc_blob_make(struct transport_ctx* ctx, void* blob) {
 
 static int ipc_enabled(const struct transport_ctx* ctx, int rank) {
   struct ipc_blob b;
-  memcpy(&b, transport_peer_blob(ctx, TRANSPORT_CUDAIPC, rank), sizeof(b));
+  memcpy(&b, transport_peer_blob(ctx, &cudaipc_transport, rank), sizeof(b));
   return b.enabled == 1;
 }
 
@@ -137,14 +138,14 @@ static int ipc_can_connect(const struct transport_ctx* ctx, int a, int b) {
 /* ---- The comm's listener ---- */
 
 static void ipc_free_state(struct transport_ctx* ctx) {
-  struct ipc_state* st = ctx->state[TRANSPORT_CUDAIPC];
+  struct ipc_state* st = ctx->state[cudaipc_transport.id];
   if (st == NULL) return;
   cudaipc_fd_listener_free(st->listener);
   for (int i = 0; st->unclaimed && i < IPC_CHANNELS * st->nranks; i++)
     if (st->unclaimed[i] >= 0) close(st->unclaimed[i]);
   free(st->unclaimed);
   free(st);
-  ctx->state[TRANSPORT_CUDAIPC] = NULL;
+  ctx->state[cudaipc_transport.id] = NULL;
 }
 
 /* Listen from the comm's first device call on (src/cuda/cuda_comm.c), so
@@ -153,10 +154,10 @@ static void ipc_free_state(struct transport_ctx* ctx) {
 static ncclResult_t ipc_device_attach(struct transport_ctx* ctx) {
   ncclResult_t res = ncclSuccess;
   struct ipc_state* st = NULL;
-  if (ctx->state[TRANSPORT_CUDAIPC] || !ipc_enabled(ctx, ctx->rank)) return ncclSuccess;
+  if (ctx->state[cudaipc_transport.id] || !ipc_enabled(ctx, ctx->rank)) return ncclSuccess;
   CHECK(braid_calloc(&st, 1, sizeof(*st)));
   st->nranks = ctx->nranks;
-  ctx->state[TRANSPORT_CUDAIPC] = st; /* ipc_free_state undoes the rest */
+  ctx->state[cudaipc_transport.id] = st; /* ipc_free_state undoes the rest */
   CHECK(braid_calloc(&st->unclaimed, (size_t)(IPC_CHANNELS * ctx->nranks), sizeof(int)));
   for (int i = 0; i < IPC_CHANNELS * ctx->nranks; i++) st->unclaimed[i] = -1;
   CHECK(cudaipc_fd_listen(ctx->secret, IPC_ROLE, ctx->rank, ctx->peers, ctx->nranks,
@@ -195,7 +196,7 @@ fail:
 }
 
 static ncclResult_t ipc_state_get(struct transport_ctx* ctx, struct ipc_state** out) {
-  *out = ctx->state[TRANSPORT_CUDAIPC];
+  *out = ctx->state[cudaipc_transport.id];
   if (*out) return ncclSuccess;
   WARN("CUDA IPC : rank %d connects before its first device call made its listener", ctx->rank);
   return ncclInternalError;
@@ -478,7 +479,9 @@ static ncclResult_t ipc_progress(struct transport_conn* conn, int* progressed) {
 
 const struct transport cudaipc_transport = {
     .name = "CUDA IPC",
-    .id = TRANSPORT_CUDAIPC,
+    .key = "cudaipc",
+    .id = 0,
+    .link = TRANSPORT_LINK_DEVICE,
     .caps = TRANSPORT_CAP_DEVICE_MEM | TRANSPORT_CAP_WAKE_FD,
     .can_connect = ipc_can_connect,
     .blob_bytes = sizeof(struct ipc_blob),

@@ -33,7 +33,7 @@
 static ncclResult_t watch(struct transport_ctx* ctx, int fd);
 
 struct ib_state* ib_state_of(const struct transport_ctx* ctx) {
-  return ctx->state[TRANSPORT_NET_IB];
+  return ctx->state[ib_transport.id];
 }
 
 void ib_free_state(struct transport_ctx* ctx) {
@@ -43,7 +43,7 @@ void ib_free_state(struct transport_ctx* ctx) {
   if (st->pd) st->v->dealloc_pd(st->pd);
   if (st->ctx) st->v->close_device(st->ctx);
   free(st);
-  ctx->state[TRANSPORT_NET_IB] = NULL;
+  ctx->state[ib_transport.id] = NULL;
 }
 
 /* The NUMA node this rank runs on (-1: unknown): where its buffers are
@@ -68,7 +68,7 @@ static ncclResult_t ib_state_open(struct transport_ctx* ctx, struct ib_state** o
   ib_ports_find(v, param_ib_hca(), ports, IB_PROBE_PORTS, &n, &nhca);
   if (n == 0) FAIL(ncclInvalidUsage, "NET/IB : no active port (%d HCAs)", nhca);
   CHECK(braid_calloc(&st, 1, sizeof(*st)));
-  ctx->state[TRANSPORT_NET_IB] = st; /* ib_free_state undoes the rest */
+  ctx->state[ib_transport.id] = st; /* ib_free_state undoes the rest */
   st->v = v;
   st->numa = rank_numa();
   st->port = ports[ib_port_pick(ports, n, st->numa)];
@@ -122,15 +122,15 @@ fail:
 
 uint32_t ib_link_mbps(const struct transport_ctx* ctx, int rank) {
   struct ib_blob b;
-  memcpy(&b, transport_peer_blob(ctx, TRANSPORT_NET_IB, rank), sizeof(b));
+  memcpy(&b, transport_peer_blob(ctx, &ib_transport, rank), sizeof(b));
   if (!b.valid) return 0;
   return b.far ? MIN(b.mbps, IB_CROSS_SOCKET_MBPS) : b.mbps;
 }
 
 int ib_can_connect(const struct transport_ctx* ctx, int a, int b) {
   struct ib_blob x, y;
-  memcpy(&x, transport_peer_blob(ctx, TRANSPORT_NET_IB, a), sizeof(x));
-  memcpy(&y, transport_peer_blob(ctx, TRANSPORT_NET_IB, b), sizeof(y));
+  memcpy(&x, transport_peer_blob(ctx, &ib_transport, a), sizeof(x));
+  memcpy(&y, transport_peer_blob(ctx, &ib_transport, b), sizeof(y));
   return a != b && x.valid && y.valid && x.link_layer == y.link_layer;
 }
 

@@ -24,6 +24,7 @@
 
 #include "core.h"
 #include "ib_connect.h"
+#include "ib_probe.h"
 #include "mem_kind.h"
 #include "param.h"
 #include "tcp/tcp.h"
@@ -435,7 +436,11 @@ fail:
 
 const struct transport ib_transport = {
     .name = "NET/IB",
-    .id = TRANSPORT_NET_IB,
+    .key = "ib",
+    .id = 2,
+    .net_name = "IB",
+    .link = TRANSPORT_LINK_NETWORK,
+    .net_check = ib_probe,
     .caps = TRANSPORT_CAP_HOST_MEM | TRANSPORT_CAP_WAKE_FD,
     .can_connect = ib_can_connect,
     .blob_bytes = sizeof(struct ib_blob),

@@ -111,4 +111,7 @@ struct ib_conn {
  * immediate of a stripe's last write). (ib_transport.c) */
 ncclResult_t ib_post_recv(struct ib_conn* c, int qp, int slot);
 
+/* Its descriptor, a row of the transport table (ib_transport.c). */
+extern const struct transport ib_transport;
+
 #endif /* BRAID_IB_TRANSPORT_H_ */

@@ -480,7 +480,9 @@ void shm_close(struct transport_conn* base) {
 
 const struct transport shm_transport = {
     .name = "SHM",
-    .id = TRANSPORT_SHM,
+    .key = "shm",
+    .id = 1,
+    .link = TRANSPORT_LINK_MEMORY,
     .caps = TRANSPORT_CAP_HOST_MEM | TRANSPORT_CAP_WAKE_FUTEX,
     .can_connect = shm_can_connect,
     .blob_bytes = sizeof(struct shm_blob),

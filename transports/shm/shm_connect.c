@@ -114,7 +114,7 @@ static ncclResult_t shm_conn_alloc(struct transport_ctx* ctx, int peer, int side
   c->peer_bell = -1;
   int sender = side == SHM_SEND ? ctx->rank : peer;
   shm_name_make(c->name, ctx->secret, ctx->peers[sender].pid,
-                transport_peer_blob(ctx, TRANSPORT_SHM, sender), sender,
+                transport_peer_blob(ctx, &shm_transport, sender), sender,
                 side == SHM_SEND ? peer : ctx->rank, channel);
   *out = c;
   return ncclSuccess;
@@ -369,8 +369,8 @@ fail:
 /* Ranks of one host and shared-memory domain (the same /dev/shm and pid
  * namespace); a rank with NCCL_SHM_DISABLE=1 announced domain 0. */
 int shm_can_connect(const struct transport_ctx* ctx, int a, int b) {
-  const struct shm_blob *ba = transport_peer_blob(ctx, TRANSPORT_SHM, a),
-                        *bb = transport_peer_blob(ctx, TRANSPORT_SHM, b);
+  const struct shm_blob *ba = transport_peer_blob(ctx, &shm_transport, a),
+                        *bb = transport_peer_blob(ctx, &shm_transport, b);
   return ba->domain != 0 && ctx->peers[a].host_hash == ctx->peers[b].host_hash &&
          ba->domain == bb->domain;
 }

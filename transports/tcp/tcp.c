@@ -200,7 +200,10 @@ static int tcp_can_connect(const struct transport_ctx* ctx, int a, int b) {
 
 const struct transport tcp_transport = {
     .name = "NET/Socket",
-    .id = TRANSPORT_NET_SOCKET,
+    .key = "tcp",
+    .id = 3,
+    .net_name = "Socket",
+    .link = TRANSPORT_LINK_NETWORK,
     .caps = TRANSPORT_CAP_HOST_MEM | TRANSPORT_CAP_WAKE_FD,
     .can_connect = tcp_can_connect,
     .blob_bytes = sizeof(struct tcp_blob),

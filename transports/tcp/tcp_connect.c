@@ -106,7 +106,7 @@ static ncclResult_t tcp_dial(struct transport_ctx* ctx, int peer, int channel,
   int ns = tcp_nsocks();
   CHECK(tcp_conn_alloc(peer, 1, ns, &c));
   c->waits = ctx->waits;
-  const struct tcp_blob* b = transport_peer_blob(ctx, TRANSPORT_NET_SOCKET, peer);
+  const struct tcp_blob* b = transport_peer_blob(ctx, &tcp_transport, peer);
   socket_addr_from_wire(&b->listen, &addr);
   for (int s = 0; s < ns; s++) {
     struct tcp_hello h = {TCP_MAGIC, TCP_VERSION, ctx->secret, ctx->rank, peer, s, ns, channel, 0};
@@ -369,7 +369,7 @@ ncclResult_t tcp_oob_dial(struct transport_ctx* ctx, int peer, int channel, int*
   uint64_t deadline = socket_deadline(ctx->timeout_ms);
   struct tcp_hello h = {
       TCP_MAGIC, TCP_VERSION, ctx->secret, ctx->rank, peer, 0, 1, TCP_OOB_CHANNEL(channel), 0};
-  const struct tcp_blob* b = transport_peer_blob(ctx, TRANSPORT_NET_SOCKET, peer);
+  const struct tcp_blob* b = transport_peer_blob(ctx, &tcp_transport, peer);
   *fd = -1;
   socket_addr_from_wire(&b->listen, &addr);
   CHECK(socket_connect(&addr, deadline, ctx->aborted, fd));
