@@ -44,11 +44,6 @@ const char* sched_prim_name(enum sched_prim p) {
   return p < PRIM_COUNT ? prims[p].name : "?";
 }
 
-const char* sched_algo_name(int algo) {
-  static const char* const names[ALGO_COUNT] = {"Ring", "Tree", "RecDoubling", "Hier", "Pairwise"};
-  return algo >= 0 && algo < ALGO_COUNT ? names[algo] : "?";
-}
-
 const char* sched_coll_name(int coll) {
   static const char* const names[COLL_COUNT] = {"AllReduce", "AllGather", "ReduceScatter",
                                                 "Broadcast", "Reduce"};

@@ -94,7 +94,6 @@ struct sched_topo {
 int sched_topo_rank(const struct sched_topo* t, int i);
 int sched_topo_pos(const struct sched_topo* t, int rank);
 
-const char* sched_algo_name(int algo);
 const char* sched_coll_name(int coll);
 
 /* Whether `rank` reads its send buffer / writes its receive buffer in

@@ -18,6 +18,7 @@
 #include "sim_cluster.h"
 #include "sim_run.h"
 #include "tune/tuner.h"
+#include "sched_algos.h"
 
 struct sim_args {
   int ranks_lo, ranks_hi, coll; /* coll -1: every one */

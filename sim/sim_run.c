@@ -14,6 +14,7 @@
 #include "sim_symmetry.h"
 #include "sim_tune.h"
 #include "tune/tuner.h"
+#include "sched_algos.h"
 
 #define SIM_ELEM 4 /* floats */
 

@@ -16,6 +16,7 @@
 #include "core.h"
 #include "kernels.h"
 #include "tune/tuner.h"
+#include "sched_algos.h"
 
 void exec_key(const struct ncclComm* comm, const struct exec_args* args, struct sched_key* key) {
   exec_ctx_key(&comm->exec, args, key);

@@ -11,6 +11,7 @@
 #include "status/flight_names.h"
 #include "schedule.h"
 #include "transport_table.h"
+#include "sched_algos.h"
 
 static const char* const type_names[] = {"int8",   "uint8",    "int32",   "uint32",
                                          "int64",  "uint64",   "half",    "float",

@@ -26,6 +26,7 @@
 #include "sched_build.h"
 #include "tune/tuner.h"
 #include "tune/tuner_file.h"
+#include "sched_algos.h"
 
 static int algo_named(const char* list, const char* name) {
   size_t len = strlen(name);
@@ -425,22 +426,31 @@ static double pairwise_reduced_kb(const struct tuner_model* m, int coll, double 
   return (double)(n - 1) / n * kb;
 }
 
+/* All-reduce is recursive doubling's only collective. */
+static double rd_coll_cost(const struct tuner_model* m, int coll, double kb, double slot_kb) {
+  (void)coll;
+  return rd_cost(m, kb, slot_kb);
+}
+
+static double pairwise_full_cost(const struct tuner_model* m, int coll, double kb, double slot_kb) {
+  return pairwise_cost(m, coll, kb, slot_kb) + reduce_time(m, pairwise_reduced_kb(m, coll, kb));
+}
+
+/* Each algorithm's cost (its row of algorithms/sched_algos.c is its
+ * schedule; this is its price), for a call of kb KiB in slots of slot_kb. */
+typedef double (*algo_cost_fn)(const struct tuner_model* m, int coll, double kb, double slot_kb);
+static const algo_cost_fn k_costs[ALGO_COUNT] = {
+    [ALGO_RING] = ring_cost,
+    [ALGO_TREE] = tree_cost,
+    [ALGO_RD] = rd_coll_cost,
+    [ALGO_HIER] = hier_cost,
+    [ALGO_PAIRWISE] = pairwise_full_cost,
+};
+
 double tuner_cost(const struct tuner_model* m, int coll, int algo, double bytes) {
   double kb = bytes / 1024.0, slot_kb = (double)m->slot_bytes / 1024.0;
-  switch (algo) {
-    case ALGO_RING:
-      return ring_cost(m, coll, kb, slot_kb);
-    case ALGO_TREE:
-      return tree_cost(m, coll, kb, slot_kb);
-    case ALGO_RD:
-      return rd_cost(m, kb, slot_kb);
-    case ALGO_HIER:
-      return hier_cost(m, coll, kb, slot_kb);
-    case ALGO_PAIRWISE:
-      return pairwise_cost(m, coll, kb, slot_kb) + reduce_time(m, pairwise_reduced_kb(m, coll, kb));
-    default:
-      return 1e30;
-  }
+  if (algo < 0 || algo >= ALGO_COUNT || k_costs[algo] == NULL) return 1e30;
+  return k_costs[algo](m, coll, kb, slot_kb);
 }
 
 /* --- choosing --- */

@@ -18,6 +18,7 @@
 #include "core.h"
 #include "tune/tuner.h"
 #include "tune/tuner_device.h"
+#include "sched_algos.h"
 
 #define DEV_COPY_GBPS 4100.0 /* = bytes per ns, x1000 per us */
 #define DEV_HOP_US 3.0       /* a flag written on one side, seen on the other */

@@ -26,6 +26,7 @@
 #include "core.h"
 #include "param.h"
 #include "tune/tuner_file.h"
+#include "sched_algos.h"
 
 static int name_index(const char* s, const char* (*name)(int), int count) {
   for (int i = 0; i < count; i++)

@@ -6,6 +6,7 @@
 #include "engine/exec_cpu.h"
 #include "layout.h"
 #include "sched_build.h"
+#include "sched_algos.h"
 
 #include <setjmp.h>
 #include <stdarg.h>

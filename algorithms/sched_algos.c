@@ -1,0 +1,94 @@
+/*
+ * The algorithms' table (sched_algos.h): which algorithm builds which
+ * collective, over ranks or ring positions, and the peers it talks to.
+ */
+#include "sched_algos.h"
+
+#include "hier.h"
+#include "pairwise.h"
+#include "recursive_doubling.h"
+#include "ring.h"
+#include "tree.h"
+
+/* ---- peers over ring positions (the key's rank and root are positions) ---- */
+
+static int ring_peers(const struct sched_key* k, int* peers, int max) {
+  int n = k->nranks, r = k->rank;
+  int m = sched_add_peer(peers, 0, max, (r + n - 1) % n);
+  return sched_add_peer(peers, m, max, (r + 1) % n);
+}
+
+static int rd_position_peers(const struct sched_key* k, int* peers, int max) {
+  int rd[64], m = 0;
+  for (int i = 0, nrd = rd_peers(k->rank, k->nranks, rd, 64); i < nrd; i++)
+    m = sched_add_peer(peers, m, max, rd[i]);
+  return m;
+}
+
+static int tree_peers(const struct sched_key* k, int* peers, int max) {
+  int m = 0, parent, child[2];
+  for (int t = 0; t < (k->coll == COLL_ALLREDUCE ? 2 : 1); t++) {
+    if (k->coll == COLL_ALLREDUCE)
+      tree_links(k->rank, k->nranks, t, &parent, child);
+    else
+      tree_rooted_links(k->rank, k->nranks, k->root, &parent, child);
+    m = sched_add_peer(peers, m, max, parent);
+    m = sched_add_peer(peers, m, max, child[0]);
+    m = sched_add_peer(peers, m, max, child[1]);
+  }
+  return m;
+}
+
+/* Hierarchical reduce-scatter and all-gather give blocks to ranks in
+ * order: they need the same number of ranks on every node. */
+static int hier_fits(const struct sched_topo* t, int coll) {
+  return coll == COLL_ALLREDUCE || t == NULL || t->min_ppn == t->max_ppn;
+}
+
+static const struct sched_algorithm k_algos[ALGO_COUNT] = {
+    [ALGO_RING] = {"Ring",
+                   {[COLL_ALLREDUCE] = ring_schedule_allreduce,
+                    [COLL_ALLGATHER] = ring_schedule_allgather,
+                    [COLL_REDUCESCATTER] = ring_schedule_reducescatter,
+                    [COLL_BROADCAST] = chain_schedule_broadcast,
+                    [COLL_REDUCE] = chain_schedule_reduce},
+                   0,
+                   ring_peers,
+                   1,
+                   NULL}, /* its builders order ranks node by node */
+    [ALGO_TREE] = {"Tree",
+                   {[COLL_ALLREDUCE] = tree_schedule_allreduce,
+                    [COLL_BROADCAST] = tree_schedule_broadcast,
+                    [COLL_REDUCE] = tree_schedule_reduce},
+                   1,
+                   tree_peers,
+                   1,
+                   NULL},
+    [ALGO_RD] =
+        {"RecDoubling", {[COLL_ALLREDUCE] = rd_schedule_allreduce}, 1, rd_position_peers, 1, NULL},
+    [ALGO_HIER] = {"Hier",
+                   {[COLL_ALLREDUCE] = hier_schedule_allreduce,
+                    [COLL_ALLGATHER] = hier_schedule_allgather,
+                    [COLL_REDUCESCATTER] = hier_schedule_reducescatter},
+                   0,
+                   hier_peers,
+                   0,
+                   hier_fits},
+    [ALGO_PAIRWISE] = {"Pairwise",
+                       {[COLL_ALLREDUCE] = pairwise_schedule_allreduce,
+                        [COLL_REDUCESCATTER] = pairwise_schedule_reducescatter,
+                        [COLL_REDUCE] = pairwise_schedule_reduce},
+                       0,
+                       pairwise_peers,
+                       0,
+                       NULL}, /* by rank: its order of reduction is */
+};
+
+const struct sched_algorithm* sched_algorithm(int algo) {
+  return algo >= 0 && algo < ALGO_COUNT ? &k_algos[algo] : NULL;
+}
+
+const char* sched_algo_name(int algo) {
+  const struct sched_algorithm* a = sched_algorithm(algo);
+  return a ? a->name : "?";
+}
