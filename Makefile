@@ -444,6 +444,7 @@ test: deps check-layers
 	@$(MAKE) --no-print-directory $(BUILD_JOBS) all tests
 	@scripts/check-links.sh
 	@scripts/check-deps.py $(BUILD)
+	@scripts/check-walk.sh $(BUILD)
 	@MAX_JOBS=1 nice -n 10 scripts/test-torch.sh prepare $(BUILD) >$(BUILD)/torch-prepare.log 2>&1 & \
 	  prep=$$!; \
 	  $(LIFETIME_ASAN) SAN_BUILD_ONLY=1 nice -n 10 scripts/test-sanitize.sh asan \

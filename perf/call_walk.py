@@ -6,7 +6,8 @@ give the output file here: every call made inside FUNC, caller file ->
 callee file, is read from the profile; the library's files (common, gpu,
 kernels, algorithms, transports, src) are listed with the layer each is in,
 and every call from a lower layer into a higher one (a callback, or a
-helper that lives too high) is a climb. perf/call_walk.sh runs it for an
+helper that lives too high) is a climb. Rooms are the folders those files
+lie in; a switch is a call from one room's file to another room's. perf/call_walk.sh runs it for an
 all-reduce on host buffers and on device buffers (the simulated driver).
 
 Usage: perf/call_walk.py CALLGRIND_OUT REPO_ROOT
@@ -72,8 +73,12 @@ def main():
         print("file  %-12s %s" % (f.split(os.sep)[0], f))
     for a, b in climbs:
         print("climb %s -> %s" % (a, b))
-    print("walk: %d files, %d calls between files, %d climbing" %
-          (len(files), len(calls), len(climbs)))
+    # rooms: the folders the files lie in (src/engine, transports/tcp);
+    # switches: calls from a file in one room to a file in another
+    rooms = sorted({os.path.dirname(f) for f in files})
+    switches = sum(1 for a, b in calls if os.path.dirname(a) != os.path.dirname(b))
+    print("walk: %d files, %d calls between files, %d climbing; %d rooms, %d switches" %
+          (len(files), len(calls), len(climbs), len(rooms), switches))
 
 
 if __name__ == "__main__":

@@ -4,7 +4,8 @@
 # Idempotent and quiet when everything is present.
 set -euo pipefail
 pkgs=(libhwloc-dev libibverbs-dev libopenmpi-dev openmpi-bin libcmocka-dev clang-format
-  libopenblas-dev zlib1g-dev dataset-fashion-mnist gnuplot-nox iperf3 iproute2 util-linux "$@")
+  libopenblas-dev zlib1g-dev dataset-fashion-mnist gnuplot-nox iperf3 iproute2 util-linux valgrind
+  "$@")
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
