@@ -9,7 +9,7 @@
 #include "core.h"
 #include "cuda/cuda_driver.h"
 #include "cuda_copy.h"
-#include "cuda_direct.h"
+#include "cuda_direct_exchange.h"
 #include "cuda_exec.h"
 #include "cuda_kernels.h"
 #include "cuda_stage.h"

@@ -32,41 +32,12 @@
 
 #include <cuda.h>
 
+#include "cuda_direct_policy.h"
 #include "engine/work_op.h"
-
-struct cuda_direct;
-
-/* Whether the unit ops[0..n) runs direct: collectives of one comm (run in
- * turn), each on device buffers (not a PreMulSum), 2..DIRECT_MAX_RANKS
- * ranks, all on this host with their devices in reach of each other
- * (compared by UUID), and NCCL_ALGO allows Direct; where NCCL_ALGO names
- * it, always, else where the tuner's device model says it is faster
- * (tuner_device.c). Every rank decides alike: the inputs are the peer
- * table, the call and NCCL_ALGO. Threads each need one comm of their own
- * (as NCCL wants without a group): their direct calls are synchronous, and
- * block until every rank made the call. */
-int cuda_direct_wanted(const struct work_op* ops, int n);
-
-/* How op runs direct (enum work_direct): WORK_DIRECT_NODE as above;
- * WORK_DIRECT_HIER, an all-reduce, reduce-scatter or all-gather on a comm
- * of several nodes with the same number of ranks each (2..DIRECT_MAX_RANKS,
- * their devices in reach as above; for the last two, each index's ranks
- * evenly spaced across nodes, as node-major and round-robin layouts are),
- * where the host would run Hier (or NCCL_ALGO names Direct): a kernel
- * moves the node's part into pinned scratch, the ranks holding this rank's
- * index on every node run the collective there on the host (a ring over
- * the network), and a second kernel writes the node's outputs
- * (algorithms/direct.h, direct_plan_hier). */
-int cuda_direct_kind(const struct work_op* op);
 
 /* Queue op's kernel on `stream` (the comm's context current) for a call
  * gated there: it waits until device_direct_run, on the proxy, has the
  * task; then the call does not block its caller. */
 ncclResult_t cuda_direct_arm(struct work_op* op, CUstream stream);
-
-/* Close the links and (once every stream passed what was queued on it:
- * streams_passed) free Hier's pinned scratch; in the comm's context (the
- * mappings are the comm's cache's, cuda_comm.c frees them). */
-void cuda_direct_free(struct cuda_direct* d, int streams_passed);
 
 #endif /* BRAID_CUDA_DIRECT_H_ */

@@ -1,0 +1,168 @@
+/*
+ * Who goes direct (cuda_direct.h: cuda_direct_wanted, cuda_direct_kind).
+ */
+#include "cuda_direct_policy.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "comm/comm.h"
+#include "core.h"
+#include "cuda_comm.h"
+#include "direct.h"
+#include "layout.h"
+#include "tune/tuner.h"
+#include "tune/tuner_device.h"
+
+/* ---- Who goes direct ---- */
+
+/* Every rank must decide alike, or some would wait for links the others
+ * never use: so the decision rests on the peer table, the node's devices,
+ * the call and NCCL_ALGO only, never on this rank's gates or streams. */
+
+static int peer_device(const struct ncclComm* comm, int p) {
+  return comm->peers[p].cuda_dev < 0 ? 0 : comm->peers[p].cuda_dev;
+}
+
+/* Whether each of the n ranks' devices can read every other's (peer
+ * access). */
+static int devices_reach(const struct ncclComm* comm, const int* ranks, int n) {
+  const struct cuda_api* cu = cuda_driver();
+  for (int i = 0; i < n; i++)
+    for (int j = 0; j < n; j++) {
+      CUdevice x, y;
+      int can = 0, da = peer_device(comm, ranks[i]), db = peer_device(comm, ranks[j]);
+      if (da == db) continue;
+      if (cu->cuDeviceGet(&x, da) != CUDA_SUCCESS || cu->cuDeviceGet(&y, db) != CUDA_SUCCESS ||
+          cu->cuDeviceCanAccessPeer(&can, x, y) != CUDA_SUCCESS || !can)
+        return 0;
+    }
+  return 1;
+}
+
+/* The n ranks (2..DIRECT_MAX_RANKS) are on one host, their devices in
+ * reach; *per_device gets the most of them sharing one device. Devices
+ * are told apart by UUID; ordinals (for the reach check) mean the same
+ * device in every rank only where their processes see the same devices in
+ * the same order: else direct needs the ranks on one device. */
+static int ranks_direct_shape(const struct ncclComm* comm, const int* ranks, int n,
+                              int* per_device) {
+  const struct peer_info* first = &comm->peers[ranks[0]];
+  int one_view = 1, one_device = 1;
+  if (n < 2 || n > DIRECT_MAX_RANKS) return 0;
+  *per_device = 1;
+  for (int i = 0; i < n; i++) {
+    const struct peer_info* q = &comm->peers[ranks[i]];
+    int same = 0;
+    if (q->host_hash != first->host_hash || q->cuda_uuid == 0) return 0;
+    one_view &= q->cuda_view == first->cuda_view;
+    one_device &= q->cuda_uuid == first->cuda_uuid;
+    for (int j = 0; j < n; j++) same += comm->peers[ranks[j]].cuda_uuid == q->cuda_uuid;
+    *per_device = MAX(*per_device, same);
+  }
+  return one_device || (one_view && devices_reach(comm, ranks, n));
+}
+
+/* The comm's ranks on `node`, in node order (at most DIRECT_MAX_RANKS
+ * written); returns how many it has. */
+int direct_node_ranks(const struct ncclComm* comm, int node, int* out) {
+  const struct sched_topo* t = &comm->layout;
+  int n = sched_topo_node_size(t, node);
+  for (int j = 0; j < n && j < DIRECT_MAX_RANKS; j++) out[j] = t->order[t->node_start[node] + j];
+  return n;
+}
+
+/* Every rank of the comm on this host, their devices in reach. */
+static int comm_direct_shape(const struct ncclComm* comm, int* per_device) {
+  int ranks[DIRECT_MAX_RANKS];
+  if (comm->nranks > DIRECT_MAX_RANKS || cuda_comm_shares_process(comm) < 0)
+    return 0; /* too many, or the peers are not known yet: a non-blocking init still running */
+  for (int r = 0; r < comm->nranks; r++) ranks[r] = r;
+  return ranks_direct_shape(comm, ranks, comm->nranks, per_device);
+}
+
+/* Several nodes of the same size, each one's ranks fit for direct. */
+static int comm_hier_shape(const struct ncclComm* comm) {
+  const struct sched_topo* t = &comm->layout;
+  int ranks[DIRECT_MAX_RANKS], per_device;
+  if (cuda_comm_shares_process(comm) < 0 || t->nnodes < 2 || t->min_ppn != t->max_ppn ||
+      t->min_ppn < 2 || t->max_ppn > DIRECT_MAX_RANKS)
+    return 0;
+  for (int node = 0; node < t->nnodes; node++)
+    if (!ranks_direct_shape(comm, ranks, direct_node_ranks(comm, node, ranks), &per_device))
+      return 0;
+  return 1;
+}
+
+/* The buffer size the tuner models (the larger of the two, as for host
+ * calls). */
+static size_t op_bytes(const struct work_op* op) {
+  const struct exec_args* a = &op->args;
+  size_t bytes = a->count * kern_type_size(a->type);
+  if (a->coll == COLL_ALLGATHER || a->coll == COLL_REDUCESCATTER) bytes *= (size_t)op->comm->nranks;
+  return bytes;
+}
+
+/* Reduce-scatter and all-gather run their node stages as one task of a
+ * row per node: each index's ranks must be evenly spaced across nodes. */
+static int comm_hier_columns(const struct ncclComm* comm) {
+  int first, step;
+  for (int local = 0; local < comm->layout.min_ppn; local++)
+    if (!direct_column(&comm->layout, local, &first, &step)) return 0;
+  return 1;
+}
+
+static int hier_fits(const struct work_op* op) {
+  switch (op->args.coll) {
+    case COLL_ALLREDUCE:
+      return comm_hier_shape(op->comm);
+    case COLL_REDUCESCATTER:
+    case COLL_ALLGATHER:
+      return comm_hier_shape(op->comm) && comm_hier_columns(op->comm);
+    default:
+      return 0;
+  }
+}
+
+/* Where the host would run Hier (or NCCL_ALGO names Direct): the node's
+ * stages then run on the devices instead of through host memory. */
+static int hier_wanted(const struct work_op* op) {
+  int algo = ALGO_RING;
+  if (!hier_fits(op)) return 0;
+  if (tuner_forces_direct()) return 1;
+  tuner_host_best(op->comm, op->args.coll, op_bytes(op), &algo);
+  return algo == ALGO_HIER;
+}
+
+/* Device buffers where this rank uses them. */
+static int op_on_devices(const struct work_op* op) {
+  const struct exec_args* a = &op->args;
+  int reads = sched_coll_reads_send(a->coll, op->comm->rank, a->root);
+  int writes = sched_coll_writes_recv(a->coll, op->comm->rank, a->root);
+  return (!reads || mem_query(a->sendbuff) == MEM_DEVICE) &&
+         (!writes || mem_query(a->recvbuff) == MEM_DEVICE);
+}
+
+int cuda_direct_kind(const struct work_op* op) {
+  const struct exec_args* a = &op->args;
+  int per_device = 1;
+  if (op->kind != WORK_COLL || a->mem != MEM_DEVICE || a->pre || a->scalar_src ||
+      !tuner_allows_direct() || !op_on_devices(op))
+    return WORK_DIRECT_NONE;
+  /* one pass combines the inputs in rank order, a chain: not the canonical
+   * order the deterministic mode promises (algorithms/pairwise.h) */
+  if (a->canonical && sched_coll_reduces(a->coll)) return WORK_DIRECT_NONE;
+  if (comm_direct_shape(op->comm, &per_device))
+    return tuner_forces_direct() ||
+                   tuner_prefers_direct(op->comm, a->coll, op_bytes(op), per_device)
+               ? WORK_DIRECT_NODE
+               : WORK_DIRECT_NONE;
+  return hier_wanted(op) ? WORK_DIRECT_HIER : WORK_DIRECT_NONE;
+}
+
+int cuda_direct_wanted(const struct work_op* ops, int n) {
+  for (int i = 0; i < n; i++)
+    if (ops[i].comm != ops[0].comm || cuda_direct_kind(&ops[i]) == WORK_DIRECT_NONE) return 0;
+  return n > 0;
+}
