@@ -15,7 +15,10 @@
 
 #include "nccl.h"
 
-#define HELLO_POOL_MAX_BYTES 256
+/* The largest hello a pool takes: the bootstrap root's carries a peer_info
+ * (288 bytes with the transports' blobs). A pool reads exactly its own
+ * size; this only bounds the slot of each pending connection. */
+#define HELLO_POOL_MAX_BYTES 512
 
 struct hello_pending {
   int fd;

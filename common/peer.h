@@ -10,9 +10,9 @@
 #include "socket.h"
 
 /* What every rank tells every other rank at init. The transports' blobs
- * take 64 bytes today (transport_blobs_make's records); the rest is room
- * for another transport's. */
-#define PEER_BLOB_BYTES 96
+ * take 88 bytes today (transport_blobs_make's records: an 8-byte header
+ * each, the bytes padded to 8); the rest is room for another's. */
+#define PEER_BLOB_BYTES 128
 
 struct peer_info {
   int32_t rank;

@@ -6,6 +6,7 @@
  * the transports that pin or map memory.
  */
 #include <inttypes.h>
+#include <stddef.h>
 #include <string.h>
 
 #include "core.h"
@@ -15,7 +16,12 @@ static const struct transport_tag kNoTag;
 
 /* ---- blobs: records of (id, length, bytes) in peer_info.blobs ---- */
 
-#define BLOB_HEADER 2
+/* A record: its id, its length, 6 zero bytes, then its bytes, padded to 8:
+ * every blob starts 8-aligned, as the structs transports read them into
+ * need. */
+#define BLOB_HEADER 8
+#define BLOB_ROUND(n) (((n) + 7u) & ~(size_t)7u)
+_Static_assert(offsetof(struct peer_info, blobs) % 8 == 0, "blobs start 8-aligned");
 
 /* The offset of t's record in `blobs`, or of the end of the records (*found 0). */
 static size_t blob_find(const uint8_t* b, const struct transport* t, int* found) {
@@ -24,12 +30,13 @@ static size_t blob_find(const uint8_t* b, const struct transport* t, int* found)
   /* a peer's bytes: every length is checked against what is left */
   while (at + BLOB_HEADER <= PEER_BLOB_BYTES && b[at + 1] != 0) {
     size_t len = b[at + 1];
-    if (at + BLOB_HEADER + len > PEER_BLOB_BYTES) return PEER_BLOB_BYTES; /* malformed */
+    if (at + BLOB_HEADER + BLOB_ROUND(len) > PEER_BLOB_BYTES)
+      return PEER_BLOB_BYTES; /* malformed */
     if (b[at] == t->id) {
       *found = len == t->blob_bytes;
       return *found ? at : PEER_BLOB_BYTES;
     }
-    at += BLOB_HEADER + len;
+    at += BLOB_HEADER + BLOB_ROUND(len);
   }
   return at;
 }
@@ -39,7 +46,7 @@ void* transport_blob_put(struct peer_info* p, const struct transport* t) {
   size_t at = blob_find(p->blobs, t, &found);
   if (found) return p->blobs + at + BLOB_HEADER;
   if (t->blob_bytes == 0 || t->blob_bytes > 255 ||
-      at + BLOB_HEADER + t->blob_bytes > PEER_BLOB_BYTES)
+      at + BLOB_HEADER + BLOB_ROUND(t->blob_bytes) > PEER_BLOB_BYTES)
     return NULL;
   p->blobs[at] = (uint8_t)t->id;
   p->blobs[at + 1] = (uint8_t)t->blob_bytes;
@@ -48,13 +55,13 @@ void* transport_blob_put(struct peer_info* p, const struct transport* t) {
 
 /* Zeros for a blob a rank did not publish: every transport reads an
  * all-zero blob as "not here" (no listener, no segment, no port). */
-static const uint8_t k_no_blob[PEER_BLOB_BYTES];
+static const uint64_t k_no_blob[PEER_BLOB_BYTES / 8]; /* 8-aligned, as a record's bytes */
 
 const void* transport_peer_blob(const struct transport_ctx* ctx, const struct transport* t,
                                 int rank) {
   int found;
   size_t at = blob_find(ctx->peers[rank].blobs, t, &found);
-  return found ? ctx->peers[rank].blobs + at + BLOB_HEADER : k_no_blob;
+  return found ? (const void*)(ctx->peers[rank].blobs + at + BLOB_HEADER) : (const void*)k_no_blob;
 }
 
 ncclResult_t transport_check_message(struct transport_conn* conn, uint64_t seq, uint64_t bytes,

@@ -228,9 +228,9 @@ struct transport {
    * (which asks about pairs it is not part of), get the same answer. */
   int (*can_connect)(const struct transport_ctx* ctx, int a, int b);
   /* This rank's blob (blob_bytes, at most 255; all transports' together,
-   * with a 2-byte header each, at most PEER_BLOB_BYTES), filled at init
-   * into its peer_info before the bootstrap exchange; a peer's is
-   * transport_peer_blob(). */
+   * with an 8-byte header each and padded to 8, at most PEER_BLOB_BYTES),
+   * filled at init into its peer_info before the bootstrap exchange; a
+   * peer's is transport_peer_blob(). */
   size_t blob_bytes;
   ncclResult_t (*blob_make)(struct transport_ctx* ctx, void* blob);
   /* Connect to `peer` for sending / accept from `peer` for receiving, on
