@@ -24,4 +24,7 @@ BRAID_CUDA_LIB=$(cd "$build/tests" && pwd)/libcudasim.so \
   mpirun --allow-run-as-root --oversubscribe -np 2 -x BRAID_CUDA_LIB \
   valgrind --tool=callgrind --toggle-collect=ncclAllReduce --toggle-collect=unit_run \
   --callgrind-out-file="$out/dev.%p" "$perf" --mem device "${args[@]}" >"$out/dev.log" 2>&1
-python3 "$top/perf/call_walk.py" "$(ls "$out"/dev.* | grep -v log | head -1)" "$top"
+for dev in "$out"/dev.*; do # the first process's profile (dev.log is the run's output)
+  [ "$dev" != "$out/dev.log" ] && break
+done
+python3 "$top/perf/call_walk.py" "$dev" "$top"
