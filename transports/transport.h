@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "launch.h"
 #include "peer.h"
 #include "nccl.h"
 
@@ -72,7 +73,6 @@ static inline void transport_wait_nap(struct transport_waits* w) {
 struct transport;
 struct transport_ctx;
 struct cudaipc_cache;
-struct work_deferred;
 
 /* A transport's id (its descriptor's `id`) is a small number of its own,
  * the same in every build: it names the transport's blob in a peer table
@@ -101,9 +101,9 @@ struct transport_device {
    * `launch` (a gated call's, transport_buf): that kernel gets the copy,
    * and runs when its stream gets there (watch launch_ran); bytes 0 lets
    * it go empty. Without: on copy_stream, waited for. */
-  ncclResult_t (*copy)(struct transport_device* dev, const struct work_deferred* launch, void* dst,
+  ncclResult_t (*copy)(struct transport_device* dev, const struct gpu_launch* launch, void* dst,
                        const void* src, size_t bytes);
-  int (*launch_ran)(const struct work_deferred* launch);
+  int (*launch_ran)(const struct gpu_launch* launch);
 };
 
 /* What a transport may know of its communicator. */
@@ -167,7 +167,7 @@ struct transport_buf {
   size_t bytes;
   unsigned mem;
   void* reg;
-  const struct work_deferred* launch; /* NULL: none */
+  const struct gpu_launch* launch; /* NULL: none */
   int owned;
   int lend;     /* a receive left in the transport's memory (ptr NULL): see lend_max */
   int in_place; /* a send already where the peer reads it: see send_space */

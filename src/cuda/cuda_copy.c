@@ -41,7 +41,7 @@ fail:
   return res;
 }
 
-ncclResult_t cuda_copy_device(struct transport_device* dev, const struct work_deferred* launch,
+ncclResult_t cuda_copy_device(struct transport_device* dev, const struct gpu_launch* launch,
                               void* dst, const void* src, size_t bytes) {
   struct kern_dev_task dt;
   if (launch && bytes == 0) {
@@ -55,6 +55,6 @@ ncclResult_t cuda_copy_device(struct transport_device* dev, const struct work_de
   return ncclSuccess;
 }
 
-int cuda_copy_launch_ran(const struct work_deferred* launch) {
+int cuda_copy_launch_ran(const struct gpu_launch* launch) {
   return cuda_deferred_ran(launch);
 }

@@ -10,8 +10,8 @@
 #include "transport.h"
 
 /* transport_device.copy and .launch_ran. */
-ncclResult_t cuda_copy_device(struct transport_device* dev, const struct work_deferred* launch,
+ncclResult_t cuda_copy_device(struct transport_device* dev, const struct gpu_launch* launch,
                               void* dst, const void* src, size_t bytes);
-int cuda_copy_launch_ran(const struct work_deferred* launch);
+int cuda_copy_launch_ran(const struct gpu_launch* launch);
 
 #endif /* BRAID_CUDA_COPY_H_ */

@@ -36,7 +36,7 @@ static int slot_free(const void* host, uint64_t issued) {
 }
 
 ncclResult_t cuda_deferred_arm(struct cuda_deferred_pool* p, const struct cuda_api* cu,
-                               CUstream stream, uint64_t n_max, struct work_deferred* out) {
+                               CUstream stream, uint64_t n_max, struct gpu_launch* out) {
   ncclResult_t res = ncclSuccess;
   struct cuda_slot slot;
   pthread_mutex_lock(&p->pool.lock);
@@ -48,7 +48,7 @@ ncclResult_t cuda_deferred_arm(struct cuda_deferred_pool* p, const struct cuda_a
   CHECK(cuda_check(cu->cuStreamWaitValue64(stream, go, value, CU_STREAM_WAIT_VALUE_GEQ),
                    "cuStreamWaitValue64(deferred go)"));
   *slot.issued = value; /* the stream waits on it: the slot is in use */
-  *out = (struct work_deferred){s, value};
+  *out = (struct gpu_launch){s, value};
   res = cuda_reduce_copy_at(go + offsetof(struct deferred_slot, task), n_max, stream);
   if (res == ncclSuccess)
     res = cuda_check(
@@ -56,27 +56,27 @@ ncclResult_t cuda_deferred_arm(struct cuda_deferred_pool* p, const struct cuda_a
         "cuStreamWriteValue64(deferred ran)");
   if (res != ncclSuccess) { /* the stream must not wait forever; the slot stays taken */
     cuda_deferred_skip(out);
-    *out = (struct work_deferred){NULL, 0};
+    *out = (struct gpu_launch){NULL, 0};
   }
 fail:
   pthread_mutex_unlock(&p->pool.lock);
   return res;
 }
 
-void cuda_deferred_go(const struct work_deferred* d, const struct kern_dev_task* task) {
+void cuda_deferred_go(const struct gpu_launch* d, const struct kern_dev_task* task) {
   struct deferred_slot* s = d->slot;
   s->task = *task;
   __atomic_store_n(&s->go, d->value, __ATOMIC_RELEASE); /* the task is visible first */
 }
 
-void cuda_deferred_skip(const struct work_deferred* d) {
+void cuda_deferred_skip(const struct gpu_launch* d) {
   struct deferred_slot* s = d->slot;
   if (s == NULL || (int64_t)(__atomic_load_n(&s->go, __ATOMIC_ACQUIRE) - d->value) >= 0) return;
   memset(&s->task, 0, sizeof(s->task));
   __atomic_store_n(&s->go, d->value, __ATOMIC_RELEASE);
 }
 
-int cuda_deferred_ran(const struct work_deferred* d) {
+int cuda_deferred_ran(const struct gpu_launch* d) {
   const struct deferred_slot* s = d->slot;
   return (int64_t)(__atomic_load_n(&s->ran, __ATOMIC_ACQUIRE) - d->value) >= 0;
 }

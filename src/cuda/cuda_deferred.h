@@ -35,13 +35,13 @@ void cuda_deferred_free(struct cuda_deferred_pool* p, const struct cuda_api* cu)
  * context): wait for go, the kernel (grid for up to n_max elements),
  * write ran. *out names the slot for the calls below. */
 ncclResult_t cuda_deferred_arm(struct cuda_deferred_pool* p, const struct cuda_api* cu,
-                               CUstream stream, uint64_t n_max, struct work_deferred* out);
+                               CUstream stream, uint64_t n_max, struct gpu_launch* out);
 
 /* Write the task, then go. */
-void cuda_deferred_go(const struct work_deferred* d, const struct kern_dev_task* task);
+void cuda_deferred_go(const struct gpu_launch* d, const struct kern_dev_task* task);
 /* Go with an empty task, unless go was written already. */
-void cuda_deferred_skip(const struct work_deferred* d);
+void cuda_deferred_skip(const struct gpu_launch* d);
 /* Whether the stream has run the kernel. */
-int cuda_deferred_ran(const struct work_deferred* d);
+int cuda_deferred_ran(const struct gpu_launch* d);
 
 #endif /* BRAID_CUDA_DEFERRED_H_ */

@@ -59,7 +59,7 @@ static void direct_task_resolve(const struct exec_args* a, const struct direct_t
  * anyone's stream goes on. Only a broken stream, or the timeout (then the
  * mappings are kept for good), ends it early. */
 static ncclResult_t deferred_wait(struct ncclComm* comm, struct cuda_direct* d,
-                                  const struct work_op* op, const struct work_deferred* k) {
+                                  const struct work_op* op, const struct gpu_launch* k) {
   uint64_t start = braid_now_ns(), next_check = start + 100000000ull;
   uint64_t deadline = start + (uint64_t)comm->tctx.timeout_ms * 1000000ull;
   long nap_ns = 0;
@@ -92,7 +92,7 @@ fail:
  * comm's own stream, blocking until it is done. */
 static ncclResult_t task_run(struct ncclComm* comm, struct cuda_direct* d, const struct work_op* op,
                              int which, const struct kern_dev_task* t) {
-  const struct work_deferred* k = &op->deferred[which];
+  const struct gpu_launch* k = &op->deferred[which];
   if (k->slot == NULL) return t->n ? sync_run(d, t) : ncclSuccess;
   cuda_deferred_go(k, t);
   return deferred_wait(comm, d, op, k);

@@ -14,6 +14,7 @@
 #include "engine/executor.h"
 #include "status/flight.h"
 #include "engine/mem.h"
+#include "launch.h"
 #include "nccl.h"
 
 enum work_kind { WORK_COLL = 0, WORK_SEND, WORK_RECV };
@@ -24,14 +25,6 @@ enum work_direct { WORK_DIRECT_NONE = 0, WORK_DIRECT_NODE, WORK_DIRECT_HIER };
 
 /* Kernels one operation may queue on its stream (work_op.deferred). */
 #define WORK_MAX_LAUNCHES 2
-
-/* A kernel launch queued on a stream before its task is known
- * (src/cuda/cuda_deferred.h): the slot, and the value of its flags for
- * this use. slot NULL: none. */
-struct work_deferred {
-  void* slot;
-  uint64_t value;
-};
 
 struct work_op {
   struct ncclComm* comm;
@@ -55,7 +48,7 @@ struct work_op {
   /* gated: its kernels, queued on the stream: a direct collective's (two for
    * Hier on devices: into its scratch, out of it), an ipc send's copy. slot
    * NULL: none */
-  struct work_deferred deferred[WORK_MAX_LAUNCHES];
+  struct gpu_launch deferred[WORK_MAX_LAUNCHES];
 };
 
 /* A unit on device streams waits for each stream to reach it and lets each

@@ -69,10 +69,10 @@ struct ipc_entry {
   void* ptr;
   size_t bytes;
   struct transport_tag tag;
-  const struct work_deferred* launch; /* send: the gated call's, or NULL */
-  const struct cudaipc_export* ex;    /* receive: its registration's export, or NULL */
-  enum ipc_step step;                 /* send */
-  int copied;                         /* send: the data went (sizes and calls matched) */
+  const struct gpu_launch* launch; /* send: the gated call's, or NULL */
+  const struct cudaipc_export* ex; /* receive: its registration's export, or NULL */
+  enum ipc_step step;              /* send */
+  int copied;                      /* send: the data went (sizes and calls matched) */
 };
 
 /* An RTR the sender took in, its buffer mapped here. */
