@@ -21,7 +21,7 @@
 # gpu_carry/bin from tests/gpu/prepare.sh, else build/bin and the kernel
 # check built here with nvcc). Without a GPU it says so and exits 0.
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 BIN=${1:-gpu_carry/bin}
 if ! nvidia-smi -L >/dev/null 2>&1; then
   echo "gpu_bench: no GPU visible (nvidia-smi -L failed): skipped"
@@ -55,7 +55,7 @@ if [ -n "$copy" ]; then
 fi
 for n in $([ "${THREADS:-1}" = 0 ] || echo 2 4); do
   echo "--- all_reduce_perf on device buffers, $n ranks as threads on one GPU"
-  "$BIN/all_reduce_perf" -t $n --mem device -b 8 -e 256M -f 4 -n 10 -w 3 | grep -E "^ +[0-9]|Out of|Avg"
+  "$BIN/all_reduce_perf" -t "$n" --mem device -b 8 -e 256M -f 4 -n 10 -w 3 | grep -E "^ +[0-9]|Out of|Avg"
 done
 
 # k processes launched as torchrun would (RANK, WORLD_SIZE, NCCL_COMM_ID),
