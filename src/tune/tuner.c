@@ -68,10 +68,11 @@ unsigned tuner_allowed(void) {
   unsigned mask = tuner_parse_algos(s), classic = ((1u << ALGO_COUNT) - 1) & ~(1u << ALGO_PAIRWISE);
   if (s == NULL || *s == '\0' || s[0] == '^') mask &= classic;
   if (mask == 0 && !tuner_allows_direct()) {
-    WARN(
-        "NCCL_ALGO=%s names no algorithm (Ring, Tree, RecDoubling, Hier, Pairwise, Direct); "
-        "using all",
-        s);
+    char names[128];
+    int at = 0;
+    for (int a = 0; a < ALGO_COUNT && at < (int)sizeof(names); a++) /* the algorithms' table */
+      at += snprintf(names + at, sizeof(names) - (size_t)at, "%s, ", sched_algo_name(a));
+    WARN("NCCL_ALGO=%s names no algorithm (%sDirect); using all", s, names);
     mask = classic;
   }
   atomic_store_explicit(&cached, (int)mask, memory_order_relaxed);
