@@ -365,6 +365,21 @@ $(TSTDIR)/mp_test_device_trust: MP_FLAGS := -idirafter $(CUDA_HOME)/include \
                                             -Wl,--wrap=cudaipc_describe
 $(TSTDIR)/mp_test_ib: $(FAKEVERBS)
 
+# mp_test_rows: a transport and an algorithm of the tests' own (tests/rows), each added by
+# a row of the library's table, as docs/architecture.md says: the two tables compiled
+# again with the row and linked ahead of the library, whose own copies are never pulled in.
+ROWS_TABLES := $(BUILD)/obj/tests/rows/table
+ROWS_OBJS   := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard tests/rows/*.c)) \
+               $(ROWS_TABLES)/transport_table.o $(ROWS_TABLES)/sched_algos.o
+ROWS_CC     = @mkdir -p $(dir $@) && $(CC) $(ALL_CFLAGS) $(call layer_inc,$<) $(DEPFLAGS) -c $< -o $@
+$(ROWS_TABLES)/transport_table.o: transports/transport_table.c Makefile
+	$(ROWS_CC) -DBRAID_TEST_TRANSPORT=loop_transport
+$(ROWS_TABLES)/sched_algos.o: algorithms/sched_algos.c Makefile
+	$(ROWS_CC) -DBRAID_TEST_ALGORITHM=star_algorithm
+-include $(ROWS_OBJS:.o=.d)
+$(TSTDIR)/mp_test_rows: $(ROWS_OBJS)
+$(TSTDIR)/mp_test_rows: MP_FLAGS := -Itests/rows $(ROWS_OBJS)
+
 # ---------------------------------------------------------------- braid-train (trainer/)
 # Data-parallel SGD on Fashion-MNIST. Built with mpicc when Open MPI is present: under mpirun
 # MPI only broadcasts the unique id; gradients always go through Braid. Its tests link the

@@ -65,8 +65,12 @@ enum sched_coll {
   COLL_COUNT
 };
 
-/* Pairwise reduces in the canonical order (pairwise.h), the only order
- * the deterministic mode allows. */
+/* The library's algorithms, by the id of their row in the algorithms'
+ * table (sched_algos.c). Pairwise reduces in the canonical order
+ * (pairwise.h), the only order the deterministic mode allows. A build may
+ * have rows past ALGO_COUNT (a test's), up to ALGO_MAX: what is kept per
+ * algorithm is sized ALGO_MAX, and what walks the algorithms walks
+ * sched_algo_count() of them. */
 enum sched_algo {
   ALGO_RING = 0,
   ALGO_TREE = 1,
@@ -75,6 +79,7 @@ enum sched_algo {
   ALGO_PAIRWISE = 4,
   ALGO_COUNT
 };
+#define ALGO_MAX 8
 
 /* Where the ranks are: nodes (hosts), and each rank's place on its node.
  * The comm builds it once; schedules only read it. A key without one

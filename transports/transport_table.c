@@ -31,7 +31,17 @@
 #include "ib/ib_transport.h"
 #endif
 
+/* A test build may add a row of its own ahead of the others (mp_test_rows
+ * compiles this file again with BRAID_TEST_TRANSPORT naming its
+ * tests/rows transport): the library itself never has one. */
+#ifdef BRAID_TEST_TRANSPORT
+extern const struct transport BRAID_TEST_TRANSPORT;
+#endif
+
 static const struct transport* const k_table[] = {
+#ifdef BRAID_TEST_TRANSPORT
+    &BRAID_TEST_TRANSPORT,
+#endif
 #ifdef BRAID_HAVE_CUDA
     &cudaipc_transport, /* device buffers only: the host ones go on to shm */
 #endif

@@ -92,7 +92,7 @@ int flight_state_parse(const char* name) {
 
 int flight_algo_parse(const char* name) {
   if (strcmp(name, "direct") == 0) return FLIGHT_ALGO_DIRECT;
-  for (int a = 0; a < ALGO_COUNT; a++)
+  for (int a = 0; a < sched_algo_count(); a++)
     if (strcmp(sched_algo_name(a), name) == 0) return a;
   return -1;
 }

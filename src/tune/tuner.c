@@ -39,10 +39,10 @@ static int algo_named(const char* list, const char* name) {
 }
 
 unsigned tuner_parse_algos(const char* s) {
-  unsigned all = (1u << ALGO_COUNT) - 1, named = 0;
+  unsigned all = (1u << sched_algo_count()) - 1, named = 0;
   if (s == NULL || *s == '\0') return all;
   int exclude = s[0] == '^';
-  for (int a = 0; a < ALGO_COUNT; a++)
+  for (int a = 0; a < sched_algo_count(); a++)
     if (algo_named(s + exclude, sched_algo_name(a))) named |= 1u << a;
   return exclude ? all & ~named : named;
 }
@@ -58,8 +58,9 @@ int tuner_forces_direct(void) {
   return s && *s && s[0] != '^' && algo_named(s, "Direct");
 }
 
-/* Bit mask of algorithms NCCL_ALGO allows (all but Pairwise when unset:
- * outside the deterministic mode it runs only where it is named). */
+/* Bit mask of algorithms NCCL_ALGO allows (the library's own but Pairwise
+ * when unset: outside the deterministic mode it runs only where it is
+ * named, as does a test's row). */
 unsigned tuner_allowed(void) {
   static _Atomic int cached = -1;
   int v = atomic_load_explicit(&cached, memory_order_relaxed);
@@ -70,7 +71,7 @@ unsigned tuner_allowed(void) {
   if (mask == 0 && !tuner_allows_direct()) {
     char names[128];
     int at = 0;
-    for (int a = 0; a < ALGO_COUNT && at < (int)sizeof(names); a++) /* the algorithms' table */
+    for (int a = 0; a < sched_algo_count() && at < (int)sizeof(names); a++) /* the table */
       at += snprintf(names + at, sizeof(names) - (size_t)at, "%s, ", sched_algo_name(a));
     WARN("NCCL_ALGO=%s names no algorithm (%sDirect); using all", s, names);
     mask = classic;
@@ -344,7 +345,7 @@ static double hier_cost(const struct tuner_model* m, int coll, double kb, double
   double pf = (double)(p - 1) / p, mf = (double)(nn - 1) / nn;
   struct tuner_link shared = m->net;
   const struct tuner_link *in = &m->intra, *net = &shared;
-  for (int a = 0; a < ALGO_COUNT; a++)
+  for (int a = 0; a < sched_algo_count(); a++)
     shared.beta_us_per_kb[a] = MAX(m->net.beta_us_per_kb[a] / p, m->wire_us_per_kb);
   if (coll == COLL_ALLREDUCE && hier_allreduce_uses_leaders((size_t)(kb * 1024.0), m->slot_bytes))
     return hier_leaders_cost(m, kb, slot_kb);
@@ -437,8 +438,9 @@ static double pairwise_full_cost(const struct tuner_model* m, int coll, double k
   return pairwise_cost(m, coll, kb, slot_kb) + reduce_time(m, pairwise_reduced_kb(m, coll, kb));
 }
 
-/* Each algorithm's cost (its row of algorithms/sched_algos.c is its
- * schedule; this is its price), for a call of kb KiB in slots of slot_kb. */
+/* The library's algorithms' costs (a row of algorithms/sched_algos.c is
+ * an algorithm's schedule; this is its price, from the whole model), for a
+ * call of kb KiB in slots of slot_kb. */
 typedef double (*algo_cost_fn)(const struct tuner_model* m, int coll, double kb, double slot_kb);
 static const algo_cost_fn k_costs[ALGO_COUNT] = {
     [ALGO_RING] = ring_cost,
@@ -448,9 +450,21 @@ static const algo_cost_fn k_costs[ALGO_COUNT] = {
     [ALGO_PAIRWISE] = pairwise_full_cost,
 };
 
+/* A row the tuner has no model of prices itself by its shape, on the
+ * flat link with its (or the ring's) fitted costs. */
+static double shape_cost(const struct tuner_model* m, int coll, int algo, double bytes) {
+  const struct sched_algorithm* a = sched_algorithm(algo);
+  struct sched_shape sh = {0};
+  if (a == NULL || a->shape == NULL) return 1e30;
+  a->shape(coll, m->nranks, bytes, &sh);
+  return link_time(flat_link(m), algo, sh.hops, sh.moved_bytes / 1024.0) +
+         reduce_time(m, sh.reduced_bytes / 1024.0);
+}
+
 double tuner_cost(const struct tuner_model* m, int coll, int algo, double bytes) {
   double kb = bytes / 1024.0, slot_kb = (double)m->slot_bytes / 1024.0;
-  if (algo < 0 || algo >= ALGO_COUNT || k_costs[algo] == NULL) return 1e30;
+  if (algo < 0 || algo >= sched_algo_count()) return 1e30;
+  if (algo >= ALGO_COUNT || k_costs[algo] == NULL) return shape_cost(m, coll, algo, bytes);
   return k_costs[algo](m, coll, kb, slot_kb);
 }
 
@@ -473,7 +487,7 @@ int tuner_pick(const struct tuner_model* m, const struct sched_topo* layout, int
     if (*chunk_bytes == 0) *chunk_bytes = tuner_chunk(m, coll, *algo, bytes);
     return 1;
   }
-  for (int a = 0; a < ALGO_COUNT; a++) {
+  for (int a = 0; a < sched_algo_count(); a++) {
     if (!(allowed & (1u << a)) || !sched_supports_on(layout, coll, a)) continue;
     double t = tuner_cost(m, coll, a, (double)bytes);
     if (*algo < 0 || t < best) *algo = a, best = t;
@@ -538,7 +552,7 @@ void tuner_log_table(const struct ncclComm* comm) {
       int o = snprintf(line, sizeof(line), "%-13s %10zu B:", sched_coll_name(c), sizes[i]);
       int algo;
       size_t chunk;
-      for (int a = 0; a < ALGO_COUNT && o < (int)sizeof(line); a++)
+      for (int a = 0; a < sched_algo_count() && o < (int)sizeof(line); a++)
         if (sched_supports_on(&comm->layout, c, a))
           o += snprintf(line + o, sizeof(line) - (size_t)o, " %s %.1f us", sched_algo_name(a),
                         tuner_cost(m, c, a, (double)sizes[i]));

@@ -59,11 +59,12 @@ static const char* parse_link(char** w, int nw, struct tuner_model* m) {
                          : strcasecmp(w[1], "net") == 0 ? &m->net
                                                         : NULL;
   if (l == NULL) return "link must be intra or net";
-  int algo = strcasecmp(w[2], "all") == 0 ? -2 : name_index(w[2], sched_algo_name, ALGO_COUNT);
+  int algo =
+      strcasecmp(w[2], "all") == 0 ? -2 : name_index(w[2], sched_algo_name, sched_algo_count());
   if (algo == -1) return "unknown algorithm";
   if (parse_cost(w[3], &alpha)) return "alpha must be a finite number >= 0";
   if (parse_cost(w[4], &beta)) return "beta must be a finite number >= 0";
-  for (int a = 0; a < ALGO_COUNT; a++)
+  for (int a = 0; a < sched_algo_count(); a++)
     if (algo == -2 || algo == a) l->alpha_us[a] = alpha, l->beta_us_per_kb[a] = beta;
   if (l == &m->net) m->net_alone = m->net; /* the file's figures hold for a rank alone too */
   return NULL;
@@ -82,7 +83,8 @@ static const char* parse_force(char** w, int nw, struct tuner_model* m) {
     return "expected: force <collective> <min_bytes> <max_bytes> <algorithm> [chunk_bytes]";
   if ((f.coll = name_index(w[1], sched_coll_name, COLL_COUNT)) < 0) return "unknown collective";
   if (parse_size(w[2], &f.lo) || parse_size(w[3], &f.hi) || f.lo > f.hi) return "bad byte range";
-  if ((f.algo = name_index(w[4], sched_algo_name, ALGO_COUNT)) < 0) return "unknown algorithm";
+  if ((f.algo = name_index(w[4], sched_algo_name, sched_algo_count())) < 0)
+    return "unknown algorithm";
   if (nw == 6 && (parse_size(w[5], &f.chunk) || f.chunk < PARAM_CHUNK_MIN))
     return "bad chunk size (4096 bytes or more)";
   if (m->nforced == TUNER_MAX_FORCED) return "too many force lines";

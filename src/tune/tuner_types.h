@@ -15,8 +15,8 @@
 
 /* time = hops * alpha + KB moved * beta, per algorithm over this link. */
 struct tuner_link {
-  double alpha_us[ALGO_COUNT];
-  double beta_us_per_kb[ALGO_COUNT];
+  double alpha_us[ALGO_MAX];
+  double beta_us_per_kb[ALGO_MAX];
 };
 
 #define TUNER_MAX_FORCED 64
