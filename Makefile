@@ -13,7 +13,7 @@ MPICC  ?= mpicc
 # `make print-layers`, and names the rule a crossing breaks.
 LAYERS           := common gpu kernels algorithms transports src sim perf trainer tools tests
 LAYER_common     := include common
-LAYER_gpu        := include common gpu
+LAYER_gpu        := include common kernels gpu
 LAYER_kernels    := include common kernels
 LAYER_algorithms := include common algorithms
 LAYER_transports := include common gpu transports

@@ -17,7 +17,7 @@ import re
 import sys
 
 # Bottom to top, as docs/architecture.md draws them.
-LAYER = {"common": 0, "gpu": 1, "kernels": 2, "algorithms": 2, "transports": 3, "src": 4}
+LAYER = {"common": 0, "kernels": 1, "algorithms": 1, "gpu": 2, "transports": 3, "src": 4}
 
 
 def module(path, root):

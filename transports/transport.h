@@ -91,19 +91,13 @@ enum transport_link {
 };
 
 /* The comm's device, made at its first device call (src/cuda/cuda_comm.c):
- * what a transport that moves device memory needs. */
+ * what a transport that moves device memory needs (it copies through the
+ * device runtime below it, gpu/cuda/cuda_copy.h). */
 struct transport_device {
   void* context;               /* CUcontext of the comm's device */
   void* copy_stream;           /* CUstream: copies of synchronous calls, waited for */
   struct cudaipc_cache* cache; /* peers' allocations mapped here (shared with Direct) */
   int mappings_in_use;         /* a kernel may still use them: never unmap (timeout) */
-  /* Copy `bytes` device to device (the comm's context entered here). With
-   * `launch` (a gated call's, transport_buf): that kernel gets the copy,
-   * and runs when its stream gets there (watch launch_ran); bytes 0 lets
-   * it go empty. Without: on copy_stream, waited for. */
-  ncclResult_t (*copy)(struct transport_device* dev, const struct gpu_launch* launch, void* dst,
-                       const void* src, size_t bytes);
-  int (*launch_ran)(const struct gpu_launch* launch);
 };
 
 /* What a transport may know of its communicator. */
@@ -155,7 +149,7 @@ enum transport_mismatch { TRANSPORT_MATCH = 0, TRANSPORT_OTHER_CALL, TRANSPORT_O
  * kind of memory (one TRANSPORT_CAP_*_MEM bit), and the registration that
  * covers it for transports that need one (NULL: none). A device-memory
  * send of a call gated on its stream names the kernel launch queued there
- * for its copy (src/cuda/cuda_deferred.h): a transport that copies device
+ * for its copy (gpu/cuda/cuda_deferred.h): a transport that copies device
  * to device gives that launch its task, never work on a stream of its own
  * (which could queue behind the gated stream). A transport keeps what it
  * needs of it: the descriptor itself may live on the stack. `owned`: the

@@ -8,10 +8,9 @@
 #include "comm/comm.h"
 #include "core.h"
 #include "cuda/cuda_driver.h"
-#include "cuda_copy.h"
 #include "cuda_direct_exchange.h"
 #include "cuda_exec.h"
-#include "cuda_kernels.h"
+#include "cuda/cuda_kernels.h"
 #include "cuda_stage.h"
 #include "cuda/cudaipc_mem.h"
 #include "engine/device.h"
@@ -89,8 +88,6 @@ static ncclResult_t cuda_comm_transports(struct ncclComm* comm, struct device_co
   if (res == ncclSuccess) res = cudaipc_cache_create(cc->handle, &cc->tdev.cache);
   cuda_ctx_restore(saved);
   cc->tdev.context = cc->ctx;
-  cc->tdev.copy = cuda_copy_device;
-  cc->tdev.launch_ran = cuda_copy_launch_ran;
   if (res == ncclSuccess) res = transport_device_attach(&comm->tctx, &cc->tdev);
 fail:
   return res;

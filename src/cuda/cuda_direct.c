@@ -22,7 +22,7 @@
 #include "comm/comm.h"
 #include "core.h"
 #include "cuda_comm.h"
-#include "cuda_kernels.h"
+#include "cuda/cuda_kernels.h"
 #include "engine/exec_plan.h"
 #include "layout.h"
 #include "cuda_direct_exchange.h"

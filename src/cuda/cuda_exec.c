@@ -13,7 +13,7 @@
 #include "core.h"
 #include "cuda/cuda_driver.h"
 #include "device_comm.h"
-#include "cuda_kernels.h"
+#include "cuda/cuda_kernels.h"
 
 #define CUDA_EXEC_EVENTS EXEC_MAX_WINDOW /* no more tasks are ever pending */
 

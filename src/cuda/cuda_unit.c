@@ -18,9 +18,9 @@
 #include "core.h"
 #include "cuda/cuda_driver.h"
 #include "cuda_comm.h"
-#include "cuda_deferred.h"
+#include "cuda/cuda_deferred.h"
 #include "cuda_direct.h"
-#include "cuda_gate.h"
+#include "cuda/cuda_gate.h"
 #include "cuda_stage.h"
 #include "engine/device.h"
 #include "engine/mem.h"
@@ -172,7 +172,7 @@ fail:
   return res;
 }
 
-static void gates_open(struct work_gate* gates, int n) {
+static void gates_open(struct gpu_gate* gates, int n) {
   for (int k = 0; k < n; k++) __atomic_store_n(gates[k].done, gates[k].value, __ATOMIC_RELEASE);
 }
 
@@ -202,25 +202,18 @@ fail:
   return res;
 }
 
-/* Between a gated unit's ready and done: the kernels of its direct
- * collectives and of its ipc sends' copies, each waiting for the proxy to
- * give it its task. */
-struct unit_inner {
-  struct work_op* ops;
-  int n;
-};
-
 static int op_has_kernel(const struct work_op* op) {
   return op->direct || (op->ipc && op->kind == WORK_SEND);
 }
 
-/* On a failure the unit is cancelled, and work.c lets the kernels queued
- * so far go with empty tasks. */
-static ncclResult_t unit_kernels_arm(void* arg, CUstream s) {
+/* Between a gated unit's ready and done: the kernels of its direct
+ * collectives and of its ipc sends' copies, each waiting for the proxy to
+ * give it its task. On a failure the unit is cancelled, and work.c lets
+ * the kernels queued so far go with empty tasks. */
+static ncclResult_t unit_kernels_arm(struct work_op* ops, int n, CUstream s) {
   ncclResult_t res = ncclSuccess;
-  struct unit_inner* in = arg;
-  for (int i = 0; i < in->n && res == ncclSuccess; i++) {
-    struct work_op* op = &in->ops[i];
+  for (int i = 0; i < n && res == ncclSuccess; i++) {
+    struct work_op* op = &ops[i];
     if (op->direct)
       res = cuda_direct_arm(op, s);
     else if (op_has_kernel(op))
@@ -236,16 +229,15 @@ static ncclResult_t unit_kernels_arm(void* arg, CUstream s) {
  * the gate also says when the gate's memory may be freed. Once armed, the
  * stream waits on it: if the copy-outs cannot be staged, it is opened
  * here. */
-static ncclResult_t unit_gate(struct work_op* ops, int n, CUstream s, struct work_gate* gate) {
+static ncclResult_t unit_gate(struct work_op* ops, int n, CUstream s, struct gpu_gate* gate) {
   ncclResult_t res = ncclSuccess;
   struct device_comm* cc = ops[0].comm->device;
-  struct unit_inner kernels = {ops, n};
-  struct cuda_gate_inner inner = {unit_kernels_arm, &kernels};
-  int any_kernel = 0;
+  struct cuda_gate_arming arming;
   CUcontext saved;
-  for (int i = 0; i < n; i++) any_kernel |= op_has_kernel(&ops[i]);
   CHECK(cuda_ctx_enter(cc->ctx, &saved));
-  res = cuda_gate_arm(&cc->gates, cuda_driver(), s, any_kernel ? &inner : NULL, gate);
+  res = cuda_gate_begin(&cc->gates, cuda_driver(), s, &arming);
+  if (res == ncclSuccess)
+    res = cuda_gate_end(cuda_driver(), s, &arming, unit_kernels_arm(ops, n, s), gate);
   gate->ctx = cc->ctx; /* what the proxy's check runs in */
   cuda_ctx_restore(saved);
   if (res != ncclSuccess) goto fail;
@@ -275,7 +267,7 @@ static int unit_gated(const struct work_op* ops, int n, int nstreams) {
 ncclResult_t device_unit_dispatch(struct work_op* ops, int n) {
   ncclResult_t res = ncclSuccess;
   CUstream streams[WORK_MAX_GATES] = {0};
-  struct work_gate gate;
+  struct gpu_gate gate;
   int ns = 0;
   CHECK(unit_streams(ops, n, streams, &ns));
   CHECK(unit_comms_ready(ops, n));
@@ -301,4 +293,9 @@ ncclResult_t device_unit_dispatch(struct work_op* ops, int n) {
   return cc->own_proxy ? ncclSuccess : ncclInProgress;
 fail:
   return res;
+}
+void device_launches_skip(struct work_op* ops, int n) {
+  for (int i = 0; i < n; i++)
+    for (int k = 0; k < WORK_MAX_LAUNCHES; k++)
+      if (ops[i].deferred[k].slot) cuda_deferred_skip(&ops[i].deferred[k]);
 }

@@ -14,8 +14,8 @@
 #include <cuda.h>
 
 #include "cuda/cuda_driver.h"
-#include "cuda_deferred.h"
-#include "cuda_gate.h"
+#include "cuda/cuda_deferred.h"
+#include "cuda/cuda_gate.h"
 #include "transport.h"
 
 struct braid_stream;

@@ -24,7 +24,7 @@ struct stream_item {
   const struct stream_job* job;
   unsigned char* data; /* the job's, copied: `bytes` of them; room for cap */
   size_t bytes, cap;
-  struct work_gate gates[WORK_MAX_GATES];
+  struct gpu_gate gates[WORK_MAX_GATES];
   int ngates;
   struct stream_item* next;
 };
@@ -66,7 +66,7 @@ static int item_aborted(const struct stream_item* it) {
  * every poll: it asks the driver). */
 static ncclResult_t gates_check(const struct stream_item* it) {
   for (int i = 0; i < it->ngates; i++) {
-    const struct work_gate* g = &it->gates[i];
+    const struct gpu_gate* g = &it->gates[i];
     if ((int64_t)(__atomic_load_n(g->ready, __ATOMIC_ACQUIRE) - g->value) >= 0 || !g->check)
       continue;
     ncclResult_t res = g->check(g);
@@ -200,7 +200,7 @@ static void item_push(struct braid_stream* s, struct stream_item* it) {
 }
 
 ncclResult_t stream_submit(struct braid_stream* s, const struct stream_job* job, const void* data,
-                           size_t bytes, const struct work_gate* gates, int ngates) {
+                           size_t bytes, const struct gpu_gate* gates, int ngates) {
   pthread_mutex_lock(&s->lock);
   struct stream_item* it = item_get(s, bytes);
   if (it) {

@@ -39,7 +39,7 @@ struct stream_job {
  * so their streams drain. A gated job always runs: its owner's own error
  * state decides, and the stream's first error stays with ungated work. */
 ncclResult_t stream_submit(struct braid_stream* s, const struct stream_job* job, const void* data,
-                           size_t bytes, const struct work_gate* gates, int ngates);
+                           size_t bytes, const struct gpu_gate* gates, int ngates);
 /* Queue fn(arg); fn owns arg. */
 ncclResult_t stream_submit_fn(struct braid_stream* s, ncclResult_t (*fn)(void*), void* arg);
 

@@ -311,6 +311,6 @@ static void unit_failed(void* data, size_t bytes, ncclResult_t res) {
 static const struct stream_job kUnitJob = {unit_run, unit_cancel, unit_aborted, unit_failed};
 
 ncclResult_t work_submit(struct braid_stream* s, const struct work_op* ops, int n,
-                         const struct work_gate* gates, int ngates) {
+                         const struct gpu_gate* gates, int ngates) {
   return stream_submit(s, &kUnitJob, ops, (size_t)n * sizeof(*ops), gates, ngates);
 }

@@ -32,6 +32,6 @@ ncclResult_t work_cancel(struct work_op* ops, int n);
  * gate is ready, or at once without gates (ngates 0). The gates are opened
  * after the run whatever its outcome, so their streams drain. */
 ncclResult_t work_submit(struct braid_stream* s, const struct work_op* ops, int n,
-                         const struct work_gate* gates, int ngates);
+                         const struct gpu_gate* gates, int ngates);
 
 #endif /* BRAID_WORK_H_ */

@@ -51,20 +51,6 @@ struct work_op {
   struct gpu_launch deferred[WORK_MAX_LAUNCHES];
 };
 
-/* A unit on device streams waits for each stream to reach it and lets each
- * go on when done (src/cuda/cuda_gate.h): the stream writes *ready = value,
- * then waits until *done >= value. Host addresses of pinned flags. */
-struct work_gate {
-  const volatile uint64_t* ready;
-  volatile uint64_t* done;
-  uint64_t value;
-  /* While the wait lasts: ncclSuccess while the stream can still get there,
-   * an error (the stream failed, its context is broken) once it cannot. */
-  ncclResult_t (*check)(const struct work_gate* g);
-  void* stream;
-  void* ctx;
-};
-
 /* The CUDA streams one unit may span. */
 #define WORK_MAX_GATES 8
 

@@ -211,7 +211,7 @@ static void bandwidth(void) {
           g_block, g_blocks_per_sm, best_k, 3.0 * bytes / (best_k / 1e3) / 1e9,
           (3.0 * bytes / best_k) / (2.0 * bytes / best_c));
     }
-  /* every type, in the library's launch shape (src/cuda/cuda_kernels.c) */
+  /* every type, in the library's launch shape (gpu/cuda/cuda_kernels.c) */
   static const char* names[] = {"int8", "uint8", "int32",  "uint32", "int64", "uint64",
                                 "half", "float", "double", "bf16",   "e4m3",  "e5m2"};
   static const size_t sizes[] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1};

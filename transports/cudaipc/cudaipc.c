@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "core.h"
+#include "cuda/cuda_copy.h"
 #include "cuda/cuda_driver.h"
 #include "cuda/cudaipc_fd.h"
 #include "cuda/cudaipc_fd_link.h"
@@ -437,7 +438,8 @@ static ncclResult_t send_copy_start(struct ipc_conn* c, struct ipc_entry* e,
   struct transport_device* dev = c->ctx->device;
   e->copied = r->bytes == e->bytes && memcmp(&r->tag, &e->tag, sizeof(e->tag)) == 0;
   /* a launch not copying still goes (empty): later ones on its stream wait on it */
-  CHECK(dev->copy(dev, e->launch, r->dst, e->ptr, e->copied ? e->bytes : 0));
+  CHECK(cuda_copy_device(dev->context, dev->copy_stream, e->launch, r->dst, e->ptr,
+                         e->copied ? e->bytes : 0));
   e->step = e->launch && e->copied ? IPC_COPYING : IPC_COPIED;
 fail:
   return res;
@@ -452,7 +454,7 @@ static ncclResult_t ipc_send_progress(struct ipc_conn* c, int* progressed) {
     struct ipc_entry* e = &c->q[k % TRANSPORT_MAX_INFLIGHT];
     const struct ipc_ready* r = &c->ready[k % TRANSPORT_MAX_INFLIGHT];
     if (e->step == IPC_WAITING) CHECK(send_copy_start(c, e, r));
-    if (e->step == IPC_COPYING && c->ctx->device->launch_ran(e->launch)) e->step = IPC_COPIED;
+    if (e->step == IPC_COPYING && cuda_copy_ran(e->launch)) e->step = IPC_COPIED;
     if (e->step == IPC_COPYING) { /* a kernel's end wakes nobody: the waiter naps */
       transport_wait_nap(c->ctx->waits);
       return ncclSuccess;

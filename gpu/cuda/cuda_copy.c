@@ -1,5 +1,5 @@
 /*
- * Device-to-device copies for transports (cuda_copy.h).
+ * Device-to-device copies for the transports (cuda_copy.h).
  */
 #include "cuda_copy.h"
 
@@ -7,7 +7,7 @@
 
 #include "core.h"
 #include "cuda_deferred.h"
-#include "cuda/cuda_driver.h"
+#include "cuda_driver.h"
 #include "cuda_kernels.h"
 #include "kernels.h"
 
@@ -26,11 +26,10 @@ static void copy_task(void* dst, const void* src, size_t bytes, struct kern_dev_
 
 /* On the copy stream in the comm's context, waited for: a synchronous
  * call's caller blocks anyway, and no stream of it waits on a gate. */
-static ncclResult_t copy_now(struct transport_device* dev, const struct kern_dev_task* dt) {
+static ncclResult_t copy_now(CUcontext ctx, CUstream s, const struct kern_dev_task* dt) {
   ncclResult_t res = ncclSuccess;
   const struct cuda_api* cu = cuda_driver();
-  CUcontext saved = NULL, ctx = dev->context;
-  CUstream s = dev->copy_stream;
+  CUcontext saved = NULL;
   CHECK(cuda_check(cu->cuCtxGetCurrent(&saved), "cuCtxGetCurrent"));
   if (saved != ctx) CHECK(cuda_check(cu->cuCtxSetCurrent(ctx), "cuCtxSetCurrent"));
   res = cuda_reduce_copy(dt, s);
@@ -41,7 +40,7 @@ fail:
   return res;
 }
 
-ncclResult_t cuda_copy_device(struct transport_device* dev, const struct gpu_launch* launch,
+ncclResult_t cuda_copy_device(void* context, void* copy_stream, const struct gpu_launch* launch,
                               void* dst, const void* src, size_t bytes) {
   struct kern_dev_task dt;
   if (launch && bytes == 0) {
@@ -50,11 +49,11 @@ ncclResult_t cuda_copy_device(struct transport_device* dev, const struct gpu_lau
   }
   if (bytes == 0) return ncclSuccess;
   copy_task(dst, src, bytes, &dt);
-  if (launch == NULL) return copy_now(dev, &dt);
+  if (launch == NULL) return copy_now((CUcontext)context, (CUstream)copy_stream, &dt);
   cuda_deferred_go(launch, &dt); /* the task is read when the kernel starts */
   return ncclSuccess;
 }
 
-int cuda_copy_launch_ran(const struct gpu_launch* launch) {
+int cuda_copy_ran(const struct gpu_launch* launch) {
   return cuda_deferred_ran(launch);
 }

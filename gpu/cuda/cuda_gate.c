@@ -76,32 +76,38 @@ ncclResult_t cuda_stream_check(void* ctx, void* stream) {
   return ncclUnhandledCudaError;
 }
 
-static ncclResult_t cuda_gate_check(const struct work_gate* g) {
+static ncclResult_t cuda_gate_check(const struct gpu_gate* g) {
   return cuda_stream_check(g->ctx, g->stream);
 }
 
-ncclResult_t cuda_gate_arm(struct cuda_gates* g, const struct cuda_api* cu, CUstream stream,
-                           const struct cuda_gate_inner* inner, struct work_gate* out) {
+ncclResult_t cuda_gate_begin(struct cuda_gates* g, const struct cuda_api* cu, CUstream stream,
+                             struct cuda_gate_arming* a) {
   ncclResult_t res = ncclSuccess;
   struct cuda_slot slot;
   pthread_mutex_lock(&g->pool.lock);
   CHECK(cuda_slot_take(&g->pool, cu, slot_free, &slot));
-  struct gate_slot* gs = slot.host;
   uint64_t value = *slot.issued + 1;
-  CUdeviceptr ready = slot.dev;
-  CUdeviceptr done = ready + offsetof(struct gate_slot, done);
-  CHECK(cuda_check(cu->cuStreamWriteValue64(stream, ready, value, 0), "cuStreamWriteValue64"));
+  CHECK(cuda_check(cu->cuStreamWriteValue64(stream, slot.dev, value, 0), "cuStreamWriteValue64"));
   *slot.issued = value; /* the stream will write it: the slot is in use */
-  if (inner) res = inner->enqueue(inner->arg, stream);
-  if (res == ncclSuccess)
-    res = cuda_check(cu->cuStreamWaitValue64(stream, done, value, CU_STREAM_WAIT_VALUE_GEQ),
-                     "cuStreamWaitValue64");
-  if (res != ncclSuccess) { /* nobody waits on it: free once the stream wrote ready */
-    __atomic_store_n(&gs->done, value, __ATOMIC_RELEASE);
-    goto fail;
-  }
-  *out = (struct work_gate){&gs->ready, &gs->done, value, cuda_gate_check, (void*)stream, NULL};
+  *a = (struct cuda_gate_arming){g, slot.host, slot.dev + offsetof(struct gate_slot, done), value};
+  return ncclSuccess; /* the pool stays locked until cuda_gate_end */
 fail:
   pthread_mutex_unlock(&g->pool.lock);
+  return res;
+}
+
+ncclResult_t cuda_gate_end(const struct cuda_api* cu, CUstream stream,
+                           const struct cuda_gate_arming* a, ncclResult_t between,
+                           struct gpu_gate* out) {
+  struct gate_slot* gs = a->slot;
+  ncclResult_t res = between;
+  if (res == ncclSuccess)
+    res = cuda_check(cu->cuStreamWaitValue64(stream, a->done, a->value, CU_STREAM_WAIT_VALUE_GEQ),
+                     "cuStreamWaitValue64");
+  if (res != ncclSuccess) /* nobody waits on it: free once the stream wrote ready */
+    __atomic_store_n(&gs->done, a->value, __ATOMIC_RELEASE);
+  else
+    *out = (struct gpu_gate){&gs->ready, &gs->done, a->value, cuda_gate_check, (void*)stream, NULL};
+  pthread_mutex_unlock(&a->gates->pool.lock);
   return res;
 }

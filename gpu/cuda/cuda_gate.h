@@ -14,9 +14,9 @@
 #include <cuda.h>
 #include <stdint.h>
 
-#include "cuda/cuda_driver.h"
+#include "cuda_driver.h"
 #include "cuda_slot_pool.h"
-#include "engine/work_op.h"
+#include "launch.h"
 
 /* A comm's gates. */
 struct cuda_gates {
@@ -27,18 +27,28 @@ void cuda_gates_init(struct cuda_gates* g);
 /* Frees the pinned memory (the comm's context current). */
 void cuda_gates_free(struct cuda_gates* g, const struct cuda_api* cu);
 
-/* What a gate holds between its ready and its done: work the proxy lets go
- * while it runs the call (a direct call's kernels, cuda_deferred.h). */
-struct cuda_gate_inner {
-  ncclResult_t (*enqueue)(void* arg, CUstream stream);
-  void* arg;
+/* A gate being armed on a stream, between cuda_gate_begin and
+ * cuda_gate_end: what the caller queues in between (a direct call's
+ * kernels, cuda_deferred.h) is held by the gate too, and the proxy lets it
+ * go while it runs the call. The gates stay locked in between, so that the
+ * ready, what follows it and the wait go on the stream as one. */
+struct cuda_gate_arming {
+  struct cuda_gates* gates;
+  void* slot;
+  CUdeviceptr done;
+  uint64_t value;
 };
 
-/* Take a free slot and enqueue on `stream`: write ready, what `inner`
- * enqueues (NULL: nothing), wait for done. *out is what the proxy waits on
- * and opens. On an error nothing waits on the gate. */
-ncclResult_t cuda_gate_arm(struct cuda_gates* g, const struct cuda_api* cu, CUstream stream,
-                           const struct cuda_gate_inner* inner, struct work_gate* out);
+/* Take a free slot and enqueue "write ready" on `stream`; every success
+ * is followed by cuda_gate_end. On an error nothing was enqueued. */
+ncclResult_t cuda_gate_begin(struct cuda_gates* g, const struct cuda_api* cu, CUstream stream,
+                             struct cuda_gate_arming* a);
+/* Enqueue "wait for done" after what was queued since begin, unless that
+ * failed (`between`, returned then). *out is what the proxy waits on and
+ * opens; on an error nothing waits on the gate. */
+ncclResult_t cuda_gate_end(const struct cuda_api* cu, CUstream stream,
+                           const struct cuda_gate_arming* a, ncclResult_t between,
+                           struct gpu_gate* out);
 
 /* A proxy's look at a stream it waits for (in context ctx, made current
  * on this thread): ncclSuccess while the stream can still get there,

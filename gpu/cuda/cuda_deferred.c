@@ -10,7 +10,6 @@
 
 #include "core.h"
 #include "cuda_kernels.h"
-#include "engine/device.h"
 
 struct deferred_slot {
   uint64_t go; /* written by the host */
@@ -79,10 +78,4 @@ void cuda_deferred_skip(const struct gpu_launch* d) {
 int cuda_deferred_ran(const struct gpu_launch* d) {
   const struct deferred_slot* s = d->slot;
   return (int64_t)(__atomic_load_n(&s->ran, __ATOMIC_ACQUIRE) - d->value) >= 0;
-}
-
-void device_launches_skip(struct work_op* ops, int n) {
-  for (int i = 0; i < n; i++)
-    for (int k = 0; k < WORK_MAX_LAUNCHES; k++)
-      if (ops[i].deferred[k].slot) cuda_deferred_skip(&ops[i].deferred[k]);
 }

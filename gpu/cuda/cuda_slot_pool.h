@@ -13,7 +13,7 @@
 #include <pthread.h>
 #include <stdint.h>
 
-#include "cuda/cuda_driver.h"
+#include "cuda_driver.h"
 
 struct cuda_slot_chunk;
 

@@ -17,9 +17,9 @@
 #include <cuda.h>
 
 #include "cuda/kern_body.h"
-#include "cuda/cuda_driver.h"
+#include "cuda_driver.h"
 #include "cuda_slot_pool.h"
-#include "engine/work_op.h"
+#include "launch.h"
 
 /* A comm's deferred-launch slots. */
 struct cuda_deferred_pool {

@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "core.h"
-#include "cuda/cuda_driver.h"
+#include "cuda_driver.h"
 #include "kernels.h"
 
 extern const unsigned char braid_fatbin_reduce[];
