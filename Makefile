@@ -346,6 +346,21 @@ $(TSTDIR)/test_ib_%: tests/unit/test_ib_%.c $(STLIB) $(FAKEVERBS)
 	$(CC) $(ALL_CFLAGS) $(TEST_INC) $(LDFLAGS) $< -o $@ $(STLIB) -lcmocka -ldl $(LDLIBS)
 endif
 
+# The fake net plugin (tests/common/fakenet), one library per interface version, that
+# NCCL_NET_PLUGIN names in mp_test_net.
+FAKENET_VERSIONS := 8 9 10 11 12
+FAKENETS := $(foreach v,$(FAKENET_VERSIONS),$(TSTDIR)/fakenet/libnccl-net-fake$(v).so)
+$(TSTDIR)/fakenet/libnccl-net-fake%.so: tests/common/fakenet/fakenet.c transports/net/net_abi.h
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(TEST_INC) -DFAKENET_VERSION=$* -shared $< -o $@
+$(TSTDIR)/mp_test_net: $(FAKENETS)
+# A stand-in CUDA runtime for a real plugin that wants one at init (tests/cluster/net_plugin.sh).
+FAKECUDART := $(TSTDIR)/fakecudart/libcudart.so
+$(FAKECUDART): tests/common/fakecudart/fakecudart.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -shared -Wl,-soname,libcudart.so $< -o $@
+tests: $(FAKECUDART)
+
 MP_FLAGS :=
 MP_OBJS  := $(patsubst %.c,$(BUILD)/obj/%.o,$(MP_COMMON))
 .SECONDARY: $(MP_OBJS) $(UNIT_OBJS) # kept: a pattern rule's prerequisites are intermediate otherwise

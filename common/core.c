@@ -67,3 +67,10 @@ uint64_t braid_fnv1a(uint64_t h, const void* data, size_t len) {
   for (size_t i = 0; i < len; i++) h = (h ^ p[i]) * 0x100000001b3ull;
   return h;
 }
+
+const char* braid_result_name(ncclResult_t res) {
+  static const char* const names[] = {
+      "ncclSuccess",         "ncclUnhandledCudaError", "ncclSystemError", "ncclInternalError",
+      "ncclInvalidArgument", "ncclInvalidUsage",       "ncclRemoteError", "ncclInProgress"};
+  return (unsigned)res < sizeof(names) / sizeof(names[0]) ? names[res] : "an unknown result";
+}

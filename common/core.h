@@ -64,6 +64,10 @@ uint64_t braid_fnv1a(uint64_t h, const void* data, size_t len);
 /* Monotonic clock in nanoseconds. */
 uint64_t braid_now_ns(void);
 
+/* "ncclSystemError": a result's name in NCCL's enum, for logs about
+ * results Braid did not make (a plugin's). */
+const char* braid_result_name(ncclResult_t res);
+
 /* One pause of a wait for a flag another agent (a GPU stream, a peer)
  * sets: yields for the first microsecond of calls, then sleeps, doubling
  * up to 100 us, so a long wait costs little CPU and a short one little

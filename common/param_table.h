@@ -49,7 +49,9 @@
   INT(timeout_ms, "BRAID_TIMEOUT_MS", 300000, 100, 1LL << 40, 0,                                  \
       "bootstrap waits and stalled calls fail after this")                                        \
   /* the transport table (transports/transport_table.c) */                                        \
-  STR(net, "NCCL_NET", NULL, "Socket", 0, "network between hosts: Socket (only one built)")       \
+  STR(net, "NCCL_NET", NULL, "Socket", 0, "network between hosts: Socket, IB or a plugin's")      \
+  STR(net_plugin, "NCCL_NET_PLUGIN", NULL, "libnccl-net.so", 0,                                   \
+      "the net plugin library (docs/net-plugins.md); none: no plugin")                            \
   /* InfiniBand / RoCE (transports/ib: the probe of NCCL_NET=IB so far) */                        \
   STR(ib_hca, "NCCL_IB_HCA", NULL, "every active port", 0,                                        \
       "HCAs to use: name[:port] list, prefixes, ^ excludes, = exact names")                       \

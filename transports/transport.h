@@ -215,7 +215,10 @@ struct transport {
   unsigned id;          /* < TRANSPORT_MAX_ID, see above */
   unsigned caps;        /* TRANSPORT_CAP_* */
   const char* net_name; /* NCCL_NET's name for it where it crosses the network ("Socket"); NULL:
-                         * it joins ranks of one host only */
+                         * it joins ranks of one host only, or its name is known at run time */
+  /* Optional, for a network whose name only its run time knows (a net
+   * plugin's): whether NCCL_NET's `name` is its name. */
+  int (*net_is)(const char* name);
   enum transport_link link;
   /* Whether this transport can join ranks a and b. Decided from the peer
    * table alone, so that both ends of a pair, and the tuner of every rank

@@ -22,6 +22,7 @@
 
 #include "core.h"
 #include "param.h"
+#include "net/net_transport.h"
 #include "tcp/tcp_connect.h"
 #include "transport.h"
 #ifdef BRAID_HAVE_CUDA
@@ -49,14 +50,23 @@ static const struct transport* const k_table[] = {
 #ifdef BRAID_HAVE_IBVERBS
     &ib_transport, /* where NCCL_NET=IB */
 #endif
+    &net_transport, /* where NCCL_NET names a net plugin's network */
     &tcp_transport};
 #define TABLE_SIZE (sizeof(k_table) / sizeof(k_table[0]))
 
-/* Networks by NCCL_NET's names (Socket when unset). */
+/* Whether a row crosses the network. */
+static int is_network(const struct transport* t) {
+  return t->net_name != NULL || t->net_is != NULL;
+}
+
+/* Networks by NCCL_NET's names (Socket when unset): the built-in names
+ * first, so that only a name none of them has loads a net plugin. */
 static const struct transport* net_named(const char* name) {
   if (name == NULL) name = tcp_transport.net_name;
   for (size_t i = 0; i < TABLE_SIZE; i++)
     if (k_table[i]->net_name && strcasecmp(name, k_table[i]->net_name) == 0) return k_table[i];
+  for (size_t i = 0; i < TABLE_SIZE; i++)
+    if (k_table[i]->net_is && k_table[i]->net_is(name)) return k_table[i];
   return NULL;
 }
 
@@ -114,13 +124,16 @@ static ncclResult_t rows_check(void) {
   return ncclSuccess;
 }
 
-/* "Socket, IB": the networks of this build, for NCCL_NET's error. */
+/* "Socket, IB, a net plugin's": the networks of this build, for
+ * NCCL_NET's error. */
 static void net_names(char* out, size_t size) {
   size_t at = 0;
   out[0] = '\0';
   for (size_t i = 0; i < TABLE_SIZE && at < size; i++)
-    if (k_table[i]->net_name)
-      at += (size_t)snprintf(out + at, size - at, "%s%s", at ? ", " : "", k_table[i]->net_name);
+    if (is_network(k_table[i]))
+      at += (size_t)snprintf(
+          out + at, size - at, "%s%s", at ? ", " : "",
+          k_table[i]->net_name ? k_table[i]->net_name : "a net plugin's (NCCL_NET_PLUGIN)");
 }
 
 ncclResult_t transport_table_init(struct transport_ctx* ctx) {
@@ -145,7 +158,7 @@ const struct transport* transport_select(const struct transport_ctx* ctx, int a,
   for (size_t i = 0; i < TABLE_SIZE; i++) {
     const struct transport* t = k_table[i];
     if ((t->caps & mem_caps) != mem_caps) continue;
-    if (t->net_name && t != transport_network(ctx)) continue; /* not NCCL_NET's */
+    if (is_network(t) && t != transport_network(ctx)) continue; /* not NCCL_NET's */
     if (t->can_connect(ctx, a, b)) return t;
   }
   return NULL;

@@ -1,0 +1,190 @@
+/* The net plugin transport (transports/net) over the fake plugin
+ * (tests/common/fakenet), every interface version from 8 to 12: every
+ * collective and send/recv exact between emulated hosts (NCCL_HOSTID per
+ * rank), alone and beside shared memory; and every failure a plugin shows
+ * (a call's error, a test that never completes, a connection that dies, a
+ * registration refused, a size or device that lies) gives each rank an
+ * error within the timeout, never a hang or a write outside the buffers. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "braid.h"
+#include "collcheck.h"
+#include "launcher.h"
+
+static const size_t kCounts[] = {0, 1, 1023, 150001}; /* the last is cut by the fake's 100000 */
+static const ncclDataType_t kTypes[] = {ncclFloat32, ncclInt32, ncclBfloat16, ncclFloat64};
+#define COUNT_OF(a) (sizeof(a) / sizeof((a)[0]))
+
+typedef struct net_case {
+  int version; /* the fake plugin's interface */
+  int nranks;
+  int per_host;      /* ranks per emulated host */
+  const char* fault; /* FAKENET_FAULT; NULL: none */
+  const char* after; /* FAKENET_FAULT_AFTER */
+  int init_fails;    /* the fault stops ncclCommInitRank itself */
+} net_case;
+
+static char g_plugin_dir[4096];
+
+/* The fake plugins lie beside this binary, in fakenet/. */
+static void find_plugins(void) {
+  ssize_t n = readlink("/proc/self/exe", g_plugin_dir, sizeof(g_plugin_dir) - 1);
+  g_plugin_dir[n > 0 ? n : 0] = '\0';
+  char* slash = strrchr(g_plugin_dir, '/');
+  if (slash) *slash = '\0';
+}
+
+static void rank_env(const mp_env* env, const net_case* c) {
+  char path[4200], host[32];
+  snprintf(path, sizeof(path), "%s/fakenet/libnccl-net-fake%d.so", g_plugin_dir, c->version);
+  snprintf(host, sizeof(host), "fakenet-host-%d", env->rank / c->per_host);
+  setenv("NCCL_NET_PLUGIN", path, 1);
+  setenv("NCCL_NET", "fake", 1); /* compared without case, as NCCL does */
+  setenv("NCCL_HOSTID", host, 1);
+  if (c->fault) setenv("FAKENET_FAULT", c->fault, 1);
+  if (c->after) setenv("FAKENET_FAULT_AFTER", c->after, 1);
+  setenv("BRAID_TIMEOUT_MS", "4000", 1);
+}
+
+/* Every collective at every count, the rest rotating: the number wrong,
+ * -1 at the first call that fails. */
+static int collectives(const mp_env* env, ncclComm_t comm) {
+  int wrong = 0, i = 0;
+  for (int coll = 0; coll < CC_NCOLLS; coll++)
+    for (size_t ci = 0; ci < COUNT_OF(kCounts); ci++, i++) {
+      cc_call c = {.coll = coll, .count = kCounts[ci], .salt = (uint64_t)i, .inplace = i & 1};
+      c.type = kTypes[(size_t)i % COUNT_OF(kTypes)];
+      c.kind = cc_is_reduction(coll) ? i % AR_NKINDS : AR_SUM;
+      c.root = i % env->nranks;
+      if (cc_is_reduction(coll) && ar_op_create(env, comm, c.type, c.kind, &c.op) != 0) return -1;
+      int r = cc_run(&c, env, comm);
+      if (cc_is_reduction(coll)) ar_op_destroy(env, comm, c.kind, c.op);
+      if (r < 0) return -1;
+      wrong += r;
+    }
+  return wrong;
+}
+
+static int ring_sendrecv(const mp_env* env, ncclComm_t comm) {
+  size_t bytes = 300000; /* three of the fake's messages */
+  int n = env->nranks, to = (env->rank + 1) % n, from = (env->rank + n - 1) % n, bad = 0;
+  unsigned char* out = malloc(bytes);
+  unsigned char* in = malloc(bytes);
+  if (out == NULL || in == NULL) bad = -1;
+  for (size_t b = 0; bad == 0 && b < bytes; b++)
+    out[b] = (unsigned char)(b * 7 + (size_t)env->rank);
+  if (bad == 0 && mp_sendrecv(env, comm, out, in, bytes, to, from) != 0) bad = -1;
+  for (size_t b = 0; bad == 0 && b < bytes; b++)
+    if (in[b] != (unsigned char)(b * 7 + (size_t)from)) bad = 1;
+  free(out);
+  free(in);
+  return bad;
+}
+
+static int recorder_says(ncclComm_t comm, const char* what) {
+  char* text = NULL;
+  if (braidCommRecorder(comm, &text) != ncclSuccess || text == NULL) return 0;
+  int found = strstr(text, what) != NULL;
+  free(text);
+  return found;
+}
+
+/* Every collective and a ring of send/recv, exact, a link of each rank
+ * over the plugin. */
+static int good_body(const mp_env* env) {
+  const net_case* c = env->arg;
+  ncclComm_t comm;
+  rank_env(env, c);
+  if (mp_comm_init(env, &comm) != 0) return 1;
+  int bad = collectives(env, comm);
+  if (bad == 0) bad = ring_sendrecv(env, comm);
+  if (bad < 0) {
+    ncclCommAbort(comm);
+    return 1;
+  }
+  if (!recorder_says(comm, "\"transport\":\"net\"")) {
+    mp_fail(env, "no link of this rank went over the net plugin");
+    bad++;
+  }
+  return mp_expect_rc(env, comm, ncclCommDestroy(comm), ncclSuccess, "ncclCommDestroy") + bad;
+}
+
+/* A plugin failure: init refuses the network, or the first call that
+ * crosses it fails, on every rank, in time; the comm still aborts. */
+static int fault_body(const mp_env* env) {
+  const net_case* c = env->arg;
+  ncclComm_t comm;
+  rank_env(env, c);
+  ncclResult_t rc = ncclCommInitRank(&comm, env->nranks, env->id, env->rank);
+  if (c->init_fails) {
+    if (rc == ncclSuccess) {
+      mp_fail(env, "init succeeded with FAKENET_FAULT=%s", c->fault);
+      ncclCommDestroy(comm);
+      return 1;
+    }
+    return mp_expect_last_error(env, NULL, "a failed init");
+  }
+  if (rc != ncclSuccess) {
+    mp_fail(env, "init failed (%s) with FAKENET_FAULT=%s", ncclGetErrorString(rc), c->fault);
+    return 1;
+  }
+  cc_call call = {.coll = CC_ALLREDUCE, .type = ncclFloat32, .count = 150001, .op = ncclSum};
+  int r = cc_run(&call, env, comm);
+  int bad = r != -1;
+  if (bad) mp_fail(env, "an all-reduce across the failing plugin gave %d, not an error", r);
+  ncclCommAbort(comm);
+  return bad;
+}
+
+static void test_net(void** state) {
+  const net_case* c = *state;
+  mp_opts o = MP_OPTS_INIT;
+  o.deadline_s = 60; /* a fault that hangs a rank fails here */
+  assert_int_equal(mp_launch(c->nranks, c->fault ? fault_body : good_body, (void*)c, &o), 0);
+}
+
+static const net_case k_v8 = {8, 3, 1, NULL, NULL, 0};
+static const net_case k_v9 = {9, 3, 1, NULL, NULL, 0};
+static const net_case k_v10 = {10, 3, 1, NULL, NULL, 0};
+static const net_case k_v11 = {11, 3, 1, NULL, NULL, 0};
+static const net_case k_v12 = {12, 4, 1, NULL, NULL, 0};
+static const net_case k_v12_2x2 = {12, 4, 2, NULL, NULL, 0}; /* shared memory inside a host */
+static const net_case k_f_init = {12, 2, 1, "init", NULL, 1};
+static const net_case k_f_devices = {8, 2, 1, "devices", NULL, 1};
+static const net_case k_f_props = {12, 2, 1, "props", NULL, 1};
+static const net_case k_f_baddev = {10, 2, 1, "baddev", NULL, 1};
+static const net_case k_f_listen = {12, 2, 1, "listen", NULL, 0}; /* per connection */
+static const net_case k_f_connect = {12, 2, 1, "connect", NULL, 0};
+static const net_case k_f_accept = {9, 2, 1, "accept", NULL, 0};
+static const net_case k_f_regmr = {12, 2, 1, "regmr", NULL, 0};
+static const net_case k_f_regmr_late = {11, 2, 1, "regmr", "6", 0}; /* a payload's */
+static const net_case k_f_isend = {12, 2, 1, "isend", "2", 0};
+static const net_case k_f_irecv = {8, 2, 1, "irecv", "2", 0};
+static const net_case k_f_test = {12, 2, 1, "test", "20", 0};
+static const net_case k_f_stall = {12, 2, 1, "stall", NULL, 0};
+static const net_case k_f_die = {12, 2, 1, "die", "3", 0};
+static const net_case k_f_badsize = {9, 2, 1, "badsize", NULL, 0};
+
+#define NET_TEST(c) cmocka_unit_test_prestate(test_net, (void*)&(c))
+
+int main(void) {
+  find_plugins();
+  const struct CMUnitTest tests[] = {
+      NET_TEST(k_v8),        NET_TEST(k_v9),       NET_TEST(k_v10),          NET_TEST(k_v11),
+      NET_TEST(k_v12),       NET_TEST(k_v12_2x2),  NET_TEST(k_f_init),       NET_TEST(k_f_devices),
+      NET_TEST(k_f_props),   NET_TEST(k_f_baddev), NET_TEST(k_f_listen),     NET_TEST(k_f_connect),
+      NET_TEST(k_f_accept),  NET_TEST(k_f_regmr),  NET_TEST(k_f_regmr_late), NET_TEST(k_f_isend),
+      NET_TEST(k_f_irecv),   NET_TEST(k_f_test),   NET_TEST(k_f_stall),      NET_TEST(k_f_die),
+      NET_TEST(k_f_badsize),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
