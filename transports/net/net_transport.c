@@ -45,16 +45,16 @@
 #define NET_NAP_US 200        /* between tries of a connect or accept */
 
 /* What a rank publishes: whether it opened the plugin (0: no pair with it
- * uses this transport). */
+ * uses this transport), and its device's speed (0: the plugin said none). */
 struct net_blob {
   uint32_t valid;
-  uint32_t pad;
+  uint32_t speed_mbps;
 };
 
 /* The receiver's answer to a sender's dial: where to connect. */
 struct net_offer {
   uint32_t magic;
-  int32_t dev;
+  uint32_t pad;
   uint8_t handle[NET_PLUGIN_HANDLE_BYTES];
 };
 
@@ -130,6 +130,30 @@ static int net_is(const char* name) {
   return strcasecmp(name, net_plugin_name(p)) == 0;
 }
 
+/* This rank's place among its host's ranks: the ranks of a host spread
+ * over its devices (NICs), as NCCL gives each GPU its nearest NIC. */
+static int net_local_index(const struct transport_ctx* ctx) {
+  int local = 0;
+  for (int r = 0; r < ctx->rank; r++)
+    local += ctx->peers[r].host_hash == ctx->peers[ctx->rank].host_hash;
+  return local;
+}
+
+/* Every device the plugin has, in the log, each checked. */
+static ncclResult_t net_devices_log(struct net_state* s, int ndev) {
+  ncclResult_t res = ncclSuccess;
+  for (int d = 0; d < ndev && debug_enabled(DEBUG_INFO, SUB_NET); d++) {
+    struct net_props p;
+    CHECK(net_plugin_props(s->plugin, d, &p));
+    INFO(SUB_INIT | SUB_NET,
+         "NET/Plugin : %s device %d: %s, %d Mb/s, %.1f us, messages up to %zu%s",
+         net_plugin_name(s->plugin), d, p.name, p.speed_mbps, p.latency_us, p.max_bytes,
+         d == s->dev ? " (this rank's)" : "");
+  }
+fail:
+  return res;
+}
+
 static ncclResult_t net_state_make(struct transport_ctx* ctx, struct net_state** out) {
   ncclResult_t res = ncclSuccess;
   struct net_state* s = NULL;
@@ -140,11 +164,9 @@ static ncclResult_t net_state_make(struct transport_ctx* ctx, struct net_state**
   CHECK(net_plugin_open(s->plugin, ctx->secret * 0x9e3779b97f4a7c15ull, &s->ctx));
   CHECK(net_plugin_devices(s->plugin, &ndev));
   if (ndev == 0) FAIL(ncclSystemError, "NET/Plugin : %s has no device", net_plugin_name(s->plugin));
-  s->dev = 0;
+  s->dev = net_local_index(ctx) % ndev;
   CHECK(net_plugin_props(s->plugin, s->dev, &s->props));
-  INFO(SUB_INIT | SUB_NET, "NET/Plugin : %s device %d: %s, %d Mb/s, %.1f us, messages up to %zu",
-       net_plugin_name(s->plugin), s->dev, s->props.name, s->props.speed_mbps, s->props.latency_us,
-       s->props.max_bytes);
+  CHECK(net_devices_log(s, ndev));
   *out = s;
   return ncclSuccess;
 fail:
@@ -162,6 +184,7 @@ static ncclResult_t net_blob_make(struct transport_ctx* ctx, void* blob) {
   CHECK(net_state_make(ctx, &s));
   ctx->state[NET_TRANSPORT_ID] = s;
   b->valid = 1;
+  b->speed_mbps = (uint32_t)s->props.speed_mbps;
 fail:
   return res;
 }
@@ -172,10 +195,12 @@ static int net_can_connect(const struct transport_ctx* ctx, int a, int b) {
   return ba->valid == 1 && bb->valid == 1;
 }
 
+/* What the tuner prices a rank's link at: its device's speed, else (the
+ * plugin gave none) its NIC's, as the topology found it. From the peer
+ * table, so every rank gets the same answer. */
 static uint32_t net_link_mbps(const struct transport_ctx* ctx, int rank) {
-  const struct net_state* s = net_state(ctx);
-  (void)rank;
-  return s ? (uint32_t)s->props.speed_mbps : 0;
+  const struct net_blob* b = transport_peer_blob(ctx, &net_transport, rank);
+  return b->speed_mbps ? b->speed_mbps : ctx->peers[rank].nic_mbps;
 }
 
 /* ---- connections ---- */
@@ -220,7 +245,7 @@ static ncclResult_t net_sender_step(struct net_conn* c) {
       FAIL(ncclRemoteError, "NET/Plugin : rank %d answered with something not an offer",
            c->base.peer);
   }
-  CHECK(net_plugin_connect(s->plugin, s->ctx, c->offer.dev, c->offer.handle, &comm));
+  CHECK(net_plugin_connect(s->plugin, s->ctx, s->dev, c->offer.handle, &comm));
   if (comm) {
     close(c->oob);
     c->oob = -1;
@@ -313,7 +338,7 @@ static ncclResult_t net_connect_recv(struct transport_ctx* ctx, int peer, int ch
   ncclResult_t res = ncclSuccess;
   struct net_state* s = net_state(ctx);
   uint64_t deadline = socket_deadline(ctx->timeout_ms);
-  struct net_offer offer = {NET_MAGIC, s->dev, {0}};
+  struct net_offer offer = {NET_MAGIC, 0, {0}};
   struct net_conn* c = NULL;
   void *listen = NULL, *comm = NULL;
   int oob = -1;

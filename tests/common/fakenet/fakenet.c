@@ -33,6 +33,7 @@
 #ifndef FAKENET_VERSION
 #define FAKENET_VERSION 12
 #endif
+#define FAKENET_NDEVS 2 /* two NICs on one network: ranks of a host spread over them */
 #define FAKENET_MAX_REQS 16
 #define FAKENET_MAX_BYTES 100000
 #define FAKENET_MAGIC 0x46414b45u /* "FAKE" */
@@ -135,7 +136,7 @@ static ncclResult_t fk_init(void) {
 }
 
 static ncclResult_t fk_devices(int* ndev) {
-  *ndev = 1;
+  *ndev = FAKENET_NDEVS;
   return fault(FAULT_DEVICES) ? ncclSystemError : ncclSuccess;
 }
 
@@ -143,7 +144,8 @@ static ncclResult_t fk_listen(int dev, void* handle, void** listen_comm) {
   struct fk_handle* h = handle;
   struct fk_listen* l;
   struct sockaddr_un a;
-  if (dev != 0 || fault(FAULT_LISTEN) || (l = calloc(1, sizeof(*l))) == NULL)
+  if ((dev < 0 || dev >= FAKENET_NDEVS) || fault(FAULT_LISTEN) ||
+      (l = calloc(1, sizeof(*l))) == NULL)
     return ncclSystemError;
   l->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   h->magic = FAKENET_MAGIC;
@@ -171,7 +173,8 @@ static ncclResult_t fk_connect(int dev, void* handle, void** send_comm) {
   const struct fk_handle* h = handle;
   struct sockaddr_un a;
   *send_comm = NULL;
-  if (dev != 0 || h->magic != FAKENET_MAGIC || fault(FAULT_CONNECT)) return ncclSystemError;
+  if ((dev < 0 || dev >= FAKENET_NDEVS) || h->magic != FAKENET_MAGIC || fault(FAULT_CONNECT))
+    return ncclSystemError;
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0 || connect(fd, (struct sockaddr*)&a, fk_address(h->name, &a)) != 0) {
     if (fd >= 0) close(fd);
@@ -349,7 +352,7 @@ static ncclResult_t v_init(net_abi_logger log) {
 }
 static ncclResult_t v_props(int dev, struct net_abi_props_v8* p) {
   FK_PROPS_COMMON(p);
-  return dev != 0 || fault(FAULT_PROPS) ? ncclSystemError : ncclSuccess;
+  return (dev < 0 || dev >= FAKENET_NDEVS) || fault(FAULT_PROPS) ? ncclSystemError : ncclSuccess;
 }
 #elif FAKENET_VERSION <= 10
 #if FAKENET_VERSION == 9
@@ -365,7 +368,7 @@ static ncclResult_t v_props(int dev, struct net_abi_props_v9* p) {
   FK_PROPS_COMMON(p);
   p->max_p2p_bytes = FAKENET_MAX_BYTES;
   p->vprops.ndevs = 1;
-  return dev != 0 || fault(FAULT_PROPS) ? ncclSystemError : ncclSuccess;
+  return (dev < 0 || dev >= FAKENET_NDEVS) || fault(FAULT_PROPS) ? ncclSystemError : ncclSuccess;
 }
 #else
 static ncclResult_t v_init(void** ctx, uint64_t comm_id, struct net_abi_config* config,
@@ -390,7 +393,7 @@ static ncclResult_t v_props(int dev, void* props) {
   FK_PROPS_COMMON(p);
   p->max_p2p_bytes = FAKENET_MAX_BYTES;
   p->vprops.ndevs = 1;
-  return dev != 0 || fault(FAULT_PROPS) ? ncclSystemError : ncclSuccess;
+  return (dev < 0 || dev >= FAKENET_NDEVS) || fault(FAULT_PROPS) ? ncclSystemError : ncclSuccess;
 }
 #endif
 
