@@ -18,6 +18,7 @@
 
 #include "braid.h"
 #include "collcheck.h"
+#include "devmem.h"
 #include "launcher.h"
 
 static const size_t kCounts[] = {0, 1, 1023, 150001}; /* the last is cut by the fake's 100000 */
@@ -145,6 +146,48 @@ static int fault_body(const mp_env* env) {
   return bad;
 }
 
+/* Device buffers (the simulated driver): staged through pinned host
+ * memory, as over sockets, and carried by the plugin. */
+static int device_body(const mp_env* env) {
+  const net_case* c = env->arg;
+  static const size_t counts[] = {1, 150001};
+  ncclComm_t comm;
+  cudaStream_t s;
+  int bad = 0, i = 0;
+  rank_env(env, c);
+  if (dev_open(env, 0) != 0 || (s = dev_stream(env)) == NULL) return 1;
+  if (mp_comm_init(env, &comm) != 0) return 1;
+  for (int coll = 0; coll < CC_NCOLLS; coll++)
+    for (size_t ci = 0; ci < COUNT_OF(counts); ci++, i++) {
+      dev_call d = {.host = {.coll = coll, .count = counts[ci], .salt = (uint64_t)i}};
+      d.host.type = kTypes[(size_t)i % COUNT_OF(kTypes)];
+      d.host.op = ncclSum;
+      d.host.root = i % env->nranks;
+      int wrong = dev_call_prepare(&d, env);
+      if (!wrong) {
+        ncclResult_t rc = cc_issue(&d.dev, comm, s);
+        wrong = rc != ncclSuccess || dev_sync(env, s) || dev_call_fetch(&d, env) ||
+                cc_verify(&d.host, env);
+      }
+      if (wrong) mp_fail(env, "device buffers: %s of %zu wrong", cc_coll_name(coll), counts[ci]);
+      bad += wrong;
+      dev_call_release(&d);
+    }
+  if (!recorder_says(comm, "\"transport\":\"net\"")) {
+    mp_fail(env, "no link of this rank went over the net plugin");
+    bad++;
+  }
+  return mp_expect_rc(env, comm, ncclCommDestroy(comm), ncclSuccess, "ncclCommDestroy") + bad;
+}
+
+static void test_device(void** state) {
+  const char* lib = getenv("BRAID_CUDA_LIB");
+  if (lib == NULL || access(lib, R_OK) != 0) skip(); /* no simulated driver in this build */
+  mp_opts o = MP_OPTS_INIT;
+  o.deadline_s = 60;
+  assert_int_equal(mp_launch(3, device_body, *state, &o), 0);
+}
+
 static void test_net(void** state) {
   const net_case* c = *state;
   mp_opts o = MP_OPTS_INIT;
@@ -178,13 +221,19 @@ static const net_case k_f_badsize = {9, 2, 1, "badsize", NULL, 0};
 
 int main(void) {
   find_plugins();
+  mp_default_env("BRAID_CUDA_LIB", "build/tests/libcudasim.so");
   const struct CMUnitTest tests[] = {
-      NET_TEST(k_v8),        NET_TEST(k_v9),       NET_TEST(k_v10),          NET_TEST(k_v11),
-      NET_TEST(k_v12),       NET_TEST(k_v12_2x2),  NET_TEST(k_f_init),       NET_TEST(k_f_devices),
-      NET_TEST(k_f_props),   NET_TEST(k_f_baddev), NET_TEST(k_f_listen),     NET_TEST(k_f_connect),
-      NET_TEST(k_f_accept),  NET_TEST(k_f_regmr),  NET_TEST(k_f_regmr_late), NET_TEST(k_f_isend),
-      NET_TEST(k_f_irecv),   NET_TEST(k_f_test),   NET_TEST(k_f_stall),      NET_TEST(k_f_die),
-      NET_TEST(k_f_badsize),
+      NET_TEST(k_v8),           NET_TEST(k_v9),
+      NET_TEST(k_v10),          NET_TEST(k_v11),
+      NET_TEST(k_v12),          NET_TEST(k_v12_2x2),
+      NET_TEST(k_f_init),       NET_TEST(k_f_devices),
+      NET_TEST(k_f_props),      NET_TEST(k_f_baddev),
+      NET_TEST(k_f_listen),     NET_TEST(k_f_connect),
+      NET_TEST(k_f_accept),     NET_TEST(k_f_regmr),
+      NET_TEST(k_f_regmr_late), NET_TEST(k_f_isend),
+      NET_TEST(k_f_irecv),      NET_TEST(k_f_test),
+      NET_TEST(k_f_stall),      NET_TEST(k_f_die),
+      NET_TEST(k_f_badsize),    cmocka_unit_test_prestate(test_device, (void*)&k_v10),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
