@@ -21,6 +21,8 @@
 #include "core.h"
 
 #define PROGRESS_MAX_POLL 64
+/* A waiter's nap where only polled connections block (a net plugin's). */
+#define PROGRESS_NAP_US 50
 
 /* Tags of the engine's own fds in its epoll set (transport fds carry 0). */
 #define PROGRESS_TAG_WAKE 1u
@@ -173,7 +175,14 @@ ncclResult_t progress_wait(struct progress* const* engines, struct transport_wai
   int nfutex = 0, nfd = 0, npoll = 0;
   for (int i = 0; i < n; i++)
     nfutex += waits[i]->nfutex, nfd += waits[i]->nfd, npoll += waits[i]->npoll;
-  /* Something blocked that nothing wakes: look again soon. */
+  /* Something blocked that nothing wakes: look again soon. Where that is
+   * all (a net plugin's connections: polled only), soon is a nap of
+   * PROGRESS_NAP_US, not epoll's millisecond, which took most of a
+   * pipeline's time (docs/net-plugins.md, "Progress"). */
+  if (npoll > 0 && nfd == 0 && nfutex == 0) {
+    usleep(PROGRESS_NAP_US);
+    return ncclSuccess;
+  }
   if (npoll > 0) timeout_ms = MIN(timeout_ms, 1);
   if (nfutex > 0 && nfd == 0) return futex_sleep(engines, waits, n, timeout_ms);
   if (nfutex == 0) return epoll_sleep(engines, n, timeout_ms);
