@@ -85,6 +85,7 @@ struct net_state {
 struct net_req {
   void* request;
   void* mhandle; /* deregistered when done (NULL: the frames' own) */
+  int mr;        /* its registration's entry in the conn's cache + 1; 0: its own */
   size_t bytes;  /* posted */
   int last;      /* the last request of its message */
   int is_frame;
@@ -93,7 +94,21 @@ struct net_req {
 struct net_msg {
   char* buf;
   size_t bytes;
+  int owned; /* the comm's own memory (transport_buf.owned): its registration is kept */
   struct transport_tag tag;
+};
+
+/* Registrations of the comm's own memory (the executor's slots, posted
+ * again and again), kept for the connection's life: a plugin's regMr is a
+ * system call or more per message otherwise. An entry in use by a request
+ * is never replaced. */
+#define NET_MR_CACHE 32
+struct net_mr {
+  char* base;
+  size_t len;
+  void* mh;
+  int refs;
+  uint64_t used;
 };
 
 struct net_conn {
@@ -119,6 +134,8 @@ struct net_conn {
   /* requests in flight, oldest first */
   struct net_req reqs[NET_MAX_REQS];
   int nreqs;
+  struct net_mr mrs[NET_MR_CACHE];
+  uint64_t mr_clock;
 };
 
 static struct net_state* net_state(const struct transport_ctx* ctx) {
@@ -378,6 +395,7 @@ static ncclResult_t net_post(struct transport_conn* base, const struct transport
   }
   if (!transport_moves(base, b)) return ncclInternalError;
   m->buf = b->ptr;
+  m->owned = b->owned;
   m->bytes = b->bytes;
   memset(&m->tag, 0, sizeof(m->tag));
   if (tag) m->tag = *tag;
@@ -391,10 +409,49 @@ static ncclResult_t net_post_frame(struct net_conn* c, struct net_msg* m, struct
   struct net_frame* f = &c->frames[c->post_msg % TRANSPORT_MAX_INFLIGHT];
   struct net_plugin* p = c->st->plugin;
   if (c->base.is_send) *f = (struct net_frame){c->post_msg, m->bytes, m->tag};
-  *r = (struct net_req){NULL, NULL, sizeof(*f), m->bytes == 0, 1};
+  *r = (struct net_req){.bytes = sizeof(*f), .last = m->bytes == 0, .is_frame = 1};
   return c->base.is_send
              ? net_plugin_isend(p, c->comm, f, sizeof(*f), c->tag, c->frames_mh, &r->request)
              : net_plugin_irecv(p, c->comm, f, sizeof(*f), c->tag, c->frames_mh, &r->request);
+}
+
+/* A registration of [at, at + len) for a request: from the cache for the
+ * comm's own memory (*mr its entry + 1), else made for it (*mr 0). */
+static ncclResult_t net_mr_get(struct net_conn* c, int owned, char* at, size_t len, void** mh,
+                               int* mr) {
+  ncclResult_t res = ncclSuccess;
+  struct net_plugin* p = c->st->plugin;
+  struct net_mr* free_e = NULL;
+  *mr = 0;
+  for (int i = 0; owned && i < NET_MR_CACHE; i++) {
+    struct net_mr* e = &c->mrs[i];
+    if (e->mh && e->base == at && e->len >= len) {
+      free_e = e;
+      goto hit;
+    }
+    if (e->refs == 0 && (free_e == NULL || e->used < free_e->used)) free_e = e;
+  }
+  if (!owned || free_e == NULL) return net_plugin_reg(p, c->comm, at, len, mh);
+  net_plugin_dereg(p, c->comm, free_e->mh);
+  free_e->mh = NULL;
+  CHECK(net_plugin_reg(p, c->comm, at, len, &free_e->mh));
+  free_e->base = at;
+  free_e->len = len;
+hit:
+  free_e->refs++;
+  free_e->used = ++c->mr_clock;
+  *mh = free_e->mh;
+  *mr = (int)(free_e - c->mrs) + 1;
+fail:
+  return res;
+}
+
+/* A request's registration is done with. */
+static void net_mr_put(struct net_conn* c, const struct net_req* r) {
+  if (r->mr)
+    c->mrs[r->mr - 1].refs--;
+  else
+    net_plugin_dereg(c->st->plugin, c->comm, r->mhandle);
 }
 
 /* Post the next piece of message post_msg's payload, registered for it. */
@@ -403,11 +460,11 @@ static ncclResult_t net_post_piece(struct net_conn* c, struct net_msg* m, struct
   struct net_plugin* p = c->st->plugin;
   size_t len = MIN(m->bytes - c->post_off, c->st->props.max_bytes);
   char* at = m->buf + c->post_off;
-  *r = (struct net_req){NULL, NULL, len, c->post_off + len == m->bytes, 0};
-  CHECK(net_plugin_reg(p, c->comm, at, len, &r->mhandle));
+  *r = (struct net_req){.bytes = len, .last = c->post_off + len == m->bytes};
+  CHECK(net_mr_get(c, m->owned, at, len, &r->mhandle, &r->mr));
   res = c->base.is_send ? net_plugin_isend(p, c->comm, at, len, c->tag, r->mhandle, &r->request)
                         : net_plugin_irecv(p, c->comm, at, len, c->tag, r->mhandle, &r->request);
-  if (res != ncclSuccess || r->request == NULL) net_plugin_dereg(p, c->comm, r->mhandle);
+  if (res != ncclSuccess || r->request == NULL) net_mr_put(c, r);
 fail:
   return res;
 }
@@ -461,7 +518,7 @@ static ncclResult_t net_retire(struct net_conn* c, int* retired) {
   if (recv && r->is_frame) {
     CHECK(net_frame_check(c, c->base.completed));
   }
-  net_plugin_dereg(s->plugin, c->comm, r->mhandle);
+  if (!r->is_frame) net_mr_put(c, r);
   if (r->last) c->base.completed++;
   memmove(&c->reqs[0], &c->reqs[1], (size_t)(--c->nreqs) * sizeof(c->reqs[0]));
   *retired = 1;
@@ -503,7 +560,10 @@ static void net_close(struct transport_conn* base) {
   struct net_conn* c = (struct net_conn*)base;
   struct net_state* s = c->st;
   if (base->is_send) net_connecting_drop(s, c);
-  for (int i = 0; i < c->nreqs; i++) net_plugin_dereg(s->plugin, c->comm, c->reqs[i].mhandle);
+  for (int i = 0; i < c->nreqs; i++)
+    if (!c->reqs[i].is_frame && !c->reqs[i].mr)
+      net_plugin_dereg(s->plugin, c->comm, c->reqs[i].mhandle);
+  for (int i = 0; i < NET_MR_CACHE; i++) net_plugin_dereg(s->plugin, c->comm, c->mrs[i].mh);
   net_plugin_dereg(s->plugin, c->comm, c->frames_mh);
   if (base->is_send)
     net_plugin_close_send(s->plugin, c->comm);
