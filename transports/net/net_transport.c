@@ -122,6 +122,7 @@ struct net_conn {
   struct net_offer offer;
   size_t offer_got;
   uint64_t deadline;
+  ncclResult_t setup_res; /* why connecting failed, given by the conn's own progress */
   struct net_conn* next_connecting;
   /* the frames, registered once: a sender's are built here, a receiver's land here */
   struct net_frame frames[TRANSPORT_MAX_INFLIGHT];
@@ -241,10 +242,16 @@ static ncclResult_t net_conn_new(struct net_state* s, struct transport_ctx* ctx,
   return ncclSuccess;
 }
 
-/* The plugin's connection is made: the frames get their registration. */
+/* The plugin's connection is made: the frames get their registration,
+ * then the connection is published (another thread's progress may be
+ * looking: it reads comm with acquire, and so sees frames_mh). It is c's
+ * to close even when the registration failed. */
 static ncclResult_t net_conn_ready(struct net_conn* c, void* comm) {
-  c->comm = comm;
-  return net_plugin_reg(c->st->plugin, comm, c->frames, sizeof(c->frames), &c->frames_mh);
+  void* mh = NULL;
+  ncclResult_t res = net_plugin_reg(c->st->plugin, comm, c->frames, sizeof(c->frames), &mh);
+  c->frames_mh = mh;
+  __atomic_store_n(&c->comm, comm, __ATOMIC_RELEASE);
+  return res;
 }
 
 /* One step of a sender's setup, never waiting: read what there is of the
@@ -280,23 +287,24 @@ fail:
 }
 
 /* Move every connecting sender of the comm one step; those connected
- * leave the list. The first failure is returned (its sender stays, and
- * fails again when its own progress comes). */
-static ncclResult_t net_pump(struct net_state* s) {
-  ncclResult_t res = ncclSuccess;
+ * leave the list, and so do those that failed, their error kept for their
+ * own progress to give (a connection that fails fails its calls, not the
+ * others'). */
+static void net_pump(struct net_state* s) {
   pthread_mutex_lock(&s->lock);
   for (struct net_conn** at = &s->connecting; *at;) {
     struct net_conn* c = *at;
-    CHECK(net_sender_step(c));
-    if (c->comm == NULL) {
+    ncclResult_t res = net_sender_step(c);
+    if (res == ncclSuccess && c->comm == NULL) {
       at = &c->next_connecting;
       continue;
     }
     *at = c->next_connecting;
+    if (c->oob >= 0) close(c->oob);
+    c->oob = -1;
+    __atomic_store_n(&c->setup_res, res, __ATOMIC_RELEASE);
   }
-fail:
   pthread_mutex_unlock(&s->lock);
-  return res;
 }
 
 /* A sender closed while connecting leaves the list (under the lock: a
@@ -337,8 +345,7 @@ fail:
  * own connecting senders on meanwhile. */
 static ncclResult_t net_nap(struct transport_ctx* ctx, uint64_t deadline, const char* what,
                             int peer) {
-  ncclResult_t res = net_pump(net_state(ctx));
-  if (res != ncclSuccess) return res;
+  net_pump(net_state(ctx));
   if (ctx->aborted && atomic_load(ctx->aborted)) {
     WARN("NET/Plugin : communicator aborted while waiting to %s rank %d", what, peer);
     return ncclSystemError;
@@ -534,12 +541,14 @@ static ncclResult_t net_progress(struct transport_conn* base, int* progressed) {
    * millisecond or so (a connection made for a call that sent nothing on
    * it still owes the peer its connect); this one's at once */
   uint64_t now = braid_now_ns();
-  if (c->comm == NULL ||
-      now - atomic_load_explicit(&c->st->pumped_ns, memory_order_relaxed) > 1000000) {
+  int connected = __atomic_load_n(&c->comm, __ATOMIC_ACQUIRE) != NULL;
+  if (!connected || now - atomic_load_explicit(&c->st->pumped_ns, memory_order_relaxed) > 1000000) {
     atomic_store_explicit(&c->st->pumped_ns, now, memory_order_relaxed);
-    CHECK(net_pump(c->st));
+    net_pump(c->st);
   }
-  if (__atomic_load_n(&c->comm, __ATOMIC_ACQUIRE) == NULL) goto wait; /* still connecting */
+  CHECK(__atomic_load_n(&c->setup_res, __ATOMIC_ACQUIRE)); /* its connect failed */
+  connected = __atomic_load_n(&c->comm, __ATOMIC_ACQUIRE) != NULL;
+  if (!connected) goto wait;
   while (posted || retired) {
     CHECK(net_post_next(c, &posted));
     retired = 0;
@@ -547,7 +556,7 @@ static ncclResult_t net_progress(struct transport_conn* base, int* progressed) {
     if (retired) *progressed = 1;
   }
 wait:
-  if (base->completed < base->posted || c->comm == NULL) transport_wait_nap(c->waits);
+  if (base->completed < base->posted || !connected) transport_wait_nap(c->waits);
 fail:
   return res;
 }
