@@ -10,7 +10,7 @@
 #include "socket.h"
 
 /* What every rank tells every other rank at init. The transports' blobs
- * take 104 bytes today (transport_blobs_make's records: an 8-byte header
+ * take 112 bytes today (transport_blobs_make's records: an 8-byte header
  * each, the bytes padded to 8; a transport a comm does not use leaves its
  * blob zeros); the rest is room for another's. */
 #define PEER_BLOB_BYTES 128

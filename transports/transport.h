@@ -203,8 +203,12 @@ ncclResult_t transport_check_message(struct transport_conn* conn, uint64_t seq, 
 
 /* Capabilities: the memory kinds a transport moves, and what wakes a rank
  * that sleeps on one of its connections (transport_waits). */
-#define TRANSPORT_CAP_HOST_MEM 0x1u     /* host (pageable) memory */
-#define TRANSPORT_CAP_DEVICE_MEM 0x2u   /* CUDA device memory */
+#define TRANSPORT_CAP_HOST_MEM 0x1u   /* host (pageable) memory */
+#define TRANSPORT_CAP_DEVICE_MEM 0x2u /* CUDA device memory */
+/* It moves device memory with a copy kernel queued on the call's stream: a
+ * gated send hands it a deferred launch (transport_buf.launch); without
+ * this, a transport reads and writes device memory itself (a NIC's DMA). */
+#define TRANSPORT_CAP_DEVICE_COPY 0x4u
 #define TRANSPORT_CAP_WAKE_FD 0x100u    /* its fds in the comm's epoll set */
 #define TRANSPORT_CAP_WAKE_FUTEX 0x200u /* a futex word in shared memory */
 
@@ -224,6 +228,10 @@ struct transport {
    * table alone, so that both ends of a pair, and the tuner of every rank
    * (which asks about pairs it is not part of), get the same answer. */
   int (*can_connect)(const struct transport_ctx* ctx, int a, int b);
+  /* Optional, with TRANSPORT_CAP_DEVICE_MEM (NULL: every pair it joins):
+   * whether it moves device memory between a and b, where that depends on
+   * its run time (a net plugin's pointer support); from the peer table. */
+  int (*device_ok)(const struct transport_ctx* ctx, int a, int b);
   /* This rank's blob (blob_bytes, at most 255; all transports' together,
    * with an 8-byte header each and padded to 8, at most PEER_BLOB_BYTES),
    * filled at init into its peer_info before the bootstrap exchange; a

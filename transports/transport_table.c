@@ -158,6 +158,7 @@ const struct transport* transport_select(const struct transport_ctx* ctx, int a,
   for (size_t i = 0; i < TABLE_SIZE; i++) {
     const struct transport* t = k_table[i];
     if ((t->caps & mem_caps) != mem_caps) continue;
+    if ((mem_caps & TRANSPORT_CAP_DEVICE_MEM) && t->device_ok && !t->device_ok(ctx, a, b)) continue;
     if (is_network(t) && t != transport_network(ctx)) continue; /* not NCCL_NET's */
     if (t->can_connect(ctx, a, b)) return t;
   }

@@ -202,8 +202,15 @@ fail:
   return res;
 }
 
+/* A direct collective's kernels, or the copy of a send to a transport
+ * that moves device memory with one (cudaipc; a NIC reads it itself). */
 static int op_has_kernel(const struct work_op* op) {
-  return op->direct || (op->ipc && op->kind == WORK_SEND);
+  if (op->direct) return 1;
+  if (!op->ipc || op->kind != WORK_SEND) return 0;
+  struct ncclComm* c = op->comm; /* transport_select is pure: op_ipc chose the same */
+  const struct transport* t =
+      transport_select(&c->tctx, c->rank, op->peer, TRANSPORT_CAP_DEVICE_MEM);
+  return t != NULL && (t->caps & TRANSPORT_CAP_DEVICE_COPY);
 }
 
 /* Between a gated unit's ready and done: the kernels of its direct

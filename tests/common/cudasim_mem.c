@@ -456,3 +456,10 @@ int gpu_reaches(uintptr_t p, size_t bytes) {
   pthread_mutex_unlock(&g_mem.lock);
   return ok;
 }
+
+/* What a NIC's DMA reaches at device address p (GPUDirect RDMA, for the
+ * tests' fake net plugin, tests/common/fakenet): its shadow, NULL where
+ * [p, p + bytes) is not all device or pinned memory. */
+__attribute__((visibility("default"))) void* cudasim_dma_addr(uintptr_t p, size_t bytes) {
+  return gpu_reaches(p, bytes) ? gpu_addr(p) : NULL;
+}

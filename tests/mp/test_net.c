@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <dlfcn.h>
 
 #include "braid.h"
 #include "collcheck.h"
@@ -180,6 +181,78 @@ static int device_body(const mp_env* env) {
   return mp_expect_rc(env, comm, ncclCommDestroy(comm), ncclSuccess, "ncclCommDestroy") + bad;
 }
 
+/* What the fake plugin of this case saw: registrations of device memory,
+ * flushes (the library loaded it; dlopen finds that copy). */
+static int plugin_stats(const net_case* c, long* cuda_regs, long* flushes) {
+  char path[4200];
+  snprintf(path, sizeof(path), "%s/fakenet/libnccl-net-fake%d.so", g_plugin_dir, c->version);
+  void* h = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
+  void (*stats)(long*, long*) = h ? (void (*)(long*, long*))dlsym(h, "fakenet_stats") : NULL;
+  if (stats == NULL) return 1;
+  stats(cuda_regs, flushes);
+  dlclose(h);
+  return 0;
+}
+
+/* Where both ends' devices take CUDA memory (FAKENET_CUDA=1), device
+ * send/recv goes straight to the plugin, registered as device memory and
+ * flushed after each receive; exact. */
+static int device_p2p_body(const mp_env* env) {
+  const net_case* c = env->arg;
+  size_t bytes = 300001; /* three of the fake's messages and a byte */
+  int n = env->nranks, to = (env->rank + 1) % n, from = (env->rank + n - 1) % n, bad = 0;
+  ncclComm_t comm;
+  cudaStream_t s;
+  void *dout = NULL, *din = NULL;
+  long regs = 0, flushes = 0;
+  setenv("FAKENET_CUDA", "1", 1);
+  rank_env(env, c);
+  unsigned char* out = malloc(bytes);
+  unsigned char* in = malloc(bytes);
+  if (out == NULL || in == NULL || dev_open(env, 0) != 0 || (s = dev_stream(env)) == NULL ||
+      mp_comm_init(env, &comm) != 0)
+    return 1;
+  for (size_t b = 0; b < bytes; b++) out[b] = (unsigned char)(b * 13 + (size_t)env->rank);
+  bad += mp_expect_rc(env, comm, ncclMemAlloc(&dout, bytes), ncclSuccess, "ncclMemAlloc") +
+         mp_expect_rc(env, comm, ncclMemAlloc(&din, bytes), ncclSuccess, "ncclMemAlloc");
+  if (!bad) bad = dev_copy(env, dout, out, bytes);
+  if (!bad) {
+    bad += mp_expect_rc(env, comm, ncclGroupStart(), ncclSuccess, "ncclGroupStart");
+    bad += mp_expect_rc(env, comm, ncclSend(dout, bytes, ncclUint8, to, comm, s), ncclSuccess,
+                        "ncclSend");
+    bad += mp_expect_rc(env, comm, ncclRecv(din, bytes, ncclUint8, from, comm, s), ncclSuccess,
+                        "ncclRecv");
+    bad += mp_expect_rc(env, comm, ncclGroupEnd(), ncclSuccess, "ncclGroupEnd");
+    bad += dev_sync(env, s) || dev_copy(env, in, din, bytes);
+  }
+  for (size_t b = 0; !bad && b < bytes; b++)
+    if (in[b] != (unsigned char)(b * 13 + (size_t)from)) {
+      mp_fail(env, "device send/recv from %d: byte %zu wrong (%d, not %d)", from, b, in[b],
+              (unsigned char)(b * 13 + (size_t)from));
+      bad = 1;
+    }
+  if (!bad && (plugin_stats(c, &regs, &flushes) != 0 || regs == 0 || flushes == 0)) {
+    mp_fail(env,
+            "device buffers did not go to the plugin (%ld device registrations, %ld "
+            "flushes)",
+            regs, flushes);
+    bad = 1;
+  }
+  ncclMemFree(dout);
+  ncclMemFree(din);
+  free(out);
+  free(in);
+  return mp_expect_rc(env, comm, ncclCommDestroy(comm), ncclSuccess, "ncclCommDestroy") + bad;
+}
+
+static void test_device_p2p(void** state) {
+  const char* lib = getenv("BRAID_CUDA_LIB");
+  if (lib == NULL || access(lib, R_OK) != 0) skip(); /* no simulated driver in this build */
+  mp_opts o = MP_OPTS_INIT;
+  o.deadline_s = 60;
+  assert_int_equal(mp_launch(3, device_p2p_body, *state, &o), 0);
+}
+
 static void test_device(void** state) {
   const char* lib = getenv("BRAID_CUDA_LIB");
   if (lib == NULL || access(lib, R_OK) != 0) skip(); /* no simulated driver in this build */
@@ -223,17 +296,30 @@ int main(void) {
   find_plugins();
   mp_default_env("BRAID_CUDA_LIB", "build/tests/libcudasim.so");
   const struct CMUnitTest tests[] = {
-      NET_TEST(k_v8),           NET_TEST(k_v9),
-      NET_TEST(k_v10),          NET_TEST(k_v11),
-      NET_TEST(k_v12),          NET_TEST(k_v12_2x2),
-      NET_TEST(k_f_init),       NET_TEST(k_f_devices),
-      NET_TEST(k_f_props),      NET_TEST(k_f_baddev),
-      NET_TEST(k_f_listen),     NET_TEST(k_f_connect),
-      NET_TEST(k_f_accept),     NET_TEST(k_f_regmr),
-      NET_TEST(k_f_regmr_late), NET_TEST(k_f_isend),
-      NET_TEST(k_f_irecv),      NET_TEST(k_f_test),
-      NET_TEST(k_f_stall),      NET_TEST(k_f_die),
-      NET_TEST(k_f_badsize),    cmocka_unit_test_prestate(test_device, (void*)&k_v10),
+      NET_TEST(k_v8),
+      NET_TEST(k_v9),
+      NET_TEST(k_v10),
+      NET_TEST(k_v11),
+      NET_TEST(k_v12),
+      NET_TEST(k_v12_2x2),
+      NET_TEST(k_f_init),
+      NET_TEST(k_f_devices),
+      NET_TEST(k_f_props),
+      NET_TEST(k_f_baddev),
+      NET_TEST(k_f_listen),
+      NET_TEST(k_f_connect),
+      NET_TEST(k_f_accept),
+      NET_TEST(k_f_regmr),
+      NET_TEST(k_f_regmr_late),
+      NET_TEST(k_f_isend),
+      NET_TEST(k_f_irecv),
+      NET_TEST(k_f_test),
+      NET_TEST(k_f_stall),
+      NET_TEST(k_f_die),
+      NET_TEST(k_f_badsize),
+      cmocka_unit_test_prestate(test_device, (void*)&k_v10),
+      cmocka_unit_test_prestate(test_device_p2p, (void*)&k_v12),
+      cmocka_unit_test_prestate(test_device_p2p, (void*)&k_v8),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

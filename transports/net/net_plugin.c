@@ -330,10 +330,11 @@ void net_plugin_close_listen(struct net_plugin* p, void* listen) {
 
 /* ---- messages ---- */
 
-ncclResult_t net_plugin_reg(struct net_plugin* p, void* comm, void* data, size_t size,
+ncclResult_t net_plugin_reg(struct net_plugin* p, void* comm, void* data, size_t size, int device,
                             void** mhandle) {
   *mhandle = NULL;
-  ncclResult_t res = p->t.v8->reg_mr(comm, data, size, NET_ABI_PTR_HOST, mhandle);
+  ncclResult_t res =
+      p->t.v8->reg_mr(comm, data, size, device ? NET_ABI_PTR_CUDA : NET_ABI_PTR_HOST, mhandle);
   if (res != ncclSuccess)
     WARN("NET/Plugin : %s could not register %zu bytes at %p: %s", p->name, size, data,
          braid_result_name(res));
@@ -384,6 +385,14 @@ ncclResult_t net_plugin_irecv(struct net_plugin* p, void* recv, void* data, size
       res = p->t.v11->irecv(recv, 1, &data, &size, &tag, &mhandle, &phandle, request);
   }
   return said(p, "irecv", res);
+}
+
+ncclResult_t net_plugin_iflush(struct net_plugin* p, void* recv, void* data, size_t size,
+                               void* mhandle, void** request) {
+  int isize = (int)MIN(size, (size_t)INT_MAX);
+  *request = NULL;
+  if (p->t.v8->iflush == NULL) return ncclSuccess; /* the same member in every version */
+  return said(p, "iflush", p->t.v8->iflush(recv, 1, &data, &isize, &mhandle, request));
 }
 
 ncclResult_t net_plugin_test(struct net_plugin* p, void* request, size_t size, int* done,

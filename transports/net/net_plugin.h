@@ -59,8 +59,9 @@ void net_plugin_close_send(struct net_plugin* p, void* send);
 void net_plugin_close_recv(struct net_plugin* p, void* recv);
 void net_plugin_close_listen(struct net_plugin* p, void* listen);
 
-/* Host memory registration for a connection's messages. */
-ncclResult_t net_plugin_reg(struct net_plugin* p, void* comm, void* data, size_t size,
+/* Registration of a connection's message memory: host memory, or CUDA
+ * device memory (`device`) where the device takes it (device_ptrs). */
+ncclResult_t net_plugin_reg(struct net_plugin* p, void* comm, void* data, size_t size, int device,
                             void** mhandle);
 void net_plugin_dereg(struct net_plugin* p, void* comm, void* mhandle);
 
@@ -70,6 +71,10 @@ ncclResult_t net_plugin_isend(struct net_plugin* p, void* send, void* data, size
                               void* mhandle, void** request);
 ncclResult_t net_plugin_irecv(struct net_plugin* p, void* recv, void* data, size_t size, int tag,
                               void* mhandle, void** request);
+/* After a receive into device memory: make what the NIC wrote visible to
+ * the GPU's later work; *request NULL: nothing to wait for. */
+ncclResult_t net_plugin_iflush(struct net_plugin* p, void* recv, void* data, size_t size,
+                               void* mhandle, void** request);
 /* *done, and for a done receive (got not NULL) the bytes that came,
  * checked against `size`, what was posted: more is an error. */
 ncclResult_t net_plugin_test(struct net_plugin* p, void* request, size_t size, int* done,

@@ -49,10 +49,13 @@
 #define NET_NAP_US 200        /* between tries of a connect or accept */
 
 /* What a rank publishes: whether it opened the plugin (0: no pair with it
- * uses this transport), and its device's speed (0: the plugin said none). */
+ * uses this transport), its device's speed (0: the plugin said none), and
+ * whether the device takes CUDA device memory. */
 struct net_blob {
   uint32_t valid;
   uint32_t speed_mbps;
+  uint32_t device_ptrs;
+  uint32_t pad;
 };
 
 /* The receiver's answer to a sender's dial: where to connect. */
@@ -84,6 +87,8 @@ struct net_state {
 /* One request in the plugin: what it moves, what to undo when done. */
 struct net_req {
   void* request;
+  void* flush;   /* a device receive's flush, once the request is done; NULL: none pending */
+  char* at;      /* where its bytes are */
   void* mhandle; /* deregistered when done (NULL: the frames' own) */
   int mr;        /* its registration's entry in the conn's cache + 1; 0: its own */
   size_t bytes;  /* posted */
@@ -94,7 +99,8 @@ struct net_req {
 struct net_msg {
   char* buf;
   size_t bytes;
-  int owned; /* the comm's own memory (transport_buf.owned): its registration is kept */
+  int owned;  /* the comm's own memory (transport_buf.owned): its registration is kept */
+  int device; /* CUDA device memory */
   struct transport_tag tag;
 };
 
@@ -206,6 +212,7 @@ static ncclResult_t net_blob_make(struct transport_ctx* ctx, void* blob) {
   ctx->state[NET_TRANSPORT_ID] = s;
   b->valid = 1;
   b->speed_mbps = (uint32_t)s->props.speed_mbps;
+  b->device_ptrs = (uint32_t)s->props.device_ptrs;
 fail:
   return res;
 }
@@ -214,6 +221,14 @@ static int net_can_connect(const struct transport_ctx* ctx, int a, int b) {
   const struct net_blob *ba = transport_peer_blob(ctx, &net_transport, a),
                         *bb = transport_peer_blob(ctx, &net_transport, b);
   return ba->valid == 1 && bb->valid == 1;
+}
+
+/* Device buffers go straight to the plugin where both ends' devices take
+ * CUDA memory; otherwise they are staged through pinned host memory. */
+static int net_device_ok(const struct transport_ctx* ctx, int a, int b) {
+  const struct net_blob *ba = transport_peer_blob(ctx, &net_transport, a),
+                        *bb = transport_peer_blob(ctx, &net_transport, b);
+  return ba->device_ptrs == 1 && bb->device_ptrs == 1;
 }
 
 /* What the tuner prices a rank's link at: its device's speed, else (the
@@ -248,7 +263,7 @@ static ncclResult_t net_conn_new(struct net_state* s, struct transport_ctx* ctx,
  * to close even when the registration failed. */
 static ncclResult_t net_conn_ready(struct net_conn* c, void* comm) {
   void* mh = NULL;
-  ncclResult_t res = net_plugin_reg(c->st->plugin, comm, c->frames, sizeof(c->frames), &mh);
+  ncclResult_t res = net_plugin_reg(c->st->plugin, comm, c->frames, sizeof(c->frames), 0, &mh);
   c->frames_mh = mh;
   __atomic_store_n(&c->comm, comm, __ATOMIC_RELEASE);
   return res;
@@ -403,6 +418,7 @@ static ncclResult_t net_post(struct transport_conn* base, const struct transport
   if (!transport_moves(base, b)) return ncclInternalError;
   m->buf = b->ptr;
   m->owned = b->owned;
+  m->device = b->mem == TRANSPORT_CAP_DEVICE_MEM;
   m->bytes = b->bytes;
   memset(&m->tag, 0, sizeof(m->tag));
   if (tag) m->tag = *tag;
@@ -424,11 +440,12 @@ static ncclResult_t net_post_frame(struct net_conn* c, struct net_msg* m, struct
 
 /* A registration of [at, at + len) for a request: from the cache for the
  * comm's own memory (*mr its entry + 1), else made for it (*mr 0). */
-static ncclResult_t net_mr_get(struct net_conn* c, int owned, char* at, size_t len, void** mh,
-                               int* mr) {
+static ncclResult_t net_mr_get(struct net_conn* c, const struct net_msg* m, char* at, size_t len,
+                               void** mh, int* mr) {
   ncclResult_t res = ncclSuccess;
   struct net_plugin* p = c->st->plugin;
   struct net_mr* free_e = NULL;
+  int owned = m->owned && !m->device;
   *mr = 0;
   for (int i = 0; owned && i < NET_MR_CACHE; i++) {
     struct net_mr* e = &c->mrs[i];
@@ -438,10 +455,10 @@ static ncclResult_t net_mr_get(struct net_conn* c, int owned, char* at, size_t l
     }
     if (e->refs == 0 && (free_e == NULL || e->used < free_e->used)) free_e = e;
   }
-  if (!owned || free_e == NULL) return net_plugin_reg(p, c->comm, at, len, mh);
+  if (!owned || free_e == NULL) return net_plugin_reg(p, c->comm, at, len, m->device, mh);
   net_plugin_dereg(p, c->comm, free_e->mh);
   free_e->mh = NULL;
-  CHECK(net_plugin_reg(p, c->comm, at, len, &free_e->mh));
+  CHECK(net_plugin_reg(p, c->comm, at, len, 0, &free_e->mh));
   free_e->base = at;
   free_e->len = len;
 hit:
@@ -467,8 +484,8 @@ static ncclResult_t net_post_piece(struct net_conn* c, struct net_msg* m, struct
   struct net_plugin* p = c->st->plugin;
   size_t len = MIN(m->bytes - c->post_off, c->st->props.max_bytes);
   char* at = m->buf + c->post_off;
-  *r = (struct net_req){.bytes = len, .last = c->post_off + len == m->bytes};
-  CHECK(net_mr_get(c, m->owned, at, len, &r->mhandle, &r->mr));
+  *r = (struct net_req){.at = at, .bytes = len, .last = c->post_off + len == m->bytes};
+  CHECK(net_mr_get(c, m, at, len, &r->mhandle, &r->mr));
   res = c->base.is_send ? net_plugin_isend(p, c->comm, at, len, c->tag, r->mhandle, &r->request)
                         : net_plugin_irecv(p, c->comm, at, len, c->tag, r->mhandle, &r->request);
   if (res != ncclSuccess || r->request == NULL) net_mr_put(c, r);
@@ -517,14 +534,25 @@ static ncclResult_t net_retire(struct net_conn* c, int* retired) {
   int done = 0, recv = !c->base.is_send;
   size_t got = 0;
   *retired = 0;
+  if (r->flush) { /* done already: its flush is what it waits for */
+    CHECK(net_plugin_test(s->plugin, r->flush, 0, &done, NULL));
+    if (!done) return ncclSuccess;
+    r->flush = NULL;
+    goto done;
+  }
   CHECK(net_plugin_test(s->plugin, r->request, r->bytes, &done, recv ? &got : NULL));
   if (!done) return ncclSuccess;
   if (recv && got != r->bytes)
     FAIL(ncclRemoteError, "NET/Plugin : rank %d sent %zu bytes where %zu were announced",
          c->base.peer, got, r->bytes);
-  if (recv && r->is_frame) {
-    CHECK(net_frame_check(c, c->base.completed));
+  if (recv && r->is_frame) CHECK(net_frame_check(c, c->base.completed));
+  /* a message received into device memory is flushed before it completes */
+  if (recv && r->last && !r->is_frame &&
+      c->msgs[c->base.completed % TRANSPORT_MAX_INFLIGHT].device) {
+    CHECK(net_plugin_iflush(s->plugin, c->comm, r->at, r->bytes, r->mhandle, &r->flush));
+    if (r->flush) return ncclSuccess;
   }
+done:
   if (!r->is_frame) net_mr_put(c, r);
   if (r->last) c->base.completed++;
   memmove(&c->reqs[0], &c->reqs[1], (size_t)(--c->nreqs) * sizeof(c->reqs[0]));
@@ -595,8 +623,9 @@ const struct transport net_transport = {
     .id = NET_TRANSPORT_ID,
     .net_is = net_is,
     .link = TRANSPORT_LINK_NETWORK,
-    .caps = TRANSPORT_CAP_HOST_MEM,
+    .caps = TRANSPORT_CAP_HOST_MEM | TRANSPORT_CAP_DEVICE_MEM, /* device: where device_ok */
     .can_connect = net_can_connect,
+    .device_ok = net_device_ok,
     .blob_bytes = sizeof(struct net_blob),
     .blob_make = net_blob_make,
     .connect_send = net_connect_send,

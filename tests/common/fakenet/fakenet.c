@@ -17,7 +17,12 @@
  *   badsize    a completed receive reports more bytes than were posted
  *   baddev     the device is not host-driven
  * FAKENET_FAULT_AFTER=N lets the first N calls of that kind succeed.
+ * FAKENET_CUDA=1 makes its devices take CUDA device memory (NCCL_PTR_CUDA),
+ * which the simulated driver keeps in host memory the fake reads and
+ * writes; fakenet_stats() says how many such registrations and flushes it
+ * saw, for a test that dlopens it too.
  */
+#include <dlfcn.h>
 #include <errno.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -46,6 +51,7 @@ struct fk_handle {
 
 struct fk_mr {
   uint32_t magic;
+  int cuda; /* device memory: reached through the simulated driver's DMA view */
   char* base;
   size_t size;
 };
@@ -75,6 +81,17 @@ struct fk_listen {
 };
 
 static net_abi_logger g_log;
+static _Atomic long g_cuda_regs, g_flushes; /* fakenet_stats */
+
+static int fk_cuda(void) {
+  const char* v = getenv("FAKENET_CUDA");
+  return v && strcmp(v, "1") == 0;
+}
+
+__attribute__((visibility("default"))) void fakenet_stats(long* cuda_regs, long* flushes) {
+  *cuda_regs = atomic_load(&g_cuda_regs);
+  *flushes = atomic_load(&g_flushes);
+}
 static _Atomic long g_calls[16];
 
 enum {
@@ -195,9 +212,11 @@ static ncclResult_t fk_accept(void* listen_comm, void** recv_comm) {
 static ncclResult_t fk_reg_mr(void* comm, void* data, size_t size, int type, void** mhandle) {
   struct fk_mr* m;
   (void)comm;
-  if (type != NET_ABI_PTR_HOST || fault(FAULT_REGMR) || (m = calloc(1, sizeof(*m))) == NULL)
+  if ((type != NET_ABI_PTR_HOST && !(type == NET_ABI_PTR_CUDA && fk_cuda())) ||
+      fault(FAULT_REGMR) || (m = calloc(1, sizeof(*m))) == NULL)
     return ncclSystemError;
-  *m = (struct fk_mr){FAKENET_MAGIC, data, size};
+  if (type == NET_ABI_PTR_CUDA) atomic_fetch_add(&g_cuda_regs, 1);
+  *m = (struct fk_mr){FAKENET_MAGIC, type == NET_ABI_PTR_CUDA, data, size};
   *mhandle = m;
   return ncclSuccess;
 }
@@ -218,11 +237,28 @@ static int fk_covered(const struct fk_mr* m, const char* p, size_t n) {
   return m && m->magic == FAKENET_MAGIC && p >= m->base && p + n <= m->base + m->size;
 }
 
+/* Device memory as a NIC's DMA sees it: the simulated driver's view
+ * (BRAID_CUDA_LIB, already loaded by the library), NULL where none. */
+static void* fk_dma(void* data, size_t size) {
+  const char* lib = getenv("BRAID_CUDA_LIB");
+  void* h = lib ? dlopen(lib, RTLD_NOW | RTLD_NOLOAD) : NULL;
+  void* (*dma)(uintptr_t, size_t) =
+      h ? (void* (*)(uintptr_t, size_t))dlsym(h, "cudasim_dma_addr") : NULL;
+  void* at = dma ? dma((uintptr_t)data, size) : NULL;
+  if (h) dlclose(h);
+  return at;
+}
+
 static ncclResult_t fk_post(struct fk_comm* c, int is_send, void* data, size_t size, void* mhandle,
                             void** request) {
+  const struct fk_mr* m = mhandle;
   *request = NULL;
-  if (!fk_covered(mhandle, data, size)) {
+  if (!fk_covered(m, data, size)) {
     fprintf(stderr, "fakenet: %zu bytes at %p outside their registration\n", size, data);
+    return ncclSystemError;
+  }
+  if (m->cuda && size > 0 && (data = fk_dma(data, size)) == NULL) {
+    fprintf(stderr, "fakenet: device memory the NIC cannot reach\n");
     return ncclSystemError;
   }
   if (c->count == FAKENET_MAX_REQS) return ncclSuccess; /* full: try again */
@@ -326,23 +362,24 @@ static ncclResult_t fk_close_listen(void* listen_comm) {
 static ncclResult_t fk_iflush(void* recv_comm, int n, void** data, int* sizes, void** mhandles,
                               void** request) {
   (void)recv_comm, (void)n, (void)data, (void)sizes, (void)mhandles;
-  *request = NULL;
+  atomic_fetch_add(&g_flushes, 1);
+  *request = NULL; /* the simulated device sees host writes at once */
   return ncclSuccess;
 }
 
 /* ---- the exported table of FAKENET_VERSION ---- */
 
-#define FK_PROPS_COMMON(p)                                            \
-  do {                                                                \
-    memset(p, 0, sizeof(*p));                                         \
-    (p)->name = (char*)"fake0";                                       \
-    (p)->guid = 0x1234;                                               \
-    (p)->ptr_support = NET_ABI_PTR_HOST;                              \
-    (p)->speed_mbps = 10000;                                          \
-    (p)->latency_us = 1.0f;                                           \
-    (p)->max_comms = 65536;                                           \
-    (p)->max_recvs = 1;                                               \
-    (p)->device_type = fault(FAULT_BADDEV) ? 1 : NET_ABI_DEVICE_HOST; \
+#define FK_PROPS_COMMON(p)                                                    \
+  do {                                                                        \
+    memset(p, 0, sizeof(*p));                                                 \
+    (p)->name = (char*)"fake0";                                               \
+    (p)->guid = 0x1234;                                                       \
+    (p)->ptr_support = NET_ABI_PTR_HOST | (fk_cuda() ? NET_ABI_PTR_CUDA : 0); \
+    (p)->speed_mbps = 10000;                                                  \
+    (p)->latency_us = 1.0f;                                                   \
+    (p)->max_comms = 65536;                                                   \
+    (p)->max_recvs = 1;                                                       \
+    (p)->device_type = fault(FAULT_BADDEV) ? 1 : NET_ABI_DEVICE_HOST;         \
   } while (0)
 
 #if FAKENET_VERSION == 8
