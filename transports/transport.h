@@ -306,6 +306,10 @@ struct transport {
   /* Optional (NULL: the peer table's NIC speed): the line rate of `rank`'s
    * link on this transport, Mb/s, 0 unknown; what the tuner prices. */
   uint32_t (*link_mbps)(const struct transport_ctx* ctx, int rank);
+  /* Optional (NULL: unknown): the latency of `rank`'s link on this
+   * transport, microseconds, from the peer table; the tuner's floor for a
+   * hop across nodes. */
+  double (*link_latency_us)(const struct transport_ctx* ctx, int rank);
   /* Optional, for a network: where NCCL_NET names it, whether it can run
    * here, with a WARN saying why not (verbs: no usable port). */
   ncclResult_t (*net_check)(void);

@@ -78,12 +78,15 @@ static void link_shm(struct tuner_link* l, const struct tuner_model* m, double f
 }
 
 /* Sockets: loopback TCP's costs; across nodes never faster than the NIC
- * (for verbs, the HCA port's rate: transport link_mbps). */
+ * (for verbs, the HCA port's rate: transport link_mbps), nor a hop quicker
+ * than the network's latency where it says (a net plugin's device). */
 static void link_socket(struct tuner_link* l, const struct tuner_model* m, double f, int across) {
   link_from_lines(l, k_tcp, f);
   if (!across) return;
-  for (int a = 0; a < sched_algo_count(); a++)
+  for (int a = 0; a < sched_algo_count(); a++) {
     l->beta_us_per_kb[a] = MAX(l->beta_us_per_kb[a], m->wire_us_per_kb);
+    l->alpha_us[a] = MAX(l->alpha_us[a], m->wire_latency_us);
+  }
 }
 
 /* The link costs of each kind of link a transport moves host memory over
@@ -177,6 +180,7 @@ ncclResult_t tuner_model_init(struct ncclComm* comm) {
   m->intra_transport = intra_transport(comm);
   m->net_transport = transport_network(&comm->tctx);
   m->nic_mbps = UINT32_MAX, m->mem_mbps = UINT32_MAX;
+  m->wire_latency_us = 0;
   for (int r = 0; r < comm->nranks; r++) {
     const struct peer_info* p = &comm->peers[r];
     int ppn = sched_topo_node_size(t, t->node_of[r]);
@@ -184,6 +188,9 @@ ncclResult_t tuner_model_init(struct ncclComm* comm) {
     uint32_t nic = m->net_transport->link_mbps ? m->net_transport->link_mbps(&comm->tctx, r)
                                                : p->nic_mbps; /* the HCA's, for verbs */
     m->nic_mbps = MIN(m->nic_mbps, nic);
+    if (m->net_transport->link_latency_us)
+      m->wire_latency_us =
+          MAX(m->wire_latency_us, m->net_transport->link_latency_us(&comm->tctx, r));
     m->mem_mbps = MIN(m->mem_mbps, p->mem_mbps);
   }
   m->oversub = f;

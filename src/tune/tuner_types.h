@@ -36,6 +36,7 @@ struct tuner_model {
   double oversub;              /* most ranks per core on any node */
   uint32_t nic_mbps, mem_mbps; /* slowest rank's; 0: unknown */
   double wire_us_per_kb;       /* the NIC's line rate across nodes; 0: unknown or one node */
+  double wire_latency_us;      /* the network's own latency, where it says (a net plugin) */
   double tree_sharers;         /* a node's NIC load in the double tree (tuner_tree_sharers) */
   /* a rank's cost per KB it reduces, beside what its links cost; 0 where
    * the link lines were fitted on calls that reduce (the library's own:

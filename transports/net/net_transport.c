@@ -49,13 +49,13 @@
 #define NET_NAP_US 200        /* between tries of a connect or accept */
 
 /* What a rank publishes: whether it opened the plugin (0: no pair with it
- * uses this transport), its device's speed (0: the plugin said none), and
- * whether the device takes CUDA device memory. */
+ * uses this transport), its device's speed (0: the plugin said none) and
+ * latency, and whether the device takes CUDA device memory. */
 struct net_blob {
   uint32_t valid;
   uint32_t speed_mbps;
   uint32_t device_ptrs;
-  uint32_t pad;
+  uint32_t latency_ns;
 };
 
 /* The receiver's answer to a sender's dial: where to connect. */
@@ -213,6 +213,7 @@ static ncclResult_t net_blob_make(struct transport_ctx* ctx, void* blob) {
   b->valid = 1;
   b->speed_mbps = (uint32_t)s->props.speed_mbps;
   b->device_ptrs = (uint32_t)s->props.device_ptrs;
+  b->latency_ns = (uint32_t)MIN(s->props.latency_us * 1000.0, 1e9); /* checked: >= 0 */
 fail:
   return res;
 }
@@ -221,6 +222,11 @@ static int net_can_connect(const struct transport_ctx* ctx, int a, int b) {
   const struct net_blob *ba = transport_peer_blob(ctx, &net_transport, a),
                         *bb = transport_peer_blob(ctx, &net_transport, b);
   return ba->valid == 1 && bb->valid == 1;
+}
+
+static double net_link_latency_us(const struct transport_ctx* ctx, int rank) {
+  const struct net_blob* b = transport_peer_blob(ctx, &net_transport, rank);
+  return b->latency_ns / 1000.0;
 }
 
 /* Device buffers go straight to the plugin where both ends' devices take
@@ -636,4 +642,5 @@ const struct transport net_transport = {
     .close = net_close,
     .free_state = net_free_state,
     .link_mbps = net_link_mbps,
+    .link_latency_us = net_link_latency_us,
 };
