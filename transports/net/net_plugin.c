@@ -213,12 +213,13 @@ ncclResult_t net_plugin_devices(struct net_plugin* p, int* ndev) {
 /* ---- properties ---- */
 
 static void props_common(struct net_props* out, const char* name, int ptrs, int speed,
-                         float latency) {
+                         float latency, int max_recvs) {
   snprintf(out->name, sizeof(out->name), "%s", name ? name : "?");
   out->host_ptrs = (ptrs & NET_ABI_PTR_HOST) != 0;
   out->device_ptrs = (ptrs & NET_ABI_PTR_CUDA) != 0;
   out->speed_mbps = speed;
   out->latency_us = latency;
+  out->max_recvs = max_recvs < 1 ? 1 : max_recvs; /* Braid posts one at a time */
 }
 
 /* Reads the version's structure into out; the device type apart. */
@@ -229,7 +230,7 @@ static ncclResult_t props_read(struct net_plugin* p, int dev, struct net_props* 
     struct net_abi_props_v8 v;
     memset(&v, 0, sizeof(v));
     if ((res = p->t.v8->get_properties(dev, &v)) != ncclSuccess) return res;
-    props_common(out, v.name, v.ptr_support, v.speed_mbps, v.latency_us);
+    props_common(out, v.name, v.ptr_support, v.speed_mbps, v.latency_us, v.max_recvs);
     *type = v.device_type;
     max = NET_V8_MAX_BYTES;
   } else if (p->version < 12) {
@@ -239,14 +240,15 @@ static ncclResult_t props_read(struct net_plugin* p, int dev, struct net_props* 
           : p->version == 10 ? p->t.v10->get_properties(dev, &v.v9)
                              : p->t.v11->get_properties(dev, &v);
     if (res != ncclSuccess) return res;
-    props_common(out, v.v9.name, v.v9.ptr_support, v.v9.speed_mbps, v.v9.latency_us);
+    props_common(out, v.v9.name, v.v9.ptr_support, v.v9.speed_mbps, v.v9.latency_us,
+                 v.v9.max_recvs);
     *type = v.v9.device_type;
     max = v.v9.max_p2p_bytes;
   } else {
     struct net_abi_props_v12 v;
     memset(&v, 0, sizeof(v));
     if ((res = p->t.v11->get_properties(dev, &v)) != ncclSuccess) return res;
-    props_common(out, v.name, v.ptr_support, v.speed_mbps, v.latency_us);
+    props_common(out, v.name, v.ptr_support, v.speed_mbps, v.latency_us, v.max_recvs);
     *type = v.device_type;
     max = v.max_p2p_bytes;
   }

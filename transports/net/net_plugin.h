@@ -31,6 +31,7 @@ struct net_props {
   int speed_mbps;  /* > 0 */
   double latency_us;
   size_t max_bytes; /* the largest message it takes at once */
+  int max_recvs;    /* receives it groups in one request (Braid posts them one by one) */
 };
 
 /* The process's plugin, loaded at the first call: ncclSuccess with *out,

@@ -173,8 +173,10 @@ static ncclResult_t net_devices_log(struct net_state* s, int ndev) {
     struct net_props p;
     CHECK(net_plugin_props(s->plugin, d, &p));
     INFO(SUB_INIT | SUB_NET,
-         "NET/Plugin : %s device %d: %s, %d Mb/s, %.1f us, messages up to %zu%s",
+         "NET/Plugin : %s device %d: %s, %d Mb/s, %.1f us, messages up to %zu, %d receive%s "
+         "grouped, %s memory%s",
          net_plugin_name(s->plugin), d, p.name, p.speed_mbps, p.latency_us, p.max_bytes,
+         p.max_recvs, p.max_recvs > 1 ? "s" : "", p.device_ptrs ? "host and CUDA" : "host",
          d == s->dev ? " (this rank's)" : "");
   }
 fail:
@@ -294,7 +296,8 @@ static ncclResult_t net_sender_step(struct net_conn* c) {
            c->base.peer);
   }
   CHECK(net_plugin_connect(s->plugin, s->ctx, s->dev, c->offer.handle, &comm));
-  if (comm) {
+  if (comm) { /* the receiver hears it made it: a close without this is a failure */
+    (void)!send(c->oob, "K", 1, MSG_DONTWAIT | MSG_NOSIGNAL);
     close(c->oob);
     c->oob = -1;
     return net_conn_ready(c, comm);
@@ -379,6 +382,21 @@ static ncclResult_t net_nap(struct transport_ctx* ctx, uint64_t deadline, const 
   return ncclSuccess;
 }
 
+/* While accepting: whether the sender's connect failed (it closed the
+ * setup socket without its 'K'), so that the receiver fails at once
+ * rather than at the timeout. *heard: the 'K' came, stop looking. */
+static ncclResult_t net_sender_alive(int oob, int peer, int* heard) {
+  char k;
+  ssize_t n = recv(oob, &k, 1, MSG_DONTWAIT);
+  if (n == 1 && k == 'K') *heard = 1;
+  if (n == 0 || (n == 1 && k != 'K') ||
+      (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+    WARN("NET/Plugin : rank %d could not connect (it closed its setup socket)", peer);
+    return ncclRemoteError;
+  }
+  return ncclSuccess;
+}
+
 /* Answer the sender's dial with a listener of this connection's own, and
  * accept on it. */
 static ncclResult_t net_connect_recv(struct transport_ctx* ctx, int peer, int channel,
@@ -393,9 +411,10 @@ static ncclResult_t net_connect_recv(struct transport_ctx* ctx, int peer, int ch
   CHECK(tcp_oob_answer(ctx, peer, channel, &oob));
   CHECK(net_plugin_listen(s->plugin, s->ctx, s->dev, offer.handle, &listen));
   CHECK(socket_send_all(oob, &offer, sizeof(offer), deadline, ctx->aborted));
-  for (;;) {
+  for (int heard = 0;;) {
     CHECK(net_plugin_accept(s->plugin, listen, &comm));
     if (comm) break;
+    if (!heard) CHECK(net_sender_alive(oob, peer, &heard));
     CHECK(net_nap(ctx, deadline, "accept", peer));
   }
   CHECK(net_conn_new(s, ctx, peer, 0, &c));
