@@ -278,7 +278,7 @@ static int pw_in_output(int v, int l, int n) {
  * first, the pre-multiplied input is rounded alone into the output before
  * (SCHED_PRE_ROUNDED: only for an op that pre-multiplies). */
 static ncclResult_t pw_halve(struct schedule* s, const struct sched_key* k, int v, int l,
-                             size_t chunk) {
+                             size_t chunk, int fused) {
   ncclResult_t res = ncclSuccess;
   int n = k->nranks, w = v ^ (1 << l), peer = pw_holder(w, l, n);
   int from_x = !pw_in_output(v, l, n), last = l == pairwise_levels(n) - 1;
@@ -295,8 +295,12 @@ static ncclResult_t pw_halve(struct schedule* s, const struct sched_key* k, int 
                          from_x ? SCHED_PRE : SCHED_LOCAL_OUT, -1, peer, give.x + a, give.y + a,
                          MIN(chunk, give.n - a)));
     if (a < keep.n)
-      CHECK(sched_append(s, PRIM_RECV_REDUCE_COPY, in | order | (last ? SCHED_POST : 0), peer, -1,
-                         keep.x + a, keep.y + a, MIN(chunk, keep.n - a)));
+      CHECK(sched_append(s, fused ? PRIM_RECV_REDUCE_COPY_SEND : PRIM_RECV_REDUCE_COPY,
+                         in | order | (last ? SCHED_POST : 0), peer, fused ? peer : -1, keep.x + a,
+                         keep.y + a, MIN(chunk, keep.n - a)));
+    if (fused && a < give.n) /* the partner's final share, where it gave ours */
+      CHECK(
+          sched_append(s, PRIM_RECV, 0, peer, -1, give.y + a, give.y + a, MIN(chunk, give.n - a)));
   }
 fail:
   return res;
@@ -304,14 +308,19 @@ fail:
 
 /* One level of the halving (level by level up): the holders of a pair's
  * halves swap halves of their shares and combine (recursive halving at
- * distances 1, 2, 4...), each rank's partner the same for a whole level. */
+ * distances 1, 2, 4...), each rank's partner the same for a whole level.
+ * `fused` (the last level, every position a rank's): the gather's first
+ * level, the same partner's, runs in it, each slice's result sent as it is
+ * combined (written where the partner reads it, on transports that take
+ * sends in place) and the partner's received after: a copy of the share
+ * and a round less, the same bits. */
 static ncclResult_t pw_halving_level(struct schedule* s, const struct sched_key* k, int l,
-                                     size_t chunk) {
+                                     size_t chunk, int fused) {
   ncclResult_t res = ncclSuccess;
   int r = k->rank, n = k->nranks, half = 1 << l, mine = block_base(r, l);
   if ((block_base(r, l + 1) | half) >= n) return ncclSuccess;
   for (int v = mine; v < mine + half; v++)
-    if (pw_holder(v, l, n) == r) CHECK(pw_halve(s, k, v, l, chunk));
+    if (pw_holder(v, l, n) == r) CHECK(pw_halve(s, k, v, l, chunk, fused));
 fail:
   return res;
 }
@@ -319,10 +328,14 @@ fail:
 /* ---- All-reduce: segments in a pipeline ---- */
 
 /* Phase p of an all-reduce, 0 <= p < 2L: halving level p, then the gather
- * from level L - 1 down. */
-static ncclResult_t pw_phase(struct schedule* s, const struct sched_key* k, int p, size_t chunk) {
+ * from level L - 1 down; `fused`: the last halving level runs the first
+ * gather level too (pw_halving_level), whose phase is then empty. */
+static ncclResult_t pw_phase(struct schedule* s, const struct sched_key* k, int p, size_t chunk,
+                             int fused) {
   int L = pairwise_levels(k->nranks);
-  return p < L ? pw_halving_level(s, k, p, chunk) : pw_gather_level(s, k, 2 * L - 1 - p, chunk);
+  if (p < L) return pw_halving_level(s, k, p, chunk, fused && p == L - 1);
+  if (fused && p == L) return ncclSuccess;
+  return pw_gather_level(s, k, 2 * L - 1 - p, chunk);
 }
 
 /* Segment `seg` of `nseg` equal cuts of the buffer: its key (an all-reduce
@@ -338,11 +351,11 @@ static struct sched_key pw_segment(const struct sched_key* k, size_t nseg, size_
 
 /* Phase p of segment seg, its steps moved to the segment's place. */
 static ncclResult_t pw_segment_phase(struct schedule* s, const struct sched_key* k, size_t nseg,
-                                     size_t seg, int p, size_t chunk) {
+                                     size_t seg, int p, size_t chunk, int fused) {
   ncclResult_t res = ncclSuccess;
   size_t base, first = s->nsteps;
   struct sched_key sk = pw_segment(k, nseg, seg, &base);
-  CHECK(pw_phase(s, &sk, p, chunk));
+  CHECK(pw_phase(s, &sk, p, chunk, fused));
   for (size_t i = first; i < s->nsteps; i++) s->steps[i].xoff += base, s->steps[i].yoff += base;
 fail:
   return res;
@@ -374,11 +387,15 @@ static size_t pw_segments(const struct sched_key* k, size_t chunk) {
  * same tree; only the order of the steps changes. */
 static ncclResult_t pw_halving_gather(struct schedule* s, const struct sched_key* k, size_t chunk) {
   ncclResult_t res = ncclSuccess;
-  int phases = 2 * pairwise_levels(k->nranks);
+  int n = k->nranks, phases = 2 * pairwise_levels(n);
   size_t nseg = pw_segments(k, chunk);
+  /* one segment, every position a rank's: the last levels fuse (a pipeline
+   * of segments keeps its phases apart, and elsewhere the two levels'
+   * partners differ) */
+  int fused = nseg == 1 && (n & (n - 1)) == 0;
   for (size_t t = 0; t + 1 < nseg + (size_t)phases; t++)
     for (size_t g = t + 1 > (size_t)phases ? t + 1 - (size_t)phases : 0; g <= t && g < nseg; g++)
-      CHECK(pw_segment_phase(s, k, nseg, g, (int)(t - g), chunk));
+      CHECK(pw_segment_phase(s, k, nseg, g, (int)(t - g), chunk, fused));
 fail:
   return res;
 }
