@@ -20,12 +20,11 @@
  * connection per direction, and a receive may be larger than its send.
  * So each Braid message travels as a frame (sequence number, size, call),
  * then its payload in pieces of at most the device's largest message. A
- * receiver posts both at once, the payload into exactly the bytes it
- * expects (waiting for the frame first would leave the payload to arrive
- * unexpected, which a plugin buffers and copies: half the speed), and
- * checks the frame as it completes, before the payload can: a peer or
- * plugin that sends more fails the plugin's receive, never writes past
- * the buffer, and another call's or size's message fails the call. Each
+ * receiver posts the payload only once the frame came and matched what it
+ * posted, into exactly the bytes announced: another call's or size's
+ * message fails the call before a byte of it lands in the buffer, and a
+ * peer or plugin that sends more fails the plugin's receive, never writes
+ * past it. Each
  * payload is registered for its message (the plugin's regMr) and
  * deregistered when it completes.
  * Plugins are polled: a blocked connection makes its waiter nap.
@@ -138,6 +137,7 @@ struct net_conn {
   uint64_t post_msg;
   size_t post_off;
   int post_framed;
+  int frame_in_flight; /* a receiver's frame of post_msg, not yet come and checked */
   /* requests in flight, oldest first */
   struct net_req reqs[NET_MAX_REQS];
   int nreqs;
@@ -519,19 +519,22 @@ fail:
 }
 
 /* The next request of the message being posted: its frame, then its
- * payload's pieces. *posted 0: nothing to post now. */
+ * payload's pieces, a receiver's only once the frame came and matched.
+ * *posted 0: nothing to post now. */
 static ncclResult_t net_post_next(struct net_conn* c, int* posted) {
   ncclResult_t res = ncclSuccess;
   struct net_msg* m = &c->msgs[c->post_msg % TRANSPORT_MAX_INFLIGHT];
   struct net_req r;
   *posted = 0;
   if (c->post_msg >= c->base.posted || c->nreqs == NET_MAX_REQS) return ncclSuccess;
+  if (c->post_framed && c->frame_in_flight) return ncclSuccess;
   CHECK(c->post_framed ? net_post_piece(c, m, &r) : net_post_frame(c, m, &r));
   if (r.request == NULL) return ncclSuccess; /* the plugin is full: later */
   c->reqs[c->nreqs++] = r;
   *posted = 1;
   if (r.is_frame) {
     c->post_framed = 1;
+    c->frame_in_flight = !c->base.is_send && !r.last; /* an empty message's has no payload */
   } else {
     c->post_off += r.bytes;
   }
@@ -570,7 +573,10 @@ static ncclResult_t net_retire(struct net_conn* c, int* retired) {
   if (recv && got != r->bytes)
     FAIL(ncclRemoteError, "NET/Plugin : rank %d sent %zu bytes where %zu were announced",
          c->base.peer, got, r->bytes);
-  if (recv && r->is_frame) CHECK(net_frame_check(c, c->base.completed));
+  if (recv && r->is_frame) {
+    CHECK(net_frame_check(c, c->base.completed));
+    if (!r->last) c->frame_in_flight = 0; /* the frame whose payload waits */
+  }
   /* a message received into device memory is flushed before it completes */
   if (recv && r->last && !r->is_frame &&
       c->msgs[c->base.completed % TRANSPORT_MAX_INFLIGHT].device) {
