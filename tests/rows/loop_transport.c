@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "core.h"
+#include "hello_pool.h"
 #include "host.h"
 #include "socket.h"
 
@@ -63,11 +64,17 @@ struct loop_parked {
   struct loop_parked* next;
 };
 
-/* Per comm (ctx->state[LOOP_TRANSPORT_ID]): the listener, and the
- * connections parked, which every thread of the comm may accept. */
+/* Per comm (ctx->state[LOOP_TRANSPORT_ID]): the listener, its hellos read
+ * side by side (common/hello_pool: a stranger that connects and says
+ * nothing delays nobody), and the connections parked, which every thread
+ * of the comm may accept. */
+#define LOOP_HELLO_MS 1000  /* a hello follows the connect at once */
+#define LOOP_MAX_PENDING 64 /* connections still saying hello */
 struct loop_state {
   int listen_fd;
   pthread_mutex_t lock;
+  struct hello_pool pool;
+  const struct transport_ctx* ctx; /* the hellos' checks: while the lock is held */
   struct loop_parked* parked;
 };
 
@@ -115,6 +122,8 @@ static ncclResult_t loop_blob_make(struct transport_ctx* ctx, void* blob) {
   if (bind(s->listen_fd, (struct sockaddr*)&a, loop_address(b->name, &a)) != 0 ||
       listen(s->listen_fd, 128) != 0)
     FAIL(ncclSystemError, "LOOP : cannot listen on %s: %s", a.sun_path + 1, strerror(errno));
+  CHECK(hello_pool_init(&s->pool, "LOOP", s->listen_fd, sizeof(struct loop_hello), LOOP_HELLO_MS,
+                        LOOP_MAX_PENDING));
   pthread_mutex_init(&s->lock, NULL);
   ctx->state[LOOP_TRANSPORT_ID] = s;
   return ncclSuccess;
@@ -183,23 +192,32 @@ static int loop_unpark(struct loop_state* s, int peer, int channel) {
   return -1;
 }
 
-/* Accept one connection, if one waits, and park it by its hello; one
- * whose hello is not ours (a stranger, a late or wrong secret) is closed. */
-static void loop_accept_one(struct transport_ctx* ctx, struct loop_state* s) {
+/* A whole hello (hello_pool): parked by who sent it, or, not ours (a
+ * stranger, another comm's secret), closed. */
+static void loop_on_hello(void* arg, int fd, const void* bytes) {
+  struct loop_state* s = arg;
+  const struct transport_ctx* ctx = s->ctx;
   struct loop_hello h;
   struct loop_parked* p = NULL;
-  int fd = accept4(s->listen_fd, NULL, NULL, SOCK_CLOEXEC);
-  if (fd < 0) return;
-  /* a hello follows the connect at once: a second is plenty */
-  if (socket_recv_all(fd, &h, sizeof(h), socket_deadline(1000), ctx->aborted) != ncclSuccess ||
-      h.magic != LOOP_MAGIC || h.secret != ctx->secret || h.to != ctx->rank || h.from < 0 ||
+  memcpy(&h, bytes, sizeof(h));
+  if (h.magic != LOOP_MAGIC || h.secret != ctx->secret || h.to != ctx->rank || h.from < 0 ||
       h.from >= ctx->nranks || braid_calloc(&p, 1, sizeof(*p)) != ncclSuccess) {
-    WARN("LOOP : refused a connection that is not one of this comm's ranks");
+    hello_pool_log_refusal(&s->pool, "not one of this comm's ranks");
     close(fd);
     return;
   }
   *p = (struct loop_parked){fd, h.from, h.channel, s->parked};
   s->parked = p;
+}
+
+/* Accept what waits and read what the pending connections sent, without
+ * waiting (the lock held). */
+static void loop_hear(struct transport_ctx* ctx, struct loop_state* s) {
+  struct pollfd p[1 + LOOP_MAX_PENDING];
+  int n = hello_pool_pollfds(&s->pool, p);
+  if (poll(p, (nfds_t)n, 0) <= 0) return;
+  s->ctx = ctx;
+  hello_pool_service(&s->pool, p, n, loop_on_hello, s);
 }
 
 static ncclResult_t loop_connect_recv(struct transport_ctx* ctx, int peer, int channel,
@@ -209,7 +227,7 @@ static ncclResult_t loop_connect_recv(struct transport_ctx* ctx, int peer, int c
   for (;;) {
     pthread_mutex_lock(&s->lock);
     int fd = loop_unpark(s, peer, channel);
-    if (fd < 0) loop_accept_one(ctx, s);
+    if (fd < 0) loop_hear(ctx, s);
     if (fd < 0) fd = loop_unpark(s, peer, channel);
     pthread_mutex_unlock(&s->lock);
     if (fd >= 0) {
@@ -235,6 +253,7 @@ static ncclResult_t loop_connect_recv(struct transport_ctx* ctx, int peer, int c
 static void loop_free_state(struct transport_ctx* ctx) {
   struct loop_state* s = ctx->state[LOOP_TRANSPORT_ID];
   while (s->parked) close(loop_unpark(s, s->parked->peer, s->parked->channel));
+  hello_pool_free(&s->pool);
   close(s->listen_fd);
   pthread_mutex_destroy(&s->lock);
   free(s);
