@@ -175,10 +175,6 @@ const char* net_plugin_name(const struct net_plugin* p) {
   return p->name;
 }
 
-int net_plugin_version(const struct net_plugin* p) {
-  return p->version;
-}
-
 ncclResult_t net_plugin_open(struct net_plugin* p, uint64_t comm_id, void** ctx) {
   struct net_abi_config config = {-1}; /* no traffic class */
   *ctx = NULL;

@@ -38,7 +38,6 @@ struct net_props {
  * or an error with a WARN saying why none could be loaded. */
 ncclResult_t net_plugin_get(struct net_plugin** out);
 const char* net_plugin_name(const struct net_plugin* p);
-int net_plugin_version(const struct net_plugin* p);
 
 /* A comm's use of the plugin: its context (v11 and up; NULL before). */
 ncclResult_t net_plugin_open(struct net_plugin* p, uint64_t comm_id, void** ctx);

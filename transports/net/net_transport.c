@@ -599,9 +599,11 @@ static ncclResult_t net_progress(struct transport_conn* base, int* progressed) {
   /* the comm's connecting senders move on with its traffic, every
    * millisecond or so (a connection made for a call that sent nothing on
    * it still owes the peer its connect); this one's at once */
-  uint64_t now = braid_now_ns();
   int connected = __atomic_load_n(&c->comm, __ATOMIC_ACQUIRE) != NULL;
-  if (!connected || now - atomic_load_explicit(&c->st->pumped_ns, memory_order_relaxed) > 1000000) {
+  int others = __atomic_load_n(&c->st->connecting, __ATOMIC_RELAXED) != NULL;
+  uint64_t now = connected && others ? braid_now_ns() : 0; /* no clock while none connects */
+  if (!connected ||
+      (others && now - atomic_load_explicit(&c->st->pumped_ns, memory_order_relaxed) > 1000000)) {
     atomic_store_explicit(&c->st->pumped_ns, now, memory_order_relaxed);
     net_pump(c->st);
   }

@@ -80,7 +80,6 @@ struct fk_listen {
   int fd;
 };
 
-static net_abi_logger g_log;
 static _Atomic long g_cuda_regs, g_flushes; /* fakenet_stats */
 
 static int fk_cuda(void) {
@@ -384,7 +383,7 @@ static ncclResult_t fk_iflush(void* recv_comm, int n, void** data, int* sizes, v
 
 #if FAKENET_VERSION == 8
 static ncclResult_t v_init(net_abi_logger log) {
-  g_log = log;
+  (void)log;
   return fk_init();
 }
 static ncclResult_t v_props(int dev, struct net_abi_props_v8* p) {
@@ -398,7 +397,7 @@ static ncclResult_t v_init(net_abi_logger log) {
 static ncclResult_t v_init(net_abi_logger log, net_abi_profiler prof) {
   (void)prof;
 #endif
-  g_log = log;
+  (void)log;
   return fk_init();
 }
 static ncclResult_t v_props(int dev, struct net_abi_props_v9* p) {
@@ -412,7 +411,7 @@ static ncclResult_t v_init(void** ctx, uint64_t comm_id, struct net_abi_config* 
                            net_abi_logger log, net_abi_profiler prof) {
   (void)comm_id, (void)prof;
   if (config == NULL) return ncclInvalidArgument; /* as real plugins read it */
-  g_log = log;
+  (void)log;
   *ctx = calloc(1, 16);
   return *ctx ? fk_init() : ncclSystemError;
 }
