@@ -12,7 +12,8 @@
 #    other hosts went "via NET/Plugin".
 # 2. all_reduce_perf at 64 MiB on 2x4 and 4x1 with every host link shaped to RATE (default 1gbit):
 #    the plugin and Braid's own TCP transport (NCCL_NET=Socket) alternating, ROUNDS rounds
-#    (default 5), every round's bus bandwidth printed, then the ratio of the medians.
+#    (default 5), every round's bus bandwidth printed, then the ratio of the medians; then the
+#    same on 2x1 unshaped, where the CPU and not the network is the limit.
 # Skipped with one line where not root, without mpirun or without the plugin under PREFIX.
 # The plugin wants a CUDA runtime at init: BUILD/tests/fakecudart/libcudart.so stands in.
 set -uo pipefail
@@ -82,21 +83,22 @@ busbw_64m() { # nranks: the out-of-place bus bandwidth of the 64 MiB line, from 
   awk -v n="$1" '$1 == 67108864 { printf "%.4f\n", 2 * (n - 1) / n * $1 / $6 / 1000 }'
 }
 
-bandwidth() { # nhosts ppn
-  local nh=$1 ppn=$2 i net out bw plugin_bw=() socket_bw=()
-  "$cluster" up "$nh" "$rate" >/dev/null || { echo "FAILED: cluster up $nh $rate"; fails=$((fails + 1)); return; }
+bandwidth() { # nhosts ppn rate ("unshaped": veth as it is, the CPU the limit)
+  local nh=$1 ppn=$2 r=$3 i net out bw plugin_bw=() socket_bw=() up=("$1")
+  [ "$r" = unshaped ] || up+=("$r")
+  "$cluster" up "${up[@]}" >/dev/null || { echo "FAILED: cluster up $nh $r"; fails=$((fails + 1)); return; }
   for ((i = 1; i <= rounds; i++)); do
     for net in plugin socket; do
       if [ $net = plugin ]; then RUN_ENV=("${PLUGIN_ENV[@]}"); else RUN_ENV=(-x NCCL_NET=Socket); fi
       out=$(run_tool "$nh" "$ppn" all_reduce -b 64M -e 64M -n 5 -w 2 -c 0 2>&1)
       bw=$(busbw_64m $((nh * ppn)) <<<"$out")
       [ -n "$bw" ] || { echo "FAILED: $net round $i"; tail -5 <<<"$out"; fails=$((fails + 1)); continue; }
-      echo "round $i: $net busbw $bw GB/s (${nh}x$ppn, $rate links, 64 MiB all-reduce)"
+      echo "round $i: $net busbw $bw GB/s (${nh}x$ppn, $r links, 64 MiB all-reduce)"
       if [ $net = plugin ]; then plugin_bw+=("$bw"); else socket_bw+=("$bw"); fi
     done
   done
   "$cluster" down >/dev/null
-  echo -n "${nh}x$ppn "
+  echo -n "${nh}x$ppn $r: "
   python3 - "${plugin_bw[*]}" "${socket_bw[*]}" <<'EOF'
 import statistics, sys
 p = [float(x) for x in sys.argv[1].split()]
@@ -109,7 +111,8 @@ EOF
 
 correctness 2 4
 correctness 4 1
-bandwidth 2 4
-bandwidth 4 1
+bandwidth 2 4 "$rate"
+bandwidth 4 1 "$rate"
+bandwidth 2 1 unshaped
 [ $fails -eq 0 ] && echo "net plugin tests: ok" || echo "net plugin tests: $fails FAILED"
 [ $fails -eq 0 ]
