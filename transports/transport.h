@@ -313,6 +313,10 @@ struct transport {
   /* Optional, for a network: where NCCL_NET names it, whether it can run
    * here, with a WARN saying why not (verbs: no usable port). */
   ncclResult_t (*net_check)(void);
+  /* Optional, for a network whose devices only its run time knows (a net
+   * plugin's): the topology's report of them, one line into out (len
+   * bytes, NUL-terminated); "" when this comm does not use it. */
+  void (*describe)(const struct transport_ctx* ctx, char* out, size_t len);
   /* Optional: the comm made its device (ctx->device is set): get ready to
    * move device memory. */
   ncclResult_t (*device_attach)(struct transport_ctx* ctx);

@@ -153,6 +153,14 @@ const struct transport* transport_network(const struct transport_ctx* ctx) {
   return ctx->net ? ctx->net : &tcp_transport;
 }
 
+int transport_network_describe(const struct transport_ctx* ctx, char* out, size_t len) {
+  const struct transport* t = transport_network(ctx);
+  if (len == 0) return 0;
+  out[0] = '\0';
+  if (t->describe) t->describe(ctx, out, len);
+  return out[0] != '\0';
+}
+
 const struct transport* transport_select(const struct transport_ctx* ctx, int a, int b,
                                          unsigned mem_caps) {
   for (size_t i = 0; i < TABLE_SIZE; i++) {

@@ -65,6 +65,11 @@ ncclResult_t transport_ctx_fork(struct transport_ctx* ctx, int epoll_fd,
  * shared memory where it joins the pair, else TCP. */
 const struct transport* transport_lane_for_peer(const struct transport_ctx* ctx, int peer);
 
+/* The comm's network's devices as the topology's report gives them (one
+ * line into out, len bytes), where the network's own run time knows them
+ * (a net plugin's); 0 and "" otherwise. */
+int transport_network_describe(const struct transport_ctx* ctx, char* out, size_t len);
+
 /* Free what each transport kept for the comm (ctx->state, and incoming
  * connections nobody claimed), once its connections are closed. */
 void transport_states_free(struct transport_ctx* ctx);

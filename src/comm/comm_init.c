@@ -202,6 +202,16 @@ static void comm_describe_self(struct ncclComm* comm, const struct topo_system* 
   device_identity(comm->cuda_dev, &mine->cuda_uuid, &mine->cuda_view);
 }
 
+/* The host's topology, and the network's devices where only its run time
+ * knows them (a net plugin's), as NCCL's topology lists its NICs. */
+static void comm_log_topology(const struct ncclComm* comm, const struct topo_system* sys) {
+  char net[1024];
+  topo_log_summary(sys);
+  if (debug_enabled(DEBUG_INFO, TOPO_LOG_SUB) &&
+      transport_network_describe(&comm->tctx, net, sizeof(net)))
+    INFO(TOPO_LOG_SUB, "Topology: %s", net);
+}
+
 /* Nodes from the peers' host hashes; the first rank of each node logs
  * its topology. */
 static ncclResult_t comm_layout(struct ncclComm* comm, const struct topo_system* sys) {
@@ -212,7 +222,7 @@ static ncclResult_t comm_layout(struct ncclComm* comm, const struct topo_system*
   CHECK(sched_topo_init(&comm->layout, comm->nranks, hosts));
   const struct sched_topo* t = &comm->layout;
   int node = t->node_of[comm->rank];
-  if (t->local_of[comm->rank] == 0) topo_log_summary(sys);
+  if (t->local_of[comm->rank] == 0) comm_log_topology(comm, sys);
   INFO(SUB_INIT, "comm %p rank %d: node %d of %d, local rank %d of %d", (void*)comm, comm->rank,
        node, t->nnodes, t->local_of[comm->rank], sched_topo_node_size(t, node));
 fail:

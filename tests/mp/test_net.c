@@ -261,6 +261,46 @@ static void test_device(void** state) {
   assert_int_equal(mp_launch(3, device_body, *state, &o), 0);
 }
 
+/* The topology's report names the plugin and each of its devices with
+ * what it says of itself (the fake's two differ in name and grouping),
+ * and which device the host's first rank uses: read from its own log. */
+static int topology_body(const mp_env* env) {
+  const net_case* c = env->arg;
+  char path[128], want[64], text[16384] = "";
+  ncclComm_t comm;
+  int bad = 0;
+  rank_env(env, c);
+  snprintf(path, sizeof(path), "/tmp/braid_test_net.%d.log", (int)getpid());
+  setenv("NCCL_DEBUG", "INFO", 1);
+  setenv("NCCL_DEBUG_SUBSYS", "GRAPH", 1);
+  setenv("NCCL_DEBUG_FILE", path, 1);
+  ncclResetDebugInit();
+  if (mp_comm_init(env, &comm) != 0) return 1;
+  FILE* f = fopen(path, "r");
+  size_t n = f ? fread(text, 1, sizeof(text) - 1, f) : 0;
+  text[n] = '\0';
+  if (f) fclose(f);
+  unlink(path);
+  snprintf(want, sizeof(want), "rank %d on device 0:", env->rank);
+  const char* const parts[] = {
+      "Topology: NET/Plugin Fake, 2 devices", want,
+      " 0 fake0, 10000 Mb/s, 1.0 us",         "1 receive grouped, host memory;",
+      " 1 fake1, 10000 Mb/s, 1.0 us",         "8 receives grouped, host memory"};
+  for (size_t i = 0; env->rank % c->per_host == 0 && i < COUNT_OF(parts); i++)
+    if (strstr(text, parts[i]) == NULL) {
+      mp_fail(env, "the topology's report lacks \"%s\":\n%s", parts[i], text);
+      bad = 1;
+      break;
+    }
+  return mp_expect_rc(env, comm, ncclCommDestroy(comm), ncclSuccess, "ncclCommDestroy") + bad;
+}
+
+static void test_topology(void** state) {
+  mp_opts o = MP_OPTS_INIT;
+  o.deadline_s = 60;
+  assert_int_equal(mp_launch(4, topology_body, *state, &o), 0);
+}
+
 static void test_net(void** state) {
   const net_case* c = *state;
   mp_opts o = MP_OPTS_INIT;
@@ -317,6 +357,7 @@ int main(void) {
       NET_TEST(k_f_stall),
       NET_TEST(k_f_die),
       NET_TEST(k_f_badsize),
+      cmocka_unit_test_prestate(test_topology, (void*)&k_v12_2x2),
       cmocka_unit_test_prestate(test_device, (void*)&k_v10),
       cmocka_unit_test_prestate(test_device_p2p, (void*)&k_v12),
       cmocka_unit_test_prestate(test_device_p2p, (void*)&k_v8),

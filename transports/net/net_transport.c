@@ -32,6 +32,7 @@
 #include "net_transport.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -166,21 +167,46 @@ static int net_local_index(const struct transport_ctx* ctx) {
   return local;
 }
 
+/* One device's properties, as the log and the topology's report say them. */
+static void net_props_text(const struct net_props* p, char* out, size_t len) {
+  snprintf(out, len, "%s, %d Mb/s, %.1f us, messages up to %zu, %d receive%s grouped, %s memory",
+           p->name, p->speed_mbps, p->latency_us, p->max_bytes, p->max_recvs,
+           p->max_recvs > 1 ? "s" : "", p->device_ptrs ? "host and CUDA" : "host");
+}
+
 /* Every device the plugin has, in the log, each checked. */
 static ncclResult_t net_devices_log(struct net_state* s, int ndev) {
   ncclResult_t res = ncclSuccess;
   for (int d = 0; d < ndev && debug_enabled(DEBUG_INFO, SUB_NET); d++) {
     struct net_props p;
+    char text[256];
     CHECK(net_plugin_props(s->plugin, d, &p));
-    INFO(SUB_INIT | SUB_NET,
-         "NET/Plugin : %s device %d: %s, %d Mb/s, %.1f us, messages up to %zu, %d receive%s "
-         "grouped, %s memory%s",
-         net_plugin_name(s->plugin), d, p.name, p.speed_mbps, p.latency_us, p.max_bytes,
-         p.max_recvs, p.max_recvs > 1 ? "s" : "", p.device_ptrs ? "host and CUDA" : "host",
+    net_props_text(&p, text, sizeof(text));
+    INFO(SUB_INIT | SUB_NET, "NET/Plugin : %s device %d: %s%s", net_plugin_name(s->plugin), d, text,
          d == s->dev ? " (this rank's)" : "");
   }
 fail:
   return res;
+}
+
+/* The topology's report: the plugin, its devices and what each says of
+ * itself (checked again: a plugin may answer differently now), and which
+ * device this rank uses (a host's ranks spread over them). */
+static void net_describe(const struct transport_ctx* ctx, char* out, size_t len) {
+  const struct net_state* s = net_state(ctx);
+  int ndev = 0;
+  size_t at = 0;
+  if (s == NULL || net_plugin_devices(s->plugin, &ndev) != ncclSuccess) return;
+  at = (size_t)MAX(
+      0, snprintf(out, len, "%s %s, %d device%s, rank %d on device %d:", net_transport.name,
+                  net_plugin_name(s->plugin), ndev, ndev == 1 ? "" : "s", ctx->rank, s->dev));
+  for (int d = 0; d < ndev && at < len; d++) {
+    struct net_props p;
+    char text[256];
+    if (net_plugin_props(s->plugin, d, &p) != ncclSuccess) break;
+    net_props_text(&p, text, sizeof(text));
+    at += (size_t)MAX(0, snprintf(out + at, len - at, "%s %d %s", d ? ";" : "", d, text));
+  }
 }
 
 static ncclResult_t net_state_make(struct transport_ctx* ctx, struct net_state** out) {
@@ -670,4 +696,5 @@ const struct transport net_transport = {
     .free_state = net_free_state,
     .link_mbps = net_link_mbps,
     .link_latency_us = net_link_latency_us,
+    .describe = net_describe,
 };

@@ -368,16 +368,23 @@ static ncclResult_t fk_iflush(void* recv_comm, int n, void** data, int* sizes, v
 
 /* ---- the exported table of FAKENET_VERSION ---- */
 
+/* Each device its own name and receive grouping, so that a report giving
+ * one device's properties for another is seen. */
+static char* fk_dev_name(int dev) {
+  static char* const names[FAKENET_NDEVS] = {"fake0", "fake1"};
+  return dev >= 0 && dev < FAKENET_NDEVS ? names[dev] : "fake?";
+}
+
 #define FK_PROPS_COMMON(p)                                                    \
   do {                                                                        \
     memset(p, 0, sizeof(*p));                                                 \
-    (p)->name = (char*)"fake0";                                               \
+    (p)->name = fk_dev_name(dev);                                             \
     (p)->guid = 0x1234;                                                       \
     (p)->ptr_support = NET_ABI_PTR_HOST | (fk_cuda() ? NET_ABI_PTR_CUDA : 0); \
     (p)->speed_mbps = 10000;                                                  \
     (p)->latency_us = 1.0f;                                                   \
     (p)->max_comms = 65536;                                                   \
-    (p)->max_recvs = 1;                                                       \
+    (p)->max_recvs = 1 + 7 * (dev == 1);                                      \
     (p)->device_type = fault(FAULT_BADDEV) ? 1 : NET_ABI_DEVICE_HOST;         \
   } while (0)
 
