@@ -63,3 +63,13 @@ def _create_backend(store, group_rank, group_size, timeout):
 
 if "braid" not in dist.Backend.backend_list:
     dist.Backend.register_backend("braid", _create_backend, devices=["cpu"])
+
+# Braid records every call of a group itself (recorder(), status(), and the
+# trace it writes when a call fails), as gloo does: torch attaches its own
+# flight-recorder hook only to groups whose backends do not, and that hook
+# took a third of a small all_reduce's time (a Python stack captured per
+# op). The set is torch's answer to "does this backend record itself"
+# (torch 2.15; absent before, when no hook was attached).
+_self_recording = getattr(dist.distributed_c10d, "_FR_SELF_RECORDING_BACKENDS", None)
+if isinstance(_self_recording, set):
+    _self_recording.add("braid")

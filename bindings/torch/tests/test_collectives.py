@@ -338,3 +338,22 @@ def test_status_and_recorder():
         ops = [x["op"] for x in own[1:]]
         assert ops[-2:] == ["all_reduce", "broadcast"], ops
         assert all(x["state"] == "done" for x in own[1:]), rec
+
+
+def _hooks(rank, n):
+    c10d = dist.distributed_c10d
+    sub = dist.new_group([0, 1])
+    dist.all_reduce(torch.ones(4))
+    hooks = getattr(c10d._world, "pg_flight_recorder_hooks", None)
+    return (hasattr(c10d, "_FR_SELF_RECORDING_BACKENDS"),
+            None if hooks is None else [g for g in (dist.group.WORLD, sub) if g in hooks],
+            [json.loads(x).get("op") for x in braid_torch.recorder().splitlines()])
+
+
+def test_records_itself():
+    # Braid's own recorder has the group's calls; torch, told so, hangs no
+    # flight-recorder hook of its own on the world or a subgroup
+    for has_set, hooked, own in world.run(_hooks, 2):
+        assert "all_reduce" in own, own
+        if has_set:
+            assert hooked == [], hooked
