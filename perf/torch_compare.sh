@@ -8,12 +8,13 @@
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-build}
+[[ $build = /* ]] || build=$top/$build # a build directory anywhere, or in the tree
 np=${NP:-4}
-out=${OUT:-$top/$build/torch-perf}
+out=${OUT:-$build/torch-perf}
 mkdir -p "$out"
 
 venv=$("$top/scripts/torch-env.sh")
-"$top/bindings/torch/install.sh" "$venv" "$top/$build" >&2
+"$top/bindings/torch/install.sh" "$venv" "$build" >&2
 "$venv/bin/python" -c 'import matplotlib' 2>/dev/null ||
   "$venv/bin/python" -m pip install -q --disable-pip-version-check matplotlib >&2
 

@@ -13,11 +13,12 @@
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-build}
-out=${OUT:-$top/$build/torch-peers}
+[[ $build = /* ]] || build=$top/$build # a build directory anywhere, or in the tree
+out=${OUT:-$build/torch-peers}
 mkdir -p "$out"
 
 venv=$("$top/scripts/torch-env.sh")
-"$top/bindings/torch/install.sh" "$venv" "$top/$build" >&2
+"$top/bindings/torch/install.sh" "$venv" "$build" >&2
 "$venv/bin/python" -c 'import deepspeed' 2>/dev/null ||
   "$venv/bin/python" -m pip install -q --disable-pip-version-check deepspeed >&2
 
@@ -26,7 +27,7 @@ for np in ${NPS:-2 4}; do
   for dt in ${DTYPES:-float32 bfloat16}; do
     "$venv/bin/python" "$top/perf/torch_bench.py" --np "$np" --dtype "$dt" --what allreduce \
       --backends library,braid,braid-op,deepspeed,gloo --min-bytes 4096 --max-bytes $((64 << 20)) \
-      --rounds "${ROUNDS:-3}" --bin "$top/$build/bin" --json "$out/peers-$np-$dt.json" \
+      --rounds "${ROUNDS:-3}" --bin "$build/bin" --json "$out/peers-$np-$dt.json" \
       2> >(grep -v '^W[0-9]\|built successfully' >&2) | tee "$out/peers-$np-$dt.txt"
   done
 done
