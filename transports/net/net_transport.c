@@ -169,9 +169,11 @@ static int net_local_index(const struct transport_ctx* ctx) {
 
 /* One device's properties, as the log and the topology's report say them. */
 static void net_props_text(const struct net_props* p, char* out, size_t len) {
-  snprintf(out, len, "%s, %d Mb/s, %.1f us, messages up to %zu, %d receive%s grouped, %s memory",
-           p->name, p->speed_mbps, p->latency_us, p->max_bytes, p->max_recvs,
-           p->max_recvs > 1 ? "s" : "", p->device_ptrs ? "host and CUDA" : "host");
+  char speed[16] = "?"; /* a plugin may give none (aws-ofi-nccl over tcp), as sysfs may */
+  if (p->speed_mbps > 0) snprintf(speed, sizeof(speed), "%d", p->speed_mbps);
+  snprintf(out, len, "%s, %s Mb/s, %.1f us, messages up to %zu, %d receive%s grouped, %s memory",
+           p->name, speed, p->latency_us, p->max_bytes, p->max_recvs, p->max_recvs > 1 ? "s" : "",
+           p->device_ptrs ? "host and CUDA" : "host");
 }
 
 /* Every device the plugin has, in the log, each checked. */
