@@ -243,8 +243,8 @@ static ncclResult_t shm_send_step(struct shm_conn* c, int* moved) {
     size_t left = m->bytes - c->cur_off;
     k = shm_copy_span(c, nfree, idx, left);
     size_t n = MIN(left, (size_t)k * c->slot_bytes);
-    memcpy(c->data + idx * c->slot_bytes, m->buf + c->cur_off,
-           n);                         /* host memory only (caps): no driver query */
+    /* host memory only (caps): a plain copy, no query of the pointers */
+    memcpy(c->data + idx * c->slot_bytes, m->buf + c->cur_off, n);
     for (uint32_t j = 0; j < k; j++) { /* a 0-byte message still takes its one slot */
       size_t piece = MIN(c->slot_bytes, n - j * c->slot_bytes);
       c->slots[idx + j] =
@@ -347,8 +347,7 @@ static ncclResult_t shm_recv_step(struct shm_conn* c, int* moved) {
     size_t n = MIN(c->slot_bytes, m->bytes - c->cur_off);
     for (; k < span && shm_slot_matches(c, idx + k, m, c->cur, c->cur_off + n); k++)
       n += MIN(c->slot_bytes, m->bytes - c->cur_off - n);
-    memcpy(m->buf + c->cur_off, c->data + idx * c->slot_bytes,
-           n); /* host memory only (caps): no driver query */
+    memcpy(m->buf + c->cur_off, c->data + idx * c->slot_bytes, n); /* host memory: as above */
     c->cur_off += n;
   } else {
     WARN("SHM : bad slot from rank %d (kind %u, %u bytes at offset %zu of a %zu-byte message)",
