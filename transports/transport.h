@@ -314,8 +314,9 @@ struct transport {
    * here, with a WARN saying why not (verbs: no usable port). */
   ncclResult_t (*net_check)(void);
   /* Optional, for a network whose devices only its run time knows (a net
-   * plugin's): the topology's report of them, one line into out (len
-   * bytes, NUL-terminated); "" when this comm does not use it. */
+   * plugin's, the verbs ports): the topology's report of them, one line
+   * into out (len bytes, NUL-terminated); "" when this comm does not use
+   * it. */
   void (*describe)(const struct transport_ctx* ctx, char* out, size_t len);
   /* Optional: the comm made its device (ctx->device is set): get ready to
    * move device memory. */

@@ -340,6 +340,30 @@ static void test_faults(void** state) {
     assert_int_equal(mp_launch(3, fault_body, (void*)faults[i], NULL), 0);
 }
 
+/* ---- The topology's report names the port ---- */
+
+/* The host's first rank logs the port its comm uses (one host here: the
+ * others log nothing of it). */
+static int topology_body(const mp_env* env) {
+  ncclComm_t comm;
+  mp_capture cap;
+  ib_env();
+  setenv("NCCL_DEBUG", "INFO", 1);
+  setenv("NCCL_DEBUG_SUBSYS", "GRAPH", 1);
+  ncclResetDebugInit();
+  if (mp_capture_begin(&cap) != 0 || mp_comm_init(env, &comm) != 0) return 1;
+  int lines = mp_capture_count(&cap, "Topology: NET/IB, rank 0 (NUMA * on mlx5_0:1 IB * Mb/s");
+  mp_capture_end_quiet(&cap);
+  int bad = lines != (env->rank == 0);
+  if (bad) mp_fail(env, "%d lines of the topology's report name rank 0's port", lines);
+  return mp_expect_rc(env, comm, ncclCommDestroy(comm), ncclSuccess, "ncclCommDestroy") + bad;
+}
+
+static void test_topology(void** state) {
+  (void)state;
+  assert_int_equal(mp_launch(2, topology_body, NULL, NULL), 0);
+}
+
 /* A peer killed between calls: the others' next call fails. */
 static int killed_body(const mp_env* env) {
   ncclComm_t comm;
@@ -375,7 +399,7 @@ int main(void) {
       cmocka_unit_test(test_matrix),      cmocka_unit_test(test_p2p),
       cmocka_unit_test(test_registered),  cmocka_unit_test(test_big_messages),
       cmocka_unit_test(test_striped),     cmocka_unit_test(test_faults),
-      cmocka_unit_test(test_killed_peer),
+      cmocka_unit_test(test_killed_peer), cmocka_unit_test(test_topology),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -125,6 +126,16 @@ uint32_t ib_link_mbps(const struct transport_ctx* ctx, int rank) {
   memcpy(&b, transport_peer_blob(ctx, &ib_transport, rank), sizeof(b));
   if (!b.valid) return 0;
   return b.far ? MIN(b.mbps, IB_CROSS_SOCKET_MBPS) : b.mbps;
+}
+
+/* The topology's report: the port this rank's comm uses, as the probe
+ * lists the ports (its NUMA node against the rank's says if it is far). */
+void ib_describe(const struct transport_ctx* ctx, char* out, size_t len) {
+  const struct ib_state* st = ib_state_of(ctx);
+  char port[96];
+  if (st == NULL) return;
+  ib_port_describe(&st->port, port, sizeof(port));
+  snprintf(out, len, "%s, rank %d (NUMA %d) on %s", ib_transport.name, ctx->rank, st->numa, port);
 }
 
 int ib_can_connect(const struct transport_ctx* ctx, int a, int b) {

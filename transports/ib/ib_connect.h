@@ -33,6 +33,7 @@ ncclResult_t ib_info_take(struct ib_conn* c, int* got);
 /* As struct transport names them. */
 ncclResult_t ib_blob_make(struct transport_ctx* ctx, void* blob);
 uint32_t ib_link_mbps(const struct transport_ctx* ctx, int rank);
+void ib_describe(const struct transport_ctx* ctx, char* out, size_t len);
 int ib_can_connect(const struct transport_ctx* ctx, int a, int b);
 void ib_free_state(struct transport_ctx* ctx);
 ncclResult_t ib_connect_send(struct transport_ctx* ctx, int peer, int channel,

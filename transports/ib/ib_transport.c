@@ -455,4 +455,5 @@ const struct transport ib_transport = {
     .close = ib_close,
     .free_state = ib_free_state,
     .link_mbps = ib_link_mbps,
+    .describe = ib_describe,
 };
