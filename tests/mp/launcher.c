@@ -540,6 +540,13 @@ int mp_capture_begin(mp_capture* cap) {
   return 0;
 }
 
+int mp_capture_debug(mp_capture* cap, const char* subsys) {
+  setenv("NCCL_DEBUG", "INFO", 1);
+  setenv("NCCL_DEBUG_SUBSYS", subsys, 1);
+  ncclResetDebugInit();
+  return mp_capture_begin(cap);
+}
+
 /* Whether `line` holds the parts of `pattern` between its '*'s, in order. */
 static int line_matches(const char* line, const char* pattern) {
   char part[256];

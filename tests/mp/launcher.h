@@ -99,6 +99,9 @@ typedef struct mp_capture {
 } mp_capture;
 /* 0 on success. */
 int mp_capture_begin(mp_capture* cap);
+/* mp_capture_begin with the library's INFO log of `subsys` on ("GRAPH":
+ * the topology's report), read again from the environment; 0 on success. */
+int mp_capture_debug(mp_capture* cap, const char* subsys);
 /* Restores both, echoes what was captured to stderr, and returns how many
  * captured lines hold `needle` ("a*b": a, then later b). */
 int mp_capture_end(mp_capture* cap, const char* needle);

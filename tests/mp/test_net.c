@@ -245,20 +245,27 @@ static int device_p2p_body(const mp_env* env) {
   return mp_expect_rc(env, comm, ncclCommDestroy(comm), ncclSuccess, "ncclCommDestroy") + bad;
 }
 
-static void test_device_p2p(void** state) {
-  const char* lib = getenv("BRAID_CUDA_LIB");
-  if (lib == NULL || access(lib, R_OK) != 0) skip(); /* no simulated driver in this build */
+/* Every case: a fault that hangs a rank fails here. */
+static int launch(int nranks, mp_body_fn body, const void* arg) {
   mp_opts o = MP_OPTS_INIT;
   o.deadline_s = 60;
-  assert_int_equal(mp_launch(3, device_p2p_body, *state, &o), 0);
+  return mp_launch(nranks, body, (void*)arg, &o);
+}
+
+/* Device buffers need the simulated driver, which a build may lack. */
+static int have_driver(void) {
+  const char* lib = getenv("BRAID_CUDA_LIB");
+  return lib != NULL && access(lib, R_OK) == 0;
+}
+
+static void test_device_p2p(void** state) {
+  if (!have_driver()) skip();
+  assert_int_equal(launch(3, device_p2p_body, *state), 0);
 }
 
 static void test_device(void** state) {
-  const char* lib = getenv("BRAID_CUDA_LIB");
-  if (lib == NULL || access(lib, R_OK) != 0) skip(); /* no simulated driver in this build */
-  mp_opts o = MP_OPTS_INIT;
-  o.deadline_s = 60;
-  assert_int_equal(mp_launch(3, device_body, *state, &o), 0);
+  if (!have_driver()) skip();
+  assert_int_equal(launch(3, device_body, *state), 0);
 }
 
 /* The topology's report names the plugin and each of its devices with
@@ -271,10 +278,7 @@ static int topology_body(const mp_env* env) {
   mp_capture cap;
   int bad = 0;
   rank_env(env, c);
-  setenv("NCCL_DEBUG", "INFO", 1);
-  setenv("NCCL_DEBUG_SUBSYS", "GRAPH", 1);
-  ncclResetDebugInit();
-  if (mp_capture_begin(&cap) != 0 || mp_comm_init(env, &comm) != 0) return 1;
+  if (mp_capture_debug(&cap, "GRAPH") != 0 || mp_comm_init(env, &comm) != 0) return 1;
   snprintf(want, sizeof(want),
            "Topology: NET/Plugin Fake, 2 devices, rank %d on device 0:* 0 fake0, 10000 Mb/s, "
            "1.0 us*1 receive grouped, host memory;* 1 fake1, 10000 Mb/s, 1.0 us*8 receives "
@@ -290,16 +294,12 @@ static int topology_body(const mp_env* env) {
 }
 
 static void test_topology(void** state) {
-  mp_opts o = MP_OPTS_INIT;
-  o.deadline_s = 60;
-  assert_int_equal(mp_launch(4, topology_body, *state, &o), 0);
+  assert_int_equal(launch(4, topology_body, *state), 0);
 }
 
 static void test_net(void** state) {
   const net_case* c = *state;
-  mp_opts o = MP_OPTS_INIT;
-  o.deadline_s = 60; /* a fault that hangs a rank fails here */
-  assert_int_equal(mp_launch(c->nranks, c->fault ? fault_body : good_body, (void*)c, &o), 0);
+  assert_int_equal(launch(c->nranks, c->fault ? fault_body : good_body, c), 0);
 }
 
 static const net_case k_v8 = {8, 3, 1, NULL, NULL, 0};
