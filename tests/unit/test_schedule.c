@@ -18,6 +18,7 @@
 #include "engine/exec_cpu.h"
 #include "kernels.h"
 #include "layout.h"
+#include "ring.h"
 #include "sched_build.h"
 #include "schedule.h"
 #include "tree.h"
@@ -125,6 +126,60 @@ static void test_ring_schedule_shape(void** state) {
     }
 }
 
+/* The all-reduce's blocks as ring.c cuts them: sizes differ by one at most. */
+static struct ring_block even_block(const void* ctx, int j) {
+  const struct sched_key* k = ctx;
+  size_t n = (size_t)k->nranks, base = k->count / n, rem = k->count % n, jj = (size_t)j;
+  size_t off = jj * base + (jj < rem ? jj : rem);
+  return (struct ring_block){off, off, base + (jj < rem)};
+}
+
+/* A ring all-reduce of fewer elements than ranks walks only the hops of
+ * its non-empty blocks: the very steps, in the same order, as the walk of
+ * all 2n-1 hops (ring_reduce_phase, then ring_gather_phase). */
+static void test_ring_few_elements(void** state) {
+  static const int sizes[] = {2, 3, 4, 5, 7, 8, 13, 64, 257};
+  (void)state;
+  for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+    int n = sizes[i];
+    for (int count = 1; count < n; count += count < 9 ? 1 : n / 7)
+      for (int r = 0; r < n; r++) {
+        struct schedule got = {0}, want = {0};
+        struct sched_key k = {.coll = COLL_ALLREDUCE,
+                              .algo = ALGO_RING,
+                              .rank = r,
+                              .nranks = n,
+                              .count = (size_t)count,
+                              .elem_size = 4,
+                              .chunk_bytes = 4096,
+                              .slices_per_step = 2};
+        struct ring g = {.n = n,
+                         .pos = r,
+                         .prev = (r + n - 1) % n,
+                         .next = (r + 1) % n,
+                         .block = even_block,
+                         .ctx = &k,
+                         .chunk = 1024,
+                         .span = 2048,
+                         .post = 1};
+        assert_int_equal(sched_build(&got, &k), ncclSuccess);
+        assert_int_equal(ring_reduce_phase(&want, &g, r + 1, PRIM_RECV_REDUCE_COPY_SEND, 0),
+                         ncclSuccess);
+        assert_int_equal(ring_gather_phase(&want, &g, r + 1, 0), ncclSuccess);
+        assert_true(want.nsteps > 0 || count < n);
+        assert_int_equal(got.nsteps, want.nsteps);
+        for (size_t t = 0; t < got.nsteps; t++) {
+          const struct sched_step *a = &got.steps[t], *b = &want.steps[t];
+          assert_true(a->prim == b->prim && a->flags == b->flags);
+          assert_true(a->recv_peer == b->recv_peer && a->send_peer == b->send_peer);
+          assert_true(a->xoff == b->xoff && a->yoff == b->yoff && a->count == b->count);
+        }
+        sched_free(&got);
+        sched_free(&want);
+      }
+  }
+}
+
 static void test_schedule_reuse_and_names(void** state) {
   (void)state;
   struct schedule s = {0};
@@ -206,6 +261,7 @@ static void test_peers_mutual(void** state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_ring_schedule_shape),
+      cmocka_unit_test(test_ring_few_elements),
       cmocka_unit_test(test_schedule_reuse_and_names),
       cmocka_unit_test(test_allreduce_fake_transport),
       cmocka_unit_test(test_collectives_fake_transport),
