@@ -318,10 +318,20 @@ def test_direct_all_reduce_op():
         assert refused and "bxor" in refused, refused
 
 
+def _store_barrier(name, rank, n):
+    # a barrier outside Braid: a collective would show up in the status asked
+    store = dist.distributed_c10d._get_default_store()
+    store.set(f"{name}{rank}", "1")
+    store.wait([f"{name}{r}" for r in range(n)])
+
+
 def _status(rank, n):
     dist.all_reduce(torch.ones(10))
     dist.broadcast(torch.ones(10), 0)
-    return braid_torch.status(), braid_torch.status(format="json"), braid_torch.recorder()
+    _store_barrier("called", rank, n)  # every rank is between calls when asked
+    out = braid_torch.status(), braid_torch.status(format="json"), braid_torch.recorder()
+    _store_barrier("asked", rank, n)  # and still there, answering, until all have asked
+    return out
 
 
 def test_status_and_recorder():
