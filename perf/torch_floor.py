@@ -3,8 +3,10 @@
 floor under every figure of perf/torch_peers.sh (docs/torch.md, issue 49).
 
 Times, per call of a 1024-float tensor, alternating ROUNDS rounds:
-dist.all_reduce on braid, the same with torch's flight-recorder hook put
-back (what torch attaches to a backend it does not know to record itself),
+dist.all_reduce on braid, the process group's own allreduce and wait (the
+same call without torch's Python wrapper around it), the same with torch's
+flight-recorder hook put back (what torch attaches to a backend it does not
+know to record itself),
 braid_torch.all_reduce_, its torch op called directly, and an in-place
 x.add_(0) (the cost of any torch op). Prints the median and every round.
 
@@ -45,8 +47,10 @@ def main():
     assert hooked in c10d._world.pg_flight_recorder_hooks
     x = torch.ones(1024)
     op, name = torch.ops.braid.all_reduce_, dist.group.WORLD.group_name
+    world = dist.group.WORLD  # its C++ entry: dist.all_reduce less torch's Python around it
     cases = {
         "dist.all_reduce": lambda: dist.all_reduce(x),
+        "WORLD.allreduce([x]).wait()": lambda: world.allreduce([x]).wait(),
         "dist.all_reduce, torch's hook": lambda: dist.all_reduce(x, group=hooked),
         "braid_torch.all_reduce_": lambda: braid_torch.all_reduce_(x),
         "torch.ops.braid.all_reduce_": lambda: op(x, "sum", name),
