@@ -161,6 +161,7 @@ run_limited() {
   while kill -0 "$bgpid" 2>/dev/null; do
     if [ $(($(date +%s) - t0)) -ge "$limit" ]; then
       dump_stacks >"$stacks" 2>&1
+      dump_net >"$(dirname "$stacks")/net" 2>&1
       stop_pid "$bgpid" 3
       wait "$bgpid" 2>/dev/null
       bgpid=""
@@ -270,6 +271,7 @@ run_case() {
     echo "  --- rank logs: warnings"
     grep -h "WARN" "$dir"/log.* 2>/dev/null | head -n 40
     [ -s "$dir/stacks" ] && echo "  --- stacks of ranks still running" && cat "$dir/stacks"
+    [ -s "$dir/net" ] && echo "  --- the network when it hung" && cat "$dir/net"
   } | sed 's/^/  | /'
 }
 
