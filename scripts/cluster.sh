@@ -140,6 +140,26 @@ link() {
   need_host "$host"
   [ "$state" = up ] || [ "$state" = down ] || die "link HOST up|down"
   ip link set "$(veth_of "$host")" "$state"
+  [ "$state" = down ] || wait_carries "$host"
+}
+
+# wait_carries HOST: a link set up again carries traffic once both ends have their carrier,
+# the bridge forwards on the port and the neighbours resolve (here within 40 ms). Twice in CI
+# a job started right after h1's link came back could not reach h0 from h1, cause not found:
+# `link HOST up` now returns only once a TCP connect from HOST to another host is answered
+# (refused: both ways work), and fails naming the link after 10 s without an answer.
+wait_carries() {
+  local host=$1 peer i ip out
+  peer=$(hosts | grep -vx "$host" | head -n 1)
+  [ -n "$peer" ] || return 0
+  ip=$(ip -n "$(ns_of "$peer")" -4 -o addr show dev eth0 | awk '{ sub("/.*", "", $4); print $4 }')
+  for ((i = 0; i < 50; i++)); do
+    out=$(ip netns exec "$(ns_of "$host")" timeout 0.5 bash -c "exec 3<>/dev/tcp/$ip/9" 2>&1) ||
+      true
+    [[ "$out" == *refused* ]] && return 0
+    sleep 0.2
+  done
+  die "link $host up: no answer from $peer ($ip) within 10 s"
 }
 
 # Open MPI names its session directory after the host: every cluster has an h0, so each

@@ -132,6 +132,9 @@ dump_net() {
     ip netns exec "$BRAID_CLUSTER-$h" ss -tanp 2>&1 | sed 's/^/  /'
     ip -n "$BRAID_CLUSTER-$h" -s neigh 2>&1 | sed 's/^/  neigh: /'
     tc -n "$BRAID_CLUSTER-$h" -s qdisc show dev eth0 2>&1 | sed 's/^/  qdisc: /'
+    # the bridge's end of the host's link: what reaches the host, and the port's state
+    tc -s qdisc show dev "$BRAID_CLUSTER-$h" 2>&1 | sed 's/^/  bridge-side qdisc: /'
+    bridge link show dev "$BRAID_CLUSTER-$h" 2>&1 | sed 's/^/  bridge port: /'
     # the kernel's TCP counters since the host came up (refused, reset, TIME-WAIT and PAWS
     # rejections, listen drops): what a failed connect met, which Open MPI does not say
     ip netns exec "$BRAID_CLUSTER-$h" nstat -as 2>&1 | grep -E '^(Tcp|TcpExt|Ip|Icmp)' |
