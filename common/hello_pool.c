@@ -87,21 +87,42 @@ static int pending_read(struct hello_pool* pool, int i) {
   return 1;
 }
 
+/* Connection i's hello is whole: out of the pool, to its owner. */
+static void pending_deliver(struct hello_pool* pool, int i, hello_pool_done_fn done, void* arg) {
+  struct hello_pending h = pool->pending[i];
+  pool->pending[i] = pool->pending[--pool->npending];
+  done(arg, h.fd, h.buf);
+}
+
 /* Read connection i and deliver or drop it; returns 1 when it left the
  * pool (the slot now holds another connection). */
 static int pending_serve(struct hello_pool* pool, int i, uint64_t now, hello_pool_done_fn done,
                          void* arg) {
   int r = pending_read(pool, i);
   if (r == 1) {
-    struct hello_pending h = pool->pending[i];
-    pool->pending[i] = pool->pending[--pool->npending];
-    done(arg, h.fd, h.buf);
+    pending_deliver(pool, i, done, arg);
     return 1;
   }
   if (r == 0 && now < pool->pending[i].deadline_ns) return 0;
   hello_pool_log_refusal(pool, r < 0 ? "closed before a whole hello" : "no whole hello in time");
   pending_drop(pool, i);
   return 1;
+}
+
+/* A full pool lets its oldest connection go, unless its hello has come
+ * since it was last read: a flood taken in one pass must not push out a
+ * real peer whose hello is waiting unread (CI, on 2 loaded cores: the
+ * root's own rank 0 was let go, and the job failed). */
+static void pending_make_room(struct hello_pool* pool, hello_pool_done_fn done, void* arg) {
+  int oldest = 0;
+  for (int i = 1; i < pool->npending; i++)
+    if (pool->pending[i].deadline_ns < pool->pending[oldest].deadline_ns) oldest = i;
+  if (pending_read(pool, oldest) == 1) {
+    pending_deliver(pool, oldest, done, arg);
+    return;
+  }
+  hello_pool_log_refusal(pool, "too many connections without a hello");
+  pending_drop(pool, oldest);
 }
 
 /* Take the connections the listener holds, at most a pool's worth per
@@ -117,13 +138,7 @@ static void accept_all(struct hello_pool* pool, uint64_t now, hello_pool_done_fn
       close(fd);
       continue;
     }
-    if (pool->npending == pool->max_pending) {
-      int oldest = 0;
-      for (int i = 1; i < pool->npending; i++)
-        if (pool->pending[i].deadline_ns < pool->pending[oldest].deadline_ns) oldest = i;
-      hello_pool_log_refusal(pool, "too many connections without a hello");
-      pending_drop(pool, oldest);
-    }
+    if (pool->npending == pool->max_pending) pending_make_room(pool, done, arg);
     int i = pool->npending++;
     pool->pending[i] =
         (struct hello_pending){fd, now + (uint64_t)pool->hello_ms * 1000000ull, 0, {0}};
