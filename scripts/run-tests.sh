@@ -65,7 +65,8 @@ done
 
 for t in "${main[@]}"; do
   run_one "$t"
-  count "$(basename "$t")" $?
+  rc=$? # before count's arguments: "$(basename ...)" would reset $? to 0 first
+  count "$(basename "$t")" "$rc"
 done
 
 for i in "${!side[@]}"; do
