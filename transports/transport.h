@@ -188,6 +188,11 @@ struct transport_conn {
   uint64_t posted_bytes;
   uint64_t bytes_after[TRANSPORT_MAX_INFLIGHT];
   uint64_t stall_pass; /* p2p: the posting pass that found this connection full */
+  /* It reads and writes device memory itself (a NIC's DMA, where both
+   * ends' devices take it), set by its transport when it makes the
+   * connection: a collective on device buffers may post them to it as
+   * they are (src/engine/executor.c, exec_piece_direct). */
+  int device_direct;
   /* receive: set with ncclInvalidUsage when a message did not match its
    * receive, with the tag the peer sent */
   enum transport_mismatch mismatch;

@@ -5,7 +5,9 @@
  * final goes when posted), and retires steps whose sends are out.
  * Partials land in staging slots; final data is received straight into
  * the user's output buffer, so all-gather steps copy nothing. A call on
- * device memory is staged (executor.h): slots carry everything.
+ * device memory runs on the device backend, staged (executor.h: slots
+ * carry everything) unless every connection it uses reads and writes
+ * device memory itself (exec_piece_direct).
  */
 #include "engine/executor.h"
 
@@ -169,6 +171,23 @@ static const void* exec_shift(const void* p, size_t bytes) {
   return p ? (const char*)p + bytes : NULL; /* a rank's unused buffer may be NULL */
 }
 
+/* Whether every connection the running piece uses reads and writes
+ * device memory itself (transport_conn.device_direct: a NIC that takes
+ * CUDA memory at both ends). Then a call on device buffers posts them to
+ * it as they are: sends from the input, final data straight into the
+ * output, only partials through the slots, which the device backend's
+ * kernels reach where they are mapped. Elsewhere it is staged. A rank
+ * decides alone: the messages are the same either way. */
+static int exec_piece_direct(const struct exec_ctx* ex) {
+  const struct schedule* s = ex->sched;
+  for (size_t i = 0; i < s->nsteps; i++) {
+    const struct sched_step* st = &s->steps[i];
+    if (st->recv_peer >= 0 && !ex->conf.recv_conns[st->recv_peer]->device_direct) return 0;
+    if (st->send_peer >= 0 && !ex->conf.send_conns[st->send_peer]->device_direct) return 0;
+  }
+  return 1;
+}
+
 /* Set up the piece of the call that starts at ex->piece_off: the same
  * elements of every block, so all-gather and reduce-scatter keep the
  * whole call's block stride. */
@@ -184,6 +203,7 @@ static ncclResult_t exec_start_piece(struct exec_ctx* ex) {
     a.stride = ex->call.stride ? ex->call.stride : ex->call.count;
   exec_ctx_key(ex, &a, &key);
   CHECK(sched_cache_get(&ex->cache, &key, &ex->sched));
+  ex->staged = a.mem != MEM_HOST && !exec_piece_direct(ex);
   ex->args = a;
   ex->es = kern_type_size(a.type);
   ex->next_post = ex->next_compute = ex->next_finish = ex->retired = 0;
@@ -191,7 +211,7 @@ static ncclResult_t exec_start_piece(struct exec_ctx* ex) {
   /* transport.h, lend_max: no message of the piece longer than the lent
    * ones, and no more of them posted than the window */
   ex->lend_bytes =
-      ex->staged || ex->window > TRANSPORT_LEND_SPAN ? 0 : ex->sched->max_count * ex->es;
+      a.mem != MEM_HOST || ex->window > TRANSPORT_LEND_SPAN ? 0 : ex->sched->max_count * ex->es;
 fail:
   return res;
 }
@@ -199,9 +219,9 @@ fail:
 ncclResult_t exec_start(struct exec_ctx* ex, const struct exec_args* args,
                         const struct transport_tag* tag) {
   ncclResult_t res = ncclSuccess;
-  ex->staged = args->mem != MEM_HOST;
-  ex->backend = ex->staged ? ex->dev_backend : ex->conf.backend;
-  ex->bstate = ex->staged ? ex->dev_state : ex->conf.backend_state;
+  int on_device = args->mem != MEM_HOST;
+  ex->backend = on_device ? ex->dev_backend : ex->conf.backend;
+  ex->bstate = on_device ? ex->dev_state : ex->conf.backend_state;
   if (ex->backend == NULL)
     FAIL(ncclInvalidArgument, "Rank %d: %s on %s memory, and no backend runs on it", ex->conf.rank,
          sched_coll_name(args->coll), mem_kind_name(args->mem));
@@ -522,7 +542,7 @@ static int step_plan(const struct exec_ctx* ex, const struct sched_step* st, str
  * (finish_step) and nothing else is posted there in between. */
 static void step_send_in_place(const struct exec_ctx* ex, const struct sched_step* st,
                                struct exec_rec* rec) {
-  if (ex->staged || ex->next_finish != ex->next_compute || rec->out == NULL) return;
+  if (ex->args.mem != MEM_HOST || ex->next_finish != ex->next_compute || rec->out == NULL) return;
   if (st->prim != PRIM_RECV_REDUCE_SEND && st->prim != PRIM_RECV_REDUCE_COPY_SEND) return;
   struct transport_conn* c = ex->conf.send_conns[st->send_peer];
   void* space = c->ops->send_space ? c->ops->send_space(c, st->count * ex->es) : NULL;

@@ -84,7 +84,11 @@ ncclResult_t exec_backend_run(const struct exec_backend* b, void* state, const s
  * copies or reduces it into the output; every step that sends, sends a
  * slot that a task filled (a recv-reduce-copy-send writes the output and
  * the slot in one task). So the backend must reach both the user's memory
- * and the slots (src/cuda pins them), and the slots are its to pin.
+ * and the slots (src/cuda pins them), and the slots are its to pin. Where
+ * every connection of the call reads and writes device memory itself
+ * (transport_conn.device_direct: a net plugin's NIC), the call is not
+ * staged: its steps post the user's buffers as a host call's do, and only
+ * partials land in the slots; nothing is lent or written in place.
  */
 
 /* What the owner gives an executor context, once. */
@@ -142,7 +146,7 @@ struct exec_ctx {
   struct exec_args args;
   const struct exec_backend* backend; /* the running call's, and its state */
   void* bstate;
-  int staged;       /* the call is on device memory: transports move slots only */
+  int staged;       /* the piece is on device memory, and transports move slots only */
   size_t es;        /* bytes per element */
   size_t piece;     /* elements per block in every piece but the last */
   size_t piece_off; /* where in each block the running piece starts */

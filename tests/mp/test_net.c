@@ -33,6 +33,7 @@ typedef struct net_case {
   const char* fault; /* FAKENET_FAULT; NULL: none */
   const char* after; /* FAKENET_FAULT_AFTER */
   int init_fails;    /* the fault stops ncclCommInitRank itself */
+  int sync;          /* device calls run synchronously (BRAID_STREAM_MEMOPS=0) */
 } net_case;
 
 static char g_plugin_dir[4096];
@@ -181,15 +182,18 @@ static int device_body(const mp_env* env) {
   return mp_expect_rc(env, comm, ncclCommDestroy(comm), ncclSuccess, "ncclCommDestroy") + bad;
 }
 
-/* What the fake plugin of this case saw: registrations of device memory,
- * flushes (the library loaded it; dlopen finds that copy). */
-static int plugin_stats(const net_case* c, long* cuda_regs, long* flushes) {
+/* Two counts the fake plugin of this case keeps, by the name of the
+ * function that gives them (the library loaded it; dlopen finds that
+ * copy): fakenet_stats, registrations of device memory and flushes;
+ * fakenet_traffic, the bytes its requests posted on device memory and on
+ * host memory (payloads only). */
+static int plugin_counts(const net_case* c, const char* fn, long* a, long* b) {
   char path[4200];
   snprintf(path, sizeof(path), "%s/fakenet/libnccl-net-fake%d.so", g_plugin_dir, c->version);
   void* h = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
-  void (*stats)(long*, long*) = h ? (void (*)(long*, long*))dlsym(h, "fakenet_stats") : NULL;
-  if (stats == NULL) return 1;
-  stats(cuda_regs, flushes);
+  void (*counts)(long*, long*) = h ? (void (*)(long*, long*))dlsym(h, fn) : NULL;
+  if (counts == NULL) return 1;
+  counts(a, b);
   dlclose(h);
   return 0;
 }
@@ -231,7 +235,8 @@ static int device_p2p_body(const mp_env* env) {
               (unsigned char)(b * 13 + (size_t)from));
       bad = 1;
     }
-  if (!bad && (plugin_stats(c, &regs, &flushes) != 0 || regs == 0 || flushes == 0)) {
+  if (!bad &&
+      (plugin_counts(c, "fakenet_stats", &regs, &flushes) != 0 || regs == 0 || flushes == 0)) {
     mp_fail(env,
             "device buffers did not go to the plugin (%ld device registrations, %ld "
             "flushes)",
@@ -242,6 +247,65 @@ static int device_p2p_body(const mp_env* env) {
   ncclMemFree(din);
   free(out);
   free(in);
+  return mp_expect_rc(env, comm, ncclCommDestroy(comm), ncclSuccess, "ncclCommDestroy") + bad;
+}
+
+/* The collectives an executor runs (the others are send/recv groups). */
+static int coll_scheduled(int coll) {
+  return coll != CC_ALLTOALL && coll != CC_GATHER && coll != CC_SCATTER;
+}
+
+/* Whether one call's traffic is what its path gives: synchronous calls
+ * (`direct`) post the user's device buffers to the plugin, every rank of
+ * an all-gather or a broadcast moving only device memory, every rank of
+ * an all-reduce some; calls ordered on their stream are staged through
+ * pinned host memory, device memory then only for send/recv. */
+static int traffic_wrong(const mp_env* env, int coll, int direct, long cuda, long host) {
+  int moves_only_final = coll == CC_ALLGATHER || coll == CC_BROADCAST || coll == CC_BCAST;
+  const char* why = NULL;
+  if (direct && (moves_only_final || coll == CC_ALLREDUCE) && cuda == 0)
+    why = "no device memory went to the plugin";
+  else if (direct && moves_only_final && host != 0)
+    why = "host memory went to the plugin";
+  else if (!direct && coll_scheduled(coll) && cuda != 0)
+    why = "device memory went to the plugin";
+  if (why) mp_fail(env, "%s: %s (%ld device, %ld host bytes)", cc_coll_name(coll), why, cuda, host);
+  return why != NULL;
+}
+
+/* Where both ends' devices take CUDA memory (FAKENET_CUDA=1), every
+ * collective on device buffers is exact, each call's buffers going to
+ * the plugin as they are when it runs synchronously (the case's `sync`)
+ * and staged when ordered on its stream. */
+static int device_direct_body(const mp_env* env) {
+  const net_case* c = env->arg;
+  int direct = c->sync, bad = 0;
+  ncclComm_t comm;
+  cudaStream_t s;
+  setenv("FAKENET_CUDA", "1", 1);
+  setenv("BRAID_STREAM_MEMOPS", direct ? "0" : "1", 1);
+  rank_env(env, c);
+  if (dev_open(env, 0) != 0 || (s = dev_stream(env)) == NULL) return 1;
+  if (mp_comm_init(env, &comm) != 0) return 1;
+  for (int coll = 0; coll < CC_NCOLLS; coll++) {
+    dev_call d = {.host = {.coll = coll, .count = 150001, .salt = (uint64_t)coll}};
+    d.host.type = kTypes[(size_t)coll % COUNT_OF(kTypes)];
+    d.host.op = ncclSum;
+    d.host.root = coll % env->nranks;
+    long cuda0 = 0, host0 = 0, cuda1 = 0, host1 = 0;
+    int wrong = dev_call_prepare(&d, env) || plugin_counts(c, "fakenet_traffic", &cuda0, &host0);
+    if (!wrong) {
+      ncclResult_t rc = cc_issue(&d.dev, comm, s);
+      wrong = rc != ncclSuccess || dev_sync(env, s) || dev_call_fetch(&d, env) ||
+              cc_verify(&d.host, env);
+      if (wrong) mp_fail(env, "device buffers: %s wrong", cc_coll_name(coll));
+    }
+    if (!wrong)
+      wrong = plugin_counts(c, "fakenet_traffic", &cuda1, &host1) ||
+              traffic_wrong(env, coll, direct, cuda1 - cuda0, host1 - host0);
+    bad += wrong;
+    dev_call_release(&d);
+  }
   return mp_expect_rc(env, comm, ncclCommDestroy(comm), ncclSuccess, "ncclCommDestroy") + bad;
 }
 
@@ -261,6 +325,11 @@ static int have_driver(void) {
 static void test_device_p2p(void** state) {
   if (!have_driver()) skip();
   assert_int_equal(launch(3, device_p2p_body, *state), 0);
+}
+
+static void test_device_direct(void** state) {
+  if (!have_driver()) skip();
+  assert_int_equal(launch(((const net_case*)*state)->nranks, device_direct_body, *state), 0);
 }
 
 static void test_device(void** state) {
@@ -302,27 +371,30 @@ static void test_net(void** state) {
   assert_int_equal(launch(c->nranks, c->fault ? fault_body : good_body, c), 0);
 }
 
-static const net_case k_v8 = {8, 3, 1, NULL, NULL, 0};
-static const net_case k_v9 = {9, 3, 1, NULL, NULL, 0};
-static const net_case k_v10 = {10, 3, 1, NULL, NULL, 0};
-static const net_case k_v11 = {11, 3, 1, NULL, NULL, 0};
-static const net_case k_v12 = {12, 4, 1, NULL, NULL, 0};
-static const net_case k_v12_2x2 = {12, 4, 2, NULL, NULL, 0}; /* shared memory inside a host */
-static const net_case k_f_init = {12, 2, 1, "init", NULL, 1};
-static const net_case k_f_devices = {8, 2, 1, "devices", NULL, 1};
-static const net_case k_f_props = {12, 2, 1, "props", NULL, 1};
-static const net_case k_f_baddev = {10, 2, 1, "baddev", NULL, 1};
-static const net_case k_f_listen = {12, 2, 1, "listen", NULL, 0}; /* per connection */
-static const net_case k_f_connect = {12, 2, 1, "connect", NULL, 0};
-static const net_case k_f_accept = {9, 2, 1, "accept", NULL, 0};
-static const net_case k_f_regmr = {12, 2, 1, "regmr", NULL, 0};
-static const net_case k_f_regmr_late = {11, 2, 1, "regmr", "6", 0}; /* a payload's */
-static const net_case k_f_isend = {12, 2, 1, "isend", "2", 0};
-static const net_case k_f_irecv = {8, 2, 1, "irecv", "2", 0};
-static const net_case k_f_test = {12, 2, 1, "test", "20", 0};
-static const net_case k_f_stall = {12, 2, 1, "stall", NULL, 0};
-static const net_case k_f_die = {12, 2, 1, "die", "3", 0};
-static const net_case k_f_badsize = {9, 2, 1, "badsize", NULL, 0};
+static const net_case k_v8 = {8, 3, 1, NULL, NULL, 0, 0};
+static const net_case k_v9 = {9, 3, 1, NULL, NULL, 0, 0};
+static const net_case k_v10 = {10, 3, 1, NULL, NULL, 0, 0};
+static const net_case k_v11 = {11, 3, 1, NULL, NULL, 0, 0};
+static const net_case k_v12 = {12, 4, 1, NULL, NULL, 0, 0};
+static const net_case k_v12_2x2 = {12, 4, 2, NULL, NULL, 0, 0}; /* shared memory inside a host */
+/* device buffers where the plugin takes them, synchronous and gated calls */
+static const net_case k_direct_sync = {12, 3, 1, NULL, NULL, 0, 1};
+static const net_case k_direct_gated = {11, 3, 1, NULL, NULL, 0, 0};
+static const net_case k_f_init = {12, 2, 1, "init", NULL, 1, 0};
+static const net_case k_f_devices = {8, 2, 1, "devices", NULL, 1, 0};
+static const net_case k_f_props = {12, 2, 1, "props", NULL, 1, 0};
+static const net_case k_f_baddev = {10, 2, 1, "baddev", NULL, 1, 0};
+static const net_case k_f_listen = {12, 2, 1, "listen", NULL, 0, 0}; /* per connection */
+static const net_case k_f_connect = {12, 2, 1, "connect", NULL, 0, 0};
+static const net_case k_f_accept = {9, 2, 1, "accept", NULL, 0, 0};
+static const net_case k_f_regmr = {12, 2, 1, "regmr", NULL, 0, 0};
+static const net_case k_f_regmr_late = {11, 2, 1, "regmr", "6", 0, 0}; /* a payload's */
+static const net_case k_f_isend = {12, 2, 1, "isend", "2", 0, 0};
+static const net_case k_f_irecv = {8, 2, 1, "irecv", "2", 0, 0};
+static const net_case k_f_test = {12, 2, 1, "test", "20", 0, 0};
+static const net_case k_f_stall = {12, 2, 1, "stall", NULL, 0, 0};
+static const net_case k_f_die = {12, 2, 1, "die", "3", 0, 0};
+static const net_case k_f_badsize = {9, 2, 1, "badsize", NULL, 0, 0};
 
 #define NET_TEST(c) cmocka_unit_test_prestate(test_net, (void*)&(c))
 
@@ -355,6 +427,8 @@ int main(void) {
       cmocka_unit_test_prestate(test_device, (void*)&k_v10),
       cmocka_unit_test_prestate(test_device_p2p, (void*)&k_v12),
       cmocka_unit_test_prestate(test_device_p2p, (void*)&k_v8),
+      cmocka_unit_test_prestate(test_device_direct, (void*)&k_direct_sync),
+      cmocka_unit_test_prestate(test_device_direct, (void*)&k_direct_gated),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

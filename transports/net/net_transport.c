@@ -285,6 +285,7 @@ static ncclResult_t net_conn_new(struct net_state* s, struct transport_ctx* ctx,
   c->base.ops = &net_transport;
   c->base.peer = peer;
   c->base.is_send = is_send;
+  c->base.device_direct = net_device_ok(ctx, ctx->rank, peer);
   c->st = s;
   c->waits = ctx->waits;
   c->tag = is_send ? ctx->rank : peer;

@@ -20,7 +20,10 @@
  * FAKENET_CUDA=1 makes its devices take CUDA device memory (NCCL_PTR_CUDA),
  * which the simulated driver keeps in host memory the fake reads and
  * writes; fakenet_stats() says how many such registrations and flushes it
- * saw, for a test that dlopens it too.
+ * saw, and fakenet_traffic() how many bytes its requests posted on device
+ * memory and on host memory (the latter without requests of
+ * FAKENET_FRAME_MAX bytes or less: the transport's frames), for a test
+ * that dlopens it too.
  */
 #include <dlfcn.h>
 #include <errno.h>
@@ -80,7 +83,9 @@ struct fk_listen {
   int fd;
 };
 
-static _Atomic long g_cuda_regs, g_flushes; /* fakenet_stats */
+static _Atomic long g_cuda_regs, g_flushes;     /* fakenet_stats */
+static _Atomic long g_cuda_bytes, g_host_bytes; /* fakenet_traffic */
+#define FAKENET_FRAME_MAX 256
 
 static int fk_cuda(void) {
   const char* v = getenv("FAKENET_CUDA");
@@ -90,6 +95,10 @@ static int fk_cuda(void) {
 __attribute__((visibility("default"))) void fakenet_stats(long* cuda_regs, long* flushes) {
   *cuda_regs = atomic_load(&g_cuda_regs);
   *flushes = atomic_load(&g_flushes);
+}
+__attribute__((visibility("default"))) void fakenet_traffic(long* cuda_bytes, long* host_bytes) {
+  *cuda_bytes = atomic_load(&g_cuda_bytes);
+  *host_bytes = atomic_load(&g_host_bytes);
 }
 static _Atomic long g_calls[16];
 
@@ -264,6 +273,10 @@ static ncclResult_t fk_post(struct fk_comm* c, int is_send, void* data, size_t s
   struct fk_req* r = &c->reqs[(c->head + c->count++) % FAKENET_MAX_REQS];
   *r = (struct fk_req){c, 1, is_send, data, size, 0, size, 0};
   *request = r;
+  if (m->cuda)
+    atomic_fetch_add(&g_cuda_bytes, (long)size);
+  else if (size > FAKENET_FRAME_MAX)
+    atomic_fetch_add(&g_host_bytes, (long)size);
   return ncclSuccess;
 }
 
