@@ -309,6 +309,35 @@ static int device_direct_body(const mp_env* env) {
   return mp_expect_rc(env, comm, ncclCommDestroy(comm), ncclSuccess, "ncclCommDestroy") + bad;
 }
 
+/* A plugin failure under a collective whose device buffers go to the
+ * plugin as they are (FAKENET_CUDA=1, synchronous): an error on every
+ * rank in time, nothing written outside the buffers, the comm aborts. */
+static int device_fault_body(const mp_env* env) {
+  const net_case* c = env->arg;
+  ncclComm_t comm;
+  cudaStream_t s;
+  setenv("FAKENET_CUDA", "1", 1);
+  setenv("BRAID_STREAM_MEMOPS", "0", 1);
+  rank_env(env, c);
+  if (dev_open(env, 0) != 0 || (s = dev_stream(env)) == NULL) return 1;
+  if (mp_comm_init(env, &comm) != 0) return 1;
+  dev_call d = {
+      .host = {.coll = CC_ALLREDUCE, .type = ncclFloat32, .count = 150001, .op = ncclSum}};
+  int bad = dev_call_prepare(&d, env);
+  if (!bad) {
+    ncclResult_t rc = cc_issue(&d.dev, comm, s), async = ncclSuccess;
+    if (rc == ncclSuccess && dev_sync(env, s) == 0) ncclCommGetAsyncError(comm, &async);
+    if (rc == ncclSuccess && async == ncclSuccess) {
+      mp_fail(env, "a device all-reduce across the failing plugin (%s) succeeded", c->fault);
+      bad = 1;
+    }
+    bad += dev_call_fetch(&d, env) || cc_verify_guards(&d.host, env);
+  }
+  dev_call_release(&d);
+  ncclCommAbort(comm);
+  return bad;
+}
+
 /* Every case: a fault that hangs a rank fails here. */
 static int launch(int nranks, mp_body_fn body, const void* arg) {
   mp_opts o = MP_OPTS_INIT;
@@ -330,6 +359,11 @@ static void test_device_p2p(void** state) {
 static void test_device_direct(void** state) {
   if (!have_driver()) skip();
   assert_int_equal(launch(((const net_case*)*state)->nranks, device_direct_body, *state), 0);
+}
+
+static void test_device_fault(void** state) {
+  if (!have_driver()) skip();
+  assert_int_equal(launch(((const net_case*)*state)->nranks, device_fault_body, *state), 0);
 }
 
 static void test_device(void** state) {
@@ -380,6 +414,9 @@ static const net_case k_v12_2x2 = {12, 4, 2, NULL, NULL, 0, 0}; /* shared memory
 /* device buffers where the plugin takes them, synchronous and gated calls */
 static const net_case k_direct_sync = {12, 3, 1, NULL, NULL, 0, 1};
 static const net_case k_direct_gated = {11, 3, 1, NULL, NULL, 0, 0};
+static const net_case k_fd_die = {12, 2, 1, "die", "3", 0, 1};
+static const net_case k_fd_stall = {10, 2, 1, "stall", NULL, 0, 1};
+static const net_case k_fd_regmr = {11, 2, 1, "regmr", "6", 0, 1};
 static const net_case k_f_init = {12, 2, 1, "init", NULL, 1, 0};
 static const net_case k_f_devices = {8, 2, 1, "devices", NULL, 1, 0};
 static const net_case k_f_props = {12, 2, 1, "props", NULL, 1, 0};
@@ -429,6 +466,9 @@ int main(void) {
       cmocka_unit_test_prestate(test_device_p2p, (void*)&k_v8),
       cmocka_unit_test_prestate(test_device_direct, (void*)&k_direct_sync),
       cmocka_unit_test_prestate(test_device_direct, (void*)&k_direct_gated),
+      cmocka_unit_test_prestate(test_device_fault, (void*)&k_fd_die),
+      cmocka_unit_test_prestate(test_device_fault, (void*)&k_fd_stall),
+      cmocka_unit_test_prestate(test_device_fault, (void*)&k_fd_regmr),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
