@@ -57,6 +57,14 @@ def recorder(group=None):
     return _backend(group).recorder()
 
 
+def _library_loop(tensor, iters, group=None):
+    """For perf/ scripts: `iters` sum all-reduces of a CPU tensor in place
+    on the group's comm, back to back with no torch or Python between them:
+    the library's own seconds per call, measured in this process at the
+    same moment as the torch calls it is compared with."""
+    return _backend(group)._library_loop(tensor, iters)
+
+
 def _create_backend(store, group_rank, group_size, timeout):
     return _C.create_backend(store, group_rank, group_size, timeout)
 

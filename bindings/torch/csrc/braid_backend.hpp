@@ -278,6 +278,13 @@ class BraidBackend : public c10d::Backend {
    * call's. In issue order with the group's other ops. */
   void allReduceNow(at::Tensor& t, const c10d::ReduceOp& op);
 
+  /* For perf/ scripts: `iters` sum all-reduces of t in place, one after
+   * the other in one unit, no torch or Python between them (the library's
+   * own time, in this process and on this group's comm, for a comparison
+   * that runs in the same moment as the torch calls beside it); the
+   * seconds per call. */
+  double libraryLoop(at::Tensor& t, int64_t iters);
+
   /* What the job is doing, as braid-status tells it (braid.h: text, json
    * or prometheus), gathered from every rank of the group; and this rank's
    * flight recorder as JSON lines (what BRAID_TRACE_DIR gets). */

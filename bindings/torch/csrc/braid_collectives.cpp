@@ -148,6 +148,24 @@ void BraidBackend::allReduceNow(at::Tensor& t, const c10d::ReduceOp& op) {
   comm_->runNow(unit);
 }
 
+double BraidBackend::libraryLoop(at::Tensor& t, int64_t iters) {
+  check_tensor("library_loop", t);
+  TORCH_CHECK(iters > 0 && t.numel() > 0, "braid: library_loop: needs iters > 0 and elements");
+  auto unit = std::make_shared<Unit>();
+  unit->comm = comm_;
+  unit->what = "library_loop";
+  unit->timeout = comm_->timeout;
+  Call c =
+      reduce_call("library_loop", t, c10d::ReduceOp(c10d::ReduceOp::SUM), -1, size_, unit->keep);
+  TORCH_CHECK(!c.pre && !c.post, "braid: library_loop: ", t.scalar_type(),
+              " is not reduced by the library as it is");
+  unit->calls.assign((size_t)iters, c);
+  auto t0 = std::chrono::steady_clock::now();
+  comm_->runNow(unit);
+  std::chrono::duration<double> dt = std::chrono::steady_clock::now() - t0;
+  return dt.count() / (double)iters;
+}
+
 c10::intrusive_ptr<c10d::Work> BraidBackend::allreduce_coalesced(
     std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
   std::vector<Call> calls;

@@ -59,6 +59,8 @@ PYBIND11_MODULE(_C, m) {
            py::call_guard<py::gil_scoped_release>())
       .def("recorder", &braid_torch::BraidBackend::recorder,
            py::call_guard<py::gil_scoped_release>())
+      .def("_library_loop", &braid_torch::BraidBackend::libraryLoop, py::arg("tensor"),
+           py::arg("iters"), py::call_guard<py::gil_scoped_release>())
       .def("nccl_version", [](braid_torch::BraidBackend&) {
         int v = 0;
         ncclGetVersion(&v);

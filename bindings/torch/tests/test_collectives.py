@@ -318,6 +318,27 @@ def test_direct_all_reduce_op():
         assert refused and "bxor" in refused, refused
 
 
+def _library_loop(rank, n):
+    import braid_torch
+
+    x = torch.full((1000,), float(rank + 1))
+    per_call = braid_torch._library_loop(x, 3)
+    try:
+        braid_torch._library_loop(x, 0)
+        refused = None
+    except RuntimeError as e:
+        refused = str(e)
+    return float(x[0]), per_call, refused
+
+
+def test_library_loop():
+    # perf/torch_gap.py's reference: 3 sum all-reduces in place, timed
+    n = 2
+    for x, per_call, refused in world.run(_library_loop, n):
+        assert x == 3 * n**2 and per_call > 0  # 1 + 2, then doubled twice
+        assert refused and "iters" in refused, refused
+
+
 def _store_barrier(name, rank, n):
     # a barrier outside Braid: a collective would show up in the status asked
     store = dist.distributed_c10d._get_default_store()

@@ -1,0 +1,138 @@
+#!/usr/bin/env python3
+"""The library's own all-reduce against the same call through torch, in the
+same processes, on the same group and tensor, measured in alternating short
+blocks (issue 49, docs/torch.md).
+
+A comparison between separate jobs (perf/torch_peers.sh: all_reduce_perf,
+then a torch job) is at the mercy of the machine between them: on the
+shared 2-core VM the speed of a 2-rank 1 MiB all-reduce flips between about
+45 and 140 us every few seconds, within one run of all_reduce_perf. Here
+each block is BLOCK_MS long, the three ways take turns (their order
+rotating), and each figure is the median of PAIRS blocks; the ratio column
+is the median over the turns of the library's time over torch's in the
+same turn, so a turn the machine slowed counts for both sides.
+
+The ways: "library", braid_torch._library_loop (ncclAllReduce back to back
+in C++, one unit); "dist", dist.all_reduce; "op", braid_torch.all_reduce_
+(a torch op with no Work). Each block's time is the slowest rank's.
+
+Usage: perf/torch_gap.py [--np 2] [--dtype float32] [--min-bytes 4096]
+       [--max-bytes 67108864] [--pairs 15] [--block-ms 20]
+(the braid_torch venv's python; forks NP ranks on this host)
+"""
+import argparse
+import multiprocessing
+import os
+import socket
+import statistics
+import sys
+import time
+
+import braid_torch
+import torch
+import torch.distributed as dist
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+def sizes(lo, hi):
+    s = lo
+    while s <= hi:
+        yield s
+        s *= 4
+
+
+def slowest(seconds):
+    """The largest of every rank's figure (all ranks call this together)."""
+    t = torch.tensor([seconds], dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return float(t)
+
+
+def loop(f, x, iters):
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        f(x)
+    return (time.perf_counter() - t0) / iters
+
+
+def ways():
+    return {
+        "library": lambda x, k: braid_torch._library_loop(x, k),
+        "dist": lambda x, k: loop(dist.all_reduce, x, k),
+        "op": lambda x, k: loop(braid_torch.all_reduce_, x, k),
+    }
+
+
+def measure(x, args):
+    """Per way, the block times (s per call) of every turn."""
+    w = ways()
+    for f in w.values():  # warm up, and connect
+        f(x, 3)
+    one = slowest(w["dist"](x, 20))
+    iters = max(3, min(100000, int(args.block_ms / 1e3 / max(one, 1e-7))))
+    times = {k: [] for k in w}
+    names = list(w)
+    for p in range(args.pairs):
+        for k in names[p % len(names):] + names[:p % len(names)]:
+            dist.barrier()
+            times[k].append(slowest(w[k](x, iters)))
+    return iters, times
+
+
+def rank_main(rank, args, port, out):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1")
+    dist.init_process_group("braid", rank=rank, world_size=args.np)
+    dtype = DTYPES[args.dtype]
+    rows = []
+    for size in sizes(args.min_bytes, args.max_bytes):
+        x = torch.ones(size // dtype.itemsize, dtype=dtype)
+        iters, t = measure(x, args)
+        ratio = statistics.median(a / b for a, b in zip(t["library"], t["dist"]))
+        ratio_op = statistics.median(a / b for a, b in zip(t["library"], t["op"]))
+        rows.append((size, iters, {k: statistics.median(v) for k, v in t.items()}, ratio,
+                     ratio_op, min(a / b for a, b in zip(t["library"], t["dist"])),
+                     max(a / b for a, b in zip(t["library"], t["dist"]))))
+        del x
+    dist.destroy_process_group()
+    if rank == 0:
+        out.put(rows)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--np", type=int, default=2)
+    ap.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
+    ap.add_argument("--min-bytes", type=int, default=4096)
+    ap.add_argument("--max-bytes", type=int, default=64 << 20)
+    ap.add_argument("--pairs", type=int, default=15)
+    ap.add_argument("--block-ms", type=float, default=20.0)
+    args = ap.parse_args()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ctx = multiprocessing.get_context("spawn")
+    out = ctx.Queue()
+    procs = [ctx.Process(target=rank_main, args=(r, args, port, out)) for r in range(args.np)]
+    for p in procs:
+        p.start()
+    rows = out.get()
+    for p in procs:
+        p.join()
+    if any(p.exitcode for p in procs):
+        sys.exit("torch_gap: a rank failed")
+    n = args.np
+    print(f"# all_reduce {args.dtype} sum, {n} ranks, torch {torch.__version__}: us per call "
+          f"(the slowest rank's), medians of {args.pairs} turns of {args.block_ms:g} ms blocks; "
+          "busbw ratio = library time / torch time in the same turn (median, min-max)")
+    print(f"# {'bytes':>10} {'iters':>6} {'library us':>11} {'dist us':>9} {'op us':>9} "
+          f"{'lib GB/s':>9} {'dist/lib':>9} {'op/lib':>8}  dist/lib turns")
+    for size, iters, med, ratio, ratio_op, lo, hi in rows:
+        busbw = size / med["library"] * 2 * (n - 1) / n / 1e9
+        print(f"{size:12d} {iters:6d} {med['library'] * 1e6:11.1f} {med['dist'] * 1e6:9.1f} "
+              f"{med['op'] * 1e6:9.1f} {busbw:9.3f} {ratio:9.3f} {ratio_op:8.3f}  "
+              f"{lo:.3f}-{hi:.3f}")
+
+
+if __name__ == "__main__":
+    main()
