@@ -14,10 +14,14 @@ same turn, so a turn the machine slowed counts for both sides.
 
 The ways: "library", braid_torch._library_loop (ncclAllReduce back to back
 in C++, one unit); "dist", dist.all_reduce; "op", braid_torch.all_reduce_
-(a torch op with no Work). Each block's time is the slowest rank's.
+(a torch op with no Work); with --deepspeed, "deepspeed", DeepSpeed's
+shared-memory all-reduce for CPU inference (deepspeed.comm.
+inference_all_reduce, DS_ACCELERATOR=cpu), its ranks started by
+deepspeed.init_distributed on braid. Each block's time is the slowest
+rank's.
 
 Usage: perf/torch_gap.py [--np 2] [--dtype float32] [--min-bytes 4096]
-       [--max-bytes 67108864] [--pairs 15] [--block-ms 20]
+       [--max-bytes 67108864] [--pairs 15] [--block-ms 20] [--deepspeed]
 (the braid_torch venv's python; forks NP ranks on this host)
 """
 import argparse
@@ -56,17 +60,34 @@ def loop(f, x, iters):
     return (time.perf_counter() - t0) / iters
 
 
-def ways():
-    return {
+def ways(args):
+    w = {
         "library": lambda x, k: braid_torch._library_loop(x, k),
         "dist": lambda x, k: loop(dist.all_reduce, x, k),
         "op": lambda x, k: loop(braid_torch.all_reduce_, x, k),
     }
+    if args.deepspeed:
+        import deepspeed.comm as dcomm
+        w["deepspeed"] = lambda x, k: loop(dcomm.inference_all_reduce, x, k)
+    return w
+
+
+def init(rank, args, port):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1",
+                      RANK=str(rank), WORLD_SIZE=str(args.np), LOCAL_RANK=str(rank),
+                      LOCAL_SIZE=str(args.np))
+    torch.set_num_threads(1)
+    if not args.deepspeed:
+        dist.init_process_group("braid", rank=rank, world_size=args.np)
+        return
+    os.environ["DS_ACCELERATOR"] = "cpu"
+    import deepspeed
+    deepspeed.init_distributed(dist_backend="braid", auto_mpi_discovery=False)
 
 
 def measure(x, args):
     """Per way, the block times (s per call) of every turn."""
-    w = ways()
+    w = ways(args)
     for f in w.values():  # warm up, and connect
         f(x, 3)
     one = slowest(w["dist"](x, 20))
@@ -81,8 +102,7 @@ def measure(x, args):
 
 
 def rank_main(rank, args, port, out):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1")
-    dist.init_process_group("braid", rank=rank, world_size=args.np)
+    init(rank, args, port)
     dtype = DTYPES[args.dtype]
     rows = []
     for size in sizes(args.min_bytes, args.max_bytes):
@@ -90,9 +110,12 @@ def rank_main(rank, args, port, out):
         iters, t = measure(x, args)
         ratio = statistics.median(a / b for a, b in zip(t["library"], t["dist"]))
         ratio_op = statistics.median(a / b for a, b in zip(t["library"], t["op"]))
+        ratio_ds = ((statistics.median(a / b for a, b in zip(t["deepspeed"], t["dist"])),
+                     statistics.median(a / b for a, b in zip(t["deepspeed"], t["op"])))
+                    if "deepspeed" in t else None)
         rows.append((size, iters, {k: statistics.median(v) for k, v in t.items()}, ratio,
                      ratio_op, min(a / b for a, b in zip(t["library"], t["dist"])),
-                     max(a / b for a, b in zip(t["library"], t["dist"]))))
+                     max(a / b for a, b in zip(t["library"], t["dist"])), ratio_ds))
         del x
     dist.destroy_process_group()
     if rank == 0:
@@ -107,6 +130,7 @@ def main():
     ap.add_argument("--max-bytes", type=int, default=64 << 20)
     ap.add_argument("--pairs", type=int, default=15)
     ap.add_argument("--block-ms", type=float, default=20.0)
+    ap.add_argument("--deepspeed", action="store_true", help="DeepSpeed's all-reduce beside")
     args = ap.parse_args()
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -125,13 +149,20 @@ def main():
     print(f"# all_reduce {args.dtype} sum, {n} ranks, torch {torch.__version__}: us per call "
           f"(the slowest rank's), medians of {args.pairs} turns of {args.block_ms:g} ms blocks; "
           "busbw ratio = library time / torch time in the same turn (median, min-max)")
+    ds = args.deepspeed
     print(f"# {'bytes':>10} {'iters':>6} {'library us':>11} {'dist us':>9} {'op us':>9} "
-          f"{'lib GB/s':>9} {'dist/lib':>9} {'op/lib':>8}  dist/lib turns")
-    for size, iters, med, ratio, ratio_op, lo, hi in rows:
+          f"{'lib GB/s':>9} {'dist/lib':>9} {'op/lib':>8}  dist/lib turns" +
+          ("  deepspeed us  ds/dist    ds/op" if ds else ""))
+    for size, iters, med, ratio, ratio_op, lo, hi, ratio_ds in rows:
         busbw = size / med["library"] * 2 * (n - 1) / n / 1e9
         print(f"{size:12d} {iters:6d} {med['library'] * 1e6:11.1f} {med['dist'] * 1e6:9.1f} "
               f"{med['op'] * 1e6:9.1f} {busbw:9.3f} {ratio:9.3f} {ratio_op:8.3f}  "
-              f"{lo:.3f}-{hi:.3f}")
+              f"{lo:.3f}-{hi:.3f}" +
+              (f"  {med['deepspeed'] * 1e6:12.1f} {ratio_ds[0]:8.3f} {ratio_ds[1]:8.3f}"
+               if ds else ""))
+    if ds:
+        print("# ds/dist, ds/op = DeepSpeed's time over dist.all_reduce's, over the op's, in the "
+              "same turn (median): above 1, braid is ahead")
 
 
 if __name__ == "__main__":

@@ -29,7 +29,11 @@ def all_reduce_(tensor, op="sum", group=None):
     when None). In issue order with the group's other ops. A torch op,
     torch.ops.braid.all_reduce_(tensor, op, group_name)."""
     g = group if group is not None else dist.group.WORLD
-    return torch.ops.braid.all_reduce_(tensor, op, g.group_name)
+    return _all_reduce_op(tensor, op, g.group_name)
+
+
+# looked up once: torch.ops' attribute chain costs about 0.15 us a call
+_all_reduce_op = torch.ops.braid.all_reduce_
 
 
 def _backend(group):
