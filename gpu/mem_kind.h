@@ -10,6 +10,7 @@
 #define BRAID_MEM_KIND_H_
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "nccl.h"
 
@@ -20,6 +21,14 @@ enum mem_kind { MEM_HOST = 0, MEM_DEVICE = 1, MEM_MANAGED = 2, MEM_KIND_COUNT };
 
 enum mem_kind mem_query(const void* ptr);
 const char* mem_kind_name(enum mem_kind kind);
+
+/* The driver allocation that holds ptr (device memory; host memory the
+ * driver allocated or registered too): where it starts, its size, and
+ * its buffer id, which the driver never gives two allocations of one
+ * process (an address freed and allocated again comes back with another
+ * id), so a registration of the range can be checked before reuse. 0 where
+ * the driver does not know ptr, or there is no driver. */
+int mem_device_range(const void* ptr, uintptr_t* base, size_t* size, uint64_t* id);
 
 /* Copy `bytes` from src to dst, whatever their kinds; the ranges may
  * overlap (memmove's rule). */

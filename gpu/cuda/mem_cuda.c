@@ -26,6 +26,25 @@ enum mem_kind mem_query(const void* ptr) {
   return type == CU_MEMORYTYPE_DEVICE ? MEM_DEVICE : MEM_HOST;
 }
 
+/* By pointer attributes, which need no current context (a transport's
+ * progress thread has none). */
+int mem_device_range(const void* ptr, uintptr_t* base, size_t* size, uint64_t* id) {
+  const struct cuda_api* cu = cuda_driver();
+  CUdeviceptr p = (CUdeviceptr)(uintptr_t)ptr, start = 0;
+  unsigned long long buffer_id = 0;
+  size_t bytes = 0;
+  if (cu == NULL || ptr == NULL ||
+      cu->cuPointerGetAttribute(&buffer_id, CU_POINTER_ATTRIBUTE_BUFFER_ID, p) != CUDA_SUCCESS ||
+      cu->cuPointerGetAttribute(&start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, p) != CUDA_SUCCESS ||
+      cu->cuPointerGetAttribute(&bytes, CU_POINTER_ATTRIBUTE_RANGE_SIZE, p) != CUDA_SUCCESS ||
+      p < start || p - start >= bytes)
+    return 0;
+  *base = (uintptr_t)start;
+  *size = bytes;
+  *id = buffer_id;
+  return 1;
+}
+
 /* Copies need a current context; a library thread (progress, host
  * streams) has none: take the primary context of the device that owns the
  * device side of the copy. */

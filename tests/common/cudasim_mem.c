@@ -374,6 +374,16 @@ CUresult sim_pointer_attribute(void* out, CUpointer_attribute a, CUdeviceptr p) 
       *(unsigned long long*)out = g_mem.allocs[i].buffer_id;
       pthread_mutex_unlock(&g_mem.lock);
       break;
+    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
+      pthread_mutex_lock(&g_mem.lock);
+      *(CUdeviceptr*)out = (CUdeviceptr)g_mem.allocs[i].base;
+      pthread_mutex_unlock(&g_mem.lock);
+      break;
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
+      pthread_mutex_lock(&g_mem.lock);
+      *(size_t*)out = g_mem.allocs[i].size;
+      pthread_mutex_unlock(&g_mem.lock);
+      break;
     default:
       return CUDA_ERROR_INVALID_VALUE;
   }
@@ -460,6 +470,17 @@ int gpu_reaches(uintptr_t p, size_t bytes) {
 /* What a NIC's DMA reaches at device address p (GPUDirect RDMA, for the
  * tests' fake net plugin, tests/common/fakenet): its shadow, NULL where
  * [p, p + bytes) is not all device or pinned memory. */
+/* The buffer id of the allocation holding p now (0: none): what a fake NIC
+ * checks its registrations against (tests/common/fakenet: a registration
+ * outliving its allocation must never be used on the next one). */
+__attribute__((visibility("default"))) uint64_t cudasim_buffer_id(uintptr_t p) {
+  pthread_mutex_lock(&g_mem.lock);
+  int i = alloc_of(p);
+  uint64_t id = i >= 0 ? g_mem.allocs[i].buffer_id : 0;
+  pthread_mutex_unlock(&g_mem.lock);
+  return id;
+}
+
 __attribute__((visibility("default"))) void* cudasim_dma_addr(uintptr_t p, size_t bytes) {
   return gpu_reaches(p, bytes) ? gpu_addr(p) : NULL;
 }

@@ -309,6 +309,61 @@ static int device_direct_body(const mp_env* env) {
   return mp_expect_rc(env, comm, ncclCommDestroy(comm), ncclSuccess, "ncclCommDestroy") + bad;
 }
 
+/* A rank whose device calls run synchronously over a fake that takes
+ * device memory: its device buffers go to the plugin as they are. */
+static int direct_rank_open(const mp_env* env, const net_case* c, ncclComm_t* comm,
+                            cudaStream_t* s) {
+  setenv("FAKENET_CUDA", "1", 1);
+  setenv("BRAID_STREAM_MEMOPS", "0", 1);
+  rank_env(env, c);
+  if (dev_open(env, 0) != 0 || (*s = dev_stream(env)) == NULL) return 1;
+  return mp_comm_init(env, comm);
+}
+
+/* Cut by the fake's 100000-byte messages, out of place (it can run again). */
+static const cc_call kDirectCall = {
+    .coll = CC_ALLREDUCE, .type = ncclFloat32, .count = 150001, .op = ncclSum};
+
+/* One all-reduce of d (prepared out of place, so that it can run again),
+ * exact; the fake's device registrations after it in *regs. */
+static int regs_after_call(const mp_env* env, const net_case* c, ncclComm_t comm, cudaStream_t s,
+                           dev_call* d, long* regs) {
+  long flushes = 0;
+  ncclResult_t rc = cc_issue(&d->dev, comm, s);
+  if (rc != ncclSuccess || dev_sync(env, s) || dev_call_fetch(d, env) || cc_verify(&d->host, env)) {
+    mp_fail(env, "a device all-reduce sent as is: wrong or failed (%s)", ncclGetErrorString(rc));
+    return 1;
+  }
+  return plugin_counts(c, "fakenet_stats", regs, &flushes);
+}
+
+/* Device buffers that go to the plugin as they are keep their
+ * registration (the whole allocation, per connection): the same call again
+ * registers nothing new; buffers freed and allocated again (likely at the
+ * same addresses) are registered again, never reached through the old
+ * registration (the fake checks each request's allocation against its
+ * registration's, as a NIC's pinned pages would differ). */
+static int device_regs_body(const mp_env* env) {
+  const net_case* c = env->arg;
+  ncclComm_t comm;
+  cudaStream_t s;
+  long regs[4] = {0};
+  if (direct_rank_open(env, c, &comm, &s) != 0) return 1;
+  dev_call d = {.host = kDirectCall};
+  int bad = dev_call_prepare(&d, env);
+  for (int k = 0; k < 3 && !bad; k++) bad = regs_after_call(env, c, comm, s, &d, &regs[k]);
+  void* old = d.drecv;
+  dev_call_release(&d);
+  if (!bad) bad = dev_call_prepare(&d, env) || regs_after_call(env, c, comm, s, &d, &regs[3]);
+  if (!bad && (regs[0] == 0 || regs[2] != regs[1] || regs[3] <= regs[2])) {
+    mp_fail(env, "device registrations %ld, %ld, %ld, then %ld after new buffers (%s address)",
+            regs[0], regs[1], regs[2], regs[3], d.drecv == old ? "the same" : "another");
+    bad = 1;
+  }
+  dev_call_release(&d);
+  return mp_expect_rc(env, comm, ncclCommDestroy(comm), ncclSuccess, "ncclCommDestroy") + bad;
+}
+
 /* A plugin failure under a collective whose device buffers go to the
  * plugin as they are (FAKENET_CUDA=1, synchronous): an error on every
  * rank in time, nothing written outside the buffers, the comm aborts. */
@@ -316,13 +371,8 @@ static int device_fault_body(const mp_env* env) {
   const net_case* c = env->arg;
   ncclComm_t comm;
   cudaStream_t s;
-  setenv("FAKENET_CUDA", "1", 1);
-  setenv("BRAID_STREAM_MEMOPS", "0", 1);
-  rank_env(env, c);
-  if (dev_open(env, 0) != 0 || (s = dev_stream(env)) == NULL) return 1;
-  if (mp_comm_init(env, &comm) != 0) return 1;
-  dev_call d = {
-      .host = {.coll = CC_ALLREDUCE, .type = ncclFloat32, .count = 150001, .op = ncclSum}};
+  if (direct_rank_open(env, c, &comm, &s) != 0) return 1;
+  dev_call d = {.host = kDirectCall};
   int bad = dev_call_prepare(&d, env);
   if (!bad) {
     ncclResult_t rc = cc_issue(&d.dev, comm, s), async = ncclSuccess;
@@ -359,6 +409,11 @@ static void test_device_p2p(void** state) {
 static void test_device_direct(void** state) {
   if (!have_driver()) skip();
   assert_int_equal(launch(((const net_case*)*state)->nranks, device_direct_body, *state), 0);
+}
+
+static void test_device_regs(void** state) {
+  if (!have_driver()) skip();
+  assert_int_equal(launch(((const net_case*)*state)->nranks, device_regs_body, *state), 0);
 }
 
 static void test_device_fault(void** state) {
@@ -466,6 +521,7 @@ int main(void) {
       cmocka_unit_test_prestate(test_device_p2p, (void*)&k_v8),
       cmocka_unit_test_prestate(test_device_direct, (void*)&k_direct_sync),
       cmocka_unit_test_prestate(test_device_direct, (void*)&k_direct_gated),
+      cmocka_unit_test_prestate(test_device_regs, (void*)&k_direct_sync),
       cmocka_unit_test_prestate(test_device_fault, (void*)&k_fd_die),
       cmocka_unit_test_prestate(test_device_fault, (void*)&k_fd_stall),
       cmocka_unit_test_prestate(test_device_fault, (void*)&k_fd_regmr),

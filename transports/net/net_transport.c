@@ -24,9 +24,12 @@
  * posted, into exactly the bytes announced: another call's or size's
  * message fails the call before a byte of it lands in the buffer, and a
  * peer or plugin that sends more fails the plugin's receive, never writes
- * past it. Each
- * payload is registered for its message (the plugin's regMr) and
- * deregistered when it completes.
+ * past it. A payload's registration (the plugin's regMr) is kept per
+ * connection for the comm's own memory and for device allocations (the
+ * whole allocation, checked by the driver's buffer id before each reuse:
+ * an address freed and allocated again is registered again); any other
+ * payload is registered for its message and deregistered when it
+ * completes.
  * Plugins are polled: a blocked connection makes its waiter nap.
  */
 #include "net_transport.h"
@@ -40,6 +43,7 @@
 #include <unistd.h>
 
 #include "core.h"
+#include "mem_kind.h"
 #include "net_plugin.h"
 #include "socket.h"
 #include "tcp/tcp_connect.h"
@@ -112,6 +116,7 @@ struct net_msg {
 struct net_mr {
   char* base;
   size_t len;
+  uint64_t id; /* a device allocation's buffer id; 0: the comm's own host memory */
   void* mh;
   int refs;
   uint64_t used;
@@ -492,34 +497,71 @@ static ncclResult_t net_post_frame(struct net_conn* c, struct net_msg* m, struct
              : net_plugin_irecv(p, c->comm, f, sizeof(*f), c->tag, c->frames_mh, &r->request);
 }
 
-/* A registration of [at, at + len) for a request: from the cache for the
- * comm's own memory (*mr its entry + 1), else made for it (*mr 0). */
-static ncclResult_t net_mr_get(struct net_conn* c, const struct net_msg* m, char* at, size_t len,
-                               void** mh, int* mr) {
+/* What a request's registration may be kept as (net_mr): the comm's own
+ * host memory as posted, a device allocation whole; 0 when neither (a
+ * user's host buffer may be freed and its address reused unseen). */
+static int net_mr_key(const struct net_msg* m, char* at, size_t len, struct net_mr* key) {
+  uintptr_t base;
+  size_t size;
+  uint64_t id;
+  if (m->owned && !m->device) {
+    *key = (struct net_mr){.base = at, .len = len};
+    return 1;
+  }
+  if (!m->device || !mem_device_range(at, &base, &size, &id)) return 0;
+  *key = (struct net_mr){.base = (char*)base, .len = size, .id = id};
+  return 1;
+}
+
+/* The cache's entry for key, else the least recently used free one
+ * (deregistered, made key's), else NULL: also where a device allocation
+ * cannot be registered whole (a NIC's limit on a region), so that its
+ * messages are registered one by one as before. */
+static ncclResult_t net_mr_find(struct net_conn* c, const struct net_mr* key, int device,
+                                struct net_mr** out) {
   ncclResult_t res = ncclSuccess;
   struct net_plugin* p = c->st->plugin;
   struct net_mr* free_e = NULL;
-  int owned = m->owned && !m->device;
-  *mr = 0;
-  for (int i = 0; owned && i < NET_MR_CACHE; i++) {
+  *out = NULL;
+  for (int i = 0; i < NET_MR_CACHE; i++) {
     struct net_mr* e = &c->mrs[i];
-    if (e->mh && e->base == at && e->len >= len) {
-      free_e = e;
-      goto hit;
+    if (e->mh && e->base == key->base && e->len >= key->len && e->id == key->id) {
+      *out = e;
+      return ncclSuccess;
     }
     if (e->refs == 0 && (free_e == NULL || e->used < free_e->used)) free_e = e;
   }
-  if (!owned || free_e == NULL) return net_plugin_reg(p, c->comm, at, len, m->device, mh);
+  if (free_e == NULL) return ncclSuccess;
   net_plugin_dereg(p, c->comm, free_e->mh);
   free_e->mh = NULL;
-  CHECK(net_plugin_reg(p, c->comm, at, len, 0, &free_e->mh));
-  free_e->base = at;
-  free_e->len = len;
-hit:
-  free_e->refs++;
-  free_e->used = ++c->mr_clock;
-  *mh = free_e->mh;
-  *mr = (int)(free_e - c->mrs) + 1;
+  res = net_plugin_reg(p, c->comm, key->base, key->len, device, &free_e->mh);
+  if (res != ncclSuccess && device) {
+    INFO(SUB_NET, "NET/Plugin : %zu bytes of device memory not registered whole; by message",
+         key->len);
+    return ncclSuccess;
+  }
+  CHECK(res);
+  free_e->base = key->base;
+  free_e->len = key->len;
+  free_e->id = key->id;
+  *out = free_e;
+fail:
+  return res;
+}
+
+/* A registration of [at, at + len) for a request: from the cache (*mr its
+ * entry + 1), else made for it (*mr 0). */
+static ncclResult_t net_mr_get(struct net_conn* c, const struct net_msg* m, char* at, size_t len,
+                               void** mh, int* mr) {
+  ncclResult_t res = ncclSuccess;
+  struct net_mr key, *e = NULL;
+  *mr = 0;
+  if (net_mr_key(m, at, len, &key)) CHECK(net_mr_find(c, &key, m->device, &e));
+  if (e == NULL) return net_plugin_reg(c->st->plugin, c->comm, at, len, m->device, mh);
+  e->refs++;
+  e->used = ++c->mr_clock;
+  *mh = e->mh;
+  *mr = (int)(e - c->mrs) + 1;
 fail:
   return res;
 }

@@ -57,6 +57,7 @@ struct fk_mr {
   int cuda; /* device memory: reached through the simulated driver's DMA view */
   char* base;
   size_t size;
+  uint64_t buffer_id; /* cuda: the allocation registered (a NIC pins its pages) */
 };
 
 struct fk_comm;
@@ -217,6 +218,27 @@ static ncclResult_t fk_accept(void* listen_comm, void** recv_comm) {
   return fk_comm_new(fd, 0, recv_comm);
 }
 
+/* Device memory as a NIC's DMA sees it: the simulated driver's view
+ * (BRAID_CUDA_LIB, already loaded by the library), NULL where none. */
+static void* fk_sim(const char* name) {
+  const char* lib = getenv("BRAID_CUDA_LIB");
+  void* h = lib ? dlopen(lib, RTLD_NOW | RTLD_NOLOAD) : NULL;
+  void* f = h ? dlsym(h, name) : NULL;
+  if (h) dlclose(h); /* the library keeps it loaded */
+  return f;
+}
+
+static void* fk_dma(void* data, size_t size) {
+  void* (*dma)(uintptr_t, size_t) = (void* (*)(uintptr_t, size_t))fk_sim("cudasim_dma_addr");
+  return dma ? dma((uintptr_t)data, size) : NULL;
+}
+
+/* The allocation at data now (0: none), as the driver numbers them. */
+static uint64_t fk_buffer_id(void* data) {
+  uint64_t (*id)(uintptr_t) = (uint64_t(*)(uintptr_t))fk_sim("cudasim_buffer_id");
+  return id ? id((uintptr_t)data) : 0;
+}
+
 static ncclResult_t fk_reg_mr(void* comm, void* data, size_t size, int type, void** mhandle) {
   struct fk_mr* m;
   (void)comm;
@@ -224,7 +246,8 @@ static ncclResult_t fk_reg_mr(void* comm, void* data, size_t size, int type, voi
       fault(FAULT_REGMR) || (m = calloc(1, sizeof(*m))) == NULL)
     return ncclSystemError;
   if (type == NET_ABI_PTR_CUDA) atomic_fetch_add(&g_cuda_regs, 1);
-  *m = (struct fk_mr){FAKENET_MAGIC, type == NET_ABI_PTR_CUDA, data, size};
+  *m = (struct fk_mr){FAKENET_MAGIC, type == NET_ABI_PTR_CUDA, data, size,
+                      type == NET_ABI_PTR_CUDA ? fk_buffer_id(data) : 0};
   *mhandle = m;
   return ncclSuccess;
 }
@@ -245,18 +268,6 @@ static int fk_covered(const struct fk_mr* m, const char* p, size_t n) {
   return m && m->magic == FAKENET_MAGIC && p >= m->base && p + n <= m->base + m->size;
 }
 
-/* Device memory as a NIC's DMA sees it: the simulated driver's view
- * (BRAID_CUDA_LIB, already loaded by the library), NULL where none. */
-static void* fk_dma(void* data, size_t size) {
-  const char* lib = getenv("BRAID_CUDA_LIB");
-  void* h = lib ? dlopen(lib, RTLD_NOW | RTLD_NOLOAD) : NULL;
-  void* (*dma)(uintptr_t, size_t) =
-      h ? (void* (*)(uintptr_t, size_t))dlsym(h, "cudasim_dma_addr") : NULL;
-  void* at = dma ? dma((uintptr_t)data, size) : NULL;
-  if (h) dlclose(h);
-  return at;
-}
-
 static ncclResult_t fk_post(struct fk_comm* c, int is_send, void* data, size_t size, void* mhandle,
                             void** request) {
   const struct fk_mr* m = mhandle;
@@ -264,6 +275,10 @@ static ncclResult_t fk_post(struct fk_comm* c, int is_send, void* data, size_t s
   if (!fk_covered(m, data, size)) {
     fprintf(stderr, "fakenet: %zu bytes at %p outside their registration\n", size, data);
     return ncclSystemError;
+  }
+  if (m->cuda && size > 0 && fk_buffer_id(data) != m->buffer_id) {
+    fprintf(stderr, "fakenet: %p lies in another allocation than the one registered\n", data);
+    return ncclSystemError; /* a real NIC would move the freed allocation's pages */
   }
   if (m->cuda && size > 0 && (data = fk_dma(data, size)) == NULL) {
     fprintf(stderr, "fakenet: device memory the NIC cannot reach\n");
