@@ -91,7 +91,8 @@ static int scalar_span(const struct work_op* op, struct stage_span* sp) {
  * pageable memory; the device ones are staged and it runs on the host). */
 static int coll_stays(const struct work_op* op, int colls) {
   int reads, writes;
-  if (op->direct) return 1; /* its kernels read and write the buffers (cuda_direct.h) */
+  if (op->direct) return 1;        /* its kernels read and write the buffers (cuda_direct.h) */
+  if (op->args.no_tasks) return 1; /* a network moves them as they are (cuda_unit.c) */
   coll_uses(op, &reads, &writes);
   return !colls && op->comm->exec.dev_backend != NULL && op->args.mem != MEM_HOST &&
          (!reads || is_device(op->args.sendbuff)) && (!writes || is_device(op->args.recvbuff));
@@ -213,6 +214,28 @@ static int op_here(const struct work_op* op, const struct ncclComm* comm, CUstre
   return op->comm == comm && (CUstream)op->stream == stream;
 }
 
+/* A gated call that runs with no task (cuda_unit.c, op_net_direct) runs
+ * in place: the copy of its own block (all-gather) or of the root's input
+ * (broadcast) goes on the stream before the gate, and the call reads it
+ * there. */
+static ncclResult_t op_in_place(struct work_op* op, CUstream stream, const struct cuda_api* cu) {
+  ncclResult_t res = ncclSuccess;
+  struct exec_args* a = &op->args;
+  size_t es = kern_type_size(a->type), bytes = a->count * es;
+  char* own = a->recvbuff;
+  if (a->coll == COLL_ALLGATHER)
+    own += (size_t)op->comm->rank * (a->stride ? a->stride : a->count) * es;
+  else if (op->comm->rank != a->root)
+    return ncclSuccess; /* a broadcast's other ranks read nothing */
+  if ((const char*)a->sendbuff != own)
+    CHECK(cuda_check(cu->cuMemcpyAsync((CUdeviceptr)(uintptr_t)own,
+                                       (CUdeviceptr)(uintptr_t)a->sendbuff, bytes, stream),
+                     "cuMemcpyAsync(own block, in place)"));
+  a->sendbuff = own;
+fail:
+  return res;
+}
+
 ncclResult_t cuda_stage_in(struct device_comm* cc, const struct ncclComm* comm, CUstream stream,
                            struct work_op* ops, int n, int colls) {
   ncclResult_t res = ncclSuccess;
@@ -233,6 +256,7 @@ ncclResult_t cuda_stage_in(struct device_comm* cc, const struct ncclComm* comm, 
   size_t off = 0;
   for (int i = 0; i < n; i++) {
     if (!op_here(&ops[i], comm, stream)) continue;
+    if (ops[i].kind == WORK_COLL && ops[i].args.no_tasks) CHECK(op_in_place(&ops[i], stream, cu));
     int k = op_spans(&ops[i], colls, sp);
     for (int j = 0; j < k; j++) {
       sp[j].host = m->host + off;

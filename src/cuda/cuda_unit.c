@@ -202,6 +202,41 @@ fail:
   return res;
 }
 
+/* Whether every other rank is joined, for host and device memory alike,
+ * by a transport that reads and writes device memory itself (a net
+ * plugin's NIC taking CUDA memory at both ends): then every connection a
+ * collective uses is device_direct (transport_select is pure, and the
+ * connections are made by the same choice). Once per comm. */
+static int comm_net_direct(struct ncclComm* c) {
+  struct device_comm* cc = c->device;
+  if (cc->net_direct != 0) return cc->net_direct > 0;
+  cc->net_direct = c->nranks > 1 ? 1 : -1;
+  for (int r = 0; r < c->nranks && cc->net_direct > 0; r++) {
+    if (r == c->rank) continue;
+    const struct transport* t = transport_select(&c->tctx, c->rank, r, TRANSPORT_CAP_DEVICE_MEM);
+    if (t == NULL || (t->caps & TRANSPORT_CAP_DEVICE_COPY) ||
+        transport_select(&c->tctx, c->rank, r, TRANSPORT_CAP_HOST_MEM) != t)
+      cc->net_direct = -1;
+  }
+  return cc->net_direct > 0;
+}
+
+/* Whether op's device buffers go to such a network as they are, gated:
+ * an all-gather or a broadcast on device memory, which in place needs no
+ * task (cuda_stage.c queues an out-of-place call's own copy on the stream
+ * before the gate). A reduction stays staged: its kernels would have to
+ * be launched by the proxy while the stream waits at its gate, and a
+ * stream sharing the waiting one's hardware queue would never run them. */
+static int op_net_direct(struct work_op* op) {
+  const struct exec_args* a = &op->args;
+  int root_reads = a->coll == COLL_ALLGATHER || op->comm->rank == a->root;
+  if (op->kind != WORK_COLL || op->direct || a->count == 0) return 0;
+  if (a->coll != COLL_ALLGATHER && a->coll != COLL_BROADCAST) return 0;
+  if (mem_query(a->recvbuff) != MEM_DEVICE || (root_reads && mem_query(a->sendbuff) != MEM_DEVICE))
+    return 0;
+  return atomic_load(&op->comm->init_done) && op->comm->device && comm_net_direct(op->comm);
+}
+
 /* A direct collective's kernels, or the copy of a send to a transport
  * that moves device memory with one (cudaipc; a NIC reads it itself). */
 static int op_has_kernel(const struct work_op* op) {
@@ -284,6 +319,7 @@ ncclResult_t device_unit_dispatch(struct work_op* ops, int n) {
   /* a direct unit stages nothing: its kernels read and write the buffers */
   int direct = cuda_direct_wanted(ops, n), gated = unit_gated(ops, n, ns);
   for (int i = 0; i < n && direct; i++) ops[i].direct = cuda_direct_kind(&ops[i]);
+  for (int i = 0; i < n && gated && !direct; i++) ops[i].args.no_tasks = op_net_direct(&ops[i]);
   for (int k = 0; k < ns && res == ncclSuccess; k++)
     res = stream_stage(ops, n, streams[k], gated && !direct ? STAGE_IN_GATED : STAGE_IN_SYNC);
   if (res == ncclSuccess && !gated) return unit_run_synchronously(ops, n, streams, ns);

@@ -38,6 +38,10 @@ struct device_comm {
   struct transport_device tdev;
   struct braid_stream* proxy; /* runs the device calls (a non-blocking comm's own stream) */
   int own_proxy;              /* proxy is ours to destroy */
+  /* every peer joined by a network that takes device memory itself, for
+   * host and device memory alike (cuda_unit.c): 0 not asked yet, 1 yes,
+   * -1 no (the peer table does not change) */
+  int net_direct;
 };
 
 #endif /* BRAID_DEVICE_COMM_H_ */

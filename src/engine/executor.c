@@ -204,6 +204,11 @@ static ncclResult_t exec_start_piece(struct exec_ctx* ex) {
   exec_ctx_key(ex, &a, &key);
   CHECK(sched_cache_get(&ex->cache, &key, &ex->sched));
   ex->staged = a.mem != MEM_HOST && !exec_piece_direct(ex);
+  if (ex->staged && a.no_tasks)
+    FAIL(ncclInternalError,
+         "Rank %d: %s on device memory, gated: a peer's connection no longer takes device "
+         "memory, and the call may launch nothing",
+         ex->conf.rank, sched_coll_name(a.coll));
   ex->args = a;
   ex->es = kern_type_size(a.type);
   ex->next_post = ex->next_compute = ex->next_finish = ex->retired = 0;
@@ -216,12 +221,30 @@ fail:
   return res;
 }
 
+/* The backend of a call that may run no task (exec_args.no_tasks): one
+ * it would post is a bug of whoever promised it, reported, never run. */
+static ncclResult_t no_task_post(void* state, const struct kern_task* t, uint64_t* ticket,
+                                 int* done) {
+  (void)state, (void)t, (void)ticket, (void)done;
+  WARN("A device call that may launch nothing needed a %s task", t->nsrcs > 1 ? "reduce" : "copy");
+  return ncclInternalError;
+}
+
+static ncclResult_t no_task_test(void* state, uint64_t ticket, int* done) {
+  (void)state, (void)ticket;
+  *done = 1;
+  return ncclSuccess;
+}
+
+static const struct exec_backend exec_backend_no_tasks = {"none", no_task_post, no_task_test};
+
 ncclResult_t exec_start(struct exec_ctx* ex, const struct exec_args* args,
                         const struct transport_tag* tag) {
   ncclResult_t res = ncclSuccess;
   int on_device = args->mem != MEM_HOST;
   ex->backend = on_device ? ex->dev_backend : ex->conf.backend;
   ex->bstate = on_device ? ex->dev_state : ex->conf.backend_state;
+  if (on_device && args->no_tasks) ex->backend = &exec_backend_no_tasks;
   if (ex->backend == NULL)
     FAIL(ncclInvalidArgument, "Rank %d: %s on %s memory, and no backend runs on it", ex->conf.rank,
          sched_coll_name(args->coll), mem_kind_name(args->mem));

@@ -57,6 +57,10 @@ struct exec_args {
   const int* group_ranks;
   int group_size;
   int group_rank;
+  /* Run with no task at all (a device call gated on its stream, whose
+   * proxy may launch nothing: src/cuda/cuda_unit.c); one that would need a
+   * task fails instead. */
+  int no_tasks;
 };
 
 /*

@@ -255,19 +255,19 @@ static int coll_scheduled(int coll) {
   return coll != CC_ALLTOALL && coll != CC_GATHER && coll != CC_SCATTER;
 }
 
-/* Whether one call's traffic is what its path gives: synchronous calls
- * (`direct`) post the user's device buffers to the plugin, every rank of
- * an all-gather or a broadcast moving only device memory, every rank of
- * an all-reduce some; calls ordered on their stream are staged through
- * pinned host memory, device memory then only for send/recv. */
+/* Whether one call's traffic is what its path gives: every rank of an
+ * all-gather or a broadcast moves only device memory, synchronous or
+ * ordered on its stream; synchronous calls (`direct`) post the user's
+ * device buffers to the plugin, every rank of an all-reduce some; a
+ * reduction ordered on its stream is staged through pinned host memory. */
 static int traffic_wrong(const mp_env* env, int coll, int direct, long cuda, long host) {
   int moves_only_final = coll == CC_ALLGATHER || coll == CC_BROADCAST || coll == CC_BCAST;
   const char* why = NULL;
-  if (direct && (moves_only_final || coll == CC_ALLREDUCE) && cuda == 0)
+  if ((moves_only_final || (direct && coll == CC_ALLREDUCE)) && cuda == 0)
     why = "no device memory went to the plugin";
-  else if (direct && moves_only_final && host != 0)
+  else if (moves_only_final && host != 0)
     why = "host memory went to the plugin";
-  else if (!direct && coll_scheduled(coll) && cuda != 0)
+  else if (!direct && !moves_only_final && coll_scheduled(coll) && cuda != 0)
     why = "device memory went to the plugin";
   if (why) mp_fail(env, "%s: %s (%ld device, %ld host bytes)", cc_coll_name(coll), why, cuda, host);
   return why != NULL;
@@ -275,8 +275,9 @@ static int traffic_wrong(const mp_env* env, int coll, int direct, long cuda, lon
 
 /* Where both ends' devices take CUDA memory (FAKENET_CUDA=1), every
  * collective on device buffers is exact, each call's buffers going to
- * the plugin as they are when it runs synchronously (the case's `sync`)
- * and staged when ordered on its stream. */
+ * the plugin as they are when it runs synchronously (the case's `sync`);
+ * ordered on its stream, an all-gather's and a broadcast's too, a
+ * reduction's staged. In place and out of place, by turns. */
 static int device_direct_body(const mp_env* env) {
   const net_case* c = env->arg;
   int direct = c->sync, bad = 0;
@@ -287,9 +288,11 @@ static int device_direct_body(const mp_env* env) {
   rank_env(env, c);
   if (dev_open(env, 0) != 0 || (s = dev_stream(env)) == NULL) return 1;
   if (mp_comm_init(env, &comm) != 0) return 1;
-  for (int coll = 0; coll < CC_NCOLLS; coll++) {
-    dev_call d = {.host = {.coll = coll, .count = 150001, .salt = (uint64_t)coll}};
-    d.host.type = kTypes[(size_t)coll % COUNT_OF(kTypes)];
+  for (int i = 0; i < 2 * CC_NCOLLS; i++) {
+    int coll = i % CC_NCOLLS;
+    dev_call d = {
+        .host = {.coll = coll, .count = 150001, .salt = (uint64_t)i, .inplace = i >= CC_NCOLLS}};
+    d.host.type = kTypes[(size_t)i % COUNT_OF(kTypes)];
     d.host.op = ncclSum;
     d.host.root = coll % env->nranks;
     long cuda0 = 0, host0 = 0, cuda1 = 0, host1 = 0;
@@ -298,7 +301,9 @@ static int device_direct_body(const mp_env* env) {
       ncclResult_t rc = cc_issue(&d.dev, comm, s);
       wrong = rc != ncclSuccess || dev_sync(env, s) || dev_call_fetch(&d, env) ||
               cc_verify(&d.host, env);
-      if (wrong) mp_fail(env, "device buffers: %s wrong", cc_coll_name(coll));
+      if (wrong)
+        mp_fail(env, "device buffers: %s%s wrong", cc_coll_name(coll),
+                d.host.inplace ? " in place" : "");
     }
     if (!wrong)
       wrong = plugin_counts(c, "fakenet_traffic", &cuda1, &host1) ||
