@@ -498,7 +498,8 @@ static const net_case k_f_stall = {12, 2, 1, "stall", NULL, 0, 0};
 static const net_case k_f_die = {12, 2, 1, "die", "3", 0, 0};
 static const net_case k_f_badsize = {9, 2, 1, "badsize", NULL, 0, 0};
 
-#define NET_TEST(c) cmocka_unit_test_prestate(test_net, (void*)&(c))
+#define CASE(test, c) cmocka_unit_test_prestate(test, (void*)&(c))
+#define NET_TEST(c) CASE(test_net, c)
 
 int main(void) {
   find_plugins();
@@ -525,18 +526,18 @@ int main(void) {
       NET_TEST(k_f_stall),
       NET_TEST(k_f_die),
       NET_TEST(k_f_badsize),
-      cmocka_unit_test_prestate(test_topology, (void*)&k_v12_2x2),
-      cmocka_unit_test_prestate(test_device, (void*)&k_v10),
-      cmocka_unit_test_prestate(test_device_p2p, (void*)&k_v12),
-      cmocka_unit_test_prestate(test_device_p2p, (void*)&k_v8),
-      cmocka_unit_test_prestate(test_device_direct, (void*)&k_direct_sync),
-      cmocka_unit_test_prestate(test_device_direct, (void*)&k_direct_gated),
-      cmocka_unit_test_prestate(test_device_direct, (void*)&k_direct_mixed_sync),
-      cmocka_unit_test_prestate(test_device_direct, (void*)&k_direct_mixed_gated),
-      cmocka_unit_test_prestate(test_device_regs, (void*)&k_direct_sync),
-      cmocka_unit_test_prestate(test_device_fault, (void*)&k_fd_die),
-      cmocka_unit_test_prestate(test_device_fault, (void*)&k_fd_stall),
-      cmocka_unit_test_prestate(test_device_fault, (void*)&k_fd_regmr),
+      CASE(test_topology, k_v12_2x2),
+      CASE(test_device, k_v10),
+      CASE(test_device_p2p, k_v12),
+      CASE(test_device_p2p, k_v8),
+      CASE(test_device_direct, k_direct_sync),
+      CASE(test_device_direct, k_direct_gated),
+      CASE(test_device_direct, k_direct_mixed_sync),
+      CASE(test_device_direct, k_direct_mixed_gated),
+      CASE(test_device_regs, k_direct_sync),
+      CASE(test_device_fault, k_fd_die),
+      CASE(test_device_fault, k_fd_stall),
+      CASE(test_device_fault, k_fd_regmr),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
