@@ -268,6 +268,11 @@ struct transport {
    * in its send phase, like connect_recv. */
   ncclResult_t (*connect_duplex)(struct transport_ctx* ctx, int peer, int channel, int send_phase,
                                  struct transport_conn** send, struct transport_conn** recv);
+  /* Optional (NULL: a connection is whole once its connect returns):
+   * whether this end of `conn` is still being made (a net plugin's sender,
+   * whose connect finishes only once the peer accepts); its progress
+   * moves it on. */
+  int (*connecting)(const struct transport_conn* conn);
   /* Optional (NULL: it moves any buffer as it is): prepare a user range
    * that ncclCommRegister names, pinning or mapping it; *handle comes back
    * in transport_buf.reg when a message lies in the range. dereg undoes it,

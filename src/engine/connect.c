@@ -94,10 +94,50 @@ fail:
   return res;
 }
 
+/* Move conn on until this end is whole, the timeout or an abort. */
+static ncclResult_t connect_finish(struct ncclComm* comm, struct transport_conn* c) {
+  ncclResult_t res = ncclSuccess;
+  uint64_t deadline = braid_now_ns() + (uint64_t)comm->tctx.timeout_ms * 1000000ull;
+  while (c->ops->connecting(c)) {
+    int progressed = 0;
+    CHECK(c->ops->progress(c, &progressed)); /* a connect that failed says so here */
+    if (atomic_load(&comm->aborted))
+      FAIL(ncclSystemError, "Rank %d: aborted while connecting to rank %d", comm->rank, c->peer);
+    if (braid_now_ns() > deadline)
+      FAIL(ncclSystemError, "Rank %d: %s could not connect to rank %d within BRAID_TIMEOUT_MS",
+           comm->rank, c->ops->name, c->peer);
+  }
+fail:
+  return res;
+}
+
+/* A direct collective's run blocks on its node links, outside the
+ * progress engine (cuda_direct.h), and nothing moves a send connection on
+ * meanwhile: one still being made there (a net plugin's, which connects
+ * once the peer accepts) would leave its peer waiting to accept until the
+ * timeout, while that peer's own node link waits for a rank that waits
+ * for this one (found with two hosts of two ranks). So before such a run
+ * this rank's sends of Hier's network stage are made whole. */
+static ncclResult_t connect_settle(struct work_op* ops, int n) {
+  ncclResult_t res = ncclSuccess;
+  int peers[CONNECT_MAX_PEERS], sends[CONNECT_MAX_PEERS], recvs[CONNECT_MAX_PEERS];
+  for (int i = 0; i < n; i++) {
+    if (ops[i].kind != WORK_COLL || ops[i].direct == WORK_DIRECT_NONE) continue;
+    int m = op_peers(&ops[i], peers, sends, recvs);
+    for (int j = 0; j < m; j++) {
+      struct transport_conn* c = sends[j] ? *work_conn_slot(&ops[i], peers[j], 1) : NULL;
+      if (c && c->ops->connecting) CHECK(connect_finish(ops[i].comm, c));
+    }
+  }
+fail:
+  return res;
+}
+
 ncclResult_t work_connect(struct work_op* ops, int n) {
   ncclResult_t res = ncclSuccess;
   CHECK(connect_phase(ops, n, 1));
   CHECK(connect_phase(ops, n, 0));
+  CHECK(connect_settle(ops, n));
 fail:
   return res;
 }

@@ -693,6 +693,11 @@ fail:
   return res;
 }
 
+static int net_connecting(const struct transport_conn* base) {
+  const struct net_conn* c = (const struct net_conn*)base;
+  return __atomic_load_n(&c->comm, __ATOMIC_ACQUIRE) == NULL;
+}
+
 static void net_shutdown(struct transport_conn* base) {
   (void)base; /* a plugin has no half-close: the peer hears of it at close */
 }
@@ -730,6 +735,7 @@ const struct transport net_transport = {
     .caps = TRANSPORT_CAP_HOST_MEM | TRANSPORT_CAP_DEVICE_MEM, /* device: where device_ok */
     .can_connect = net_can_connect,
     .device_ok = net_device_ok,
+    .connecting = net_connecting,
     .blob_bytes = sizeof(struct net_blob),
     .blob_make = net_blob_make,
     .connect_send = net_connect_send,
