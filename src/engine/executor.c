@@ -225,7 +225,7 @@ fail:
  * it would post is a bug of whoever promised it, reported, never run. */
 static ncclResult_t no_task_post(void* state, const struct kern_task* t, uint64_t* ticket,
                                  int* done) {
-  (void)state, (void)t, (void)ticket, (void)done;
+  (void)state, (void)ticket, (void)done;
   WARN("A device call that may launch nothing needed a %s task", t->nsrcs > 1 ? "reduce" : "copy");
   return ncclInternalError;
 }
