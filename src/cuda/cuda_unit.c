@@ -232,9 +232,10 @@ static int op_net_direct(struct work_op* op) {
   int root_reads = a->coll == COLL_ALLGATHER || op->comm->rank == a->root;
   if (op->kind != WORK_COLL || op->direct || a->count == 0) return 0;
   if (a->coll != COLL_ALLGATHER && a->coll != COLL_BROADCAST) return 0;
-  if (mem_query(a->recvbuff) != MEM_DEVICE || (root_reads && mem_query(a->sendbuff) != MEM_DEVICE))
-    return 0;
-  return atomic_load(&op->comm->init_done) && op->comm->device && comm_net_direct(op->comm);
+  if (!atomic_load(&op->comm->init_done) || !op->comm->device || !comm_net_direct(op->comm))
+    return 0; /* known once per comm: before asking the driver about the buffers */
+  return mem_query(a->recvbuff) == MEM_DEVICE &&
+         (!root_reads || mem_query(a->sendbuff) == MEM_DEVICE);
 }
 
 /* A direct collective's kernels, or the copy of a send to a transport
