@@ -372,6 +372,31 @@ static int device_regs_body(const mp_env* env) {
   return mp_expect_rc(env, comm, ncclCommDestroy(comm), ncclSuccess, "ncclCommDestroy") + bad;
 }
 
+/* A NIC that will not register a device allocation whole (FAKENET_MAX_MR
+ * below the buffers' size, above a message's): each message is registered
+ * on its own, exact, and the refusal is asked once per allocation and
+ * connection, not again at the same call's next run. */
+static int device_refused_body(const mp_env* env) {
+  const net_case* c = env->arg;
+  ncclComm_t comm;
+  cudaStream_t s;
+  long refused[2] = {0}, regs = 0, unused;
+  setenv("FAKENET_MAX_MR", "200000", 1); /* a buffer is 600004 bytes, a message 100000 at most */
+  if (direct_rank_open(env, c, &comm, &s) != 0) return 1;
+  dev_call d = {.host = kDirectCall};
+  int bad = dev_call_prepare(&d, env);
+  for (int k = 0; k < 2 && !bad; k++)
+    bad = regs_after_call(env, c, comm, s, &d, &regs) ||
+          plugin_counts(c, "fakenet_refusals", &refused[k], &unused);
+  if (!bad && (refused[0] == 0 || refused[1] != refused[0] || regs == 0)) {
+    mp_fail(env, "refused whole registrations %ld, then %ld (%ld device registrations)", refused[0],
+            refused[1], regs);
+    bad = 1;
+  }
+  dev_call_release(&d);
+  return mp_expect_rc(env, comm, ncclCommDestroy(comm), ncclSuccess, "ncclCommDestroy") + bad;
+}
+
 /* A plugin failure under a collective whose device buffers go to the
  * plugin as they are (FAKENET_CUDA=1, synchronous): an error on every
  * rank in time, nothing written outside the buffers, the comm aborts. */
@@ -422,6 +447,11 @@ static void test_device_direct(void** state) {
 static void test_device_regs(void** state) {
   if (!have_driver()) skip();
   assert_int_equal(launch(((const net_case*)*state)->nranks, device_regs_body, *state), 0);
+}
+
+static void test_device_refused(void** state) {
+  if (!have_driver()) skip();
+  assert_int_equal(launch(((const net_case*)*state)->nranks, device_refused_body, *state), 0);
 }
 
 static void test_device_fault(void** state) {
@@ -535,6 +565,7 @@ int main(void) {
       CASE(test_device_direct, k_direct_mixed_sync),
       CASE(test_device_direct, k_direct_mixed_gated),
       CASE(test_device_regs, k_direct_sync),
+      CASE(test_device_refused, k_direct_sync),
       CASE(test_device_fault, k_fd_die),
       CASE(test_device_fault, k_fd_stall),
       CASE(test_device_fault, k_fd_regmr),

@@ -117,6 +117,7 @@ struct net_mr {
   char* base;
   size_t len;
   uint64_t id; /* a device allocation's buffer id; 0: the comm's own host memory */
+  int refused; /* the plugin would not register this allocation whole (mh NULL) */
   void* mh;
   int refs;
   uint64_t used;
@@ -516,7 +517,8 @@ static int net_mr_key(const struct net_msg* m, char* at, size_t len, struct net_
 /* The cache's entry for key, else the least recently used free one
  * (deregistered, made key's), else NULL: also where a device allocation
  * cannot be registered whole (a NIC's limit on a region), so that its
- * messages are registered one by one as before. */
+ * messages are registered one by one as before; the refusal is kept like
+ * a registration, so that it is asked (and warned of) once. */
 static ncclResult_t net_mr_find(struct net_conn* c, const struct net_mr* key, int device,
                                 struct net_mr** out) {
   ncclResult_t res = ncclSuccess;
@@ -525,7 +527,12 @@ static ncclResult_t net_mr_find(struct net_conn* c, const struct net_mr* key, in
   *out = NULL;
   for (int i = 0; i < NET_MR_CACHE; i++) {
     struct net_mr* e = &c->mrs[i];
-    if (e->mh && e->base == key->base && e->len >= key->len && e->id == key->id) {
+    int same = e->base == key->base && e->len >= key->len && e->id == key->id;
+    if (same && e->refused) {
+      e->used = ++c->mr_clock; /* kept as long as a registration in use */
+      return ncclSuccess;
+    }
+    if (same && e->mh) {
       *out = e;
       return ncclSuccess;
     }
@@ -535,15 +542,16 @@ static ncclResult_t net_mr_find(struct net_conn* c, const struct net_mr* key, in
   net_plugin_dereg(p, c->comm, free_e->mh);
   free_e->mh = NULL;
   res = net_plugin_reg(p, c->comm, key->base, key->len, device, &free_e->mh);
-  if (res != ncclSuccess && device) {
+  free_e->base = key->base;
+  free_e->len = key->len;
+  free_e->id = key->id;
+  free_e->refused = res != ncclSuccess && device;
+  if (free_e->refused) {
     INFO(SUB_NET, "NET/Plugin : %zu bytes of device memory not registered whole; by message",
          key->len);
     return ncclSuccess;
   }
   CHECK(res);
-  free_e->base = key->base;
-  free_e->len = key->len;
-  free_e->id = key->id;
   *out = free_e;
 fail:
   return res;

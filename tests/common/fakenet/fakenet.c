@@ -17,6 +17,8 @@
  *   badsize    a completed receive reports more bytes than were posted
  *   baddev     the device is not host-driven
  * FAKENET_FAULT_AFTER=N lets the first N calls of that kind succeed.
+ * FAKENET_MAX_MR=N refuses a registration of more than N bytes, as a NIC
+ * with a limit on a region does; fakenet_refusals() counts them.
  * FAKENET_CUDA=1 makes its devices take CUDA device memory (NCCL_PTR_CUDA),
  * which the simulated driver keeps in host memory the fake reads and
  * writes; fakenet_stats() says how many such registrations and flushes it
@@ -86,6 +88,7 @@ struct fk_listen {
 
 static _Atomic long g_cuda_regs, g_flushes;     /* fakenet_stats */
 static _Atomic long g_cuda_bytes, g_host_bytes; /* fakenet_traffic */
+static _Atomic long g_refusals;                 /* fakenet_refusals */
 #define FAKENET_FRAME_MAX 256
 
 static int fk_cuda(void) {
@@ -100,6 +103,18 @@ __attribute__((visibility("default"))) void fakenet_stats(long* cuda_regs, long*
 __attribute__((visibility("default"))) void fakenet_traffic(long* cuda_bytes, long* host_bytes) {
   *cuda_bytes = atomic_load(&g_cuda_bytes);
   *host_bytes = atomic_load(&g_host_bytes);
+}
+__attribute__((visibility("default"))) void fakenet_refusals(long* too_big, long* unused) {
+  *too_big = atomic_load(&g_refusals);
+  *unused = 0;
+}
+
+/* FAKENET_MAX_MR: a registration larger than it is refused. */
+static int fk_too_big(size_t size) {
+  const char* v = getenv("FAKENET_MAX_MR");
+  if (v == NULL || size <= (size_t)atol(v)) return 0;
+  atomic_fetch_add(&g_refusals, 1);
+  return 1;
 }
 static _Atomic long g_calls[16];
 
@@ -243,7 +258,7 @@ static ncclResult_t fk_reg_mr(void* comm, void* data, size_t size, int type, voi
   struct fk_mr* m;
   (void)comm;
   if ((type != NET_ABI_PTR_HOST && !(type == NET_ABI_PTR_CUDA && fk_cuda())) ||
-      fault(FAULT_REGMR) || (m = calloc(1, sizeof(*m))) == NULL)
+      fault(FAULT_REGMR) || fk_too_big(size) || (m = calloc(1, sizeof(*m))) == NULL)
     return ncclSystemError;
   if (type == NET_ABI_PTR_CUDA) atomic_fetch_add(&g_cuda_regs, 1);
   *m = (struct fk_mr){FAKENET_MAGIC, type == NET_ABI_PTR_CUDA, data, size,
