@@ -20,8 +20,15 @@ inference_all_reduce, DS_ACCELERATOR=cpu), its ranks started by
 deepspeed.init_distributed on braid. Each block's time is the slowest
 rank's.
 
+With --evict BYTES the ways are instead: "lib1", _library_loop(x, 1)
+called once per call from Python; "lib1+zero", the same with another
+tensor of BYTES zeroed after each call (what any work between two calls
+does to the caches); "zero", the zeroing alone. The call's own slowdown
+from the eviction is lib1+zero - zero - lib1.
+
 Usage: perf/torch_gap.py [--np 2] [--dtype float32] [--min-bytes 4096]
        [--max-bytes 67108864] [--pairs 15] [--block-ms 20] [--deepspeed]
+       [--evict BYTES]
 (the braid_torch venv's python; forks NP ranks on this host)
 """
 import argparse
@@ -60,7 +67,28 @@ def loop(f, x, iters):
     return (time.perf_counter() - t0) / iters
 
 
+def evict_ways(args):
+    y = torch.ones(args.evict // 4)
+
+    def lib1(x, k):
+        t0 = time.perf_counter()
+        for _ in range(k):
+            braid_torch._library_loop(x, 1)
+        return (time.perf_counter() - t0) / k
+
+    def lib1_zero(x, k):
+        t0 = time.perf_counter()
+        for _ in range(k):
+            braid_torch._library_loop(x, 1)
+            y.zero_()
+        return (time.perf_counter() - t0) / k
+
+    return {"lib1": lib1, "lib1+zero": lib1_zero, "zero": lambda x, k: loop(lambda _: y.zero_(), x, k)}
+
+
 def ways(args):
+    if args.evict:
+        return evict_ways(args)
     w = {
         "library": lambda x, k: braid_torch._library_loop(x, k),
         "dist": lambda x, k: loop(dist.all_reduce, x, k),
@@ -90,7 +118,7 @@ def measure(x, args):
     w = ways(args)
     for f in w.values():  # warm up, and connect
         f(x, 3)
-    one = slowest(w["dist"](x, 20))
+    one = slowest(w[next(iter(w))](x, 20))
     iters = max(3, min(100000, int(args.block_ms / 1e3 / max(one, 1e-7))))
     times = {k: [] for k in w}
     names = list(w)
@@ -105,6 +133,13 @@ def rank_main(rank, args, port, out):
     init(rank, args, port)
     dtype = DTYPES[args.dtype]
     rows = []
+    if args.evict:
+        x = torch.ones(args.min_bytes // dtype.itemsize, dtype=dtype)
+        iters, t = measure(x, args)
+        if rank == 0:
+            out.put({k: statistics.median(v) for k, v in t.items()})
+        dist.destroy_process_group()
+        return
     for size in sizes(args.min_bytes, args.max_bytes):
         x = torch.ones(size // dtype.itemsize, dtype=dtype)
         iters, t = measure(x, args)
@@ -131,6 +166,8 @@ def main():
     ap.add_argument("--pairs", type=int, default=15)
     ap.add_argument("--block-ms", type=float, default=20.0)
     ap.add_argument("--deepspeed", action="store_true", help="DeepSpeed's all-reduce beside")
+    ap.add_argument("--evict", type=int, default=0,
+                    help="time a MIN_BYTES call with BYTES of another tensor zeroed between")
     args = ap.parse_args()
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -145,6 +182,13 @@ def main():
         p.join()
     if any(p.exitcode for p in procs):
         sys.exit("torch_gap: a rank failed")
+    if args.evict:
+        m = {k: v * 1e6 for k, v in rows.items()}
+        print(f"# {args.np} ranks, {args.min_bytes} bytes {args.dtype}, {args.evict} bytes zeroed "
+              f"between calls: us per call, medians of {args.pairs} turns")
+        print(f"lib1 {m['lib1']:.1f}  lib1+zero {m['lib1+zero']:.1f}  zero {m['zero']:.1f}  "
+              f"eviction's cost to the call {m['lib1+zero'] - m['zero'] - m['lib1']:.1f}")
+        return
     n = args.np
     print(f"# all_reduce {args.dtype} sum, {n} ranks, torch {torch.__version__}: us per call "
           f"(the slowest rank's), medians of {args.pairs} turns of {args.block_ms:g} ms blocks; "
