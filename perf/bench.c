@@ -13,6 +13,7 @@
 
 #include "device.h"
 #include "driver.h"
+#include "braid.h"
 
 #if PERF_HAVE_MPI
 #include <mpi.h>
@@ -184,6 +185,55 @@ static void bench(perf_rank_t* r, perf_test_t* t, int in_place) {
   if (wrong > 0) r->errors++;
 }
 
+/* ---------------------------------------------------------------- mode turns */
+
+static int cmp_double(const void* a, const void* b) {
+  double x = *(const double*)a, y = *(const double*)b;
+  return (x > y) - (x < y);
+}
+
+static double median(const double* v, int n) {
+  double s[PERF_MAX_TURNS];
+  memcpy(s, v, sizeof(double) * (size_t)n);
+  qsort(s, (size_t)n, sizeof(double), cmp_double);
+  return n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
+}
+
+static void print_turns(const char* what, const double* v, int n, double scale) {
+  printf("#  %-21s", what);
+  for (int i = 0; i < n; i++) printf(" %.2f", v[i] * scale);
+  printf("\n");
+}
+
+/* --det-turns: out of place, the default mode then the deterministic one
+ * (braidCommSetDeterministic), turn after turn, so that both see the same
+ * state of a machine whose speed drifts; per turn the two modes' times,
+ * and the median of the turns' ratios. The deterministic mode is warmed
+ * up first (the sweep warmed up the default); the mode the comm had is
+ * restored. */
+static void det_turns(perf_rank_t* r, perf_test_t* t) {
+  const int n = r->o->det_turns;
+  double sec[2][PERF_MAX_TURNS], ratio[PERF_MAX_TURNS];
+  int was = 0;
+  PERF_NCCL(r, braidCommGetDeterministic(r->comm, &was));
+  PERF_NCCL(r, braidCommSetDeterministic(r->comm, 1)); /* its schedules built, as the default's */
+  for (int i = 0; i < r->o->warmup; i++) run_iter(r, t, 0);
+  calls_done(r);
+  for (int turn = 0; turn < n; turn++)
+    for (int mode = 0; mode < 2; mode++) {
+      PERF_NCCL(r, braidCommSetDeterministic(r->comm, mode));
+      sec[mode][turn] = perf_team_reduce(r->thread, timed_loop(r, t, 0), r->o->average);
+    }
+  PERF_NCCL(r, braidCommSetDeterministic(r->comm, was));
+  for (int i = 0; i < n; i++) ratio[i] = sec[1][i] / sec[0][i];
+  if (r->rank != 0) return;
+  print_turns("default, us:", sec[0], n, 1e6);
+  print_turns("deterministic, us:", sec[1], n, 1e6);
+  print_turns("det / default, time:", ratio, n, 1);
+  printf("#  turns %d, medians: default %.2f us, deterministic %.2f us; det / default time %.3f\n",
+         n, median(sec[0], n) * 1e6, median(sec[1], n) * 1e6, median(ratio, n));
+}
+
 /* ---------------------------------------------------------------- the sweep */
 
 static void setup(perf_test_t* t, size_t bytes) {
@@ -219,6 +269,7 @@ static void sweep(perf_rank_t* r, perf_test_t* t) {
     else if (r->rank == 0)
       perf_print_skipped();
     if (r->rank == 0) printf("\n");
+    if (o->det_turns) det_turns(r, t);
   }
 }
 

@@ -21,7 +21,7 @@
 /* ---------------------------------------------------------------- parsing */
 
 /* Long-only options: values past any character, so they never take a letter nccl-tests may use. */
-enum { OPT_INPLACE = 256, OPT_MEM };
+enum { OPT_INPLACE = 256, OPT_MEM, OPT_DET_TURNS };
 
 static const struct option kLongOpts[] = {{"nthreads", required_argument, 0, 't'},
                                           {"ngpus", required_argument, 0, 'g'},
@@ -46,6 +46,7 @@ static const struct option kLongOpts[] = {{"nthreads", required_argument, 0, 't'
                                           {"run_cycles", required_argument, 0, 'N'},
                                           {"inplace", required_argument, 0, OPT_INPLACE},
                                           {"mem", required_argument, 0, OPT_MEM},
+                                          {"det-turns", required_argument, 0, OPT_DET_TURNS},
                                           {"help", no_argument, 0, 'h'},
                                           {0, 0, 0, 0}};
 
@@ -75,6 +76,8 @@ static void usage(FILE* f, const char* prog) {
           "[-a,--average <0/1/2/3> report average iteration time <0=RANK0/1=AVG/2=MIN/3=MAX>] \n\t"
           "[--inplace <0/1> (0: out-of-place only; in-place columns N/A)] \n\t"
           "[--mem <host/device> (default: device where a CUDA device is visible)] \n\t"
+          "[--det-turns <n> (time each size in n turns of the default and the deterministic "
+          "mode, one after the other)] \n\t"
           "[-h,--help]\n",
           prog);
 }
@@ -197,6 +200,8 @@ static int parse_opt(int c, const char* arg, perf_opts_t* o) {
       return parse_int(arg, 0, 3, &o->average);
     case OPT_INPLACE:
       return parse_int(arg, 0, 1, &o->inplace);
+    case OPT_DET_TURNS:
+      return parse_int(arg, 0, PERF_MAX_TURNS, &o->det_turns);
     case OPT_MEM:
       if (strcmp(arg, "host") != 0 && strcmp(arg, "device") != 0) return -1;
       o->mem_device = strcmp(arg, "device") == 0;
@@ -231,6 +236,10 @@ static int check_args(const perf_coll_t* coll, const perf_opts_t* o, FILE* err) 
               coll->mpi_native ? "the MPI tools run on host buffers only" : why);
     return -1;
   }
+  if (o->det_turns && (coll->mpi_native || !coll->has_op)) {
+    if (err) fprintf(err, "--det-turns: %s has no deterministic mode to turn\n", coll->name);
+    return -1;
+  }
   if (coll->mpi_native && o->nthreads != 1) {
     if (err) fprintf(err, "%s runs one rank per MPI process: -t must be 1\n", coll->name);
     return -1;
@@ -251,9 +260,11 @@ int perf_parse_args(int argc, char** argv, const perf_coll_t* coll, int printer,
       return 1;
     }
     if (c == '?' || parse_opt(c, optarg, o)) {
-      if (err && (c == OPT_INPLACE || c == OPT_MEM))
+      if (err && c >= OPT_INPLACE)
         fprintf(err, "%s: invalid value '%s' for option --%s\n", prog, optarg,
-                c == OPT_MEM ? "mem" : "inplace");
+                c == OPT_MEM       ? "mem"
+                : c == OPT_INPLACE ? "inplace"
+                                   : "det-turns");
       else if (err && c != '?')
         fprintf(err, "%s: invalid value '%s' for option -%c\n", prog, optarg, c);
       if (err) usage(err, prog);

@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
 # What the deterministic mode costs (docs/determinism.md): all_reduce_perf and
-# reduce_scatter_perf, float sum, the default mode against BRAID_DETERMINISTIC=1 in interleaved
-# rounds on the same machine, for each rank count in NPS, over shared memory and over TCP
-# (NCCL_SHM_DISABLE=1): the 8 B time (many iterations) and the BIG busbw (few). Prints every
-# round of both modes, then per configuration the medians and deterministic / default; with MD,
-# also writes them as docs/det/cost.md's table (produced by this script, never typed).
-# Usage: perf/det_compare.sh [BUILD_DIR [MD]]   (env: NPS="4 8", REPS=5, BIG=64M, COLLS="all_reduce
+# reduce_scatter_perf, float sum, the default mode against the deterministic one in the same job:
+# `--det-turns REPS` times each size in REPS turns, the default then the deterministic mode
+# (braidCommSetDeterministic) in every turn, so that both see the same state of a machine whose
+# speed drifts (this VM's moves 2x within seconds; separate jobs compared its phases, not the
+# modes). For each rank count in NPS, over shared memory and over TCP (NCCL_SHM_DISABLE=1): the
+# 8 B time (many iterations) and the BIG bus bandwidth (few). Prints every turn of both modes,
+# then per configuration the medians and the median of the turns' det / default; with MD, also
+# writes them as docs/det/cost.md's table (produced by this script, never typed).
+# Usage: perf/det_compare.sh [BUILD_DIR [MD]]   (env: NPS="4 8", REPS=7, BIG=64M, COLLS="all_reduce
 #        reduce_scatter", SMALL_ITERS=2000, BIG_ITERS=5, TMO=900 seconds per run)
 set -u
 BUILD=${1:-build}
 MD=${2:-}
 NPS=${NPS:-4 8}
-REPS=${REPS:-5}
+REPS=${REPS:-7}
 BIG=${BIG:-64M}
 COLLS=${COLLS:-all_reduce reduce_scatter}
 SMALL_ITERS=${SMALL_ITERS:-2000}
@@ -22,17 +25,23 @@ trap 'rm -rf "$OUT"' EXIT
 # shellcheck source=perf/lib.sh
 . "$(dirname "$0")/lib.sh"
 # shellcheck disable=SC2054 # "self,tcp" is one argument of mpirun's
-MPI_ARGS=(--mca btl self,tcp --mca btl_tcp_if_include lo -x BRAID_DETERMINISTIC -x NCCL_SHM_DISABLE)
-# run NAME COLL ARGS...: one run appended to $OUT/NAME.REP
+MPI_ARGS=(--mca btl self,tcp --mca btl_tcp_if_include lo -x NCCL_SHM_DISABLE)
+# run NAME COLL ARGS...: one job of REPS turns into $OUT/NAME
 run() {
   local name=$1 coll=$2
   shift 2
   timeout "$TMO" "${LAUNCH[@]}" "${MPI_ARGS[@]}" "$BUILD/bin/${coll}_perf" -c 0 -d float \
-    -o sum --inplace 0 "$@" >"$OUT/$name.$rep" 2>&1 || echo "# $name round $rep failed" >&2
+    -o sum --inplace 0 --det-turns "$REPS" "$@" >"$OUT/$name" 2>&1 || echo "# $name failed" >&2
 }
-# value NAME REP COL: the out-of-place time (col 6) or busbw (col 8) of round REP's row
-value() {
-  awk -v c="$3" '!/^#/ && NF >= 13 { print $c; exit }' "$OUT/$1.$2" 2>/dev/null
+# turns NAME WHAT: the turns' values of one job; WHAT is "default" or "deterministic" (times in
+# us), "ratio" (det / default time, per turn), or with BUS set, the bus bandwidths in GB/s (the
+# table row's busbw x time over each turn's time)
+turns() {
+  awk -v what="$2" -v bus="${BUS:-0}" '
+    !/^#/ && NF >= 13 && !f { f = $6 * $8 }
+    $0 ~ "^#  " what "," { for (i = 4; i <= NF; i++) printf "%s ", (bus ? sprintf("%.2f", f / $i) : $i) }
+    what == "ratio" && /^#  det \/ default, time:/ { for (i = 7; i <= NF; i++) printf "%s ", $i }
+  ' "$OUT/$1" 2>/dev/null
 }
 median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{ v[NR] = $1 } END { if (NR) print v[int((NR + 1) / 2)] }'; }
 
@@ -42,33 +51,29 @@ for np in $NPS; do
   for link in shm tcp; do
     NCCL_SHM_DISABLE=$([ "$link" = tcp ] && echo 1 || echo 0)
     export NCCL_SHM_DISABLE
-    for rep in $(seq 1 "$REPS"); do
-      for coll in $COLLS; do
-        for mode in 0 1; do
-          export BRAID_DETERMINISTIC=$mode
-          [ "$coll" = all_reduce ] && run "$coll-$np-$link-small-$mode" "$coll" -b 8 -e 8 \
-            -n "$SMALL_ITERS" -w 100
-          run "$coll-$np-$link-big-$mode" "$coll" -b "$BIG" -e "$BIG" -n "$BIG_ITERS" -w 1
-        done
-      done
-    done
     for coll in $COLLS; do
       for what in small big; do
         [ "$what" = small ] && [ "$coll" != all_reduce ] && continue
+        name="$coll-$np-$link-$what"
+        if [ "$what" = small ]; then
+          run "$name" "$coll" -b 8 -e 8 -n "$SMALL_ITERS" -w 100
+        else
+          run "$name" "$coll" -b "$BIG" -e "$BIG" -n "$BIG_ITERS" -w 1
+        fi
         # small: time in us (lower is better); big: busbw in GB/s (higher is better)
-        col=$([ "$what" = small ] && echo 6 || echo 8)
+        bus=$([ "$what" = big ] && echo 1 || echo 0)
         unit=$([ "$what" = small ] && echo us || echo GB/s)
-        d="" x=""
-        for rep in $(seq 1 "$REPS"); do
-          d+="$(value "$coll-$np-$link-$what-0" "$rep" "$col") "
-          x+="$(value "$coll-$np-$link-$what-1" "$rep" "$col") "
-        done
+        d=$(BUS=$bus turns "$name" default)
+        x=$(BUS=$bus turns "$name" deterministic)
         a=$(median <<<"$d")
         b=$(median <<<"$x")
-        ratio=$(awk -v a="${a:-0}" -v b="${b:-0}" 'BEGIN { if (a > 0) printf "%.2f", b / a; else print "?" }')
+        # the median of the turns' ratios: time for 8 B, bandwidth (its inverse) for BIG
+        ratio=$(turns "$name" ratio | tr ' ' '\n' | grep -v '^$' |
+          awk -v inv="$bus" '{ print inv ? 1 / $1 : $1 }' | median)
+        ratio=$(awk -v r="${ratio:-0}" 'BEGIN { if (r > 0) printf "%.2f", r; else print "?" }')
         size=$([ "$what" = small ] && echo 8B || echo "$BIG")
-        printf "%-14s %-3s %-4s %-5s rounds  default: %s %s\n" "$coll" "$np" "$link" "$size" "$d" "$unit"
-        printf "%-14s %-3s %-4s %-5s rounds  determ.: %s %s\n" "$coll" "$np" "$link" "$size" "$x" "$unit"
+        printf "%-14s %-3s %-4s %-5s turns  default: %s %s\n" "$coll" "$np" "$link" "$size" "$d" "$unit"
+        printf "%-14s %-3s %-4s %-5s turns  determ.: %s %s\n" "$coll" "$np" "$link" "$size" "$x" "$unit"
         printf "%-14s %-3s %-4s %-5s medians default %s, deterministic %s %s: det/default %s%s\n" \
           "$coll" "$np" "$link" "$size" "${a:-?}" "${b:-?}" "$unit" "$ratio" \
           "$([ "$what" = small ] && echo " (time)")"
@@ -89,11 +94,12 @@ shown=${shown#"$top/"}
   echo "Produced by \`NPS=\"$NPS\" REPS=$REPS BIG=$BIG perf/det_compare.sh BUILD $shown\` on"
   echo "$(date -u +%Y-%m-%d), commit $(git -C "$(dirname "$0")" rev-parse --short HEAD 2>/dev/null),"
   echo "$(nproc) cores ($(awk -F': ' '/model name/ { print $2; exit }' /proc/cpuinfo)): float sum,"
-  echo "\`--inplace 0\`, the two modes alternating in every round; the medians of $REPS rounds, and"
-  echo "every round in the order run (8 B: time, lower is better; $BIG: bus bandwidth). Do not"
-  echo "edit: run the script again."
+  echo "\`--inplace 0\`. Each configuration is one job whose $REPS turns each time the default"
+  echo "mode, then the deterministic one (\`--det-turns\`); shown: the medians of the turns, the"
+  echo "median of the turns' det / default (8 B: time, lower is better; $BIG: bus bandwidth), and"
+  echo "every turn in the order run. Do not edit: run the script again."
   echo
-  echo "| collective | ranks | link | size | default | deterministic | det / default | default, each round | deterministic, each round |"
+  echo "| collective | ranks | link | size | default | deterministic | det / default | default, each turn | deterministic, each turn |"
   echo "|---|---:|---|---|---:|---:|---:|---|---|"
   printf '%s\n' "${rows[@]}"
 } >"$MD"

@@ -7,6 +7,9 @@
 
 #include "common.h"
 
+/* Most turns --det-turns takes. */
+#define PERF_MAX_TURNS 64
+
 /* nccl-tests' command line, same defaults. */
 typedef struct {
   int nthreads, ngpus;
@@ -15,6 +18,7 @@ typedef struct {
   int parallel_init, stream_null, cputime;
   int inplace;    /* 0: skip the in-place half of each row (Braid's --inplace, not nccl-tests') */
   int mem_device; /* --mem device (the default where a CUDA device is visible) or host */
+  int det_turns;  /* Braid's --det-turns: turns of the two reduction modes per size, 0: none */
   int type_index; /* into perf_type_at, -1: all */
   int op_index;   /* into perf_op_at, -1: all */
 } perf_opts_t;
