@@ -77,6 +77,7 @@ ncclResult_t sched_append(struct schedule* s, enum sched_prim prim, unsigned fla
   struct sched_step* st = &s->steps[s->nsteps++];
   st->prim = (uint8_t)prim;
   st->flags = (uint8_t)flags;
+  st->carry = 0;
   st->recv_peer = recv_peer;
   st->send_peer = send_peer;
   st->xoff = xoff;

@@ -46,9 +46,15 @@ enum sched_prim {
  * the reduction reads X. */
 #define SCHED_PRE_ROUNDED 64u
 
+/* Carries a rank keeps at once, each a register steps name (sched_step
+ * .carry): a schedule may hold several chains of reductions open, each
+ * passing its partial from step to step in its own. */
+#define SCHED_CARRIES 8
+
 struct sched_step {
   uint8_t prim;
   uint8_t flags;
+  uint8_t carry;     /* the carry register the step reads and writes (< SCHED_CARRIES) */
   int32_t recv_peer; /* rank received from, -1 if none */
   int32_t send_peer; /* rank sent to, -1 if none */
   size_t xoff;       /* first element of the slice in the input */

@@ -212,7 +212,7 @@ static ncclResult_t exec_start_piece(struct exec_ctx* ex) {
   ex->args = a;
   ex->es = kern_type_size(a.type);
   ex->next_post = ex->next_compute = ex->next_finish = ex->retired = 0;
-  ex->carry = -1;
+  for (int i = 0; i < SCHED_CARRIES; i++) ex->carry[i] = -1;
   /* transport.h, lend_max: no message of the piece longer than the lent
    * ones, and no more of them posted than the window */
   ex->lend_bytes =
@@ -512,11 +512,11 @@ static int step_plan(const struct exec_ctx* ex, const struct sched_step* st, str
   char* slot = rec->slot >= 0 ? slot_ptr(ex, rec->slot) : NULL;
   const struct transport_conn* rc = st->recv_peer >= 0 ? ex->conf.recv_conns[st->recv_peer] : NULL;
   const char* r = rec->lent ? rc->ops->lent(rc, rec->recv_seq) : slot; /* what arrived */
-  int use_carry = (st->flags & SCHED_LOCAL_CARRY) && ex->carry >= 0;
+  int carry = ex->carry[st->carry], use_carry = (st->flags & SCHED_LOCAL_CARRY) && carry >= 0;
   /* a reduction whose pre-multiplied input a copy rounded into Y reads Y */
   int rounded = (st->flags & SCHED_PRE_ROUNDED) && a->pre && st->prim != PRIM_COPY;
   const char* src = (st->flags & SCHED_LOCAL_OUT) || rounded ? y : x;
-  const char* local = use_carry ? slot_ptr(ex, ex->carry) : src;
+  const char* local = use_carry ? slot_ptr(ex, carry) : src;
   unsigned pre = (st->flags & SCHED_PRE) && !rounded ? a->pre : 0;
   unsigned post = (st->flags & SCHED_POST) ? a->post : 0;
   struct kern_task* t = &rec->task;
@@ -583,17 +583,18 @@ static void step_send_in_place(const struct exec_ctx* ex, const struct sched_ste
  * slot over as the next carry. */
 static void step_commit_carry(struct exec_ctx* ex, const struct sched_step* st,
                               struct exec_rec* rec) {
+  int* carry = &ex->carry[st->carry];
   if (st->prim == PRIM_LOAD_CARRY && rec->slot >= 0) {
-    ex->carry = rec->slot;
+    *carry = rec->slot;
     rec->slot = -1;
   }
   if (!prim_reads_local(st->prim)) return;
-  if ((st->flags & SCHED_LOCAL_CARRY) && ex->carry >= 0) {
-    rec->carry_in = ex->carry;
-    ex->carry = -1;
+  if ((st->flags & SCHED_LOCAL_CARRY) && *carry >= 0) {
+    rec->carry_in = *carry;
+    *carry = -1;
   }
   if (st->prim == PRIM_RECV_REDUCE_CARRY) {
-    ex->carry = rec->slot;
+    *carry = rec->slot;
     rec->slot = -1;
   }
 }

@@ -155,7 +155,7 @@ struct exec_ctx {
   size_t piece;     /* elements per block in every piece but the last */
   size_t piece_off; /* where in each block the running piece starts */
   size_t next_post, next_compute, next_finish, retired;
-  int carry; /* slot a reduce-carry step left for the next step, -1 if none */
+  int carry[SCHED_CARRIES]; /* per register: the slot a reduce-carry step left, -1 if none */
   struct exec_rec recs[EXEC_MAX_WINDOW];
   size_t lend_bytes; /* the running piece may lend receives this long (0: none) */
   uint64_t last_progress_ns;

@@ -5,6 +5,7 @@
 #include "fake_transport.h"
 
 #include <setjmp.h>
+#include <stdio.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
@@ -204,7 +205,15 @@ void fake_world_run(struct fake_world* w, const struct exec_args* args) {
     }
   }
   for (int a = 0; a < w->n; a++)
-    for (int b = 0; b < w->n; b++) assert_int_equal(w->conns[a][b][0].mismatches, 0);
+    for (int b = 0; b < w->n; b++) {
+      if (w->conns[a][b][0].mismatches) /* which call's schedules disagree, and where */
+        fprintf(stderr,
+                "message order differs: %s, algorithm %d, %d ranks, count %zu, root %d, "
+                "chunk %zu bytes, from rank %d to %d\n",
+                sched_coll_name(args[0].coll), args[0].algo, w->n, args[0].count, args[0].root,
+                args[0].chunk_bytes, a, b);
+      assert_int_equal(w->conns[a][b][0].mismatches, 0);
+    }
 }
 
 void fake_args(struct exec_args* a, int n, int coll, int algo, int root, const void* send,

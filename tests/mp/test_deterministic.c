@@ -4,7 +4,10 @@
  * algorithm, small chunks, nodes faked by NCCL_HOSTID (TCP between them,
  * node-major and interleaved), shared memory off, the mode set by
  * braidCommSetDeterministic instead of BRAID_DETERMINISTIC, device buffers
- * on the simulated driver - and every result must be bitwise the same as
+ * on the simulated driver, shared-memory rings of one 4 KiB slot under the
+ * smallest executor window (every message fills its ring, and Pairwise's
+ * levels and slices in flight must still not wait on each other in a
+ * circle) - and every result must be bitwise the same as
  * under the first environment. In each, a float sum is checked against a
  * serial reference of the canonical order, and a small call on a slice of
  * the same elements must match the big call's slice. With the mode off,
@@ -31,7 +34,7 @@
 #include "launcher.h"
 
 #define NCALLS 8
-#define NVARIANTS 12
+#define NVARIANTS 13
 #define BIG 1000003
 #define SLICE_FIRST 5000
 #define SLICE_COUNT 1000
@@ -52,6 +55,7 @@ struct det_variant {
   int interleaved;   /* node of rank r: r % nodes, else r / ceil(n / nodes) */
   int shm_off;
   int device;
+  int tight; /* one 4 KiB slot per shared-memory ring, a window of 4 steps */
 };
 
 struct det_case {
@@ -189,6 +193,11 @@ static void set_env(const mp_env* env, const struct det_variant* v) {
   if (v->chunk) setenv("BRAID_CHUNK_SIZE", v->chunk, 1);
   setenv("BRAID_DETERMINISTIC", v->deterministic == 1 ? "1" : "0", 1);
   if (v->shm_off) setenv("NCCL_SHM_DISABLE", "1", 1);
+  if (v->tight) {
+    setenv("BRAID_SHM_NSLOTS", "1", 1);
+    setenv("BRAID_SHM_SLOT_BYTES", "4096", 1);
+    setenv("BRAID_NSTEPS", "4", 1);
+  }
   if (v->nodes) {
     int per = (env->nranks + v->nodes - 1) / v->nodes;
     snprintf(host, sizeof(host), "detnode%d",
@@ -231,20 +240,21 @@ static int det_body(const mp_env* env) {
 /* ---- The environments ---- */
 
 static const struct det_variant kVariants[NVARIANTS] = {
-    {"env, auto", 1, NULL, NULL, 0, 0, 0, 0},
-    {"braidCommSetDeterministic, Ring", 2, "Ring", NULL, 0, 0, 0, 0},
-    {"Tree, 16 KiB chunks", 1, "Tree", "16384", 0, 0, 0, 0},
-    {"RecDoubling over TCP", 1, "RecDoubling", NULL, 0, 0, 1, 0},
-    {"Hier, 2 nodes", 1, "Hier", NULL, 2, 0, 0, 0},
-    {"2 nodes interleaved", 1, NULL, NULL, 2, 1, 0, 0},
-    {"one rank per node", 1, "^Pairwise", NULL, 8, 0, 0, 0},
-    {"device buffers", 1, NULL, NULL, 0, 0, 0, 1},
-    {"device buffers, Direct named", 1, "Direct,Ring", "32768", 0, 0, 0, 1},
-    {"off, Ring", 0, "Ring", NULL, 0, 0, 0, 0},
-    {"off, Tree", 0, "Tree", NULL, 0, 0, 0, 0},
-    {"off, Hier, 2 nodes", 0, "Hier", NULL, 2, 0, 0, 0},
+    {"env, auto", 1, NULL, NULL, 0, 0, 0, 0, 0},
+    {"full rings: one 4 KiB slot, 4 steps", 1, NULL, NULL, 0, 0, 0, 0, 1},
+    {"braidCommSetDeterministic, Ring", 2, "Ring", NULL, 0, 0, 0, 0, 0},
+    {"Tree, 16 KiB chunks", 1, "Tree", "16384", 0, 0, 0, 0, 0},
+    {"RecDoubling over TCP", 1, "RecDoubling", NULL, 0, 0, 1, 0, 0},
+    {"Hier, 2 nodes", 1, "Hier", NULL, 2, 0, 0, 0, 0},
+    {"2 nodes interleaved", 1, NULL, NULL, 2, 1, 0, 0, 0},
+    {"one rank per node", 1, "^Pairwise", NULL, 8, 0, 0, 0, 0},
+    {"device buffers", 1, NULL, NULL, 0, 0, 0, 1, 0},
+    {"device buffers, Direct named", 1, "Direct,Ring", "32768", 0, 0, 0, 1, 0},
+    {"off, Ring", 0, "Ring", NULL, 0, 0, 0, 0, 0},
+    {"off, Tree", 0, "Tree", NULL, 0, 0, 0, 0, 0},
+    {"off, Hier, 2 nodes", 0, "Hier", NULL, 2, 0, 0, 0, 0},
 };
-#define FIRST_OFF 9
+#define FIRST_OFF 10
 
 /* Calls whose digests differ between variant v and variant 0, on any rank. */
 static int calls_differing(int n, int v, int* which) {
