@@ -62,6 +62,7 @@ struct kern_task {
   size_t n;       /* elements */
   const void* srcs[KERN_TASK_MAX_SRCS];
   void* dsts[KERN_TASK_MAX_DSTS];
+  unsigned swap; /* bit k >= 1: step k puts source k first (host kernels only; 0 on a device) */
 };
 
 /*
@@ -70,7 +71,10 @@ struct kern_task {
  * every step, as a chain of ranks does):
  *   t = s0, or kern_unary(PRE if pre bit 0 | POST if nsrcs == 1, t, s0)
  *   t = kern_reduce(PRE if pre bit k | POST if k == nsrcs - 1, t, t, sk)
- *       for k = 1 .. nsrcs - 1
+ *       for k = 1 .. nsrcs - 1,
+ *   or, where swap bit k is set, t = kern_reduce(POST if last, t, sk, t):
+ *       sk first (which NaN payload or signed zero survives follows the
+ *       order), sk then read as it is, whatever pre bit k says
  * One source without flags is a plain copy. A destination may equal a
  * source (exactly, not partially overlapping). An invalid task (counts out
  * of range, bad type, or with two or more sources a bad op) does nothing.

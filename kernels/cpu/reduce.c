@@ -396,9 +396,49 @@ static size_t task_elem_bytes(const struct kern_task* t) {
   return kern_type_size(t->redop.type);
 }
 
+/* A fold whose steps put some sources first (kern_task.swap): the chain
+ * kernels.h defines, computed by the pairwise kernels on tiles small
+ * enough that the partial between two steps stays in the L1 cache. Each
+ * source is read from memory once and each destination written once, as
+ * in the fused loops; the steps in between cost cache traffic only. The
+ * executor folds the deterministic mode's chains this way: their combines
+ * put the lower half's data first, on either side. */
+/* Bytes of a tile: the partial and a source's slice of it fit L1. */
+#define FOLD_TILE_BYTES 8192
+
+static void fold_tiled(const struct kern_task* t, size_t es) {
+  _Alignas(64) unsigned char part[FOLD_TILE_BYTES];
+  size_t tile = FOLD_TILE_BYTES / es;
+  int last = t->nsrcs - 1;
+  for (size_t off = 0; off < t->n; off += tile) {
+    size_t m = t->n - off < tile ? t->n - off : tile, at = off * es;
+    const unsigned char* s0 = (const unsigned char*)t->srcs[0] + at;
+    const void* acc = s0;
+    if (t->pre & 1u) {
+      kern_unary(&t->redop, KERN_PRE, part, s0, m);
+      acc = part;
+    }
+    for (int k = 1; k <= last; k++) {
+      const unsigned char* sk = (const unsigned char*)t->srcs[k] + at;
+      void* out = k == last ? (unsigned char*)t->dsts[0] + at : (void*)part;
+      unsigned post = k == last ? (t->flags & KERN_POST) : 0u;
+      if (t->swap & (1u << k))
+        kern_reduce(&t->redop, post, out, sk, acc, m);
+      else
+        kern_reduce(&t->redop, post | ((t->pre >> k) & 1u ? KERN_PRE : 0u), out, acc, sk, m);
+      acc = out;
+    }
+    for (int j = 1; j < t->ndsts; j++) memcpy((unsigned char*)t->dsts[j] + at, acc, m * es);
+  }
+}
+
 void kern_task_run(const struct kern_task* t) {
   size_t es = t ? task_elem_bytes(t) : 0;
   if (es == 0 || t->n == 0) return;
+  if (t->nsrcs > 1 && (t->swap & ((1u << t->nsrcs) - 2u))) {
+    fold_tiled(t, es);
+    return;
+  }
   unsigned pre = t->pre & ((1u << t->nsrcs) - 1u);
   struct kern_call c = {&t->redop,
                         t->nsrcs == 1 ? KERN_OP_COPY : (int)t->redop.op,

@@ -53,6 +53,8 @@ static ncclResult_t cuda_post(void* state, const struct kern_task* t, uint64_t* 
   const struct cuda_api* cu = cuda_driver();
   struct kern_dev_task d;
   CUcontext saved;
+  if (t->swap) /* the executor folds chains on host memory only (exec_chain.h) */
+    FAIL(ncclInternalError, "A device task with swapped steps: the device kernels have none");
   CHECK(cuda_ctx_enter(ce->cc->ctx, &saved));
   dev_task(ce, t, &d);
   *ticket = ce->next_ticket++;

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "core.h"
+#include "engine/exec_step.h"
 #include "sched_build.h"
 
 ncclResult_t exec_init(struct exec_ctx* ex, const struct exec_conf* conf) {
@@ -35,6 +36,7 @@ ncclResult_t exec_init(struct exec_ctx* ex, const struct exec_conf* conf) {
   }
   for (int i = 0; i < ex->nslots; i++) ex->free_slots[i] = i;
   ex->nfree = ex->nslots;
+  for (int i = 0; i < SCHED_CARRIES; i++) ex->carry[i] = -1;
   return ncclSuccess;
 }
 
@@ -52,10 +54,6 @@ void exec_free(struct exec_ctx* ex) {
   free(ex->slot_mem);
   ex->slot_mem = NULL;
   sched_cache_free(&ex->cache);
-}
-
-static char* slot_ptr(const struct exec_ctx* ex, int slot) {
-  return ex->slot_mem + (size_t)slot * ex->slot_bytes;
 }
 
 /* Post one message of the running call. The staging slots are host memory
@@ -77,19 +75,13 @@ static ncclResult_t post_msg(struct exec_ctx* ex, struct transport_conn* c, void
   return transport_conn_post(c, &b, &ex->tag);
 }
 
-/* The primitives whose reduction reads the local operand (X, Y or the
- * carry). */
-static int prim_reads_local(enum sched_prim p) {
-  return p == PRIM_RECV_REDUCE_SEND || p == PRIM_RECV_REDUCE_CARRY ||
-         p == PRIM_RECV_REDUCE_COPY_SEND || p == PRIM_RECV_REDUCE_COPY;
-}
-
 /* Whether step st's received operand R may stay where the transport put
  * it (transport.h, lend_max) until the step's task has read it, saving
  * the copy into a slot: a host call's reductions (exchanges too), where
  * the task reads R once. */
 static int step_lends(const struct exec_ctx* ex, const struct sched_step* st) {
-  if (ex->lend_bytes == 0 || !(prim_reads_local(st->prim) || st->prim == PRIM_EXCHANGE)) return 0;
+  if (ex->lend_bytes == 0 || !(exec_prim_reads_local(st->prim) || st->prim == PRIM_EXCHANGE))
+    return 0;
   const struct transport_conn* c = ex->conf.recv_conns[st->recv_peer];
   return c->ops->lend_max && ex->lend_bytes <= c->ops->lend_max(c);
 }
@@ -212,7 +204,7 @@ static ncclResult_t exec_start_piece(struct exec_ctx* ex) {
   ex->args = a;
   ex->es = kern_type_size(a.type);
   ex->next_post = ex->next_compute = ex->next_finish = ex->retired = 0;
-  for (int i = 0; i < SCHED_CARRIES; i++) ex->carry[i] = -1;
+  chains_reset(ex);
   /* transport.h, lend_max: no message of the piece longer than the lent
    * ones, and no more of them posted than the window */
   ex->lend_bytes =
@@ -328,19 +320,6 @@ static int uncomputed_touch_y(const struct exec_ctx* ex, size_t end, const void*
 
 /* ---- Posting ---- */
 
-/* t = the one-source task dst = POST(PRE(src)), as kern_unary. */
-static int task_unary(struct kern_task* t, const struct exec_args* a, unsigned flags, void* dst,
-                      const void* src, size_t n) {
-  t->redop = a->redop;
-  t->pre = (flags & KERN_PRE) ? 1u : 0u;
-  t->flags = flags & KERN_POST;
-  t->nsrcs = t->ndsts = 1;
-  t->n = n;
-  t->srcs[0] = src;
-  t->dsts[0] = dst;
-  return 1;
-}
-
 ncclResult_t exec_backend_run(const struct exec_backend* b, void* state,
                               const struct kern_task* t) {
   ncclResult_t res = ncclSuccess;
@@ -361,7 +340,7 @@ fail:
 static ncclResult_t exchange_stage_y(struct exec_ctx* ex, const void* y, void* slot,
                                      const struct sched_step* st) {
   struct kern_task t;
-  task_unary(&t, &ex->args, 0, slot, y, st->count);
+  exec_task_unary(&t, &ex->args, 0, slot, y, st->count);
   return exec_backend_run(ex->backend, ex->bstate, &t);
 }
 
@@ -385,12 +364,14 @@ static ncclResult_t post_steps(struct exec_ctx* ex, int* progressed) {
          uncomputed_touch_y(ex, ex->next_post, y, st->count * es, 1)))
       break;
     if (ex->nfree < slots) break;
+    if (recvs && held_span_full(ex, st->recv_peer)) break; /* a chain holds an older receive */
     if (slots && st->count * es > ex->slot_bytes)
       FAIL(ncclInternalError, "Rank %d: a step of %zu bytes does not fit a %zu-byte slot",
            ex->conf.rank, st->count * es, ex->slot_bytes);
     rec->slot = slots ? ex->free_slots[--ex->nfree] : -1;
     rec->out_slot = slots > 1 ? ex->free_slots[--ex->nfree] : -1;
     rec->carry_in = -1;
+    rec->held.nslots = rec->held.nlent = 0;
     rec->pending = 0;
     rec->out = NULL;
     rec->sent_early = 0;
@@ -402,12 +383,13 @@ static ncclResult_t post_steps(struct exec_ctx* ex, int* progressed) {
       if (lend)
         CHECK(post_lent_recv(ex, c, st->count * es));
       else
-        CHECK(post_msg(ex, c, slots ? slot_ptr(ex, rec->slot) : y, st->count * es));
+        CHECK(post_msg(ex, c, slots ? exec_slot_ptr(ex, rec->slot) : y, st->count * es));
     }
     if (st->prim == PRIM_EXCHANGE) {
       struct transport_conn* c = ex->conf.send_conns[st->send_peer];
       void* out = y;
-      if (rec->out_slot >= 0) CHECK(exchange_stage_y(ex, y, out = slot_ptr(ex, rec->out_slot), st));
+      if (rec->out_slot >= 0)
+        CHECK(exchange_stage_y(ex, y, out = exec_slot_ptr(ex, rec->out_slot), st));
       rec->send_seq = c->posted;
       CHECK(post_msg(ex, c, out, st->count * es));
       CHECK(c->ops->progress(c, progressed));
@@ -476,129 +458,6 @@ static void release_slot(struct exec_ctx* ex, int* slot) {
   *slot = -1;
 }
 
-/* ---- Computing: a step's task ---- */
-
-/* t = the two-source task dst = POST(s0 OP PRE(s1)), as kern_reduce. */
-static int task_pair(struct kern_task* t, const struct exec_args* a, unsigned flags, void* dst,
-                     const void* s0, const void* s1, size_t n) {
-  task_unary(t, a, flags & KERN_POST, dst, s0, n);
-  t->pre = (flags & KERN_PRE) ? 2u : 0u;
-  t->nsrcs = 2;
-  t->srcs[1] = s1;
-  return 1;
-}
-
-/* The reduction of what arrived (r) with the local operand: r OP local,
- * or with SCHED_LOCAL_FIRST local OP r (the canonical order puts the lower
- * half's data first, algorithms/pairwise.h). `pre` applies to the local
- * operand either way. */
-static int task_with_local(struct kern_task* t, const struct exec_args* a, unsigned step_flags,
-                           unsigned pre, unsigned post, void* dst, const void* r, const void* local,
-                           size_t n) {
-  if (!(step_flags & SCHED_LOCAL_FIRST)) return task_pair(t, a, pre | post, dst, r, local, n);
-  task_pair(t, a, post, dst, local, r, n);
-  t->pre = pre ? 1u : 0u;
-  return 1;
-}
-
-/* What step `st` computes, into rec->task (returns 0 when it computes
- * nothing), and what it then sends, into rec->out. Changes nothing else:
- * the caller may find the task must wait, and plan it again later. */
-static int step_plan(const struct exec_ctx* ex, const struct sched_step* st, struct exec_rec* rec) {
-  const struct exec_args* a = &ex->args;
-  size_t es = ex->es, n = st->count;
-  const char* x = (const char*)a->sendbuff + st->xoff * es;
-  char* y = (char*)a->recvbuff + st->yoff * es;
-  char* slot = rec->slot >= 0 ? slot_ptr(ex, rec->slot) : NULL;
-  const struct transport_conn* rc = st->recv_peer >= 0 ? ex->conf.recv_conns[st->recv_peer] : NULL;
-  const char* r = rec->lent ? rc->ops->lent(rc, rec->recv_seq) : slot; /* what arrived */
-  int carry = ex->carry[st->carry], use_carry = (st->flags & SCHED_LOCAL_CARRY) && carry >= 0;
-  /* a reduction whose pre-multiplied input a copy rounded into Y reads Y */
-  int rounded = (st->flags & SCHED_PRE_ROUNDED) && a->pre && st->prim != PRIM_COPY;
-  const char* src = (st->flags & SCHED_LOCAL_OUT) || rounded ? y : x;
-  const char* local = use_carry ? slot_ptr(ex, carry) : src;
-  unsigned pre = (st->flags & SCHED_PRE) && !rounded ? a->pre : 0;
-  unsigned post = (st->flags & SCHED_POST) ? a->post : 0;
-  struct kern_task* t = &rec->task;
-  rec->out = NULL;
-  switch ((enum sched_prim)st->prim) {
-    case PRIM_SEND: /* a slot: pre-multiplied or staged */
-      rec->out = slot ? slot : src;
-      return slot ? task_unary(t, a, pre, slot, src, n) : 0;
-    case PRIM_RECV: /* staged: into a slot first */
-      return slot ? task_unary(t, a, 0, y, slot, n) : 0;
-    case PRIM_RECV_REDUCE_SEND: /* post: a reduce's last step sends the value to the root */
-      rec->out = slot;
-      return task_with_local(t, a, st->flags, pre, post, slot, r, local, n);
-    case PRIM_RECV_REDUCE_CARRY:
-      return task_with_local(t, a, st->flags, pre, 0, slot, r, local, n);
-    case PRIM_RECV_REDUCE_COPY_SEND:
-      rec->out = ex->staged ? slot : y;
-      task_with_local(t, a, st->flags, pre, post, y, r, local, n);
-      if (ex->staged) t->dsts[t->ndsts++] = slot; /* the result over R: one pass writes both */
-      return 1;
-    case PRIM_RECV_REDUCE_COPY:
-      return task_with_local(t, a, st->flags, pre, post, y, r, local, n);
-    case PRIM_RECV_COPY_SEND: /* staged: R lands in the slot, goes on from there */
-      rec->out = slot ? slot : y;
-      return slot ? task_unary(t, a, 0, y, slot, n) : 0;
-    case PRIM_SEND_OUT:
-      rec->out = slot ? slot : y;
-      return slot ? task_unary(t, a, 0, slot, y, n) : 0;
-    case PRIM_COPY:
-      if ((st->flags & SCHED_PRE_ROUNDED) && !a->pre) return 0;
-      return (pre | post) || src != y ? task_unary(t, a, pre | post, y, src, n) : 0;
-    case PRIM_LOAD_CARRY:
-      return slot ? task_unary(t, a, pre, slot, x, n) : 0;
-    case PRIM_EXCHANGE: /* its send went out at post time */
-      if (st->flags & SCHED_SWAP) return task_pair(t, a, post, y, r, y, n);
-      return task_pair(t, a, post, y, y, r, n);
-    default:
-      return 0;
-  }
-}
-
-/* A reduction whose result goes on to a peer writes it where that peer
- * reads it (transport.h, send_space) instead of into a slot or only into
- * Y, saving the copy out: on a host call, when the step is the first
- * unfinished one, so that its send is the next posted on its connection
- * (finish_step) and nothing else is posted there in between. */
-static void step_send_in_place(const struct exec_ctx* ex, const struct sched_step* st,
-                               struct exec_rec* rec) {
-  if (ex->args.mem != MEM_HOST || ex->next_finish != ex->next_compute || rec->out == NULL) return;
-  if (st->prim != PRIM_RECV_REDUCE_SEND && st->prim != PRIM_RECV_REDUCE_COPY_SEND) return;
-  struct transport_conn* c = ex->conf.send_conns[st->send_peer];
-  void* space = c->ops->send_space ? c->ops->send_space(c, st->count * ex->es) : NULL;
-  if (space == NULL) return;
-  if (st->prim == PRIM_RECV_REDUCE_SEND)
-    rec->task.dsts[0] = space; /* instead of the slot, freed once the task is done */
-  else
-    rec->task.dsts[rec->task.ndsts++] = space; /* Y and the message in one pass */
-  rec->out = space;
-  rec->in_place = 1;
-}
-
-/* The planned step goes ahead: a reduction takes the carry it read (freed
- * when its task is done), a reduce-carry or load-carry step hands its
- * slot over as the next carry. */
-static void step_commit_carry(struct exec_ctx* ex, const struct sched_step* st,
-                              struct exec_rec* rec) {
-  int* carry = &ex->carry[st->carry];
-  if (st->prim == PRIM_LOAD_CARRY && rec->slot >= 0) {
-    *carry = rec->slot;
-    rec->slot = -1;
-  }
-  if (!prim_reads_local(st->prim)) return;
-  if ((st->flags & SCHED_LOCAL_CARRY) && *carry >= 0) {
-    rec->carry_in = *carry;
-    *carry = -1;
-  }
-  if (st->prim == PRIM_RECV_REDUCE_CARRY) {
-    *carry = rec->slot;
-    rec->slot = -1;
-  }
-}
-
 /* ---- Finishing: a step's send once its task is done ---- */
 
 /* The step's task is done: free what it read and will not send (a
@@ -606,12 +465,16 @@ static void step_commit_carry(struct exec_ctx* ex, const struct sched_step* st,
  * back to its transport. */
 static ncclResult_t step_inputs_done(struct exec_ctx* ex, const struct sched_step* st,
                                      struct exec_rec* rec) {
+  ncclResult_t res = ncclSuccess;
   release_slot(ex, &rec->carry_in);
-  if (rec->slot >= 0 && rec->out != slot_ptr(ex, rec->slot)) release_slot(ex, &rec->slot);
+  CHECK(held_release(ex, &rec->held));
+  if (rec->slot >= 0 && rec->out != exec_slot_ptr(ex, rec->slot)) release_slot(ex, &rec->slot);
   if (!rec->lent) return ncclSuccess;
   rec->lent = 0;
   struct transport_conn* c = ex->conf.recv_conns[st->recv_peer];
   return c->ops->lend_return(c, rec->recv_seq);
+fail:
+  return res;
 }
 
 /* Finish the first unfinished step if its task is done (*finished then):
@@ -670,11 +533,16 @@ static ncclResult_t compute_ready(struct exec_ctx* ex, int* progressed) {
       break;
     if (st->prim == PRIM_EXCHANGE && ex->conf.send_conns[st->send_peer]->completed <= rec->send_seq)
       break; /* Y is still going out: overwrite it only once sent */
-    int has_task = step_plan(ex, st, rec);
+    int defer = chain_defers(ex, st, rec);
+    int has_task = defer ? 0 : exec_step_plan(ex, st, rec);
+    if (defer) rec->out = NULL;
     if (rec->sent_early) rec->out = NULL; /* its data went at post time */
     if (has_task && task_hazard(ex, &rec->task)) break;
-    if (has_task) step_send_in_place(ex, st, rec);
-    step_commit_carry(ex, st, rec);
+    if (has_task) exec_step_send_in_place(ex, st, rec);
+    if (defer)
+      exec_step_defer(ex, st, rec);
+    else
+      exec_step_commit_carry(ex, st, rec);
     if (has_task) {
       int done = 0;
       CHECK(ex->backend->post(ex->bstate, &rec->task, &rec->ticket, &done));

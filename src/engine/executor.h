@@ -17,6 +17,7 @@
 #include "nccl.h"
 #include "sched_build.h"
 #include "schedule.h"
+#include "engine/exec_chain.h"
 #include "transport.h"
 
 #define EXEC_MAX_WINDOW 32
@@ -112,17 +113,18 @@ struct exec_conf {
 
 /* Runtime record of one in-flight step. */
 struct exec_rec {
-  int slot;          /* staging slot, -1 if none */
-  int out_slot;      /* staged exchange: the copy of Y it sends, -1 if none */
-  int carry_in;      /* the carry slot its task reads, freed when the task is done; -1 */
-  int pending;       /* its task is posted and not yet seen complete */
-  uint64_t recv_seq; /* message number on the receive connection */
-  uint64_t send_seq; /* message number on the send connection */
-  uint64_t ticket;   /* its task, as the backend named it */
-  const void* out;   /* what it sends, once computed (NULL: nothing, or sent at post) */
-  int sent_early;    /* a plain send posted before its turn (post_early_sends) */
-  int lent;          /* its receive stays where it arrived until its task read it */
-  int in_place;      /* its task writes what it sends where the peer reads it */
+  int slot;              /* staging slot, -1 if none */
+  int out_slot;          /* staged exchange: the copy of Y it sends, -1 if none */
+  int carry_in;          /* the carry slot its task reads, freed when the task is done; -1 */
+  int pending;           /* its task is posted and not yet seen complete */
+  uint64_t recv_seq;     /* message number on the receive connection */
+  uint64_t send_seq;     /* message number on the send connection */
+  uint64_t ticket;       /* its task, as the backend named it */
+  const void* out;       /* what it sends, once computed (NULL: nothing, or sent at post) */
+  int sent_early;        /* a plain send posted before its turn (post_early_sends) */
+  int lent;              /* its receive stays where it arrived until its task read it */
+  int in_place;          /* its task writes what it sends where the peer reads it */
+  struct exec_held held; /* a chain its task folds: what that holds, given back when done */
   struct kern_task task;
 };
 
@@ -156,10 +158,16 @@ struct exec_ctx {
   size_t piece_off; /* where in each block the running piece starts */
   size_t next_post, next_compute, next_finish, retired;
   int carry[SCHED_CARRIES]; /* per register: the slot a reduce-carry step left, -1 if none */
+  struct exec_chain chains[SCHED_CARRIES]; /* per register: combines left undone (exec_chain.h) */
   struct exec_rec recs[EXEC_MAX_WINDOW];
   size_t lend_bytes; /* the running piece may lend receives this long (0: none) */
   uint64_t last_progress_ns;
 };
+
+/* Staging slot `slot` of the context. */
+static inline char* exec_slot_ptr(const struct exec_ctx* ex, int slot) {
+  return ex->slot_mem + (size_t)slot * ex->slot_bytes;
+}
 
 ncclResult_t exec_init(struct exec_ctx* ex, const struct exec_conf* conf);
 void exec_free(struct exec_ctx* ex);

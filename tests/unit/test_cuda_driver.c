@@ -119,7 +119,7 @@ static void test_kernel_launch(void** state) {
     /* through mem_copy: a real GPU's memory is not the host's to write */
     assert_int_equal(mem_copy(a, ha, n * es), ncclSuccess);
     assert_int_equal(mem_copy(b, hb, n * es), ncclSuccess);
-    struct kern_task t = {{types[ti], KERN_SUM, 0, 0}, 0, 0, 2, 1, n, {ha, hb}, {want}};
+    struct kern_task t = {{types[ti], KERN_SUM, 0, 0}, 0, 0, 2, 1, n, {ha, hb}, {want}, 0};
     kern_task_run(&t);
     struct kern_dev_task k;
     memset(&k, 0, sizeof(k));

@@ -710,9 +710,20 @@ static void chain_ref(const struct kern_task* k, void* out, size_t z) {
   else
     memcpy(out, k->srcs[0], k->n * z);
   for (int i = 1; i < k->nsrcs; i++) {
-    unsigned f = (((k->pre >> i) & 1u) ? KERN_PRE : 0u) | (i == k->nsrcs - 1 ? post : 0u);
-    kern_reduce(&k->redop, f, out, out, k->srcs[i], k->n);
+    unsigned last = i == k->nsrcs - 1 ? post : 0u;
+    if ((k->swap >> i) & 1u) /* source i first, read as it is */
+      kern_reduce(&k->redop, last, out, k->srcs[i], out, k->n);
+    else
+      kern_reduce(&k->redop, (((k->pre >> i) & 1u) ? KERN_PRE : 0u) | last, out, out, k->srcs[i],
+                  k->n);
   }
+}
+
+/* Swap patterns over the steps (bit 0 means nothing): none, one, every
+ * other, all. */
+static unsigned swap_mask(unsigned turn, int ns) {
+  static const unsigned pats[] = {0u, 0u, 0x2u, 0x54u, 0xaau, ~0u};
+  return pats[turn % 6] & ((1u << ns) - 2u);
 }
 
 /* Pre-multiplication patterns over the sources. */
@@ -819,6 +830,7 @@ static void task_type(struct tctx* c) {
                                             divisors[turn % 8]};
               k.nsrcs = nss[a], k.ndsts = nds[b], k.n = tlens[li];
               k.pre = pre_mask(pmode, k.nsrcs);
+              k.swap = swap_mask(turn / 7, k.nsrcs);
               k.flags = post;
               task_case(c, &k, (int)(turn % NTVAR), pmode);
             }
