@@ -8,20 +8,27 @@
 # 8 B time (many iterations) and the BIG bus bandwidth (few). Prints every turn of both modes,
 # then per configuration the medians and the median of the turns' det / default; with MD, also
 # writes them as docs/det/cost.md's table (produced by this script, never typed).
-# Usage: perf/det_compare.sh [BUILD_DIR [MD]]   (env: NPS="4 8", REPS=7, BIG=64M, COLLS="all_reduce
-#        reduce_scatter", SMALL_ITERS=2000, BIG_ITERS=5, TMO=900 seconds per run)
+# With LAYOUTS (e.g. "2x4": NODESxRANKS_PER_NODE), the same again on an emulated cluster of that
+# many hosts (scripts/cluster.sh, links shaped to RATE; root only): shared memory inside a host,
+# TCP between hosts.
+# Usage: perf/det_compare.sh [BUILD_DIR [MD]]   (env: NPS="4 8" (empty: none), REPS=7, BIG=64M, COLLS="all_reduce
+#        reduce_scatter", SMALL_ITERS=2000, BIG_ITERS=5, TMO=900 seconds per run, LAYOUTS="",
+#        RATE=2gbit)
 set -u
 BUILD=${1:-build}
 MD=${2:-}
-NPS=${NPS:-4 8}
+NPS=${NPS-4 8}
 REPS=${REPS:-7}
 BIG=${BIG:-64M}
 COLLS=${COLLS:-all_reduce reduce_scatter}
 SMALL_ITERS=${SMALL_ITERS:-2000}
 BIG_ITERS=${BIG_ITERS:-5}
 TMO=${TMO:-900}
+LAYOUTS=${LAYOUTS:-}
+RATE=${RATE:-2gbit}
+CLUSTER="$(dirname "$0")/../scripts/cluster.sh"
 OUT=$(mktemp -d)
-trap 'rm -rf "$OUT"' EXIT
+trap 'rm -rf "$OUT"; [ -z "$LAYOUTS" ] || "$CLUSTER" down >/dev/null 2>&1' EXIT
 # shellcheck source=perf/lib.sh
 . "$(dirname "$0")/lib.sh"
 # shellcheck disable=SC2054 # "self,tcp" is one argument of mpirun's
@@ -45,42 +52,61 @@ turns() {
 }
 median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{ v[NR] = $1 } END { if (NR) print v[int((NR + 1) / 2)] }'; }
 
+# measure NAME_PREFIX RANKS LINK_LABEL: every collective and size of one configuration, launched
+# with LAUNCH and MPI_ARGS; appends its table rows
+measure() {
+  local prefix=$1 np=$2 label=$3 coll what name bus unit d x a b ratio size
+  for coll in $COLLS; do
+    for what in small big; do
+      [ "$what" = small ] && [ "$coll" != all_reduce ] && continue
+      name="$coll-$prefix-$what"
+      if [ "$what" = small ]; then
+        run "$name" "$coll" -b 8 -e 8 -n "$SMALL_ITERS" -w 100
+      else
+        run "$name" "$coll" -b "$BIG" -e "$BIG" -n "$BIG_ITERS" -w 1
+      fi
+      # small: time in us (lower is better); big: busbw in GB/s (higher is better)
+      bus=$([ "$what" = big ] && echo 1 || echo 0)
+      unit=$([ "$what" = small ] && echo us || echo GB/s)
+      d=$(BUS=$bus turns "$name" default)
+      x=$(BUS=$bus turns "$name" deterministic)
+      a=$(median <<<"$d")
+      b=$(median <<<"$x")
+      # the median of the turns' ratios: time for 8 B, bandwidth (its inverse) for BIG
+      ratio=$(turns "$name" ratio | tr ' ' '\n' | grep -v '^$' |
+        awk -v inv="$bus" '{ print inv ? 1 / $1 : $1 }' | median)
+      ratio=$(awk -v r="${ratio:-0}" 'BEGIN { if (r > 0) printf "%.2f", r; else print "?" }')
+      size=$([ "$what" = small ] && echo 8B || echo "$BIG")
+      printf "%-14s %-3s %-14s %-5s turns  default: %s %s\n" "$coll" "$np" "$label" "$size" "$d" "$unit"
+      printf "%-14s %-3s %-14s %-5s turns  determ.: %s %s\n" "$coll" "$np" "$label" "$size" "$x" "$unit"
+      printf "%-14s %-3s %-14s %-5s medians default %s, deterministic %s %s: det/default %s%s\n" \
+        "$coll" "$np" "$label" "$size" "${a:-?}" "${b:-?}" "$unit" "$ratio" \
+        "$([ "$what" = small ] && echo " (time)")"
+      rows+=("| ${coll/_/-} | $np | $label | $size | ${a:-?} $unit | ${b:-?} $unit | $ratio$([ "$what" = small ] && echo " (time)") | ${d% } | ${x% } |")
+    done
+  done
+}
+
 rows=()
 for np in $NPS; do
   bench_launch "$np"
   for link in shm tcp; do
     NCCL_SHM_DISABLE=$([ "$link" = tcp ] && echo 1 || echo 0)
     export NCCL_SHM_DISABLE
-    for coll in $COLLS; do
-      for what in small big; do
-        [ "$what" = small ] && [ "$coll" != all_reduce ] && continue
-        name="$coll-$np-$link-$what"
-        if [ "$what" = small ]; then
-          run "$name" "$coll" -b 8 -e 8 -n "$SMALL_ITERS" -w 100
-        else
-          run "$name" "$coll" -b "$BIG" -e "$BIG" -n "$BIG_ITERS" -w 1
-        fi
-        # small: time in us (lower is better); big: busbw in GB/s (higher is better)
-        bus=$([ "$what" = big ] && echo 1 || echo 0)
-        unit=$([ "$what" = small ] && echo us || echo GB/s)
-        d=$(BUS=$bus turns "$name" default)
-        x=$(BUS=$bus turns "$name" deterministic)
-        a=$(median <<<"$d")
-        b=$(median <<<"$x")
-        # the median of the turns' ratios: time for 8 B, bandwidth (its inverse) for BIG
-        ratio=$(turns "$name" ratio | tr ' ' '\n' | grep -v '^$' |
-          awk -v inv="$bus" '{ print inv ? 1 / $1 : $1 }' | median)
-        ratio=$(awk -v r="${ratio:-0}" 'BEGIN { if (r > 0) printf "%.2f", r; else print "?" }')
-        size=$([ "$what" = small ] && echo 8B || echo "$BIG")
-        printf "%-14s %-3s %-4s %-5s turns  default: %s %s\n" "$coll" "$np" "$link" "$size" "$d" "$unit"
-        printf "%-14s %-3s %-4s %-5s turns  determ.: %s %s\n" "$coll" "$np" "$link" "$size" "$x" "$unit"
-        printf "%-14s %-3s %-4s %-5s medians default %s, deterministic %s %s: det/default %s%s\n" \
-          "$coll" "$np" "$link" "$size" "${a:-?}" "${b:-?}" "$unit" "$ratio" \
-          "$([ "$what" = small ] && echo " (time)")"
-        rows+=("| ${coll/_/-} | $np | $([ "$link" = shm ] && echo shared memory || echo TCP) | $size | ${a:-?} $unit | ${b:-?} $unit | $ratio$([ "$what" = small ] && echo " (time)") | ${d% } | ${x% } |")
-      done
-    done
+    measure "$np-$link" "$np" "$([ "$link" = shm ] && echo shared memory || echo TCP)"
   done
+done
+export NCCL_SHM_DISABLE=0
+for lay in $LAYOUTS; do
+  nodes=${lay%x*} rpn=${lay#*x} hosts=""
+  "$CLUSTER" up "$nodes" "$RATE" >/dev/null || { echo "# $lay: scripts/cluster.sh up failed" >&2; continue; }
+  mapfile -t cluster_args < <("$CLUSTER" mpirun-args)
+  for ((i = 0; i < nodes; i++)); do hosts+="${hosts:+,}h$i:$rpn"; done
+  LAUNCH=(mpirun "${cluster_args[@]}" -np $((nodes * rpn)) -host "$hosts")
+  # shellcheck disable=SC2054 # "self,vader,tcp" is one argument of mpirun's
+  MPI_ARGS=(--mca btl self,vader,tcp -x NCCL_SHM_DISABLE)
+  measure "$lay" $((nodes * rpn)) "$nodes x $rpn hosts, $RATE"
+  "$CLUSTER" down >/dev/null
 done
 
 [ -n "$MD" ] || exit 0
@@ -91,7 +117,7 @@ shown=${shown#"$top/"}
 {
   echo "# What the deterministic mode costs: produced by perf/det_compare.sh"
   echo
-  echo "Produced by \`NPS=\"$NPS\" REPS=$REPS BIG=$BIG perf/det_compare.sh BUILD $shown\` on"
+  echo "Produced by \`NPS=\"$NPS\" REPS=$REPS BIG=$BIG LAYOUTS=\"$LAYOUTS\" RATE=$RATE perf/det_compare.sh BUILD $shown\` on"
   echo "$(date -u +%Y-%m-%d), commit $(git -C "$(dirname "$0")" rev-parse --short HEAD 2>/dev/null),"
   echo "$(nproc) cores ($(awk -F': ' '/model name/ { print $2; exit }' /proc/cpuinfo)): float sum,"
   echo "\`--inplace 0\`. Each configuration is one job whose $REPS turns each time the default"
