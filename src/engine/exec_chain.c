@@ -26,10 +26,8 @@ static int reads_carry(const struct sched_step* st) {
   return exec_prim_reads_local(st->prim) && (st->flags & SCHED_LOCAL_CARRY);
 }
 
-int chain_defers(const struct exec_ctx* ex, const struct sched_step* st,
-                 const struct exec_rec* rec) {
+int chain_defers(const struct exec_ctx* ex, const struct sched_step* st) {
   const struct exec_chain* c = &ex->chains[st->carry];
-  (void)rec;
   if (st->prim != PRIM_RECV_REDUCE_CARRY || ex->args.mem != MEM_HOST || ex->staged) return 0;
   if (c->nsrcs > 0 && !(st->flags & SCHED_LOCAL_CARRY)) return 0;
   /* room for its local operand (if it starts the chain), what it received

@@ -44,12 +44,11 @@ struct exec_chain {
   struct exec_held held;
 };
 
-/* Whether step st (about to compute, rec its record) leaves its combine
- * undone: a reduce-carry on host memory whose register's chain has room
- * and whose reader is posted already (so the held receives go back
- * before the transport's lending span could be exceeded). */
-int chain_defers(const struct exec_ctx* ex, const struct sched_step* st,
-                 const struct exec_rec* rec);
+/* Whether step st (the next to compute) leaves its combine undone: a
+ * reduce-carry on host memory whose register's chain has room and whose
+ * reader is posted already (so that what the chain holds goes back once
+ * steps already posted are computed). */
+int chain_defers(const struct exec_ctx* ex, const struct sched_step* st);
 /* Leave it undone: its local operand (pre-multiplied per `pre`) starts
  * the chain if it is empty, and what it received joins it; the chain
  * takes over the step's receive and the carry slot it read. */

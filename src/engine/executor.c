@@ -533,7 +533,7 @@ static ncclResult_t compute_ready(struct exec_ctx* ex, int* progressed) {
       break;
     if (st->prim == PRIM_EXCHANGE && ex->conf.send_conns[st->send_peer]->completed <= rec->send_seq)
       break; /* Y is still going out: overwrite it only once sent */
-    int defer = chain_defers(ex, st, rec);
+    int defer = chain_defers(ex, st);
     int has_task = defer ? 0 : exec_step_plan(ex, st, rec);
     if (defer) rec->out = NULL;
     if (rec->sent_early) rec->out = NULL; /* its data went at post time */
