@@ -34,7 +34,7 @@
 #include "launcher.h"
 
 #define NCALLS 8
-#define NVARIANTS 13
+#define NVARIANTS 14
 #define BIG 1000003
 #define SLICE_FIRST 5000
 #define SLICE_COUNT 1000
@@ -242,6 +242,7 @@ static int det_body(const mp_env* env) {
 static const struct det_variant kVariants[NVARIANTS] = {
     {"env, auto", 1, NULL, NULL, 0, 0, 0, 0, 0},
     {"full rings: one 4 KiB slot, 4 steps", 1, NULL, NULL, 0, 0, 0, 0, 1},
+    {"full rings, 2 nodes (the pipelined halving)", 1, NULL, NULL, 2, 0, 0, 0, 1},
     {"braidCommSetDeterministic, Ring", 2, "Ring", NULL, 0, 0, 0, 0, 0},
     {"Tree, 16 KiB chunks", 1, "Tree", "16384", 0, 0, 0, 0, 0},
     {"RecDoubling over TCP", 1, "RecDoubling", NULL, 0, 0, 1, 0, 0},
@@ -254,7 +255,7 @@ static const struct det_variant kVariants[NVARIANTS] = {
     {"off, Tree", 0, "Tree", NULL, 0, 0, 0, 0, 0},
     {"off, Hier, 2 nodes", 0, "Hier", NULL, 2, 0, 0, 0, 0},
 };
-#define FIRST_OFF 10
+#define FIRST_OFF 11
 
 /* Calls whose digests differ between variant v and variant 0, on any rank. */
 static int calls_differing(int n, int v, int* which) {
