@@ -164,6 +164,13 @@ void sched_free(struct schedule* s);
 /* 1 when the primitive receives / sends. */
 int sched_prim_recvs(enum sched_prim p);
 int sched_prim_sends(enum sched_prim p);
+/* 1 when the primitive combines what it receives with a local operand
+ * (X, Y or the carry): the reduce-* primitives, not the exchange. Inline:
+ * the executor asks it of every step it plans. */
+static inline int sched_prim_reads_local(enum sched_prim p) {
+  return p == PRIM_RECV_REDUCE_SEND || p == PRIM_RECV_REDUCE_CARRY ||
+         p == PRIM_RECV_REDUCE_COPY_SEND || p == PRIM_RECV_REDUCE_COPY;
+}
 /* 1 when the primitive writes its slice of the output Y. */
 int sched_prim_writes_y(enum sched_prim p);
 /* 1 when the step is a plain send of its slice of Y (out of place, the

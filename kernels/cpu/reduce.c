@@ -402,8 +402,8 @@ static size_t task_elem_bytes(const struct kern_task* t) {
  * source is read from memory once and each destination written once, as
  * in the fused loops; the steps in between cost cache traffic only. The
  * executor folds the deterministic mode's chains this way: their combines
- * put the lower half's data first, on either side. */
-/* Bytes of a tile: the partial and a source's slice of it fit L1. */
+ * put the lower half's data first, on either side. A tile's bytes: the
+ * partial and a source's slice of it fit L1. */
 #define FOLD_TILE_BYTES 8192
 
 static void fold_tiled(const struct kern_task* t, size_t es) {

@@ -16,19 +16,14 @@ static void hold_slot(struct exec_held* h, int slot) {
   if (slot >= 0) h->slots[h->nslots++] = slot;
 }
 
-int exec_prim_reads_local(enum sched_prim p) {
-  return p == PRIM_RECV_REDUCE_SEND || p == PRIM_RECV_REDUCE_CARRY ||
-         p == PRIM_RECV_REDUCE_COPY_SEND || p == PRIM_RECV_REDUCE_COPY;
-}
-
 /* Whether step st reduces with the carry of its register. */
 static int reads_carry(const struct sched_step* st) {
-  return exec_prim_reads_local(st->prim) && (st->flags & SCHED_LOCAL_CARRY);
+  return sched_prim_reads_local(st->prim) && (st->flags & SCHED_LOCAL_CARRY);
 }
 
 int chain_defers(const struct exec_ctx* ex, const struct sched_step* st) {
   const struct exec_chain* c = &ex->chains[st->carry];
-  if (st->prim != PRIM_RECV_REDUCE_CARRY || ex->args.mem != MEM_HOST || ex->staged) return 0;
+  if (st->prim != PRIM_RECV_REDUCE_CARRY || ex->args.mem != MEM_HOST) return 0;
   if (c->nsrcs > 0 && !(st->flags & SCHED_LOCAL_CARRY)) return 0;
   /* room for its local operand (if it starts the chain), what it received
    * and what its reader receives */

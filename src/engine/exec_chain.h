@@ -21,10 +21,6 @@
 struct exec_ctx;
 struct exec_rec;
 
-/* The primitives whose reduction reads the local operand (X, Y or the
- * carry). */
-int exec_prim_reads_local(enum sched_prim p);
-
 /* What a chain, or the step that took it over, keeps from being reused:
  * staging slots, and receives left where they arrived (transport.h,
  * lend_max), by receiving peer and message number. */

@@ -162,7 +162,7 @@ void exec_step_commit_carry(struct exec_ctx* ex, const struct sched_step* st,
     *carry = rec->slot;
     rec->slot = -1;
   }
-  if (!exec_prim_reads_local(st->prim)) return;
+  if (!sched_prim_reads_local(st->prim)) return;
   if ((st->flags & SCHED_LOCAL_CARRY) && *carry >= 0) {
     rec->carry_in = *carry;
     *carry = -1;

@@ -80,7 +80,7 @@ static ncclResult_t post_msg(struct exec_ctx* ex, struct transport_conn* c, void
  * the copy into a slot: a host call's reductions (exchanges too), where
  * the task reads R once. */
 static int step_lends(const struct exec_ctx* ex, const struct sched_step* st) {
-  if (ex->lend_bytes == 0 || !(exec_prim_reads_local(st->prim) || st->prim == PRIM_EXCHANGE))
+  if (ex->lend_bytes == 0 || !(sched_prim_reads_local(st->prim) || st->prim == PRIM_EXCHANGE))
     return 0;
   const struct transport_conn* c = ex->conf.recv_conns[st->recv_peer];
   return c->ops->lend_max && ex->lend_bytes <= c->ops->lend_max(c);
