@@ -17,12 +17,19 @@
 /* The flags the kernels understand; other bits are ignored. */
 #define KERN_FLAG_MASK (KERN_PRE | KERN_POST)
 
+/* The loops take a source's pre-multiplication (bit k) and its swap (bit
+ * KERN_SWAP_SHIFT + k: source k goes first, read as it is) in one mask, so
+ * that the everyday shapes, whose mask is a constant without swap bits,
+ * compile to the loops they were before swaps existed. */
+#define KERN_SWAP_SHIFT 16
+
 /*
  * One kernel call as every path sees it: kern_reduce, kern_unary and
  * kern_task_run all come here. The result is the chain of kernels.h over
  * the sources. `op` is a kern_op, or KERN_OP_COPY with one source; in `fl`
  * KERN_PRE says some source is pre-multiplied (`pre` says which: bit k for
- * source k) and KERN_POST divides the result.
+ * source k) and KERN_POST divides the result; `swap` bit k (k >= 1) puts
+ * source k first in its step, read as it is (kern_task.swap).
  */
 struct kern_call {
   const struct kern_redop* r;
@@ -34,7 +41,13 @@ struct kern_call {
   size_t es; /* bytes per element */
   const void* const* src;
   void* const* dst;
+  unsigned swap;
 };
+
+/* The mask the loops take: pre bits, and swap bits above KERN_SWAP_SHIFT. */
+static inline unsigned kern_call_pre_swap(const struct kern_call* c) {
+  return c->pre | (c->swap << KERN_SWAP_SHIFT);
+}
 
 /* The shapes the paths compile separately, so that the two everyday ones
  * (kern_unary and kern_reduce) run loops with the source and destination
@@ -47,7 +60,7 @@ enum kern_shape {
 
 static inline enum kern_shape kern_call_shape(const struct kern_call* c) {
   if (c->nd == 1 && c->ns == 1) return KERN_SHAPE_UNARY;
-  if (c->nd == 1 && c->ns == 2 && !(c->pre & 1u)) return KERN_SHAPE_PAIR;
+  if (c->nd == 1 && c->ns == 2 && !(c->pre & 1u) && !c->swap) return KERN_SHAPE_PAIR;
   return KERN_SHAPE_MULTI;
 }
 
@@ -160,7 +173,8 @@ static inline uint32_t kern_divisor(const struct kern_redop* r) {
   static KERN_NOINLINE size_t FN##_multi(const struct kern_call* c, size_t off, size_t n, SC s,    \
                                          DV dv) {                                                  \
     size_t done = 0;                                                                               \
-    KERN_SPECIALIZE(done, c->op, c->fl, FN, c->ns, c->nd, c->pre, c->dst, c->src, off, n, s, dv);  \
+    KERN_SPECIALIZE(done, c->op, c->fl, FN, c->ns, c->nd, kern_call_pre_swap(c), c->dst, c->src,   \
+                    off, n, s, dv);                                                                \
     return done;                                                                                   \
   }                                                                                                \
   static inline size_t FN##_shapes(const struct kern_call* c, size_t off, size_t n, SC s, DV dv) { \

@@ -241,44 +241,52 @@ DEF_INT_EXPR(expr_u64, uint64_t, uint64_t, uint64_t)
  * With ns, nd and pre constant (KERN_DEF_SHAPES) the source loop folds
  * away; the pair shape is exactly dst = EXPR(a, b, op, fl).
  */
-#define DEF_PORTABLE(NAME, T, SC, DV, LD, ST, EXPR)                                            \
-  KERN_INLINE T NAME##_first(T x, unsigned f0, SC s, DV dv) {                                  \
-    return f0 ? (T)ST(EXPR(LD(x), LD(x), KERN_OP_COPY, f0, s, dv)) : x;                        \
-  }                                                                                            \
-  KERN_INLINE size_t NAME(int op, unsigned fl, int ns, int nd, unsigned pre, void* const* dp,  \
-                          const void* const* sp, size_t off, size_t n, SC s, DV dv) {          \
-    enum { B = 64 / sizeof(T) };                                                               \
-    const char* src[KERN_TASK_MAX_SRCS];                                                       \
-    char* dst[KERN_TASK_MAX_DSTS];                                                             \
-    for (int k = 0; k < ns; k++) src[k] = (const char*)sp[k] + off * sizeof(T);                \
-    for (int k = 0; k < nd; k++) dst[k] = (char*)dp[k] + off * sizeof(T);                      \
-    unsigned pm = (fl & KERN_PRE) ? pre : 0u, post = fl & KERN_POST;                           \
-    unsigned f0 = ((pm & 1u) ? KERN_PRE : 0u) | (ns == 1 ? post : 0u);                         \
-    size_t i = 0;                                                                              \
-    for (; i + B <= n; i += B) {                                                               \
-      T acc[B], tb[B];                                                                         \
-      memcpy(acc, src[0] + i * sizeof(T), sizeof acc);                                         \
-      if (f0)                                                                                  \
-        for (size_t j = 0; j < B; j++) acc[j] = NAME##_first(acc[j], f0, s, dv);               \
-      for (int k = 1; k < ns; k++) {                                                           \
-        unsigned f = (((pm >> k) & 1u) ? KERN_PRE : 0u) | (k == ns - 1 ? post : 0u);           \
-        memcpy(tb, src[k] + i * sizeof(T), sizeof tb);                                         \
-        for (size_t j = 0; j < B; j++) acc[j] = ST(EXPR(LD(acc[j]), LD(tb[j]), op, f, s, dv)); \
-      }                                                                                        \
-      for (int d = 0; d < nd; d++) memcpy(dst[d] + i * sizeof(T), acc, sizeof acc);            \
-    }                                                                                          \
-    for (; i < n; i++) {                                                                       \
-      T x, y;                                                                                  \
-      memcpy(&x, src[0] + i * sizeof(T), sizeof x);                                            \
-      x = NAME##_first(x, f0, s, dv);                                                          \
-      for (int k = 1; k < ns; k++) {                                                           \
-        unsigned f = (((pm >> k) & 1u) ? KERN_PRE : 0u) | (k == ns - 1 ? post : 0u);           \
-        memcpy(&y, src[k] + i * sizeof(T), sizeof y);                                          \
-        x = ST(EXPR(LD(x), LD(y), op, f, s, dv));                                              \
-      }                                                                                        \
-      for (int d = 0; d < nd; d++) memcpy(dst[d] + i * sizeof(T), &x, sizeof x);               \
-    }                                                                                          \
-    return n;                                                                                  \
+#define DEF_PORTABLE(NAME, T, SC, DV, LD, ST, EXPR)                                              \
+  KERN_INLINE T NAME##_first(T x, unsigned f0, SC s, DV dv) {                                    \
+    return f0 ? (T)ST(EXPR(LD(x), LD(x), KERN_OP_COPY, f0, s, dv)) : x;                          \
+  }                                                                                              \
+  KERN_INLINE size_t NAME(int op, unsigned fl, int ns, int nd, unsigned pre, void* const* dp,    \
+                          const void* const* sp, size_t off, size_t n, SC s, DV dv) {            \
+    enum { B = 64 / sizeof(T) };                                                                 \
+    const char* src[KERN_TASK_MAX_SRCS];                                                         \
+    char* dst[KERN_TASK_MAX_DSTS];                                                               \
+    for (int k = 0; k < ns; k++) src[k] = (const char*)sp[k] + off * sizeof(T);                  \
+    for (int k = 0; k < nd; k++) dst[k] = (char*)dp[k] + off * sizeof(T);                        \
+    unsigned pm = (fl & KERN_PRE) ? pre : 0u, post = fl & KERN_POST;                             \
+    unsigned sw = pre >> KERN_SWAP_SHIFT;                                                        \
+    unsigned f0 = ((pm & 1u) ? KERN_PRE : 0u) | (ns == 1 ? post : 0u);                           \
+    size_t i = 0;                                                                                \
+    for (; i + B <= n; i += B) {                                                                 \
+      T acc[B], tb[B];                                                                           \
+      memcpy(acc, src[0] + i * sizeof(T), sizeof acc);                                           \
+      if (f0)                                                                                    \
+        for (size_t j = 0; j < B; j++) acc[j] = NAME##_first(acc[j], f0, s, dv);                 \
+      for (int k = 1; k < ns; k++) {                                                             \
+        unsigned last = k == ns - 1 ? post : 0u;                                                 \
+        unsigned f = (((pm >> k) & 1u) ? KERN_PRE : 0u) | last;                                  \
+        memcpy(tb, src[k] + i * sizeof(T), sizeof tb);                                           \
+        if ((sw >> k) & 1u)                                                                      \
+          for (size_t j = 0; j < B; j++)                                                         \
+            acc[j] = ST(EXPR(LD(tb[j]), LD(acc[j]), op, last, s, dv));                           \
+        else                                                                                     \
+          for (size_t j = 0; j < B; j++) acc[j] = ST(EXPR(LD(acc[j]), LD(tb[j]), op, f, s, dv)); \
+      }                                                                                          \
+      for (int d = 0; d < nd; d++) memcpy(dst[d] + i * sizeof(T), acc, sizeof acc);              \
+    }                                                                                            \
+    for (; i < n; i++) {                                                                         \
+      T x, y;                                                                                    \
+      memcpy(&x, src[0] + i * sizeof(T), sizeof x);                                              \
+      x = NAME##_first(x, f0, s, dv);                                                            \
+      for (int k = 1; k < ns; k++) {                                                             \
+        unsigned last = k == ns - 1 ? post : 0u;                                                 \
+        unsigned f = (((pm >> k) & 1u) ? KERN_PRE : 0u) | last;                                  \
+        memcpy(&y, src[k] + i * sizeof(T), sizeof y);                                            \
+        x = (sw >> k) & 1u ? ST(EXPR(LD(y), LD(x), op, last, s, dv))                             \
+                           : ST(EXPR(LD(x), LD(y), op, f, s, dv));                               \
+      }                                                                                          \
+      for (int d = 0; d < nd; d++) memcpy(dst[d] + i * sizeof(T), &x, sizeof x);                 \
+    }                                                                                            \
+    return n;                                                                                    \
   }
 
 DEF_PORTABLE(loop_i8, int8_t, int8_t, int64_t, LD_ID, ST_ID, expr_i8)
@@ -372,7 +380,7 @@ void kern_reduce(const struct kern_redop* r, unsigned flags, void* dst, const vo
   size_t es = r ? kern_type_size(r->type) : 0;
   if (n == 0 || es == 0 || (unsigned)r->op > KERN_MIN) return;
   const void* src[2] = {a, b};
-  struct kern_call c = {r, (int)r->op, flags & KERN_FLAG_MASK, 2u, 2, 1, n, es, src, &dst};
+  struct kern_call c = {r, (int)r->op, flags & KERN_FLAG_MASK, 2u, 2, 1, n, es, src, &dst, 0u};
   run(&c);
 }
 
@@ -384,7 +392,7 @@ void kern_unary(const struct kern_redop* r, unsigned flags, void* dst, const voi
     if (dst != src) memcpy(dst, src, n * es);
     return;
   }
-  struct kern_call c = {r, KERN_OP_COPY, flags, 1u, 1, 1, n, es, &src, &dst};
+  struct kern_call c = {r, KERN_OP_COPY, flags, 1u, 1, 1, n, es, &src, &dst, 0u};
   run(&c);
 }
 
@@ -396,49 +404,9 @@ static size_t task_elem_bytes(const struct kern_task* t) {
   return kern_type_size(t->redop.type);
 }
 
-/* A fold whose steps put some sources first (kern_task.swap): the chain
- * kernels.h defines, computed by the pairwise kernels on tiles small
- * enough that the partial between two steps stays in the L1 cache. Each
- * source is read from memory once and each destination written once, as
- * in the fused loops; the steps in between cost cache traffic only. The
- * executor folds the deterministic mode's chains this way: their combines
- * put the lower half's data first, on either side. A tile's bytes: the
- * partial and a source's slice of it fit L1. */
-#define FOLD_TILE_BYTES 8192
-
-static void fold_tiled(const struct kern_task* t, size_t es) {
-  _Alignas(64) unsigned char part[FOLD_TILE_BYTES];
-  size_t tile = FOLD_TILE_BYTES / es;
-  int last = t->nsrcs - 1;
-  for (size_t off = 0; off < t->n; off += tile) {
-    size_t m = t->n - off < tile ? t->n - off : tile, at = off * es;
-    const unsigned char* s0 = (const unsigned char*)t->srcs[0] + at;
-    const void* acc = s0;
-    if (t->pre & 1u) {
-      kern_unary(&t->redop, KERN_PRE, part, s0, m);
-      acc = part;
-    }
-    for (int k = 1; k <= last; k++) {
-      const unsigned char* sk = (const unsigned char*)t->srcs[k] + at;
-      void* out = k == last ? (unsigned char*)t->dsts[0] + at : (void*)part;
-      unsigned post = k == last ? (t->flags & KERN_POST) : 0u;
-      if (t->swap & (1u << k))
-        kern_reduce(&t->redop, post, out, sk, acc, m);
-      else
-        kern_reduce(&t->redop, post | ((t->pre >> k) & 1u ? KERN_PRE : 0u), out, acc, sk, m);
-      acc = out;
-    }
-    for (int j = 1; j < t->ndsts; j++) memcpy((unsigned char*)t->dsts[j] + at, acc, m * es);
-  }
-}
-
 void kern_task_run(const struct kern_task* t) {
   size_t es = t ? task_elem_bytes(t) : 0;
   if (es == 0 || t->n == 0) return;
-  if (t->nsrcs > 1 && (t->swap & ((1u << t->nsrcs) - 2u))) {
-    fold_tiled(t, es);
-    return;
-  }
   unsigned pre = t->pre & ((1u << t->nsrcs) - 1u);
   struct kern_call c = {&t->redop,
                         t->nsrcs == 1 ? KERN_OP_COPY : (int)t->redop.op,
@@ -449,7 +417,8 @@ void kern_task_run(const struct kern_task* t) {
                         t->n,
                         es,
                         t->srcs,
-                        t->dsts};
+                        t->dsts,
+                        t->swap & ((1u << t->nsrcs) - 2u)};
   if (c.ns == 1 && c.fl == 0) { /* a copy: bits as they are, never through float */
     if (c.nd == 1 && c.dst[0] != c.src[0]) memcpy(c.dst[0], c.src[0], c.n * c.es);
     if (c.nd > 1) kern_portable(&c, 0, c.n); /* a block at a time to every destination */

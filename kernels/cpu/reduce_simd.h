@@ -95,7 +95,7 @@ KERN_INLINE vd_t vd_premul(vd_t x, vd_t s) {
   KERN_INLINE size_t NAME(int op, unsigned fl, int ns, int nd, unsigned pre, void* const* dp, \
                           const void* const* sp, size_t off, size_t n, V s, V dv) {           \
     SIMD_LOCAL_PTRS(ES);                                                                      \
-    unsigned pm = (fl & KERN_PRE) ? pre : 0u;                                                 \
+    unsigned pm = (fl & KERN_PRE) ? pre : 0u, sw = pre >> KERN_SWAP_SHIFT;                    \
     size_t nv = n / (N);                                                                      \
     for (size_t v = 0; v < nv; v++) {                                                         \
       size_t i = v * (N);                                                                     \
@@ -104,8 +104,12 @@ KERN_INLINE vd_t vd_premul(vd_t x, vd_t s) {
       if ((pm & 1u) && ns > 1) acc = RT(acc);                                                 \
       for (int k = 1; k < ns; k++) {                                                          \
         V y = LOAD(src[k] + i * (ES));                                                        \
-        if ((pm >> k) & 1u) y = P##_premul(y, s);                                             \
-        acc = P##_expr(acc, y, op, 0u, s, dv);                                                \
+        if ((sw >> k) & 1u) {                                                                 \
+          acc = P##_expr(y, acc, op, 0u, s, dv);                                              \
+        } else {                                                                              \
+          if ((pm >> k) & 1u) y = P##_premul(y, s);                                           \
+          acc = P##_expr(acc, y, op, 0u, s, dv);                                              \
+        }                                                                                     \
         if (k < ns - 1) acc = RT(acc);                                                        \
       }                                                                                       \
       if (fl & KERN_POST) acc = P##_div(acc, dv);                                             \
@@ -133,12 +137,17 @@ SIMD_FP_LOOP(loop_f64_nt, vd_t, vd, VD_N, 8, vd_load, vd_stream, SIMD_RT_NONE)
 #define SIMD_BF16_STEP(lo, hi, w, k)                            \
   do {                                                          \
     vf_t ylo = vf_bf16_lo(w), yhi = vf_bf16_hi(w);              \
-    if ((pm >> (k)) & 1u) {                                     \
-      ylo = vf_premul(ylo, s);                                  \
-      yhi = vf_premul(yhi, s);                                  \
+    if ((sw >> (k)) & 1u) {                                     \
+      lo = vf_expr(ylo, lo, op, 0u, s, dv);                     \
+      hi = vf_expr(yhi, hi, op, 0u, s, dv);                     \
+    } else {                                                    \
+      if ((pm >> (k)) & 1u) {                                   \
+        ylo = vf_premul(ylo, s);                                \
+        yhi = vf_premul(yhi, s);                                \
+      }                                                         \
+      lo = vf_expr(lo, ylo, op, 0u, s, dv);                     \
+      hi = vf_expr(hi, yhi, op, 0u, s, dv);                     \
     }                                                           \
-    lo = vf_expr(lo, ylo, op, 0u, s, dv);                       \
-    hi = vf_expr(hi, yhi, op, 0u, s, dv);                       \
     if ((k) < ns - 1) lo = vf_rt_bf16(lo), hi = vf_rt_bf16(hi); \
   } while (0)
 
@@ -150,7 +159,7 @@ SIMD_FP_LOOP(loop_f64_nt, vd_t, vd, VD_N, 8, vd_load, vd_stream, SIMD_RT_NONE)
   KERN_INLINE size_t NAME(int op, unsigned fl, int ns, int nd, unsigned pre, void* const* dp, \
                           const void* const* sp, size_t off, size_t n, vf_t s, vf_t dv) {     \
     SIMD_LOCAL_PTRS(2);                                                                       \
-    unsigned pm = (fl & KERN_PRE) ? pre : 0u;                                                 \
+    unsigned pm = (fl & KERN_PRE) ? pre : 0u, sw = pre >> KERN_SWAP_SHIFT;                    \
     size_t nv = n / (2 * VF_N);                                                               \
     for (size_t v = 0; v < nv; v++) {                                                         \
       size_t i = v * (2 * VF_N);                                                              \
@@ -585,7 +594,8 @@ static size_t simd_body(const struct kern_call* c, int nt, size_t off) {
   }
   if (r->type == ncclFloat32 || r->type == ncclFloat16 || r->type == ncclBfloat16 ||
       r->type == ncclFloat8e4m3 || r->type == ncclFloat8e5m2) {
-    if ((r->type == ncclFloat8e4m3 || r->type == ncclFloat8e5m2) && c->fl == 0 && c->op == KERN_SUM)
+    if ((r->type == ncclFloat8e4m3 || r->type == ncclFloat8e5m2) && c->fl == 0 &&
+        c->op == KERN_SUM && !c->swap) /* which NaN's sign survives follows the order */
       return f8_sum(c, nt, off);
     vf_t sc = vf_set1(kern_scalar_f32(r)), dv = vf_set1((float)kern_divisor(r));
     if (r->type == ncclFloat32) return SIMD_FP_RUN(loop_f32);
@@ -595,6 +605,8 @@ static size_t simd_body(const struct kern_call* c, int nt, size_t off) {
     return SIMD_FP_RUN(loop_e5m2);
   }
   if (c->fl != 0 || c->op == KERN_PROD || c->op > KERN_MIN) return 0;
+  /* integer sum, max and min give the same bits in either order: swap bits
+   * change nothing here (and without KERN_PRE no source is pre-multiplied) */
   if (kern_call_shape(c) == KERN_SHAPE_PAIR)
     return simd_int(r->type, c->op, nt, 2, 1, c->dst, c->src, off, n);
   return simd_int(r->type, c->op, nt, c->ns, c->nd, c->dst, c->src, off, n);
