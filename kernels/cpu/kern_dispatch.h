@@ -18,10 +18,13 @@
 #define KERN_FLAG_MASK (KERN_PRE | KERN_POST)
 
 /* The loops take a source's pre-multiplication (bit k) and its swap (bit
- * KERN_SWAP_SHIFT + k: source k goes first, read as it is) in one mask, so
- * that the everyday shapes, whose mask is a constant without swap bits,
- * compile to the loops they were before swaps existed. */
+ * KERN_SWAP_SHIFT + k: source k goes first, read as it is) in one mask.
+ * Every shape but the fold passes a mask the compiler sees has no swap
+ * bits (a constant, or masked with KERN_PRE_BITS), so its loops are what
+ * they were before swaps existed: a swap test per source and vector cost
+ * a 3-source reduction in cache a third more. */
 #define KERN_SWAP_SHIFT 16
+#define KERN_PRE_BITS ((1u << KERN_SWAP_SHIFT) - 1u)
 
 /*
  * One kernel call as every path sees it: kern_reduce, kern_unary and
@@ -55,13 +58,14 @@ static inline unsigned kern_call_pre_swap(const struct kern_call* c) {
 enum kern_shape {
   KERN_SHAPE_UNARY, /* one source, one destination */
   KERN_SHAPE_PAIR,  /* two sources (only the second pre-multiplied), one destination */
-  KERN_SHAPE_MULTI  /* anything else */
+  KERN_SHAPE_MULTI, /* anything else without swaps */
+  KERN_SHAPE_FOLD   /* some source first in its step (the deterministic mode's chains) */
 };
 
 static inline enum kern_shape kern_call_shape(const struct kern_call* c) {
   if (c->nd == 1 && c->ns == 1) return KERN_SHAPE_UNARY;
   if (c->nd == 1 && c->ns == 2 && !(c->pre & 1u) && !c->swap) return KERN_SHAPE_PAIR;
-  return KERN_SHAPE_MULTI;
+  return c->swap ? KERN_SHAPE_FOLD : KERN_SHAPE_MULTI;
 }
 
 /* Portable C path over elements [off, off + n) of the call. */
@@ -173,8 +177,15 @@ static inline uint32_t kern_divisor(const struct kern_redop* r) {
   static KERN_NOINLINE size_t FN##_multi(const struct kern_call* c, size_t off, size_t n, SC s,    \
                                          DV dv) {                                                  \
     size_t done = 0;                                                                               \
-    KERN_SPECIALIZE(done, c->op, c->fl, FN, c->ns, c->nd, kern_call_pre_swap(c), c->dst, c->src,   \
-                    off, n, s, dv);                                                                \
+    KERN_SPECIALIZE(done, c->op, c->fl, FN, c->ns, c->nd, (c->pre & KERN_PRE_BITS), c->dst,        \
+                    c->src, off, n, s, dv);                                                        \
+    return done;                                                                                   \
+  }                                                                                                \
+  static KERN_NOINLINE size_t FN##_fold(const struct kern_call* c, size_t off, size_t n, SC s,     \
+                                        DV dv) {                                                   \
+    size_t done = 0;                                                                               \
+    KERN_SPEC_REDUCE(done, c->op, c->fl, FN, c->ns, c->nd, kern_call_pre_swap(c), c->dst, c->src,  \
+                     off, n, s, dv);                                                               \
     return done;                                                                                   \
   }                                                                                                \
   static inline size_t FN##_shapes(const struct kern_call* c, size_t off, size_t n, SC s, DV dv) { \
@@ -183,6 +194,8 @@ static inline uint32_t kern_divisor(const struct kern_redop* r) {
         return FN##_unary(c, off, n, s, dv);                                                       \
       case KERN_SHAPE_PAIR:                                                                        \
         return FN##_pair(c, off, n, s, dv);                                                        \
+      case KERN_SHAPE_FOLD:                                                                        \
+        return FN##_fold(c, off, n, s, dv);                                                        \
       default:                                                                                     \
         return FN##_multi(c, off, n, s, dv);                                                       \
     }                                                                                              \

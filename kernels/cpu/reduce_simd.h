@@ -79,6 +79,38 @@ KERN_INLINE vd_t vd_premul(vd_t x, vd_t s) {
   for (int k_ = 0; k_ < ns; k_++) src[k_] = (const char*)sp[k_] + off * (size_t)(ES); \
   for (int j_ = 0; j_ < nd; j_++) dst[j_] = (char*)dp[j_] + off * (size_t)(ES)
 
+/* A fold's (swap bits set) four vectors from element i: every vector of
+ * a step takes its sources in the same order, so the step's order is
+ * tested once per four vectors; tested per vector, with the sources'
+ * loop around it, the fold took 1.4x the loop without swaps. */
+#define SIMD_FP_FOLD4(NAME, V, P, N, ES, LOAD, STORE, RT)                                  \
+  KERN_INLINE void NAME(int op, unsigned fl, int ns, int nd, unsigned pm, unsigned sw,     \
+                        const char* const* src, char* const* dst, size_t i, V s, V dv) {   \
+    V a[4];                                                                                \
+    _Pragma("GCC unroll 4") for (int u = 0; u < 4; u++) {                                  \
+      a[u] = LOAD(src[0] + (i + (size_t)u * (N)) * (ES));                                  \
+      if (pm & 1u) a[u] = RT(P##_premul(a[u], s));                                         \
+    }                                                                                      \
+    for (int k = 1; k < ns; k++) {                                                         \
+      const char* sk = src[k] + i * (ES);                                                  \
+      if ((sw >> k) & 1u) {                                                                \
+        _Pragma("GCC unroll 4") for (int u = 0; u < 4; u++) a[u] =                         \
+            P##_expr(LOAD(sk + (size_t)u * (N) * (ES)), a[u], op, 0u, s, dv);              \
+      } else {                                                                             \
+        _Pragma("GCC unroll 4") for (int u = 0; u < 4; u++) {                              \
+          V y = LOAD(sk + (size_t)u * (N) * (ES));                                         \
+          if ((pm >> k) & 1u) y = P##_premul(y, s);                                        \
+          a[u] = P##_expr(a[u], y, op, 0u, s, dv);                                         \
+        }                                                                                  \
+      }                                                                                    \
+      if (k < ns - 1) _Pragma("GCC unroll 4") for (int u = 0; u < 4; u++) a[u] = RT(a[u]); \
+    }                                                                                      \
+    _Pragma("GCC unroll 4") for (int u = 0; u < 4; u++) {                                  \
+      if (fl & KERN_POST) a[u] = P##_div(a[u], dv);                                        \
+      for (int j = 0; j < nd; j++) STORE(dst[j] + (i + (size_t)u * (N)) * (ES), a[u]);     \
+    }                                                                                      \
+  }
+
 /*
  * Whole vectors of a float-computed type, all sources in one pass: the
  * chain of kernels.h held in a register, rounded to the type (RT) between
@@ -92,12 +124,15 @@ KERN_INLINE vd_t vd_premul(vd_t x, vd_t s) {
  * sometimes kept two, one more instruction per vector).
  */
 #define SIMD_FP_LOOP(NAME, V, P, N, ES, LOAD, STORE, RT)                                      \
+  SIMD_FP_FOLD4(NAME##_x4, V, P, N, ES, LOAD, STORE, RT)                                      \
   KERN_INLINE size_t NAME(int op, unsigned fl, int ns, int nd, unsigned pre, void* const* dp, \
                           const void* const* sp, size_t off, size_t n, V s, V dv) {           \
     SIMD_LOCAL_PTRS(ES);                                                                      \
     unsigned pm = (fl & KERN_PRE) ? pre : 0u, sw = pre >> KERN_SWAP_SHIFT;                    \
-    size_t nv = n / (N);                                                                      \
-    for (size_t v = 0; v < nv; v++) {                                                         \
+    size_t nv = n / (N), v = 0;                                                               \
+    if (sw)                                                                                   \
+      for (; v + 4 <= nv; v += 4) NAME##_x4(op, fl, ns, nd, pm, sw, src, dst, v*(N), s, dv);  \
+    for (; v < nv; v++) {                                                                     \
       size_t i = v * (N);                                                                     \
       V acc = LOAD(src[0] + i * (ES));                                                        \
       if (pm & 1u) acc = P##_premul(acc, s);                                                  \
