@@ -1,7 +1,8 @@
 #!/bin/bash
 # The CPU reduction kernels per type on every ISA path this CPU has, next to
 # memcpy on the same buffers (tests/bench/kern_cpu_bench.c: a two-source
-# sum, ns per element and per byte, and the ratio to float's time per byte).
+# sum, ns per element and per byte, and the ratio to float's time per byte;
+# then a 4-source float fold without and with swap bits).
 #
 #   perf/kern_cpu_bench.sh [bytes per buffer (default 64 MiB)] [reps (5)]
 #

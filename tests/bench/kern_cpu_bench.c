@@ -3,7 +3,10 @@
  * for perf/kern_cpu_bench.sh (a timing tool, not a test: nothing is
  * asserted). Each row is a two-source sum (kern_reduce, out of place, the
  * everyday call) on buffers of the same size in bytes for every type, so
- * per-byte times compare directly; the best of `reps` runs.
+ * per-byte times compare directly; the best of `reps` runs. Then, per
+ * path, a float fold of FOLD_SRCS sources (kern_task_run) without and with
+ * swap bits (the deterministic mode's chains): what putting a source first
+ * costs.
  *
  *   kern_cpu_bench [bytes per buffer] [reps]
  */
@@ -84,6 +87,38 @@ static void run_sum(void* p) {
   kern_reduce(&j->r, 0, j->d, j->a, j->b, j->n);
 }
 
+/* A kern_task over FOLD_SRCS sources of `bytes` each. */
+#define FOLD_SRCS 4
+struct fold_job {
+  struct kern_task t;
+  size_t bytes;
+};
+
+static void run_fold(void* p) {
+  kern_task_run(&((struct fold_job*)p)->t);
+}
+
+/* ns per element of the fold with the swap bits `swap`. */
+static double fold_ns(struct fold_job* f, unsigned swap, int reps) {
+  f->t.swap = swap;
+  return best_ns(reps, run_fold, f) / (double)f->t.n;
+}
+
+static int fold_setup(struct fold_job* f, size_t bytes, void* dst) {
+  memset(f, 0, sizeof *f);
+  f->bytes = bytes;
+  f->t.redop = (struct kern_redop){ncclFloat32, KERN_SUM, 0, 0};
+  f->t.nsrcs = FOLD_SRCS, f->t.ndsts = 1, f->t.n = bytes / 4;
+  f->t.dsts[0] = dst;
+  for (int k = 0; k < FOLD_SRCS; k++) {
+    unsigned char* b = aligned_alloc(64, bytes);
+    if (!b) return -1;
+    fill(ncclFloat32, b, f->t.n);
+    f->t.srcs[k] = b;
+  }
+  return 0;
+}
+
 static void run_memcpy(void* p) {
   struct job* j = p;
   memcpy(j->d, j->a, j->bytes);
@@ -99,6 +134,8 @@ int main(int argc, char** argv) {
   j.a = aligned_alloc(64, bytes), j.b = aligned_alloc(64, bytes), j.d = aligned_alloc(64, bytes);
   if (!j.a || !j.b || !j.d) return 1;
   memset(j.d, 0, bytes);
+  struct fold_job fold;
+  if (fold_setup(&fold, bytes, j.d) != 0) return 1;
   double mc = best_ns(reps, run_memcpy, &j) / (double)bytes;
   printf("buffers of %zu bytes, best of %d; memcpy %.4f ns/byte (%.1f GB/s read + written)\n",
          bytes, reps, mc, 2.0 / mc);
@@ -124,6 +161,12 @@ int main(int argc, char** argv) {
       printf("  %-7s %8.3f  %8.4f  %12.2f  %14.3f\n", k_names[t], ne[t], ne[t] / es,
              ne[t] / es / float_nb, mc * es);
     }
+    double plain = fold_ns(&fold, 0u, reps), one = fold_ns(&fold, 0x2u, reps),
+           two = fold_ns(&fold, 0xau, reps);
+    printf(
+        "  float fold of %d sources, ns/elem: no swaps %.3f, step 1 swapped %.3f (%.2fx), "
+        "steps 1 and 3 %.3f (%.2fx)\n",
+        FOLD_SRCS, plain, one, one / plain, two, two / plain);
   }
   kern_force_isa(NULL);
   return 0;
