@@ -141,6 +141,35 @@ static inline uint32_t kern_divisor(const struct kern_redop* r) {
       break;                                        \
   }
 
+/* Specializers for the fold shape (KERN_DEF_SHAPES's FOLD_SPEC), rarer
+ * than the others: sixteen (op, flags) specializations of it tripled the
+ * kernels' build time. KERN_SPEC_OP fixes the operator only (the SIMD
+ * loops test the flags once per vector, as fast); KERN_SPEC_OP_PLAIN also
+ * fixes "no flags", the everyday fold, which the portable loops need
+ * constant to vectorize (with the flags as they come they ran 4.8x). */
+#define KERN_SPEC_OP_(done, OP, FN, ...) \
+  case OP:                               \
+    done = FN(OP, __VA_ARGS__);          \
+    break;
+
+#define KERN_SPEC_OP(done, op, flags, FN, ...)                              \
+  switch (op) {                                                             \
+    KERN_SPEC_OP_(done, KERN_SUM, FN, (flags)&KERN_FLAG_MASK, __VA_ARGS__)  \
+    KERN_SPEC_OP_(done, KERN_PROD, FN, (flags)&KERN_FLAG_MASK, __VA_ARGS__) \
+    KERN_SPEC_OP_(done, KERN_MAX, FN, (flags)&KERN_FLAG_MASK, __VA_ARGS__)  \
+    KERN_SPEC_OP_(done, KERN_MIN, FN, (flags)&KERN_FLAG_MASK, __VA_ARGS__)  \
+    default:                                                                \
+      break;                                                                \
+  }
+
+#define KERN_SPEC_OP_PLAIN(done, op, flags, FN, ...) \
+  do {                                               \
+    if (((flags)&KERN_FLAG_MASK) == 0)               \
+      KERN_SPEC_OP(done, op, 0u, FN, __VA_ARGS__)    \
+    else                                             \
+      KERN_SPEC_OP(done, op, flags, FN, __VA_ARGS__) \
+  } while (0)
+
 #define KERN_SPECIALIZE(done, op, flags, FN, ...)                 \
   do {                                                            \
     if ((op) == KERN_OP_COPY)                                     \
@@ -154,14 +183,16 @@ static inline uint32_t kern_divisor(const struct kern_redop* r) {
  * c->dst, c->src, off, n, s, dv) over the call's shape, each shape
  * specialized on (op, flags): the unary and pair shapes with the counts and
  * the pre-multiplied source constant (the pair's pre mask is bit 1; FN only
- * looks at it under KERN_PRE), the rest with the counts as they come.
+ * looks at it under KERN_PRE), the rest with the counts as they come, the
+ * fold (swap bits) specialized by FOLD_SPEC (KERN_SPEC_OP or
+ * KERN_SPEC_OP_PLAIN).
  * Each shape of each type is a function of its own, kept out of line: gcc's
  * time grows far faster than the code when the loops of every type and
  * shape are inlined into one function (kern_portable and simd_body, when
  * they held them all, were most of the library's build), and one call more
  * per kernel call is nothing next to its loop.
  */
-#define KERN_DEF_SHAPES(FN, SC, DV)                                                                \
+#define KERN_DEF_SHAPES(FN, SC, DV, FOLD_SPEC)                                                     \
   static KERN_NOINLINE size_t FN##_unary(const struct kern_call* c, size_t off, size_t n, SC s,    \
                                          DV dv) {                                                  \
     size_t done = 0;                                                                               \
@@ -184,8 +215,8 @@ static inline uint32_t kern_divisor(const struct kern_redop* r) {
   static KERN_NOINLINE size_t FN##_fold(const struct kern_call* c, size_t off, size_t n, SC s,     \
                                         DV dv) {                                                   \
     size_t done = 0;                                                                               \
-    KERN_SPEC_REDUCE(done, c->op, c->fl, FN, c->ns, c->nd, kern_call_pre_swap(c), c->dst, c->src,  \
-                     off, n, s, dv);                                                               \
+    FOLD_SPEC(done, c->op, c->fl, FN, c->ns, c->nd, kern_call_pre_swap(c), c->dst, c->src, off, n, \
+              s, dv);                                                                              \
     return done;                                                                                   \
   }                                                                                                \
   static inline size_t FN##_shapes(const struct kern_call* c, size_t off, size_t n, SC s, DV dv) { \

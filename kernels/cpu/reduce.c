@@ -303,18 +303,18 @@ DEF_PORTABLE(loop_e4m3, uint8_t, float, float, LD_E4M3, kern_float_to_e4m3, expr
 DEF_PORTABLE(loop_e5m2, uint8_t, float, float, LD_E5M2, kern_float_to_e5m2, expr_f32)
 
 /* Each type's shapes (KERN_DEF_SHAPES): loop_T_shapes(c, off, n, s, dv). */
-KERN_DEF_SHAPES(loop_i8, int8_t, int64_t)
-KERN_DEF_SHAPES(loop_u8, uint8_t, uint32_t)
-KERN_DEF_SHAPES(loop_i32, int32_t, int64_t)
-KERN_DEF_SHAPES(loop_u32, uint32_t, uint32_t)
-KERN_DEF_SHAPES(loop_i64, int64_t, int64_t)
-KERN_DEF_SHAPES(loop_u64, uint64_t, uint64_t)
-KERN_DEF_SHAPES(loop_f32, float, float)
-KERN_DEF_SHAPES(loop_f64, double, double)
-KERN_DEF_SHAPES(loop_f16, float, float)
-KERN_DEF_SHAPES(loop_bf16, float, float)
-KERN_DEF_SHAPES(loop_e4m3, float, float)
-KERN_DEF_SHAPES(loop_e5m2, float, float)
+KERN_DEF_SHAPES(loop_i8, int8_t, int64_t, KERN_SPEC_OP_PLAIN)
+KERN_DEF_SHAPES(loop_u8, uint8_t, uint32_t, KERN_SPEC_OP_PLAIN)
+KERN_DEF_SHAPES(loop_i32, int32_t, int64_t, KERN_SPEC_OP_PLAIN)
+KERN_DEF_SHAPES(loop_u32, uint32_t, uint32_t, KERN_SPEC_OP_PLAIN)
+KERN_DEF_SHAPES(loop_i64, int64_t, int64_t, KERN_SPEC_OP_PLAIN)
+KERN_DEF_SHAPES(loop_u64, uint64_t, uint64_t, KERN_SPEC_OP_PLAIN)
+KERN_DEF_SHAPES(loop_f32, float, float, KERN_SPEC_OP_PLAIN)
+KERN_DEF_SHAPES(loop_f64, double, double, KERN_SPEC_OP_PLAIN)
+KERN_DEF_SHAPES(loop_f16, float, float, KERN_SPEC_OP_PLAIN)
+KERN_DEF_SHAPES(loop_bf16, float, float, KERN_SPEC_OP_PLAIN)
+KERN_DEF_SHAPES(loop_e4m3, float, float, KERN_SPEC_OP_PLAIN)
+KERN_DEF_SHAPES(loop_e5m2, float, float, KERN_SPEC_OP_PLAIN)
 
 /* One case of kern_portable for an integer type: the scalar is the type's
  * own bytes. */

@@ -602,18 +602,18 @@ KERN_INLINE size_t simd_int(ncclDataType_t type, int op, int nt, int ns, int nd,
 }
 
 /* Each float-computed loop's shapes (KERN_DEF_SHAPES), plain and streaming. */
-KERN_DEF_SHAPES(loop_f32, vf_t, vf_t)
-KERN_DEF_SHAPES(loop_f32_nt, vf_t, vf_t)
-KERN_DEF_SHAPES(loop_f16, vf_t, vf_t)
-KERN_DEF_SHAPES(loop_f16_nt, vf_t, vf_t)
-KERN_DEF_SHAPES(loop_f64, vd_t, vd_t)
-KERN_DEF_SHAPES(loop_f64_nt, vd_t, vd_t)
-KERN_DEF_SHAPES(loop_bf16, vf_t, vf_t)
-KERN_DEF_SHAPES(loop_bf16_nt, vf_t, vf_t)
-KERN_DEF_SHAPES(loop_e4m3, vf_t, vf_t)
-KERN_DEF_SHAPES(loop_e4m3_nt, vf_t, vf_t)
-KERN_DEF_SHAPES(loop_e5m2, vf_t, vf_t)
-KERN_DEF_SHAPES(loop_e5m2_nt, vf_t, vf_t)
+KERN_DEF_SHAPES(loop_f32, vf_t, vf_t, KERN_SPEC_OP)
+KERN_DEF_SHAPES(loop_f32_nt, vf_t, vf_t, KERN_SPEC_OP)
+KERN_DEF_SHAPES(loop_f16, vf_t, vf_t, KERN_SPEC_OP)
+KERN_DEF_SHAPES(loop_f16_nt, vf_t, vf_t, KERN_SPEC_OP)
+KERN_DEF_SHAPES(loop_f64, vd_t, vd_t, KERN_SPEC_OP)
+KERN_DEF_SHAPES(loop_f64_nt, vd_t, vd_t, KERN_SPEC_OP)
+KERN_DEF_SHAPES(loop_bf16, vf_t, vf_t, KERN_SPEC_OP)
+KERN_DEF_SHAPES(loop_bf16_nt, vf_t, vf_t, KERN_SPEC_OP)
+KERN_DEF_SHAPES(loop_e4m3, vf_t, vf_t, KERN_SPEC_OP)
+KERN_DEF_SHAPES(loop_e4m3_nt, vf_t, vf_t, KERN_SPEC_OP)
+KERN_DEF_SHAPES(loop_e5m2, vf_t, vf_t, KERN_SPEC_OP)
+KERN_DEF_SHAPES(loop_e5m2_nt, vf_t, vf_t, KERN_SPEC_OP)
 
 /* The float-computed loops of one type, plain or streaming stores. */
 #define SIMD_FP_RUN(LOOP) \
