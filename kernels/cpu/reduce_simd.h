@@ -79,6 +79,15 @@ KERN_INLINE vd_t vd_premul(vd_t x, vd_t s) {
   for (int k_ = 0; k_ < ns; k_++) src[k_] = (const char*)sp[k_] + off * (size_t)(ES); \
   for (int j_ = 0; j_ < nd; j_++) dst[j_] = (char*)dp[j_] + off * (size_t)(ES)
 
+/* One step of a chain: source k's vector y into the partial acc, first
+ * where its swap bit says (read as it is), else second, pre-multiplied
+ * where its pre bit says. Reads op, pm, sw, s and dv of the loop it is
+ * in; with pm and sw constant the branches fold away. */
+#define SIMD_CHAIN_STEP(P, acc, y, k)        \
+  ((sw >> (k)) & 1u                          \
+       ? P##_expr((y), (acc), op, 0u, s, dv) \
+       : P##_expr((acc), ((pm >> (k)) & 1u) ? P##_premul((y), s) : (y), op, 0u, s, dv))
+
 /* A fold's (swap bits set) four vectors from element i: every vector of
  * a step takes its sources in the same order, so the step's order is
  * tested once per four vectors; tested per vector, with the sources'
@@ -93,16 +102,8 @@ KERN_INLINE vd_t vd_premul(vd_t x, vd_t s) {
     }                                                                                      \
     for (int k = 1; k < ns; k++) {                                                         \
       const char* sk = src[k] + i * (ES);                                                  \
-      if ((sw >> k) & 1u) {                                                                \
-        _Pragma("GCC unroll 4") for (int u = 0; u < 4; u++) a[u] =                         \
-            P##_expr(LOAD(sk + (size_t)u * (N) * (ES)), a[u], op, 0u, s, dv);              \
-      } else {                                                                             \
-        _Pragma("GCC unroll 4") for (int u = 0; u < 4; u++) {                              \
-          V y = LOAD(sk + (size_t)u * (N) * (ES));                                         \
-          if ((pm >> k) & 1u) y = P##_premul(y, s);                                        \
-          a[u] = P##_expr(a[u], y, op, 0u, s, dv);                                         \
-        }                                                                                  \
-      }                                                                                    \
+      _Pragma("GCC unroll 4") for (int u = 0; u < 4; u++) a[u] =                           \
+          SIMD_CHAIN_STEP(P, a[u], LOAD(sk + (size_t)u * (N) * (ES)), k);                  \
       if (k < ns - 1) _Pragma("GCC unroll 4") for (int u = 0; u < 4; u++) a[u] = RT(a[u]); \
     }                                                                                      \
     _Pragma("GCC unroll 4") for (int u = 0; u < 4; u++) {                                  \
@@ -138,13 +139,7 @@ KERN_INLINE vd_t vd_premul(vd_t x, vd_t s) {
       if (pm & 1u) acc = P##_premul(acc, s);                                                  \
       if ((pm & 1u) && ns > 1) acc = RT(acc);                                                 \
       for (int k = 1; k < ns; k++) {                                                          \
-        V y = LOAD(src[k] + i * (ES));                                                        \
-        if ((sw >> k) & 1u) {                                                                 \
-          acc = P##_expr(y, acc, op, 0u, s, dv);                                              \
-        } else {                                                                              \
-          if ((pm >> k) & 1u) y = P##_premul(y, s);                                           \
-          acc = P##_expr(acc, y, op, 0u, s, dv);                                              \
-        }                                                                                     \
+        acc = SIMD_CHAIN_STEP(P, acc, LOAD(src[k] + i * (ES)), k);                            \
         if (k < ns - 1) acc = RT(acc);                                                        \
       }                                                                                       \
       if (fl & KERN_POST) acc = P##_div(acc, dv);                                             \
@@ -171,18 +166,9 @@ SIMD_FP_LOOP(loop_f64_nt, vd_t, vd, VD_N, 8, vd_load, vd_stream, SIMD_RT_NONE)
 /* One bf16 source step on both halves of a vector. */
 #define SIMD_BF16_STEP(lo, hi, w, k)                            \
   do {                                                          \
-    vf_t ylo = vf_bf16_lo(w), yhi = vf_bf16_hi(w);              \
-    if ((sw >> (k)) & 1u) {                                     \
-      lo = vf_expr(ylo, lo, op, 0u, s, dv);                     \
-      hi = vf_expr(yhi, hi, op, 0u, s, dv);                     \
-    } else {                                                    \
-      if ((pm >> (k)) & 1u) {                                   \
-        ylo = vf_premul(ylo, s);                                \
-        yhi = vf_premul(yhi, s);                                \
-      }                                                         \
-      lo = vf_expr(lo, ylo, op, 0u, s, dv);                     \
-      hi = vf_expr(hi, yhi, op, 0u, s, dv);                     \
-    }                                                           \
+    vi_t w_ = (w);                                              \
+    lo = SIMD_CHAIN_STEP(vf, lo, vf_bf16_lo(w_), k);            \
+    hi = SIMD_CHAIN_STEP(vf, hi, vf_bf16_hi(w_), k);            \
     if ((k) < ns - 1) lo = vf_rt_bf16(lo), hi = vf_rt_bf16(hi); \
   } while (0)
 
