@@ -11,9 +11,13 @@
 # With LAYOUTS (e.g. "2x4": NODESxRANKS_PER_NODE), the same again on an emulated cluster of that
 # many hosts (scripts/cluster.sh, links shaped to RATE; root only): shared memory inside a host,
 # TCP between hosts.
+# With PLACES (e.g. "free rr block parity"), each one-host configuration runs once per placement
+# of its ranks on the cores (perf/pin_rank.sh): with more ranks than cores, which ranks share a
+# core decides which messages stay in its cache, so a job left to the kernel ("free") keeps the
+# figure of wherever it was put, and two jobs differ.
 # Usage: perf/det_compare.sh [BUILD_DIR [MD]]   (env: NPS="4 8" (empty: none), REPS=7, BIG=64M, COLLS="all_reduce
 #        reduce_scatter", SMALL_ITERS=2000, BIG_ITERS=5, TMO=900 seconds per run, LAYOUTS="",
-#        RATE=2gbit)
+#        RATE=2gbit, PLACES=free)
 set -u
 BUILD=${1:-build}
 MD=${2:-}
@@ -26,6 +30,9 @@ BIG_ITERS=${BIG_ITERS:-5}
 TMO=${TMO:-900}
 LAYOUTS=${LAYOUTS:-}
 RATE=${RATE:-2gbit}
+PLACES=${PLACES:-free}
+PIN_RANK="$(dirname "$0")/pin_rank.sh"
+PIN=()
 CLUSTER="$(dirname "$0")/../scripts/cluster.sh"
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"; [ -z "$LAYOUTS" ] || "$CLUSTER" down >/dev/null 2>&1' EXIT
@@ -37,7 +44,7 @@ MPI_ARGS=(--mca btl self,tcp --mca btl_tcp_if_include lo -x NCCL_SHM_DISABLE)
 run() {
   local name=$1 coll=$2
   shift 2
-  timeout "$TMO" "${LAUNCH[@]}" "${MPI_ARGS[@]}" "$BUILD/bin/${coll}_perf" -c 0 -d float \
+  timeout "$TMO" "${LAUNCH[@]}" "${MPI_ARGS[@]}" "${PIN[@]}" "$BUILD/bin/${coll}_perf" -c 0 -d float \
     -o sum --inplace 0 --det-turns "$REPS" "$@" >"$OUT/$name" 2>&1 || echo "# $name failed" >&2
 }
 # turns NAME WHAT: the turns' values of one job; WHAT is "default" or "deterministic" (times in
@@ -90,12 +97,18 @@ measure() {
 rows=()
 for np in $NPS; do
   bench_launch "$np"
-  for link in shm tcp; do
-    NCCL_SHM_DISABLE=$([ "$link" = tcp ] && echo 1 || echo 0)
-    export NCCL_SHM_DISABLE
-    measure "$np-$link" "$np" "$([ "$link" = shm ] && echo shared memory || echo TCP)"
+  for place in $PLACES; do
+    cores=$("$PIN_RANK" --cores "$place" "$np") || exit 2
+    PIN=("$PIN_RANK" "$place")
+    where=$([ "$place" = free ] || echo ", cores $cores")
+    for link in shm tcp; do
+      NCCL_SHM_DISABLE=$([ "$link" = tcp ] && echo 1 || echo 0)
+      export NCCL_SHM_DISABLE
+      measure "$np-$link-$place" "$np" "$([ "$link" = shm ] && echo shared memory || echo TCP)$where"
+    done
   done
 done
+PIN=()
 export NCCL_SHM_DISABLE=0
 for lay in $LAYOUTS; do
   nodes=${lay%x*} rpn=${lay#*x} hosts=""
@@ -117,13 +130,15 @@ shown=${shown#"$top/"}
 {
   echo "# What the deterministic mode costs: produced by perf/det_compare.sh"
   echo
-  echo "Produced by \`NPS=\"$NPS\" REPS=$REPS BIG=$BIG LAYOUTS=\"$LAYOUTS\" RATE=$RATE perf/det_compare.sh BUILD $shown\` on"
+  echo "Produced by \`NPS=\"$NPS\" REPS=$REPS BIG=$BIG LAYOUTS=\"$LAYOUTS\" RATE=$RATE PLACES=\"$PLACES\" perf/det_compare.sh BUILD $shown\` on"
   echo "$(date -u +%Y-%m-%d), commit $(git -C "$(dirname "$0")" rev-parse --short HEAD 2>/dev/null),"
   echo "$(nproc) cores ($(awk -F': ' '/model name/ { print $2; exit }' /proc/cpuinfo)): float sum,"
   echo "\`--inplace 0\`. Each configuration is one job whose $REPS turns each time the default"
   echo "mode, then the deterministic one (\`--det-turns\`); shown: the medians of the turns, the"
   echo "median of the turns' det / default (8 B: time, lower is better; $BIG: bus bandwidth), and"
-  echo "every turn in the order run. Do not edit: run the script again."
+  echo "every turn in the order run. A link's \"cores\" are the cores its ranks were held on, rank 0"
+  echo "first (perf/pin_rank.sh); without them the kernel placed the ranks. Do not edit: run the"
+  echo "script again."
   echo
   echo "| collective | ranks | link | size | default | deterministic | det / default | default, each turn | deterministic, each turn |"
   echo "|---|---:|---|---|---:|---:|---:|---|---|"
