@@ -80,6 +80,23 @@ static int refs_column(struct direct_ref* out, const struct direct_hier* h, int 
   return refs_all(out, h->nlocal, buf, (size_t)h->column0 * stride);
 }
 
+/* Reduce-scatter on 2 nodes, gathered (direct.h): member m of the column
+ * writes its rows from m blocks on (0 1 on node 0, 1 2 on node 1), so that
+ * both offer the row the other needs at block 1 and an all-gather in place
+ * lands the partner's at block 2 (node 0) or 0 (node 1): either way the
+ * node's partials lie at blocks 0 and 2, node 0's first. */
+static void swap_rows(const struct direct_hier* h, struct direct_staged* st) {
+  size_t c = h->count, m = (size_t)h->node, o = 1 - m;
+  st->before.dsts[0].off = m * c;
+  st->scratch = 3 * c;
+  st->column_coll = COLL_ALLGATHER;
+  st->send_off = c, st->recv_off = o * c;
+  st->stride = c;
+  st->after.nsrcs = 2;
+  st->after.srcs[0] = ref(h->local, DIRECT_SCRATCH, 0);
+  st->after.srcs[1] = ref(h->local, DIRECT_SCRATCH, 2 * c);
+}
+
 /* Both tasks one row per node between this rank's input or output and
  * its scratch rows (reduce-scatter: reduced in; all-gather: spread out). */
 static void hier_blocks(const struct direct_hier* h, struct direct_staged* st) {
@@ -89,6 +106,7 @@ static void hier_blocks(const struct direct_hier* h, struct direct_staged* st) {
   in->rows = out->rows = 1;
   st->scratch = (size_t)h->nnodes * h->count;
   st->count = h->count;
+  st->column_coll = h->coll;
   if (h->coll == COLL_REDUCESCATTER) {
     in->rows = (size_t)h->nnodes;
     in->nsrcs = refs_column(in->srcs, h, DIRECT_SEND, stride, &in->src_row);
@@ -97,6 +115,7 @@ static void hier_blocks(const struct direct_hier* h, struct direct_staged* st) {
     st->send_off = 0, st->recv_off = mine;
     out->nsrcs = 1, out->srcs[0] = ref(h->local, DIRECT_SCRATCH, mine);
     out->ndsts = 1, out->dsts[0] = ref(h->local, DIRECT_RECV, 0);
+    if (h->gathered) swap_rows(h, st);
   } else {
     in->nsrcs = 1, in->srcs[0] = ref(h->local, DIRECT_SEND, 0);
     in->ndsts = 1, in->dsts[0] = ref(h->local, DIRECT_SCRATCH, mine);
@@ -119,6 +138,17 @@ static ncclResult_t hier_slice(const struct direct_hier* h, struct direct_staged
   st->before.ndsts = 1, st->before.dsts[0] = ref(h->local, DIRECT_SCRATCH, 0);
   st->after.nsrcs = 1, st->after.srcs[0] = ref(h->local, DIRECT_SCRATCH, 0);
   st->scratch = st->count = whole.n;
+  st->column_coll = COLL_ALLREDUCE;
+  if (h->gathered) { /* a row per node, each on whole vectors */
+    size_t row = ALIGN_UP(whole.n, MAX(h->align, (size_t)1));
+    st->before.dsts[0].off = (size_t)h->node * row;
+    st->after.nsrcs = h->nnodes;
+    for (int j = 0; j < h->nnodes; j++) st->after.srcs[j] = ref(h->local, DIRECT_SCRATCH, j * row);
+    st->scratch = (size_t)h->nnodes * row;
+    st->column_coll = COLL_ALLGATHER;
+    st->send_off = st->before.dsts[0].off;
+    st->stride = row;
+  }
   return ncclSuccess;
 }
 
@@ -128,6 +158,11 @@ ncclResult_t direct_plan_hier(const struct direct_hier* h, struct direct_staged*
       h->node < 0 || h->node >= h->nnodes) {
     WARN("Direct: Hier's node stages for index %d of %d on node %d of %d; a node holds 1 to %d",
          h->local, h->nlocal, h->node, h->nnodes, DIRECT_MAX_RANKS);
+    return ncclInvalidArgument;
+  }
+  if (h->gathered && ((h->coll == COLL_ALLREDUCE && h->nnodes > DIRECT_MAX_RANKS) ||
+                      (h->coll == COLL_REDUCESCATTER && h->nnodes != 2))) {
+    WARN("Direct: a gathered stage between %d nodes for collective %d", h->nnodes, h->coll);
     return ncclInvalidArgument;
   }
   switch (h->coll) {

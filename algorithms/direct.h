@@ -72,6 +72,19 @@ ncclResult_t direct_plan(int coll, int rank, int nranks, int root, size_t count,
  * Each input byte of the node is read once and each output byte written
  * once. Rows need the column's ranks evenly spaced: on node j, rank
  * column0 + j * column_step (direct_column finds them).
+ *
+ * `gathered`: the stage between nodes does no arithmetic, so that a
+ * network that moves device memory can run it with the scratch on the
+ * device while the kernels stay in the stream (a reduction there would
+ * need a kernel the proxy launches). The column all-gathers the node
+ * partials and the task after reduces them, in node order:
+ *  - all-reduce (any number of nodes): scratch row j holds node j's
+ *    partial of this rank's slice, the column all-gathers the rows, the
+ *    task after reduces them into every output of the node; each member
+ *    sends its slice to every other (as much as a ring on 2 nodes);
+ *  - reduce-scatter (2 nodes only): each member offers the row its
+ *    partner needs, so the all-gather is one swap of one row each way,
+ *    and the task after reduces its own row and the partner's.
  */
 struct direct_hier {
   int coll;   /* COLL_ALLREDUCE, COLL_REDUCESCATTER or COLL_ALLGATHER */
@@ -84,15 +97,18 @@ struct direct_hier {
   size_t count; /* as in exec_args */
   size_t stride;
   size_t align;
+  int gathered; /* the stage between nodes only moves data (above) */
 };
 
 /* The plan: its two tasks, the scratch they use (elements), and the
- * stage between nodes: the column's collective from scratch + send_off
- * into scratch + recv_off, `count` as in exec_args (0: none). */
+ * stage between nodes: collective `column_coll` (the call's; all-gather
+ * where gathered) along the column from scratch + send_off into scratch +
+ * recv_off, `count` and `stride` as in exec_args (count 0: none). */
 struct direct_staged {
   struct direct_task before, after;
   size_t scratch;
-  size_t send_off, recv_off, count;
+  int column_coll;
+  size_t send_off, recv_off, count, stride;
 };
 
 ncclResult_t direct_plan_hier(const struct direct_hier* h, struct direct_staged* out);

@@ -114,21 +114,27 @@ fail:
   return res;
 }
 
-/* Pinned scratch of at least `bytes`, mapped for the device. */
-static ncclResult_t scratch_get(struct cuda_direct* d, size_t bytes, struct direct_scratch** out) {
+/* Scratch of at least `bytes`: pinned and mapped for the device, or
+ * (on_device) device memory, each kind kept in a list of its own. */
+static ncclResult_t scratch_get(struct cuda_direct* d, size_t bytes, int on_device,
+                                struct direct_scratch** out) {
   ncclResult_t res = ncclSuccess;
-  struct direct_scratch* s = d->scratch;
+  struct direct_scratch** list = on_device ? &d->dev_scratch : &d->scratch;
+  struct direct_scratch* s = *list;
   if (s == NULL || s->bytes < bytes) {
     CHECK(braid_calloc(&s, 1, sizeof(*s)));
-    s->bytes = MAX(bytes, d->scratch ? 2 * d->scratch->bytes : (size_t)4096);
-    res = cuda_flags_alloc(cuda_driver(), s->bytes, "cuMemHostAlloc(Hier scratch)", &s->host,
-                           &s->dev);
+    s->bytes = MAX(bytes, *list ? 2 * (*list)->bytes : (size_t)4096);
+    if (on_device)
+      res = cuda_check(cuda_driver()->cuMemAlloc(&s->dev, s->bytes), "cuMemAlloc(Hier scratch)");
+    else
+      res = cuda_flags_alloc(cuda_driver(), s->bytes, "cuMemHostAlloc(Hier scratch)", &s->host,
+                             &s->dev);
     if (res != ncclSuccess) {
       free(s);
       goto fail;
     }
-    s->older = d->scratch;
-    d->scratch = s;
+    s->older = *list;
+    *list = s;
   }
   *out = s;
 fail:
@@ -137,7 +143,7 @@ fail:
 
 /* This rank's Hier plan for the call (algorithms/direct.h), from the
  * comm's layout: the same at issue (cuda_direct_arm) and on the proxy. */
-static ncclResult_t hier_plan(const struct ncclComm* comm, const struct exec_args* a,
+static ncclResult_t hier_plan(const struct ncclComm* comm, const struct exec_args* a, int on_device,
                               struct direct_staged* st) {
   const struct sched_topo* t = &comm->layout;
   struct direct_hier h = {.coll = a->coll,
@@ -147,7 +153,8 @@ static ncclResult_t hier_plan(const struct ncclComm* comm, const struct exec_arg
                           .nnodes = t->nnodes,
                           .count = a->count,
                           .stride = a->stride,
-                          .align = MAX(16 / kern_type_size(a->type), 1)};
+                          .align = MAX(16 / kern_type_size(a->type), 1),
+                          .gathered = on_device && a->coll != COLL_ALLGATHER};
   if (a->coll != COLL_ALLREDUCE && !direct_column(t, h.local, &h.column0, &h.column_step)) {
     WARN("Direct: rank %d's column is not evenly spaced", comm->rank); /* hier_fits said it was */
     return ncclInternalError;
@@ -155,22 +162,27 @@ static ncclResult_t hier_plan(const struct ncclComm* comm, const struct exec_arg
   return direct_plan_hier(&h, st);
 }
 
-/* The stage between nodes, in the pinned scratch: the call's collective
- * among the ranks of the other nodes that hold this rank's index (a ring
- * over the network, on the host: the executor with a group). */
+/* The stage between nodes, in the scratch: the plan's collective among
+ * the ranks of the other nodes that hold this rank's index (a ring over
+ * the network, the executor with a group). On the host, pinned scratch;
+ * on the device, an all-gather that moves data only, every link taking
+ * device memory, so the executor may launch nothing (exec_args.no_tasks)
+ * while the stream waits for the task after it. */
 static ncclResult_t column_call(struct ncclComm* comm, struct cuda_direct* d,
-                                const struct exec_args* a, char* scratch,
+                                const struct exec_args* a, char* scratch, int on_device,
                                 const struct direct_staged* st) {
   ncclResult_t res = ncclSuccess;
   struct exec_args c = *a;
   size_t es = kern_type_size(a->type);
   long nap_ns = 0;
   int done = 0;
+  c.coll = st->column_coll;
   c.sendbuff = scratch + st->send_off * es;
   c.recvbuff = scratch + st->recv_off * es;
   c.count = st->count;
-  c.stride = 0;
-  c.mem = MEM_HOST;
+  c.stride = st->stride;
+  c.mem = on_device ? MEM_DEVICE : MEM_HOST;
+  c.no_tasks = on_device;
   c.sendreg = c.recvreg = NULL;
   c.scalar_src = NULL;
   c.algo = ALGO_RING;
@@ -192,8 +204,9 @@ fail:
 }
 
 /* Hier with the node's stages direct (direct_plan_hier): the first task
- * into pinned scratch, the stage between nodes there, the second task out
- * of it. The post-divide (avg) happens between nodes, on the total. */
+ * into the scratch, the stage between nodes there, the second task out of
+ * it. The post-divide (avg) happens on the total: between nodes, or in
+ * the second task where that reduces the nodes' partials (gathered). */
 static ncclResult_t hier_call(struct ncclComm* comm, struct cuda_direct* d,
                               const struct work_op* op, direct_bufs bufs) {
   ncclResult_t res = ncclSuccess;
@@ -202,13 +215,16 @@ static ncclResult_t hier_call(struct ncclComm* comm, struct cuda_direct* d,
   struct direct_scratch* scratch;
   struct kern_dev_task task;
   size_t es = kern_type_size(a->type);
-  CHECK(hier_plan(comm, a, &st));
-  CHECK(scratch_get(d, MAX(st.scratch * es, (size_t)1), &scratch));
+  int on_device = cuda_hier_column_on_device(comm, a->coll);
+  CHECK(hier_plan(comm, a, on_device, &st));
+  CHECK(scratch_get(d, MAX(st.scratch * es, (size_t)1), on_device, &scratch));
   bufs[d->me_local][DIRECT_SCRATCH] = (char*)(uintptr_t)scratch->dev;
   direct_task_resolve(a, &st.before, 0, bufs, &task);
   CHECK(task_run(comm, d, op, 0, &task));
-  if (st.count) CHECK(column_call(comm, d, a, scratch->host, &st));
-  direct_task_resolve(a, &st.after, 0, bufs, &task);
+  if (st.count)
+    CHECK(column_call(comm, d, a, on_device ? (char*)(uintptr_t)scratch->dev : scratch->host,
+                      on_device, &st));
+  direct_task_resolve(a, &st.after, st.column_coll != a->coll ? a->post : 0, bufs, &task);
   CHECK(task_run(comm, d, op, 1, &task));
 fail:
   return res;
@@ -227,7 +243,9 @@ static ncclResult_t direct_call(struct ncclComm* comm, struct cuda_direct* d,
   exec_extents(a, comm->nranks, &d->extent[DIRECT_SEND], &d->extent[DIRECT_RECV]);
   INFO(SUB_TUNING, "%s %zu elements nranks %d: %s instead (device buffers)",
        sched_coll_name(a->coll), a->count, d->nranks,
-       op->direct == WORK_DIRECT_HIER ? "Hier with direct node stages" : "Direct");
+       op->direct != WORK_DIRECT_HIER              ? "Direct"
+       : cuda_hier_column_on_device(comm, a->coll) ? "Hier with direct node stages, on the device"
+                                                   : "Hier with direct node stages");
   memset(bufs, 0, sizeof(direct_bufs));
   CHECK(direct_buffers_exchange(comm, d, reads ? a->sendbuff : NULL, writes ? a->recvbuff : NULL,
                                 bufs));
@@ -276,7 +294,7 @@ ncclResult_t cuda_direct_arm(struct work_op* op, CUstream stream) {
   size_t align = MAX(16 / kern_type_size(a->type), 1);
   int k = sched_topo_node_size(t, t->node_of[comm->rank]), me = t->local_of[comm->rank];
   if (op->direct == WORK_DIRECT_HIER) { /* two kernels: into the scratch, out of it */
-    CHECK(hier_plan(comm, a, &st));
+    CHECK(hier_plan(comm, a, cuda_hier_column_on_device(comm, a->coll), &st));
     CHECK(cuda_deferred_arm(pool, cuda_driver(), stream, st.before.n, &op->deferred[0]));
     CHECK(cuda_deferred_arm(pool, cuda_driver(), stream, st.after.n, &op->deferred[1]));
     return ncclSuccess;

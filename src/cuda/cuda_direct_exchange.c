@@ -109,6 +109,12 @@ void cuda_direct_free(struct cuda_direct* d, int streams_passed) {
     if (streams_passed && !d->tdev->mappings_in_use) cuda_driver()->cuMemFreeHost(s->host);
     free(s);
   }
+  while (d->dev_scratch) {
+    struct direct_scratch* s = d->dev_scratch;
+    d->dev_scratch = s->older;
+    if (streams_passed && !d->tdev->mappings_in_use) cuda_driver()->cuMemFree(s->dev);
+    free(s);
+  }
   for (int p = 0; d->links && p < d->nranks; p++)
     if (d->links[p] >= 0) close(d->links[p]);
   if (d->stream) {

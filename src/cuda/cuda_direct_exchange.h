@@ -41,17 +41,18 @@ struct direct_scratch {
 
 struct cuda_direct {
   int nranks;
-  int nlocal;                  /* the ranks of this node */
-  int local[DIRECT_MAX_RANKS]; /* their comm ranks, in node order */
-  int me_local;                /* this rank's index among them */
-  int* column;                 /* Hier: per node, the rank there with this rank's index */
-  struct direct_scratch* scratch;
-  int* links;                    /* per peer of this node, else -1 (and for this rank) */
-  int* same_process;             /* per peer: its pointers are ours to use, no IPC */
-  uint64_t* heard;               /* per peer: the last call it said "done" or "fail" in */
-  int any_remote;                /* some peer is in another process */
-  struct transport_device* tdev; /* the comm's: its cache maps the peers' buffers */
-  CUstream stream;               /* synchronous calls' kernels */
+  int nlocal;                         /* the ranks of this node */
+  int local[DIRECT_MAX_RANKS];        /* their comm ranks, in node order */
+  int me_local;                       /* this rank's index among them */
+  int* column;                        /* Hier: per node, the rank there with this rank's index */
+  struct direct_scratch* scratch;     /* Hier's, pinned */
+  struct direct_scratch* dev_scratch; /* Hier's, on the device (gathered) */
+  int* links;                         /* per peer of this node, else -1 (and for this rank) */
+  int* same_process;                  /* per peer: its pointers are ours to use, no IPC */
+  uint64_t* heard;                    /* per peer: the last call it said "done" or "fail" in */
+  int any_remote;                     /* some peer is in another process */
+  struct transport_device* tdev;      /* the comm's: its cache maps the peers' buffers */
+  CUstream stream;                    /* synchronous calls' kernels */
   uint64_t seq;
   struct transport_tag call; /* this call, as every peer must have made it */
   size_t extent[2];          /* bytes of each buffer (DIRECT_SEND, DIRECT_RECV) the call touches */

@@ -12,6 +12,7 @@
 #include "cuda_comm.h"
 #include "direct.h"
 #include "layout.h"
+#include "transport_table.h"
 #include "tune/tuner.h"
 #include "tune/tuner_device.h"
 
@@ -104,6 +105,26 @@ static size_t op_bytes(const struct work_op* op) {
   return bytes;
 }
 
+int cuda_pair_net_direct(const struct ncclComm* comm, int a, int b) {
+  const struct transport* t = transport_select(&comm->tctx, a, b, TRANSPORT_CAP_DEVICE_MEM);
+  return t != NULL && !(t->caps & TRANSPORT_CAP_DEVICE_COPY) &&
+         transport_select(&comm->tctx, a, b, TRANSPORT_CAP_HOST_MEM) == t;
+}
+
+int cuda_hier_column_on_device(const struct ncclComm* comm, int coll) {
+  const struct sched_topo* t = &comm->layout;
+  int local = t->local_of[comm->rank];
+  if (coll != COLL_ALLGATHER &&
+      !((coll == COLL_ALLREDUCE || coll == COLL_REDUCESCATTER) && t->nnodes == 2))
+    return 0;
+  for (int i = 0; i < t->nnodes; i++)
+    for (int j = i + 1; j < t->nnodes; j++)
+      if (!cuda_pair_net_direct(comm, t->order[t->node_start[i] + local],
+                                t->order[t->node_start[j] + local]))
+        return 0;
+  return 1;
+}
+
 /* Reduce-scatter and all-gather run their node stages as one task of a
  * row per node: each index's ranks must be evenly spaced across nodes. */
 static int comm_hier_columns(const struct ncclComm* comm) {
@@ -125,10 +146,23 @@ static int hier_fits(const struct work_op* op) {
   }
 }
 
+/* One rank a node on two nodes that a network moving device memory
+ * joins: Hier's node stages are a copy in and a reduction out, the stage
+ * between them a swap of device memory (gathered), which beats staging
+ * the call through host memory whatever the host would run. */
+static int hier_pair_of_ranks(const struct work_op* op) {
+  const struct sched_topo* t = &op->comm->layout;
+  int coll = op->args.coll;
+  return (coll == COLL_ALLREDUCE || coll == COLL_REDUCESCATTER) && t->nnodes == 2 &&
+         t->max_ppn == 1 && cuda_comm_shares_process(op->comm) >= 0 &&
+         cuda_hier_column_on_device(op->comm, coll);
+}
+
 /* Where the host would run Hier (or NCCL_ALGO names Direct): the node's
  * stages then run on the devices instead of through host memory. */
 static int hier_wanted(const struct work_op* op) {
   int algo = ALGO_RING;
+  if (hier_pair_of_ranks(op)) return 1;
   if (!hier_fits(op)) return 0;
   if (tuner_forces_direct()) return 1;
   tuner_host_best(op->comm, op->args.coll, op_bytes(op), &algo);

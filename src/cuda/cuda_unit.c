@@ -211,13 +211,8 @@ static int comm_net_direct(struct ncclComm* c) {
   struct device_comm* cc = c->device;
   if (cc->net_direct != 0) return cc->net_direct > 0;
   cc->net_direct = c->nranks > 1 ? 1 : -1;
-  for (int r = 0; r < c->nranks && cc->net_direct > 0; r++) {
-    if (r == c->rank) continue;
-    const struct transport* t = transport_select(&c->tctx, c->rank, r, TRANSPORT_CAP_DEVICE_MEM);
-    if (t == NULL || (t->caps & TRANSPORT_CAP_DEVICE_COPY) ||
-        transport_select(&c->tctx, c->rank, r, TRANSPORT_CAP_HOST_MEM) != t)
-      cc->net_direct = -1;
-  }
+  for (int r = 0; r < c->nranks && cc->net_direct > 0; r++)
+    if (r != c->rank && !cuda_pair_net_direct(c, c->rank, r)) cc->net_direct = -1;
   return cc->net_direct > 0;
 }
 

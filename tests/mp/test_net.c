@@ -34,6 +34,7 @@ typedef struct net_case {
   const char* after; /* FAKENET_FAULT_AFTER */
   int init_fails;    /* the fault stops ncclCommInitRank itself */
   int sync;          /* device calls run synchronously (BRAID_STREAM_MEMOPS=0) */
+  int hier;          /* device faults: under Hier's stage on the device, gated */
 } net_case;
 
 static char g_plugin_dir[4096];
@@ -317,12 +318,92 @@ static int device_direct_body(const mp_env* env) {
   return mp_expect_rc(env, comm, ncclCommDestroy(comm), ncclSuccess, "ncclCommDestroy") + bad;
 }
 
+/* Hier with direct node stages over a plugin, two hosts of two ranks
+ * (NCCL_ALGO naming Direct): where the fake takes device memory
+ * (`sync` of the case here says FAKENET_CUDA), the stage between the
+ * hosts of an all-reduce, a reduce-scatter and an all-gather runs in
+ * device scratch, so that only device memory goes to the plugin, ordered
+ * on the stream with one hardware queue for every stream
+ * (CUDASIM_ONE_QUEUE=1: a kernel the proxy launched while the stream
+ * waits would never run); where it does not, the stage runs in pinned host
+ * memory and only host memory goes to it. Every type, sum, avg and max,
+ * in place and out of place: exact either way, and the TUNING log says
+ * which stage ran. */
+static const int kHierColls[] = {CC_ALLREDUCE, CC_REDUCESCATTER, CC_ALLGATHER};
+static const int kHierKinds[] = {AR_SUM, AR_AVG, AR_MAX};
+static const ncclRedOp_t kHierOps[] = {ncclSum, ncclAvg, ncclMax};
+
+static int hier_call_wrong(const mp_env* env, const net_case* c, ncclComm_t comm, cudaStream_t s,
+                           int i, int on_device) {
+  int coll = kHierColls[i % 3];
+  dev_call d = {.host = {.coll = coll, .count = 150001, .salt = (uint64_t)i, .inplace = i % 2}};
+  long cuda0 = 0, host0 = 0, cuda1 = 0, host1 = 0;
+  char what[128];
+  size_t k = (size_t)(i / 2) % COUNT_OF(kHierOps);
+  d.host.type = kTypes[(size_t)(i / 3) % COUNT_OF(kTypes)];
+  if (kHierKinds[k] == AR_AVG && d.host.type == ncclInt32) k = 0; /* an integer's avg truncates */
+  d.host.kind = kHierKinds[k];
+  d.host.op = kHierOps[k];
+  int wrong = dev_call_prepare(&d, env) || plugin_counts(c, "fakenet_traffic", &cuda0, &host0);
+  cc_describe(&d.host, what, sizeof(what));
+  if (!wrong) {
+    ncclResult_t rc = cc_issue(&d.dev, comm, s);
+    wrong = rc != ncclSuccess || dev_sync(env, s) || dev_call_fetch(&d, env) ||
+            cc_verify(&d.host, env) || plugin_counts(c, "fakenet_traffic", &cuda1, &host1);
+    if (wrong) mp_fail(env, "Hier on devices: %s wrong", what);
+  }
+  if (!wrong && (on_device ? cuda1 == cuda0 || host1 != host0 : cuda1 != cuda0 || host1 == host0)) {
+    mp_fail(env, "Hier on devices: %s moved %ld device, %ld host bytes through the plugin", what,
+            cuda1 - cuda0, host1 - host0);
+    wrong = 1;
+  }
+  dev_call_release(&d);
+  return wrong;
+}
+
+static int hier_device_body(const mp_env* env) {
+  const net_case* c = env->arg;
+  int on_device = c->sync, bad = 0, calls = 0, pair = c->per_host == 1;
+  const char* stage = on_device ? ": Hier with direct node stages, on the device"
+                                : ": Hier with direct node stages";
+  ncclComm_t comm;
+  cudaStream_t s;
+  mp_capture cap;
+  setenv("FAKENET_CUDA", on_device ? "1" : "0", 1);
+  setenv("CUDASIM_ONE_QUEUE", "1", 1);
+  if (!pair) setenv("NCCL_ALGO", "Direct,Ring", 1); /* a pair of ranks goes alone */
+  setenv("NCCL_DEBUG", "INFO", 1);
+  setenv("NCCL_DEBUG_SUBSYS", "TUNING", 1);
+  rank_env(env, c);
+  if (mp_capture_begin(&cap) != 0) return 1;
+  if (dev_open(env, 0) != 0 || (s = dev_stream(env)) == NULL || mp_comm_init(env, &comm) != 0) {
+    mp_capture_end_quiet(&cap);
+    return 1;
+  }
+  for (int i = 0; i < 18; i++) {
+    if (pair && kHierColls[i % 3] == CC_ALLGATHER) continue; /* in place, no Hier (op_net_direct) */
+    bad += hier_call_wrong(env, c, comm, s, i, on_device);
+    calls++;
+  }
+  bad += mp_expect_rc(env, comm, ncclCommDestroy(comm), ncclSuccess, "ncclCommDestroy");
+  int ran = mp_capture_count(&cap, stage), on_dev = mp_capture_count(&cap, "on the device");
+  mp_capture_end_quiet(&cap);
+  if (ran < calls || on_dev != (on_device ? ran : 0)) {
+    mp_fail(env, "%d of %d calls ran as \"%s\" (%d on the device)", ran, calls, stage + 2, on_dev);
+    bad++;
+  }
+  return bad;
+}
+
 /* A rank whose device calls run synchronously over a fake that takes
  * device memory: its device buffers go to the plugin as they are. */
 static int direct_rank_open(const mp_env* env, const net_case* c, ncclComm_t* comm,
                             cudaStream_t* s) {
   setenv("FAKENET_CUDA", "1", 1);
-  setenv("BRAID_STREAM_MEMOPS", "0", 1);
+  setenv("BRAID_STREAM_MEMOPS", c->hier ? "1" : "0", 1);
+  /* two ranks a host apart would run Hier (cuda_direct_kind), not this */
+  if (!c->hier) setenv("NCCL_ALGO", "^Direct", 1);
+  setenv("CUDASIM_ONE_QUEUE", "1", 1);
   rank_env(env, c);
   if (dev_open(env, 0) != 0 || (*s = dev_stream(env)) == NULL) return 1;
   return mp_comm_init(env, comm);
@@ -398,8 +479,10 @@ static int device_refused_body(const mp_env* env) {
 }
 
 /* A plugin failure under a collective whose device buffers go to the
- * plugin as they are (FAKENET_CUDA=1, synchronous): an error on every
- * rank in time, nothing written outside the buffers, the comm aborts. */
+ * plugin as they are (FAKENET_CUDA=1, synchronous), or under Hier's stage
+ * between hosts in device scratch (the case's `hier`, gated): an error on
+ * every rank in time, nothing written outside the buffers, the comm
+ * aborts. */
 static int device_fault_body(const mp_env* env) {
   const net_case* c = env->arg;
   ncclComm_t comm;
@@ -459,6 +542,11 @@ static void test_device_fault(void** state) {
   assert_int_equal(launch(((const net_case*)*state)->nranks, device_fault_body, *state), 0);
 }
 
+static void test_hier_device(void** state) {
+  if (!have_driver()) skip();
+  assert_int_equal(launch(((const net_case*)*state)->nranks, hier_device_body, *state), 0);
+}
+
 static void test_device(void** state) {
   if (!have_driver()) skip();
   assert_int_equal(launch(3, device_body, *state), 0);
@@ -498,35 +586,42 @@ static void test_net(void** state) {
   assert_int_equal(launch(c->nranks, c->fault ? fault_body : good_body, c), 0);
 }
 
-static const net_case k_v8 = {8, 3, 1, NULL, NULL, 0, 0};
-static const net_case k_v9 = {9, 3, 1, NULL, NULL, 0, 0};
-static const net_case k_v10 = {10, 3, 1, NULL, NULL, 0, 0};
-static const net_case k_v11 = {11, 3, 1, NULL, NULL, 0, 0};
-static const net_case k_v12 = {12, 4, 1, NULL, NULL, 0, 0};
-static const net_case k_v12_2x2 = {12, 4, 2, NULL, NULL, 0, 0}; /* shared memory inside a host */
+static const net_case k_v8 = {8, 3, 1, NULL, NULL, 0, 0, 0};
+static const net_case k_v9 = {9, 3, 1, NULL, NULL, 0, 0, 0};
+static const net_case k_v10 = {10, 3, 1, NULL, NULL, 0, 0, 0};
+static const net_case k_v11 = {11, 3, 1, NULL, NULL, 0, 0, 0};
+static const net_case k_v12 = {12, 4, 1, NULL, NULL, 0, 0, 0};
+static const net_case k_v12_2x2 = {12, 4, 2, NULL, NULL, 0, 0, 0}; /* shared memory inside a host */
 /* device buffers where the plugin takes them, synchronous and gated calls */
-static const net_case k_direct_sync = {12, 3, 1, NULL, NULL, 0, 1};
-static const net_case k_direct_gated = {11, 3, 1, NULL, NULL, 0, 0};
-static const net_case k_direct_mixed_sync = {12, 4, 2, NULL, NULL, 0, 1};
-static const net_case k_direct_mixed_gated = {10, 4, 2, NULL, NULL, 0, 0};
-static const net_case k_fd_die = {12, 2, 1, "die", "3", 0, 1};
-static const net_case k_fd_stall = {10, 2, 1, "stall", NULL, 0, 1};
-static const net_case k_fd_regmr = {11, 2, 1, "regmr", "6", 0, 1};
-static const net_case k_f_init = {12, 2, 1, "init", NULL, 1, 0};
-static const net_case k_f_devices = {8, 2, 1, "devices", NULL, 1, 0};
-static const net_case k_f_props = {12, 2, 1, "props", NULL, 1, 0};
-static const net_case k_f_baddev = {10, 2, 1, "baddev", NULL, 1, 0};
-static const net_case k_f_listen = {12, 2, 1, "listen", NULL, 0, 0}; /* per connection */
-static const net_case k_f_connect = {12, 2, 1, "connect", NULL, 0, 0};
-static const net_case k_f_accept = {9, 2, 1, "accept", NULL, 0, 0};
-static const net_case k_f_regmr = {12, 2, 1, "regmr", NULL, 0, 0};
-static const net_case k_f_regmr_late = {11, 2, 1, "regmr", "6", 0, 0}; /* a payload's */
-static const net_case k_f_isend = {12, 2, 1, "isend", "2", 0, 0};
-static const net_case k_f_irecv = {8, 2, 1, "irecv", "2", 0, 0};
-static const net_case k_f_test = {12, 2, 1, "test", "20", 0, 0};
-static const net_case k_f_stall = {12, 2, 1, "stall", NULL, 0, 0};
-static const net_case k_f_die = {12, 2, 1, "die", "3", 0, 0};
-static const net_case k_f_badsize = {9, 2, 1, "badsize", NULL, 0, 0};
+static const net_case k_direct_sync = {12, 3, 1, NULL, NULL, 0, 1, 0};
+static const net_case k_direct_gated = {11, 3, 1, NULL, NULL, 0, 0, 0};
+static const net_case k_direct_mixed_sync = {12, 4, 2, NULL, NULL, 0, 1, 0};
+static const net_case k_direct_mixed_gated = {10, 4, 2, NULL, NULL, 0, 0, 0};
+/* Hier's stage between hosts: `sync` here says whether the fake takes device memory */
+static const net_case k_hier_device = {12, 4, 2, NULL, NULL, 0, 1, 0};
+static const net_case k_hier_pinned = {9, 4, 2, NULL, NULL, 0, 0, 0};
+static const net_case k_hier_pair = {11, 2, 1, NULL, NULL, 0, 1, 0}; /* one rank a host */
+static const net_case k_fd_die = {12, 2, 1, "die", "3", 0, 1, 0};
+static const net_case k_fd_stall = {10, 2, 1, "stall", NULL, 0, 1, 0};
+static const net_case k_fd_regmr = {11, 2, 1, "regmr", "6", 0, 1, 0};
+static const net_case k_fh_die = {12, 2, 1, "die", "3", 0, 0, 1};
+static const net_case k_fh_stall = {10, 2, 1, "stall", NULL, 0, 0, 1};
+static const net_case k_fh_regmr = {11, 2, 1, "regmr", "3", 0, 0, 1}; /* the scratch's */
+static const net_case k_f_init = {12, 2, 1, "init", NULL, 1, 0, 0};
+static const net_case k_f_devices = {8, 2, 1, "devices", NULL, 1, 0, 0};
+static const net_case k_f_props = {12, 2, 1, "props", NULL, 1, 0, 0};
+static const net_case k_f_baddev = {10, 2, 1, "baddev", NULL, 1, 0, 0};
+static const net_case k_f_listen = {12, 2, 1, "listen", NULL, 0, 0, 0}; /* per connection */
+static const net_case k_f_connect = {12, 2, 1, "connect", NULL, 0, 0, 0};
+static const net_case k_f_accept = {9, 2, 1, "accept", NULL, 0, 0, 0};
+static const net_case k_f_regmr = {12, 2, 1, "regmr", NULL, 0, 0, 0};
+static const net_case k_f_regmr_late = {11, 2, 1, "regmr", "6", 0, 0, 0}; /* a payload's */
+static const net_case k_f_isend = {12, 2, 1, "isend", "2", 0, 0, 0};
+static const net_case k_f_irecv = {8, 2, 1, "irecv", "2", 0, 0, 0};
+static const net_case k_f_test = {12, 2, 1, "test", "20", 0, 0, 0};
+static const net_case k_f_stall = {12, 2, 1, "stall", NULL, 0, 0, 0};
+static const net_case k_f_die = {12, 2, 1, "die", "3", 0, 0, 0};
+static const net_case k_f_badsize = {9, 2, 1, "badsize", NULL, 0, 0, 0};
 
 #define CASE(test, c) cmocka_unit_test_prestate(test, (void*)&(c))
 #define NET_TEST(c) CASE(test_net, c)
@@ -564,11 +659,17 @@ int main(void) {
       CASE(test_device_direct, k_direct_gated),
       CASE(test_device_direct, k_direct_mixed_sync),
       CASE(test_device_direct, k_direct_mixed_gated),
+      CASE(test_hier_device, k_hier_device),
+      CASE(test_hier_device, k_hier_pinned),
+      CASE(test_hier_device, k_hier_pair),
       CASE(test_device_regs, k_direct_sync),
       CASE(test_device_refused, k_direct_sync),
       CASE(test_device_fault, k_fd_die),
       CASE(test_device_fault, k_fd_stall),
       CASE(test_device_fault, k_fd_regmr),
+      CASE(test_device_fault, k_fh_die),
+      CASE(test_device_fault, k_fh_stall),
+      CASE(test_device_fault, k_fh_regmr),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -24,15 +24,17 @@
 #include "layout.h"
 #include "schedule.h"
 
-#define MAXN 1030     /* elements per block */
-#define MAX_NODES 3   /* Hier's tests */
-#define MAX_RANKS 12  /* 3 nodes x 4, or one node of DIRECT_MAX_RANKS */
-#define HIER_COUNT 67 /* Hier's largest block */
+#define MAXN 1030                     /* elements per block */
+#define MAX_NODES 3                   /* Hier's tests */
+#define MAX_RANKS 12                  /* 3 nodes x 4, or one node of DIRECT_MAX_RANKS */
+#define HIER_COUNT 67                 /* Hier's largest block */
+#define HIER_SCRATCH (HIER_COUNT + 4) /* a block on whole vectors (align 4) */
 
 /* nnodes x ppn ranks placed by `topo` (one node for the flat plans). Tasks
  * name ranks by their index on their node. */
 struct world {
   int coll, nnodes, ppn, root, inplace;
+  int gathered; /* Hier's stage between nodes only moves data */
   size_t count, send_len, recv_len;
   float bonus; /* what the stand-in for the stage between nodes adds */
   struct sched_topo topo;
@@ -41,7 +43,7 @@ struct world {
   float* recv[MAX_RANKS];
   float in[MAX_RANKS][MAX_RANKS * MAXN]; /* the inputs, kept */
   unsigned char writes[MAX_RANKS][MAX_RANKS * MAXN];
-  float scratch[MAX_RANKS][MAX_NODES * HIER_COUNT];
+  float scratch[MAX_RANKS][MAX_NODES * HIER_SCRATCH];
   struct direct_staged st[MAX_RANKS]; /* Hier's plans */
 };
 
@@ -214,26 +216,35 @@ static void test_direct_plans(void** state) {
 
 /* ---- Hier's node stages (direct_plan_hier) ---- */
 
-/* The stage between nodes, a stand-in: the collective along each column
- * on the scratches (send_off, recv_off, count of each member's plan), and
- * + bonus on every result, which the outputs must show. */
+/* The stage between nodes, a stand-in: each plan's column collective
+ * along each column on the scratches (send_off, recv_off, count, stride of
+ * each member's plan), and + bonus on every result, which the outputs
+ * must show. An all-gather in place writes every block, its own too. */
 static void stage_between(struct world* w) {
-  float tmp[MAX_NODES][MAX_NODES * HIER_COUNT];
+  static float tmp[MAX_NODES][MAX_NODES * HIER_SCRATCH];
   int m = w->nnodes;
   for (int l = 0; l < w->ppn; l++) {
     const struct direct_staged* st = &w->st[rank_at(w, 0, l)];
-    size_t c = st->count, out = w->coll == COLL_ALLGATHER ? (size_t)m * c : c;
+    int coll = st->column_coll;
+    size_t c = st->count, stride = st->stride ? st->stride : c;
+    size_t out = coll == COLL_ALLGATHER ? (size_t)(m - 1) * stride + c : c;
     for (int j = 0; j < m; j++) {
-      assert_true(w->st[rank_at(w, j, l)].count == c);
+      const struct direct_staged* sj = &w->st[rank_at(w, j, l)];
+      assert_true(sj->count == c && sj->column_coll == coll && sj->stride == st->stride);
       for (size_t i = 0; i < out; i++) {
         float v = 0;
-        for (int q = 0; q < m && w->coll != COLL_ALLGATHER; q++) {
-          size_t at = w->coll == COLL_REDUCESCATTER ? (size_t)j * c + i : i;
-          v += w->scratch[rank_at(w, q, l)][st->send_off + at];
+        for (int q = 0; q < m && coll != COLL_ALLGATHER; q++) {
+          size_t at = coll == COLL_REDUCESCATTER ? (size_t)j * c + i : i;
+          v += w->scratch[rank_at(w, q, l)][w->st[rank_at(w, q, l)].send_off + at];
         }
-        if (w->coll == COLL_ALLGATHER)
-          v = w->scratch[rank_at(w, (int)(i / c), l)]
-                        [w->st[rank_at(w, (int)(i / c), l)].send_off + i % c];
+        if (coll == COLL_ALLGATHER) {
+          int q = (int)(i / stride);
+          if (i % stride >= c) { /* between blocks: left as it was */
+            tmp[j][i] = w->scratch[rank_at(w, j, l)][sj->recv_off + i];
+            continue;
+          }
+          v = w->scratch[rank_at(w, q, l)][w->st[rank_at(w, q, l)].send_off + i % stride];
+        }
         tmp[j][i] = v + w->bonus;
       }
     }
@@ -255,10 +266,11 @@ static void plan_hier(struct world* w) {
                               .node = node,
                               .nnodes = w->nnodes,
                               .count = w->count,
-                              .align = 4};
+                              .align = 4,
+                              .gathered = w->gathered};
       assert_true(direct_column(&w->topo, l, &h.column0, &h.column_step));
       assert_int_equal(direct_plan_hier(&h, &w->st[r]), ncclSuccess);
-      assert_true(w->st[r].scratch <= MAX_NODES * HIER_COUNT);
+      assert_true(w->st[r].scratch <= MAX_NODES * HIER_SCRATCH);
     }
     for (int a = 0; a < w->ppn; a++)
       for (int b = 0; b < w->ppn; b++) {
@@ -281,16 +293,22 @@ static int layout_node(int kind, int r, int m, int ppn) {
   return (r / m) % 2 ? m - 1 - r % m : r % m;
 }
 
+/* Whether Hier takes collective `coll` gathered on `nnodes` nodes. */
+static int gathered_fits(int coll, int nnodes) {
+  return coll == COLL_ALLREDUCE || (coll == COLL_REDUCESCATTER && nnodes == 2);
+}
+
 /* Hier on every layout kind x 2..3 nodes x 1..4 ranks each x counts x in
- * place: each node's tasks, a stand-in for the stage between nodes, the
- * outputs by definition, each written once. */
+ * place, its stage between nodes reducing or only moving data (gathered:
+ * no bonus, the scratch NaN first, so a row the stage did not bring shows):
+ * each node's tasks, a stand-in for the stage between nodes, the outputs
+ * by definition, each written once. */
 static void test_direct_hier(void** state) {
   (void)state;
   static const size_t counts[] = {0, 1, 7, HIER_COUNT};
   static const int colls[] = {COLL_ALLREDUCE, COLL_REDUCESCATTER, COLL_ALLGATHER};
   struct world* w = calloc(1, sizeof(*w));
   int cases = 0;
-  w->bonus = 0.5f;
   for (int kind = 0; kind < 3; kind++)
     for (w->nnodes = 2; w->nnodes <= MAX_NODES; w->nnodes++)
       for (w->ppn = 1; w->ppn <= MAX_RANKS / MAX_NODES; w->ppn++) {
@@ -298,12 +316,18 @@ static void test_direct_hier(void** state) {
         for (int r = 0; r < n; r++) node_of[r] = layout_node(kind, r, w->nnodes, w->ppn);
         world_place(w, node_of);
         for (size_t ci = 0; ci < sizeof(counts) / sizeof(counts[0]); ci++)
-          for (int k = 0; k < 3; k++)
-            for (w->inplace = 0; w->inplace < 2; w->inplace++, cases++) {
-              w->coll = colls[k];
+          for (int k = 0; k < 6; k++)
+            for (w->inplace = 0; w->inplace < 2; w->inplace++) {
+              w->coll = colls[k % 3];
+              w->gathered = k >= 3;
+              if (w->gathered && !gathered_fits(w->coll, w->nnodes)) continue;
+              w->bonus = w->gathered ? 0.0f : 0.5f;
               w->count = counts[ci];
               world_setup(w);
+              for (int r = 0; r < n; r++)
+                for (size_t i = 0; i < MAX_NODES * HIER_SCRATCH; i++) w->scratch[r][i] = NAN;
               plan_hier(w);
+              cases++;
               for (int r = n - 1; r >= 0; r--) run_task(w, w->topo.node_of[r], &w->st[r].before);
               stage_between(w);
               for (int r = 0; r < n; r++) run_task(w, w->topo.node_of[r], &w->st[r].after);
@@ -346,6 +370,17 @@ static void test_direct_limits(void** state) {
   assert_true(t.srcs[0].off == 4 && t.n == 4);
   assert_int_equal(direct_plan(COLL_ALLREDUCE, 2, 3, 0, 10, 0, 4, &t), ncclSuccess);
   assert_true(t.srcs[0].off == 8 && t.n == 2);
+  /* gathered: a reduce-scatter swaps rows between 2 nodes only; an
+   * all-reduce's task after reduces one row per node */
+  struct direct_staged st;
+  struct direct_hier h = {
+      .coll = COLL_REDUCESCATTER, .nlocal = 2, .nnodes = 3, .count = 8, .align = 4, .gathered = 1};
+  assert_int_equal(direct_plan_hier(&h, &st), ncclInvalidArgument);
+  h.coll = COLL_ALLREDUCE, h.nnodes = DIRECT_MAX_RANKS + 1;
+  assert_int_equal(direct_plan_hier(&h, &st), ncclInvalidArgument);
+  h.nnodes = DIRECT_MAX_RANKS;
+  assert_int_equal(direct_plan_hier(&h, &st), ncclSuccess);
+  assert_true(st.column_coll == COLL_ALLGATHER && st.after.nsrcs == DIRECT_MAX_RANKS);
 }
 
 int main(void) {
