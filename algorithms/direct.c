@@ -80,6 +80,55 @@ static int refs_column(struct direct_ref* out, const struct direct_hier* h, int 
   return refs_all(out, h->nlocal, buf, (size_t)h->column0 * stride);
 }
 
+/* Whether a gathered plan halves (direct.h): 4 to DIRECT_MAX_NODES nodes,
+ * a power of two. */
+static int hier_halves(const struct direct_hier* h) {
+  return h->gathered && h->nnodes >= 4 && h->nnodes <= DIRECT_MAX_NODES &&
+         (h->nnodes & (h->nnodes - 1)) == 0;
+}
+
+/* The halving's steps over `len` elements of scratch from `base` (len a
+ * multiple of nnodes whole blocks; base >= len / 2, and as much room after
+ * the region, for what the first swap brings). Each step keeps the
+ * member's half in place, so what it offered and what came are free again
+ * once the reduce ran. */
+static void halving_plan(const struct direct_hier* h, size_t base, size_t len,
+                         struct direct_staged* st) {
+  size_t lo = base;
+  st->nsteps = 0;
+  for (int d = h->nnodes / 2; d >= 1 && len > 0; d /= 2) {
+    struct direct_step* s = &st->steps[st->nsteps++];
+    struct direct_task* t = &s->reduce;
+    size_t half = len / 2;
+    int m = (h->node / d) & 1;
+    size_t kept = m ? lo + half : lo, came = m ? lo - half : lo + 2 * half;
+    s->member = m;
+    s->lower = m ? h->node - d : h->node;
+    s->upper = m ? h->node : h->node + d;
+    s->count = half;
+    s->send_off = m ? lo : lo + half;             /* the half the partner keeps */
+    s->recv_off = s->send_off - (size_t)m * half; /* in place: ours at member * count */
+    memset(t, 0, sizeof(*t));
+    t->n = half, t->rows = 1, t->nsrcs = 2, t->ndsts = 1;
+    t->srcs[0] = ref(h->local, DIRECT_SCRATCH, m ? came : kept); /* the lower node's first */
+    t->srcs[1] = ref(h->local, DIRECT_SCRATCH, m ? kept : came);
+    t->dsts[0] = ref(h->local, DIRECT_SCRATCH, kept);
+    lo = kept, len = half;
+  }
+  st->post_task = st->nsteps > 0 ? st->nsteps : -1; /* the last step's reduce: the total */
+}
+
+/* Reduce-scatter halving: the rows from base = half the rows on, member j
+ * ends with row j, which the task after copies out. */
+static void halving_rows(const struct direct_hier* h, struct direct_staged* st) {
+  size_t c = h->count, len = (size_t)h->nnodes * c, base = len / 2;
+  st->before.dsts[0].off = base;
+  st->scratch = 2 * len;
+  halving_plan(h, base, len, st);
+  st->count = 0; /* no stage after the steps */
+  st->after.srcs[0].off = base + (size_t)h->node * c;
+}
+
 /* Reduce-scatter on 2 nodes, gathered (direct.h): member m of the column
  * writes its rows from m blocks on (0 1 on node 0, 1 2 on node 1), so that
  * both offer the row the other needs at block 1 and an all-gather in place
@@ -95,6 +144,7 @@ static void swap_rows(const struct direct_hier* h, struct direct_staged* st) {
   st->after.nsrcs = 2;
   st->after.srcs[0] = ref(h->local, DIRECT_SCRATCH, 0);
   st->after.srcs[1] = ref(h->local, DIRECT_SCRATCH, 2 * c);
+  st->post_task = 1;
 }
 
 /* Both tasks one row per node between this rank's input or output and
@@ -107,6 +157,7 @@ static void hier_blocks(const struct direct_hier* h, struct direct_staged* st) {
   st->scratch = (size_t)h->nnodes * h->count;
   st->count = h->count;
   st->column_coll = h->coll;
+  st->post_task = -1;
   if (h->coll == COLL_REDUCESCATTER) {
     in->rows = (size_t)h->nnodes;
     in->nsrcs = refs_column(in->srcs, h, DIRECT_SEND, stride, &in->src_row);
@@ -115,7 +166,10 @@ static void hier_blocks(const struct direct_hier* h, struct direct_staged* st) {
     st->send_off = 0, st->recv_off = mine;
     out->nsrcs = 1, out->srcs[0] = ref(h->local, DIRECT_SCRATCH, mine);
     out->ndsts = 1, out->dsts[0] = ref(h->local, DIRECT_RECV, 0);
-    if (h->gathered) swap_rows(h, st);
+    if (hier_halves(h))
+      halving_rows(h, st);
+    else if (h->gathered)
+      swap_rows(h, st);
   } else {
     in->nsrcs = 1, in->srcs[0] = ref(h->local, DIRECT_SEND, 0);
     in->ndsts = 1, in->dsts[0] = ref(h->local, DIRECT_SCRATCH, mine);
@@ -139,7 +193,17 @@ static ncclResult_t hier_slice(const struct direct_hier* h, struct direct_staged
   st->after.nsrcs = 1, st->after.srcs[0] = ref(h->local, DIRECT_SCRATCH, 0);
   st->scratch = st->count = whole.n;
   st->column_coll = COLL_ALLREDUCE;
-  if (h->gathered) { /* a row per node, each on whole vectors */
+  st->post_task = -1;
+  if (hier_halves(h)) { /* the slice padded to nnodes whole blocks, halved, gathered */
+    size_t len = ALIGN_UP(whole.n, (size_t)h->nnodes * MAX(h->align, (size_t)1));
+    size_t base = len / 2, block = len / (size_t)h->nnodes;
+    st->before.dsts[0].off = st->after.srcs[0].off = base;
+    st->scratch = 2 * len;
+    halving_plan(h, base, len, st);
+    st->column_coll = COLL_ALLGATHER;
+    st->count = block;
+    st->send_off = base + (size_t)h->node * block, st->recv_off = base;
+  } else if (h->gathered) { /* a row per node, each on whole vectors */
     size_t row = ALIGN_UP(whole.n, MAX(h->align, (size_t)1));
     st->before.dsts[0].off = (size_t)h->node * row;
     st->after.nsrcs = h->nnodes;
@@ -148,6 +212,7 @@ static ncclResult_t hier_slice(const struct direct_hier* h, struct direct_staged
     st->column_coll = COLL_ALLGATHER;
     st->send_off = st->before.dsts[0].off;
     st->stride = row;
+    st->post_task = 1;
   }
   return ncclSuccess;
 }
@@ -160,8 +225,9 @@ ncclResult_t direct_plan_hier(const struct direct_hier* h, struct direct_staged*
          h->local, h->nlocal, h->node, h->nnodes, DIRECT_MAX_RANKS);
     return ncclInvalidArgument;
   }
-  if (h->gathered && ((h->coll == COLL_ALLREDUCE && h->nnodes > DIRECT_MAX_RANKS) ||
-                      (h->coll == COLL_REDUCESCATTER && h->nnodes != 2))) {
+  if (h->gathered && !hier_halves(h) &&
+      ((h->coll == COLL_ALLREDUCE && h->nnodes > DIRECT_MAX_RANKS) ||
+       (h->coll == COLL_REDUCESCATTER && h->nnodes != 2))) {
     WARN("Direct: a gathered stage between %d nodes for collective %d", h->nnodes, h->coll);
     return ncclInvalidArgument;
   }

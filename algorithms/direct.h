@@ -78,13 +78,25 @@ ncclResult_t direct_plan(int coll, int rank, int nranks, int root, size_t count,
  * device while the kernels stay in the stream (a reduction there would
  * need a kernel the proxy launches). The column all-gathers the node
  * partials and the task after reduces them, in node order:
- *  - all-reduce (any number of nodes): scratch row j holds node j's
- *    partial of this rank's slice, the column all-gathers the rows, the
- *    task after reduces them into every output of the node; each member
- *    sends its slice to every other (as much as a ring on 2 nodes);
+ *  - all-reduce (up to DIRECT_MAX_RANKS nodes, but not 4 or 8, which
+ *    halve): scratch row j holds node j's partial of this rank's slice,
+ *    the column all-gathers the rows, the task after reduces them into
+ *    every output of the node; each member sends its slice to every other
+ *    (as much as a ring on 2 nodes, more beyond);
  *  - reduce-scatter (2 nodes only): each member offers the row its
  *    partner needs, so the all-gather is one swap of one row each way,
  *    and the task after reduces its own row and the partner's.
+ * On 4, 8, ... DIRECT_MAX_NODES nodes (a power of two) both halve
+ * instead, in steps (direct_step): the members half the nodes apart swap
+ * the halves each keeps (an all-gather of two, in place), a task reduces
+ * the kept half with what came, lower node's first, and the next step
+ * halves that at half the distance; after log2(nnodes) steps member j
+ * holds block j of the total. An all-reduce then all-gathers the blocks
+ * along the column and the task after writes the whole to every output
+ * of the node; a reduce-scatter's block is its row, which the task after
+ * copies out. Each member sends what a ring would, in 2 log2(nnodes)
+ * rounds. The all-reduce's slice is padded to nnodes whole vectors (the
+ * padding's junk is reduced and moved, never written out).
  */
 struct direct_hier {
   int coll;   /* COLL_ALLREDUCE, COLL_REDUCESCATTER or COLL_ALLGATHER */
@@ -100,15 +112,34 @@ struct direct_hier {
   int gathered; /* the stage between nodes only moves data (above) */
 };
 
-/* The plan: its two tasks, the scratch they use (elements), and the
- * stage between nodes: collective `column_coll` (the call's; all-gather
- * where gathered) along the column from scratch + send_off into scratch +
- * recv_off, `count` and `stride` as in exec_args (count 0: none). */
+#define DIRECT_MAX_STEPS 6                       /* a halving's steps between nodes */
+#define DIRECT_MAX_NODES (1 << DIRECT_MAX_STEPS) /* a halving's nodes */
+
+/* One step of a halving (above): an all-gather of `count` elements
+ * between nodes `lower` and `upper` (this rank the column's member on
+ * `member`: 0 lower, 1 upper) from scratch + send_off into scratch +
+ * recv_off, in place; then `reduce`. */
+struct direct_step {
+  int lower, upper, member;
+  size_t send_off, recv_off, count;
+  struct direct_task reduce;
+};
+
+/* The plan: its tasks, the scratch they use (elements), and the stage
+ * between nodes: the halving's steps, then collective `column_coll` (the
+ * call's; all-gather where gathered) along the column from scratch +
+ * send_off into scratch + recv_off, `count` and `stride` as in exec_args
+ * (count 0: none). The tasks run in the order before, each step's reduce,
+ * after; `post_task` is the one that applies the call's post-divide (its
+ * index in that order), -1 where the stage between nodes does. */
 struct direct_staged {
   struct direct_task before, after;
   size_t scratch;
+  int nsteps;
+  struct direct_step steps[DIRECT_MAX_STEPS];
   int column_coll;
   size_t send_off, recv_off, count, stride;
+  int post_task;
 };
 
 ncclResult_t direct_plan_hier(const struct direct_hier* h, struct direct_staged* out);

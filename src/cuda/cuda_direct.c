@@ -30,6 +30,8 @@
 
 /* ---- One call ---- */
 
+_Static_assert(WORK_MAX_LAUNCHES >= DIRECT_MAX_STEPS + 2, "a halving's kernels fit work_op");
+
 /* The plan's task over every rank's buffers, in the kernel's form;
  * `flags` the post-divide. */
 static void direct_task_resolve(const struct exec_args* a, const struct direct_task* p,
@@ -162,34 +164,41 @@ static ncclResult_t hier_plan(const struct ncclComm* comm, const struct exec_arg
   return direct_plan_hier(&h, st);
 }
 
-/* The stage between nodes, in the scratch: the plan's collective among
- * the ranks of the other nodes that hold this rank's index (a ring over
- * the network, the executor with a group). On the host, pinned scratch;
+/* One collective between nodes, in the scratch: `coll` of `count` (and
+ * `stride`, as in exec_args) from scratch + send_off into scratch +
+ * recv_off among the group's ranks (this rank `group_rank` of them), a
+ * ring over the network run by the executor. On the host, pinned scratch;
  * on the device, an all-gather that moves data only, every link taking
  * device memory, so the executor may launch nothing (exec_args.no_tasks)
- * while the stream waits for the task after it. */
-static ncclResult_t column_call(struct ncclComm* comm, struct cuda_direct* d,
-                                const struct exec_args* a, char* scratch, int on_device,
-                                const struct direct_staged* st) {
+ * while the stream waits for the next task. */
+struct column_stage {
+  int coll;
+  size_t send_off, recv_off, count, stride;
+  int group_size, group_rank;
+  int* group_ranks;
+};
+
+static ncclResult_t column_call(struct ncclComm* comm, const struct exec_args* a, char* scratch,
+                                int on_device, const struct column_stage* cs) {
   ncclResult_t res = ncclSuccess;
   struct exec_args c = *a;
   size_t es = kern_type_size(a->type);
   long nap_ns = 0;
   int done = 0;
-  c.coll = st->column_coll;
-  c.sendbuff = scratch + st->send_off * es;
-  c.recvbuff = scratch + st->recv_off * es;
-  c.count = st->count;
-  c.stride = st->stride;
+  c.coll = cs->coll;
+  c.sendbuff = scratch + cs->send_off * es;
+  c.recvbuff = scratch + cs->recv_off * es;
+  c.count = cs->count;
+  c.stride = cs->stride;
   c.mem = on_device ? MEM_DEVICE : MEM_HOST;
   c.no_tasks = on_device;
   c.sendreg = c.recvreg = NULL;
   c.scalar_src = NULL;
   c.algo = ALGO_RING;
   c.chunk_bytes = comm->exec.slot_bytes;
-  c.group_size = comm->layout.nnodes;
-  c.group_rank = comm->layout.node_of[comm->rank];
-  c.group_ranks = d->column;
+  c.group_size = cs->group_size;
+  c.group_rank = cs->group_rank;
+  c.group_ranks = cs->group_ranks;
   CHECK(exec_comm_start(comm, &c));
   while (!done) {
     int progressed = 0;
@@ -203,10 +212,29 @@ fail:
   return res;
 }
 
+/* A halving's step (algorithms/direct.h): the swap with the partner, then
+ * the reduce kernel, task `which` of the call. */
+static ncclResult_t halving_step(struct ncclComm* comm, struct cuda_direct* d,
+                                 const struct work_op* op, char* scratch, direct_bufs bufs,
+                                 const struct direct_staged* st, int i) {
+  ncclResult_t res = ncclSuccess;
+  const struct direct_step* s = &st->steps[i];
+  int pair[2] = {d->column[s->lower], d->column[s->upper]}, which = 1 + i;
+  struct column_stage swap = {COLL_ALLGATHER, s->send_off, s->recv_off, s->count, 0, 2,
+                              s->member,      pair};
+  struct kern_dev_task task;
+  CHECK(column_call(comm, &op->args, scratch, 1, &swap));
+  direct_task_resolve(&op->args, &s->reduce, which == st->post_task ? op->args.post : 0, bufs,
+                      &task);
+  CHECK(task_run(comm, d, op, which, &task));
+fail:
+  return res;
+}
+
 /* Hier with the node's stages direct (direct_plan_hier): the first task
- * into the scratch, the stage between nodes there, the second task out of
- * it. The post-divide (avg) happens on the total: between nodes, or in
- * the second task where that reduces the nodes' partials (gathered). */
+ * into the scratch, the stage between nodes there (a halving's steps, the
+ * column's collective), the last task out of it. The post-divide (avg)
+ * happens on the total: between nodes, or in the task the plan names. */
 static ncclResult_t hier_call(struct ncclComm* comm, struct cuda_direct* d,
                               const struct work_op* op, direct_bufs bufs) {
   ncclResult_t res = ncclSuccess;
@@ -216,16 +244,27 @@ static ncclResult_t hier_call(struct ncclComm* comm, struct cuda_direct* d,
   struct kern_dev_task task;
   size_t es = kern_type_size(a->type);
   int on_device = cuda_hier_column_on_device(comm, a->coll);
+  char* base;
   CHECK(hier_plan(comm, a, on_device, &st));
   CHECK(scratch_get(d, MAX(st.scratch * es, (size_t)1), on_device, &scratch));
+  base = on_device ? (char*)(uintptr_t)scratch->dev : scratch->host;
   bufs[d->me_local][DIRECT_SCRATCH] = (char*)(uintptr_t)scratch->dev;
   direct_task_resolve(a, &st.before, 0, bufs, &task);
   CHECK(task_run(comm, d, op, 0, &task));
-  if (st.count)
-    CHECK(column_call(comm, d, a, on_device ? (char*)(uintptr_t)scratch->dev : scratch->host,
-                      on_device, &st));
-  direct_task_resolve(a, &st.after, st.column_coll != a->coll ? a->post : 0, bufs, &task);
-  CHECK(task_run(comm, d, op, 1, &task));
+  for (int i = 0; i < st.nsteps; i++) CHECK(halving_step(comm, d, op, base, bufs, &st, i));
+  if (st.count) {
+    struct column_stage column = {st.column_coll,
+                                  st.send_off,
+                                  st.recv_off,
+                                  st.count,
+                                  st.stride,
+                                  comm->layout.nnodes,
+                                  comm->layout.node_of[comm->rank],
+                                  d->column};
+    CHECK(column_call(comm, a, base, on_device, &column));
+  }
+  direct_task_resolve(a, &st.after, st.post_task == st.nsteps + 1 ? a->post : 0, bufs, &task);
+  CHECK(task_run(comm, d, op, st.nsteps + 1, &task));
 fail:
   return res;
 }
@@ -293,10 +332,13 @@ ncclResult_t cuda_direct_arm(struct work_op* op, CUstream stream) {
   struct direct_staged st;
   size_t align = MAX(16 / kern_type_size(a->type), 1);
   int k = sched_topo_node_size(t, t->node_of[comm->rank]), me = t->local_of[comm->rank];
-  if (op->direct == WORK_DIRECT_HIER) { /* two kernels: into the scratch, out of it */
+  if (op->direct == WORK_DIRECT_HIER) { /* into the scratch, each step's, out of it */
     CHECK(hier_plan(comm, a, cuda_hier_column_on_device(comm, a->coll), &st));
     CHECK(cuda_deferred_arm(pool, cuda_driver(), stream, st.before.n, &op->deferred[0]));
-    CHECK(cuda_deferred_arm(pool, cuda_driver(), stream, st.after.n, &op->deferred[1]));
+    for (int i = 0; i < st.nsteps; i++)
+      CHECK(cuda_deferred_arm(pool, cuda_driver(), stream, st.steps[i].reduce.n,
+                              &op->deferred[1 + i]));
+    CHECK(cuda_deferred_arm(pool, cuda_driver(), stream, st.after.n, &op->deferred[st.nsteps + 1]));
     return ncclSuccess;
   }
   CHECK(direct_plan(a->coll, me, k, a->root, a->count, a->stride, align, &plan));

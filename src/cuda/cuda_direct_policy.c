@@ -111,11 +111,16 @@ int cuda_pair_net_direct(const struct ncclComm* comm, int a, int b) {
          transport_select(&comm->tctx, a, b, TRANSPORT_CAP_HOST_MEM) == t;
 }
 
+/* 2 nodes, or a power of two of them that a halving takes. */
+static int nodes_halve(int nnodes) {
+  return nnodes == 2 || (nnodes >= 4 && nnodes <= DIRECT_MAX_NODES && !(nnodes & (nnodes - 1)));
+}
+
 int cuda_hier_column_on_device(const struct ncclComm* comm, int coll) {
   const struct sched_topo* t = &comm->layout;
   int local = t->local_of[comm->rank];
   if (coll != COLL_ALLGATHER &&
-      !((coll == COLL_ALLREDUCE || coll == COLL_REDUCESCATTER) && t->nnodes == 2))
+      !((coll == COLL_ALLREDUCE || coll == COLL_REDUCESCATTER) && nodes_halve(t->nnodes)))
     return 0;
   for (int i = 0; i < t->nnodes; i++)
     for (int j = i + 1; j < t->nnodes; j++)
@@ -123,6 +128,12 @@ int cuda_hier_column_on_device(const struct ncclComm* comm, int coll) {
                                 t->order[t->node_start[j] + local]))
         return 0;
   return 1;
+}
+
+int cuda_hier_halving(const struct ncclComm* comm, int coll) {
+  int nnodes = comm->layout.nnodes;
+  return coll != COLL_ALLGATHER && nnodes >= 4 && cuda_hier_column_on_device(comm, coll) ? nnodes
+                                                                                         : 0;
 }
 
 /* Reduce-scatter and all-gather run their node stages as one task of a
@@ -146,14 +157,15 @@ static int hier_fits(const struct work_op* op) {
   }
 }
 
-/* One rank a node on two nodes that a network moving device memory
- * joins: Hier's node stages are a copy in and a reduction out, the stage
- * between them a swap of device memory (gathered), which beats staging
- * the call through host memory whatever the host would run. */
-static int hier_pair_of_ranks(const struct work_op* op) {
+/* One rank a node on nodes that a network moving device memory joins
+ * (2, or a power of two up to DIRECT_MAX_NODES): Hier's node stages are a
+ * copy in and a reduction out, the stage between them swaps of device
+ * memory (gathered), which beats staging the call through host memory
+ * whatever the host would run. */
+static int hier_one_per_node(const struct work_op* op) {
   const struct sched_topo* t = &op->comm->layout;
   int coll = op->args.coll;
-  return (coll == COLL_ALLREDUCE || coll == COLL_REDUCESCATTER) && t->nnodes == 2 &&
+  return (coll == COLL_ALLREDUCE || coll == COLL_REDUCESCATTER) && t->nnodes >= 2 &&
          t->max_ppn == 1 && cuda_comm_shares_process(op->comm) >= 0 &&
          cuda_hier_column_on_device(op->comm, coll);
 }
@@ -162,7 +174,7 @@ static int hier_pair_of_ranks(const struct work_op* op) {
  * stages then run on the devices instead of through host memory. */
 static int hier_wanted(const struct work_op* op) {
   int algo = ALGO_RING;
-  if (hier_pair_of_ranks(op)) return 1;
+  if (hier_one_per_node(op)) return 1;
   if (!hier_fits(op)) return 0;
   if (tuner_forces_direct()) return 1;
   tuner_host_best(op->comm, op->args.coll, op_bytes(op), &algo);

@@ -148,6 +148,14 @@ fail:
   return res;
 }
 
+/* How op runs direct (cuda_direct_kind), and whether its Hier stage
+ * between nodes halves, whose partners its unit then connects. */
+static void direct_mark(struct work_op* op) {
+  op->direct = cuda_direct_kind(op);
+  op->direct_halving =
+      op->direct == WORK_DIRECT_HIER ? cuda_hier_halving(op->comm, op->args.coll) : 0;
+}
+
 /* Without gates: wait for the streams, run (collectives on the device
  * backend, where its internal stream cannot queue behind a waiting user
  * stream: none waits), copy out, wait again (the mirrors are reused by the
@@ -163,7 +171,7 @@ static ncclResult_t unit_run_synchronously(struct work_op* ops, int n, const CUs
     return res;
   }
   if (cuda_direct_wanted(ops, n)) /* a non-blocking init's peers are known only now */
-    for (int i = 0; i < n; i++) ops[i].direct = cuda_direct_kind(&ops[i]);
+    for (int i = 0; i < n; i++) direct_mark(&ops[i]);
   ran = work_run(ops, n);
   for (int k = 0; k < ns; k++) CHECK(stream_stage(ops, n, streams[k], STAGE_OUT_SYNC));
   CHECK(streams_sync(ops, n, streams, ns));
@@ -314,7 +322,7 @@ ncclResult_t device_unit_dispatch(struct work_op* ops, int n) {
   struct device_comm* cc = ops[0].comm->device;
   /* a direct unit stages nothing: its kernels read and write the buffers */
   int direct = cuda_direct_wanted(ops, n), gated = unit_gated(ops, n, ns);
-  for (int i = 0; i < n && direct; i++) ops[i].direct = cuda_direct_kind(&ops[i]);
+  for (int i = 0; i < n && direct; i++) direct_mark(&ops[i]);
   for (int i = 0; i < n && gated && !direct; i++) ops[i].args.no_tasks = op_net_direct(&ops[i]);
   for (int k = 0; k < ns && res == ncclSuccess; k++)
     res = stream_stage(ops, n, streams[k], gated && !direct ? STAGE_IN_GATED : STAGE_IN_SYNC);

@@ -15,6 +15,21 @@
 
 #define CONNECT_MAX_PEERS 64
 
+/* Hier on devices that halves between nodes (work_op.direct_halving)
+ * swaps with the ranks of its index on the nodes nodes/2, nodes/4 ... 1
+ * away, beside the schedule's peers: those added to peers[0..m), new
+ * count. */
+static int halving_peers(const struct work_op* op, int* peers, int m) {
+  const struct sched_topo* t = &op->comm->layout;
+  int me = op->comm->rank, node = t->node_of[me], local = t->local_of[me];
+  for (int d = op->direct_halving / 2; d >= 1 && m < CONNECT_MAX_PEERS; d /= 2) {
+    int peer = t->order[t->node_start[node ^ d] + local], seen = 0;
+    for (int i = 0; i < m; i++) seen |= peers[i] == peer;
+    if (!seen) peers[m++] = peer;
+  }
+  return m;
+}
+
 /* The peers an operation talks to, and whether it sends/receives to each:
  * a collective's, from the schedule work_plan chose; none for a direct
  * call on one node, whose kernels reach the peers' buffers over links of
@@ -23,6 +38,7 @@ static int op_peers(struct work_op* op, int* peers, int* sends, int* recvs) {
   if (op->kind == WORK_COLL && op->direct == WORK_DIRECT_NODE) return 0;
   if (op->kind == WORK_COLL) {
     int m = sched_peers(&op->key, peers, CONNECT_MAX_PEERS);
+    m = halving_peers(op, peers, m);
     for (int i = 0; i < m; i++) sends[i] = recvs[i] = 1;
     return m;
   }

@@ -23,8 +23,10 @@ enum work_kind { WORK_COLL = 0, WORK_SEND, WORK_RECV };
  * all its ranks on one node, or Hier with the node's stages direct. */
 enum work_direct { WORK_DIRECT_NONE = 0, WORK_DIRECT_NODE, WORK_DIRECT_HIER };
 
-/* Kernels one operation may queue on its stream (work_op.deferred). */
-#define WORK_MAX_LAUNCHES 2
+/* Kernels one operation may queue on its stream (work_op.deferred): Hier
+ * with direct node stages halving between 64 nodes queues 8
+ * (algorithms/direct.h, DIRECT_MAX_STEPS + 2). */
+#define WORK_MAX_LAUNCHES 8
 
 struct work_op {
   struct ncclComm* comm;
@@ -45,9 +47,13 @@ struct work_op {
   cudaStream_t stream;       /* the stream the call named */
   int direct; /* enum work_direct: a collective run by the direct algorithm (cuda_direct.h) */
   int ipc;    /* p2p on device memory moved device to device (transports/cudaipc), not staged */
-  /* gated: its kernels, queued on the stream: a direct collective's (two for
-   * Hier on devices: into its scratch, out of it), an ipc send's copy. slot
-   * NULL: none */
+  /* Hier on devices whose stage between nodes halves (algorithms/direct.h):
+   * its nodes, whose partners at distances nodes/2 .. 1 are connected too;
+   * 0: none */
+  int direct_halving;
+  /* gated: its kernels, queued on the stream: a direct collective's (for
+   * Hier on devices: into its scratch, one per halving step, out of it), an
+   * ipc send's copy. slot NULL: none */
   struct gpu_launch deferred[WORK_MAX_LAUNCHES];
 };
 

@@ -318,17 +318,19 @@ static int device_direct_body(const mp_env* env) {
   return mp_expect_rc(env, comm, ncclCommDestroy(comm), ncclSuccess, "ncclCommDestroy") + bad;
 }
 
-/* Hier with direct node stages over a plugin, two hosts of two ranks
- * (NCCL_ALGO naming Direct): where the fake takes device memory
+/* Hier with direct node stages over a plugin, two or four hosts of two
+ * ranks (NCCL_ALGO naming Direct) or of one (alone): where the fake takes
+ * device memory
  * (`sync` of the case here says FAKENET_CUDA), the stage between the
  * hosts of an all-reduce, a reduce-scatter and an all-gather runs in
  * device scratch, so that only device memory goes to the plugin, ordered
  * on the stream with one hardware queue for every stream
  * (CUDASIM_ONE_QUEUE=1: a kernel the proxy launched while the stream
  * waits would never run); where it does not, the stage runs in pinned host
- * memory and only host memory goes to it. Every type, sum, avg and max,
- * in place and out of place: exact either way, and the TUNING log says
- * which stage ran. */
+ * memory and only host memory goes to it. On 4 hosts the stage halves
+ * (direct_step), gated or (the case's `hier`) synchronous. Every type,
+ * sum, avg and max, in place and out of place: exact either way, and the
+ * TUNING log says which stage ran. */
 static const int kHierColls[] = {CC_ALLREDUCE, CC_REDUCESCATTER, CC_ALLGATHER};
 static const int kHierKinds[] = {AR_SUM, AR_AVG, AR_MAX};
 static const ncclRedOp_t kHierOps[] = {ncclSum, ncclAvg, ncclMax};
@@ -371,7 +373,8 @@ static int hier_device_body(const mp_env* env) {
   mp_capture cap;
   setenv("FAKENET_CUDA", on_device ? "1" : "0", 1);
   setenv("CUDASIM_ONE_QUEUE", "1", 1);
-  if (!pair) setenv("NCCL_ALGO", "Direct,Ring", 1); /* a pair of ranks goes alone */
+  if (c->hier) setenv("BRAID_STREAM_MEMOPS", "0", 1); /* synchronous: kernels on the comm's */
+  if (!pair) setenv("NCCL_ALGO", "Direct,Ring", 1);   /* a pair of ranks goes alone */
   setenv("NCCL_DEBUG", "INFO", 1);
   setenv("NCCL_DEBUG_SUBSYS", "TUNING", 1);
   rank_env(env, c);
@@ -600,13 +603,17 @@ static const net_case k_direct_mixed_gated = {10, 4, 2, NULL, NULL, 0, 0, 0};
 /* Hier's stage between hosts: `sync` here says whether the fake takes device memory */
 static const net_case k_hier_device = {12, 4, 2, NULL, NULL, 0, 1, 0};
 static const net_case k_hier_pinned = {9, 4, 2, NULL, NULL, 0, 0, 0};
-static const net_case k_hier_pair = {11, 2, 1, NULL, NULL, 0, 1, 0}; /* one rank a host */
+static const net_case k_hier_pair = {11, 2, 1, NULL, NULL, 0, 1, 0};    /* one rank a host */
+static const net_case k_hier_halving = {12, 4, 1, NULL, NULL, 0, 1, 0}; /* 4 hosts: halving */
+static const net_case k_hier_halving_2 = {10, 8, 2, NULL, NULL, 0, 1, 0};
+static const net_case k_hier_halving_sync = {12, 4, 1, NULL, NULL, 0, 1, 1};
 static const net_case k_fd_die = {12, 2, 1, "die", "3", 0, 1, 0};
 static const net_case k_fd_stall = {10, 2, 1, "stall", NULL, 0, 1, 0};
 static const net_case k_fd_regmr = {11, 2, 1, "regmr", "6", 0, 1, 0};
 static const net_case k_fh_die = {12, 2, 1, "die", "3", 0, 0, 1};
 static const net_case k_fh_stall = {10, 2, 1, "stall", NULL, 0, 0, 1};
-static const net_case k_fh_regmr = {11, 2, 1, "regmr", "3", 0, 0, 1}; /* the scratch's */
+static const net_case k_fh_regmr = {11, 2, 1, "regmr", "3", 0, 0, 1};     /* the scratch's */
+static const net_case k_fh_halving_die = {12, 4, 1, "die", "3", 0, 0, 1}; /* 4 hosts: halving */
 static const net_case k_f_init = {12, 2, 1, "init", NULL, 1, 0, 0};
 static const net_case k_f_devices = {8, 2, 1, "devices", NULL, 1, 0, 0};
 static const net_case k_f_props = {12, 2, 1, "props", NULL, 1, 0, 0};
@@ -662,6 +669,9 @@ int main(void) {
       CASE(test_hier_device, k_hier_device),
       CASE(test_hier_device, k_hier_pinned),
       CASE(test_hier_device, k_hier_pair),
+      CASE(test_hier_device, k_hier_halving),
+      CASE(test_hier_device, k_hier_halving_2),
+      CASE(test_hier_device, k_hier_halving_sync),
       CASE(test_device_regs, k_direct_sync),
       CASE(test_device_refused, k_direct_sync),
       CASE(test_device_fault, k_fd_die),
@@ -670,6 +680,7 @@ int main(void) {
       CASE(test_device_fault, k_fh_die),
       CASE(test_device_fault, k_fh_stall),
       CASE(test_device_fault, k_fh_regmr),
+      CASE(test_device_fault, k_fh_halving_die),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -25,10 +25,11 @@
 #include "schedule.h"
 
 #define MAXN 1030                     /* elements per block */
-#define MAX_NODES 3                   /* Hier's tests */
-#define MAX_RANKS 12                  /* 3 nodes x 4, or one node of DIRECT_MAX_RANKS */
+#define MAX_NODES 4                   /* Hier's tests */
+#define MAX_RANKS 16                  /* 4 nodes x 4, or one node of DIRECT_MAX_RANKS */
 #define HIER_COUNT 67                 /* Hier's largest block */
 #define HIER_SCRATCH (HIER_COUNT + 4) /* a block on whole vectors (align 4) */
+#define SCRATCH_ELEMS (2 * MAX_NODES * HIER_SCRATCH) /* a halving's: twice the rows */
 
 /* nnodes x ppn ranks placed by `topo` (one node for the flat plans). Tasks
  * name ranks by their index on their node. */
@@ -43,7 +44,7 @@ struct world {
   float* recv[MAX_RANKS];
   float in[MAX_RANKS][MAX_RANKS * MAXN]; /* the inputs, kept */
   unsigned char writes[MAX_RANKS][MAX_RANKS * MAXN];
-  float scratch[MAX_RANKS][MAX_NODES * HIER_SCRATCH];
+  float scratch[MAX_RANKS][SCRATCH_ELEMS];
   struct direct_staged st[MAX_RANKS]; /* Hier's plans */
 };
 
@@ -255,6 +256,30 @@ static void stage_between(struct world* w) {
   }
 }
 
+/* A halving's steps (direct.h): each step's swaps along every column,
+ * both members agreeing on it, then every member's reduce. */
+static void halving_steps(struct world* w) {
+  int n = nranks_of(w), nsteps = 0;
+  for (int r = 0; r < n; r++) nsteps = w->st[r].nsteps > nsteps ? w->st[r].nsteps : nsteps;
+  for (int i = 0; i < nsteps; i++) {
+    for (int r = 0; r < n; r++) {
+      if (i >= w->st[r].nsteps) continue; /* an empty slice: its column has no steps */
+      const struct direct_step* s = &w->st[r].steps[i];
+      int l = w->topo.local_of[r];
+      int p = rank_at(w, s->member ? s->lower : s->upper, l);
+      const struct direct_step* q = &w->st[p].steps[i];
+      assert_int_equal(w->st[p].nsteps, w->st[r].nsteps);
+      assert_true(q->lower == s->lower && q->upper == s->upper && q->member == 1 - s->member &&
+                  q->count == s->count &&
+                  s->recv_off + (size_t)s->member * s->count == s->send_off);
+      memcpy(w->scratch[r] + s->recv_off + (size_t)q->member * s->count,
+             w->scratch[p] + q->send_off, s->count * sizeof(float));
+    }
+    for (int r = 0; r < n; r++)
+      if (i < w->st[r].nsteps) run_task(w, w->topo.node_of[r], &w->st[r].steps[i].reduce);
+  }
+}
+
 /* Every rank's plan; its tasks checked against the others' of its node. */
 static void plan_hier(struct world* w) {
   for (int node = 0; node < w->nnodes; node++) {
@@ -270,7 +295,7 @@ static void plan_hier(struct world* w) {
                               .gathered = w->gathered};
       assert_true(direct_column(&w->topo, l, &h.column0, &h.column_step));
       assert_int_equal(direct_plan_hier(&h, &w->st[r]), ncclSuccess);
-      assert_true(w->st[r].scratch <= MAX_NODES * HIER_SCRATCH);
+      assert_true(w->st[r].scratch <= SCRATCH_ELEMS);
     }
     for (int a = 0; a < w->ppn; a++)
       for (int b = 0; b < w->ppn; b++) {
@@ -295,7 +320,7 @@ static int layout_node(int kind, int r, int m, int ppn) {
 
 /* Whether Hier takes collective `coll` gathered on `nnodes` nodes. */
 static int gathered_fits(int coll, int nnodes) {
-  return coll == COLL_ALLREDUCE || (coll == COLL_REDUCESCATTER && nnodes == 2);
+  return coll == COLL_ALLREDUCE || (coll == COLL_REDUCESCATTER && (nnodes == 2 || nnodes == 4));
 }
 
 /* Hier on every layout kind x 2..3 nodes x 1..4 ranks each x counts x in
@@ -325,10 +350,11 @@ static void test_direct_hier(void** state) {
               w->count = counts[ci];
               world_setup(w);
               for (int r = 0; r < n; r++)
-                for (size_t i = 0; i < MAX_NODES * HIER_SCRATCH; i++) w->scratch[r][i] = NAN;
+                for (size_t i = 0; i < SCRATCH_ELEMS; i++) w->scratch[r][i] = NAN;
               plan_hier(w);
               cases++;
               for (int r = n - 1; r >= 0; r--) run_task(w, w->topo.node_of[r], &w->st[r].before);
+              halving_steps(w);
               stage_between(w);
               for (int r = 0; r < n; r++) run_task(w, w->topo.node_of[r], &w->st[r].after);
               check_outputs(w);
@@ -378,9 +404,17 @@ static void test_direct_limits(void** state) {
   assert_int_equal(direct_plan_hier(&h, &st), ncclInvalidArgument);
   h.coll = COLL_ALLREDUCE, h.nnodes = DIRECT_MAX_RANKS + 1;
   assert_int_equal(direct_plan_hier(&h, &st), ncclInvalidArgument);
-  h.nnodes = DIRECT_MAX_RANKS;
+  h.nnodes = DIRECT_MAX_RANKS - 1;
   assert_int_equal(direct_plan_hier(&h, &st), ncclSuccess);
-  assert_true(st.column_coll == COLL_ALLGATHER && st.after.nsrcs == DIRECT_MAX_RANKS);
+  assert_true(st.column_coll == COLL_ALLGATHER && st.after.nsrcs == DIRECT_MAX_RANKS - 1 &&
+              st.nsteps == 0 && st.post_task == 1);
+  /* a power of two halves: log2 steps, the last one's reduce divides */
+  h.nnodes = DIRECT_MAX_NODES, h.node = DIRECT_MAX_NODES - 1, h.count = 1000;
+  assert_int_equal(direct_plan_hier(&h, &st), ncclSuccess);
+  assert_true(st.nsteps == DIRECT_MAX_STEPS && st.post_task == DIRECT_MAX_STEPS &&
+              st.after.nsrcs == 1 && st.steps[0].member == 1 && st.steps[0].lower == h.node / 2);
+  h.coll = COLL_REDUCESCATTER, h.nnodes = 2 * DIRECT_MAX_NODES;
+  assert_int_equal(direct_plan_hier(&h, &st), ncclInvalidArgument);
 }
 
 int main(void) {
