@@ -231,11 +231,17 @@ static int any_aborted(struct ncclComm* const* comms, int m) {
   return 0;
 }
 
-/* A direct call gated on its stream queued its kernel there at issue: if
- * the unit did not run it (an error, a cancel), let the stream pass with
- * an empty task, before the comms (which own the slots) may go. */
+/* A direct call gated on its stream queued its kernels there at issue: if
+ * the unit did not run them (an error, a cancel), let the stream pass with
+ * empty tasks, before the comms (which own the slots) may go. A unit that
+ * queued none (every host call) has nothing to ask the device layer. */
 static void deferred_release(struct work_op* ops, int n) {
-  device_launches_skip(ops, n);
+  for (int i = 0; i < n; i++)
+    for (int k = 0; k < WORK_MAX_LAUNCHES; k++)
+      if (ops[i].deferred[k].slot) {
+        device_launches_skip(ops, n);
+        return;
+      }
 }
 
 /* Take the unit's turn on every comm (each one, even after a failure:
