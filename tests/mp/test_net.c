@@ -34,7 +34,8 @@ typedef struct net_case {
   const char* after; /* FAKENET_FAULT_AFTER */
   int init_fails;    /* the fault stops ncclCommInitRank itself */
   int sync;          /* device calls run synchronously (BRAID_STREAM_MEMOPS=0) */
-  int hier;          /* device faults: under Hier's stage on the device, gated */
+  int hier;          /* device calls run as Hier with direct node stages */
+  int no_cuda;       /* the fake does not take device memory (FAKENET_CUDA=0) */
 } net_case;
 
 static char g_plugin_dir[4096];
@@ -320,15 +321,14 @@ static int device_direct_body(const mp_env* env) {
 
 /* Hier with direct node stages over a plugin, two or four hosts of two
  * ranks (NCCL_ALGO naming Direct) or of one (alone): where the fake takes
- * device memory
- * (`sync` of the case here says FAKENET_CUDA), the stage between the
+ * device memory, the stage between the
  * hosts of an all-reduce, a reduce-scatter and an all-gather runs in
  * device scratch, so that only device memory goes to the plugin, ordered
  * on the stream with one hardware queue for every stream
  * (CUDASIM_ONE_QUEUE=1: a kernel the proxy launched while the stream
  * waits would never run); where it does not, the stage runs in pinned host
- * memory and only host memory goes to it. On 4 hosts the stage halves
- * (direct_step), gated or (the case's `hier`) synchronous. Every type,
+ * memory and only host memory goes to it (no_cuda). On 4 hosts the stage
+ * halves (direct_step), gated or synchronous. Every type,
  * sum, avg and max, in place and out of place: exact either way, and the
  * TUNING log says which stage ran. */
 static const int kHierColls[] = {CC_ALLREDUCE, CC_REDUCESCATTER, CC_ALLGATHER};
@@ -365,7 +365,7 @@ static int hier_call_wrong(const mp_env* env, const net_case* c, ncclComm_t comm
 
 static int hier_device_body(const mp_env* env) {
   const net_case* c = env->arg;
-  int on_device = c->sync, bad = 0, calls = 0, pair = c->per_host == 1;
+  int on_device = !c->no_cuda, bad = 0, calls = 0, alone = c->per_host == 1;
   const char* stage = on_device ? ": Hier with direct node stages, on the device"
                                 : ": Hier with direct node stages";
   ncclComm_t comm;
@@ -373,8 +373,8 @@ static int hier_device_body(const mp_env* env) {
   mp_capture cap;
   setenv("FAKENET_CUDA", on_device ? "1" : "0", 1);
   setenv("CUDASIM_ONE_QUEUE", "1", 1);
-  if (c->hier) setenv("BRAID_STREAM_MEMOPS", "0", 1); /* synchronous: kernels on the comm's */
-  if (!pair) setenv("NCCL_ALGO", "Direct,Ring", 1);   /* a pair of ranks goes alone */
+  setenv("BRAID_STREAM_MEMOPS", c->sync ? "0" : "1", 1);
+  if (!alone) setenv("NCCL_ALGO", "Direct,Ring", 1); /* one rank a host takes Hier unasked */
   setenv("NCCL_DEBUG", "INFO", 1);
   setenv("NCCL_DEBUG_SUBSYS", "TUNING", 1);
   rank_env(env, c);
@@ -384,7 +384,8 @@ static int hier_device_body(const mp_env* env) {
     return 1;
   }
   for (int i = 0; i < 18; i++) {
-    if (pair && kHierColls[i % 3] == CC_ALLGATHER) continue; /* in place, no Hier (op_net_direct) */
+    if (alone && kHierColls[i % 3] == CC_ALLGATHER)
+      continue; /* in place, no Hier (op_net_direct) */
     bad += hier_call_wrong(env, c, comm, s, i, on_device);
     calls++;
   }
@@ -403,8 +404,8 @@ static int hier_device_body(const mp_env* env) {
 static int direct_rank_open(const mp_env* env, const net_case* c, ncclComm_t* comm,
                             cudaStream_t* s) {
   setenv("FAKENET_CUDA", "1", 1);
-  setenv("BRAID_STREAM_MEMOPS", c->hier ? "1" : "0", 1);
-  /* two ranks a host apart would run Hier (cuda_direct_kind), not this */
+  setenv("BRAID_STREAM_MEMOPS", c->sync ? "0" : "1", 1);
+  /* ranks a host apart would run Hier (cuda_direct_kind), not the executor */
   if (!c->hier) setenv("NCCL_ALGO", "^Direct", 1);
   setenv("CUDASIM_ONE_QUEUE", "1", 1);
   rank_env(env, c);
@@ -589,46 +590,47 @@ static void test_net(void** state) {
   assert_int_equal(launch(c->nranks, c->fault ? fault_body : good_body, c), 0);
 }
 
-static const net_case k_v8 = {8, 3, 1, NULL, NULL, 0, 0, 0};
-static const net_case k_v9 = {9, 3, 1, NULL, NULL, 0, 0, 0};
-static const net_case k_v10 = {10, 3, 1, NULL, NULL, 0, 0, 0};
-static const net_case k_v11 = {11, 3, 1, NULL, NULL, 0, 0, 0};
-static const net_case k_v12 = {12, 4, 1, NULL, NULL, 0, 0, 0};
-static const net_case k_v12_2x2 = {12, 4, 2, NULL, NULL, 0, 0, 0}; /* shared memory inside a host */
+static const net_case k_v8 = {8, 3, 1, NULL, NULL, 0, 0, 0, 0};
+static const net_case k_v9 = {9, 3, 1, NULL, NULL, 0, 0, 0, 0};
+static const net_case k_v10 = {10, 3, 1, NULL, NULL, 0, 0, 0, 0};
+static const net_case k_v11 = {11, 3, 1, NULL, NULL, 0, 0, 0, 0};
+static const net_case k_v12 = {12, 4, 1, NULL, NULL, 0, 0, 0, 0};
+static const net_case k_v12_2x2 = {12, 4, 2, NULL, NULL,
+                                   0,  0, 0, 0}; /* shared memory inside a host */
 /* device buffers where the plugin takes them, synchronous and gated calls */
-static const net_case k_direct_sync = {12, 3, 1, NULL, NULL, 0, 1, 0};
-static const net_case k_direct_gated = {11, 3, 1, NULL, NULL, 0, 0, 0};
-static const net_case k_direct_mixed_sync = {12, 4, 2, NULL, NULL, 0, 1, 0};
-static const net_case k_direct_mixed_gated = {10, 4, 2, NULL, NULL, 0, 0, 0};
-/* Hier's stage between hosts: `sync` here says whether the fake takes device memory */
-static const net_case k_hier_device = {12, 4, 2, NULL, NULL, 0, 1, 0};
-static const net_case k_hier_pinned = {9, 4, 2, NULL, NULL, 0, 0, 0};
-static const net_case k_hier_pair = {11, 2, 1, NULL, NULL, 0, 1, 0};    /* one rank a host */
-static const net_case k_hier_halving = {12, 4, 1, NULL, NULL, 0, 1, 0}; /* 4 hosts: halving */
-static const net_case k_hier_halving_2 = {10, 8, 2, NULL, NULL, 0, 1, 0};
-static const net_case k_hier_halving_sync = {12, 4, 1, NULL, NULL, 0, 1, 1};
-static const net_case k_fd_die = {12, 2, 1, "die", "3", 0, 1, 0};
-static const net_case k_fd_stall = {10, 2, 1, "stall", NULL, 0, 1, 0};
-static const net_case k_fd_regmr = {11, 2, 1, "regmr", "6", 0, 1, 0};
-static const net_case k_fh_die = {12, 2, 1, "die", "3", 0, 0, 1};
-static const net_case k_fh_stall = {10, 2, 1, "stall", NULL, 0, 0, 1};
-static const net_case k_fh_regmr = {11, 2, 1, "regmr", "3", 0, 0, 1};     /* the scratch's */
-static const net_case k_fh_halving_die = {12, 4, 1, "die", "3", 0, 0, 1}; /* 4 hosts: halving */
-static const net_case k_f_init = {12, 2, 1, "init", NULL, 1, 0, 0};
-static const net_case k_f_devices = {8, 2, 1, "devices", NULL, 1, 0, 0};
-static const net_case k_f_props = {12, 2, 1, "props", NULL, 1, 0, 0};
-static const net_case k_f_baddev = {10, 2, 1, "baddev", NULL, 1, 0, 0};
-static const net_case k_f_listen = {12, 2, 1, "listen", NULL, 0, 0, 0}; /* per connection */
-static const net_case k_f_connect = {12, 2, 1, "connect", NULL, 0, 0, 0};
-static const net_case k_f_accept = {9, 2, 1, "accept", NULL, 0, 0, 0};
-static const net_case k_f_regmr = {12, 2, 1, "regmr", NULL, 0, 0, 0};
-static const net_case k_f_regmr_late = {11, 2, 1, "regmr", "6", 0, 0, 0}; /* a payload's */
-static const net_case k_f_isend = {12, 2, 1, "isend", "2", 0, 0, 0};
-static const net_case k_f_irecv = {8, 2, 1, "irecv", "2", 0, 0, 0};
-static const net_case k_f_test = {12, 2, 1, "test", "20", 0, 0, 0};
-static const net_case k_f_stall = {12, 2, 1, "stall", NULL, 0, 0, 0};
-static const net_case k_f_die = {12, 2, 1, "die", "3", 0, 0, 0};
-static const net_case k_f_badsize = {9, 2, 1, "badsize", NULL, 0, 0, 0};
+static const net_case k_direct_sync = {12, 3, 1, NULL, NULL, 0, 1, 0, 0};
+static const net_case k_direct_gated = {11, 3, 1, NULL, NULL, 0, 0, 0, 0};
+static const net_case k_direct_mixed_sync = {12, 4, 2, NULL, NULL, 0, 1, 0, 0};
+static const net_case k_direct_mixed_gated = {10, 4, 2, NULL, NULL, 0, 0, 0, 0};
+/* Hier's stage between hosts on device scratch, or (no_cuda) pinned */
+static const net_case k_hier_device = {12, 4, 2, NULL, NULL, 0, 0, 1, 0};
+static const net_case k_hier_pinned = {9, 4, 2, NULL, NULL, 0, 0, 1, 1};
+static const net_case k_hier_pair = {11, 2, 1, NULL, NULL, 0, 0, 1, 0};    /* one rank a host */
+static const net_case k_hier_halving = {12, 4, 1, NULL, NULL, 0, 0, 1, 0}; /* 4 hosts: halving */
+static const net_case k_hier_halving_2 = {10, 8, 2, NULL, NULL, 0, 0, 1, 0};
+static const net_case k_hier_halving_sync = {12, 4, 1, NULL, NULL, 0, 1, 1, 0};
+static const net_case k_fd_die = {12, 2, 1, "die", "3", 0, 1, 0, 0};
+static const net_case k_fd_stall = {10, 2, 1, "stall", NULL, 0, 1, 0, 0};
+static const net_case k_fd_regmr = {11, 2, 1, "regmr", "6", 0, 1, 0, 0};
+static const net_case k_fh_die = {12, 2, 1, "die", "3", 0, 0, 1, 0};
+static const net_case k_fh_stall = {10, 2, 1, "stall", NULL, 0, 0, 1, 0};
+static const net_case k_fh_regmr = {11, 2, 1, "regmr", "3", 0, 0, 1, 0};     /* the scratch's */
+static const net_case k_fh_halving_die = {12, 4, 1, "die", "3", 0, 0, 1, 0}; /* 4 hosts: halving */
+static const net_case k_f_init = {12, 2, 1, "init", NULL, 1, 0, 0, 0};
+static const net_case k_f_devices = {8, 2, 1, "devices", NULL, 1, 0, 0, 0};
+static const net_case k_f_props = {12, 2, 1, "props", NULL, 1, 0, 0, 0};
+static const net_case k_f_baddev = {10, 2, 1, "baddev", NULL, 1, 0, 0, 0};
+static const net_case k_f_listen = {12, 2, 1, "listen", NULL, 0, 0, 0, 0}; /* per connection */
+static const net_case k_f_connect = {12, 2, 1, "connect", NULL, 0, 0, 0, 0};
+static const net_case k_f_accept = {9, 2, 1, "accept", NULL, 0, 0, 0, 0};
+static const net_case k_f_regmr = {12, 2, 1, "regmr", NULL, 0, 0, 0, 0};
+static const net_case k_f_regmr_late = {11, 2, 1, "regmr", "6", 0, 0, 0, 0}; /* a payload's */
+static const net_case k_f_isend = {12, 2, 1, "isend", "2", 0, 0, 0, 0};
+static const net_case k_f_irecv = {8, 2, 1, "irecv", "2", 0, 0, 0, 0};
+static const net_case k_f_test = {12, 2, 1, "test", "20", 0, 0, 0, 0};
+static const net_case k_f_stall = {12, 2, 1, "stall", NULL, 0, 0, 0, 0};
+static const net_case k_f_die = {12, 2, 1, "die", "3", 0, 0, 0, 0};
+static const net_case k_f_badsize = {9, 2, 1, "badsize", NULL, 0, 0, 0, 0};
 
 #define CASE(test, c) cmocka_unit_test_prestate(test, (void*)&(c))
 #define NET_TEST(c) CASE(test_net, c)
