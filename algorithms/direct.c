@@ -214,6 +214,11 @@ static ncclResult_t hier_slice(const struct direct_hier* h, struct direct_staged
     st->stride = row;
     st->post_task = 1;
   }
+  if (h->coll == COLL_REDUCE) { /* the root's output alone, on the root's node */
+    st->after.ndsts = h->node == h->root_node;
+    st->after.dsts[0] = ref(h->root_local, DIRECT_RECV, st->after.dsts[0].off);
+    if (!st->after.ndsts) st->after.n = 0;
+  }
   return ncclSuccess;
 }
 
@@ -226,13 +231,20 @@ ncclResult_t direct_plan_hier(const struct direct_hier* h, struct direct_staged*
     return ncclInvalidArgument;
   }
   if (h->gathered && !hier_halves(h) &&
-      ((h->coll == COLL_ALLREDUCE && h->nnodes > DIRECT_MAX_RANKS) ||
+      ((h->coll != COLL_REDUCESCATTER && h->nnodes > DIRECT_MAX_RANKS) ||
        (h->coll == COLL_REDUCESCATTER && h->nnodes != 2))) {
     WARN("Direct: a gathered stage between %d nodes for collective %d", h->nnodes, h->coll);
     return ncclInvalidArgument;
   }
+  if (h->coll == COLL_REDUCE && (!h->gathered || h->root_node < 0 || h->root_node >= h->nnodes ||
+                                 h->root_local < 0 || h->root_local >= h->nlocal)) {
+    WARN("Direct: a reduce to index %d of node %d has no Hier plan (gathered %d)", h->root_local,
+         h->root_node, h->gathered);
+    return ncclInvalidArgument;
+  }
   switch (h->coll) {
     case COLL_ALLREDUCE:
+    case COLL_REDUCE:
       return hier_slice(h, st);
     case COLL_REDUCESCATTER:
     case COLL_ALLGATHER:

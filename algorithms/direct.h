@@ -97,9 +97,12 @@ ncclResult_t direct_plan(int coll, int rank, int nranks, int root, size_t count,
  * copies out. Each member sends what a ring would, in 2 log2(nnodes)
  * rounds. The all-reduce's slice is padded to nnodes whole vectors (the
  * padding's junk is reduced and moved, never written out).
+ * A reduce (gathered only) runs as the all-reduce does, its task after
+ * writing the root's output alone (nothing on the root's other nodes): the
+ * root's bits are the all-reduce's.
  */
 struct direct_hier {
-  int coll;   /* COLL_ALLREDUCE, COLL_REDUCESCATTER or COLL_ALLGATHER */
+  int coll;   /* COLL_ALLREDUCE, COLL_REDUCESCATTER, COLL_ALLGATHER; COLL_REDUCE gathered */
   int local;  /* this rank's index on its node */
   int nlocal; /* ranks per node */
   int node;   /* this rank's node */
@@ -109,7 +112,8 @@ struct direct_hier {
   size_t count; /* as in exec_args */
   size_t stride;
   size_t align;
-  int gathered; /* the stage between nodes only moves data (above) */
+  int gathered;              /* the stage between nodes only moves data (above) */
+  int root_node, root_local; /* a reduce's root: its node, its index there */
 };
 
 #define DIRECT_MAX_STEPS 6                       /* a halving's steps between nodes */

@@ -156,8 +156,11 @@ static ncclResult_t hier_plan(const struct ncclComm* comm, const struct exec_arg
                           .count = a->count,
                           .stride = a->stride,
                           .align = MAX(16 / kern_type_size(a->type), 1),
-                          .gathered = on_device && a->coll != COLL_ALLGATHER};
-  if (a->coll != COLL_ALLREDUCE && !direct_column(t, h.local, &h.column0, &h.column_step)) {
+                          .gathered = on_device && a->coll != COLL_ALLGATHER,
+                          .root_node = t->node_of[a->root],
+                          .root_local = t->local_of[a->root]};
+  if (a->coll != COLL_ALLREDUCE && a->coll != COLL_REDUCE &&
+      !direct_column(t, h.local, &h.column0, &h.column_step)) {
     WARN("Direct: rank %d's column is not evenly spaced", comm->rank); /* hier_fits said it was */
     return ncclInternalError;
   }

@@ -119,9 +119,7 @@ static int nodes_halve(int nnodes) {
 int cuda_hier_column_on_device(const struct ncclComm* comm, int coll) {
   const struct sched_topo* t = &comm->layout;
   int local = t->local_of[comm->rank];
-  if (coll != COLL_ALLGATHER &&
-      !((coll == COLL_ALLREDUCE || coll == COLL_REDUCESCATTER) && nodes_halve(t->nnodes)))
-    return 0;
+  if (coll != COLL_ALLGATHER && !(sched_coll_reduces(coll) && nodes_halve(t->nnodes))) return 0;
   for (int i = 0; i < t->nnodes; i++)
     for (int j = i + 1; j < t->nnodes; j++)
       if (!cuda_pair_net_direct(comm, t->order[t->node_start[i] + local],
@@ -130,10 +128,8 @@ int cuda_hier_column_on_device(const struct ncclComm* comm, int coll) {
   return 1;
 }
 
-int cuda_hier_halving(const struct ncclComm* comm, int coll) {
-  int nnodes = comm->layout.nnodes;
-  return coll != COLL_ALLGATHER && nnodes >= 4 && cuda_hier_column_on_device(comm, coll) ? nnodes
-                                                                                         : 0;
+int cuda_hier_between(const struct ncclComm* comm, int coll) {
+  return cuda_hier_column_on_device(comm, coll) ? comm->layout.nnodes : 0;
 }
 
 /* Reduce-scatter and all-gather run their node stages as one task of a
@@ -149,6 +145,8 @@ static int hier_fits(const struct work_op* op) {
   switch (op->args.coll) {
     case COLL_ALLREDUCE:
       return comm_hier_shape(op->comm);
+    case COLL_REDUCE: /* only with the stage between nodes on the device */
+      return comm_hier_shape(op->comm) && cuda_hier_column_on_device(op->comm, COLL_REDUCE);
     case COLL_REDUCESCATTER:
     case COLL_ALLGATHER:
       return comm_hier_shape(op->comm) && comm_hier_columns(op->comm);
@@ -165,9 +163,8 @@ static int hier_fits(const struct work_op* op) {
 static int hier_one_per_node(const struct work_op* op) {
   const struct sched_topo* t = &op->comm->layout;
   int coll = op->args.coll;
-  return (coll == COLL_ALLREDUCE || coll == COLL_REDUCESCATTER) && t->nnodes >= 2 &&
-         t->max_ppn == 1 && cuda_comm_shares_process(op->comm) >= 0 &&
-         cuda_hier_column_on_device(op->comm, coll);
+  return sched_coll_reduces(coll) && t->nnodes >= 2 && t->max_ppn == 1 &&
+         cuda_comm_shares_process(op->comm) >= 0 && cuda_hier_column_on_device(op->comm, coll);
 }
 
 /* Where the host would run Hier (or NCCL_ALGO names Direct): the node's
@@ -176,6 +173,7 @@ static int hier_wanted(const struct work_op* op) {
   int algo = ALGO_RING;
   if (hier_one_per_node(op)) return 1;
   if (!hier_fits(op)) return 0;
+  if (op->args.coll == COLL_REDUCE) return 1; /* the host has no Hier reduce to weigh it with */
   if (tuner_forces_direct()) return 1;
   tuner_host_best(op->comm, op->args.coll, op_bytes(op), &algo);
   return algo == ALGO_HIER;

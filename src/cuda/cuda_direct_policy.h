@@ -49,9 +49,9 @@ int cuda_pair_net_direct(const struct ncclComm* comm, int a, int b);
  * Alike on the column's ranks. */
 int cuda_hier_column_on_device(const struct ncclComm* comm, int coll);
 
-/* The nodes where that stage halves (4 to DIRECT_MAX_NODES, a power of
- * two: an all-reduce or reduce-scatter on the device); else 0. */
-int cuda_hier_halving(const struct ncclComm* comm, int coll);
+/* The nodes where that stage runs on the device (work_op.direct_between);
+ * else 0. */
+int cuda_hier_between(const struct ncclComm* comm, int coll);
 
 /* The comm ranks of `node`, in node order (at most DIRECT_MAX_RANKS
  * written); how many. */

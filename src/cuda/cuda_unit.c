@@ -149,11 +149,11 @@ fail:
 }
 
 /* How op runs direct (cuda_direct_kind), and whether its Hier stage
- * between nodes halves, whose partners its unit then connects. */
+ * between nodes runs on the device, whose peers its unit then connects. */
 static void direct_mark(struct work_op* op) {
   op->direct = cuda_direct_kind(op);
-  op->direct_halving =
-      op->direct == WORK_DIRECT_HIER ? cuda_hier_halving(op->comm, op->args.coll) : 0;
+  op->direct_between =
+      op->direct == WORK_DIRECT_HIER ? cuda_hier_between(op->comm, op->args.coll) : 0;
 }
 
 /* Without gates: wait for the streams, run (collectives on the device

@@ -15,18 +15,27 @@
 
 #define CONNECT_MAX_PEERS 64
 
-/* Hier on devices that halves between nodes (work_op.direct_halving)
- * swaps with the ranks of its index on the nodes nodes/2, nodes/4 ... 1
- * away, beside the schedule's peers: those added to peers[0..m), new
- * count. */
-static int halving_peers(const struct work_op* op, int* peers, int m) {
+/* peers[0..m) with `peer` added once; the new count. */
+static int peer_add(int* peers, int m, int peer) {
+  for (int i = 0; i < m; i++)
+    if (peers[i] == peer) return m;
+  if (m < CONNECT_MAX_PEERS) peers[m++] = peer;
+  return m;
+}
+
+/* Hier whose stage between nodes runs on the device
+ * (work_op.direct_between) talks, beside its schedule's peers, with the
+ * ranks of its index on the neighbouring nodes (the column's ring) and,
+ * on a power of two of nodes, on the nodes nodes/2, nodes/4 ... 1 away
+ * (the halving's partners): those added to peers[0..m); the new count. */
+static int column_peers(const struct work_op* op, int* peers, int m) {
   const struct sched_topo* t = &op->comm->layout;
-  int me = op->comm->rank, node = t->node_of[me], local = t->local_of[me];
-  for (int d = op->direct_halving / 2; d >= 1 && m < CONNECT_MAX_PEERS; d /= 2) {
-    int peer = t->order[t->node_start[node ^ d] + local], seen = 0;
-    for (int i = 0; i < m; i++) seen |= peers[i] == peer;
-    if (!seen) peers[m++] = peer;
-  }
+  int n = op->direct_between, me = op->comm->rank, node = t->node_of[me], local = t->local_of[me];
+  if (n < 2) return m;
+  m = peer_add(peers, m, t->order[t->node_start[(node + 1) % n] + local]);
+  m = peer_add(peers, m, t->order[t->node_start[(node + n - 1) % n] + local]);
+  for (int d = n / 2; d >= 1 && (n & (n - 1)) == 0; d /= 2)
+    m = peer_add(peers, m, t->order[t->node_start[node ^ d] + local]);
   return m;
 }
 
@@ -38,7 +47,7 @@ static int op_peers(struct work_op* op, int* peers, int* sends, int* recvs) {
   if (op->kind == WORK_COLL && op->direct == WORK_DIRECT_NODE) return 0;
   if (op->kind == WORK_COLL) {
     int m = sched_peers(&op->key, peers, CONNECT_MAX_PEERS);
-    m = halving_peers(op, peers, m);
+    m = column_peers(op, peers, m);
     for (int i = 0; i < m; i++) sends[i] = recvs[i] = 1;
     return m;
   }
@@ -127,18 +136,20 @@ fail:
   return res;
 }
 
-/* A direct collective's run blocks on its node links, outside the
- * progress engine (cuda_direct.h), and nothing moves a send connection on
- * meanwhile: one still being made there (a net plugin's, which connects
- * once the peer accepts) would leave its peer waiting to accept until the
- * timeout, while that peer's own node link waits for a rank that waits
- * for this one (found with two hosts of two ranks). So before such a run
- * this rank's sends of Hier's network stage are made whole. */
+/* A send connection still being made (a net plugin's, which connects only
+ * as this rank moves it on once the peer's offer came) must not be left
+ * alone while the peer waits to accept it: a direct collective's run
+ * blocks on its node links, outside the progress engine (cuda_direct.h),
+ * and a schedule may never send on a connection its peers list names (a
+ * ring reduce's root: its successor waited to accept until the timeout,
+ * found with two hosts of two ranks, root 3). Receivers accept in the
+ * phase before this and move their own senders on while they wait, so
+ * before any collective runs this rank's sends are made whole. */
 static ncclResult_t connect_settle(struct work_op* ops, int n) {
   ncclResult_t res = ncclSuccess;
   int peers[CONNECT_MAX_PEERS], sends[CONNECT_MAX_PEERS], recvs[CONNECT_MAX_PEERS];
   for (int i = 0; i < n; i++) {
-    if (ops[i].kind != WORK_COLL || ops[i].direct == WORK_DIRECT_NONE) continue;
+    if (ops[i].kind != WORK_COLL) continue;
     int m = op_peers(&ops[i], peers, sends, recvs);
     for (int j = 0; j < m; j++) {
       struct transport_conn* c = sends[j] ? *work_conn_slot(&ops[i], peers[j], 1) : NULL;

@@ -47,10 +47,10 @@ struct work_op {
   cudaStream_t stream;       /* the stream the call named */
   int direct; /* enum work_direct: a collective run by the direct algorithm (cuda_direct.h) */
   int ipc;    /* p2p on device memory moved device to device (transports/cudaipc), not staged */
-  /* Hier on devices whose stage between nodes halves (algorithms/direct.h):
-   * its nodes, whose partners at distances nodes/2 .. 1 are connected too;
-   * 0: none */
-  int direct_halving;
+  /* Hier whose stage between nodes runs on the device (algorithms/direct.h,
+   * gathered): its nodes, its column's peers there connected too (ring
+   * neighbours; on a power of two, the halving's partners); 0: none */
+  int direct_between;
   /* gated: its kernels, queued on the stream: a direct collective's (for
    * Hier on devices: into its scratch, one per halving step, out of it), an
    * ipc send's copy. slot NULL: none */

@@ -322,23 +322,29 @@ static int device_direct_body(const mp_env* env) {
 /* Hier with direct node stages over a plugin, two or four hosts of two
  * ranks (NCCL_ALGO naming Direct) or of one (alone): where the fake takes
  * device memory, the stage between the
- * hosts of an all-reduce, a reduce-scatter and an all-gather runs in
+ * hosts of an all-reduce, a reduce-scatter, an all-gather and a reduce runs in
  * device scratch, so that only device memory goes to the plugin, ordered
  * on the stream with one hardware queue for every stream
  * (CUDASIM_ONE_QUEUE=1: a kernel the proxy launched while the stream
  * waits would never run); where it does not, the stage runs in pinned host
  * memory and only host memory goes to it (no_cuda). On 4 hosts the stage
- * halves (direct_step), gated or synchronous. Every type,
+ * halves (direct_step), gated or synchronous. A reduce goes that way too
+ * where the stage is on the device (staged otherwise). Every type,
  * sum, avg and max, in place and out of place: exact either way, and the
  * TUNING log says which stage ran. */
-static const int kHierColls[] = {CC_ALLREDUCE, CC_REDUCESCATTER, CC_ALLGATHER};
+static const int kHierColls[] = {CC_ALLREDUCE, CC_REDUCESCATTER, CC_ALLGATHER, CC_REDUCE};
+#define HIER_CALLS 24
 static const int kHierKinds[] = {AR_SUM, AR_AVG, AR_MAX};
 static const ncclRedOp_t kHierOps[] = {ncclSum, ncclAvg, ncclMax};
 
 static int hier_call_wrong(const mp_env* env, const net_case* c, ncclComm_t comm, cudaStream_t s,
                            int i, int on_device) {
-  int coll = kHierColls[i % 3];
-  dev_call d = {.host = {.coll = coll, .count = 150001, .salt = (uint64_t)i, .inplace = i % 2}};
+  int coll = kHierColls[i % 4];
+  dev_call d = {.host = {.coll = coll,
+                         .count = 150001,
+                         .salt = (uint64_t)i,
+                         .inplace = (i / 4) % 2,
+                         .root = i % env->nranks}};
   long cuda0 = 0, host0 = 0, cuda1 = 0, host1 = 0;
   char what[128];
   size_t k = (size_t)(i / 2) % COUNT_OF(kHierOps);
@@ -354,7 +360,9 @@ static int hier_call_wrong(const mp_env* env, const net_case* c, ncclComm_t comm
             cc_verify(&d.host, env) || plugin_counts(c, "fakenet_traffic", &cuda1, &host1);
     if (wrong) mp_fail(env, "Hier on devices: %s wrong", what);
   }
-  if (!wrong && (on_device ? cuda1 == cuda0 || host1 != host0 : cuda1 != cuda0 || host1 == host0)) {
+  /* staged, a reduce's rank may pass nothing between hosts */
+  if (!wrong && (on_device ? cuda1 == cuda0 || host1 != host0
+                           : cuda1 != cuda0 || (host1 == host0 && coll != CC_REDUCE))) {
     mp_fail(env, "Hier on devices: %s moved %ld device, %ld host bytes through the plugin", what,
             cuda1 - cuda0, host1 - host0);
     wrong = 1;
@@ -383,11 +391,12 @@ static int hier_device_body(const mp_env* env) {
     mp_capture_end_quiet(&cap);
     return 1;
   }
-  for (int i = 0; i < 18; i++) {
-    if (alone && kHierColls[i % 3] == CC_ALLGATHER)
-      continue; /* in place, no Hier (op_net_direct) */
+  for (int i = 0; i < HIER_CALLS; i++) {
+    int coll = kHierColls[i % 4];
     bad += hier_call_wrong(env, c, comm, s, i, on_device);
-    calls++;
+    /* not Hier: one rank a host's all-gather (in place, op_net_direct), a
+     * reduce that only the device's stage between nodes takes */
+    calls += !(alone && coll == CC_ALLGATHER) && !(!on_device && coll == CC_REDUCE);
   }
   bad += mp_expect_rc(env, comm, ncclCommDestroy(comm), ncclSuccess, "ncclCommDestroy");
   int ran = mp_capture_count(&cap, stage), on_dev = mp_capture_count(&cap, "on the device");
@@ -397,6 +406,35 @@ static int hier_device_body(const mp_env* env) {
     bad++;
   }
   return bad;
+}
+
+/* A ring reduce on host buffers over the plugin, two hosts of two ranks,
+ * to the roots whose successor is on the other host (1 and 3): the
+ * successor lists the root as a peer, but the root never sends to it, so
+ * nothing but the connect phase moves the root's connection there on.
+ * Every rank then stays away from the library past the timeout, so that
+ * no later call moves it on either (the successor timed out accepting
+ * it). Then an all-reduce on the same links. */
+static int reduce_roots_body(const mp_env* env) {
+  const net_case* c = env->arg;
+  ncclComm_t comm;
+  int bad = 0;
+  rank_env(env, c);
+  setenv("NCCL_ALGO", "Ring", 1);
+  setenv("BRAID_TIMEOUT_MS", "700", 1);
+  if (mp_comm_init(env, &comm) != 0) return 1;
+  for (int root = 1; root <= env->nranks + 1 && bad == 0; root += 2) {
+    cc_call call = {.coll = root < env->nranks ? CC_REDUCE : CC_ALLREDUCE,
+                    .type = ncclFloat32,
+                    .kind = AR_SUM,
+                    .op = ncclSum,
+                    .count = 150001,
+                    .root = root % env->nranks,
+                    .salt = (uint64_t)root};
+    bad += cc_run(&call, env, comm) != 0;
+    usleep(900 * 1000);
+  }
+  return mp_expect_rc(env, comm, ncclCommDestroy(comm), ncclSuccess, "ncclCommDestroy") + bad;
 }
 
 /* A rank whose device calls run synchronously over a fake that takes
@@ -546,6 +584,10 @@ static void test_device_fault(void** state) {
   assert_int_equal(launch(((const net_case*)*state)->nranks, device_fault_body, *state), 0);
 }
 
+static void test_reduce_roots(void** state) {
+  assert_int_equal(launch(((const net_case*)*state)->nranks, reduce_roots_body, *state), 0);
+}
+
 static void test_hier_device(void** state) {
   if (!have_driver()) skip();
   assert_int_equal(launch(((const net_case*)*state)->nranks, hier_device_body, *state), 0);
@@ -661,6 +703,7 @@ int main(void) {
       NET_TEST(k_f_die),
       NET_TEST(k_f_badsize),
       CASE(test_topology, k_v12_2x2),
+      CASE(test_reduce_roots, k_v12_2x2),
       CASE(test_device, k_v10),
       CASE(test_device_p2p, k_v12),
       CASE(test_device_p2p, k_v8),

@@ -292,7 +292,9 @@ static void plan_hier(struct world* w) {
                               .nnodes = w->nnodes,
                               .count = w->count,
                               .align = 4,
-                              .gathered = w->gathered};
+                              .gathered = w->gathered,
+                              .root_node = w->topo.node_of[w->root],
+                              .root_local = w->topo.local_of[w->root]};
       assert_true(direct_column(&w->topo, l, &h.column0, &h.column_step));
       assert_int_equal(direct_plan_hier(&h, &w->st[r]), ncclSuccess);
       assert_true(w->st[r].scratch <= SCRATCH_ELEMS);
@@ -320,18 +322,20 @@ static int layout_node(int kind, int r, int m, int ppn) {
 
 /* Whether Hier takes collective `coll` gathered on `nnodes` nodes. */
 static int gathered_fits(int coll, int nnodes) {
-  return coll == COLL_ALLREDUCE || (coll == COLL_REDUCESCATTER && (nnodes == 2 || nnodes == 4));
+  return coll == COLL_ALLREDUCE || coll == COLL_REDUCE ||
+         (coll == COLL_REDUCESCATTER && (nnodes == 2 || nnodes == 4));
 }
 
-/* Hier on every layout kind x 2..3 nodes x 1..4 ranks each x counts x in
- * place, its stage between nodes reducing or only moving data (gathered:
+/* Hier on every layout kind x 2..4 nodes x 1..4 ranks each x counts x in
+ * place (a reduce's root moving), its stage between nodes reducing or only
+ * moving data (gathered, the only way a reduce goes:
  * no bonus, the scratch NaN first, so a row the stage did not bring shows):
  * each node's tasks, a stand-in for the stage between nodes, the outputs
  * by definition, each written once. */
 static void test_direct_hier(void** state) {
   (void)state;
   static const size_t counts[] = {0, 1, 7, HIER_COUNT};
-  static const int colls[] = {COLL_ALLREDUCE, COLL_REDUCESCATTER, COLL_ALLGATHER};
+  static const int colls[] = {COLL_ALLREDUCE, COLL_REDUCESCATTER, COLL_ALLGATHER, COLL_REDUCE};
   struct world* w = calloc(1, sizeof(*w));
   int cases = 0;
   for (int kind = 0; kind < 3; kind++)
@@ -341,10 +345,12 @@ static void test_direct_hier(void** state) {
         for (int r = 0; r < n; r++) node_of[r] = layout_node(kind, r, w->nnodes, w->ppn);
         world_place(w, node_of);
         for (size_t ci = 0; ci < sizeof(counts) / sizeof(counts[0]); ci++)
-          for (int k = 0; k < 6; k++)
+          for (int k = 0; k < 8; k++)
             for (w->inplace = 0; w->inplace < 2; w->inplace++) {
-              w->coll = colls[k % 3];
-              w->gathered = k >= 3;
+              w->coll = colls[k % 4];
+              w->gathered = k >= 4;
+              w->root = (int)(ci + (size_t)k) % n;
+              if (w->coll == COLL_REDUCE && !w->gathered) continue; /* gathered only */
               if (w->gathered && !gathered_fits(w->coll, w->nnodes)) continue;
               w->bonus = w->gathered ? 0.0f : 0.5f;
               w->count = counts[ci];
