@@ -246,7 +246,7 @@ static ncclResult_t hier_call(struct ncclComm* comm, struct cuda_direct* d,
   struct direct_scratch* scratch;
   struct kern_dev_task task;
   size_t es = kern_type_size(a->type);
-  int on_device = cuda_hier_column_on_device(comm, a->coll);
+  int on_device = op->direct_between;
   char* base;
   CHECK(hier_plan(comm, a, on_device, &st));
   CHECK(scratch_get(d, MAX(st.scratch * es, (size_t)1), on_device, &scratch));
@@ -285,9 +285,9 @@ static ncclResult_t direct_call(struct ncclComm* comm, struct cuda_direct* d,
   exec_extents(a, comm->nranks, &d->extent[DIRECT_SEND], &d->extent[DIRECT_RECV]);
   INFO(SUB_TUNING, "%s %zu elements nranks %d: %s instead (device buffers)",
        sched_coll_name(a->coll), a->count, d->nranks,
-       op->direct != WORK_DIRECT_HIER              ? "Direct"
-       : cuda_hier_column_on_device(comm, a->coll) ? "Hier with direct node stages, on the device"
-                                                   : "Hier with direct node stages");
+       op->direct != WORK_DIRECT_HIER ? "Direct"
+       : op->direct_between           ? "Hier with direct node stages, on the device"
+                                      : "Hier with direct node stages");
   memset(bufs, 0, sizeof(direct_bufs));
   CHECK(direct_buffers_exchange(comm, d, reads ? a->sendbuff : NULL, writes ? a->recvbuff : NULL,
                                 bufs));
@@ -336,7 +336,7 @@ ncclResult_t cuda_direct_arm(struct work_op* op, CUstream stream) {
   size_t align = MAX(16 / kern_type_size(a->type), 1);
   int k = sched_topo_node_size(t, t->node_of[comm->rank]), me = t->local_of[comm->rank];
   if (op->direct == WORK_DIRECT_HIER) { /* into the scratch, each step's, out of it */
-    CHECK(hier_plan(comm, a, cuda_hier_column_on_device(comm, a->coll), &st));
+    CHECK(hier_plan(comm, a, op->direct_between, &st));
     CHECK(cuda_deferred_arm(pool, cuda_driver(), stream, st.before.n, &op->deferred[0]));
     for (int i = 0; i < st.nsteps; i++)
       CHECK(cuda_deferred_arm(pool, cuda_driver(), stream, st.steps[i].reduce.n,

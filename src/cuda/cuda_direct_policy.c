@@ -116,20 +116,27 @@ static int nodes_halve(int nnodes) {
   return nnodes == 2 || (nnodes >= 4 && nnodes <= DIRECT_MAX_NODES && !(nnodes & (nnodes - 1)));
 }
 
-int cuda_hier_column_on_device(const struct ncclComm* comm, int coll) {
+/* Whether every pair of this rank's column is joined by such a network:
+ * nnodes^2 / 2 questions to the transport table, asked once per comm
+ * (the peer table does not change; the callers ask only once it is
+ * known). */
+static int column_net_direct(struct ncclComm* comm) {
   const struct sched_topo* t = &comm->layout;
-  int local = t->local_of[comm->rank];
-  if (coll != COLL_ALLGATHER && !(sched_coll_reduces(coll) && nodes_halve(t->nnodes))) return 0;
-  for (int i = 0; i < t->nnodes; i++)
-    for (int j = i + 1; j < t->nnodes; j++)
+  int local = t->local_of[comm->rank], *known = &comm->device->column_direct;
+  if (*known != 0) return *known > 0;
+  *known = 1;
+  for (int i = 0; i<t->nnodes&& * known> 0; i++)
+    for (int j = i + 1; j<t->nnodes&& * known> 0; j++)
       if (!cuda_pair_net_direct(comm, t->order[t->node_start[i] + local],
                                 t->order[t->node_start[j] + local]))
-        return 0;
-  return 1;
+        *known = -1;
+  return *known > 0;
 }
 
-int cuda_hier_between(const struct ncclComm* comm, int coll) {
-  return cuda_hier_column_on_device(comm, coll) ? comm->layout.nnodes : 0;
+int cuda_hier_column_on_device(struct ncclComm* comm, int coll) {
+  if (coll != COLL_ALLGATHER && !(sched_coll_reduces(coll) && nodes_halve(comm->layout.nnodes)))
+    return 0;
+  return column_net_direct(comm);
 }
 
 /* Reduce-scatter and all-gather run their node stages as one task of a

@@ -47,11 +47,7 @@ int cuda_pair_net_direct(const struct ncclComm* comm, int a, int b);
  * any number of nodes; an all-reduce or reduce-scatter on 2 nodes or a
  * power of two up to DIRECT_MAX_NODES, where it sends what a ring would).
  * Alike on the column's ranks. */
-int cuda_hier_column_on_device(const struct ncclComm* comm, int coll);
-
-/* The nodes where that stage runs on the device (work_op.direct_between);
- * else 0. */
-int cuda_hier_between(const struct ncclComm* comm, int coll);
+int cuda_hier_column_on_device(struct ncclComm* comm, int coll);
 
 /* The comm ranks of `node`, in node order (at most DIRECT_MAX_RANKS
  * written); how many. */

@@ -153,7 +153,7 @@ fail:
 static void direct_mark(struct work_op* op) {
   op->direct = cuda_direct_kind(op);
   op->direct_between =
-      op->direct == WORK_DIRECT_HIER ? cuda_hier_between(op->comm, op->args.coll) : 0;
+      op->direct == WORK_DIRECT_HIER && cuda_hier_column_on_device(op->comm, op->args.coll);
 }
 
 /* Without gates: wait for the streams, run (collectives on the device

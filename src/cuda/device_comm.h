@@ -42,6 +42,9 @@ struct device_comm {
    * host and device memory alike (cuda_unit.c): 0 not asked yet, 1 yes,
    * -1 no (the peer table does not change) */
   int net_direct;
+  /* every pair of this rank's Hier column joined so (cuda_direct_policy.c),
+   * the same three values */
+  int column_direct;
 };
 
 #endif /* BRAID_DEVICE_COMM_H_ */

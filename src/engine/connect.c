@@ -30,8 +30,8 @@ static int peer_add(int* peers, int m, int peer) {
  * (the halving's partners): those added to peers[0..m); the new count. */
 static int column_peers(const struct work_op* op, int* peers, int m) {
   const struct sched_topo* t = &op->comm->layout;
-  int n = op->direct_between, me = op->comm->rank, node = t->node_of[me], local = t->local_of[me];
-  if (n < 2) return m;
+  int n = t->nnodes, me = op->comm->rank, node = t->node_of[me], local = t->local_of[me];
+  if (!op->direct_between || n < 2) return m;
   m = peer_add(peers, m, t->order[t->node_start[(node + 1) % n] + local]);
   m = peer_add(peers, m, t->order[t->node_start[(node + n - 1) % n] + local]);
   for (int d = n / 2; d >= 1 && (n & (n - 1)) == 0; d /= 2)

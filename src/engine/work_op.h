@@ -48,8 +48,9 @@ struct work_op {
   int direct; /* enum work_direct: a collective run by the direct algorithm (cuda_direct.h) */
   int ipc;    /* p2p on device memory moved device to device (transports/cudaipc), not staged */
   /* Hier whose stage between nodes runs on the device (algorithms/direct.h,
-   * gathered): its nodes, its column's peers there connected too (ring
-   * neighbours; on a power of two, the halving's partners); 0: none */
+   * gathered; src/cuda decides once per call): its column's peers there are
+   * connected too (ring neighbours; on a power of two of nodes, the
+   * halving's partners) */
   int direct_between;
   /* gated: its kernels, queued on the stream: a direct collective's (for
    * Hier on devices: into its scratch, one per halving step, out of it), an
