@@ -90,11 +90,14 @@ measure() {
         "$coll" "$np" "$label" "$size" "${a:-?}" "${b:-?}" "$unit" "$ratio" \
         "$([ "$what" = small ] && echo " (time)")"
       rows+=("| ${coll/_/-} | $np | $label | $size | ${a:-?} $unit | ${b:-?} $unit | $ratio$([ "$what" = small ] && echo " (time)") | ${d% } | ${x% } |")
+      [ "$what" = big ] && [ -n "$SUM_KEY" ] && by_place["$SUM_KEY|$coll"]=$ratio
     done
   done
 }
 
 rows=()
+declare -A by_place # "NP LINK|PLACE|COLL" -> the BIG det / default of that job
+SUM_KEY=""
 for np in $NPS; do
   bench_launch "$np"
   for place in $PLACES; do
@@ -104,10 +107,12 @@ for np in $NPS; do
     for link in shm tcp; do
       NCCL_SHM_DISABLE=$([ "$link" = tcp ] && echo 1 || echo 0)
       export NCCL_SHM_DISABLE
+      SUM_KEY="$np $link|$place"
       measure "$np-$link-$place" "$np" "$([ "$link" = shm ] && echo shared memory || echo TCP)$where"
     done
   done
 done
+SUM_KEY=""
 PIN=()
 export NCCL_SHM_DISABLE=0
 for lay in $LAYOUTS; do
@@ -121,6 +126,30 @@ for lay in $LAYOUTS; do
   measure "$lay" $((nodes * rpn)) "$nodes x $rpn hosts, $RATE"
   "$CLUSTER" down >/dev/null
 done
+
+# placement_table: the BIG ratios of every one-host job, a column per placement
+placement_table() {
+  local np link place
+  echo
+  echo "By placement of the ranks on the cores ($BIG, det / default of the bus bandwidth, all-reduce /"
+  echo "reduce-scatter; \"free\": placed by the kernel; the rows above give each one's cores):"
+  echo
+  printf '| ranks, link |'
+  for place in $PLACES; do printf ' %s |' "$place"; done
+  printf '\n|---|'
+  for place in $PLACES; do printf -- '---|'; done
+  echo
+  for np in $NPS; do
+    for link in shm tcp; do
+      printf '| %s, %s |' "$np" "$([ "$link" = shm ] && echo shared memory || echo TCP)"
+      for place in $PLACES; do
+        printf ' %s / %s |' "${by_place["$np $link|$place|all_reduce"]:-?}" \
+          "${by_place["$np $link|$place|reduce_scatter"]:-?}"
+      done
+      echo
+    done
+  done
+}
 
 [ -n "$MD" ] || exit 0
 mkdir -p "$(dirname "$MD")"
@@ -143,5 +172,6 @@ shown=${shown#"$top/"}
   echo "| collective | ranks | link | size | default | deterministic | det / default | default, each turn | deterministic, each turn |"
   echo "|---|---:|---|---|---:|---:|---:|---|---|"
   printf '%s\n' "${rows[@]}"
+  [ "$PLACES" = free ] || placement_table
 } >"$MD"
 echo "wrote $MD"
