@@ -123,9 +123,14 @@ fail:
 static ncclResult_t connect_finish(struct ncclComm* comm, struct transport_conn* c) {
   ncclResult_t res = ncclSuccess;
   uint64_t deadline = braid_now_ns() + (uint64_t)comm->tctx.timeout_ms * 1000000ull;
+  long nap_ns = 0;
   while (c->ops->connecting(c)) {
     int progressed = 0;
     CHECK(c->ops->progress(c, &progressed)); /* a connect that failed says so here */
+    if (progressed) /* the peer may take a while to accept: do not spin meanwhile */
+      nap_ns = 0;
+    else
+      braid_backoff(&nap_ns);
     if (atomic_load(&comm->aborted))
       FAIL(ncclSystemError, "Rank %d: aborted while connecting to rank %d", comm->rank, c->peer);
     if (braid_now_ns() > deadline)
