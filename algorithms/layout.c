@@ -6,6 +6,7 @@
 #include "layout.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "core.h"
 #include "schedule.h"
@@ -58,6 +59,7 @@ ncclResult_t sched_topo_init(struct sched_topo* t, int n, const uint64_t* host) 
   for (int p = 0; p < n; p++) pos_of[order[p]] = p;
   t->nranks = n;
   t->nnodes = nnodes;
+  memset(t->pair_xor, 0, sizeof(t->pair_xor));
   t->node_of = node_of, t->local_of = local_of, t->order = order, t->pos_of = pos_of;
   t->node_start = start;
   return ncclSuccess;
@@ -73,4 +75,33 @@ int sched_topo_node_size(const struct sched_topo* t, int node) {
 void sched_topo_free(struct sched_topo* t) {
   free((void*)t->node_of);
   t->node_of = NULL;
+}
+
+/* Ranks whose partner r ^ d is bound inside the same cache as they are. */
+static int pairs_sharing(int n, const int* cache, int d) {
+  int shared = 0;
+  for (int r = 0; r < n; r++) shared += cache[r] >= 0 && cache[r] == cache[r ^ d];
+  return shared;
+}
+
+/* Level by level, the distance d in [2^l, 2^(l+1)) that puts the most
+ * ranks in one cache with their partner, the canonical 2^l on a tie. Any
+ * such d pairs the two halves of every aligned block of 2^(l+1) ranks (its
+ * top bit is l), so the tree stays: the same blocks combine, in the same
+ * order; only which rank of a block computes its partial moves (a message
+ * between ranks that share a cache stays in it: docs/determinism.md).
+ * Level 0 has one choice. One node of 2^k ranks only: elsewhere the levels
+ * follow the nodes. */
+void sched_topo_place(struct sched_topo* t, const int* cache) {
+  int n = t->nranks;
+  memset(t->pair_xor, 0, sizeof(t->pair_xor));
+  if (t->nnodes != 1 || n < 4 || (n & (n - 1)) != 0 || n > 1 << SCHED_PAIR_LEVELS) return;
+  for (int l = 1; (1 << l) < n; l++) {
+    int best = 1 << l, most = pairs_sharing(n, cache, best);
+    for (int d = best + 1; d < 2 << l; d++) {
+      int shared = pairs_sharing(n, cache, d);
+      if (shared > most) best = d, most = shared;
+    }
+    t->pair_xor[l] = best == 1 << l ? 0 : best;
+  }
 }

@@ -68,6 +68,42 @@ static int pw_holder(int v, int l, int n) {
   return h;
 }
 
+/* ---- Ranks bound inside caches: the partners re-paired ---- */
+
+/* The builders work on virtual ranks, whose partner at level l is the
+ * canonical v ^ 2^l; rank pw_real(v) is the XOR over v's bits l of the
+ * layout's pair_xor[l] (2^l where that is 0: without a placement, virtual
+ * is real). Each pair_xor[l] has l as its top bit, so pw_real maps every
+ * aligned block of 2^l virtual ranks onto an aligned block of 2^l ranks:
+ * the tree's blocks are the same sets of ranks, combined in the ranks'
+ * order (pw_role_at asks which half is lower of the real ranks), and only
+ * which rank of a block computes its partial moves. The same bits. */
+static int pw_dist(const struct sched_key* k, int l) {
+  const struct sched_topo* t = k->topo;
+  return t && l < SCHED_PAIR_LEVELS && t->pair_xor[l] ? t->pair_xor[l] : 1 << l;
+}
+
+static int pw_real(const struct sched_key* k, int v) {
+  int r = 0;
+  for (int l = 0; v >> l; l++)
+    if ((v >> l) & 1) r ^= pw_dist(k, l);
+  return r;
+}
+
+static int pw_virtual(const struct sched_key* k, int r) {
+  int v = 0;
+  for (int l = pairwise_levels(k->nranks) - 1; l >= 0; l--)
+    if ((r >> l) & 1) v |= 1 << l, r ^= pw_dist(k, l);
+  return v;
+}
+
+/* Whether the layout re-pairs this key's ranks. */
+static int pw_placed(const struct sched_key* k) {
+  for (int l = 0; k->topo && l < SCHED_PAIR_LEVELS; l++)
+    if (k->topo->pair_xor[l]) return 1;
+  return 0;
+}
+
 /* ---- Where each position's block lies ---- */
 
 static int bit_reverse(int v, int bits) {
@@ -86,15 +122,15 @@ struct pw_span {
   size_t x, y, n; /* first element in the input and in the output; elements */
 };
 
-/* Position u's block. Reduce-scatter: rank u's block of the input, which
- * only rank u writes (at the start of its output). Otherwise slice
+/* Position u's block. Reduce-scatter: (virtual) rank u's block of the
+ * input, which only rank u writes (at the start of its output). Otherwise slice
  * bit_reverse(u) of the buffer: then the blocks of positions congruent
  * modulo 2^(l+1), which travel together in the all-gather, are adjacent. */
 static struct pw_span pw_block(const struct sched_key* k, int u) {
   struct pw_span b = {0, 0, 0};
   int L = pairwise_levels(k->nranks), p = 1 << L;
   if (k->coll == COLL_REDUCESCATTER) {
-    if (u < k->nranks) b.x = sched_block_offset(k, u), b.n = k->count;
+    if (u < k->nranks) b.x = sched_block_offset(k, pw_real(k, u)), b.n = k->count;
     return b;
   }
   int slice = bit_reverse(u, L);
@@ -124,15 +160,16 @@ struct pw_role {
 };
 
 /* Rank r's part at level l in reducing position u's block. */
-static struct pw_role pw_role_at(int r, int u, int l, int n) {
+static struct pw_role pw_role_at(const struct sched_key* k, int r, int u, int l) {
   struct pw_role role = {PW_NONE, -1, 0};
+  int n = k->nranks;
   int half = 1 << l, base = block_base(r, l + 1);
   if ((base | half) >= n) return role; /* the upper half holds no rank */
   int vc = base | (u & ((2 << l) - 1)), vo = vc ^ half;
   int hc = pw_holder(vc, l, n), ho = pw_holder(vo, l, n);
   if (r == hc) {
     role.kind = PW_COMPUTE, role.peer = ho;
-    role.order = vc < vo ? SCHED_LOCAL_FIRST : 0;
+    role.order = pw_real(k, vc) < pw_real(k, vo) ? SCHED_LOCAL_FIRST : 0;
   } else if (r == ho) {
     role.kind = PW_SEND, role.peer = hc;
   }
@@ -181,11 +218,11 @@ static ncclResult_t pw_chain(struct schedule* s, const struct sched_key* k, int 
   size_t x = b->x + off, y = b->y + off;
   for (int l = 0; l <= level && l < L; l++) {
     int here = l == level;
-    struct pw_role role = pw_role_at(r, u, l, n), next = {PW_NONE, -1, 0};
+    struct pw_role role = pw_role_at(k, r, u, l), next = {PW_NONE, -1, 0};
     if (role.kind == PW_SEND)
       return here ? pw_append(s, u, PRIM_SEND, SCHED_PRE, -1, role.peer, x, y, len) : ncclSuccess;
     if (role.kind != PW_COMPUTE) continue;
-    for (int j = l + 1; j < L && next.kind == PW_NONE; j++) next = pw_role_at(r, u, j, n);
+    for (int j = l + 1; j < L && next.kind == PW_NONE; j++) next = pw_role_at(k, r, u, j);
     if (!carry && !role.order) { /* ours second: pre-multiplied alone, as a sent input is */
       if (here) CHECK(pw_append(s, u, PRIM_LOAD_CARRY, SCHED_PRE, -1, -1, x, y, len));
       carry = 1;
@@ -278,7 +315,7 @@ static ncclResult_t pw_level_steps(struct schedule* s, const struct sched_key* k
                                    size_t chunk, int l) {
   ncclResult_t res = ncclSuccess;
   for (int u = base; u < base + g; u += 2) {
-    struct pw_role odd = pw_role_at(k->rank, u + 1, 0, k->nranks);
+    struct pw_role odd = pw_role_at(k, k->rank, u + 1, 0);
     int swap = t->root < 0 && odd.kind == PW_SEND;
     CHECK(pw_block_steps(s, k, t, u + swap, off, chunk, l));
     CHECK(pw_block_steps(s, k, t, u + !swap, off, chunk, l));
@@ -634,42 +671,70 @@ static ncclResult_t pw_single(struct schedule* s, const struct sched_key* k) {
   return sched_append(s, PRIM_COPY, SCHED_PRE | SCHED_POST, -1, -1, x, 0, k->count);
 }
 
-ncclResult_t pairwise_schedule_allreduce(struct schedule* s, const struct sched_key* k) {
+/* The key over virtual ranks (pw_real). */
+static struct sched_key pw_virtual_key(const struct sched_key* k) {
+  struct sched_key v = *k;
+  v.rank = pw_virtual(k, k->rank);
+  if (k->coll == COLL_REDUCE) v.root = pw_virtual(k, k->root);
+  return v;
+}
+
+typedef ncclResult_t (*pw_builder)(struct schedule* s, const struct sched_key* k);
+
+/* `build`'s steps over virtual ranks where the layout re-pairs the ranks,
+ * then named by rank. */
+static ncclResult_t pw_build_placed(struct schedule* s, const struct sched_key* k,
+                                    pw_builder build) {
   ncclResult_t res = ncclSuccess;
+  if (!pw_placed(k)) return build(s, k);
+  struct sched_key v = pw_virtual_key(k);
+  size_t first = s->nsteps;
+  CHECK(build(s, &v));
+  for (size_t i = first; i < s->nsteps; i++) {
+    struct sched_step* st = &s->steps[i];
+    if (st->recv_peer >= 0) st->recv_peer = pw_real(k, st->recv_peer);
+    if (st->send_peer >= 0) st->send_peer = pw_real(k, st->send_peer);
+  }
+fail:
+  return res;
+}
+
+static ncclResult_t pw_tree_allreduce(struct schedule* s, const struct sched_key* k) {
+  return pw_tree_gather(s, k, pw_chunk(k));
+}
+
+static ncclResult_t pw_tree_scatter(struct schedule* s, const struct sched_key* k) {
+  return pw_reduce_blocks(s, k, -1, pw_chunk(k));
+}
+
+static ncclResult_t pw_tree_reduce(struct schedule* s, const struct sched_key* k) {
+  return pw_reduce_blocks(s, k, k->root, pw_chunk(k));
+}
+
+ncclResult_t pairwise_schedule_allreduce(struct schedule* s, const struct sched_key* k) {
   if (k->count == 0) return ncclSuccess;
   if (k->nranks == 1) return pw_single(s, k);
   if (pairwise_uses_doubling(k->count, k->elem_size, k->nranks))
     return pw_doubling(s, k, pw_chunk(k));
-  if (k->topo == NULL || k->topo->nnodes < 2)
-    CHECK(pw_tree_gather(s, k, pw_chunk(k)));
-  else
-    CHECK(pw_halving_gather(s, k, pw_chunk(k)));
-fail:
-  return res;
+  if (k->topo == NULL || k->topo->nnodes < 2) return pw_build_placed(s, k, pw_tree_allreduce);
+  return pw_halving_gather(s, k, pw_chunk(k));
 }
 
 ncclResult_t pairwise_schedule_reducescatter(struct schedule* s, const struct sched_key* k) {
   if (k->count == 0) return ncclSuccess;
   if (k->nranks == 1) return pw_single(s, k);
-  return pw_reduce_blocks(s, k, -1, pw_chunk(k));
+  return pw_build_placed(s, k, pw_tree_scatter);
 }
 
 ncclResult_t pairwise_schedule_reduce(struct schedule* s, const struct sched_key* k) {
   if (k->count == 0) return ncclSuccess;
   if (k->nranks == 1) return pw_single(s, k);
-  return pw_reduce_blocks(s, k, k->root, pw_chunk(k));
+  return pw_build_placed(s, k, pw_tree_reduce);
 }
 
-int pairwise_peers(const struct sched_key* k, int* peers, int max) {
+/* The tree's peers (every collective but the small all-reduce's). */
+static int pw_tree_peers(const struct sched_key* k, int* peers, int max) {
   int r = k->rank, n = k->nranks, L = pairwise_levels(n), m = 0;
-  if (k->coll == COLL_ALLREDUCE && pairwise_uses_doubling(k->count, k->elem_size, n)) {
-    int ppn = pw_node_block(k), leader = r & ~(ppn - 1);
-    for (int mask = 1; mask < n; mask <<= 1)
-      if (ppn == 0 || mask < ppn || r == leader) m = sched_add_peer(peers, m, max, r ^ mask);
-    for (int q = leader; ppn && q < leader + ppn; q++)
-      if (q != r && (r == leader || q == leader)) m = sched_add_peer(peers, m, max, q);
-    return m;
-  }
   for (int l = 0; l < L; l++) {
     int half = 1 << l, mine = block_base(r, l);
     if ((block_base(r, l + 1) | half) >= n) continue;
@@ -681,5 +746,22 @@ int pairwise_peers(const struct sched_key* k, int* peers, int max) {
     for (int q = 0; q < n; q++)
       if (q != r) m = sched_add_peer(peers, m, max, q);
   }
+  return m;
+}
+
+int pairwise_peers(const struct sched_key* k, int* peers, int max) {
+  int r = k->rank, n = k->nranks, m = 0;
+  if (k->coll == COLL_ALLREDUCE && pairwise_uses_doubling(k->count, k->elem_size, n)) {
+    int ppn = pw_node_block(k), leader = r & ~(ppn - 1);
+    for (int mask = 1; mask < n; mask <<= 1)
+      if (ppn == 0 || mask < ppn || r == leader) m = sched_add_peer(peers, m, max, r ^ mask);
+    for (int q = leader; ppn && q < leader + ppn; q++)
+      if (q != r && (r == leader || q == leader)) m = sched_add_peer(peers, m, max, q);
+    return m;
+  }
+  if (!pw_placed(k)) return pw_tree_peers(k, peers, max);
+  struct sched_key v = pw_virtual_key(k);
+  m = pw_tree_peers(&v, peers, max);
+  for (int i = 0; i < m; i++) peers[i] = pw_real(k, peers[i]);
   return m;
 }

@@ -87,6 +87,10 @@ enum sched_algo {
 };
 #define ALGO_MAX 8
 
+/* Levels of Pairwise's tree a one-node placement may re-pair: up to 1024
+ * ranks on the node (choosing costs ranks^2 steps at init). */
+#define SCHED_PAIR_LEVELS 10
+
 /* Where the ranks are: nodes (hosts), and each rank's place on its node.
  * The comm builds it once; schedules only read it. A key without one
  * means a single node with the ranks in rank order. */
@@ -99,6 +103,10 @@ struct sched_topo {
   const int* order;      /* the ranks node by node, in rank order within a node */
   const int* pos_of;     /* per rank: its index in `order` */
   int min_ppn, max_ppn;  /* fewest and most ranks on a node */
+  /* Pairwise's partner at level l is rank ^ pair_xor[l] (sched_topo_place:
+   * ranks bound inside one cache paired where the tree allows); 0 at
+   * every level: the canonical rank ^ 2^l. */
+  int pair_xor[SCHED_PAIR_LEVELS];
 };
 
 /* Rank at index `i` of `order` (identity without a topology), and back. */

@@ -4,6 +4,7 @@
  * InitRankScalable. Connections are made later, when work first needs them.
  */
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -26,6 +27,7 @@
 #include "socket.h"
 #include "engine/stream.h"
 #include "topo/topo.h"
+#include "topo/topo_bind.h"
 #include "topo/topo_nic.h"
 #include "transport_table.h"
 #include "tune/tuner.h"
@@ -196,6 +198,7 @@ static void comm_describe_self(struct ncclComm* comm, const struct topo_system* 
                              .ncpus = sys->ncores > 0 ? sys->ncores : sys->npus,
                              .nic_mbps = nic && nic->speed_mbps > 0 ? (uint32_t)nic->speed_mbps : 0,
                              .mem_mbps = sys->mem_mbps,
+                             .bound_cache = topo_bound_cache(),
                              .bell_fd = comm->progress.bell_fd[0],
                              .bell_ino = comm->progress.bell_ino,
                              .ctrl = comm->ctrl_addr};
@@ -212,20 +215,39 @@ static void comm_log_topology(const struct ncclComm* comm, const struct topo_sys
     INFO(TOPO_LOG_SUB, "Topology: %s", net);
 }
 
-/* Nodes from the peers' host hashes; the first rank of each node logs
- * its topology. */
+/* Where Pairwise re-pairs ranks bound inside caches (sched_topo_place). */
+static void comm_log_pairs(const struct ncclComm* comm, int cache) {
+  char text[256];
+  size_t len = 0;
+  for (int l = 0; l < SCHED_PAIR_LEVELS && len < sizeof(text); l++)
+    if (comm->layout.pair_xor[l])
+      len += (size_t)snprintf(text + len, sizeof(text) - len, " level %d: rank ^ %d", l,
+                              comm->layout.pair_xor[l]);
+  if (len > 0)
+    INFO(SUB_INIT, "comm %p rank %d: bound inside cache %d:%d; deterministic partners%s",
+         (void*)comm, comm->rank, cache >> 16, cache & 0xffff, text);
+}
+
+/* Nodes from the peers' host hashes, and which ranks are bound inside
+ * one cache; the first rank of each node logs its topology. */
 static ncclResult_t comm_layout(struct ncclComm* comm, const struct topo_system* sys) {
   ncclResult_t res = ncclSuccess;
   uint64_t* hosts = NULL;
+  int* caches = NULL;
   CHECK(braid_calloc(&hosts, (size_t)comm->nranks, sizeof(*hosts)));
+  CHECK(braid_calloc(&caches, (size_t)comm->nranks, sizeof(*caches)));
   for (int r = 0; r < comm->nranks; r++) hosts[r] = comm->peers[r].host_hash;
   CHECK(sched_topo_init(&comm->layout, comm->nranks, hosts));
+  for (int r = 0; r < comm->nranks; r++) caches[r] = comm->peers[r].bound_cache;
+  sched_topo_place(&comm->layout, caches);
   const struct sched_topo* t = &comm->layout;
   int node = t->node_of[comm->rank];
   if (t->local_of[comm->rank] == 0) comm_log_topology(comm, sys);
   INFO(SUB_INIT, "comm %p rank %d: node %d of %d, local rank %d of %d", (void*)comm, comm->rank,
        node, t->nnodes, t->local_of[comm->rank], sched_topo_node_size(t, node));
+  comm_log_pairs(comm, caches[comm->rank]);
 fail:
+  free(caches);
   free(hosts);
   return res;
 }

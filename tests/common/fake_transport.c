@@ -159,6 +159,14 @@ void fake_world_init(struct fake_world* w, int n, size_t slot_bytes, int window,
   }
 }
 
+void fake_world_place(struct fake_world* w, const int* cache) {
+  if (w->topo.nranks == 0) {
+    uint64_t hosts[FAKE_MAXR] = {0};
+    assert_int_equal(sched_topo_init(&w->topo, w->n, hosts), ncclSuccess);
+  }
+  sched_topo_place(&w->topo, cache);
+}
+
 void fake_world_lend(struct fake_world* w, size_t bytes) {
   for (int a = 0; a < w->n; a++)
     for (int b = 0; b < w->n; b++)

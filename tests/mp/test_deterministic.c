@@ -16,6 +16,7 @@
  * and 5 (positions without a rank).
  */
 #include <math.h>
+#include <sched.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -34,7 +35,7 @@
 #include "launcher.h"
 
 #define NCALLS 8
-#define NVARIANTS 14
+#define NVARIANTS 15
 #define BIG 1000003
 #define SLICE_FIRST 5000
 #define SLICE_COUNT 1000
@@ -56,6 +57,7 @@ struct det_variant {
   int shm_off;
   int device;
   int tight; /* one 4 KiB slot per shared-memory ring, a window of 4 steps */
+  int bound; /* rank r bound to allowed CPU popcount(r) mod their count */
 };
 
 struct det_case {
@@ -206,6 +208,22 @@ static void set_env(const mp_env* env, const struct det_variant* v) {
   }
 }
 
+/* Rank r on the allowed CPU popcount(r) mod their count: where two CPUs
+ * have caches of their own, 2^l apart no ranks share one, and the layout
+ * re-pairs Pairwise's partners (algorithms/layout.c) on 4 ranks. */
+static int bind_rank(const mp_env* env) {
+  cpu_set_t allowed, one;
+  int cpus[CPU_SETSIZE], n = 0, bits = __builtin_popcount((unsigned)env->rank);
+  if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0) return 1;
+  for (int c = 0; c < CPU_SETSIZE; c++)
+    if (CPU_ISSET(c, &allowed)) cpus[n++] = c;
+  CPU_ZERO(&one);
+  CPU_SET(cpus[bits % n], &one);
+  if (sched_setaffinity(0, sizeof(one), &one) == 0) return 0;
+  mp_fail(env, "binding to CPU %d failed", cpus[bits % n]);
+  return 1;
+}
+
 static int det_body(const mp_env* env) {
   const struct det_case* dc = env->arg;
   const struct det_variant* v = dc->v;
@@ -214,6 +232,7 @@ static int det_body(const mp_env* env) {
   void* big = NULL;
   int bad = 0;
   set_env(env, v);
+  if (v->bound && bind_rank(env)) return 1;
   if (v->device && (dev_open(env, 0) || (s = dev_stream(env)) == NULL)) return 1;
   if (mp_comm_init(env, &comm)) return 1;
   if (v->deterministic == 2)
@@ -240,22 +259,23 @@ static int det_body(const mp_env* env) {
 /* ---- The environments ---- */
 
 static const struct det_variant kVariants[NVARIANTS] = {
-    {"env, auto", 1, NULL, NULL, 0, 0, 0, 0, 0},
-    {"full rings: one 4 KiB slot, 4 steps", 1, NULL, NULL, 0, 0, 0, 0, 1},
-    {"full rings, 2 nodes (the pipelined halving)", 1, NULL, NULL, 2, 0, 0, 0, 1},
-    {"braidCommSetDeterministic, Ring", 2, "Ring", NULL, 0, 0, 0, 0, 0},
-    {"Tree, 16 KiB chunks", 1, "Tree", "16384", 0, 0, 0, 0, 0},
-    {"RecDoubling over TCP", 1, "RecDoubling", NULL, 0, 0, 1, 0, 0},
-    {"Hier, 2 nodes", 1, "Hier", NULL, 2, 0, 0, 0, 0},
-    {"2 nodes interleaved", 1, NULL, NULL, 2, 1, 0, 0, 0},
-    {"one rank per node", 1, "^Pairwise", NULL, 8, 0, 0, 0, 0},
-    {"device buffers", 1, NULL, NULL, 0, 0, 0, 1, 0},
-    {"device buffers, Direct named", 1, "Direct,Ring", "32768", 0, 0, 0, 1, 0},
-    {"off, Ring", 0, "Ring", NULL, 0, 0, 0, 0, 0},
-    {"off, Tree", 0, "Tree", NULL, 0, 0, 0, 0, 0},
-    {"off, Hier, 2 nodes", 0, "Hier", NULL, 2, 0, 0, 0, 0},
+    {"env, auto", 1, NULL, NULL, 0, 0, 0, 0, 0, 0},
+    {"full rings: one 4 KiB slot, 4 steps", 1, NULL, NULL, 0, 0, 0, 0, 1, 0},
+    {"full rings, 2 nodes (the pipelined halving)", 1, NULL, NULL, 2, 0, 0, 0, 1, 0},
+    {"full rings, ranks bound (Pairwise re-paired)", 1, NULL, NULL, 0, 0, 0, 0, 1, 1},
+    {"braidCommSetDeterministic, Ring", 2, "Ring", NULL, 0, 0, 0, 0, 0, 0},
+    {"Tree, 16 KiB chunks", 1, "Tree", "16384", 0, 0, 0, 0, 0, 0},
+    {"RecDoubling over TCP", 1, "RecDoubling", NULL, 0, 0, 1, 0, 0, 0},
+    {"Hier, 2 nodes", 1, "Hier", NULL, 2, 0, 0, 0, 0, 0},
+    {"2 nodes interleaved", 1, NULL, NULL, 2, 1, 0, 0, 0, 0},
+    {"one rank per node", 1, "^Pairwise", NULL, 8, 0, 0, 0, 0, 0},
+    {"device buffers", 1, NULL, NULL, 0, 0, 0, 1, 0, 0},
+    {"device buffers, Direct named", 1, "Direct,Ring", "32768", 0, 0, 0, 1, 0, 0},
+    {"off, Ring", 0, "Ring", NULL, 0, 0, 0, 0, 0, 0},
+    {"off, Tree", 0, "Tree", NULL, 0, 0, 0, 0, 0, 0},
+    {"off, Hier, 2 nodes", 0, "Hier", NULL, 2, 0, 0, 0, 0, 0},
 };
-#define FIRST_OFF 11
+#define FIRST_OFF 12
 
 /* Calls whose digests differ between variant v and variant 0, on any rank. */
 static int calls_differing(int n, int v, int* which) {

@@ -20,6 +20,7 @@
 #include "common/sched_cases.h"
 #include "engine/exec_cpu.h"
 #include "kernels.h"
+#include "layout.h"
 #include "pairwise.h"
 #include "sched_build.h"
 #include "schedule.h"
@@ -122,6 +123,7 @@ struct pw_call {
   size_t count, chunk;
   uint64_t first;        /* the notional index of element 0 */
   const uint64_t* hosts; /* the ranks' nodes; NULL: one node */
+  const int* cache;      /* the caches the ranks are bound inside; NULL: none */
 };
 
 struct pw_bufs {
@@ -143,6 +145,7 @@ static void pw_run(const struct pw_call* c, struct pw_bufs* b) {
   struct fake_world* w = calloc(1, sizeof(*w));
   struct exec_args args[MAXR];
   fake_world_init(w, c->n, SLOT_BYTES, g_window, c->hosts, &exec_backend_cpu, NULL);
+  if (c->cache) fake_world_place(w, c->cache);
   for (int r = 0; r < c->n; r++) {
     b->send[r] = malloc(ns * es + 1);
     b->recv[r] = c->inplace ? b->send[r] : malloc(ns * es + 1);
@@ -221,7 +224,7 @@ static void test_every_type_and_op(void** state) {
           size_t es = kern_type_size(all_types[t]);
           struct pw_call c = {colls[ci],  ALGO_PAIRWISE, n,  n - 1,  (int)(o & 1),
                               all_ops[o], all_types[t],  37, 3 * es, 11,
-                              NULL};
+                              NULL,       NULL};
           check_canonical(&c);
           c.chunk = SLOT_BYTES, c.root = 0, c.inplace = !c.inplace;
           check_canonical(&c);
@@ -239,7 +242,7 @@ static void run_sizes_offsets_chunks(void) {
         for (int ci = 0; ci < 3; ci++) {
           struct pw_call c = {colls[ci], ALGO_PAIRWISE, n,         (int)k % n, (int)ch & 1,
                               ncclSum,   ncclFloat32,   counts[k], chunks[ch], firsts[(k + ch) % 3],
-                              NULL};
+                              NULL,      NULL};
           check_canonical(&c);
         }
 }
@@ -269,7 +272,7 @@ static void test_node_layouts(void** state) {
           const struct sched_layout* L = &sched_layouts[l];
           struct pw_call c = {COLL_ALLREDUCE, ALGO_PAIRWISE, L->n,      0,    (int)((o + k) & 1),
                               all_ops[o],     all_types[t],  counts[k], 1024, 7,
-                              L->hosts};
+                              L->hosts,       NULL};
           check_canonical(&c);
         }
 }
@@ -283,8 +286,8 @@ static void test_other_algorithms_differ(void** state) {
   for (int n = 3; n <= MAXR; n++) {
     size_t differ = 0;
     for (size_t a = 0; a < sizeof(algos) / sizeof(algos[0]); a++) {
-      struct pw_call c = {COLL_ALLREDUCE, algos[a], n,          0, 0,   ncclSum,
-                          ncclFloat32,    4099,     SLOT_BYTES, 0, NULL};
+      struct pw_call c = {COLL_ALLREDUCE, algos[a], n,          0, 0,    ncclSum,
+                          ncclFloat32,    4099,     SLOT_BYTES, 0, NULL, NULL};
       struct pw_bufs b;
       pw_run(&c, &b);
       size_t d = count_differences(&c, &b);
@@ -296,6 +299,42 @@ static void test_other_algorithms_differ(void** state) {
   }
 }
 
+/* Rank k->rank's schedule names only its peers, and it is its peers'. */
+static void check_peers(const struct sched_key* k) {
+  struct schedule s = {0};
+  int peers[64], mine[64];
+  int m = sched_peers(k, peers, 64);
+  assert_int_equal(sched_build(&s, k), ncclSuccess);
+  for (size_t i = 0; i < s.nsteps; i++) {
+    int p[2] = {s.steps[i].recv_peer, s.steps[i].send_peer}, found[2] = {p[0] < 0, p[1] < 0};
+    for (int j = 0; j < m; j++) found[0] |= peers[j] == p[0], found[1] |= peers[j] == p[1];
+    assert_true(found[0] && found[1]);
+  }
+  for (int j = 0; j < m; j++) { /* I am my peer's peer */
+    struct sched_key pk = *k;
+    int found = 0;
+    pk.rank = peers[j];
+    int pm = sched_peers(&pk, mine, 64);
+    for (int i = 0; i < pm; i++) found |= mine[i] == k->rank;
+    assert_true(found);
+  }
+  sched_free(&s);
+}
+
+static struct sched_key peers_key(const struct sched_topo* t, int coll, int r, int n) {
+  struct sched_key k = {.topo = t,
+                        .coll = coll,
+                        .algo = ALGO_PAIRWISE,
+                        .rank = r,
+                        .nranks = n,
+                        .root = n / 2,
+                        .count = 100003,
+                        .elem_size = 4,
+                        .chunk_bytes = 65536,
+                        .slices_per_step = 2};
+  return k;
+}
+
 /* A schedule's peers are symmetric and cover every rank it names. */
 static void test_peers_cover_schedule(void** state) {
   (void)state;
@@ -303,41 +342,86 @@ static void test_peers_cover_schedule(void** state) {
   for (int n = 2; n <= 37; n++)
     for (int ci = 0; ci < 3; ci++)
       for (int r = 0; r < n; r++) {
-        struct schedule s = {0};
-        struct sched_key k = {.coll = colls[ci],
-                              .algo = ALGO_PAIRWISE,
-                              .rank = r,
-                              .nranks = n,
-                              .root = n / 2,
-                              .count = 100003,
-                              .elem_size = 4,
-                              .chunk_bytes = 65536,
-                              .slices_per_step = 2};
-        int peers[64], mine[64];
-        int m = sched_peers(&k, peers, 64);
-        assert_int_equal(sched_build(&s, &k), ncclSuccess);
-        for (size_t i = 0; i < s.nsteps; i++) {
-          int p[2] = {s.steps[i].recv_peer, s.steps[i].send_peer}, found[2] = {p[0] < 0, p[1] < 0};
-          for (int j = 0; j < m; j++) found[0] |= peers[j] == p[0], found[1] |= peers[j] == p[1];
-          assert_true(found[0] && found[1]);
-        }
-        for (int j = 0; j < m; j++) { /* I am my peer's peer */
-          struct sched_key pk = k;
-          int found = 0;
-          pk.rank = peers[j];
-          int pm = sched_peers(&pk, mine, 64);
-          for (int i = 0; i < pm; i++) found |= mine[i] == r;
-          assert_true(found);
-        }
-        sched_free(&s);
+        struct sched_key k = peers_key(NULL, colls[ci], r, n);
+        check_peers(&k);
       }
+}
+
+/* Caches of 8 ranks (the first 4 for 4 ranks): popcount(r) mod 2, where
+ * no canonical partners share one (re-paired at every level but 0); the
+ * other placements of 2 caches (rank order as it is); 4 caches, mirrored
+ * (re-paired at level 2 by 7, several bits); some ranks bound nowhere. */
+static const int placements[][8] = {
+    {0, 1, 1, 0, 1, 0, 0, 1}, {0, 0, 1, 1, 0, 0, 1, 1},   {0, 1, 0, 1, 0, 1, 0, 1},
+    {0, 1, 2, 3, 3, 2, 1, 0}, {5, -1, 5, 7, -1, 7, 5, 7},
+};
+#define NPLACEMENTS (sizeof(placements) / sizeof(placements[0]))
+
+/* The levels the layout re-pairs, and the peers that follow. */
+static void test_placement_repairs(void** state) {
+  (void)state;
+  static const int colls[] = {COLL_ALLREDUCE, COLL_REDUCESCATTER, COLL_REDUCE};
+  uint64_t hosts[8] = {0};
+  struct sched_topo t;
+  assert_int_equal(sched_topo_init(&t, 4, hosts), ncclSuccess);
+  sched_topo_place(&t, placements[0]);
+  assert_int_equal(t.pair_xor[1], 3); /* 0 with 3, 1 with 2: the ranks of one cache */
+  struct sched_key k = peers_key(&t, COLL_REDUCESCATTER, 0, 4);
+  int peers[8], m = sched_peers(&k, peers, 8), has3 = 0, has2 = 0;
+  for (int i = 0; i < m; i++) has3 |= peers[i] == 3, has2 |= peers[i] == 2;
+  assert_true(has3 && !has2);
+  sched_topo_free(&t);
+  assert_int_equal(sched_topo_init(&t, 8, hosts), ncclSuccess);
+  sched_topo_place(&t, placements[3]);
+  assert_int_equal(t.pair_xor[1], 0); /* no pair at distance 2 or 3 shares */
+  assert_int_equal(t.pair_xor[2], 7);
+  for (size_t p = 0; p < NPLACEMENTS; p++) {
+    sched_topo_place(&t, placements[p]);
+    for (int ci = 0; ci < 3; ci++)
+      for (int r = 0; r < 8; r++) {
+        k = peers_key(&t, colls[ci], r, 8);
+        check_peers(&k);
+      }
+  }
+  sched_topo_free(&t);
+}
+
+/* Re-paired, every collective still computes the canonical tree: every
+ * placement, type and op, one element per slice and whole slots, under
+ * the smallest window (a full ring: the re-paired levels cannot deadlock)
+ * and the default one. */
+static void test_placements_canonical(void** state) {
+  (void)state;
+  static const int colls[] = {COLL_ALLREDUCE, COLL_REDUCESCATTER, COLL_REDUCE};
+  for (g_window = 4; g_window <= 16; g_window *= 4)
+    for (size_t p = 0; p < NPLACEMENTS; p++)
+      for (int n = 4; n <= 8; n += 4)
+        for (size_t t = 0; t < NTYPES; t++)
+          for (int ci = 0; ci < 3; ci++) {
+            size_t o = (t + p + (size_t)ci) % NOPS, es = kern_type_size(all_types[t]);
+            struct pw_call c = {colls[ci],
+                                ALGO_PAIRWISE,
+                                n,
+                                (int)(p + t) % n,
+                                (int)(t & 1),
+                                all_ops[o],
+                                all_types[t],
+                                4099,
+                                t & 1 ? 3 * es : SLOT_BYTES,
+                                5,
+                                NULL,
+                                placements[p]};
+            check_canonical(&c);
+          }
+  g_window = 4;
 }
 
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_every_type_and_op),    cmocka_unit_test(test_any_size_offset_chunk),
       cmocka_unit_test(test_node_layouts),         cmocka_unit_test(test_other_algorithms_differ),
-      cmocka_unit_test(test_peers_cover_schedule),
+      cmocka_unit_test(test_peers_cover_schedule), cmocka_unit_test(test_placement_repairs),
+      cmocka_unit_test(test_placements_canonical),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

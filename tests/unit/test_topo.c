@@ -25,6 +25,7 @@
 #include "topo/topo_file.h"
 #include "topo/topo_hwloc.h"
 #include "topo/topo_nic.h"
+#include "topo/topo_bind.h"
 #include "topo/topo_sysfs.h"
 
 static char g_dir[] = "/tmp/braid_test_topo_XXXXXX";
@@ -344,6 +345,47 @@ static const char fake_xml[] =
     " </object>\n"
     "</object>\n"
     "</topology>\n";
+
+/* The cache a process is bound inside, from a made-up sysfs: 4 CPUs, an
+ * L2 per pair (0-1, 2-3), one L3; CPU 3 lists its instruction cache as
+ * index2 (sysfs numbers them per CPU), its L2 as index1. */
+static void test_bound_cache(void** state) {
+  (void)state;
+  char root[PATH_MAX], rel[128];
+  static const char* const kind[][3] = {
+      {"1", "Data", ""}, {"1", "Instruction", ""}, {"2", "Unified", "l2"}, {"3", "Unified", "0-3"}};
+  snprintf(root, sizeof(root), "%s/bindfs", g_dir);
+  for (int c = 0; c < 4; c++)
+    for (int i = 0; i < 4; i++) {
+      int idx = c == 3 && i >= 1 && i <= 2 ? 3 - i : i; /* cpu 3: index1 = L2, index2 = L1i */
+      char text[16];
+      snprintf(rel, sizeof(rel), "sys/devices/system/cpu/cpu%d/cache/index%d/level", c, idx);
+      fake_file(root, rel, kind[i][0]);
+      snprintf(rel, sizeof(rel), "sys/devices/system/cpu/cpu%d/cache/index%d/type", c, idx);
+      fake_file(root, rel, kind[i][1]);
+      snprintf(rel, sizeof(rel), "sys/devices/system/cpu/cpu%d/cache/index%d/shared_cpu_list", c,
+               idx);
+      if (strcmp(kind[i][2], "l2") == 0)
+        snprintf(text, sizeof(text), "%d-%d\n", c & ~1, (c & ~1) + 1);
+      else
+        snprintf(text, sizeof(text), "%s\n", i == 3 ? "0-3" : "");
+      fake_file(root, rel, text);
+    }
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  assert_int_equal(topo_bound_cache_at(root, &set), -1); /* no CPU */
+  CPU_SET(1, &set);
+  assert_int_equal(topo_bound_cache_at(root, &set), 2 * 65536 + 0); /* L2 of 0-1 */
+  CPU_SET(0, &set);
+  assert_int_equal(topo_bound_cache_at(root, &set), 2 * 65536 + 0);
+  CPU_SET(2, &set);
+  assert_int_equal(topo_bound_cache_at(root, &set), 3 * 65536 + 0); /* only the L3 holds 0-2 */
+  CPU_ZERO(&set);
+  CPU_SET(3, &set);
+  assert_int_equal(topo_bound_cache_at(root, &set), 2 * 65536 + 2);
+  CPU_SET(5, &set); /* a CPU sysfs does not list */
+  assert_int_equal(topo_bound_cache_at(root, &set), -1);
+}
 
 /* hwloc reads a machine description from HWLOC_XMLFILE: the NUMA, cache,
  * NIC and GPU paths run on hardware this machine does not have. */
@@ -680,6 +722,7 @@ int main(void) {
       cmocka_unit_test(test_detect),
       cmocka_unit_test(test_detect_without_hwloc),
       cmocka_unit_test(test_sysfs_fake_tree),
+      cmocka_unit_test(test_bound_cache),
       cmocka_unit_test(test_detect_hwloc_xml),
       cmocka_unit_test(test_roundtrip),
       cmocka_unit_test(test_whitespace),

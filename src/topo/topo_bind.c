@@ -1,0 +1,64 @@
+/*
+ * The cache a process is bound inside, from its affinity and sysfs's
+ * cache lists (topo_bind.h). Only a cache that holds every CPU the
+ * process may run on counts: a process the kernel may move anywhere shares
+ * nothing for sure with anyone.
+ */
+#include "topo/topo_bind.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "topo/topo_sysfs.h"
+
+#define BIND_MAX_LEVEL 3
+
+/* The CPUs sharing CPU c's unified or data cache of `level`; 0 on
+ * success. Index directories are numbered per CPU, so each is read. */
+static int cache_cpus(const char* root, int c, int level, cpu_set_t* out) {
+  for (int i = 0; i < 8; i++) {
+    char path[PATH_MAX], list[1024];
+    snprintf(path, sizeof(path), "%s/sys/devices/system/cpu/cpu%d/cache/index%d/level", root, c, i);
+    if (topo_sysfs_read_long(path, -1) != level) continue;
+    snprintf(path, sizeof(path), "%s/sys/devices/system/cpu/cpu%d/cache/index%d/type", root, c, i);
+    FILE* f = fopen(path, "r");
+    if (f == NULL) continue;
+    int instruction = fgets(list, sizeof(list), f) && strncmp(list, "Instruction", 11) == 0;
+    fclose(f);
+    if (instruction) continue;
+    snprintf(path, sizeof(path), "%s/sys/devices/system/cpu/cpu%d/cache/index%d/shared_cpu_list",
+             root, c, i);
+    f = fopen(path, "r");
+    if (f == NULL) return -1;
+    int ok = fgets(list, sizeof(list), f) != NULL;
+    fclose(f);
+    list[strcspn(list, "\n")] = '\0';
+    return ok ? topo_cpuset_parse(list, out) : -1;
+  }
+  return -1;
+}
+
+static int first_cpu(const cpu_set_t* set) {
+  for (int c = 0; c < CPU_SETSIZE; c++)
+    if (CPU_ISSET(c, set)) return c;
+  return -1;
+}
+
+int topo_bound_cache_at(const char* root, const cpu_set_t* set) {
+  int c = first_cpu(set);
+  if (c < 0) return -1;
+  for (int level = 2; level <= BIND_MAX_LEVEL; level++) {
+    cpu_set_t cache, both;
+    if (cache_cpus(root, c, level, &cache) != 0) continue;
+    CPU_AND(&both, &cache, set);
+    if (CPU_EQUAL(&both, set)) return level * 65536 + first_cpu(&cache);
+  }
+  return -1;
+}
+
+int topo_bound_cache(void) {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return -1;
+  return topo_bound_cache_at("", &set);
+}
