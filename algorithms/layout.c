@@ -60,6 +60,7 @@ ncclResult_t sched_topo_init(struct sched_topo* t, int n, const uint64_t* host) 
   t->nranks = n;
   t->nnodes = nnodes;
   memset(t->pair_xor, 0, sizeof(t->pair_xor));
+  memset(t->pair_shared, 0, sizeof(t->pair_shared));
   t->node_of = node_of, t->local_of = local_of, t->order = order, t->pos_of = pos_of;
   t->node_start = start;
   return ncclSuccess;
@@ -95,7 +96,9 @@ static int pairs_sharing(int n, const int* cache, int d) {
 void sched_topo_place(struct sched_topo* t, const int* cache) {
   int n = t->nranks;
   memset(t->pair_xor, 0, sizeof(t->pair_xor));
+  memset(t->pair_shared, 0, sizeof(t->pair_shared));
   if (t->nnodes != 1 || n < 4 || (n & (n - 1)) != 0 || n > 1 << SCHED_PAIR_LEVELS) return;
+  t->pair_shared[0] = pairs_sharing(n, cache, 1);
   for (int l = 1; (1 << l) < n; l++) {
     int best = 1 << l, most = pairs_sharing(n, cache, best);
     for (int d = best + 1; d < 2 << l; d++) {
@@ -103,5 +106,6 @@ void sched_topo_place(struct sched_topo* t, const int* cache) {
       if (shared > most) best = d, most = shared;
     }
     t->pair_xor[l] = best == 1 << l ? 0 : best;
+    t->pair_shared[l] = most;
   }
 }

@@ -189,19 +189,21 @@ static ncclResult_t pw_append(struct schedule* s, int u, enum sched_prim prim, u
 }
 
 /* How a tree's block values leave their holder: a reduce's go to the
- * root (`root` >= 0); with `fuse`, an all-reduce's go to the first
- * gather level's partner as well as into the output (pw_tree_gather);
- * otherwise they stay in the output, or are the reduce-scatter's result. */
+ * root (`root` >= 0); with `fuse`, an all-reduce's go to the partner at
+ * the gather's first level, `first`, as well as into the output
+ * (pw_tree_gather); otherwise they stay in the output, or are the
+ * reduce-scatter's result. */
 struct pw_tree {
   int root;
   int fuse;
+  int first;
 };
 
 /* Where position u's value goes from its holder (-1: nowhere). */
 static int pw_final_to(const struct sched_key* k, const struct pw_tree* t, int u) {
   int L = pairwise_levels(k->nranks), owner = pw_holder(u, L, k->nranks);
   if (t->root >= 0) return owner != t->root ? t->root : -1;
-  return t->fuse ? owner ^ (1 << (L - 1)) : -1;
+  return t->fuse ? owner ^ (1 << t->first) : -1;
 }
 
 /* This rank's steps at `level` for elements [off, off + len) of
@@ -361,7 +363,7 @@ static size_t pw_longest(const struct sched_key* k) {
 static ncclResult_t pw_reduce_blocks(struct schedule* s, const struct sched_key* k, int root,
                                      size_t chunk) {
   ncclResult_t res = ncclSuccess;
-  struct pw_tree t = {root, 0};
+  struct pw_tree t = {root, 0, 0};
   size_t longest = pw_longest(k);
   for (size_t off = 0; off < longest; off += chunk) CHECK(pw_tree_offset(s, k, &t, off, chunk));
 fail:
@@ -428,6 +430,63 @@ fail:
   return res;
 }
 
+/* One gather level l for the slice at `off` of every block, 2^L ranks and
+ * the levels in any order: this rank holds the blocks that agree with it
+ * on the levels still to gather (`left`, l among them) and swaps them
+ * with its level-l partner, block by block, a piece of ours sent, then a
+ * piece of theirs received. Top down (`left` the levels up to l), the
+ * blocks pw_gather_level_at swaps, in its order. */
+static ncclResult_t pw_gather_any_at(struct schedule* s, const struct sched_key* k, int l, int left,
+                                     size_t off, size_t chunk) {
+  ncclResult_t res = ncclSuccess;
+  int r = k->rank, peer = r ^ (1 << l), p = 1 << pairwise_levels(k->nranks);
+  for (int w = 0; w < p; w++) {
+    if ((w ^ r) & left) continue;
+    struct pw_span a, b;
+    size_t na = pw_piece(k, w, off, chunk, &a), nb = pw_piece(k, w ^ (1 << l), off, chunk, &b);
+    if (na)
+      CHECK(sched_append(s, PRIM_SEND_OUT, SCHED_LOCAL_OUT, -1, peer, a.y + off, a.y + off, na));
+    if (nb) CHECK(sched_append(s, PRIM_RECV, 0, peer, -1, b.y + off, b.y + off, nb));
+  }
+fail:
+  return res;
+}
+
+static int pw_shared(const struct sched_key* k, int l) {
+  return k->topo && l < SCHED_PAIR_LEVELS ? k->topo->pair_shared[l] : 0;
+}
+
+/* The order the gather takes the levels in: top down, but on 2^L ranks
+ * the levels whose partners share a cache more (sched_topo.pair_shared)
+ * later, since each level moves twice what the one before it did. The
+ * gather only copies: any order gives the same bits. */
+static void pw_gather_order(const struct sched_key* k, int* levels) {
+  int L = pairwise_levels(k->nranks), pow2 = (k->nranks & (k->nranks - 1)) == 0;
+  for (int j = 0; j < L; j++) levels[j] = L - 1 - j;
+  for (int j = 1; pow2 && j < L; j++)
+    for (int i = j; i > 0 && pw_shared(k, levels[i - 1]) > pw_shared(k, levels[i]); i--) {
+      int l = levels[i];
+      levels[i] = levels[i - 1], levels[i - 1] = l;
+    }
+}
+
+/* The gather of the slice at `off`: its levels from the j-th in `levels`. */
+static ncclResult_t pw_gather_at(struct schedule* s, const struct sched_key* k, const int* levels,
+                                 int j, size_t off, size_t chunk) {
+  ncclResult_t res = ncclSuccess;
+  int L = pairwise_levels(k->nranks), pow2 = (k->nranks & (k->nranks - 1)) == 0;
+  for (; j < L; j++) {
+    int left = 0;
+    for (int i = j; i < L; i++) left |= 1 << levels[i];
+    if (pow2)
+      CHECK(pw_gather_any_at(s, k, levels[j], left, off, chunk));
+    else
+      CHECK(pw_gather_level_at(s, k, levels[j], off, chunk));
+  }
+fail:
+  return res;
+}
+
 /* Offsets the gather of a slice trails its tree by (pw_tree_gather). */
 #define PW_GATHER_LAG 1
 
@@ -443,14 +502,14 @@ fail:
  * that level's copy out saved. Each element meets the same tree. */
 static ncclResult_t pw_tree_gather(struct schedule* s, const struct sched_key* k, size_t chunk) {
   ncclResult_t res = ncclSuccess;
-  int n = k->nranks, L = pairwise_levels(n), p = 1 << L;
-  struct pw_tree t = {-1, (n & (n - 1)) == 0 && pw_group(k, p) == p};
+  int n = k->nranks, L = pairwise_levels(n), p = 1 << L, levels[32];
+  pw_gather_order(k, levels);
+  struct pw_tree t = {-1, (n & (n - 1)) == 0 && pw_group(k, p) == p, levels[0]};
   size_t slices = DIV_UP(pw_longest(k), chunk);
   for (size_t i = 0; i < slices + PW_GATHER_LAG; i++) {
     if (i < slices) CHECK(pw_tree_offset(s, k, &t, i * chunk, chunk));
     if (i < PW_GATHER_LAG) continue;
-    for (int l = L - 1 - t.fuse; l >= 0; l--)
-      CHECK(pw_gather_level_at(s, k, l, (i - PW_GATHER_LAG) * chunk, chunk));
+    CHECK(pw_gather_at(s, k, levels, t.fuse, (i - PW_GATHER_LAG) * chunk, chunk));
   }
 fail:
   return res;

@@ -366,6 +366,8 @@ static void test_placement_repairs(void** state) {
   assert_int_equal(sched_topo_init(&t, 4, hosts), ncclSuccess);
   sched_topo_place(&t, placements[0]);
   assert_int_equal(t.pair_xor[1], 3); /* 0 with 3, 1 with 2: the ranks of one cache */
+  assert_int_equal(t.pair_shared[0], 0);
+  assert_int_equal(t.pair_shared[1], 4);
   struct sched_key k = peers_key(&t, COLL_REDUCESCATTER, 0, 4);
   int peers[8], m = sched_peers(&k, peers, 8), has3 = 0, has2 = 0;
   for (int i = 0; i < m; i++) has3 |= peers[i] == 3, has2 |= peers[i] == 2;
