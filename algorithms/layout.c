@@ -78,31 +78,37 @@ void sched_topo_free(struct sched_topo* t) {
   t->node_of = NULL;
 }
 
-/* Ranks whose partner r ^ d is bound inside the same cache as they are. */
-static int pairs_sharing(int n, const int* cache, int d) {
+/* How much ranks share with their partner r ^ d: 2 for each that shares
+ * its L2, 1 for each that shares only its L3. */
+static int pairs_sharing(int n, const int* l2, const int* l3, int d) {
   int shared = 0;
-  for (int r = 0; r < n; r++) shared += cache[r] >= 0 && cache[r] == cache[r ^ d];
+  for (int r = 0; r < n; r++) {
+    if (l2 && l2[r] >= 0 && l2[r] == l2[r ^ d])
+      shared += 2;
+    else if (l3 && l3[r] >= 0 && l3[r] == l3[r ^ d])
+      shared += 1;
+  }
   return shared;
 }
 
-/* Level by level, the distance d in [2^l, 2^(l+1)) that puts the most
- * ranks in one cache with their partner, the canonical 2^l on a tie. Any
- * such d pairs the two halves of every aligned block of 2^(l+1) ranks (its
- * top bit is l), so the tree stays: the same blocks combine, in the same
- * order; only which rank of a block computes its partial moves (a message
- * between ranks that share a cache stays in it: docs/determinism.md).
- * Level 0 has one choice. One node of 2^k ranks only: elsewhere the levels
- * follow the nodes. */
-void sched_topo_place(struct sched_topo* t, const int* cache) {
+/* Level by level, the distance d in [2^l, 2^(l+1)) whose partners share
+ * the most caches, the canonical 2^l on a tie. Any such d pairs the two
+ * halves of every aligned block of 2^(l+1) ranks (its top bit is l), so
+ * the tree stays: the same blocks combine, in the same order; only which
+ * rank of a block computes its partial moves (a message between ranks
+ * that share a cache stays in it: docs/determinism.md). Level 0 has one
+ * choice. One node of 2^k ranks only: elsewhere the levels follow the
+ * nodes. */
+void sched_topo_place(struct sched_topo* t, const int* l2, const int* l3) {
   int n = t->nranks;
   memset(t->pair_xor, 0, sizeof(t->pair_xor));
   memset(t->pair_shared, 0, sizeof(t->pair_shared));
   if (t->nnodes != 1 || n < 4 || (n & (n - 1)) != 0 || n > 1 << SCHED_PAIR_LEVELS) return;
-  t->pair_shared[0] = pairs_sharing(n, cache, 1);
+  t->pair_shared[0] = pairs_sharing(n, l2, l3, 1);
   for (int l = 1; (1 << l) < n; l++) {
-    int best = 1 << l, most = pairs_sharing(n, cache, best);
+    int best = 1 << l, most = pairs_sharing(n, l2, l3, best);
     for (int d = best + 1; d < 2 << l; d++) {
-      int shared = pairs_sharing(n, cache, d);
+      int shared = pairs_sharing(n, l2, l3, d);
       if (shared > most) best = d, most = shared;
     }
     t->pair_xor[l] = best == 1 << l ? 0 : best;

@@ -107,8 +107,9 @@ struct sched_topo {
    * ranks bound inside one cache paired where the tree allows); 0 at
    * every level: the canonical rank ^ 2^l. */
   int pair_xor[SCHED_PAIR_LEVELS];
-  /* ranks whose partner at level l shares their cache; 0 at every level:
-   * none known (Pairwise's gather then takes the levels top down) */
+  /* how much the partners at level l share caches (2 a rank sharing its
+   * L2, 1 its L3 only); 0 at every level: nothing known (Pairwise's
+   * gather then takes the levels top down) */
   int pair_shared[SCHED_PAIR_LEVELS];
 };
 

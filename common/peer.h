@@ -25,7 +25,7 @@ struct peer_info {
   uint64_t cuda_view;           /* the UUIDs its process sees, in order, hashed */
   uint32_t nic_mbps;            /* speed of the NIC its sockets use, 0 if unknown */
   uint32_t mem_mbps;            /* its host's measured memcpy bandwidth, MB/s */
-  int32_t bound_cache;          /* the cache it is bound inside (topo_bind.h), -1: none */
+  int16_t bound_l2, bound_l3;   /* the L2 and L3 it is bound inside (topo_bind.h), -1: none */
   int32_t bell_fd;              /* its progress engine's bell pipe, in its process */
   uint64_t bell_ino;            /* that pipe's inode, 0 if none */
   struct socket_wire_addr ctrl; /* its comm's control listener (comm_ctrl.h) */

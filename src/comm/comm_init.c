@@ -198,7 +198,8 @@ static void comm_describe_self(struct ncclComm* comm, const struct topo_system* 
                              .ncpus = sys->ncores > 0 ? sys->ncores : sys->npus,
                              .nic_mbps = nic && nic->speed_mbps > 0 ? (uint32_t)nic->speed_mbps : 0,
                              .mem_mbps = sys->mem_mbps,
-                             .bound_cache = topo_bound_cache(),
+                             .bound_l2 = (int16_t)topo_bound_cache(2),
+                             .bound_l3 = (int16_t)topo_bound_cache(3),
                              .bell_fd = comm->progress.bell_fd[0],
                              .bell_ino = comm->progress.bell_ino,
                              .ctrl = comm->ctrl_addr};
@@ -216,7 +217,8 @@ static void comm_log_topology(const struct ncclComm* comm, const struct topo_sys
 }
 
 /* Where Pairwise re-pairs ranks bound inside caches (sched_topo_place). */
-static void comm_log_pairs(const struct ncclComm* comm, int cache) {
+static void comm_log_pairs(const struct ncclComm* comm) {
+  const struct peer_info* me = &comm->peers[comm->rank];
   char text[256];
   size_t len = 0;
   for (int l = 0; l < SCHED_PAIR_LEVELS && len < sizeof(text); l++)
@@ -224,8 +226,10 @@ static void comm_log_pairs(const struct ncclComm* comm, int cache) {
       len += (size_t)snprintf(text + len, sizeof(text) - len, " level %d: rank ^ %d", l,
                               comm->layout.pair_xor[l]);
   if (len > 0)
-    INFO(SUB_INIT, "comm %p rank %d: bound inside cache %d:%d; deterministic partners%s",
-         (void*)comm, comm->rank, cache >> 16, cache & 0xffff, text);
+    INFO(SUB_INIT,
+         "comm %p rank %d: bound inside the L2 of CPU %d, the L3 of CPU %d; "
+         "deterministic partners%s",
+         (void*)comm, comm->rank, me->bound_l2, me->bound_l3, text);
 }
 
 /* Nodes from the peers' host hashes, and which ranks are bound inside
@@ -233,19 +237,22 @@ static void comm_log_pairs(const struct ncclComm* comm, int cache) {
 static ncclResult_t comm_layout(struct ncclComm* comm, const struct topo_system* sys) {
   ncclResult_t res = ncclSuccess;
   uint64_t* hosts = NULL;
-  int* caches = NULL;
+  int* caches = NULL; /* the ranks' L2s, then their L3s */
   CHECK(braid_calloc(&hosts, (size_t)comm->nranks, sizeof(*hosts)));
-  CHECK(braid_calloc(&caches, (size_t)comm->nranks, sizeof(*caches)));
+  CHECK(braid_calloc(&caches, 2 * (size_t)comm->nranks, sizeof(*caches)));
   for (int r = 0; r < comm->nranks; r++) hosts[r] = comm->peers[r].host_hash;
   CHECK(sched_topo_init(&comm->layout, comm->nranks, hosts));
-  for (int r = 0; r < comm->nranks; r++) caches[r] = comm->peers[r].bound_cache;
-  sched_topo_place(&comm->layout, caches);
+  for (int r = 0; r < comm->nranks; r++) {
+    caches[r] = comm->peers[r].bound_l2;
+    caches[comm->nranks + r] = comm->peers[r].bound_l3;
+  }
+  sched_topo_place(&comm->layout, caches, caches + comm->nranks);
   const struct sched_topo* t = &comm->layout;
   int node = t->node_of[comm->rank];
   if (t->local_of[comm->rank] == 0) comm_log_topology(comm, sys);
   INFO(SUB_INIT, "comm %p rank %d: node %d of %d, local rank %d of %d", (void*)comm, comm->rank,
        node, t->nnodes, t->local_of[comm->rank], sched_topo_node_size(t, node));
-  comm_log_pairs(comm, caches[comm->rank]);
+  comm_log_pairs(comm);
 fail:
   free(caches);
   free(hosts);

@@ -1,5 +1,5 @@
 /*
- * The cache a process is bound inside, from its affinity and sysfs's
+ * The caches a process is bound inside, from its affinity and sysfs's
  * cache lists (topo_bind.h). Only a cache that holds every CPU the
  * process may run on counts: a process the kernel may move anywhere shares
  * nothing for sure with anyone.
@@ -11,8 +11,6 @@
 #include <string.h>
 
 #include "topo/topo_sysfs.h"
-
-#define BIND_MAX_LEVEL 3
 
 /* The CPUs sharing CPU c's unified or data cache of `level`; 0 on
  * success. Index directories are numbered per CPU, so each is read. */
@@ -45,20 +43,16 @@ static int first_cpu(const cpu_set_t* set) {
   return -1;
 }
 
-int topo_bound_cache_at(const char* root, const cpu_set_t* set) {
+int topo_bound_cache_at(const char* root, const cpu_set_t* set, int level) {
+  cpu_set_t cache, both;
   int c = first_cpu(set);
-  if (c < 0) return -1;
-  for (int level = 2; level <= BIND_MAX_LEVEL; level++) {
-    cpu_set_t cache, both;
-    if (cache_cpus(root, c, level, &cache) != 0) continue;
-    CPU_AND(&both, &cache, set);
-    if (CPU_EQUAL(&both, set)) return level * 65536 + first_cpu(&cache);
-  }
-  return -1;
+  if (c < 0 || cache_cpus(root, c, level, &cache) != 0) return -1;
+  CPU_AND(&both, &cache, set);
+  return CPU_EQUAL(&both, set) ? first_cpu(&cache) : -1;
 }
 
-int topo_bound_cache(void) {
+int topo_bound_cache(int level) {
   cpu_set_t set;
   if (sched_getaffinity(0, sizeof(set), &set) != 0) return -1;
-  return topo_bound_cache_at("", &set);
+  return topo_bound_cache_at("", &set, level);
 }

@@ -1,5 +1,5 @@
 /*
- * Which cache this process is bound inside (topo_bind.c): ranks bound
+ * The caches this process is bound inside (topo_bind.c): ranks bound
  * inside the same cache pass messages through it, so the deterministic
  * mode pairs them where its canonical tree lets it (algorithms/pairwise.c).
  */
@@ -8,12 +8,12 @@
 
 #include <sched.h>
 
-/* The smallest shared cache (level 2, else 3) whose CPUs hold every CPU
- * of `set`, named level * 65536 + its lowest CPU; -1 when none does (a
- * process free to run anywhere) or sysfs does not say. `root` replaces /
- * (tests give a made-up tree). */
-int topo_bound_cache_at(const char* root, const cpu_set_t* set);
+/* The shared cache of `level` (2 or 3) whose CPUs hold every CPU of
+ * `set`, named by its lowest CPU; -1 when none does (a process free to
+ * run on several L2s has none of level 2) or sysfs does not say. `root`
+ * replaces / (tests give a made-up tree). */
+int topo_bound_cache_at(const char* root, const cpu_set_t* set, int level);
 /* The same for this process's affinity. */
-int topo_bound_cache(void);
+int topo_bound_cache(int level);
 
 #endif /* BRAID_TOPO_BIND_H_ */

@@ -164,7 +164,7 @@ void fake_world_place(struct fake_world* w, const int* cache) {
     uint64_t hosts[FAKE_MAXR] = {0};
     assert_int_equal(sched_topo_init(&w->topo, w->n, hosts), ncclSuccess);
   }
-  sched_topo_place(&w->topo, cache);
+  sched_topo_place(&w->topo, cache, NULL);
 }
 
 void fake_world_lend(struct fake_world* w, size_t bytes) {

@@ -55,9 +55,9 @@ void fake_world_init(struct fake_world* w, int n, size_t slot_bytes, int window,
                      const uint64_t* hosts, const struct exec_backend* backend,
                      void* const* states);
 void fake_world_free(struct fake_world* w);
-/* Bind the world's ranks inside caches (cache[r]: rank r's, equal = one
- * cache, -1: none), as a comm learns it from its peers: on one node, the
- * layout re-pairs Pairwise's partners (sched_topo_place). */
+/* Bind the world's ranks inside L2 caches (cache[r]: rank r's, equal =
+ * one cache, -1: none), as a comm learns it from its peers: on one node,
+ * the layout re-pairs Pairwise's partners (sched_topo_place). */
 void fake_world_place(struct fake_world* w, const int* cache);
 /* Make the world's transport lend receives and take sends in place
  * (transport.h) for messages up to `bytes`: what a lent message or a send

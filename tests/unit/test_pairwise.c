@@ -364,21 +364,33 @@ static void test_placement_repairs(void** state) {
   uint64_t hosts[8] = {0};
   struct sched_topo t;
   assert_int_equal(sched_topo_init(&t, 4, hosts), ncclSuccess);
-  sched_topo_place(&t, placements[0]);
+  sched_topo_place(&t, placements[0], NULL);
   assert_int_equal(t.pair_xor[1], 3); /* 0 with 3, 1 with 2: the ranks of one cache */
   assert_int_equal(t.pair_shared[0], 0);
-  assert_int_equal(t.pair_shared[1], 4);
+  assert_int_equal(t.pair_shared[1], 8); /* 4 ranks sharing an L2 */
   struct sched_key k = peers_key(&t, COLL_REDUCESCATTER, 0, 4);
   int peers[8], m = sched_peers(&k, peers, 8), has3 = 0, has2 = 0;
   for (int i = 0; i < m; i++) has3 |= peers[i] == 3, has2 |= peers[i] == 2;
   assert_true(has3 && !has2);
   sched_topo_free(&t);
   assert_int_equal(sched_topo_init(&t, 8, hosts), ncclSuccess);
-  sched_topo_place(&t, placements[3]);
+  sched_topo_place(&t, placements[3], NULL);
   assert_int_equal(t.pair_xor[1], 0); /* no pair at distance 2 or 3 shares */
   assert_int_equal(t.pair_xor[2], 7);
+  /* a core each (its own L2), sockets (the L3s) taken in turn: the
+   * canonical partners above level 0 share a socket, and only the gather
+   * changes (level 0 first); by popcount, re-paired as the L2s above */
+  static const int own_l2[8] = {0, 1, 2, 3, 4, 5, 6, 7}, by_turn[8] = {0, 1, 0, 1, 0, 1, 0, 1};
+  sched_topo_place(&t, own_l2, by_turn);
+  for (int l = 0; l < 3; l++) assert_int_equal(t.pair_xor[l], 0);
+  assert_int_equal(t.pair_shared[0], 0);
+  assert_int_equal(t.pair_shared[1], 8);
+  assert_int_equal(t.pair_shared[2], 8);
+  sched_topo_place(&t, own_l2, placements[0]);
+  assert_int_equal(t.pair_xor[1], 3);
+  assert_int_equal(t.pair_xor[2], 5);
   for (size_t p = 0; p < NPLACEMENTS; p++) {
-    sched_topo_place(&t, placements[p]);
+    sched_topo_place(&t, placements[p], NULL);
     for (int ci = 0; ci < 3; ci++)
       for (int r = 0; r < 8; r++) {
         k = peers_key(&t, colls[ci], r, 8);

@@ -373,18 +373,22 @@ static void test_bound_cache(void** state) {
     }
   cpu_set_t set;
   CPU_ZERO(&set);
-  assert_int_equal(topo_bound_cache_at(root, &set), -1); /* no CPU */
+  assert_int_equal(topo_bound_cache_at(root, &set, 2), -1); /* no CPU */
   CPU_SET(1, &set);
-  assert_int_equal(topo_bound_cache_at(root, &set), 2 * 65536 + 0); /* L2 of 0-1 */
+  assert_int_equal(topo_bound_cache_at(root, &set, 2), 0); /* the L2 of 0-1 */
+  assert_int_equal(topo_bound_cache_at(root, &set, 3), 0);
   CPU_SET(0, &set);
-  assert_int_equal(topo_bound_cache_at(root, &set), 2 * 65536 + 0);
+  assert_int_equal(topo_bound_cache_at(root, &set, 2), 0);
   CPU_SET(2, &set);
-  assert_int_equal(topo_bound_cache_at(root, &set), 3 * 65536 + 0); /* only the L3 holds 0-2 */
+  assert_int_equal(topo_bound_cache_at(root, &set, 2), -1); /* two L2s */
+  assert_int_equal(topo_bound_cache_at(root, &set, 3), 0);
   CPU_ZERO(&set);
   CPU_SET(3, &set);
-  assert_int_equal(topo_bound_cache_at(root, &set), 2 * 65536 + 2);
-  CPU_SET(5, &set); /* a CPU sysfs does not list */
-  assert_int_equal(topo_bound_cache_at(root, &set), -1);
+  assert_int_equal(topo_bound_cache_at(root, &set, 2), 2);
+  assert_int_equal(topo_bound_cache_at(root, &set, 4), -1); /* no such level */
+  CPU_SET(5, &set);                                         /* a CPU sysfs does not list */
+  assert_int_equal(topo_bound_cache_at(root, &set, 2), -1);
+  assert_int_equal(topo_bound_cache_at(root, &set, 3), -1);
 }
 
 /* hwloc reads a machine description from HWLOC_XMLFILE: the NUMA, cache,
