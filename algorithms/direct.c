@@ -87,22 +87,71 @@ static int hier_halves(const struct direct_hier* h) {
          (h->nnodes & (h->nnodes - 1)) == 0;
 }
 
-/* The halving's steps over `len` elements of scratch from `base` (len a
- * multiple of nnodes whole blocks; base >= len / 2, and as much room after
- * the region, for what the first swap brings). Each step keeps the
- * member's half in place, so what it offered and what came are free again
- * once the reduce ran. */
-static void halving_plan(const struct direct_hier* h, size_t base, size_t len,
+/* Whether a gathered all-reduce or reduce folds, then halves (direct.h):
+ * 3 to DIRECT_MAX_NODES nodes, not a power of two. */
+static int hier_folds(const struct direct_hier* h) {
+  return h->gathered && (h->coll == COLL_ALLREDUCE || h->coll == COLL_REDUCE) && h->nnodes >= 3 &&
+         h->nnodes <= DIRECT_MAX_NODES && (h->nnodes & (h->nnodes - 1)) != 0;
+}
+
+int direct_halving_nodes(int nnodes) {
+  int p = 1;
+  while (p * 2 <= nnodes) p *= 2;
+  return p;
+}
+
+/* A one-way step between node `lower` and node `upper` = lower + p: the
+ * member `from` sends `len` elements at `base`; the other receives them at
+ * `at`. */
+static void one_way(const struct direct_hier* h, int p, int from, size_t base, size_t at,
+                    size_t len, struct direct_step* s) {
+  memset(s, 0, sizeof(*s));
+  s->member = h->node >= p;
+  s->lower = s->member ? h->node - p : h->node;
+  s->upper = s->lower + p;
+  s->from = from;
+  s->count = len;
+  s->send_off = base;
+  s->recv_off = s->member == from ? base : at;
+}
+
+/* A fold's first step and last (direct.h): node j + p's partial to node j
+ * (after its region, `base` >= len), which adds it, lower node's first;
+ * the total back, in place. Nodes p - extra .. p - 1 have no partner. */
+static void fold_plan(const struct direct_hier* h, int p, size_t base, size_t len,
+                      struct direct_staged* st) {
+  int extra = h->nnodes - p;
+  if (len == 0 || (h->node >= extra && h->node < p)) return;
+  struct direct_step* s = &st->steps[st->nsteps++];
+  one_way(h, p, 1, base, base + len, len, s);
+  if (!s->member) {
+    struct direct_task* t = &s->reduce;
+    t->n = len, t->rows = 1, t->nsrcs = 2, t->ndsts = 1;
+    t->srcs[0] = ref(h->local, DIRECT_SCRATCH, base);
+    t->srcs[1] = ref(h->local, DIRECT_SCRATCH, base + len);
+    t->dsts[0] = ref(h->local, DIRECT_SCRATCH, base);
+  }
+  st->unfolds = 1;
+  one_way(h, p, 0, base, base, len, &st->unfold);
+}
+
+/* The halving's steps over `len` elements of scratch from `base` among
+ * the first p nodes (len a multiple of p whole blocks; base >= len / 2,
+ * and as much room after the region, for what the first swap brings),
+ * after the steps already planned. Each step keeps the member's half in
+ * place, so what it offered and what came are free again once the reduce
+ * ran. */
+static void halving_plan(const struct direct_hier* h, int p, size_t base, size_t len,
                          struct direct_staged* st) {
   size_t lo = base;
-  st->nsteps = 0;
-  for (int d = h->nnodes / 2; d >= 1 && len > 0; d /= 2) {
+  for (int d = p / 2; d >= 1 && len > 0 && h->node < p; d /= 2) {
     struct direct_step* s = &st->steps[st->nsteps++];
     struct direct_task* t = &s->reduce;
     size_t half = len / 2;
     int m = (h->node / d) & 1;
     size_t kept = m ? lo + half : lo, came = m ? lo - half : lo + 2 * half;
     s->member = m;
+    s->from = -1;
     s->lower = m ? h->node - d : h->node;
     s->upper = m ? h->node : h->node + d;
     s->count = half;
@@ -115,7 +164,8 @@ static void halving_plan(const struct direct_hier* h, size_t base, size_t len,
     t->dsts[0] = ref(h->local, DIRECT_SCRATCH, kept);
     lo = kept, len = half;
   }
-  st->post_task = st->nsteps > 0 ? st->nsteps : -1; /* the last step's reduce: the total */
+  /* the last step's reduce: the total (a fold's upper node gets it divided) */
+  st->post_task = st->nsteps > 0 && h->node < p ? st->nsteps : -1;
 }
 
 /* Reduce-scatter halving: the rows from base = half the rows on, member j
@@ -124,7 +174,7 @@ static void halving_rows(const struct direct_hier* h, struct direct_staged* st) 
   size_t c = h->count, len = (size_t)h->nnodes * c, base = len / 2;
   st->before.dsts[0].off = base;
   st->scratch = 2 * len;
-  halving_plan(h, base, len, st);
+  halving_plan(h, h->nnodes, base, len, st);
   st->count = 0; /* no stage after the steps */
   st->after.srcs[0].off = base + (size_t)h->node * c;
 }
@@ -194,15 +244,18 @@ static ncclResult_t hier_slice(const struct direct_hier* h, struct direct_staged
   st->scratch = st->count = whole.n;
   st->column_coll = COLL_ALLREDUCE;
   st->post_task = -1;
-  if (hier_halves(h)) { /* the slice padded to nnodes whole blocks, halved, gathered */
-    size_t len = ALIGN_UP(whole.n, (size_t)h->nnodes * MAX(h->align, (size_t)1));
-    size_t base = len / 2, block = len / (size_t)h->nnodes;
+  if (hier_halves(h) || hier_folds(h)) { /* padded to p whole blocks, halved, gathered */
+    int p = direct_halving_nodes(h->nnodes), folds = p < h->nnodes;
+    size_t len = ALIGN_UP(whole.n, (size_t)p * MAX(h->align, (size_t)1));
+    size_t base = folds ? len : len / 2, block = len / (size_t)p;
     st->before.dsts[0].off = st->after.srcs[0].off = base;
-    st->scratch = 2 * len;
-    halving_plan(h, base, len, st);
+    st->scratch = (folds ? 3 : 2) * len;
+    if (folds) fold_plan(h, p, base, len, st);
+    halving_plan(h, p, base, len, st);
     st->column_coll = COLL_ALLGATHER;
-    st->count = block;
-    st->send_off = base + (size_t)h->node * block, st->recv_off = base;
+    st->count = h->node < p ? block : 0;
+    st->column_members = folds ? p : 0;
+    st->send_off = base + (size_t)(h->node % p) * block, st->recv_off = base;
   } else if (h->gathered) { /* a row per node, each on whole vectors */
     size_t row = ALIGN_UP(whole.n, MAX(h->align, (size_t)1));
     st->before.dsts[0].off = (size_t)h->node * row;
@@ -230,7 +283,7 @@ ncclResult_t direct_plan_hier(const struct direct_hier* h, struct direct_staged*
          h->local, h->nlocal, h->node, h->nnodes, DIRECT_MAX_RANKS);
     return ncclInvalidArgument;
   }
-  if (h->gathered && !hier_halves(h) &&
+  if (h->gathered && !hier_halves(h) && !hier_folds(h) &&
       ((h->coll != COLL_REDUCESCATTER && h->nnodes > DIRECT_MAX_RANKS) ||
        (h->coll == COLL_REDUCESCATTER && h->nnodes != 2))) {
     WARN("Direct: a gathered stage between %d nodes for collective %d", h->nnodes, h->coll);

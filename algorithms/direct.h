@@ -78,8 +78,9 @@ ncclResult_t direct_plan(int coll, int rank, int nranks, int root, size_t count,
  * device while the kernels stay in the stream (a reduction there would
  * need a kernel the proxy launches). The column all-gathers the node
  * partials and the task after reduces them, in node order:
- *  - all-reduce (up to DIRECT_MAX_RANKS nodes, but not 4 or 8, which
- *    halve): scratch row j holds node j's partial of this rank's slice,
+ *  - all-reduce (2 nodes, or more than DIRECT_MAX_NODES up to
+ *    DIRECT_MAX_RANKS; the others halve): scratch row j holds node j's
+ *    partial of this rank's slice,
  *    the column all-gathers the rows, the task after reduces them into
  *    every output of the node; each member sends its slice to every other
  *    (as much as a ring on 2 nodes, more beyond);
@@ -97,6 +98,13 @@ ncclResult_t direct_plan(int coll, int rank, int nranks, int root, size_t count,
  * copies out. Each member sends what a ring would, in 2 log2(nnodes)
  * rounds. The all-reduce's slice is padded to nnodes whole vectors (the
  * padding's junk is reduced and moved, never written out).
+ * An all-reduce or reduce on another count of nodes (3, 5, 6, 7, 9...)
+ * folds first: with p the largest power of two below, node j + p sends
+ * its partial to node j, which adds it (lower node's first), the first p
+ * nodes halve and all-gather as above (the column's stage spans them
+ * alone: column_members), and node j sends node j + p the whole total
+ * back (`unfold`). Node j then sends what a ring of p would and the
+ * partial out and back; the rest only their partial and the total.
  * A reduce (gathered only) runs as the all-reduce does, its task after
  * writing the root's output alone (nothing on the root's other nodes): the
  * root's bits are the all-reduce's.
@@ -122,9 +130,13 @@ struct direct_hier {
 /* One step of a halving (above): an all-gather of `count` elements
  * between nodes `lower` and `upper` (this rank the column's member on
  * `member`: 0 lower, 1 upper) from scratch + send_off into scratch +
- * recv_off, in place; then `reduce`. */
+ * recv_off, in place; then `reduce`. A fold's steps move one way
+ * instead: member `from` sends `count` from scratch + send_off, the other
+ * receives them at scratch + recv_off (a broadcast of two); the reduce,
+ * if any (n > 0), is the receiver's. */
 struct direct_step {
   int lower, upper, member;
+  int from; /* -1: both send (the all-gather); else the member that sends */
   size_t send_off, recv_off, count;
   struct direct_task reduce;
 };
@@ -133,9 +145,12 @@ struct direct_step {
  * between nodes: the halving's steps, then collective `column_coll` (the
  * call's; all-gather where gathered) along the column from scratch +
  * send_off into scratch + recv_off, `count` and `stride` as in exec_args
- * (count 0: none). The tasks run in the order before, each step's reduce,
- * after; `post_task` is the one that applies the call's post-divide (its
- * index in that order), -1 where the stage between nodes does. */
+ * (count 0: none), among the column's first `column_members` nodes (0:
+ * all), then the fold's `unfold` where `unfolds`. The tasks run in the
+ * order before, each step's reduce, after; `post_task` is the one that
+ * applies the call's post-divide (its index in that order), -1 where the
+ * stage between nodes does, or (a fold's upper node) the total comes
+ * divided. */
 struct direct_staged {
   struct direct_task before, after;
   size_t scratch;
@@ -143,10 +158,17 @@ struct direct_staged {
   struct direct_step steps[DIRECT_MAX_STEPS];
   int column_coll;
   size_t send_off, recv_off, count, stride;
+  int column_members;
+  int unfolds;
+  struct direct_step unfold;
   int post_task;
 };
 
 ncclResult_t direct_plan_hier(const struct direct_hier* h, struct direct_staged* out);
+
+/* The nodes of a gathered stage that halve: the largest power of two up
+ * to nnodes (the others fold onto them). */
+int direct_halving_nodes(int nnodes);
 
 /* Whether the ranks with index `local` on each node are evenly spaced
  * (node-major and round-robin layouts are, and any layout of 2 nodes):

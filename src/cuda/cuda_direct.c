@@ -179,6 +179,7 @@ struct column_stage {
   size_t send_off, recv_off, count, stride;
   int group_size, group_rank;
   int* group_ranks;
+  int root; /* a broadcast's, among the group */
 };
 
 static ncclResult_t column_call(struct ncclComm* comm, const struct exec_args* a, char* scratch,
@@ -189,6 +190,7 @@ static ncclResult_t column_call(struct ncclComm* comm, const struct exec_args* a
   long nap_ns = 0;
   int done = 0;
   c.coll = cs->coll;
+  c.root = cs->root;
   c.sendbuff = scratch + cs->send_off * es;
   c.recvbuff = scratch + cs->recv_off * es;
   c.count = cs->count;
@@ -215,18 +217,34 @@ fail:
   return res;
 }
 
-/* A halving's step (algorithms/direct.h): the swap with the partner, then
- * the reduce kernel, task `which` of the call. */
+/* A step's move between its two nodes, in device scratch: the swap (an
+ * all-gather of two), or one way (a broadcast from member `from`). */
+static ncclResult_t pair_move(struct ncclComm* comm, struct cuda_direct* d,
+                              const struct work_op* op, char* scratch,
+                              const struct direct_step* s) {
+  int pair[2] = {d->column[s->lower], d->column[s->upper]};
+  struct column_stage move = {s->from < 0 ? COLL_ALLGATHER : COLL_BROADCAST,
+                              s->send_off,
+                              s->recv_off,
+                              s->count,
+                              0,
+                              2,
+                              s->member,
+                              pair,
+                              MAX(s->from, 0)};
+  return column_call(comm, &op->args, scratch, 1, &move);
+}
+
+/* A halving's or a fold's step (algorithms/direct.h): the move between
+ * the two nodes, then the reduce kernel, task `which` of the call. */
 static ncclResult_t halving_step(struct ncclComm* comm, struct cuda_direct* d,
                                  const struct work_op* op, char* scratch, direct_bufs bufs,
                                  const struct direct_staged* st, int i) {
   ncclResult_t res = ncclSuccess;
   const struct direct_step* s = &st->steps[i];
-  int pair[2] = {d->column[s->lower], d->column[s->upper]}, which = 1 + i;
-  struct column_stage swap = {COLL_ALLGATHER, s->send_off, s->recv_off, s->count, 0, 2,
-                              s->member,      pair};
+  int which = 1 + i;
   struct kern_dev_task task;
-  CHECK(column_call(comm, &op->args, scratch, 1, &swap));
+  CHECK(pair_move(comm, d, op, scratch, s));
   direct_task_resolve(&op->args, &s->reduce, which == st->post_task ? op->args.post : 0, bufs,
                       &task);
   CHECK(task_run(comm, d, op, which, &task));
@@ -261,11 +279,13 @@ static ncclResult_t hier_call(struct ncclComm* comm, struct cuda_direct* d,
                                   st.recv_off,
                                   st.count,
                                   st.stride,
-                                  comm->layout.nnodes,
+                                  st.column_members ? st.column_members : comm->layout.nnodes,
                                   comm->layout.node_of[comm->rank],
-                                  d->column};
+                                  d->column,
+                                  0};
     CHECK(column_call(comm, a, base, on_device, &column));
   }
+  if (st.unfolds) CHECK(pair_move(comm, d, op, base, &st.unfold));
   direct_task_resolve(a, &st.after, st.post_task == st.nsteps + 1 ? a->post : 0, bufs, &task);
   CHECK(task_run(comm, d, op, st.nsteps + 1, &task));
 fail:

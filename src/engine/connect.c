@@ -9,6 +9,7 @@
 
 #include "comm/comm.h"
 #include "core.h"
+#include "direct.h"
 #include "sched_build.h"
 #include "transport_table.h"
 #include "engine/work_op.h"
@@ -23,19 +24,30 @@ static int peer_add(int* peers, int m, int peer) {
   return m;
 }
 
+/* The rank of this rank's index on `node`. */
+static int column_rank(const struct sched_topo* t, int node, int local) {
+  return t->order[t->node_start[node] + local];
+}
+
 /* Hier whose stage between nodes runs on the device
  * (work_op.direct_between) talks, beside its schedule's peers, with the
  * ranks of its index on the neighbouring nodes (the column's ring) and,
- * on a power of two of nodes, on the nodes nodes/2, nodes/4 ... 1 away
- * (the halving's partners): those added to peers[0..m); the new count. */
+ * among the first p nodes (p the largest power of two up to the count,
+ * algorithms/direct.h), with those of the p-ring and at p/2, p/4 ... 1
+ * nodes away (the halving's partners), and node j with node j + p (the
+ * fold's): those added to peers[0..m); the new count. */
 static int column_peers(const struct work_op* op, int* peers, int m) {
   const struct sched_topo* t = &op->comm->layout;
   int n = t->nnodes, me = op->comm->rank, node = t->node_of[me], local = t->local_of[me];
+  int p = direct_halving_nodes(n);
   if (!op->direct_between || n < 2) return m;
-  m = peer_add(peers, m, t->order[t->node_start[(node + 1) % n] + local]);
-  m = peer_add(peers, m, t->order[t->node_start[(node + n - 1) % n] + local]);
-  for (int d = n / 2; d >= 1 && (n & (n - 1)) == 0; d /= 2)
-    m = peer_add(peers, m, t->order[t->node_start[node ^ d] + local]);
+  m = peer_add(peers, m, column_rank(t, (node + 1) % n, local));
+  m = peer_add(peers, m, column_rank(t, (node + n - 1) % n, local));
+  if (node >= p) return peer_add(peers, m, column_rank(t, node - p, local));
+  if (node + p < n) m = peer_add(peers, m, column_rank(t, node + p, local));
+  m = peer_add(peers, m, column_rank(t, (node + 1) % p, local));
+  m = peer_add(peers, m, column_rank(t, (node + p - 1) % p, local));
+  for (int d = p / 2; d >= 1; d /= 2) m = peer_add(peers, m, column_rank(t, node ^ d, local));
   return m;
 }
 

@@ -290,6 +290,9 @@ static int device_direct_body(const mp_env* env) {
   cudaStream_t s;
   setenv("FAKENET_CUDA", "1", 1);
   setenv("BRAID_STREAM_MEMOPS", direct ? "0" : "1", 1);
+  /* one rank a host: a reduction would take Hier, its stage between hosts
+   * in device scratch (test_hier_device), not the executor */
+  setenv("NCCL_ALGO", "^Direct", 1);
   rank_env(env, c);
   if (dev_open(env, 0) != 0 || (s = dev_stream(env)) == NULL) return 1;
   if (mp_comm_init(env, &comm) != 0) return 1;
@@ -328,7 +331,9 @@ static int device_direct_body(const mp_env* env) {
  * (CUDASIM_ONE_QUEUE=1: a kernel the proxy launched while the stream
  * waits would never run); where it does not, the stage runs in pinned host
  * memory and only host memory goes to it (no_cuda). On 4 hosts the stage
- * halves (direct_step), gated or synchronous. A reduce goes that way too
+ * halves (direct_step), gated or synchronous; on 3 or 5 an all-reduce's
+ * and a reduce's fold first, and a reduce-scatter's runs in host memory
+ * (one rank a host: staged whole). A reduce goes that way too
  * where the stage is on the device (staged otherwise). Every type,
  * sum, avg and max, in place and out of place: exact either way, and the
  * TUNING log says which stage ran. */
@@ -337,9 +342,27 @@ static const int kHierColls[] = {CC_ALLREDUCE, CC_REDUCESCATTER, CC_ALLGATHER, C
 static const int kHierKinds[] = {AR_SUM, AR_AVG, AR_MAX};
 static const ncclRedOp_t kHierOps[] = {ncclSum, ncclAvg, ncclMax};
 
+/* Whether call `coll`'s stage between hosts runs in device scratch: where
+ * the fake takes device memory, but a reduce-scatter's only on 2 hosts or
+ * a power of two of them (algorithms/direct.h). */
+static int hier_stage_on_device(const net_case* c, int coll) {
+  int hosts = c->nranks / c->per_host;
+  return !c->no_cuda && (coll != CC_REDUCESCATTER || (hosts & (hosts - 1)) == 0);
+}
+
+/* Whether call `coll` runs as Hier at all: not one rank a host's
+ * all-gather (in place, op_net_direct), nor a reduce that only the
+ * device's stage between nodes takes, nor one rank a host's call whose
+ * stage cannot run on the device (staged whole, its traffic the
+ * executor's). */
+static int hier_runs(const net_case* c, int coll) {
+  int dev = hier_stage_on_device(c, coll), alone = c->per_host == 1;
+  return !(alone && coll == CC_ALLGATHER) && !(!dev && coll == CC_REDUCE) && !(alone && !dev);
+}
+
 static int hier_call_wrong(const mp_env* env, const net_case* c, ncclComm_t comm, cudaStream_t s,
-                           int i, int on_device) {
-  int coll = kHierColls[i % 4];
+                           int i) {
+  int coll = kHierColls[i % 4], on_device = hier_stage_on_device(c, coll);
   dev_call d = {.host = {.coll = coll,
                          .count = 150001,
                          .salt = (uint64_t)i,
@@ -361,8 +384,9 @@ static int hier_call_wrong(const mp_env* env, const net_case* c, ncclComm_t comm
     if (wrong) mp_fail(env, "Hier on devices: %s wrong", what);
   }
   /* staged, a reduce's rank may pass nothing between hosts */
-  if (!wrong && (on_device ? cuda1 == cuda0 || host1 != host0
-                           : cuda1 != cuda0 || (host1 == host0 && coll != CC_REDUCE))) {
+  if (!wrong && hier_runs(c, coll) &&
+      (on_device ? cuda1 == cuda0 || host1 != host0
+                 : cuda1 != cuda0 || (host1 == host0 && coll != CC_REDUCE))) {
     mp_fail(env, "Hier on devices: %s moved %ld device, %ld host bytes through the plugin", what,
             cuda1 - cuda0, host1 - host0);
     wrong = 1;
@@ -373,16 +397,16 @@ static int hier_call_wrong(const mp_env* env, const net_case* c, ncclComm_t comm
 
 static int hier_device_body(const mp_env* env) {
   const net_case* c = env->arg;
-  int on_device = !c->no_cuda, bad = 0, calls = 0, alone = c->per_host == 1;
-  const char* stage = on_device ? ": Hier with direct node stages, on the device"
-                                : ": Hier with direct node stages";
+  int on_device = !c->no_cuda, bad = 0, calls = 0, dev_calls = 0;
+  const char* stage = ": Hier with direct node stages";
   ncclComm_t comm;
   cudaStream_t s;
   mp_capture cap;
   setenv("FAKENET_CUDA", on_device ? "1" : "0", 1);
   setenv("CUDASIM_ONE_QUEUE", "1", 1);
   setenv("BRAID_STREAM_MEMOPS", c->sync ? "0" : "1", 1);
-  if (!alone) setenv("NCCL_ALGO", "Direct,Ring", 1); /* one rank a host takes Hier unasked */
+  if (c->per_host > 1)
+    setenv("NCCL_ALGO", "Direct,Ring", 1); /* one rank a host takes Hier unasked */
   setenv("NCCL_DEBUG", "INFO", 1);
   setenv("NCCL_DEBUG_SUBSYS", "TUNING", 1);
   rank_env(env, c);
@@ -392,17 +416,17 @@ static int hier_device_body(const mp_env* env) {
     return 1;
   }
   for (int i = 0; i < HIER_CALLS; i++) {
-    int coll = kHierColls[i % 4];
-    bad += hier_call_wrong(env, c, comm, s, i, on_device);
-    /* not Hier: one rank a host's all-gather (in place, op_net_direct), a
-     * reduce that only the device's stage between nodes takes */
-    calls += !(alone && coll == CC_ALLGATHER) && !(!on_device && coll == CC_REDUCE);
+    int coll = kHierColls[i % 4], dev = hier_stage_on_device(c, coll), hier = hier_runs(c, coll);
+    bad += hier_call_wrong(env, c, comm, s, i);
+    calls += hier;
+    dev_calls += hier && dev;
   }
   bad += mp_expect_rc(env, comm, ncclCommDestroy(comm), ncclSuccess, "ncclCommDestroy");
   int ran = mp_capture_count(&cap, stage), on_dev = mp_capture_count(&cap, "on the device");
   mp_capture_end_quiet(&cap);
-  if (ran < calls || on_dev != (on_device ? ran : 0)) {
-    mp_fail(env, "%d of %d calls ran as \"%s\" (%d on the device)", ran, calls, stage + 2, on_dev);
+  if (ran < calls || on_dev != (on_device ? dev_calls : 0)) {
+    mp_fail(env, "%d of %d calls ran as \"%s\" (%d on the device, not %d)", ran, calls, stage + 2,
+            on_dev, dev_calls);
     bad++;
   }
   return bad;
@@ -651,13 +675,18 @@ static const net_case k_hier_pair = {11, 2, 1, NULL, NULL, 0, 0, 1, 0};    /* on
 static const net_case k_hier_halving = {12, 4, 1, NULL, NULL, 0, 0, 1, 0}; /* 4 hosts: halving */
 static const net_case k_hier_halving_2 = {10, 8, 2, NULL, NULL, 0, 0, 1, 0};
 static const net_case k_hier_halving_sync = {12, 4, 1, NULL, NULL, 0, 1, 1, 0};
+static const net_case k_hier_fold = {12, 3, 1, NULL, NULL, 0, 0, 1, 0};   /* 3 hosts: a fold */
+static const net_case k_hier_fold_2 = {11, 6, 2, NULL, NULL, 0, 0, 1, 0}; /* 3 hosts of 2 */
+static const net_case k_hier_fold_5 = {12, 5, 1, NULL, NULL, 0, 1, 1, 0}; /* 5, synchronous */
 static const net_case k_fd_die = {12, 2, 1, "die", "3", 0, 1, 0, 0};
 static const net_case k_fd_stall = {10, 2, 1, "stall", NULL, 0, 1, 0, 0};
 static const net_case k_fd_regmr = {11, 2, 1, "regmr", "6", 0, 1, 0, 0};
 static const net_case k_fh_die = {12, 2, 1, "die", "3", 0, 0, 1, 0};
 static const net_case k_fh_stall = {10, 2, 1, "stall", NULL, 0, 0, 1, 0};
-static const net_case k_fh_regmr = {11, 2, 1, "regmr", "3", 0, 0, 1, 0};     /* the scratch's */
-static const net_case k_fh_halving_die = {12, 4, 1, "die", "3", 0, 0, 1, 0}; /* 4 hosts: halving */
+static const net_case k_fh_regmr = {11, 2, 1, "regmr", "3", 0, 0, 1, 0};      /* the scratch's */
+static const net_case k_fh_halving_die = {12, 4, 1, "die", "3", 0, 0, 1, 0};  /* 4 hosts: halving */
+static const net_case k_fh_fold_die = {12, 3, 1, "die", "3", 0, 0, 1, 0};     /* 3 hosts: a fold */
+static const net_case k_fh_fold_stall = {12, 5, 1, "stall", "2", 0, 0, 1, 0}; /* 5 hosts */
 static const net_case k_f_init = {12, 2, 1, "init", NULL, 1, 0, 0, 0};
 static const net_case k_f_devices = {8, 2, 1, "devices", NULL, 1, 0, 0, 0};
 static const net_case k_f_props = {12, 2, 1, "props", NULL, 1, 0, 0, 0};
@@ -717,6 +746,9 @@ int main(void) {
       CASE(test_hier_device, k_hier_halving),
       CASE(test_hier_device, k_hier_halving_2),
       CASE(test_hier_device, k_hier_halving_sync),
+      CASE(test_hier_device, k_hier_fold),
+      CASE(test_hier_device, k_hier_fold_2),
+      CASE(test_hier_device, k_hier_fold_5),
       CASE(test_device_regs, k_direct_sync),
       CASE(test_device_refused, k_direct_sync),
       CASE(test_device_fault, k_fd_die),
@@ -726,6 +758,8 @@ int main(void) {
       CASE(test_device_fault, k_fh_stall),
       CASE(test_device_fault, k_fh_regmr),
       CASE(test_device_fault, k_fh_halving_die),
+      CASE(test_device_fault, k_fh_fold_die),
+      CASE(test_device_fault, k_fh_fold_stall),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -25,11 +25,11 @@
 #include "schedule.h"
 
 #define MAXN 1030                     /* elements per block */
-#define MAX_NODES 4                   /* Hier's tests */
-#define MAX_RANKS 16                  /* 4 nodes x 4, or one node of DIRECT_MAX_RANKS */
+#define MAX_NODES 7                   /* Hier's tests (3, 5, 6, 7 fold) */
+#define MAX_RANKS 16                  /* 4 nodes x 4, 7 x 2, or one node of DIRECT_MAX_RANKS */
 #define HIER_COUNT 67                 /* Hier's largest block */
 #define HIER_SCRATCH (HIER_COUNT + 4) /* a block on whole vectors (align 4) */
-#define SCRATCH_ELEMS (2 * MAX_NODES * HIER_SCRATCH) /* a halving's: twice the rows */
+#define SCRATCH_ELEMS (3 * MAX_NODES * HIER_SCRATCH) /* a fold's: thrice the rows */
 
 /* nnodes x ppn ranks placed by `topo` (one node for the flat plans). Tasks
  * name ranks by their index on their node. */
@@ -219,19 +219,24 @@ static void test_direct_plans(void** state) {
 
 /* The stage between nodes, a stand-in: each plan's column collective
  * along each column on the scratches (send_off, recv_off, count, stride of
- * each member's plan), and + bonus on every result, which the outputs
- * must show. An all-gather in place writes every block, its own too. */
+ * each member's plan) of its first column_members nodes, and + bonus on
+ * every result, which the outputs must show. An all-gather in place
+ * writes every block, its own too. */
 static void stage_between(struct world* w) {
   static float tmp[MAX_NODES][MAX_NODES * HIER_SCRATCH];
-  int m = w->nnodes;
   for (int l = 0; l < w->ppn; l++) {
     const struct direct_staged* st = &w->st[rank_at(w, 0, l)];
-    int coll = st->column_coll;
+    int coll = st->column_coll, m = st->column_members ? st->column_members : w->nnodes;
     size_t c = st->count, stride = st->stride ? st->stride : c;
     size_t out = coll == COLL_ALLGATHER ? (size_t)(m - 1) * stride + c : c;
+    for (int j = 0; j < w->nnodes; j++) {
+      const struct direct_staged* sj = &w->st[rank_at(w, j, l)];
+      assert_true(sj->column_members == st->column_members);
+      assert_true(j < m ? sj->count == c && sj->column_coll == coll && sj->stride == st->stride
+                        : sj->count == 0);
+    }
     for (int j = 0; j < m; j++) {
       const struct direct_staged* sj = &w->st[rank_at(w, j, l)];
-      assert_true(sj->count == c && sj->column_coll == coll && sj->stride == st->stride);
       for (size_t i = 0; i < out; i++) {
         float v = 0;
         for (int q = 0; q < m && coll != COLL_ALLGATHER; q++) {
@@ -256,27 +261,64 @@ static void stage_between(struct world* w) {
   }
 }
 
-/* A halving's steps (direct.h): each step's swaps along every column,
- * both members agreeing on it, then every member's reduce. */
-static void halving_steps(struct world* w) {
-  int n = nranks_of(w), nsteps = 0;
-  for (int r = 0; r < n; r++) nsteps = w->st[r].nsteps > nsteps ? w->st[r].nsteps : nsteps;
-  for (int i = 0; i < nsteps; i++) {
+/* The column's rank on the other node of step s of rank r. */
+static int step_partner(struct world* w, int r, const struct direct_step* s) {
+  return rank_at(w, s->member ? s->lower : s->upper, w->topo.local_of[r]);
+}
+
+/* Both ends agree on the step: nodes, sides, size, direction. */
+static void step_check(const struct direct_step* s, const struct direct_step* q) {
+  assert_true(q->lower == s->lower && q->upper == s->upper && q->member == 1 - s->member &&
+              q->count == s->count && q->from == s->from && q->lower < q->upper);
+  if (s->from < 0) assert_true(s->recv_off + (size_t)s->member * s->count == s->send_off);
+}
+
+/* What rank r receives in step s from p (at q): the partner's half of a
+ * swap, beside its own (in place), or a one-way step's data. */
+static void step_move(struct world* w, int r, const struct direct_step* s, int p,
+                      const struct direct_step* q) {
+  size_t at = s->recv_off + (s->from < 0 ? (size_t)q->member * s->count : 0);
+  if (s->from < 0 || s->from != s->member)
+    memcpy(w->scratch[r] + at, w->scratch[p] + q->send_off, s->count * sizeof(float));
+}
+
+/* Every plan's steps (a fold's and a halving's), a rank and its partner
+ * taking a step together once both reach it: both moves, then both
+ * reduces. A step its partner never reaches fails (a real run would wait
+ * for it forever). */
+static void pair_steps(struct world* w) {
+  int n = nranks_of(w), next[MAX_RANKS] = {0}, left = 1;
+  while (left) {
+    int progressed = 0;
+    left = 0;
     for (int r = 0; r < n; r++) {
-      if (i >= w->st[r].nsteps) continue; /* an empty slice: its column has no steps */
-      const struct direct_step* s = &w->st[r].steps[i];
-      int l = w->topo.local_of[r];
-      int p = rank_at(w, s->member ? s->lower : s->upper, l);
-      const struct direct_step* q = &w->st[p].steps[i];
-      assert_int_equal(w->st[p].nsteps, w->st[r].nsteps);
-      assert_true(q->lower == s->lower && q->upper == s->upper && q->member == 1 - s->member &&
-                  q->count == s->count &&
-                  s->recv_off + (size_t)s->member * s->count == s->send_off);
-      memcpy(w->scratch[r] + s->recv_off + (size_t)q->member * s->count,
-             w->scratch[p] + q->send_off, s->count * sizeof(float));
+      if (next[r] >= w->st[r].nsteps) continue;
+      left = 1;
+      const struct direct_step* s = &w->st[r].steps[next[r]];
+      int p = step_partner(w, r, s);
+      const struct direct_step* q = next[p] < w->st[p].nsteps ? &w->st[p].steps[next[p]] : NULL;
+      if (q == NULL || q->lower != s->lower || q->upper != s->upper) continue;
+      step_check(s, q);
+      step_move(w, r, s, p, q);
+      step_move(w, p, q, r, s);
+      if (s->reduce.rows) run_task(w, w->topo.node_of[r], &s->reduce);
+      if (q->reduce.rows) run_task(w, w->topo.node_of[p], &q->reduce);
+      next[r]++, next[p]++, progressed = 1;
     }
-    for (int r = 0; r < n; r++)
-      if (i < w->st[r].nsteps) run_task(w, w->topo.node_of[r], &w->st[r].steps[i].reduce);
+    assert_true(progressed || !left);
+  }
+}
+
+/* A fold's last step (direct.h): the total back to the upper node. */
+static void unfold_steps(struct world* w) {
+  for (int r = 0; r < nranks_of(w); r++) {
+    const struct direct_step* s = &w->st[r].unfold;
+    if (!w->st[r].unfolds) continue;
+    int p = step_partner(w, r, s);
+    assert_true(w->st[p].unfolds);
+    step_check(s, &w->st[p].unfold);
+    assert_true(s->from == 0 && s->reduce.rows == 0);
+    step_move(w, r, s, p, &w->st[p].unfold);
   }
 }
 
@@ -340,7 +382,7 @@ static void test_direct_hier(void** state) {
   int cases = 0;
   for (int kind = 0; kind < 3; kind++)
     for (w->nnodes = 2; w->nnodes <= MAX_NODES; w->nnodes++)
-      for (w->ppn = 1; w->ppn <= MAX_RANKS / MAX_NODES; w->ppn++) {
+      for (w->ppn = 1; w->ppn <= MAX_RANKS / w->nnodes && w->ppn <= 4; w->ppn++) {
         int node_of[MAX_RANKS], n = nranks_of(w);
         for (int r = 0; r < n; r++) node_of[r] = layout_node(kind, r, w->nnodes, w->ppn);
         world_place(w, node_of);
@@ -360,8 +402,9 @@ static void test_direct_hier(void** state) {
               plan_hier(w);
               cases++;
               for (int r = n - 1; r >= 0; r--) run_task(w, w->topo.node_of[r], &w->st[r].before);
-              halving_steps(w);
+              pair_steps(w);
               stage_between(w);
+              unfold_steps(w);
               for (int r = 0; r < n; r++) run_task(w, w->topo.node_of[r], &w->st[r].after);
               check_outputs(w);
             }
@@ -402,18 +445,35 @@ static void test_direct_limits(void** state) {
   assert_true(t.srcs[0].off == 4 && t.n == 4);
   assert_int_equal(direct_plan(COLL_ALLREDUCE, 2, 3, 0, 10, 0, 4, &t), ncclSuccess);
   assert_true(t.srcs[0].off == 8 && t.n == 2);
-  /* gathered: a reduce-scatter swaps rows between 2 nodes only; an
-   * all-reduce's task after reduces one row per node */
+  /* gathered: a reduce-scatter swaps rows between 2 nodes or halves; an
+   * all-reduce on 2 nodes has its task after reduce a row per node */
   struct direct_staged st;
   struct direct_hier h = {
       .coll = COLL_REDUCESCATTER, .nlocal = 2, .nnodes = 3, .count = 8, .align = 4, .gathered = 1};
   assert_int_equal(direct_plan_hier(&h, &st), ncclInvalidArgument);
-  h.coll = COLL_ALLREDUCE, h.nnodes = DIRECT_MAX_RANKS + 1;
+  h.coll = COLL_ALLREDUCE, h.nnodes = DIRECT_MAX_NODES + 1;
   assert_int_equal(direct_plan_hier(&h, &st), ncclInvalidArgument);
-  h.nnodes = DIRECT_MAX_RANKS - 1;
+  h.nnodes = 2;
   assert_int_equal(direct_plan_hier(&h, &st), ncclSuccess);
-  assert_true(st.column_coll == COLL_ALLGATHER && st.after.nsrcs == DIRECT_MAX_RANKS - 1 &&
-              st.nsteps == 0 && st.post_task == 1);
+  assert_true(st.column_coll == COLL_ALLGATHER && st.after.nsrcs == 2 && st.nsteps == 0 &&
+              st.post_task == 1);
+  /* 7 nodes fold onto 4: node 0 takes node 4's partial, halves twice,
+   * gathers among 4 and sends node 4 the total; node 3 only halves;
+   * node 5 sends its partial and gets the total, divided */
+  h.nnodes = 7, h.count = 1000;
+  assert_int_equal(direct_plan_hier(&h, &st), ncclSuccess);
+  assert_true(st.nsteps == 3 && st.steps[0].from == 1 && st.steps[0].member == 0 &&
+              st.steps[0].upper == 4 && st.steps[0].reduce.n > 0 && st.steps[1].from == -1 &&
+              st.post_task == 3 && st.column_members == 4 && st.count > 0 && st.unfolds &&
+              st.unfold.from == 0 && st.unfold.upper == 4);
+  h.node = 3;
+  assert_int_equal(direct_plan_hier(&h, &st), ncclSuccess);
+  assert_true(st.nsteps == 2 && !st.unfolds && st.post_task == 2);
+  h.node = 5;
+  assert_int_equal(direct_plan_hier(&h, &st), ncclSuccess);
+  assert_true(st.nsteps == 1 && st.steps[0].member == 1 && st.steps[0].lower == 1 &&
+              st.steps[0].reduce.n == 0 && st.count == 0 && st.unfolds && st.post_task == -1);
+  h.node = 0;
   /* a power of two halves: log2 steps, the last one's reduce divides */
   h.nnodes = DIRECT_MAX_NODES, h.node = DIRECT_MAX_NODES - 1, h.count = 1000;
   assert_int_equal(direct_plan_hier(&h, &st), ncclSuccess);
