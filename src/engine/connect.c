@@ -38,9 +38,9 @@ static int column_rank(const struct sched_topo* t, int node, int local) {
  * fold's): those added to peers[0..m); the new count. */
 static int column_peers(const struct work_op* op, int* peers, int m) {
   const struct sched_topo* t = &op->comm->layout;
-  int n = t->nnodes, me = op->comm->rank, node = t->node_of[me], local = t->local_of[me];
-  int p = direct_halving_nodes(n);
+  int n = t->nnodes, me = op->comm->rank, node = t->node_of[me], local = t->local_of[me], p;
   if (!op->direct_between || n < 2) return m;
+  p = direct_halving_nodes(n);
   m = peer_add(peers, m, column_rank(t, (node + 1) % n, local));
   m = peer_add(peers, m, column_rank(t, (node + n - 1) % n, local));
   if (node >= p) return peer_add(peers, m, column_rank(t, node - p, local));
