@@ -5,7 +5,10 @@
  * half) op (its upper half), a half that holds no rank leaving the other
  * as it is; an element's result is the value of the block of all n ranks.
  * The order depends on n only, never on the element's place in the
- * buffer, the buffer's size, the chunk or where the ranks run.
+ * buffer, the buffer's size, the chunk or where the ranks run. Where the
+ * ranks run decides only which rank computes a block's value: on one node
+ * of 2^k ranks bound inside caches, the layout's pair_xor re-pairs the
+ * levels above 0 (sched_topo_place), the tree staying the same.
  */
 #ifndef BRAID_PAIRWISE_H_
 #define BRAID_PAIRWISE_H_
