@@ -94,6 +94,13 @@ static int hier_folds(const struct direct_hier* h) {
          h->nnodes <= DIRECT_MAX_NODES && (h->nnodes & (h->nnodes - 1)) != 0;
 }
 
+int direct_hier_gathers(int coll, int nnodes) {
+  if (coll == COLL_ALLGATHER) return 1;
+  if (nnodes < 2 || nnodes > DIRECT_MAX_NODES) return 0;
+  if (coll == COLL_ALLREDUCE || coll == COLL_REDUCE) return 1;
+  return coll == COLL_REDUCESCATTER && (nnodes & (nnodes - 1)) == 0;
+}
+
 int direct_halving_nodes(int nnodes) {
   int p = 1;
   while (p * 2 <= nnodes) p *= 2;
@@ -283,9 +290,7 @@ ncclResult_t direct_plan_hier(const struct direct_hier* h, struct direct_staged*
          h->local, h->nlocal, h->node, h->nnodes, DIRECT_MAX_RANKS);
     return ncclInvalidArgument;
   }
-  if (h->gathered && !hier_halves(h) && !hier_folds(h) &&
-      ((h->coll != COLL_REDUCESCATTER && h->nnodes > DIRECT_MAX_RANKS) ||
-       (h->coll == COLL_REDUCESCATTER && h->nnodes != 2))) {
+  if (h->gathered && !direct_hier_gathers(h->coll, h->nnodes)) {
     WARN("Direct: a gathered stage between %d nodes for collective %d", h->nnodes, h->coll);
     return ncclInvalidArgument;
   }

@@ -78,10 +78,9 @@ ncclResult_t direct_plan(int coll, int rank, int nranks, int root, size_t count,
  * device while the kernels stay in the stream (a reduction there would
  * need a kernel the proxy launches). The column all-gathers the node
  * partials and the task after reduces them, in node order:
- *  - all-reduce (2 nodes, or more than DIRECT_MAX_NODES up to
- *    DIRECT_MAX_RANKS; the others halve): scratch row j holds node j's
- *    partial of this rank's slice,
- *    the column all-gathers the rows, the task after reduces them into
+ *  - all-reduce on 2 nodes (more halve or fold, below): scratch row j
+ *    holds node j's partial of this rank's slice, the column all-gathers
+ *    the rows, the task after reduces them into
  *    every output of the node; each member sends its slice to every other
  *    (as much as a ring on 2 nodes, more beyond);
  *  - reduce-scatter (2 nodes only): each member offers the row its
@@ -165,6 +164,13 @@ struct direct_staged {
 };
 
 ncclResult_t direct_plan_hier(const struct direct_hier* h, struct direct_staged* out);
+
+/* Whether a gathered plan exists for `coll` on `nnodes` nodes (above): an
+ * all-gather's anywhere; an all-reduce's or reduce's on 2 to
+ * DIRECT_MAX_NODES (2 swapping rows, a power of two halving, another
+ * count folding first); a reduce-scatter's on 2 or a power of two up to
+ * DIRECT_MAX_NODES. */
+int direct_hier_gathers(int coll, int nnodes);
 
 /* The nodes of a gathered stage that halve: the largest power of two up
  * to nnodes (the others fold onto them). */

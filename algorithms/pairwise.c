@@ -406,11 +406,15 @@ fail:
   return res;
 }
 
-/* One level of the gather for the slice at `off` of every block (as
- * pw_gather_level, whose shares are these blocks): a piece of ours sent,
- * then a piece of theirs received, block by block. */
+/* One gather level l for the slice at `off` of every block (as
+ * pw_gather_level, whose shares are these blocks), the levels in any
+ * order: for each position v this rank holds at level l, the blocks that
+ * agree with v on the levels still to gather (`left`, l among them) are
+ * swapped with the holder of v's partner, block by block, a piece of ours
+ * sent, then a piece of theirs received. Top down, `left` is the levels
+ * up to l: the blocks of positions congruent to v modulo 2^(l+1). */
 static ncclResult_t pw_gather_level_at(struct schedule* s, const struct sched_key* k, int l,
-                                       size_t off, size_t chunk) {
+                                       int left, size_t off, size_t chunk) {
   ncclResult_t res = ncclSuccess;
   int r = k->rank, n = k->nranks, half = 1 << l, mine = block_base(r, l),
       p = 1 << pairwise_levels(n);
@@ -418,35 +422,14 @@ static ncclResult_t pw_gather_level_at(struct schedule* s, const struct sched_ke
   for (int v = mine; v < mine + half; v++) {
     if (pw_holder(v, l, n) != r) continue;
     int peer = pw_holder(v ^ half, l, n);
-    for (int w = v & ((2 << l) - 1); w < p; w += 2 << l) { /* w and its partner w ^ half */
+    for (int w = 0; w < p; w++) { /* w and its partner w ^ half */
+      if ((w ^ v) & left) continue;
       struct pw_span a, b;
       size_t na = pw_piece(k, w, off, chunk, &a), nb = pw_piece(k, w ^ half, off, chunk, &b);
       if (na)
         CHECK(sched_append(s, PRIM_SEND_OUT, SCHED_LOCAL_OUT, -1, peer, a.y + off, a.y + off, na));
       if (nb) CHECK(sched_append(s, PRIM_RECV, 0, peer, -1, b.y + off, b.y + off, nb));
     }
-  }
-fail:
-  return res;
-}
-
-/* One gather level l for the slice at `off` of every block, 2^L ranks and
- * the levels in any order: this rank holds the blocks that agree with it
- * on the levels still to gather (`left`, l among them) and swaps them
- * with its level-l partner, block by block, a piece of ours sent, then a
- * piece of theirs received. Top down (`left` the levels up to l), the
- * blocks pw_gather_level_at swaps, in its order. */
-static ncclResult_t pw_gather_any_at(struct schedule* s, const struct sched_key* k, int l, int left,
-                                     size_t off, size_t chunk) {
-  ncclResult_t res = ncclSuccess;
-  int r = k->rank, peer = r ^ (1 << l), p = 1 << pairwise_levels(k->nranks);
-  for (int w = 0; w < p; w++) {
-    if ((w ^ r) & left) continue;
-    struct pw_span a, b;
-    size_t na = pw_piece(k, w, off, chunk, &a), nb = pw_piece(k, w ^ (1 << l), off, chunk, &b);
-    if (na)
-      CHECK(sched_append(s, PRIM_SEND_OUT, SCHED_LOCAL_OUT, -1, peer, a.y + off, a.y + off, na));
-    if (nb) CHECK(sched_append(s, PRIM_RECV, 0, peer, -1, b.y + off, b.y + off, nb));
   }
 fail:
   return res;
@@ -474,14 +457,11 @@ static void pw_gather_order(const struct sched_key* k, int* levels) {
 static ncclResult_t pw_gather_at(struct schedule* s, const struct sched_key* k, const int* levels,
                                  int j, size_t off, size_t chunk) {
   ncclResult_t res = ncclSuccess;
-  int L = pairwise_levels(k->nranks), pow2 = (k->nranks & (k->nranks - 1)) == 0;
+  int L = pairwise_levels(k->nranks);
   for (; j < L; j++) {
     int left = 0;
     for (int i = j; i < L; i++) left |= 1 << levels[i];
-    if (pow2)
-      CHECK(pw_gather_any_at(s, k, levels[j], left, off, chunk));
-    else
-      CHECK(pw_gather_level_at(s, k, levels[j], off, chunk));
+    CHECK(pw_gather_level_at(s, k, levels[j], left, off, chunk));
   }
 fail:
   return res;

@@ -237,9 +237,9 @@ static ncclResult_t pair_move(struct ncclComm* comm, struct cuda_direct* d,
 
 /* A halving's or a fold's step (algorithms/direct.h): the move between
  * the two nodes, then the reduce kernel, task `which` of the call. */
-static ncclResult_t halving_step(struct ncclComm* comm, struct cuda_direct* d,
-                                 const struct work_op* op, char* scratch, direct_bufs bufs,
-                                 const struct direct_staged* st, int i) {
+static ncclResult_t stage_step(struct ncclComm* comm, struct cuda_direct* d,
+                               const struct work_op* op, char* scratch, direct_bufs bufs,
+                               const struct direct_staged* st, int i) {
   ncclResult_t res = ncclSuccess;
   const struct direct_step* s = &st->steps[i];
   int which = 1 + i;
@@ -272,7 +272,7 @@ static ncclResult_t hier_call(struct ncclComm* comm, struct cuda_direct* d,
   bufs[d->me_local][DIRECT_SCRATCH] = (char*)(uintptr_t)scratch->dev;
   direct_task_resolve(a, &st.before, 0, bufs, &task);
   CHECK(task_run(comm, d, op, 0, &task));
-  for (int i = 0; i < st.nsteps; i++) CHECK(halving_step(comm, d, op, base, bufs, &st, i));
+  for (int i = 0; i < st.nsteps; i++) CHECK(stage_step(comm, d, op, base, bufs, &st, i));
   if (st.count) {
     struct column_stage column = {st.column_coll,
                                   st.send_off,

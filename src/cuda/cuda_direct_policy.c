@@ -111,17 +111,6 @@ int cuda_pair_net_direct(const struct ncclComm* comm, int a, int b) {
          transport_select(&comm->tctx, a, b, TRANSPORT_CAP_HOST_MEM) == t;
 }
 
-/* Whether the stage between nodes of `coll` can run gathered
- * (algorithms/direct.h): an all-gather anywhere; an all-reduce or reduce
- * on 2 to DIRECT_MAX_NODES nodes (a power of two halves, another folds
- * first); a reduce-scatter on 2, or a power of two that halves. */
-static int column_gathers(int coll, int nnodes) {
-  if (coll == COLL_ALLGATHER) return 1;
-  if (nnodes < 2 || nnodes > DIRECT_MAX_NODES) return 0;
-  if (coll == COLL_ALLREDUCE || coll == COLL_REDUCE) return 1;
-  return coll == COLL_REDUCESCATTER && (nnodes & (nnodes - 1)) == 0;
-}
-
 /* Whether every pair of this rank's column is joined by such a network:
  * nnodes^2 / 2 questions to the transport table, asked once per comm
  * (the peer table does not change; the callers ask only once it is
@@ -140,7 +129,7 @@ static int column_net_direct(struct ncclComm* comm) {
 }
 
 int cuda_hier_column_on_device(struct ncclComm* comm, int coll) {
-  return column_gathers(coll, comm->layout.nnodes) && column_net_direct(comm);
+  return direct_hier_gathers(coll, comm->layout.nnodes) && column_net_direct(comm);
 }
 
 /* Reduce-scatter and all-gather run their node stages as one task of a
@@ -167,7 +156,7 @@ static int hier_fits(const struct work_op* op) {
 }
 
 /* One rank a node on nodes that a network moving device memory joins
- * (column_gathers): Hier's node stages are a
+ * (direct_hier_gathers): Hier's node stages are a
  * copy in and a reduction out, the stage between them swaps of device
  * memory (gathered), which beats staging the call through host memory
  * whatever the host would run. */

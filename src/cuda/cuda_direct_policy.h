@@ -30,9 +30,9 @@ int cuda_direct_wanted(const struct work_op* ops, int n);
  * index on every node run the collective there on the host (a ring over
  * the network), and a second kernel writes the node's outputs
  * (algorithms/direct.h, direct_plan_hier). Also, whatever the host would
- * run, an all-reduce or reduce-scatter on nodes of one rank each where
- * the network between them moves device memory: its stage between nodes
- * then runs on the device (cuda_hier_column_on_device). */
+ * run, an all-reduce, reduce-scatter or reduce on nodes of one rank each
+ * where the network between them moves device memory: its stage between
+ * nodes then runs on the device (cuda_hier_column_on_device). */
 int cuda_direct_kind(const struct work_op* op);
 
 /* Whether ranks a and b are joined, for host and device memory alike, by
@@ -43,10 +43,9 @@ int cuda_pair_net_direct(const struct ncclComm* comm, int a, int b);
 
 /* Whether Hier's stage between nodes runs on the device for `coll`
  * (algorithms/direct.h, gathered): every pair of this rank's column is
- * joined as above, and the stage then moves data only (an all-gather on
- * any number of nodes; an all-reduce or reduce-scatter on 2 nodes or a
- * power of two up to DIRECT_MAX_NODES, where it sends what a ring would).
- * Alike on the column's ranks. */
+ * joined as above, and the stage then moves data only (on the node
+ * counts algorithms/direct.h's direct_hier_gathers names). Alike on the
+ * column's ranks. */
 int cuda_hier_column_on_device(struct ncclComm* comm, int coll);
 
 /* The comm ranks of `node`, in node order (at most DIRECT_MAX_RANKS

@@ -16,17 +16,10 @@
 
 #define CONNECT_MAX_PEERS 64
 
-/* peers[0..m) with `peer` added once; the new count. */
-static int peer_add(int* peers, int m, int peer) {
-  for (int i = 0; i < m; i++)
-    if (peers[i] == peer) return m;
-  if (m < CONNECT_MAX_PEERS) peers[m++] = peer;
-  return m;
-}
-
-/* The rank of this rank's index on `node`. */
-static int column_rank(const struct sched_topo* t, int node, int local) {
-  return t->order[t->node_start[node] + local];
+/* peers[0..m) with the rank of index `local` on `node` added once; the
+ * new count. */
+static int column_add(int* peers, int m, const struct sched_topo* t, int node, int local) {
+  return sched_add_peer(peers, m, CONNECT_MAX_PEERS, t->order[t->node_start[node] + local]);
 }
 
 /* Hier whose stage between nodes runs on the device
@@ -41,13 +34,13 @@ static int column_peers(const struct work_op* op, int* peers, int m) {
   int n = t->nnodes, me = op->comm->rank, node = t->node_of[me], local = t->local_of[me], p;
   if (!op->direct_between || n < 2) return m;
   p = direct_halving_nodes(n);
-  m = peer_add(peers, m, column_rank(t, (node + 1) % n, local));
-  m = peer_add(peers, m, column_rank(t, (node + n - 1) % n, local));
-  if (node >= p) return peer_add(peers, m, column_rank(t, node - p, local));
-  if (node + p < n) m = peer_add(peers, m, column_rank(t, node + p, local));
-  m = peer_add(peers, m, column_rank(t, (node + 1) % p, local));
-  m = peer_add(peers, m, column_rank(t, (node + p - 1) % p, local));
-  for (int d = p / 2; d >= 1; d /= 2) m = peer_add(peers, m, column_rank(t, node ^ d, local));
+  m = column_add(peers, m, t, (node + 1) % n, local);
+  m = column_add(peers, m, t, (node + n - 1) % n, local);
+  if (node >= p) return column_add(peers, m, t, node - p, local);
+  if (node + p < n) m = column_add(peers, m, t, node + p, local);
+  m = column_add(peers, m, t, (node + 1) % p, local);
+  m = column_add(peers, m, t, (node + p - 1) % p, local);
+  for (int d = p / 2; d >= 1; d /= 2) m = column_add(peers, m, t, node ^ d, local);
   return m;
 }
 

@@ -16,23 +16,16 @@
  * success. Index directories are numbered per CPU, so each is read. */
 static int cache_cpus(const char* root, int c, int level, cpu_set_t* out) {
   for (int i = 0; i < 8; i++) {
-    char path[PATH_MAX], list[1024];
-    snprintf(path, sizeof(path), "%s/sys/devices/system/cpu/cpu%d/cache/index%d/level", root, c, i);
+    char dir[PATH_MAX], path[PATH_MAX + 32], line[1024];
+    snprintf(dir, sizeof(dir), "%s/sys/devices/system/cpu/cpu%d/cache/index%d", root, c, i);
+    snprintf(path, sizeof(path), "%s/level", dir);
     if (topo_sysfs_read_long(path, -1) != level) continue;
-    snprintf(path, sizeof(path), "%s/sys/devices/system/cpu/cpu%d/cache/index%d/type", root, c, i);
-    FILE* f = fopen(path, "r");
-    if (f == NULL) continue;
-    int instruction = fgets(list, sizeof(list), f) && strncmp(list, "Instruction", 11) == 0;
-    fclose(f);
-    if (instruction) continue;
-    snprintf(path, sizeof(path), "%s/sys/devices/system/cpu/cpu%d/cache/index%d/shared_cpu_list",
-             root, c, i);
-    f = fopen(path, "r");
-    if (f == NULL) return -1;
-    int ok = fgets(list, sizeof(list), f) != NULL;
-    fclose(f);
-    list[strcspn(list, "\n")] = '\0';
-    return ok ? topo_cpuset_parse(list, out) : -1;
+    snprintf(path, sizeof(path), "%s/type", dir);
+    if (topo_sysfs_read_line(path, line, sizeof(line)) != 0 || strcmp(line, "Instruction") == 0)
+      continue;
+    snprintf(path, sizeof(path), "%s/shared_cpu_list", dir);
+    if (topo_sysfs_read_line(path, line, sizeof(line)) != 0) return -1;
+    return topo_cpuset_parse(line, out);
   }
   return -1;
 }

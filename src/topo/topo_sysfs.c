@@ -20,8 +20,7 @@
 #define SYSFS_NODE "/sys/devices/system/node"
 #define SYSFS_PCI "/sys/bus/pci/devices"
 
-/* The first line of a small sysfs file, without its newline; 0 on success. */
-static int sysfs_line(const char* path, char* out, size_t cap) {
+int topo_sysfs_read_line(const char* path, char* out, size_t cap) {
   FILE* f = fopen(path, "r");
   if (f == NULL) return -1;
   int ok = fgets(out, (int)cap, f) != NULL;
@@ -34,7 +33,7 @@ static int sysfs_line(const char* path, char* out, size_t cap) {
 static int cpus_online(const char* root, cpu_set_t* set) {
   char list[TOPO_CPUSET_LEN], path[PATH_MAX];
   snprintf(path, sizeof(path), "%s" SYSFS_CPU "/online", root);
-  return sysfs_line(path, list, sizeof(list)) == 0 ? topo_cpuset_parse(list, set) : -1;
+  return topo_sysfs_read_line(path, list, sizeof(list)) == 0 ? topo_cpuset_parse(list, set) : -1;
 }
 
 /* Distinct (package, core) pairs among the CPUs of `set`; a CPU without
@@ -96,7 +95,7 @@ static int numa_fill(struct topo_system* sys, const char* root, const cpu_set_t*
     char path[PATH_MAX];
     cpu_set_t cpus;
     snprintf(path, sizeof(path), "%s" SYSFS_NODE "/node%d/cpulist", root, ids[i]);
-    if (sysfs_line(path, nm->cpuset, sizeof(nm->cpuset)) != 0 ||
+    if (topo_sysfs_read_line(path, nm->cpuset, sizeof(nm->cpuset)) != 0 ||
         topo_cpuset_parse(nm->cpuset, &cpus) != 0)
       continue;
     CPU_AND(&cpus, &cpus, online);

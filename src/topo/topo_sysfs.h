@@ -13,6 +13,10 @@
  * unreadable: virtual NICs answer EINVAL for `speed`, so that is common. */
 long topo_sysfs_read_long(const char* path, long dflt);
 
+/* The first line of a small sysfs file, without its newline; 0 on
+ * success. */
+int topo_sysfs_read_line(const char* path, char* out, size_t cap);
+
 /* Cores, PUs, caches, NUMA nodes (none when sysfs lists none) and GPUs. */
 void topo_sysfs_fill(struct topo_system* sys);
 /* The same under `root` instead of / (tests give it a made-up tree). */
