@@ -6,13 +6,14 @@
 # 2x4 layouts with the tuner's choice (perf/bench_cluster.sh, SYSTEMS=auto, 8 B..64 KiB and
 # 64 MiB, links shaped to RATE). The part "det" (not in the default PARTS) times the default and
 # the deterministic mode in turns (`--det-turns 5`, DET_COLLS at DET_BYTES on DET_NP ranks over
-# shared memory) and prints each job's medians and det / default time. Prints each tool's
+# shared memory, each rank held on the core DET_PLACE names: perf/pin_rank.sh, "free" leaving
+# them to the kernel) and prints each job's medians and det / default time. Prints each tool's
 # summary under a heading naming build and round; the raw outputs stay in OUT. Always exits 0
 # after printing.
 #
 # Usage: perf/compare_builds.sh OLD_BUILD NEW_BUILD
 #   env: ROUNDS=2, PARTS="mpi shm cluster", OUT=/tmp/compare-builds, RATE=2gbit,
-#        DET_NP=8, DET_COLLS="reduce_scatter all_reduce", DET_BYTES=64M
+#        DET_NP=8, DET_COLLS="reduce_scatter all_reduce", DET_BYTES=64M, DET_PLACE=free
 set -u
 [ $# -eq 2 ] || {
   sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2
@@ -32,7 +33,8 @@ run_part() { # part build label
       for coll in ${DET_COLLS:-reduce_scatter all_reduce}; do
         echo "# $coll"
         mpirun --allow-run-as-root --oversubscribe -np "${DET_NP:-8}" --mca btl self,tcp \
-          --mca btl_tcp_if_include lo "$build/bin/${coll}_perf" -c 0 -d float -o sum \
+          --mca btl_tcp_if_include lo "$here/pin_rank.sh" "${DET_PLACE:-free}" \
+          "$build/bin/${coll}_perf" -c 0 -d float -o sum \
           --inplace 0 --det-turns 5 -b "${DET_BYTES:-64M}" -e "${DET_BYTES:-64M}" -n 5 -w 2
       done >"$log" 2>&1
       ;;
