@@ -206,9 +206,21 @@ def run_library(args):
 
 
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port nobody holds, below the kernel's ephemeral range: one bind(0) picks may be
+    taken by any connect() before rank 0's store binds it."""
+    import random
+
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+        low = int(f.read().split()[0])
+    for _ in range(100):
+        port = random.randrange(min(20000, low // 2), low)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port below the ephemeral range")
 
 
 def run_backend(backend, args):

@@ -34,7 +34,6 @@ Usage: perf/torch_gap.py [--np 2] [--dtype float32] [--min-bytes 4096]
 import argparse
 import multiprocessing
 import os
-import socket
 import statistics
 import sys
 import time
@@ -42,6 +41,7 @@ import time
 import braid_torch
 import torch
 import torch.distributed as dist
+from torch_bench import free_port
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
@@ -169,9 +169,7 @@ def main():
     ap.add_argument("--evict", type=int, default=0,
                     help="time a MIN_BYTES call with BYTES of another tensor zeroed between")
     args = ap.parse_args()
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     ctx = multiprocessing.get_context("spawn")
     out = ctx.Queue()
     procs = [ctx.Process(target=rank_main, args=(r, args, port, out)) for r in range(args.np)]

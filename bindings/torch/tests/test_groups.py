@@ -187,11 +187,23 @@ SCRIPT = textwrap.dedent(
 
 
 def free_port():
+    """A port nobody holds, below the kernel's ephemeral range: a port bind(0) picks lies
+    inside that range, where any process's next connect() may take it before the job's
+    store binds it (CI saw EADDRINUSE so). Same rule as tests/launch/launchers.sh."""
+    import random
     import socket
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+        low = int(f.read().split()[0])
+    for _ in range(100):
+        port = random.randrange(min(20000, low // 2), low)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port below the ephemeral range")
 
 
 def test_torchrun_and_spawn(tmp_path):
@@ -199,9 +211,10 @@ def test_torchrun_and_spawn(tmp_path):
     script.write_text(SCRIPT)
     env = dict(os.environ, OMP_NUM_THREADS="1")
     env.pop("NCCL_COMM_ID", None)
-    # torchrun, with the cpu:braid routing a GPU job would use
-    p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2",
-                        f"--master-port={free_port()}", str(script), "cpu:braid"],
+    # torchrun, with the cpu:braid routing a GPU job would use; --standalone binds its store
+    # on port 0 itself, so no other process can take the port first
+    p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                        "--nproc-per-node=2", str(script), "cpu:braid"],
                        capture_output=True, text=True, timeout=120, env=env)
     assert p.returncode == 0, p.stdout + p.stderr
     assert p.stdout.count("ok") == 2, p.stdout
