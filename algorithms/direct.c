@@ -87,18 +87,17 @@ static int hier_halves(const struct direct_hier* h) {
          (h->nnodes & (h->nnodes - 1)) == 0;
 }
 
-/* Whether a gathered all-reduce or reduce folds, then halves (direct.h):
- * 3 to DIRECT_MAX_NODES nodes, not a power of two. */
+/* Whether a gathered reduction folds, then halves (direct.h): 3 to
+ * DIRECT_MAX_NODES nodes, not a power of two. */
 static int hier_folds(const struct direct_hier* h) {
-  return h->gathered && (h->coll == COLL_ALLREDUCE || h->coll == COLL_REDUCE) && h->nnodes >= 3 &&
+  return h->gathered && h->coll != COLL_ALLGATHER && h->nnodes >= 3 &&
          h->nnodes <= DIRECT_MAX_NODES && (h->nnodes & (h->nnodes - 1)) != 0;
 }
 
 int direct_hier_gathers(int coll, int nnodes) {
   if (coll == COLL_ALLGATHER) return 1;
-  if (nnodes < 2 || nnodes > DIRECT_MAX_NODES) return 0;
-  if (coll == COLL_ALLREDUCE || coll == COLL_REDUCE) return 1;
-  return coll == COLL_REDUCESCATTER && (nnodes & (nnodes - 1)) == 0;
+  return nnodes >= 2 && nnodes <= DIRECT_MAX_NODES &&
+         (coll == COLL_ALLREDUCE || coll == COLL_REDUCE || coll == COLL_REDUCESCATTER);
 }
 
 int direct_halving_nodes(int nnodes) {
@@ -186,6 +185,41 @@ static void halving_rows(const struct direct_hier* h, struct direct_staged* st) 
   st->after.srcs[0].off = base + (size_t)h->node * c;
 }
 
+/* Reduce-scatter folding onto p nodes (direct.h): the rows in pairs, pair
+ * i = row i and row i + p (junk where i + p is no node), so that the
+ * halving among the first p nodes leaves member i both rows its fold
+ * stands for. The task before writes the rows of nodes below p, a step
+ * that moves nothing the others' (the pairs' second rows); node i + p
+ * sends node i all its pairs, node i sends it row i + p back. */
+static void fold_rows(const struct direct_hier* h, struct direct_staged* st) {
+  int p = direct_halving_nodes(h->nnodes), extra = h->nnodes - p;
+  size_t c = h->count, len = 2 * (size_t)p * c, base = len;
+  struct direct_task* in = &st->before;
+  struct direct_step* second = &st->steps[st->nsteps++];
+  memset(second, 0, sizeof(*second));
+  second->lower = second->upper = h->node;
+  second->from = DIRECT_STEP_LOCAL;
+  second->reduce = *in;
+  second->reduce.rows = (size_t)extra;
+  for (int k = 0; k < in->nsrcs; k++)
+    second->reduce.srcs[k].off = (size_t)((ptrdiff_t)in->srcs[k].off + p * in->src_row);
+  second->reduce.dsts[0].off = base + c;
+  second->reduce.dst_row = (ptrdiff_t)(2 * c);
+  in->rows = (size_t)p;
+  in->dsts[0].off = base;
+  in->dst_row = (ptrdiff_t)(2 * c);
+  st->scratch = 3 * len;
+  fold_plan(h, p, base, len, st);
+  halving_plan(h, p, base, len, st);
+  st->count = 0; /* no stage after the steps */
+  st->after.srcs[0].off = h->node < p ? base + 2 * (size_t)h->node * c : base;
+  if (!st->unfolds) return;
+  if (h->node < p) /* in place: row node + p of its pair */
+    one_way(h, p, 0, base + (2 * (size_t)h->node + 1) * c, 0, c, &st->unfold);
+  else /* lands where its pairs were */
+    one_way(h, p, 0, base, base, c, &st->unfold);
+}
+
 /* Reduce-scatter on 2 nodes, gathered (direct.h): member m of the column
  * writes its rows from m blocks on (0 1 on node 0, 1 2 on node 1), so that
  * both offer the row the other needs at block 1 and an all-gather in place
@@ -225,6 +259,8 @@ static void hier_blocks(const struct direct_hier* h, struct direct_staged* st) {
     out->ndsts = 1, out->dsts[0] = ref(h->local, DIRECT_RECV, 0);
     if (hier_halves(h))
       halving_rows(h, st);
+    else if (hier_folds(h))
+      fold_rows(h, st);
     else if (h->gathered)
       swap_rows(h, st);
   } else {

@@ -104,6 +104,16 @@ ncclResult_t direct_plan(int coll, int rank, int nranks, int root, size_t count,
  * alone: column_members), and node j sends node j + p the whole total
  * back (`unfold`). Node j then sends what a ring of p would and the
  * partial out and back; the rest only their partial and the total.
+ * A reduce-scatter on such a count folds too, its rows in pairs: pair i
+ * holds row i and row i + p (junk where node i + p does not exist, moved
+ * and reduced, never written out), so that the halving leaves member i
+ * both rows of its pair; node j + p sends node j its pairs, node j sends
+ * it row j + p back. The pairs' second rows come from a step that moves
+ * nothing (DIRECT_STEP_LOCAL): a task's rows are evenly spaced, and the
+ * pairs are not. Each member sends 2 (p - 1) rows where a ring on
+ * nnodes would send nnodes - 1 (as many on 3, 7, 15 ... nodes, up to
+ * twice that just above a power of two), and no node copies its input
+ * through host memory.
  * A reduce (gathered only) runs as the all-reduce does, its task after
  * writing the root's output alone (nothing on the root's other nodes): the
  * root's bits are the all-reduce's.
@@ -123,8 +133,8 @@ struct direct_hier {
   int root_node, root_local; /* a reduce's root: its node, its index there */
 };
 
-#define DIRECT_MAX_STEPS 6                       /* a halving's steps between nodes */
-#define DIRECT_MAX_NODES (1 << DIRECT_MAX_STEPS) /* a halving's nodes */
+#define DIRECT_MAX_NODES 64 /* nodes of a gathered stage */
+#define DIRECT_MAX_STEPS 7  /* its steps: a reduce-scatter's local one, a fold, 5 halvings */
 
 /* One step of a halving (above): an all-gather of `count` elements
  * between nodes `lower` and `upper` (this rank the column's member on
@@ -132,10 +142,13 @@ struct direct_hier {
  * recv_off, in place; then `reduce`. A fold's steps move one way
  * instead: member `from` sends `count` from scratch + send_off, the other
  * receives them at scratch + recv_off (a broadcast of two); the reduce,
- * if any (n > 0), is the receiver's. */
+ * if any (n > 0), is the receiver's. A local step (from
+ * DIRECT_STEP_LOCAL, lower == upper == this node) moves nothing and only
+ * runs its reduce. */
+#define DIRECT_STEP_LOCAL (-2)
 struct direct_step {
   int lower, upper, member;
-  int from; /* -1: both send (the all-gather); else the member that sends */
+  int from; /* -1: both send (the all-gather); DIRECT_STEP_LOCAL; else the member that sends */
   size_t send_off, recv_off, count;
   struct direct_task reduce;
 };
@@ -166,10 +179,9 @@ struct direct_staged {
 ncclResult_t direct_plan_hier(const struct direct_hier* h, struct direct_staged* out);
 
 /* Whether a gathered plan exists for `coll` on `nnodes` nodes (above): an
- * all-gather's anywhere; an all-reduce's or reduce's on 2 to
- * DIRECT_MAX_NODES (2 swapping rows, a power of two halving, another
- * count folding first); a reduce-scatter's on 2 or a power of two up to
- * DIRECT_MAX_NODES. */
+ * all-gather's anywhere; an all-reduce's, reduce's or reduce-scatter's on
+ * 2 to DIRECT_MAX_NODES (2 swapping rows, a power of two halving, another
+ * count folding first). */
 int direct_hier_gathers(int coll, int nnodes);
 
 /* The nodes of a gathered stage that halve: the largest power of two up

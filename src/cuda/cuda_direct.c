@@ -236,7 +236,8 @@ static ncclResult_t pair_move(struct ncclComm* comm, struct cuda_direct* d,
 }
 
 /* A halving's or a fold's step (algorithms/direct.h): the move between
- * the two nodes, then the reduce kernel, task `which` of the call. */
+ * the two nodes (none in a local step), then the reduce kernel, task
+ * `which` of the call. */
 static ncclResult_t stage_step(struct ncclComm* comm, struct cuda_direct* d,
                                const struct work_op* op, char* scratch, direct_bufs bufs,
                                const struct direct_staged* st, int i) {
@@ -244,7 +245,7 @@ static ncclResult_t stage_step(struct ncclComm* comm, struct cuda_direct* d,
   const struct direct_step* s = &st->steps[i];
   int which = 1 + i;
   struct kern_dev_task task;
-  CHECK(pair_move(comm, d, op, scratch, s));
+  if (s->from != DIRECT_STEP_LOCAL) CHECK(pair_move(comm, d, op, scratch, s));
   direct_task_resolve(&op->args, &s->reduce, which == st->post_task ? op->args.post : 0, bufs,
                       &task);
   CHECK(task_run(comm, d, op, which, &task));

@@ -331,9 +331,8 @@ static int device_direct_body(const mp_env* env) {
  * (CUDASIM_ONE_QUEUE=1: a kernel the proxy launched while the stream
  * waits would never run); where it does not, the stage runs in pinned host
  * memory and only host memory goes to it (no_cuda). On 4 hosts the stage
- * halves (direct_step), gated or synchronous; on 3 or 5 an all-reduce's
- * and a reduce's fold first, and a reduce-scatter's runs in host memory
- * (one rank a host: staged whole). A reduce goes that way too
+ * halves (direct_step), gated or synchronous; on 3 or 5 it folds first
+ * (a reduce-scatter's rows in pairs). A reduce goes that way too
  * where the stage is on the device (staged otherwise). Every type,
  * sum, avg and max, in place and out of place: exact either way, and the
  * TUNING log says which stage ran. */
@@ -342,12 +341,11 @@ static const int kHierColls[] = {CC_ALLREDUCE, CC_REDUCESCATTER, CC_ALLGATHER, C
 static const int kHierKinds[] = {AR_SUM, AR_AVG, AR_MAX};
 static const ncclRedOp_t kHierOps[] = {ncclSum, ncclAvg, ncclMax};
 
-/* Whether call `coll`'s stage between hosts runs in device scratch: where
- * the fake takes device memory, but a reduce-scatter's only on 2 hosts or
- * a power of two of them (algorithms/direct.h). */
-static int hier_stage_on_device(const net_case* c, int coll) {
-  int hosts = c->nranks / c->per_host;
-  return !c->no_cuda && (coll != CC_REDUCESCATTER || (hosts & (hosts - 1)) == 0);
+/* Whether a call's stage between hosts runs in device scratch: where
+ * the fake takes device memory (algorithms/direct.h: every reduction on 2
+ * to 64 nodes). */
+static int hier_stage_on_device(const net_case* c) {
+  return !c->no_cuda;
 }
 
 /* Whether call `coll` runs as Hier at all: not one rank a host's
@@ -356,13 +354,13 @@ static int hier_stage_on_device(const net_case* c, int coll) {
  * stage cannot run on the device (staged whole, its traffic the
  * executor's). */
 static int hier_runs(const net_case* c, int coll) {
-  int dev = hier_stage_on_device(c, coll), alone = c->per_host == 1;
+  int dev = hier_stage_on_device(c), alone = c->per_host == 1;
   return !(alone && coll == CC_ALLGATHER) && !(!dev && coll == CC_REDUCE) && !(alone && !dev);
 }
 
 static int hier_call_wrong(const mp_env* env, const net_case* c, ncclComm_t comm, cudaStream_t s,
                            int i) {
-  int coll = kHierColls[i % 4], on_device = hier_stage_on_device(c, coll);
+  int coll = kHierColls[i % 4], on_device = hier_stage_on_device(c);
   dev_call d = {.host = {.coll = coll,
                          .count = 150001,
                          .salt = (uint64_t)i,
@@ -416,7 +414,7 @@ static int hier_device_body(const mp_env* env) {
     return 1;
   }
   for (int i = 0; i < HIER_CALLS; i++) {
-    int coll = kHierColls[i % 4], dev = hier_stage_on_device(c, coll), hier = hier_runs(c, coll);
+    int coll = kHierColls[i % 4], dev = hier_stage_on_device(c), hier = hier_runs(c, coll);
     bad += hier_call_wrong(env, c, comm, s, i);
     calls += hier;
     dev_calls += hier && dev;
@@ -544,23 +542,25 @@ static int device_refused_body(const mp_env* env) {
   return mp_expect_rc(env, comm, ncclCommDestroy(comm), ncclSuccess, "ncclCommDestroy") + bad;
 }
 
-/* A plugin failure under a collective whose device buffers go to the
+/* A plugin failure under a collective (`coll`) whose device buffers go to the
  * plugin as they are (FAKENET_CUDA=1, synchronous), or under Hier's stage
  * between hosts in device scratch (the case's `hier`, gated): an error on
  * every rank in time, nothing written outside the buffers, the comm
  * aborts. */
-static int device_fault_body(const mp_env* env) {
+static int device_fault_run(const mp_env* env, int coll) {
   const net_case* c = env->arg;
   ncclComm_t comm;
   cudaStream_t s;
   if (direct_rank_open(env, c, &comm, &s) != 0) return 1;
   dev_call d = {.host = kDirectCall};
+  d.host.coll = coll;
   int bad = dev_call_prepare(&d, env);
   if (!bad) {
     ncclResult_t rc = cc_issue(&d.dev, comm, s), async = ncclSuccess;
     if (rc == ncclSuccess && dev_sync(env, s) == 0) ncclCommGetAsyncError(comm, &async);
     if (rc == ncclSuccess && async == ncclSuccess) {
-      mp_fail(env, "a device all-reduce across the failing plugin (%s) succeeded", c->fault);
+      mp_fail(env, "a device %s across the failing plugin (%s) succeeded",
+              cc_coll_name(d.host.coll), c->fault);
       bad = 1;
     }
     bad += dev_call_fetch(&d, env) || cc_verify_guards(&d.host, env);
@@ -568,6 +568,15 @@ static int device_fault_body(const mp_env* env) {
   dev_call_release(&d);
   ncclCommAbort(comm);
   return bad;
+}
+
+static int device_fault_body(const mp_env* env) {
+  return device_fault_run(env, CC_ALLREDUCE);
+}
+
+/* Hier's reduce-scatter folding (its rows in pairs, algorithms/direct.h) */
+static int device_rs_fault_body(const mp_env* env) {
+  return device_fault_run(env, CC_REDUCESCATTER);
 }
 
 /* Every case: a fault that hangs a rank fails here. */
@@ -606,6 +615,11 @@ static void test_device_refused(void** state) {
 static void test_device_fault(void** state) {
   if (!have_driver()) skip();
   assert_int_equal(launch(((const net_case*)*state)->nranks, device_fault_body, *state), 0);
+}
+
+static void test_device_rs_fault(void** state) {
+  if (!have_driver()) skip();
+  assert_int_equal(launch(((const net_case*)*state)->nranks, device_rs_fault_body, *state), 0);
 }
 
 static void test_reduce_roots(void** state) {
@@ -687,6 +701,8 @@ static const net_case k_fh_regmr = {11, 2, 1, "regmr", "3", 0, 0, 1, 0};      /*
 static const net_case k_fh_halving_die = {12, 4, 1, "die", "3", 0, 0, 1, 0};  /* 4 hosts: halving */
 static const net_case k_fh_fold_die = {12, 3, 1, "die", "3", 0, 0, 1, 0};     /* 3 hosts: a fold */
 static const net_case k_fh_fold_stall = {12, 5, 1, "stall", "2", 0, 0, 1, 0}; /* 5 hosts */
+static const net_case k_fh_rs_fold_die = {12, 3, 1, "die", "3", 0, 0, 1, 0};  /* rows in pairs */
+static const net_case k_fh_rs_fold_stall = {11, 5, 1, "stall", "2", 0, 0, 1, 0};
 static const net_case k_f_init = {12, 2, 1, "init", NULL, 1, 0, 0, 0};
 static const net_case k_f_devices = {8, 2, 1, "devices", NULL, 1, 0, 0, 0};
 static const net_case k_f_props = {12, 2, 1, "props", NULL, 1, 0, 0, 0};
@@ -760,6 +776,8 @@ int main(void) {
       CASE(test_device_fault, k_fh_halving_die),
       CASE(test_device_fault, k_fh_fold_die),
       CASE(test_device_fault, k_fh_fold_stall),
+      CASE(test_device_rs_fault, k_fh_rs_fold_die),
+      CASE(test_device_rs_fault, k_fh_rs_fold_stall),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -29,7 +29,7 @@
 #define MAX_RANKS 16                  /* 4 nodes x 4, 7 x 2, or one node of DIRECT_MAX_RANKS */
 #define HIER_COUNT 67                 /* Hier's largest block */
 #define HIER_SCRATCH (HIER_COUNT + 4) /* a block on whole vectors (align 4) */
-#define SCRATCH_ELEMS (3 * MAX_NODES * HIER_SCRATCH) /* a fold's: thrice the rows */
+#define SCRATCH_ELEMS (6 * MAX_NODES * HIER_SCRATCH) /* a reduce-scatter fold's: 6 p rows */
 
 /* nnodes x ppn ranks placed by `topo` (one node for the flat plans). Tasks
  * name ranks by their index on their node. */
@@ -295,6 +295,12 @@ static void pair_steps(struct world* w) {
       if (next[r] >= w->st[r].nsteps) continue;
       left = 1;
       const struct direct_step* s = &w->st[r].steps[next[r]];
+      if (s->from == DIRECT_STEP_LOCAL) { /* its reduce alone */
+        assert_true(s->lower == w->topo.node_of[r] && s->upper == s->lower && s->count == 0);
+        run_task(w, w->topo.node_of[r], &s->reduce);
+        next[r]++, progressed = 1;
+        continue;
+      }
       int p = step_partner(w, r, s);
       const struct direct_step* q = next[p] < w->st[p].nsteps ? &w->st[p].steps[next[p]] : NULL;
       if (q == NULL || q->lower != s->lower || q->upper != s->upper) continue;
@@ -362,13 +368,7 @@ static int layout_node(int kind, int r, int m, int ppn) {
   return (r / m) % 2 ? m - 1 - r % m : r % m;
 }
 
-/* Whether Hier takes collective `coll` gathered on `nnodes` nodes. */
-static int gathered_fits(int coll, int nnodes) {
-  return coll == COLL_ALLREDUCE || coll == COLL_REDUCE ||
-         (coll == COLL_REDUCESCATTER && (nnodes == 2 || nnodes == 4));
-}
-
-/* Hier on every layout kind x 2..4 nodes x 1..4 ranks each x counts x in
+/* Hier on every layout kind x 2..7 nodes x 1..4 ranks each x counts x in
  * place (a reduce's root moving), its stage between nodes reducing or only
  * moving data (gathered, the only way a reduce goes:
  * no bonus, the scratch NaN first, so a row the stage did not bring shows):
@@ -392,8 +392,9 @@ static void test_direct_hier(void** state) {
               w->coll = colls[k % 4];
               w->gathered = k >= 4;
               w->root = (int)(ci + (size_t)k) % n;
-              if (w->coll == COLL_REDUCE && !w->gathered) continue; /* gathered only */
-              if (w->gathered && !gathered_fits(w->coll, w->nnodes)) continue;
+              if (w->coll == COLL_REDUCE && !w->gathered) continue;   /* gathered only */
+              if (w->gathered && w->coll == COLL_ALLGATHER) continue; /* moves data anyway */
+              if (w->gathered) assert_true(direct_hier_gathers(w->coll, w->nnodes));
               w->bonus = w->gathered ? 0.0f : 0.5f;
               w->count = counts[ci];
               world_setup(w);
@@ -445,12 +446,29 @@ static void test_direct_limits(void** state) {
   assert_true(t.srcs[0].off == 4 && t.n == 4);
   assert_int_equal(direct_plan(COLL_ALLREDUCE, 2, 3, 0, 10, 0, 4, &t), ncclSuccess);
   assert_true(t.srcs[0].off == 8 && t.n == 2);
-  /* gathered: a reduce-scatter swaps rows between 2 nodes or halves; an
-   * all-reduce on 2 nodes has its task after reduce a row per node */
+  /* gathered: a reduce-scatter swaps rows between 2 nodes, halves, or
+   * folds: on 3 nodes node 0's task before writes rows 0 and 1 two rows
+   * apart, a local step row 2 between them, node 2's pairs come, one
+   * halving step, row 2 goes back; an all-reduce on 2 nodes has its task
+   * after reduce a row per node */
   struct direct_staged st;
   struct direct_hier h = {
       .coll = COLL_REDUCESCATTER, .nlocal = 2, .nnodes = 3, .count = 8, .align = 4, .gathered = 1};
-  assert_int_equal(direct_plan_hier(&h, &st), ncclInvalidArgument);
+  assert_int_equal(direct_plan_hier(&h, &st), ncclSuccess);
+  assert_true(st.before.rows == 2 && st.before.dst_row == 16 && st.nsteps == 3 &&
+              st.steps[0].from == DIRECT_STEP_LOCAL && st.steps[0].reduce.rows == 1 &&
+              st.steps[0].reduce.dsts[0].off == st.before.dsts[0].off + 8 &&
+              st.steps[1].from == 1 && st.steps[2].from == -1 && st.post_task == 3 &&
+              st.count == 0 && st.unfolds && st.unfold.count == 8 &&
+              st.unfold.send_off == st.before.dsts[0].off + 8);
+  h.node = 2;
+  assert_int_equal(direct_plan_hier(&h, &st), ncclSuccess);
+  assert_true(st.nsteps == 2 && st.steps[1].member == 1 && st.unfolds && st.post_task == -1 &&
+              st.after.srcs[0].off == st.unfold.recv_off);
+  h.node = 0;
+  h.nnodes = DIRECT_MAX_NODES - 1; /* folds onto 32: the most steps */
+  assert_int_equal(direct_plan_hier(&h, &st), ncclSuccess);
+  assert_true(st.nsteps == DIRECT_MAX_STEPS && st.post_task == DIRECT_MAX_STEPS);
   h.coll = COLL_ALLREDUCE, h.nnodes = DIRECT_MAX_NODES + 1;
   assert_int_equal(direct_plan_hier(&h, &st), ncclInvalidArgument);
   h.nnodes = 2;
@@ -477,8 +495,8 @@ static void test_direct_limits(void** state) {
   /* a power of two halves: log2 steps, the last one's reduce divides */
   h.nnodes = DIRECT_MAX_NODES, h.node = DIRECT_MAX_NODES - 1, h.count = 1000;
   assert_int_equal(direct_plan_hier(&h, &st), ncclSuccess);
-  assert_true(st.nsteps == DIRECT_MAX_STEPS && st.post_task == DIRECT_MAX_STEPS &&
-              st.after.nsrcs == 1 && st.steps[0].member == 1 && st.steps[0].lower == h.node / 2);
+  assert_true(st.nsteps == 6 && st.post_task == 6 && st.after.nsrcs == 1 &&
+              st.steps[0].member == 1 && st.steps[0].lower == h.node / 2);
   h.coll = COLL_REDUCESCATTER, h.nnodes = 2 * DIRECT_MAX_NODES;
   assert_int_equal(direct_plan_hier(&h, &st), ncclInvalidArgument);
 }
