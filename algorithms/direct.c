@@ -174,6 +174,29 @@ static void halving_plan(const struct direct_hier* h, int p, size_t base, size_t
   st->post_task = st->nsteps > 0 && h->node < p ? st->nsteps : -1;
 }
 
+/* The all-gather after a halving among the first p nodes, by recursive
+ * doubling: member j holds block j of `len` elements from `base`; at
+ * distance d = 1, 2, ... p/2 the members d apart swap the d blocks each
+ * holds, in place (the scratch has room on either side), so that after
+ * log2(p) steps every member holds the whole. Moves what a ring of p
+ * would, in log2(p) rounds instead of p - 1; no reduce. */
+static void doubling_plan(const struct direct_hier* h, int p, size_t base, size_t len,
+                          struct direct_staged* st) {
+  size_t block = len / (size_t)p;
+  for (int d = 1; d < p && block > 0 && h->node < p; d *= 2) {
+    struct direct_step* s = &st->steps[st->nsteps++];
+    int m = (h->node / d) & 1;
+    memset(s, 0, sizeof(*s));
+    s->member = m;
+    s->from = -1;
+    s->lower = m ? h->node - d : h->node;
+    s->upper = m ? h->node : h->node + d;
+    s->count = (size_t)d * block;
+    s->send_off = base + (size_t)(h->node & ~(d - 1)) * block; /* the d blocks held */
+    s->recv_off = s->send_off - (size_t)m * s->count;
+  }
+}
+
 /* Reduce-scatter halving: the rows from base = half the rows on, member j
  * ends with row j, which the task after copies out. */
 static void halving_rows(const struct direct_hier* h, struct direct_staged* st) {
@@ -287,18 +310,16 @@ static ncclResult_t hier_slice(const struct direct_hier* h, struct direct_staged
   st->scratch = st->count = whole.n;
   st->column_coll = COLL_ALLREDUCE;
   st->post_task = -1;
-  if (hier_halves(h) || hier_folds(h)) { /* padded to p whole blocks, halved, gathered */
+  if (hier_halves(h) || hier_folds(h)) { /* padded to p whole blocks, halved, doubled */
     int p = direct_halving_nodes(h->nnodes), folds = p < h->nnodes;
     size_t len = ALIGN_UP(whole.n, (size_t)p * MAX(h->align, (size_t)1));
-    size_t base = folds ? len : len / 2, block = len / (size_t)p;
+    size_t base = folds ? len : len / 2;
     st->before.dsts[0].off = st->after.srcs[0].off = base;
     st->scratch = (folds ? 3 : 2) * len;
     if (folds) fold_plan(h, p, base, len, st);
     halving_plan(h, p, base, len, st);
-    st->column_coll = COLL_ALLGATHER;
-    st->count = h->node < p ? block : 0;
-    st->column_members = folds ? p : 0;
-    st->send_off = base + (size_t)(h->node % p) * block, st->recv_off = base;
+    doubling_plan(h, p, base, len, st);
+    st->count = 0;          /* no stage after the steps */
   } else if (h->gathered) { /* a row per node, each on whole vectors */
     size_t row = ALIGN_UP(whole.n, MAX(h->align, (size_t)1));
     st->before.dsts[0].off = (size_t)h->node * row;

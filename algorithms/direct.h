@@ -92,16 +92,16 @@ ncclResult_t direct_plan(int coll, int rank, int nranks, int root, size_t count,
  * the kept half with what came, lower node's first, and the next step
  * halves that at half the distance; after log2(nnodes) steps member j
  * holds block j of the total. An all-reduce then all-gathers the blocks
- * along the column and the task after writes the whole to every output
- * of the node; a reduce-scatter's block is its row, which the task after
+ * by recursive doubling (members 1, 2, 4 ... apart swap all they hold,
+ * in place) and the task after writes the whole to every output of the
+ * node; a reduce-scatter's block is its row, which the task after
  * copies out. Each member sends what a ring would, in 2 log2(nnodes)
  * rounds. The all-reduce's slice is padded to nnodes whole vectors (the
  * padding's junk is reduced and moved, never written out).
  * An all-reduce or reduce on another count of nodes (3, 5, 6, 7, 9...)
  * folds first: with p the largest power of two below, node j + p sends
  * its partial to node j, which adds it (lower node's first), the first p
- * nodes halve and all-gather as above (the column's stage spans them
- * alone: column_members), and node j sends node j + p the whole total
+ * nodes halve and double as above, and node j sends node j + p the whole total
  * back (`unfold`). Node j then sends what a ring of p would and the
  * partial out and back; the rest only their partial and the total.
  * A reduce-scatter on such a count folds too, its rows in pairs: pair i
@@ -133,8 +133,8 @@ struct direct_hier {
   int root_node, root_local; /* a reduce's root: its node, its index there */
 };
 
-#define DIRECT_MAX_NODES 64 /* nodes of a gathered stage */
-#define DIRECT_MAX_STEPS 7  /* its steps: a reduce-scatter's local one, a fold, 5 halvings */
+#define DIRECT_MAX_NODES 16384 /* nodes of a gathered stage */
+#define DIRECT_MAX_STEPS 28    /* its steps: 14 halvings and 14 doublings on 16384 */
 
 /* One step of a halving (above): an all-gather of `count` elements
  * between nodes `lower` and `upper` (this rank the column's member on
@@ -154,11 +154,11 @@ struct direct_step {
 };
 
 /* The plan: its tasks, the scratch they use (elements), and the stage
- * between nodes: the halving's steps, then collective `column_coll` (the
- * call's; all-gather where gathered) along the column from scratch +
- * send_off into scratch + recv_off, `count` and `stride` as in exec_args
- * (count 0: none), among the column's first `column_members` nodes (0:
- * all), then the fold's `unfold` where `unfolds`. The tasks run in the
+ * between nodes: the steps (a fold's, a halving's, a doubling's), then
+ * collective `column_coll` (the call's; all-gather where gathered) along
+ * the whole column from scratch + send_off into scratch + recv_off,
+ * `count` and `stride` as in exec_args (count 0: none), then the fold's
+ * `unfold` where `unfolds`. The tasks run in the
  * order before, each step's reduce, after; `post_task` is the one that
  * applies the call's post-divide (its index in that order), -1 where the
  * stage between nodes does, or (a fold's upper node) the total comes
@@ -170,7 +170,6 @@ struct direct_staged {
   struct direct_step steps[DIRECT_MAX_STEPS];
   int column_coll;
   size_t send_off, recv_off, count, stride;
-  int column_members;
   int unfolds;
   struct direct_step unfold;
   int post_task;

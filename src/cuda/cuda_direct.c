@@ -280,7 +280,7 @@ static ncclResult_t hier_call(struct ncclComm* comm, struct cuda_direct* d,
                                   st.recv_off,
                                   st.count,
                                   st.stride,
-                                  st.column_members ? st.column_members : comm->layout.nnodes,
+                                  comm->layout.nnodes,
                                   comm->layout.node_of[comm->rank],
                                   d->column,
                                   0};
@@ -359,9 +359,10 @@ ncclResult_t cuda_direct_arm(struct work_op* op, CUstream stream) {
   if (op->direct == WORK_DIRECT_HIER) { /* into the scratch, each step's, out of it */
     CHECK(hier_plan(comm, a, op->direct_between, &st));
     CHECK(cuda_deferred_arm(pool, cuda_driver(), stream, st.before.n, &op->deferred[0]));
-    for (int i = 0; i < st.nsteps; i++)
-      CHECK(cuda_deferred_arm(pool, cuda_driver(), stream, st.steps[i].reduce.n,
-                              &op->deferred[1 + i]));
+    for (int i = 0; i < st.nsteps; i++) /* a step that reduces nothing queues nothing */
+      if (st.steps[i].reduce.n > 0)
+        CHECK(cuda_deferred_arm(pool, cuda_driver(), stream, st.steps[i].reduce.n,
+                                &op->deferred[1 + i]));
     CHECK(cuda_deferred_arm(pool, cuda_driver(), stream, st.after.n, &op->deferred[st.nsteps + 1]));
     return ncclSuccess;
   }

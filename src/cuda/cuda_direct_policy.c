@@ -86,13 +86,16 @@ static int comm_direct_shape(const struct ncclComm* comm, int* per_device) {
 /* Several nodes of the same size, each one's ranks fit for direct. */
 static int comm_hier_shape(const struct ncclComm* comm) {
   const struct sched_topo* t = &comm->layout;
-  int ranks[DIRECT_MAX_RANKS], per_device;
-  if (cuda_comm_shares_process(comm) < 0 || t->nnodes < 2 || t->min_ppn != t->max_ppn ||
-      t->min_ppn < 2 || t->max_ppn > DIRECT_MAX_RANKS)
+  int ranks[DIRECT_MAX_RANKS], per_device, *known = &comm->device->hier_shape;
+  if (*known != 0) return *known > 0;
+  if (cuda_comm_shares_process(comm) < 0) return 0; /* the peers not known yet: ask again */
+  *known = -1;
+  if (t->nnodes < 2 || t->min_ppn != t->max_ppn || t->min_ppn < 2 || t->max_ppn > DIRECT_MAX_RANKS)
     return 0;
   for (int node = 0; node < t->nnodes; node++)
     if (!ranks_direct_shape(comm, ranks, direct_node_ranks(comm, node, ranks), &per_device))
       return 0;
+  *known = 1;
   return 1;
 }
 
@@ -111,21 +114,34 @@ int cuda_pair_net_direct(const struct ncclComm* comm, int a, int b) {
          transport_select(&comm->tctx, a, b, TRANSPORT_CAP_HOST_MEM) == t;
 }
 
-/* Whether every pair of this rank's column is joined by such a network:
- * nnodes^2 / 2 questions to the transport table, asked once per comm
- * (the peer table does not change; the callers ask only once it is
- * known). */
+/* Whether nodes i and j of this rank's column are joined by such a
+ * network. */
+static int column_pair_direct(const struct ncclComm* comm, int i, int j) {
+  const struct sched_topo* t = &comm->layout;
+  int local = t->local_of[comm->rank];
+  return cuda_pair_net_direct(comm, t->order[t->node_start[i] + local],
+                              t->order[t->node_start[j] + local]);
+}
+
+/* Whether every pair of this rank's column that a gathered stage joins is
+ * joined by such a network (algorithms/direct.h: the ring's neighbours,
+ * the fold's, the halving's and doubling's partners; src/engine/connect.c
+ * connects the same): about nnodes log2(nnodes) questions to the
+ * transport table, asked once per comm (the peer table does not change;
+ * the callers ask only once it is known). Every member of the column asks
+ * about the same pairs, so all agree. */
 static int column_net_direct(struct ncclComm* comm) {
   const struct sched_topo* t = &comm->layout;
-  int local = t->local_of[comm->rank], *known = &comm->device->column_direct;
+  int n = t->nnodes, p = direct_halving_nodes(n), *known = &comm->device->column_direct, ok = 1;
   if (*known != 0) return *known > 0;
-  *known = 1;
-  for (int i = 0; i<t->nnodes&& * known> 0; i++)
-    for (int j = i + 1; j<t->nnodes&& * known> 0; j++)
-      if (!cuda_pair_net_direct(comm, t->order[t->node_start[i] + local],
-                                t->order[t->node_start[j] + local]))
-        *known = -1;
-  return *known > 0;
+  for (int i = 0; i < n && ok; i++) {
+    ok = column_pair_direct(comm, i, (i + 1) % n) &&
+         (i + p >= n || column_pair_direct(comm, i, i + p));
+    for (int d = 1; d < p && i < p && ok; d *= 2)
+      ok = (i & d) || column_pair_direct(comm, i, i ^ d);
+  }
+  *known = ok ? 1 : -1;
+  return ok;
 }
 
 int cuda_hier_column_on_device(struct ncclComm* comm, int coll) {

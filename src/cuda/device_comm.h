@@ -45,6 +45,10 @@ struct device_comm {
   /* every pair of this rank's Hier column joined so (cuda_direct_policy.c),
    * the same three values */
   int column_direct;
+  /* every node's ranks fit Hier's direct node stages (cuda_direct_policy.c,
+   * comm_hier_shape: a question over every node, asked once), the same
+   * three values */
+  int hier_shape;
 };
 
 #endif /* BRAID_DEVICE_COMM_H_ */

@@ -26,8 +26,8 @@ static int column_add(int* peers, int m, const struct sched_topo* t, int node, i
  * (work_op.direct_between) talks, beside its schedule's peers, with the
  * ranks of its index on the neighbouring nodes (the column's ring) and,
  * among the first p nodes (p the largest power of two up to the count,
- * algorithms/direct.h), with those of the p-ring and at p/2, p/4 ... 1
- * nodes away (the halving's partners), and node j with node j + p (the
+ * algorithms/direct.h), with those p/2, p/4 ... 1 nodes away (the
+ * halving's and the doubling's partners), and node j with node j + p (the
  * fold's): those added to peers[0..m); the new count. */
 static int column_peers(const struct work_op* op, int* peers, int m) {
   const struct sched_topo* t = &op->comm->layout;
@@ -38,8 +38,6 @@ static int column_peers(const struct work_op* op, int* peers, int m) {
   m = column_add(peers, m, t, (node + n - 1) % n, local);
   if (node >= p) return column_add(peers, m, t, node - p, local);
   if (node + p < n) m = column_add(peers, m, t, node + p, local);
-  m = column_add(peers, m, t, (node + 1) % p, local);
-  m = column_add(peers, m, t, (node + p - 1) % p, local);
   for (int d = p / 2; d >= 1; d /= 2) m = column_add(peers, m, t, node ^ d, local);
   return m;
 }

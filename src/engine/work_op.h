@@ -24,9 +24,9 @@ enum work_kind { WORK_COLL = 0, WORK_SEND, WORK_RECV };
 enum work_direct { WORK_DIRECT_NONE = 0, WORK_DIRECT_NODE, WORK_DIRECT_HIER };
 
 /* Kernels one operation may queue on its stream (work_op.deferred): Hier
- * with direct node stages, a reduce-scatter folding onto 32 of up to 63
- * nodes, queues 9 (algorithms/direct.h, DIRECT_MAX_STEPS + 2). */
-#define WORK_MAX_LAUNCHES 9
+ * with direct node stages, an all-reduce halving and doubling between
+ * 16384 nodes, queues 30 (algorithms/direct.h, DIRECT_MAX_STEPS + 2). */
+#define WORK_MAX_LAUNCHES 30
 
 struct work_op {
   struct ncclComm* comm;

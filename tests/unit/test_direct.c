@@ -219,21 +219,18 @@ static void test_direct_plans(void** state) {
 
 /* The stage between nodes, a stand-in: each plan's column collective
  * along each column on the scratches (send_off, recv_off, count, stride of
- * each member's plan) of its first column_members nodes, and + bonus on
- * every result, which the outputs must show. An all-gather in place
- * writes every block, its own too. */
+ * each member's plan), and + bonus on every result, which the outputs
+ * must show. An all-gather in place writes every block, its own too. */
 static void stage_between(struct world* w) {
   static float tmp[MAX_NODES][MAX_NODES * HIER_SCRATCH];
   for (int l = 0; l < w->ppn; l++) {
     const struct direct_staged* st = &w->st[rank_at(w, 0, l)];
-    int coll = st->column_coll, m = st->column_members ? st->column_members : w->nnodes;
+    int coll = st->column_coll, m = w->nnodes;
     size_t c = st->count, stride = st->stride ? st->stride : c;
     size_t out = coll == COLL_ALLGATHER ? (size_t)(m - 1) * stride + c : c;
     for (int j = 0; j < w->nnodes; j++) {
       const struct direct_staged* sj = &w->st[rank_at(w, j, l)];
-      assert_true(sj->column_members == st->column_members);
-      assert_true(j < m ? sj->count == c && sj->column_coll == coll && sj->stride == st->stride
-                        : sj->count == 0);
+      assert_true(sj->count == c && sj->column_coll == coll && sj->stride == st->stride);
     }
     for (int j = 0; j < m; j++) {
       const struct direct_staged* sj = &w->st[rank_at(w, j, l)];
@@ -466,9 +463,9 @@ static void test_direct_limits(void** state) {
   assert_true(st.nsteps == 2 && st.steps[1].member == 1 && st.unfolds && st.post_task == -1 &&
               st.after.srcs[0].off == st.unfold.recv_off);
   h.node = 0;
-  h.nnodes = DIRECT_MAX_NODES - 1; /* folds onto 32: the most steps */
+  h.nnodes = DIRECT_MAX_NODES - 1; /* folds onto 8192: local, fold, 13 halvings */
   assert_int_equal(direct_plan_hier(&h, &st), ncclSuccess);
-  assert_true(st.nsteps == DIRECT_MAX_STEPS && st.post_task == DIRECT_MAX_STEPS);
+  assert_true(st.nsteps == 15 && st.post_task == 15);
   h.coll = COLL_ALLREDUCE, h.nnodes = DIRECT_MAX_NODES + 1;
   assert_int_equal(direct_plan_hier(&h, &st), ncclInvalidArgument);
   h.nnodes = 2;
@@ -476,36 +473,96 @@ static void test_direct_limits(void** state) {
   assert_true(st.column_coll == COLL_ALLGATHER && st.after.nsrcs == 2 && st.nsteps == 0 &&
               st.post_task == 1);
   /* 7 nodes fold onto 4: node 0 takes node 4's partial, halves twice,
-   * gathers among 4 and sends node 4 the total; node 3 only halves;
-   * node 5 sends its partial and gets the total, divided */
+   * doubles twice (swaps that reduce nothing) and sends node 4 the total;
+   * node 3 only halves and doubles; node 5 sends its partial and gets the
+   * total, divided */
   h.nnodes = 7, h.count = 1000;
   assert_int_equal(direct_plan_hier(&h, &st), ncclSuccess);
-  assert_true(st.nsteps == 3 && st.steps[0].from == 1 && st.steps[0].member == 0 &&
+  assert_true(st.nsteps == 5 && st.steps[0].from == 1 && st.steps[0].member == 0 &&
               st.steps[0].upper == 4 && st.steps[0].reduce.n > 0 && st.steps[1].from == -1 &&
-              st.post_task == 3 && st.column_members == 4 && st.count > 0 && st.unfolds &&
-              st.unfold.from == 0 && st.unfold.upper == 4);
+              st.post_task == 3 && st.steps[3].upper == 1 && st.steps[3].reduce.n == 0 &&
+              st.steps[4].upper == 2 && st.steps[4].count == 2 * st.steps[3].count &&
+              st.count == 0 && st.unfolds && st.unfold.from == 0 && st.unfold.upper == 4);
   h.node = 3;
   assert_int_equal(direct_plan_hier(&h, &st), ncclSuccess);
-  assert_true(st.nsteps == 2 && !st.unfolds && st.post_task == 2);
+  assert_true(st.nsteps == 4 && !st.unfolds && st.post_task == 2);
   h.node = 5;
   assert_int_equal(direct_plan_hier(&h, &st), ncclSuccess);
   assert_true(st.nsteps == 1 && st.steps[0].member == 1 && st.steps[0].lower == 1 &&
               st.steps[0].reduce.n == 0 && st.count == 0 && st.unfolds && st.post_task == -1);
   h.node = 0;
-  /* a power of two halves: log2 steps, the last one's reduce divides */
+  /* a power of two halves and doubles: 2 log2 steps, the last halving's
+   * reduce divides */
   h.nnodes = DIRECT_MAX_NODES, h.node = DIRECT_MAX_NODES - 1, h.count = 1000;
   assert_int_equal(direct_plan_hier(&h, &st), ncclSuccess);
-  assert_true(st.nsteps == 6 && st.post_task == 6 && st.after.nsrcs == 1 &&
-              st.steps[0].member == 1 && st.steps[0].lower == h.node / 2);
+  assert_true(st.nsteps == DIRECT_MAX_STEPS && st.post_task == DIRECT_MAX_STEPS / 2 &&
+              st.after.nsrcs == 1 && st.steps[0].member == 1 && st.steps[0].lower == h.node / 2);
   h.coll = COLL_REDUCESCATTER, h.nnodes = 2 * DIRECT_MAX_NODES;
   assert_int_equal(direct_plan_hier(&h, &st), ncclInvalidArgument);
 }
 
+/* Every node's gathered plan on `n` nodes of one rank, the steps taken as
+ * pair_steps takes them, without data: each step meets its partner's
+ * (same nodes, opposite sides, same size) and none waits forever. */
+static void steps_meet(int coll, int n) {
+  struct direct_staged* st = calloc((size_t)n, sizeof(*st));
+  int *next = calloc((size_t)n, sizeof(int)), left = 1;
+  assert_non_null(st);
+  assert_non_null(next);
+  for (int j = 0; j < n; j++) {
+    struct direct_hier h = {.coll = coll,
+                            .nlocal = 1,
+                            .node = j,
+                            .nnodes = n,
+                            .count = 5,
+                            .align = 4,
+                            .gathered = 1,
+                            .column_step = 1,
+                            .root_node = n / 3};
+    h.column0 = 0;
+    assert_int_equal(direct_plan_hier(&h, &st[j]), ncclSuccess);
+  }
+  while (left) {
+    int progressed = 0;
+    left = 0;
+    for (int j = 0; j < n; j++) {
+      if (next[j] >= st[j].nsteps) continue;
+      left = 1;
+      const struct direct_step* s = &st[j].steps[next[j]];
+      if (s->from == DIRECT_STEP_LOCAL) {
+        next[j]++, progressed = 1;
+        continue;
+      }
+      int p = s->member ? s->lower : s->upper;
+      const struct direct_step* q = next[p] < st[p].nsteps ? &st[p].steps[next[p]] : NULL;
+      if (q == NULL || q->lower != s->lower || q->upper != s->upper) continue;
+      step_check(s, q);
+      next[j]++, next[p]++, progressed = 1;
+    }
+    assert_true(progressed || !left);
+  }
+  for (int j = 0; j < n; j++)
+    if (st[j].unfolds)
+      step_check(&st[j].unfold,
+                 &st[st[j].unfold.member ? st[j].unfold.lower : st[j].unfold.upper].unfold);
+  free(next);
+  free(st);
+}
+
+/* Past the node counts test_direct_hier runs with data: the steps of
+ * every reduction still pair up, to a fold onto 512 of 1000 nodes. */
+static void test_direct_hier_scale(void** state) {
+  (void)state;
+  static const int counts[] = {64, 65, 100, 128, 1000};
+  static const int colls[] = {COLL_ALLREDUCE, COLL_REDUCESCATTER, COLL_REDUCE};
+  for (size_t i = 0; i < sizeof(counts) / sizeof(counts[0]); i++)
+    for (size_t k = 0; k < sizeof(colls) / sizeof(colls[0]); k++) steps_meet(colls[k], counts[i]);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_direct_plans),
-      cmocka_unit_test(test_direct_hier),
-      cmocka_unit_test(test_direct_column),
+      cmocka_unit_test(test_direct_plans),      cmocka_unit_test(test_direct_hier),
+      cmocka_unit_test(test_direct_hier_scale), cmocka_unit_test(test_direct_column),
       cmocka_unit_test(test_direct_limits),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
