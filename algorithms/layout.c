@@ -1,7 +1,9 @@
 /*
  * The node layout of a communicator as schedules see it: ranks grouped by
  * node (nodes numbered in the order of their lowest rank), each rank's
- * index on its node, and the node-major order the flat ring follows.
+ * index on its node, and the node-major order the flat ring follows (rank
+ * order within a node, or grouped by the caches its ranks are bound
+ * inside: sched_topo_place).
  */
 #include "layout.h"
 
@@ -78,6 +80,39 @@ void sched_topo_free(struct sched_topo* t) {
   t->node_of = NULL;
 }
 
+/* Whether rank a goes before rank b on their node: by the L3 each is
+ * bound inside, then the L2, then the rank (-1, bound inside none, first). */
+static int cache_before(const int* l2, const int* l3, int a, int b) {
+  int a3 = l3 ? l3[a] : -1, b3 = l3 ? l3[b] : -1, a2 = l2 ? l2[a] : -1, b2 = l2 ? l2[b] : -1;
+  if (a3 != b3) return a3 < b3;
+  if (a2 != b2) return a2 < b2;
+  return a < b;
+}
+
+/* Each node's ranks in `order` grouped by the caches they are bound
+ * inside, so that the flat ring (and every schedule over positions, and
+ * Hier's index on the node) crosses from one cache to the next as seldom
+ * as it can: a launcher that deals ranks round-robin over sockets or
+ * cores (Open MPI's default mapping beyond 2 ranks) otherwise gives a
+ * ring that crosses at every hop. Unbound ranks keep rank order; every
+ * rank sorts the same published caches, so all agree. */
+static void order_by_cache(struct sched_topo* t, const int* l2, const int* l3) {
+  int *order = (int*)t->order, *local_of = (int*)t->local_of, *pos_of = (int*)t->pos_of;
+  for (int node = 0; node < t->nnodes; node++) {
+    int* mine = order + t->node_start[node];
+    int k = sched_topo_node_size(t, node);
+    for (int i = 1; i < k; i++) /* insertion: a node holds few ranks, most in order */
+      for (int j = i; j > 0 && cache_before(l2, l3, mine[j], mine[j - 1]); j--) {
+        int r = mine[j];
+        mine[j] = mine[j - 1], mine[j - 1] = r;
+      }
+    for (int i = 0; i < k; i++) {
+      local_of[mine[i]] = i;
+      pos_of[mine[i]] = t->node_start[node] + i;
+    }
+  }
+}
+
 /* How much ranks share with their partner r ^ d: 2 for each that shares
  * its L2, 1 for each that shares only its L3. */
 static int pairs_sharing(int n, const int* l2, const int* l3, int d) {
@@ -103,6 +138,7 @@ void sched_topo_place(struct sched_topo* t, const int* l2, const int* l3) {
   int n = t->nranks;
   memset(t->pair_xor, 0, sizeof(t->pair_xor));
   memset(t->pair_shared, 0, sizeof(t->pair_shared));
+  order_by_cache(t, l2, l3);
   if (t->nnodes != 1 || n < 4 || (n & (n - 1)) != 0 || n > 1 << SCHED_PAIR_LEVELS) return;
   t->pair_shared[0] = pairs_sharing(n, l2, l3, 1);
   for (int l = 1; (1 << l) < n; l++) {

@@ -651,7 +651,7 @@ static int pw_node_block(const struct sched_key* k) {
   int ppn = t->min_ppn;
   if (ppn < 2 || (ppn & (ppn - 1)) != 0) return 0;
   for (int r = 0; r < k->nranks; r++)
-    if (t->node_of[r] != t->node_of[r & ~(ppn - 1)] || t->local_of[r] != (r & (ppn - 1))) return 0;
+    if (t->node_of[r] != t->node_of[r & ~(ppn - 1)]) return 0; /* ranks, not local_of: by rank */
   return ppn;
 }
 

@@ -100,7 +100,8 @@ struct sched_topo {
   const int* node_of;    /* per rank: its node (numbered by their lowest rank) */
   const int* local_of;   /* per rank: its index among its node's ranks */
   const int* node_start; /* per node: where its ranks begin in `order`; [nnodes] = nranks */
-  const int* order;      /* the ranks node by node, in rank order within a node */
+  const int* order;      /* the ranks node by node, in rank order within a node, or by
+                          * the caches they are bound inside (sched_topo_place) */
   const int* pos_of;     /* per rank: its index in `order` */
   int min_ppn, max_ppn;  /* fewest and most ranks on a node */
   /* Pairwise's partner at level l is rank ^ pair_xor[l] (sched_topo_place:

@@ -16,10 +16,28 @@
 #include <stdlib.h>
 #include <string.h>
 
+static void emit_bound(sched_case_fn fn, void* arg, const struct sched_layout* L, int coll,
+                       int algo, size_t count, ncclDataType_t type, ncclRedOp_t op, int root,
+                       int inplace, size_t chunk, int window) {
+  struct sched_case c = {L ? L->hosts : NULL,
+                         L ? sched_layout_cache(L) : NULL,
+                         coll,
+                         algo,
+                         L ? L->n : 0,
+                         count,
+                         type,
+                         op,
+                         root,
+                         inplace,
+                         chunk,
+                         window};
+  fn(&c, arg);
+}
+
 static void emit(sched_case_fn fn, void* arg, const uint64_t* hosts, int coll, int algo, int n,
                  size_t count, ncclDataType_t type, ncclRedOp_t op, int root, int inplace,
                  size_t chunk, int window) {
-  struct sched_case c = {hosts, coll, algo, n, count, type, op, root, inplace, chunk, window};
+  struct sched_case c = {hosts, NULL, coll, algo, n, count, type, op, root, inplace, chunk, window};
   fn(&c, arg);
 }
 
@@ -66,13 +84,27 @@ void sched_cases_windows(sched_case_fn fn, void* arg) {
 }
 
 const struct sched_layout sched_layouts[] = {
-    {4, {1, 1, 1, 1}},          {4, {1, 1, 2, 2}},
-    {6, {1, 1, 1, 2, 2, 2}},    {7, {1, 1, 1, 2, 2, 3, 3}},
-    {4, {1, 2, 3, 4}},          {4, {1, 2, 1, 2}},
-    {7, {3, 1, 2, 3, 1, 2, 1}}, {8, {1, 1, 1, 1, 2, 2, 2, 2}},
-    {5, {1, 1, 1, 1, 2}},
+    {.n = 4, .hosts = {1, 1, 1, 1}},
+    {.n = 4, .hosts = {1, 1, 2, 2}},
+    {.n = 6, .hosts = {1, 1, 1, 2, 2, 2}},
+    {.n = 7, .hosts = {1, 1, 1, 2, 2, 3, 3}},
+    {.n = 4, .hosts = {1, 2, 3, 4}},
+    {.n = 4, .hosts = {1, 2, 1, 2}},
+    {.n = 7, .hosts = {3, 1, 2, 3, 1, 2, 1}},
+    {.n = 8, .hosts = {1, 1, 1, 1, 2, 2, 2, 2}},
+    {.n = 5, .hosts = {1, 1, 1, 1, 2}},
+    /* bound round-robin over two caches a node: each node's order 0 2 .. 1 3 .. */
+    {.n = 8, .hosts = {1, 1, 1, 1, 1, 1, 1, 1}, .bound = 1, .cache = {0, 1, 0, 1, 0, 1, 0, 1}},
+    {.n = 8, .hosts = {1, 1, 1, 1, 2, 2, 2, 2}, .bound = 1, .cache = {0, 1, 0, 1, 2, 3, 2, 3}},
+    /* orders 2 1 0 | 4 5 3, and 2 6 0 4 | 3 1 5 */
+    {.n = 6, .hosts = {1, 1, 1, 2, 2, 2}, .bound = 1, .cache = {1, 0, -1, 5, 4, 4}},
+    {.n = 7, .hosts = {1, 2, 1, 2, 1, 2, 1}, .bound = 1, .cache = {3, 1, 2, 0, 3, 1, 2}},
 };
 const size_t sched_nlayouts = sizeof(sched_layouts) / sizeof(sched_layouts[0]);
+
+const int* sched_layout_cache(const struct sched_layout* L) {
+  return L->bound ? L->cache : NULL;
+}
 
 /* Every collective with every algorithm on every layout: hierarchical
  * schedules, node-ordered rings and trees all give the exact answer. */
@@ -82,18 +114,18 @@ void sched_cases_layouts(sched_case_fn fn, void* arg) {
     const struct sched_layout* L = &sched_layouts[l];
     struct sched_topo t;
     assert_int_equal(sched_topo_init(&t, L->n, L->hosts), ncclSuccess);
+    sched_topo_place(&t, sched_layout_cache(L), NULL);
     for (int coll = 0; coll < COLL_COUNT; coll++)
       for (int algo = 0; algo < ALGO_COUNT; algo++) {
         if (!sched_supports_on(&t, coll, algo)) continue;
         for (size_t c = 0; c < sizeof(counts) / sizeof(counts[0]); c++)
           for (int ip = 0; ip < 2; ip++) {
-            int root = L->n - 2, n = L->n;
-            const uint64_t* h = L->hosts;
-            emit(fn, arg, h, coll, algo, n, counts[c], ncclFloat, ncclSum, root, ip, 4096, 4);
-            emit(fn, arg, h, coll, algo, n, counts[c], ncclInt32, ncclAvg, root, ip, 1024, 6);
-            emit(fn, arg, h, coll, algo, n, counts[c], ncclDouble, ncclMax, root, ip, 512, 9);
+            int root = L->n - 2;
+            emit_bound(fn, arg, L, coll, algo, counts[c], ncclFloat, ncclSum, root, ip, 4096, 4);
+            emit_bound(fn, arg, L, coll, algo, counts[c], ncclInt32, ncclAvg, root, ip, 1024, 6);
+            emit_bound(fn, arg, L, coll, algo, counts[c], ncclDouble, ncclMax, root, ip, 512, 9);
             /* Wide windows: Hier all-reduce pipelines its rounds there. */
-            emit(fn, arg, h, coll, algo, n, counts[c], ncclFloat, ncclSum, root, ip, 256, 32);
+            emit_bound(fn, arg, L, coll, algo, counts[c], ncclFloat, ncclSum, root, ip, 256, 32);
           }
       }
     sched_topo_free(&t);
@@ -165,9 +197,11 @@ static double expected(const struct sched_case* c, const struct case_expect* x, 
 }
 
 void sched_case_describe(const struct sched_case* c, char* buf, size_t len) {
-  snprintf(buf, len, "%s%s %s n=%d count=%zu type=%d op=%d root=%d inplace=%d chunk=%zu window=%d",
-           c->hosts ? "layout " : "", sched_coll_name(c->coll), sched_algo_name(c->algo), c->n,
-           c->count, c->type, c->op, c->root, c->inplace, c->chunk, c->window);
+  snprintf(buf, len,
+           "%s%s%s %s n=%d count=%zu type=%d op=%d root=%d inplace=%d chunk=%zu window=%d",
+           c->hosts ? "layout " : "", c->cache ? "bound " : "", sched_coll_name(c->coll),
+           sched_algo_name(c->algo), c->n, c->count, c->type, c->op, c->root, c->inplace, c->chunk,
+           c->window);
 }
 
 /* Each rank's buffers: in place as NCCL defines it, inputs set, outputs
@@ -224,6 +258,7 @@ static void case_run(const struct sched_case* c, const struct exec_backend* back
   run_buffers(c, run);
   fake_world_init(w, c->n, 8192, c->window, c->hosts, staged ? &exec_backend_cpu : backend,
                   staged ? NULL : states);
+  if (c->cache) fake_world_place(w, c->cache);
   if (lend) fake_world_lend(w, 8192);
   for (int r = 0; r < c->n; r++) {
     fake_args(&args[r], c->n, c->coll, c->algo, c->root, run->send[r], run->recv[r], c->count,

@@ -14,6 +14,7 @@
 
 struct sched_case {
   const uint64_t* hosts; /* NULL: one node */
+  const int* cache;      /* the L2 each rank is bound inside (sched_topo_place); NULL: none */
   int coll, algo, n;
   size_t count;
   ncclDataType_t type; /* ncclFloat, ncclInt32 or ncclDouble */
@@ -32,11 +33,17 @@ void sched_cases_windows(sched_case_fn fn, void* arg);
 void sched_cases_layouts(sched_case_fn fn, void* arg);
 
 /* Node layouts the issue names, plus ranks placed round-robin over nodes
- * (so ring order differs from rank order). */
+ * (so ring order differs from rank order), and ranks bound round-robin
+ * over caches inside their nodes (so each node's order is not rank
+ * order either). */
 struct sched_layout {
   int n;
   uint64_t hosts[FAKE_MAXR];
+  int bound;            /* cache holds the ranks' caches */
+  int cache[FAKE_MAXR]; /* per rank, the L2 it is bound inside */
 };
+/* The layout's caches for sched_topo_place, NULL where it has none. */
+const int* sched_layout_cache(const struct sched_layout* L);
 extern const struct sched_layout sched_layouts[];
 extern const size_t sched_nlayouts;
 

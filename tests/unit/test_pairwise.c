@@ -270,9 +270,9 @@ static void test_node_layouts(void** state) {
       for (size_t o = 0; o < NOPS; o++)
         for (size_t k = 0; k < 2; k++) {
           const struct sched_layout* L = &sched_layouts[l];
-          struct pw_call c = {COLL_ALLREDUCE, ALGO_PAIRWISE, L->n,      0,    (int)((o + k) & 1),
-                              all_ops[o],     all_types[t],  counts[k], 1024, 7,
-                              L->hosts,       NULL};
+          struct pw_call c = {
+              COLL_ALLREDUCE, ALGO_PAIRWISE, L->n, 0, (int)((o + k) & 1), all_ops[o],
+              all_types[t],   counts[k],     1024, 7, L->hosts,           sched_layout_cache(L)};
           check_canonical(&c);
         }
 }

@@ -226,6 +226,30 @@ static void test_layout_grouping(void** state) {
   sched_topo_free(&t);
 }
 
+/* Ranks bound inside caches: each node's order groups them by L3, then
+ * L2, rank order within, unbound ranks first; index and position follow.
+ * Ranks 0..6 on nodes {0 2 4 6} {1 3 5}; the first node's bound
+ * round-robin over two L2s of one L3, the second's one unbound, two in
+ * L3 9 (L2s 1, 0) and one in L3 8. */
+static void test_layout_by_cache(void** state) {
+  (void)state;
+  uint64_t hosts[7] = {1, 2, 1, 2, 1, 2, 1};
+  static const int l2[7] = {0, 1, 1, -1, 0, 0, 1}, l3[7] = {4, 9, 4, -1, 4, 9, 4};
+  static const int order[7] = {0, 4, 2, 6, 3, 5, 1};
+  struct sched_topo t;
+  assert_int_equal(sched_topo_init(&t, 7, hosts), ncclSuccess);
+  sched_topo_place(&t, l2, l3);
+  for (int i = 0; i < 7; i++) {
+    int r = order[i], node = t.node_of[r];
+    assert_int_equal(t.order[i], r);
+    assert_int_equal(t.pos_of[r], i);
+    assert_int_equal(t.local_of[r], i - t.node_start[node]);
+  }
+  sched_topo_place(&t, NULL, NULL); /* nothing known: rank order again */
+  for (int i = 0; i < 7; i++) assert_int_equal(t.order[i], i < 4 ? 2 * i : 2 * (i - 4) + 1);
+  sched_topo_free(&t);
+}
+
 /* Peer lists are mutual on every layout: connections are made pairwise. */
 static void test_peers_mutual(void** state) {
   (void)state;
@@ -233,6 +257,7 @@ static void test_peers_mutual(void** state) {
     struct sched_topo t;
     const struct sched_layout* L = &sched_layouts[l];
     assert_int_equal(sched_topo_init(&t, L->n, L->hosts), ncclSuccess);
+    sched_topo_place(&t, sched_layout_cache(L), NULL);
     for (int algo = 0; algo < ALGO_COUNT; algo++)
       for (int r = 0; r < L->n; r++) {
         struct sched_key k = {.topo = &t,
@@ -269,6 +294,7 @@ int main(void) {
       cmocka_unit_test(test_any_window_rendezvous),
       cmocka_unit_test(test_rd_signed_zero_identical),
       cmocka_unit_test(test_layout_grouping),
+      cmocka_unit_test(test_layout_by_cache),
       cmocka_unit_test(test_peers_mutual),
       cmocka_unit_test(test_layouts_fake_transport),
   };
