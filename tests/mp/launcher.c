@@ -172,8 +172,21 @@ void mp_default_env(const char* name, const char* value) {
   setenv(name, value, 0);
 }
 
-int mp_free_port(int family) {
-  int fd = socket(family, SOCK_STREAM, 0);
+/* The lowest port of the kernel's ephemeral range (32768 where it cannot
+ * be read). */
+static int ephemeral_low(void) {
+  FILE* f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+  int low = 0;
+  if (f != NULL) {
+    if (fscanf(f, "%d", &low) != 1) low = 0;
+    fclose(f);
+  }
+  return low > 1024 ? low : 32768;
+}
+
+/* Whether `port` binds on the loopback address of family. */
+static int port_binds(int family, int port) {
+  int fd = socket(family, SOCK_STREAM, 0), ok;
   if (fd < 0) return 0;
   struct sockaddr_storage ss;
   memset(&ss, 0, sizeof(ss));
@@ -182,21 +195,32 @@ int mp_free_port(int family) {
     struct sockaddr_in6* a = (struct sockaddr_in6*)&ss;
     a->sin6_family = AF_INET6;
     a->sin6_addr = in6addr_loopback;
+    a->sin6_port = htons((uint16_t)port);
     len = sizeof(*a);
   } else {
     struct sockaddr_in* a = (struct sockaddr_in*)&ss;
     a->sin_family = AF_INET;
     a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a->sin_port = htons((uint16_t)port);
     len = sizeof(*a);
   }
-  int port = 0;
-  if (bind(fd, (struct sockaddr*)&ss, len) == 0 &&
-      getsockname(fd, (struct sockaddr*)&ss, &len) == 0) {
-    port = ntohs(family == AF_INET6 ? ((struct sockaddr_in6*)&ss)->sin6_port
-                                    : ((struct sockaddr_in*)&ss)->sin_port);
-  }
+  ok = bind(fd, (struct sockaddr*)&ss, len) == 0;
   close(fd);
-  return port;
+  return ok;
+}
+
+/* Below the ephemeral range: a port bind(0) picks lies inside it, where
+ * any process's next connect() may take it before the test's root binds
+ * it (the torch tests saw EADDRINUSE so in CI); below, only another
+ * explicit bind can, and the random start keeps concurrent tests apart. */
+int mp_free_port(int family) {
+  int low = ephemeral_low(), first = low / 2 > 20000 ? 20000 : low / 2, span = low - first;
+  unsigned seed = (unsigned)getpid() * 2654435761u ^ (unsigned)(mp_now() * 1e6);
+  for (int i = 0; i < 200; i++) {
+    int port = first + (int)((seed + (unsigned)i * 7919u) % (unsigned)span);
+    if (port_binds(family, port)) return port;
+  }
+  return 0;
 }
 
 /* Inherited copies of the parent's root sockets would keep its connections

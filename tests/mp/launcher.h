@@ -80,7 +80,8 @@ int mp_comm_init(const mp_env* env, ncclComm_t* comm);
 double mp_now(void);
 void mp_sleep_ms(int ms);
 /* A currently free TCP port on the loopback address of family (AF_INET,
- * AF_INET6); 0 when none can be bound. */
+ * AF_INET6), below the kernel's ephemeral range; 0 when none can be
+ * bound. */
 int mp_free_port(int family);
 /* Waits until *flag != 0 or timeout_ms passes; returns the flag's value. */
 int mp_wait_flag(volatile int* flag, int timeout_ms);
