@@ -100,6 +100,24 @@ static ncclResult_t task_run(struct ncclComm* comm, struct cuda_direct* d, const
   return deferred_wait(comm, d, op, k);
 }
 
+/* This rank's task when every rank of the comm is on its node: planned by
+ * comm rank (its blocks, its slice, the root's, the sources in rank
+ * order: algorithms/direct.h), then each buffer named by the rank's
+ * index on the node, as the buffers are exchanged (local_of: the order
+ * by cache where ranks are bound, algorithms/layout.c). The same at
+ * issue (cuda_direct_arm) and on the proxy. */
+static ncclResult_t node_plan(const struct ncclComm* comm, const struct exec_args* a,
+                              struct direct_task* plan) {
+  ncclResult_t res = ncclSuccess;
+  const int* local_of = comm->layout.local_of;
+  CHECK(direct_plan(a->coll, comm->rank, comm->nranks, a->root, a->count, a->stride,
+                    MAX(16 / kern_type_size(a->type), 1), plan));
+  for (int s = 0; s < plan->nsrcs; s++) plan->srcs[s].rank = local_of[plan->srcs[s].rank];
+  for (int j = 0; j < plan->ndsts; j++) plan->dsts[j].rank = local_of[plan->dsts[j].rank];
+fail:
+  return res;
+}
+
 /* One task over the node's buffers (every rank of the comm). */
 static ncclResult_t node_call(struct ncclComm* comm, struct cuda_direct* d,
                               const struct work_op* op, direct_bufs bufs) {
@@ -107,9 +125,7 @@ static ncclResult_t node_call(struct ncclComm* comm, struct cuda_direct* d,
   const struct exec_args* a = &op->args;
   struct direct_task plan;
   struct kern_dev_task task;
-  size_t es = kern_type_size(a->type);
-  CHECK(direct_plan(a->coll, d->me_local, d->nlocal, a->root, a->count, a->stride, MAX(16 / es, 1),
-                    &plan));
+  CHECK(node_plan(comm, a, &plan));
   direct_task_resolve(a, &plan, a->post, bufs, &task);
   CHECK(task_run(comm, d, op, 0, &task));
 fail:
@@ -350,12 +366,9 @@ ncclResult_t cuda_direct_arm(struct work_op* op, CUstream stream) {
   ncclResult_t res = ncclSuccess;
   struct ncclComm* comm = op->comm;
   const struct exec_args* a = &op->args;
-  const struct sched_topo* t = &comm->layout;
   struct cuda_deferred_pool* pool = &comm->device->deferred;
   struct direct_task plan;
   struct direct_staged st;
-  size_t align = MAX(16 / kern_type_size(a->type), 1);
-  int k = sched_topo_node_size(t, t->node_of[comm->rank]), me = t->local_of[comm->rank];
   if (op->direct == WORK_DIRECT_HIER) { /* into the scratch, each step's, out of it */
     CHECK(hier_plan(comm, a, op->direct_between, &st));
     CHECK(cuda_deferred_arm(pool, cuda_driver(), stream, st.before.n, &op->deferred[0]));
@@ -366,7 +379,7 @@ ncclResult_t cuda_direct_arm(struct work_op* op, CUstream stream) {
     CHECK(cuda_deferred_arm(pool, cuda_driver(), stream, st.after.n, &op->deferred[st.nsteps + 1]));
     return ncclSuccess;
   }
-  CHECK(direct_plan(a->coll, me, k, a->root, a->count, a->stride, align, &plan));
+  CHECK(node_plan(comm, a, &plan));
   CHECK(cuda_deferred_arm(pool, cuda_driver(), stream, plan.n, &op->deferred[0]));
 fail:
   return res;

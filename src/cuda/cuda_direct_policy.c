@@ -124,20 +124,22 @@ static int column_pair_direct(const struct ncclComm* comm, int i, int j) {
 }
 
 /* Whether every pair of this rank's column that a gathered stage joins is
- * joined by such a network (algorithms/direct.h: the ring's neighbours,
- * the fold's, the halving's and doubling's partners; src/engine/connect.c
- * connects the same): about nnodes log2(nnodes) questions to the
- * transport table, asked once per comm (the peer table does not change;
- * the callers ask only once it is known). Every member of the column asks
+ * joined by such a network (algorithms/direct.h; src/engine/connect.c
+ * connects the same): the ring's neighbours (an all-gather's stage),
+ * with `reduces` also the fold's and the halving's and doubling's
+ * partners: about nnodes log2(nnodes) questions to the transport table,
+ * asked once per comm and kind (the peer table does not change; the
+ * callers ask only once it is known). Every member of the column asks
  * about the same pairs, so all agree. */
-static int column_net_direct(struct ncclComm* comm) {
+static int column_net_direct(struct ncclComm* comm, int reduces) {
   const struct sched_topo* t = &comm->layout;
-  int n = t->nnodes, p = direct_halving_nodes(n), *known = &comm->device->column_direct, ok = 1;
+  int n = t->nnodes, p = direct_halving_nodes(n), ok = 1;
+  int* known = reduces ? &comm->device->stages_direct : &comm->device->column_direct;
   if (*known != 0) return *known > 0;
   for (int i = 0; i < n && ok; i++) {
     ok = column_pair_direct(comm, i, (i + 1) % n) &&
-         (i + p >= n || column_pair_direct(comm, i, i + p));
-    for (int d = 1; d < p && i < p && ok; d *= 2)
+         (!reduces || i + p >= n || column_pair_direct(comm, i, i + p));
+    for (int d = 1; d < p && i < p && ok && reduces; d *= 2)
       ok = (i & d) || column_pair_direct(comm, i, i ^ d);
   }
   *known = ok ? 1 : -1;
@@ -145,7 +147,8 @@ static int column_net_direct(struct ncclComm* comm) {
 }
 
 int cuda_hier_column_on_device(struct ncclComm* comm, int coll) {
-  return direct_hier_gathers(coll, comm->layout.nnodes) && column_net_direct(comm);
+  return direct_hier_gathers(coll, comm->layout.nnodes) &&
+         column_net_direct(comm, coll != COLL_ALLGATHER);
 }
 
 /* Reduce-scatter and all-gather run their node stages as one task of a

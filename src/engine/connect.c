@@ -25,7 +25,7 @@ static int column_add(int* peers, int m, const struct sched_topo* t, int node, i
 /* Hier whose stage between nodes runs on the device
  * (work_op.direct_between) talks, beside its schedule's peers, with the
  * ranks of its index on the neighbouring nodes (the column's ring) and,
- * among the first p nodes (p the largest power of two up to the count,
+ * for a reduction, among the first p nodes (p the largest power of two up to the count,
  * algorithms/direct.h), with those p/2, p/4 ... 1 nodes away (the
  * halving's and the doubling's partners), and node j with node j + p (the
  * fold's): those added to peers[0..m); the new count. */
@@ -36,6 +36,7 @@ static int column_peers(const struct work_op* op, int* peers, int m) {
   p = direct_halving_nodes(n);
   m = column_add(peers, m, t, (node + 1) % n, local);
   m = column_add(peers, m, t, (node + n - 1) % n, local);
+  if (op->args.coll == COLL_ALLGATHER) return m; /* its stage: the column's ring alone */
   if (node >= p) return column_add(peers, m, t, node - p, local);
   if (node + p < n) m = column_add(peers, m, t, node + p, local);
   for (int d = p / 2; d >= 1; d /= 2) m = column_add(peers, m, t, node ^ d, local);

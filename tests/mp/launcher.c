@@ -21,6 +21,7 @@
 #include <malloc.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -170,6 +171,20 @@ size_t mp_big_count(size_t dflt) {
 
 void mp_default_env(const char* name, const char* value) {
   setenv(name, value, 0);
+}
+
+int mp_bind_rank(const mp_env* env, int index) {
+  cpu_set_t allowed, one;
+  int cpus[CPU_SETSIZE], n = 0;
+  if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0) return 1;
+  for (int c = 0; c < CPU_SETSIZE; c++)
+    if (CPU_ISSET(c, &allowed)) cpus[n++] = c;
+  if (n == 0) return 1;
+  CPU_ZERO(&one);
+  CPU_SET(cpus[index % n], &one);
+  if (sched_setaffinity(0, sizeof(one), &one) == 0) return 0;
+  mp_fail(env, "binding to CPU %d failed", cpus[index % n]);
+  return 1;
 }
 
 /* The lowest port of the kernel's ephemeral range (32768 where it cannot

@@ -83,6 +83,10 @@ void mp_sleep_ms(int ms);
  * AF_INET6), below the kernel's ephemeral range; 0 when none can be
  * bound. */
 int mp_free_port(int family);
+/* Hold this process on the allowed CPU `index` mod their count (where
+ * CPUs have caches of their own, the comm then orders and pairs ranks by
+ * cache: algorithms/layout.c); 0 on success. */
+int mp_bind_rank(const mp_env* env, int index);
 /* Waits until *flag != 0 or timeout_ms passes; returns the flag's value. */
 int mp_wait_flag(volatile int* flag, int timeout_ms);
 /* The largest count of a matrix test: dflt, or MP_BIG_COUNT when that is set

@@ -16,7 +16,6 @@
  * and 5 (positions without a rank).
  */
 #include <math.h>
-#include <sched.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -212,16 +211,7 @@ static void set_env(const mp_env* env, const struct det_variant* v) {
  * have caches of their own, 2^l apart no ranks share one, and the layout
  * re-pairs Pairwise's partners (algorithms/layout.c) on 4 ranks. */
 static int bind_rank(const mp_env* env) {
-  cpu_set_t allowed, one;
-  int cpus[CPU_SETSIZE], n = 0, bits = __builtin_popcount((unsigned)env->rank);
-  if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0) return 1;
-  for (int c = 0; c < CPU_SETSIZE; c++)
-    if (CPU_ISSET(c, &allowed)) cpus[n++] = c;
-  CPU_ZERO(&one);
-  CPU_SET(cpus[bits % n], &one);
-  if (sched_setaffinity(0, sizeof(one), &one) == 0) return 0;
-  mp_fail(env, "binding to CPU %d failed", cpus[bits % n]);
-  return 1;
+  return mp_bind_rank(env, __builtin_popcount((unsigned)env->rank));
 }
 
 static int det_body(const mp_env* env) {

@@ -137,6 +137,21 @@ static void test_matrix_direct(void** state) {
     assert_int_equal(mp_launch(sizes[i], direct_matrix_body, NULL, NULL), 0);
 }
 
+/* The direct matrix with rank r held on allowed CPU r mod their count:
+ * where CPUs have caches of their own, each node's order (and a rank's
+ * index, which names the buffers it exchanges) is by cache, 0 2 .. 1 3
+ * .., while the plan's blocks, slices and roots stay by rank
+ * (algorithms/layout.c, src/cuda/cuda_direct.c). */
+static int direct_bound_body(const mp_env* env) {
+  if (mp_bind_rank(env, env->rank)) return 1;
+  return direct_matrix_body(env);
+}
+
+static void test_matrix_direct_bound(void** state) {
+  (void)state;
+  for (int n = 3; n <= 4; n++) assert_int_equal(mp_launch(n, direct_bound_body, NULL, NULL), 0);
+}
+
 /* The same with the ranks on two simulated devices (peers of each other):
  * every rank maps buffers of the other device too. */
 static int direct_two_devices_body(const mp_env* env) {
@@ -1263,6 +1278,7 @@ int main(void) {
       cmocka_unit_test(test_matrix),
       cmocka_unit_test(test_matrix_synchronous),
       cmocka_unit_test(test_matrix_direct),
+      cmocka_unit_test(test_matrix_direct_bound),
       cmocka_unit_test(test_direct_two_devices),
       cmocka_unit_test(test_hier_direct),
       cmocka_unit_test(test_direct_threads),

@@ -343,7 +343,7 @@ static const ncclRedOp_t kHierOps[] = {ncclSum, ncclAvg, ncclMax};
 
 /* Whether a call's stage between hosts runs in device scratch: where
  * the fake takes device memory (algorithms/direct.h: every reduction on 2
- * to 64 nodes). */
+ * to 16384 nodes). */
 static int hier_stage_on_device(const net_case* c) {
   return !c->no_cuda;
 }

@@ -48,13 +48,19 @@ fail() {
 }
 
 # start TAG N ARGS...: N ranks in the background, logs in $work/TAG.R; pids in ranks[].
+# The CPUs this script may use, in order: `--share-cores on` pins local rank r to the
+# (r mod their count)-th; PIN_RR=1 makes start hold each rank there itself.
+mapfile -t cpus < <(python3 -c 'import os; print("\n".join(map(str, sorted(os.sched_getaffinity(0)))))')
+
 start() {
   local tag=$1 n=$2
   shift 2
   port=$((port + 1))
   ranks=()
   for ((r = 0; r < n; r++)); do
-    NCCL_COMM_ID=127.0.0.1:$port RANK=$r WORLD_SIZE=$n "$bin" "$@" >"$work/$tag.$r" 2>&1 &
+    local hold=()
+    [ "${PIN_RR:-0}" = 1 ] && hold=(taskset -c "${cpus[r % ${#cpus[@]}]}")
+    NCCL_COMM_ID=127.0.0.1:$port RANK=$r WORLD_SIZE=$n "${hold[@]}" "$bin" "$@" >"$work/$tag.$r" 2>&1 &
     ranks+=($!)
     pids+=($!)
   done
@@ -99,13 +105,15 @@ grep -q "^epoch  2/2" "$work/one.0" || fail "no epoch line from the 1-rank run"
 "$ckdiff" "$work/one.ckpt" "$work/two.ckpt" 1e-5 || fail "2 ranks did not end where 1 rank did"
 
 # 1b. Ranks that share cores (pinned, taking turns between layers) compute exactly what
-#     ranks that do not compute: turns move work in time, never change it (width 128, so
-#     the first layer's weight gradient is cut into turn-sized pieces).
+#     ranks held on the same cores without turns compute: turns move work in time, never
+#     change it (width 128, so the first layer's weight gradient is cut into turn-sized
+#     pieces). Held the same way, because where ranks are bound the comm orders its ring by
+#     the caches they are bound inside (algorithms/layout.c): a float sum in another order.
 echo "== shared cores change nothing"
 run shared 3 "${small[@]}" --hidden 128 --epochs 1 --checkpoint "$work/shared.ckpt" \
   --share-cores on ||
   fail "run with --share-cores on"
-run alone 3 "${small[@]}" --hidden 128 --epochs 1 --checkpoint "$work/alone.ckpt" \
+PIN_RR=1 run alone 3 "${small[@]}" --hidden 128 --epochs 1 --checkpoint "$work/alone.ckpt" \
   --share-cores off ||
   fail "run with --share-cores off"
 grep -q "^# cores: ranks take turns between layers (rank 0: pinned to cpu [0-9]*)" \

@@ -229,12 +229,13 @@ static void test_layout_grouping(void** state) {
 /* Ranks bound inside caches: each node's order groups them by L3, then
  * L2, rank order within, unbound ranks first; index and position follow.
  * Ranks 0..6 on nodes {0 2 4 6} {1 3 5}; the first node's bound
- * round-robin over two L2s of one L3, the second's one unbound, two in
- * L3 9 (L2s 1, 0) and one in L3 8. */
+ * round-robin over two L2s of one L3; on the second rank 3 is unbound,
+ * rank 1 in L3 9 (its L2 0), rank 5 in L3 8 (its L2 5): by L3 5 before 1,
+ * where by L2 alone 1 would go first. */
 static void test_layout_by_cache(void** state) {
   (void)state;
   uint64_t hosts[7] = {1, 2, 1, 2, 1, 2, 1};
-  static const int l2[7] = {0, 1, 1, -1, 0, 0, 1}, l3[7] = {4, 9, 4, -1, 4, 9, 4};
+  static const int l2[7] = {0, 0, 1, -1, 0, 5, 1}, l3[7] = {4, 9, 4, -1, 4, 8, 4};
   static const int order[7] = {0, 4, 2, 6, 3, 5, 1};
   struct sched_topo t;
   assert_int_equal(sched_topo_init(&t, 7, hosts), ncclSuccess);
