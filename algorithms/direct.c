@@ -122,7 +122,7 @@ static void one_way(const struct direct_hier* h, int p, int from, size_t base, s
 }
 
 /* A fold's first step and last (direct.h): node j + p's partial to node j
- * (after its region, `base` >= len), which adds it, lower node's first;
+ * (right after its region), which adds it, lower node's first;
  * the total back, in place. Nodes p - extra .. p - 1 have no partner. */
 static void fold_plan(const struct direct_hier* h, int p, size_t base, size_t len,
                       struct direct_staged* st) {
@@ -216,7 +216,7 @@ static void halving_rows(const struct direct_hier* h, struct direct_staged* st) 
  * sends node i all its pairs, node i sends it row i + p back. */
 static void fold_rows(const struct direct_hier* h, struct direct_staged* st) {
   int p = direct_halving_nodes(h->nnodes), extra = h->nnodes - p;
-  size_t c = h->count, len = 2 * (size_t)p * c, base = len;
+  size_t c = h->count, len = 2 * (size_t)p * c, base = len / 2;
   struct direct_task* in = &st->before;
   struct direct_step* second = &st->steps[st->nsteps++];
   memset(second, 0, sizeof(*second));
@@ -231,7 +231,7 @@ static void fold_rows(const struct direct_hier* h, struct direct_staged* st) {
   in->rows = (size_t)p;
   in->dsts[0].off = base;
   in->dst_row = (ptrdiff_t)(2 * c);
-  st->scratch = 3 * len;
+  st->scratch = len / 2 + 2 * len; /* the first swap's lower half, the pairs, the fold's */
   fold_plan(h, p, base, len, st);
   halving_plan(h, p, base, len, st);
   st->count = 0; /* no stage after the steps */
@@ -313,9 +313,9 @@ static ncclResult_t hier_slice(const struct direct_hier* h, struct direct_staged
   if (hier_halves(h) || hier_folds(h)) { /* padded to p whole blocks, halved, doubled */
     int p = direct_halving_nodes(h->nnodes), folds = p < h->nnodes;
     size_t len = ALIGN_UP(whole.n, (size_t)p * MAX(h->align, (size_t)1));
-    size_t base = folds ? len : len / 2;
+    size_t base = len / 2; /* room before for the first swap's lower half */
     st->before.dsts[0].off = st->after.srcs[0].off = base;
-    st->scratch = (folds ? 3 : 2) * len;
+    st->scratch = folds ? len / 2 + 2 * len : 2 * len; /* a fold's partial lands after */
     if (folds) fold_plan(h, p, base, len, st);
     halving_plan(h, p, base, len, st);
     doubling_plan(h, p, base, len, st);

@@ -29,7 +29,7 @@
 #define MAX_RANKS 16                  /* 4 nodes x 4, 7 x 2, or one node of DIRECT_MAX_RANKS */
 #define HIER_COUNT 67                 /* Hier's largest block */
 #define HIER_SCRATCH (HIER_COUNT + 4) /* a block on whole vectors (align 4) */
-#define SCRATCH_ELEMS (6 * MAX_NODES * HIER_SCRATCH) /* a reduce-scatter fold's: 6 p rows */
+#define SCRATCH_ELEMS (5 * MAX_NODES * HIER_SCRATCH) /* a reduce-scatter fold's: 5 p rows */
 
 /* nnodes x ppn ranks placed by `topo` (one node for the flat plans). Tasks
  * name ranks by their index on their node. */
@@ -60,6 +60,14 @@ static float* resolve(struct world* w, int node, const struct direct_ref* ref) {
   int r = rank_at(w, node, ref->rank);
   if (ref->buf == DIRECT_SCRATCH) return w->scratch[r] + ref->off;
   return (ref->buf == DIRECT_SEND ? w->send[r] : w->recv[r]) + ref->off;
+}
+
+/* Elements [off, off + n) of the scratch of the rank at `local` on `node`
+ * lie inside the scratch its plan asked for (a device would be written
+ * past its allocation). */
+static void scratch_fits(struct world* w, int node, int local, ptrdiff_t off, size_t n) {
+  int r = rank_at(w, node, local);
+  assert_true(off >= 0 && (size_t)off + n <= w->st[r].scratch);
 }
 
 /* The layout: rank r on node node_of[r] (NULL: all on one node). */
@@ -94,10 +102,18 @@ static void task_row(struct world* w, int node, const struct direct_task* t, siz
   k->redop.type = ncclFloat32;
   k->redop.op = KERN_SUM;
   k->nsrcs = t->nsrcs, k->ndsts = t->ndsts, k->n = t->n;
-  for (int s = 0; s < t->nsrcs; s++)
+  for (int s = 0; s < t->nsrcs; s++) {
     k->srcs[s] = resolve(w, node, &t->srcs[s]) + (ptrdiff_t)row * t->src_row;
-  for (int d = 0; d < t->ndsts; d++)
+    if (t->srcs[s].buf == DIRECT_SCRATCH)
+      scratch_fits(w, node, t->srcs[s].rank,
+                   (ptrdiff_t)t->srcs[s].off + (ptrdiff_t)row * t->src_row, t->n);
+  }
+  for (int d = 0; d < t->ndsts; d++) {
     k->dsts[d] = resolve(w, node, &t->dsts[d]) + (ptrdiff_t)row * t->dst_row;
+    if (t->dsts[d].buf == DIRECT_SCRATCH)
+      scratch_fits(w, node, t->dsts[d].rank,
+                   (ptrdiff_t)t->dsts[d].off + (ptrdiff_t)row * t->dst_row, t->n);
+  }
 }
 
 static int spans_meet(const void* a, size_t na, const void* b, size_t nb) {
@@ -275,6 +291,7 @@ static void step_check(const struct direct_step* s, const struct direct_step* q)
 static void step_move(struct world* w, int r, const struct direct_step* s, int p,
                       const struct direct_step* q) {
   size_t at = s->recv_off + (s->from < 0 ? (size_t)q->member * s->count : 0);
+  assert_true(at + s->count <= w->st[r].scratch && q->send_off + s->count <= w->st[p].scratch);
   if (s->from < 0 || s->from != s->member)
     memcpy(w->scratch[r] + at, w->scratch[p] + q->send_off, s->count * sizeof(float));
 }
