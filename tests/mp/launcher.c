@@ -230,7 +230,7 @@ static int port_binds(int family, int port) {
  * explicit bind can, and the random start keeps concurrent tests apart. */
 int mp_free_port(int family) {
   int low = ephemeral_low(), first = low / 2 > 20000 ? 20000 : low / 2, span = low - first;
-  unsigned seed = (unsigned)getpid() * 2654435761u ^ (unsigned)(mp_now() * 1e6);
+  unsigned seed = (unsigned)getpid() * 2654435761u ^ (unsigned)(uint64_t)(mp_now() * 1e6);
   for (int i = 0; i < 200; i++) {
     int port = first + (int)((seed + (unsigned)i * 7919u) % (unsigned)span);
     if (port_binds(family, port)) return port;
