@@ -22,7 +22,6 @@ import json
 import math
 import multiprocessing
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -33,6 +32,9 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 import torch.nn as nn
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
+from free_port import free_port  # noqa: E402  (the repository's tool, not a package)
 
 
 def sizes(lo, hi):
@@ -203,24 +205,6 @@ def run_library(args):
     if not rows:
         raise SystemExit(f"torch_bench: all_reduce_perf gave nothing:\n{out.stdout}{out.stderr}")
     return {"allreduce": rows}
-
-
-def free_port():
-    """A port nobody holds, below the kernel's ephemeral range: one bind(0) picks may be
-    taken by any connect() before rank 0's store binds it."""
-    import random
-
-    with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
-        low = int(f.read().split()[0])
-    for _ in range(100):
-        port = random.randrange(min(20000, low // 2), low)
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError("no free port below the ephemeral range")
 
 
 def run_backend(backend, args):

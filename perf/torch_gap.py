@@ -41,7 +41,9 @@ import time
 import braid_torch
 import torch
 import torch.distributed as dist
-from torch_bench import free_port
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
+from free_port import free_port  # noqa: E402  (the repository's tool, not a package)
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 

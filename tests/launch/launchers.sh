@@ -30,16 +30,9 @@ launcher_vars=(RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE PMI_RANK PMI_SIZE PMI
   SLURM_NODEID SLURM_TASKS_PER_NODE SLURM_NTASKS_PER_NODE SLURM_JOB_ID SLURM_STEP_ID)
 unset "${launcher_vars[@]}" NCCL_COMM_ID
 
-# A port nobody listens on, below the kernel's ephemeral range (32768 and up), where it could
-# be the local end of any connection on the machine.
+# A port nobody holds, below the kernel's ephemeral range (scripts/free_port.py says why).
 free_port() {
-  local p
-  for _ in $(seq 100); do
-    p=$((20000 + RANDOM % 12000))
-    [ -z "$(ss -Htln "sport = :$p" 2>/dev/null)" ] && echo "$p" && return
-  done
-  echo "launchers: no free port found" >&2
-  return 1
+  python3 "$top/scripts/free_port.py" || { echo "launchers: no free port found" >&2; return 1; }
 }
 
 # The variables launcher $1 gives rank $2 of $n.

@@ -14,6 +14,9 @@ import torch.distributed as dist
 
 import world
 
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "scripts"))
+from free_port import free_port  # noqa: E402  (the repository's tool, not a package)
+
 
 def _p2p(rank, n):
     bad = []
@@ -184,26 +187,6 @@ SCRIPT = textwrap.dedent(
         run()
     """
 )
-
-
-def free_port():
-    """A port nobody holds, below the kernel's ephemeral range: a port bind(0) picks lies
-    inside that range, where any process's next connect() may take it before the job's
-    store binds it (CI saw EADDRINUSE so). Same rule as tests/launch/launchers.sh."""
-    import random
-    import socket
-
-    with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
-        low = int(f.read().split()[0])
-    for _ in range(100):
-        port = random.randrange(min(20000, low // 2), low)
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError("no free port below the ephemeral range")
 
 
 def test_torchrun_and_spawn(tmp_path):
