@@ -106,6 +106,23 @@ int direct_halving_nodes(int nnodes) {
   return p;
 }
 
+int direct_stage_partners(int coll, int nnodes, int node, int* out) {
+  int m = 0, p = direct_halving_nodes(nnodes);
+  if (nnodes < 2) return 0;
+  if (coll == COLL_ALLGATHER) { /* the column's ring */
+    out[m++] = (node + 1) % nnodes;
+    if (nnodes > 2) out[m++] = (node + nnodes - 1) % nnodes;
+    return m;
+  }
+  if (node >= p) { /* folds onto node - p, and no more */
+    out[m++] = node - p;
+    return m;
+  }
+  if (node + p < nnodes) out[m++] = node + p;
+  for (int d = p / 2; d >= 1; d /= 2) out[m++] = node ^ d; /* halving and doubling */
+  return m;
+}
+
 /* A one-way step between node `lower` and node `upper` = lower + p: the
  * member `from` sends `len` elements at `base`; the other receives them at
  * `at`. */

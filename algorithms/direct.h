@@ -187,6 +187,14 @@ int direct_hier_gathers(int coll, int nnodes);
  * to nnodes (the others fold onto them). */
 int direct_halving_nodes(int nnodes);
 
+/* The nodes whose column members `node`'s meets in a gathered stage of
+ * `coll` on `nnodes` (above): an all-gather's ring neighbours; a
+ * reduction's fold partner and its halving's and doubling's (on 2 nodes,
+ * the other). Into out (DIRECT_MAX_PARTNERS at most); how many. What a
+ * unit connects, and which pairs must move device memory, come from here. */
+#define DIRECT_MAX_PARTNERS (DIRECT_MAX_STEPS / 2 + 1)
+int direct_stage_partners(int coll, int nnodes, int node, int* out);
+
 /* Whether the ranks with index `local` on each node are evenly spaced
  * (node-major and round-robin layouts are, and any layout of 2 nodes):
  * then *first is node 0's and *step the distance from one node's to the

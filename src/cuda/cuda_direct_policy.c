@@ -123,32 +123,28 @@ static int column_pair_direct(const struct ncclComm* comm, int i, int j) {
                               t->order[t->node_start[j] + local]);
 }
 
-/* Whether every pair of this rank's column that a gathered stage joins is
- * joined by such a network (algorithms/direct.h; src/engine/connect.c
- * connects the same): the ring's neighbours (an all-gather's stage),
- * with `reduces` also the fold's and the halving's and doubling's
- * partners: about nnodes log2(nnodes) questions to the transport table,
- * asked once per comm and kind (the peer table does not change; the
- * callers ask only once it is known). Every member of the column asks
- * about the same pairs, so all agree. */
-static int column_net_direct(struct ncclComm* comm, int reduces) {
+/* Whether every pair of this rank's column that a gathered stage of
+ * `coll` joins (algorithms/direct.h, direct_stage_partners: what
+ * src/engine/connect.c connects) is joined by such a network: about
+ * nnodes log2(nnodes) questions to the transport table, asked once per
+ * comm for an all-gather and once for the reductions (the peer table does
+ * not change; the callers ask only once it is known). Every member of the
+ * column asks about the same pairs, so all agree. */
+static int column_net_direct(struct ncclComm* comm, int coll) {
   const struct sched_topo* t = &comm->layout;
-  int n = t->nnodes, p = direct_halving_nodes(n), ok = 1;
-  int* known = reduces ? &comm->device->stages_direct : &comm->device->column_direct;
+  int n = t->nnodes, ok = 1, nodes[DIRECT_MAX_PARTNERS];
+  int* known = coll == COLL_ALLGATHER ? &comm->device->column_direct : &comm->device->stages_direct;
   if (*known != 0) return *known > 0;
   for (int i = 0; i < n && ok; i++) {
-    ok = column_pair_direct(comm, i, (i + 1) % n) &&
-         (!reduces || i + p >= n || column_pair_direct(comm, i, i + p));
-    for (int d = 1; d < p && i < p && ok && reduces; d *= 2)
-      ok = (i & d) || column_pair_direct(comm, i, i ^ d);
+    int k = direct_stage_partners(coll, n, i, nodes);
+    for (int j = 0; j < k && ok; j++) ok = column_pair_direct(comm, i, nodes[j]);
   }
   *known = ok ? 1 : -1;
   return ok;
 }
 
 int cuda_hier_column_on_device(struct ncclComm* comm, int coll) {
-  return direct_hier_gathers(coll, comm->layout.nnodes) &&
-         column_net_direct(comm, coll != COLL_ALLGATHER);
+  return direct_hier_gathers(coll, comm->layout.nnodes) && column_net_direct(comm, coll);
 }
 
 /* Reduce-scatter and all-gather run their node stages as one task of a

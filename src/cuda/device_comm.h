@@ -42,8 +42,8 @@ struct device_comm {
    * host and device memory alike (cuda_unit.c): 0 not asked yet, 1 yes,
    * -1 no (the peer table does not change) */
   int net_direct;
-  /* every pair of this rank's Hier column that its ring joins, and that a
-   * reduction's fold and halving join, joined so (cuda_direct_policy.c),
+  /* every pair of this rank's Hier column that an all-gather's stage
+   * joins, and that a reduction's joins, joined so (cuda_direct_policy.c),
    * the same three values */
   int column_direct, stages_direct;
   /* every node's ranks fit Hier's direct node stages (cuda_direct_policy.c,

@@ -24,22 +24,15 @@ static int column_add(int* peers, int m, const struct sched_topo* t, int node, i
 
 /* Hier whose stage between nodes runs on the device
  * (work_op.direct_between) talks, beside its schedule's peers, with the
- * ranks of its index on the neighbouring nodes (the column's ring) and,
- * for a reduction, among the first p nodes (p the largest power of two up to the count,
- * algorithms/direct.h), with those p/2, p/4 ... 1 nodes away (the
- * halving's and the doubling's partners), and node j with node j + p (the
- * fold's): those added to peers[0..m); the new count. */
+ * ranks of its index on the nodes its stage joins
+ * (algorithms/direct.h, direct_stage_partners): those added to
+ * peers[0..m); the new count. */
 static int column_peers(const struct work_op* op, int* peers, int m) {
   const struct sched_topo* t = &op->comm->layout;
-  int n = t->nnodes, me = op->comm->rank, node = t->node_of[me], local = t->local_of[me], p;
-  if (!op->direct_between || n < 2) return m;
-  p = direct_halving_nodes(n);
-  m = column_add(peers, m, t, (node + 1) % n, local);
-  m = column_add(peers, m, t, (node + n - 1) % n, local);
-  if (op->args.coll == COLL_ALLGATHER) return m; /* its stage: the column's ring alone */
-  if (node >= p) return column_add(peers, m, t, node - p, local);
-  if (node + p < n) m = column_add(peers, m, t, node + p, local);
-  for (int d = p / 2; d >= 1; d /= 2) m = column_add(peers, m, t, node ^ d, local);
+  int me = op->comm->rank, local = t->local_of[me], nodes[DIRECT_MAX_PARTNERS];
+  if (!op->direct_between) return m;
+  int k = direct_stage_partners(op->args.coll, t->nnodes, t->node_of[me], nodes);
+  for (int i = 0; i < k; i++) m = column_add(peers, m, t, nodes[i], local);
   return m;
 }
 

@@ -1,7 +1,8 @@
 /*
  * The caches this process is bound inside (topo_bind.c): ranks bound
- * inside the same cache pass messages through it, so the deterministic
- * mode pairs them where its canonical tree lets it (algorithms/pairwise.c).
+ * inside the same cache pass messages through it, so each node's ring
+ * order groups them and the deterministic mode pairs them where its
+ * canonical tree lets it (algorithms/layout.c).
  */
 #ifndef BRAID_TOPO_BIND_H_
 #define BRAID_TOPO_BIND_H_

@@ -518,9 +518,19 @@ static void test_direct_limits(void** state) {
   assert_int_equal(direct_plan_hier(&h, &st), ncclInvalidArgument);
 }
 
+/* Whether node `other` is among the partners direct_stage_partners gives
+ * `node` (what a unit connects and asks to move device memory). */
+static int is_partner(int coll, int n, int node, int other) {
+  int nodes[DIRECT_MAX_PARTNERS], k = direct_stage_partners(coll, n, node, nodes);
+  for (int i = 0; i < k; i++)
+    if (nodes[i] == other) return 1;
+  return 0;
+}
+
 /* Every node's gathered plan on `n` nodes of one rank, the steps taken as
  * pair_steps takes them, without data: each step meets its partner's
- * (same nodes, opposite sides, same size) and none waits forever. */
+ * (same nodes, opposite sides, same size), among the partners the unit
+ * connects, and none waits forever. */
 static void steps_meet(int coll, int n) {
   struct direct_staged* st = calloc((size_t)n, sizeof(*st));
   int *next = calloc((size_t)n, sizeof(int)), left = 1;
@@ -554,14 +564,17 @@ static void steps_meet(int coll, int n) {
       const struct direct_step* q = next[p] < st[p].nsteps ? &st[p].steps[next[p]] : NULL;
       if (q == NULL || q->lower != s->lower || q->upper != s->upper) continue;
       step_check(s, q);
+      assert_true(is_partner(coll, n, j, p) && is_partner(coll, n, p, j));
       next[j]++, next[p]++, progressed = 1;
     }
     assert_true(progressed || !left);
   }
   for (int j = 0; j < n; j++)
-    if (st[j].unfolds)
-      step_check(&st[j].unfold,
-                 &st[st[j].unfold.member ? st[j].unfold.lower : st[j].unfold.upper].unfold);
+    if (st[j].unfolds) {
+      int p = st[j].unfold.member ? st[j].unfold.lower : st[j].unfold.upper;
+      step_check(&st[j].unfold, &st[p].unfold);
+      assert_true(is_partner(coll, n, j, p));
+    }
   free(next);
   free(st);
 }
@@ -570,6 +583,10 @@ static void steps_meet(int coll, int n) {
  * every reduction still pair up, to a fold onto 512 of 1000 nodes. */
 static void test_direct_hier_scale(void** state) {
   (void)state;
+  int nodes[DIRECT_MAX_PARTNERS]; /* the most partners: 14 on 16384 nodes, 14 folding on 16383 */
+  assert_int_equal(direct_stage_partners(COLL_ALLREDUCE, DIRECT_MAX_NODES, 5, nodes), 14);
+  assert_int_equal(direct_stage_partners(COLL_REDUCESCATTER, DIRECT_MAX_NODES - 1, 0, nodes), 14);
+  assert_int_equal(direct_stage_partners(COLL_ALLGATHER, 3, 0, nodes), 2);
   static const int counts[] = {64, 65, 100, 128, 1000};
   static const int colls[] = {COLL_ALLREDUCE, COLL_REDUCESCATTER, COLL_REDUCE};
   for (size_t i = 0; i < sizeof(counts) / sizeof(counts[0]); i++)
