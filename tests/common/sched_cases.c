@@ -16,14 +16,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void emit_bound(sched_case_fn fn, void* arg, const struct sched_layout* L, int coll,
-                       int algo, size_t count, ncclDataType_t type, ncclRedOp_t op, int root,
-                       int inplace, size_t chunk, int window) {
+/* One case; `L` its layout (NULL: one node of n ranks, bound nowhere). */
+static void emit(sched_case_fn fn, void* arg, const struct sched_layout* L, int coll, int algo,
+                 int n, size_t count, ncclDataType_t type, ncclRedOp_t op, int root, int inplace,
+                 size_t chunk, int window) {
   struct sched_case c = {L ? L->hosts : NULL,
                          L ? sched_layout_cache(L) : NULL,
                          coll,
                          algo,
-                         L ? L->n : 0,
+                         n,
                          count,
                          type,
                          op,
@@ -31,13 +32,6 @@ static void emit_bound(sched_case_fn fn, void* arg, const struct sched_layout* L
                          inplace,
                          chunk,
                          window};
-  fn(&c, arg);
-}
-
-static void emit(sched_case_fn fn, void* arg, const uint64_t* hosts, int coll, int algo, int n,
-                 size_t count, ncclDataType_t type, ncclRedOp_t op, int root, int inplace,
-                 size_t chunk, int window) {
-  struct sched_case c = {hosts, NULL, coll, algo, n, count, type, op, root, inplace, chunk, window};
   fn(&c, arg);
 }
 
@@ -121,11 +115,11 @@ void sched_cases_layouts(sched_case_fn fn, void* arg) {
         for (size_t c = 0; c < sizeof(counts) / sizeof(counts[0]); c++)
           for (int ip = 0; ip < 2; ip++) {
             int root = L->n - 2;
-            emit_bound(fn, arg, L, coll, algo, counts[c], ncclFloat, ncclSum, root, ip, 4096, 4);
-            emit_bound(fn, arg, L, coll, algo, counts[c], ncclInt32, ncclAvg, root, ip, 1024, 6);
-            emit_bound(fn, arg, L, coll, algo, counts[c], ncclDouble, ncclMax, root, ip, 512, 9);
+            emit(fn, arg, L, coll, algo, L->n, counts[c], ncclFloat, ncclSum, root, ip, 4096, 4);
+            emit(fn, arg, L, coll, algo, L->n, counts[c], ncclInt32, ncclAvg, root, ip, 1024, 6);
+            emit(fn, arg, L, coll, algo, L->n, counts[c], ncclDouble, ncclMax, root, ip, 512, 9);
             /* Wide windows: Hier all-reduce pipelines its rounds there. */
-            emit_bound(fn, arg, L, coll, algo, counts[c], ncclFloat, ncclSum, root, ip, 256, 32);
+            emit(fn, arg, L, coll, algo, L->n, counts[c], ncclFloat, ncclSum, root, ip, 256, 32);
           }
       }
     sched_topo_free(&t);
