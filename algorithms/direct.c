@@ -314,12 +314,32 @@ static void hier_blocks(const struct direct_hier* h, struct direct_staged* st) {
   }
 }
 
+/* Ranks on this rank's node (direct.h: more than the columns where nodes
+ * differ in size). */
+static int hier_node_ranks(const struct direct_hier* h) {
+  return h->node_ranks > 0 ? h->node_ranks : h->nlocal;
+}
+
+/* Column `local`'s one-pass all-reduce task on its node: its slice of the
+ * columns' (nlocal), from every input of the node, to every output. */
+static ncclResult_t column_task(const struct direct_hier* h, struct direct_task* t) {
+  ncclResult_t res = direct_plan(COLL_ALLREDUCE, h->local, h->nlocal, 0, h->count, 0, h->align, t);
+  if (res != ncclSuccess) return res;
+  size_t lo = t->srcs[0].off;
+  t->nsrcs = refs_all(t->srcs, hier_node_ranks(h), DIRECT_SEND, lo);
+  t->ndsts = refs_all(t->dsts, hier_node_ranks(h), DIRECT_RECV, lo);
+  return ncclSuccess;
+}
+
 /* All-reduce: the node's task cut around the scratch, which holds this
- * rank's slice only. */
+ * rank's slice only. An index past the columns has no slice: no task,
+ * no stage between nodes. */
 static ncclResult_t hier_slice(const struct direct_hier* h, struct direct_staged* st) {
   struct direct_task whole;
-  ncclResult_t res =
-      direct_plan(COLL_ALLREDUCE, h->local, h->nlocal, 0, h->count, 0, h->align, &whole);
+  st->post_task = -1;
+  st->before.rows = st->after.rows = 1;
+  if (h->local >= h->nlocal) return ncclSuccess; /* both tasks empty */
+  ncclResult_t res = column_task(h, &whole);
   if (res != ncclSuccess) return res;
   st->before = st->after = whole;
   st->before.ndsts = 1, st->before.dsts[0] = ref(h->local, DIRECT_SCRATCH, 0);
@@ -357,19 +377,28 @@ static ncclResult_t hier_slice(const struct direct_hier* h, struct direct_staged
 }
 
 ncclResult_t direct_plan_hier(const struct direct_hier* h, struct direct_staged* st) {
+  int here = hier_node_ranks(h);
   memset(st, 0, sizeof(*st));
-  if (h->nlocal < 1 || h->nlocal > DIRECT_MAX_RANKS || h->local < 0 || h->local >= h->nlocal ||
-      h->node < 0 || h->node >= h->nnodes) {
-    WARN("Direct: Hier's node stages for index %d of %d on node %d of %d; a node holds 1 to %d",
-         h->local, h->nlocal, h->node, h->nnodes, DIRECT_MAX_RANKS);
+  if (h->nlocal < 1 || here < h->nlocal || here > DIRECT_MAX_RANKS || h->local < 0 ||
+      h->local >= here || h->node < 0 || h->node >= h->nnodes) {
+    WARN(
+        "Direct: Hier's node stages for index %d of %d (%d columns) on node %d of %d; a node "
+        "holds 1 to %d",
+        h->local, here, h->nlocal, h->node, h->nnodes, DIRECT_MAX_RANKS);
+    return ncclInvalidArgument;
+  }
+  if (here != h->nlocal && h->coll != COLL_ALLREDUCE && h->coll != COLL_REDUCE) {
+    WARN("Direct: collective %d's Hier node stages need nodes of one size (%d ranks, %d columns)",
+         h->coll, here, h->nlocal);
     return ncclInvalidArgument;
   }
   if (h->gathered && !direct_hier_gathers(h->coll, h->nnodes)) {
     WARN("Direct: a gathered stage between %d nodes for collective %d", h->nnodes, h->coll);
     return ncclInvalidArgument;
   }
-  if (h->coll == COLL_REDUCE && (!h->gathered || h->root_node < 0 || h->root_node >= h->nnodes ||
-                                 h->root_local < 0 || h->root_local >= h->nlocal)) {
+  if (h->coll == COLL_REDUCE &&
+      (!h->gathered || h->root_node < 0 || h->root_node >= h->nnodes || h->root_local < 0 ||
+       h->root_local >= DIRECT_MAX_RANKS || (h->node == h->root_node && h->root_local >= here))) {
     WARN("Direct: a reduce to index %d of node %d has no Hier plan (gathered %d)", h->root_local,
          h->root_node, h->gathered);
     return ncclInvalidArgument;

@@ -55,10 +55,10 @@ ncclResult_t direct_plan(int coll, int rank, int nranks, int root, size_t count,
                          size_t align, struct direct_task* t);
 
 /*
- * Hier with its node stages direct (devices on several nodes of the same
- * size): a task before the stage between nodes and one after, around the
- * rank's scratch, with the stage between them run by the ranks holding
- * this rank's index on every node (its column) on the host:
+ * Hier with its node stages direct (devices on several nodes, of the same
+ * size but for an all-reduce's or reduce's, below): a task before the stage between nodes and one
+ * after, around the rank's scratch, with the stage between them run by the ranks holding this
+ * rank's index on every node (its column) on the host:
  *  - all-reduce: reduce this rank's slice from the node's inputs into the
  *    scratch; all-reduce it along the column; write it to every output of
  *    the node;
@@ -117,12 +117,19 @@ ncclResult_t direct_plan(int coll, int rank, int nranks, int root, size_t count,
  * A reduce (gathered only) runs as the all-reduce does, its task after
  * writing the root's output alone (nothing on the root's other nodes): the
  * root's bits are the all-reduce's.
+ * An all-reduce or reduce also runs on nodes of unequal sizes: the columns
+ * are the indexes every node has (nlocal, the smallest node's count), each
+ * column's task before reading its slice from every rank of its node
+ * (node_ranks of them) and its task after writing every rank's output;
+ * a rank whose index is past the columns has nothing to do and no stage
+ * between nodes (the node's others read its input and write its output).
  */
 struct direct_hier {
-  int coll;   /* COLL_ALLREDUCE, COLL_REDUCESCATTER, COLL_ALLGATHER; COLL_REDUCE gathered */
-  int local;  /* this rank's index on its node */
-  int nlocal; /* ranks per node */
-  int node;   /* this rank's node */
+  int coll;       /* COLL_ALLREDUCE, COLL_REDUCESCATTER, COLL_ALLGATHER; COLL_REDUCE gathered */
+  int local;      /* this rank's index on its node */
+  int nlocal;     /* ranks per node: the columns (the fewest a node has) */
+  int node_ranks; /* ranks on this rank's node; 0: nlocal (all-reduce and reduce: more) */
+  int node;       /* this rank's node */
   int nnodes;
   int column0; /* rank with this rank's index on node 0 */
   int column_step;

@@ -167,6 +167,7 @@ static ncclResult_t hier_plan(const struct ncclComm* comm, const struct exec_arg
   struct direct_hier h = {.coll = a->coll,
                           .local = t->local_of[comm->rank],
                           .nlocal = t->min_ppn,
+                          .node_ranks = sched_topo_node_size(t, t->node_of[comm->rank]),
                           .node = t->node_of[comm->rank],
                           .nnodes = t->nnodes,
                           .count = a->count,

@@ -83,18 +83,27 @@ static int comm_direct_shape(const struct ncclComm* comm, int* per_device) {
   return ranks_direct_shape(comm, ranks, comm->nranks, per_device);
 }
 
-/* Several nodes of the same size, each one's ranks fit for direct. */
+/* A node's ranks fit for direct: one rank on a device, or several whose
+ * devices reach each other. */
+static int node_direct_shape(const struct ncclComm* comm, int node) {
+  int ranks[DIRECT_MAX_RANKS], per_device, n = direct_node_ranks(comm, node, ranks);
+  if (n == 1) return comm->peers[ranks[0]].cuda_uuid != 0;
+  return ranks_direct_shape(comm, ranks, n, &per_device);
+}
+
+/* Several nodes, one with two ranks or more and none with more than
+ * DIRECT_MAX_RANKS, each one's ranks fit for direct. Nodes may differ in
+ * size (an all-reduce's or reduce's columns are the smallest node's
+ * indexes: algorithms/direct.h). */
 static int comm_hier_shape(const struct ncclComm* comm) {
   const struct sched_topo* t = &comm->layout;
-  int ranks[DIRECT_MAX_RANKS], per_device, *known = &comm->device->hier_shape;
+  int* known = &comm->device->hier_shape;
   if (*known != 0) return *known > 0;
   if (cuda_comm_shares_process(comm) < 0) return 0; /* the peers not known yet: ask again */
   *known = -1;
-  if (t->nnodes < 2 || t->min_ppn != t->max_ppn || t->min_ppn < 2 || t->max_ppn > DIRECT_MAX_RANKS)
-    return 0;
+  if (t->nnodes < 2 || t->max_ppn < 2 || t->max_ppn > DIRECT_MAX_RANKS) return 0;
   for (int node = 0; node < t->nnodes; node++)
-    if (!ranks_direct_shape(comm, ranks, direct_node_ranks(comm, node, ranks), &per_device))
-      return 0;
+    if (!node_direct_shape(comm, node)) return 0;
   *known = 1;
   return 1;
 }
@@ -115,10 +124,11 @@ int cuda_pair_net_direct(const struct ncclComm* comm, int a, int b) {
 }
 
 /* Whether nodes i and j of this rank's column are joined by such a
- * network. */
+ * network. An index past the columns (nodes of unequal sizes) has no
+ * stage between nodes; it asks about the last column's, as they do. */
 static int column_pair_direct(const struct ncclComm* comm, int i, int j) {
   const struct sched_topo* t = &comm->layout;
-  int local = t->local_of[comm->rank];
+  int local = MIN(t->local_of[comm->rank], t->min_ppn - 1);
   return cuda_pair_net_direct(comm, t->order[t->node_start[i] + local],
                               t->order[t->node_start[j] + local]);
 }
@@ -162,9 +172,10 @@ static int hier_fits(const struct work_op* op) {
       return comm_hier_shape(op->comm);
     case COLL_REDUCE: /* only with the stage between nodes on the device */
       return comm_hier_shape(op->comm) && cuda_hier_column_on_device(op->comm, COLL_REDUCE);
-    case COLL_REDUCESCATTER:
+    case COLL_REDUCESCATTER: /* rows of one rank a node: nodes of one size */
     case COLL_ALLGATHER:
-      return comm_hier_shape(op->comm) && comm_hier_columns(op->comm);
+      return comm_hier_shape(op->comm) && op->comm->layout.min_ppn == op->comm->layout.max_ppn &&
+             comm_hier_columns(op->comm);
     default:
       return 0;
   }
@@ -183,13 +194,20 @@ static int hier_one_per_node(const struct work_op* op) {
 }
 
 /* Where the host would run Hier (or NCCL_ALGO names Direct): the node's
- * stages then run on the devices instead of through host memory. */
+ * stages then run on the devices instead of through host memory. A
+ * reduction whose stage between nodes moves device memory over the
+ * network takes Hier whatever the host would run, as one rank a node
+ * does (hier_one_per_node): ordered on its stream, anything else copies
+ * the whole call through host memory (a kernel the proxy launched could
+ * wait behind the stream), and the plugin would carry host memory. */
 static int hier_wanted(const struct work_op* op) {
   int algo = ALGO_RING;
   if (hier_one_per_node(op)) return 1;
   if (!hier_fits(op)) return 0;
   if (op->args.coll == COLL_REDUCE) return 1; /* the host has no Hier reduce to weigh it with */
   if (tuner_forces_direct()) return 1;
+  if (sched_coll_reduces(op->args.coll) && cuda_hier_column_on_device(op->comm, op->args.coll))
+    return 1;
   tuner_host_best(op->comm, op->args.coll, op_bytes(op), &algo);
   return algo == ALGO_HIER;
 }

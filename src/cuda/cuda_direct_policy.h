@@ -22,17 +22,18 @@ int cuda_direct_wanted(const struct work_op* ops, int n);
 
 /* How op runs direct (enum work_direct): WORK_DIRECT_NODE as above;
  * WORK_DIRECT_HIER, an all-reduce, reduce-scatter or all-gather on a comm
- * of several nodes with the same number of ranks each (2..DIRECT_MAX_RANKS,
- * their devices in reach as above; for the last two, each index's ranks
- * evenly spaced across nodes, as node-major and round-robin layouts are),
- * where the host would run Hier (or NCCL_ALGO names Direct): a kernel
- * moves the node's part into pinned scratch, the ranks holding this rank's
- * index on every node run the collective there on the host (a ring over
- * the network), and a second kernel writes the node's outputs
+ * of several nodes of up to DIRECT_MAX_RANKS ranks each (their devices in
+ * reach as above; an all-reduce's nodes may differ in size, the last two
+ * need the same number of ranks each and each index's ranks evenly spaced
+ * across nodes, as node-major and round-robin layouts are), where the
+ * host would run Hier (or NCCL_ALGO names Direct): a kernel moves the
+ * node's part into pinned scratch, the ranks holding this rank's index on
+ * every node run the collective there on the host (a ring over the
+ * network), and a second kernel writes the node's outputs
  * (algorithms/direct.h, direct_plan_hier). Also, whatever the host would
- * run, an all-reduce, reduce-scatter or reduce on nodes of one rank each
- * where the network between them moves device memory: its stage between
- * nodes then runs on the device (cuda_hier_column_on_device). */
+ * run, a reduction (and a reduce, only so) on such nodes, or on nodes of
+ * one rank each, where the network between them moves device memory: its
+ * stage between nodes then runs on the device (cuda_hier_column_on_device). */
 int cuda_direct_kind(const struct work_op* op);
 
 /* Whether ranks a and b are joined, for host and device memory alike, by

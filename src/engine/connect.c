@@ -26,11 +26,12 @@ static int column_add(int* peers, int m, const struct sched_topo* t, int node, i
  * (work_op.direct_between) talks, beside its schedule's peers, with the
  * ranks of its index on the nodes its stage joins
  * (algorithms/direct.h, direct_stage_partners): those added to
- * peers[0..m); the new count. */
+ * peers[0..m); the new count. An index past the columns (on a node larger
+ * than the smallest) has no stage between nodes. */
 static int column_peers(const struct work_op* op, int* peers, int m) {
   const struct sched_topo* t = &op->comm->layout;
   int me = op->comm->rank, local = t->local_of[me], nodes[DIRECT_MAX_PARTNERS];
-  if (!op->direct_between) return m;
+  if (!op->direct_between || local >= t->min_ppn) return m;
   int k = direct_stage_partners(op->args.coll, t->nnodes, t->node_of[me], nodes);
   for (int i = 0; i < k; i++) m = column_add(peers, m, t, nodes[i], local);
   return m;

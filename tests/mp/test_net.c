@@ -36,6 +36,7 @@ typedef struct net_case {
   int sync;          /* device calls run synchronously (BRAID_STREAM_MEMOPS=0) */
   int hier;          /* device calls run as Hier with direct node stages */
   int no_cuda;       /* the fake does not take device memory (FAKENET_CUDA=0) */
+  int unforced;      /* NCCL_ALGO unset, the host tuned to the ring: Hier as the policy picks it */
 } net_case;
 
 static char g_plugin_dir[4096];
@@ -333,13 +334,29 @@ static int device_direct_body(const mp_env* env) {
  * memory and only host memory goes to it (no_cuda). On 4 hosts the stage
  * halves (direct_step), gated or synchronous; on 3 or 5 it folds first
  * (a reduce-scatter's rows in pairs). A reduce goes that way too
- * where the stage is on the device (staged otherwise). Every type,
+ * where the stage is on the device (staged otherwise). On hosts of
+ * unequal sizes an all-reduce and a reduce do too, the ranks past the
+ * smallest host's count passing nothing through the plugin. Every type,
  * sum, avg and max, in place and out of place: exact either way, and the
  * TUNING log says which stage ran. */
 static const int kHierColls[] = {CC_ALLREDUCE, CC_REDUCESCATTER, CC_ALLGATHER, CC_REDUCE};
 #define HIER_CALLS 24
 static const int kHierKinds[] = {AR_SUM, AR_AVG, AR_MAX};
 static const ncclRedOp_t kHierOps[] = {ncclSum, ncclAvg, ncclMax};
+
+/* Whether the last host holds fewer ranks than the others (nranks not a
+ * multiple of per_host): an all-reduce's and reduce's columns are then
+ * the smallest host's indexes (algorithms/direct.h), and Hier takes no
+ * reduce-scatter or all-gather. */
+static int hosts_uneven(const net_case* c) {
+  return c->nranks % c->per_host != 0;
+}
+
+/* Whether `rank` holds an index past the columns: no stage between
+ * hosts, so nothing of its own through the plugin. */
+static int past_columns(const net_case* c, int rank) {
+  return hosts_uneven(c) && rank % c->per_host >= c->nranks % c->per_host;
+}
 
 /* Whether a call's stage between hosts runs in device scratch: where
  * the fake takes device memory (algorithms/direct.h: every reduction on 2
@@ -355,12 +372,24 @@ static int hier_stage_on_device(const net_case* c) {
  * executor's). */
 static int hier_runs(const net_case* c, int coll) {
   int dev = hier_stage_on_device(c), alone = c->per_host == 1;
-  return !(alone && coll == CC_ALLGATHER) && !(!dev && coll == CC_REDUCE) && !(alone && !dev);
+  int rows = coll == CC_REDUCESCATTER || coll == CC_ALLGATHER;
+  return !(alone && coll == CC_ALLGATHER) && !(!dev && coll == CC_REDUCE) && !(alone && !dev) &&
+         !(rows && hosts_uneven(c));
+}
+
+/* Whether one Hier call's traffic through the plugin is its stage's: none
+ * from a rank past the columns; else device memory only (or, pinned,
+ * host memory only; a reduce's rank may pass nothing between hosts). */
+static int hier_traffic_wrong(const mp_env* env, const net_case* c, int coll, long cuda,
+                              long host) {
+  if (past_columns(c, env->rank)) return cuda != 0 || host != 0;
+  if (hier_stage_on_device(c)) return cuda == 0 || host != 0;
+  return cuda != 0 || (host == 0 && coll != CC_REDUCE);
 }
 
 static int hier_call_wrong(const mp_env* env, const net_case* c, ncclComm_t comm, cudaStream_t s,
                            int i) {
-  int coll = kHierColls[i % 4], on_device = hier_stage_on_device(c);
+  int coll = kHierColls[i % 4];
   dev_call d = {.host = {.coll = coll,
                          .count = 150001,
                          .salt = (uint64_t)i,
@@ -381,10 +410,8 @@ static int hier_call_wrong(const mp_env* env, const net_case* c, ncclComm_t comm
             cc_verify(&d.host, env) || plugin_counts(c, "fakenet_traffic", &cuda1, &host1);
     if (wrong) mp_fail(env, "Hier on devices: %s wrong", what);
   }
-  /* staged, a reduce's rank may pass nothing between hosts */
   if (!wrong && hier_runs(c, coll) &&
-      (on_device ? cuda1 == cuda0 || host1 != host0
-                 : cuda1 != cuda0 || (host1 == host0 && coll != CC_REDUCE))) {
+      hier_traffic_wrong(env, c, coll, cuda1 - cuda0, host1 - host0)) {
     mp_fail(env, "Hier on devices: %s moved %ld device, %ld host bytes through the plugin", what,
             cuda1 - cuda0, host1 - host0);
     wrong = 1;
@@ -393,9 +420,26 @@ static int hier_call_wrong(const mp_env* env, const net_case* c, ncclComm_t comm
   return wrong;
 }
 
+/* A tuner file (BRAID_TUNE_FILE) that gives the host's reductions to the
+ * ring, written for this rank: 0, or -1 after saying why. */
+static int tune_to_ring(const mp_env* env, char* path, size_t len) {
+  static const char kRing[] = "force AllReduce 0 1G Ring\nforce ReduceScatter 0 1G Ring\n";
+  snprintf(path, len, "/tmp/braid-test-net-tune-XXXXXX");
+  int fd = mkstemp(path);
+  if (fd < 0 || write(fd, kRing, sizeof(kRing) - 1) != (ssize_t)(sizeof(kRing) - 1)) {
+    mp_fail(env, "cannot write a tuner file at %s", path);
+    if (fd >= 0) close(fd);
+    return -1;
+  }
+  close(fd);
+  setenv("BRAID_TUNE_FILE", path, 1);
+  return 0;
+}
+
 static int hier_device_body(const mp_env* env) {
   const net_case* c = env->arg;
   int on_device = !c->no_cuda, bad = 0, calls = 0, dev_calls = 0;
+  char tune[64] = "";
   const char* stage = ": Hier with direct node stages";
   ncclComm_t comm;
   cudaStream_t s;
@@ -403,23 +447,28 @@ static int hier_device_body(const mp_env* env) {
   setenv("FAKENET_CUDA", on_device ? "1" : "0", 1);
   setenv("CUDASIM_ONE_QUEUE", "1", 1);
   setenv("BRAID_STREAM_MEMOPS", c->sync ? "0" : "1", 1);
-  if (c->per_host > 1)
+  if (c->per_host > 1 && !c->unforced)
     setenv("NCCL_ALGO", "Direct,Ring", 1); /* one rank a host takes Hier unasked */
+  if (c->unforced && tune_to_ring(env, tune, sizeof(tune)) != 0) return 1;
   setenv("NCCL_DEBUG", "INFO", 1);
   setenv("NCCL_DEBUG_SUBSYS", "TUNING", 1);
   rank_env(env, c);
-  if (mp_capture_begin(&cap) != 0) return 1;
-  if (dev_open(env, 0) != 0 || (s = dev_stream(env)) == NULL || mp_comm_init(env, &comm) != 0) {
-    mp_capture_end_quiet(&cap);
+  int capturing = mp_capture_begin(&cap) == 0;
+  if (!capturing || dev_open(env, 0) != 0 || (s = dev_stream(env)) == NULL ||
+      mp_comm_init(env, &comm) != 0) {
+    if (capturing) mp_capture_end_quiet(&cap);
+    if (tune[0]) unlink(tune);
     return 1;
   }
   for (int i = 0; i < HIER_CALLS; i++) {
     int coll = kHierColls[i % 4], dev = hier_stage_on_device(c), hier = hier_runs(c, coll);
+    if (c->unforced && coll == CC_ALLGATHER) continue; /* the tuner's: it moves data only */
     bad += hier_call_wrong(env, c, comm, s, i);
     calls += hier;
     dev_calls += hier && dev;
   }
   bad += mp_expect_rc(env, comm, ncclCommDestroy(comm), ncclSuccess, "ncclCommDestroy");
+  if (tune[0]) unlink(tune);
   int ran = mp_capture_count(&cap, stage), on_dev = mp_capture_count(&cap, "on the device");
   mp_capture_end_quiet(&cap);
   if (ran < calls || on_dev != (on_device ? dev_calls : 0)) {
@@ -670,54 +719,65 @@ static void test_net(void** state) {
   assert_int_equal(launch(c->nranks, c->fault ? fault_body : good_body, c), 0);
 }
 
-static const net_case k_v8 = {8, 3, 1, NULL, NULL, 0, 0, 0, 0};
-static const net_case k_v9 = {9, 3, 1, NULL, NULL, 0, 0, 0, 0};
-static const net_case k_v10 = {10, 3, 1, NULL, NULL, 0, 0, 0, 0};
-static const net_case k_v11 = {11, 3, 1, NULL, NULL, 0, 0, 0, 0};
-static const net_case k_v12 = {12, 4, 1, NULL, NULL, 0, 0, 0, 0};
+static const net_case k_v8 = {8, 3, 1, NULL, NULL, 0, 0, 0, 0, 0};
+static const net_case k_v9 = {9, 3, 1, NULL, NULL, 0, 0, 0, 0, 0};
+static const net_case k_v10 = {10, 3, 1, NULL, NULL, 0, 0, 0, 0, 0};
+static const net_case k_v11 = {11, 3, 1, NULL, NULL, 0, 0, 0, 0, 0};
+static const net_case k_v12 = {12, 4, 1, NULL, NULL, 0, 0, 0, 0, 0};
 static const net_case k_v12_2x2 = {12, 4, 2, NULL, NULL,
-                                   0,  0, 0, 0}; /* shared memory inside a host */
+                                   0,  0, 0, 0,    0}; /* shared memory inside a host */
 /* device buffers where the plugin takes them, synchronous and gated calls */
-static const net_case k_direct_sync = {12, 3, 1, NULL, NULL, 0, 1, 0, 0};
-static const net_case k_direct_gated = {11, 3, 1, NULL, NULL, 0, 0, 0, 0};
-static const net_case k_direct_mixed_sync = {12, 4, 2, NULL, NULL, 0, 1, 0, 0};
-static const net_case k_direct_mixed_gated = {10, 4, 2, NULL, NULL, 0, 0, 0, 0};
+static const net_case k_direct_sync = {12, 3, 1, NULL, NULL, 0, 1, 0, 0, 0};
+static const net_case k_direct_gated = {11, 3, 1, NULL, NULL, 0, 0, 0, 0, 0};
+static const net_case k_direct_mixed_sync = {12, 4, 2, NULL, NULL, 0, 1, 0, 0, 0};
+static const net_case k_direct_mixed_gated = {10, 4, 2, NULL, NULL, 0, 0, 0, 0, 0};
 /* Hier's stage between hosts on device scratch, or (no_cuda) pinned */
-static const net_case k_hier_device = {12, 4, 2, NULL, NULL, 0, 0, 1, 0};
-static const net_case k_hier_pinned = {9, 4, 2, NULL, NULL, 0, 0, 1, 1};
-static const net_case k_hier_pair = {11, 2, 1, NULL, NULL, 0, 0, 1, 0};    /* one rank a host */
-static const net_case k_hier_halving = {12, 4, 1, NULL, NULL, 0, 0, 1, 0}; /* 4 hosts: halving */
-static const net_case k_hier_halving_2 = {10, 8, 2, NULL, NULL, 0, 0, 1, 0};
-static const net_case k_hier_halving_sync = {12, 4, 1, NULL, NULL, 0, 1, 1, 0};
-static const net_case k_hier_fold = {12, 3, 1, NULL, NULL, 0, 0, 1, 0};   /* 3 hosts: a fold */
-static const net_case k_hier_fold_2 = {11, 6, 2, NULL, NULL, 0, 0, 1, 0}; /* 3 hosts of 2 */
-static const net_case k_hier_fold_5 = {12, 5, 1, NULL, NULL, 0, 1, 1, 0}; /* 5, synchronous */
-static const net_case k_fd_die = {12, 2, 1, "die", "3", 0, 1, 0, 0};
-static const net_case k_fd_stall = {10, 2, 1, "stall", NULL, 0, 1, 0, 0};
-static const net_case k_fd_regmr = {11, 2, 1, "regmr", "6", 0, 1, 0, 0};
-static const net_case k_fh_die = {12, 2, 1, "die", "3", 0, 0, 1, 0};
-static const net_case k_fh_stall = {10, 2, 1, "stall", NULL, 0, 0, 1, 0};
-static const net_case k_fh_regmr = {11, 2, 1, "regmr", "3", 0, 0, 1, 0};      /* the scratch's */
-static const net_case k_fh_halving_die = {12, 4, 1, "die", "3", 0, 0, 1, 0};  /* 4 hosts: halving */
-static const net_case k_fh_fold_die = {12, 3, 1, "die", "3", 0, 0, 1, 0};     /* 3 hosts: a fold */
-static const net_case k_fh_fold_stall = {12, 5, 1, "stall", "2", 0, 0, 1, 0}; /* 5 hosts */
-static const net_case k_fh_rs_fold_die = {12, 3, 1, "die", "3", 0, 0, 1, 0};  /* rows in pairs */
-static const net_case k_fh_rs_fold_stall = {11, 5, 1, "stall", "2", 0, 0, 1, 0};
-static const net_case k_f_init = {12, 2, 1, "init", NULL, 1, 0, 0, 0};
-static const net_case k_f_devices = {8, 2, 1, "devices", NULL, 1, 0, 0, 0};
-static const net_case k_f_props = {12, 2, 1, "props", NULL, 1, 0, 0, 0};
-static const net_case k_f_baddev = {10, 2, 1, "baddev", NULL, 1, 0, 0, 0};
-static const net_case k_f_listen = {12, 2, 1, "listen", NULL, 0, 0, 0, 0}; /* per connection */
-static const net_case k_f_connect = {12, 2, 1, "connect", NULL, 0, 0, 0, 0};
-static const net_case k_f_accept = {9, 2, 1, "accept", NULL, 0, 0, 0, 0};
-static const net_case k_f_regmr = {12, 2, 1, "regmr", NULL, 0, 0, 0, 0};
-static const net_case k_f_regmr_late = {11, 2, 1, "regmr", "6", 0, 0, 0, 0}; /* a payload's */
-static const net_case k_f_isend = {12, 2, 1, "isend", "2", 0, 0, 0, 0};
-static const net_case k_f_irecv = {8, 2, 1, "irecv", "2", 0, 0, 0, 0};
-static const net_case k_f_test = {12, 2, 1, "test", "20", 0, 0, 0, 0};
-static const net_case k_f_stall = {12, 2, 1, "stall", NULL, 0, 0, 0, 0};
-static const net_case k_f_die = {12, 2, 1, "die", "3", 0, 0, 0, 0};
-static const net_case k_f_badsize = {9, 2, 1, "badsize", NULL, 0, 0, 0, 0};
+static const net_case k_hier_device = {12, 4, 2, NULL, NULL, 0, 0, 1, 0, 0};
+static const net_case k_hier_pinned = {9, 4, 2, NULL, NULL, 0, 0, 1, 1, 0};
+static const net_case k_hier_pair = {11, 2, 1, NULL, NULL, 0, 0, 1, 0, 0};    /* one rank a host */
+static const net_case k_hier_halving = {12, 4, 1, NULL, NULL, 0, 0, 1, 0, 0}; /* 4 hosts: halving */
+static const net_case k_hier_halving_2 = {10, 8, 2, NULL, NULL, 0, 0, 1, 0, 0};
+static const net_case k_hier_halving_sync = {12, 4, 1, NULL, NULL, 0, 1, 1, 0, 0};
+static const net_case k_hier_fold = {12, 3, 1, NULL, NULL, 0, 0, 1, 0, 0};   /* 3 hosts: a fold */
+static const net_case k_hier_fold_2 = {11, 6, 2, NULL, NULL, 0, 0, 1, 0, 0}; /* 3 hosts of 2 */
+static const net_case k_hier_fold_5 = {12, 5, 1, NULL, NULL, 0, 1, 1, 0, 0}; /* 5, synchronous */
+/* hosts of unequal sizes: 2 + 1, 2 + 2 + 1 (a fold), 3 + 3 + 1 synchronous, 2 + 1 pinned */
+static const net_case k_hier_uneven = {12, 3, 2, NULL, NULL, 0, 0, 1, 0, 0};
+static const net_case k_hier_uneven_fold = {11, 5, 2, NULL, NULL, 0, 0, 1, 0, 0};
+static const net_case k_hier_uneven_sync = {12, 7, 3, NULL, NULL, 0, 1, 1, 0, 0};
+static const net_case k_hier_uneven_pinned = {10, 3, 2, NULL, NULL, 0, 0, 1, 1, 0};
+/* a reduction whose stage between hosts moves device memory takes Hier
+ * where the host would run the ring (a tuner file says so; 2 + 2,
+ * 2 + 2 + 1) */
+static const net_case k_hier_unforced = {12, 4, 2, NULL, NULL, 0, 0, 1, 0, 1};
+static const net_case k_hier_unforced_uneven = {12, 5, 2, NULL, NULL, 0, 0, 1, 0, 1};
+static const net_case k_fd_die = {12, 2, 1, "die", "3", 0, 1, 0, 0, 0};
+static const net_case k_fd_stall = {10, 2, 1, "stall", NULL, 0, 1, 0, 0, 0};
+static const net_case k_fd_regmr = {11, 2, 1, "regmr", "6", 0, 1, 0, 0, 0};
+static const net_case k_fh_die = {12, 2, 1, "die", "3", 0, 0, 1, 0, 0};
+static const net_case k_fh_stall = {10, 2, 1, "stall", NULL, 0, 0, 1, 0, 0};
+static const net_case k_fh_regmr = {11, 2, 1, "regmr", "3", 0, 0, 1, 0, 0}; /* the scratch's */
+static const net_case k_fh_halving_die = {12, 4, 1, "die", "3",
+                                          0,  0, 1, 0,     0};               /* 4 hosts: halving */
+static const net_case k_fh_fold_die = {12, 3, 1, "die", "3", 0, 0, 1, 0, 0}; /* 3 hosts: a fold */
+static const net_case k_fh_fold_stall = {12, 5, 1, "stall", "2", 0, 0, 1, 0, 0}; /* 5 hosts */
+static const net_case k_fh_rs_fold_die = {12, 3, 1, "die", "3", 0, 0, 1, 0, 0};  /* rows in pairs */
+static const net_case k_fh_rs_fold_stall = {11, 5, 1, "stall", "2", 0, 0, 1, 0, 0};
+static const net_case k_f_init = {12, 2, 1, "init", NULL, 1, 0, 0, 0, 0};
+static const net_case k_f_devices = {8, 2, 1, "devices", NULL, 1, 0, 0, 0, 0};
+static const net_case k_f_props = {12, 2, 1, "props", NULL, 1, 0, 0, 0, 0};
+static const net_case k_f_baddev = {10, 2, 1, "baddev", NULL, 1, 0, 0, 0, 0};
+static const net_case k_f_listen = {12, 2, 1, "listen", NULL, 0, 0, 0, 0, 0}; /* per connection */
+static const net_case k_f_connect = {12, 2, 1, "connect", NULL, 0, 0, 0, 0, 0};
+static const net_case k_f_accept = {9, 2, 1, "accept", NULL, 0, 0, 0, 0, 0};
+static const net_case k_f_regmr = {12, 2, 1, "regmr", NULL, 0, 0, 0, 0, 0};
+static const net_case k_f_regmr_late = {11, 2, 1, "regmr", "6", 0, 0, 0, 0, 0}; /* a payload's */
+static const net_case k_f_isend = {12, 2, 1, "isend", "2", 0, 0, 0, 0, 0};
+static const net_case k_f_irecv = {8, 2, 1, "irecv", "2", 0, 0, 0, 0, 0};
+static const net_case k_f_test = {12, 2, 1, "test", "20", 0, 0, 0, 0, 0};
+static const net_case k_f_stall = {12, 2, 1, "stall", NULL, 0, 0, 0, 0, 0};
+static const net_case k_f_die = {12, 2, 1, "die", "3", 0, 0, 0, 0, 0};
+static const net_case k_f_badsize = {9, 2, 1, "badsize", NULL, 0, 0, 0, 0, 0};
 
 #define CASE(test, c) cmocka_unit_test_prestate(test, (void*)&(c))
 #define NET_TEST(c) CASE(test_net, c)
@@ -765,6 +825,12 @@ int main(void) {
       CASE(test_hier_device, k_hier_fold),
       CASE(test_hier_device, k_hier_fold_2),
       CASE(test_hier_device, k_hier_fold_5),
+      CASE(test_hier_device, k_hier_uneven),
+      CASE(test_hier_device, k_hier_uneven_fold),
+      CASE(test_hier_device, k_hier_uneven_sync),
+      CASE(test_hier_device, k_hier_uneven_pinned),
+      CASE(test_hier_device, k_hier_unforced),
+      CASE(test_hier_device, k_hier_unforced_uneven),
       CASE(test_device_regs, k_direct_sync),
       CASE(test_device_refused, k_direct_sync),
       CASE(test_device_fault, k_fd_die),

@@ -35,6 +35,7 @@
  * name ranks by their index on their node. */
 struct world {
   int coll, nnodes, ppn, root, inplace;
+  int nranks;   /* 0: nnodes x ppn; else nodes of unequal sizes, ppn the smallest */
   int gathered; /* Hier's stage between nodes only moves data */
   size_t count, send_len, recv_len;
   float bonus; /* what the stand-in for the stage between nodes adds */
@@ -49,7 +50,11 @@ struct world {
 };
 
 static int nranks_of(const struct world* w) {
-  return w->nnodes * w->ppn;
+  return w->nranks ? w->nranks : w->nnodes * w->ppn;
+}
+
+static int node_size(const struct world* w, int node) {
+  return sched_topo_node_size(&w->topo, node);
 }
 
 static int rank_at(const struct world* w, int node, int local) {
@@ -344,12 +349,15 @@ static void unfold_steps(struct world* w) {
 
 /* Every rank's plan; its tasks checked against the others' of its node. */
 static void plan_hier(struct world* w) {
+  int rows = w->coll == COLL_REDUCESCATTER || w->coll == COLL_ALLGATHER;
   for (int node = 0; node < w->nnodes; node++) {
-    for (int l = 0; l < w->ppn; l++) {
+    int here = node_size(w, node);
+    for (int l = 0; l < here; l++) {
       int r = rank_at(w, node, l);
       struct direct_hier h = {.coll = w->coll,
                               .local = l,
                               .nlocal = w->ppn,
+                              .node_ranks = here,
                               .node = node,
                               .nnodes = w->nnodes,
                               .count = w->count,
@@ -357,12 +365,12 @@ static void plan_hier(struct world* w) {
                               .gathered = w->gathered,
                               .root_node = w->topo.node_of[w->root],
                               .root_local = w->topo.local_of[w->root]};
-      assert_true(direct_column(&w->topo, l, &h.column0, &h.column_step));
+      if (rows) assert_true(direct_column(&w->topo, l, &h.column0, &h.column_step));
       assert_int_equal(direct_plan_hier(&h, &w->st[r]), ncclSuccess);
       assert_true(w->st[r].scratch <= SCRATCH_ELEMS);
     }
-    for (int a = 0; a < w->ppn; a++)
-      for (int b = 0; b < w->ppn; b++) {
+    for (int a = 0; a < here; a++)
+      for (int b = 0; b < here; b++) {
         const struct direct_staged *sa = &w->st[rank_at(w, node, a)],
                                    *sb = &w->st[rank_at(w, node, b)];
         if (a == b) continue;
@@ -380,6 +388,23 @@ static int layout_node(int kind, int r, int m, int ppn) {
   if (kind == 0) return r / ppn;
   if (kind == 1) return r % m;
   return (r / m) % 2 ? m - 1 - r % m : r % m;
+}
+
+/* The plans' checks and runs of test_direct_hier on the world as placed
+ * (the ranks' tasks before, the steps, the stand-in, the unfold, the
+ * tasks after). */
+static void hier_run(struct world* w) {
+  int n = nranks_of(w);
+  world_setup(w);
+  for (int r = 0; r < n; r++)
+    for (size_t i = 0; i < SCRATCH_ELEMS; i++) w->scratch[r][i] = NAN;
+  plan_hier(w);
+  for (int r = n - 1; r >= 0; r--) run_task(w, w->topo.node_of[r], &w->st[r].before);
+  pair_steps(w);
+  stage_between(w);
+  unfold_steps(w);
+  for (int r = 0; r < n; r++) run_task(w, w->topo.node_of[r], &w->st[r].after);
+  check_outputs(w);
 }
 
 /* Hier on every layout kind x 2..7 nodes x 1..4 ranks each x counts x in
@@ -411,21 +436,66 @@ static void test_direct_hier(void** state) {
               if (w->gathered) assert_true(direct_hier_gathers(w->coll, w->nnodes));
               w->bonus = w->gathered ? 0.0f : 0.5f;
               w->count = counts[ci];
-              world_setup(w);
-              for (int r = 0; r < n; r++)
-                for (size_t i = 0; i < SCRATCH_ELEMS; i++) w->scratch[r][i] = NAN;
-              plan_hier(w);
+              hier_run(w);
               cases++;
-              for (int r = n - 1; r >= 0; r--) run_task(w, w->topo.node_of[r], &w->st[r].before);
-              pair_steps(w);
-              stage_between(w);
-              unfold_steps(w);
-              for (int r = 0; r < n; r++) run_task(w, w->topo.node_of[r], &w->st[r].after);
-              check_outputs(w);
             }
         sched_topo_free(&w->topo);
       }
   print_message("%d Hier cases\n", cases);
+  free(w);
+}
+
+/* Nodes of unequal sizes (all-reduce and reduce: direct.h): the columns
+ * the smallest node's indexes, the others' ranks past them with nothing
+ * to do, their inputs read and outputs written by their node's columns;
+ * 2 to 5 nodes (a fold on 3 and 5), the stage between nodes reducing or
+ * gathered, node-major and round-robin, every root. A reduce-scatter or
+ * all-gather there is refused. */
+static void test_direct_hier_uneven(void** state) {
+  (void)state;
+  static const int sizes[][6] = {{2, 1}, {1, 3}, {3, 2, 2}, {2, 4, 1, 3}, {3, 3, 1, 2, 2}};
+  static const size_t counts[] = {0, 1, 7, HIER_COUNT};
+  struct world* w = calloc(1, sizeof(*w));
+  int cases = 0;
+  for (size_t li = 0; li < sizeof(sizes) / sizeof(sizes[0]); li++)
+    for (int rr = 0; rr < 2; rr++) {
+      int node_of[MAX_RANKS], left[6], n = 0;
+      w->nnodes = 0, w->ppn = MAX_RANKS;
+      for (int j = 0; j < 6 && sizes[li][j] > 0; j++, w->nnodes++) {
+        left[j] = sizes[li][j];
+        n += sizes[li][j];
+        if (sizes[li][j] < w->ppn) w->ppn = sizes[li][j];
+      }
+      for (int r = 0, j = 0; r < n; r++, j = rr ? (j + 1) % w->nnodes : j) {
+        while (left[j] == 0) j = (j + 1) % w->nnodes; /* round-robin over those with room */
+        node_of[r] = j;
+        left[j]--;
+      }
+      w->nranks = n;
+      world_place(w, node_of);
+      for (size_t ci = 0; ci < sizeof(counts) / sizeof(counts[0]); ci++)
+        for (int k = 0; k < 3; k++)
+          for (w->inplace = 0; w->inplace < 2; w->inplace++) {
+            w->coll = k == 2 ? COLL_REDUCE : COLL_ALLREDUCE;
+            w->gathered = k >= 1;
+            w->bonus = w->gathered ? 0.0f : 0.5f;
+            w->count = counts[ci];
+            for (w->root = 0; w->root < (w->coll == COLL_REDUCE ? n : 1); w->root++, cases++)
+              hier_run(w);
+          }
+      struct direct_staged st;
+      int big = w->topo.order[w->topo.node_start[0] + node_size(w, 0) - 1];
+      struct direct_hier h = {.coll = COLL_REDUCESCATTER,
+                              .local = w->topo.local_of[big],
+                              .nlocal = w->ppn,
+                              .node_ranks = node_size(w, 0),
+                              .nnodes = w->nnodes,
+                              .count = 8,
+                              .align = 4};
+      if (h.node_ranks > h.nlocal) assert_int_equal(direct_plan_hier(&h, &st), ncclInvalidArgument);
+      sched_topo_free(&w->topo);
+    }
+  print_message("%d uneven Hier cases\n", cases);
   free(w);
 }
 
@@ -597,7 +667,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_direct_plans),      cmocka_unit_test(test_direct_hier),
       cmocka_unit_test(test_direct_hier_scale), cmocka_unit_test(test_direct_column),
-      cmocka_unit_test(test_direct_limits),
+      cmocka_unit_test(test_direct_limits),     cmocka_unit_test(test_direct_hier_uneven),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
