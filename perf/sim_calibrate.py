@@ -12,8 +12,10 @@ The link rate nic_gbps defaults to the iperf3 minimum the run measured ("min" ro
 tries every value of a figure (all combinations of all --fit's) and keeps the combination with
 the fewest sizes outside the bound, then the smallest mean error; it is printed first.
 """
+import concurrent.futures
 import csv
 import itertools
+import os
 import statistics
 import subprocess
 import sys
@@ -56,9 +58,19 @@ def layouts_of(data):
     return sorted({k[0] for k in data}, key=lambda l: [int(x) for x in l.split("x")])
 
 
+def predict_all(build, data, settings):
+    """{(layout, system): predicted()} for every measured pair, braid-sim running on every
+    core at once (each run is one process playing one layout and algorithm)."""
+    with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        jobs = {key: pool.submit(predicted, build, key[0], key[1], list(meas), settings)
+                for key, meas in data.items() if meas}
+        return {key: job.result() for key, job in jobs.items()}
+
+
 def evaluate(build, data, settings, bound):
     """(sizes outside the bound, mean |error|, report lines)."""
     lines, outside, errors = [], 0, []
+    sims = predict_all(build, data, settings)
     for layout in layouts_of(data):
         lines += [f"\n## {layout}\n", "| bytes | " + " | ".join(
             f"{s} meas us | sim us | err" for s in SYSTEMS) + " |", "|---" * 13 + "|"]
@@ -67,7 +79,7 @@ def evaluate(build, data, settings, bound):
             meas = data.get((layout, system), {})
             if not meas:
                 continue
-            sim = predicted(build, layout, system, list(meas), settings)
+            sim = sims[(layout, system)]
             errs = []
             for b, t in meas.items():
                 p = sim.get(b)
