@@ -181,6 +181,13 @@ static int hier_fits(const struct work_op* op) {
   }
 }
 
+/* Whether NCCL_ALGO lets Hier with direct node stages run: it names
+ * Direct (whose form across nodes it is), or leaves Hier to the tuner
+ * (not "^Hier"). */
+static int hier_allowed(void) {
+  return tuner_forces_direct() || (tuner_allowed() & (1u << ALGO_HIER)) != 0;
+}
+
 /* One rank a node on nodes that a network moving device memory joins
  * (direct_hier_gathers): Hier's node stages are a
  * copy in and a reduction out, the stage between them swaps of device
@@ -189,7 +196,7 @@ static int hier_fits(const struct work_op* op) {
 static int hier_one_per_node(const struct work_op* op) {
   const struct sched_topo* t = &op->comm->layout;
   int coll = op->args.coll;
-  return sched_coll_reduces(coll) && t->nnodes >= 2 && t->max_ppn == 1 &&
+  return sched_coll_reduces(coll) && hier_allowed() && t->nnodes >= 2 && t->max_ppn == 1 &&
          cuda_comm_shares_process(op->comm) >= 0 && cuda_hier_column_on_device(op->comm, coll);
 }
 
@@ -203,7 +210,7 @@ static int hier_one_per_node(const struct work_op* op) {
 static int hier_wanted(const struct work_op* op) {
   int algo = ALGO_RING;
   if (hier_one_per_node(op)) return 1;
-  if (!hier_fits(op)) return 0;
+  if (!hier_allowed() || !hier_fits(op)) return 0;
   if (op->args.coll == COLL_REDUCE) return 1; /* the host has no Hier reduce to weigh it with */
   if (tuner_forces_direct()) return 1;
   if (sched_coll_reduces(op->args.coll) && cuda_hier_column_on_device(op->comm, op->args.coll))

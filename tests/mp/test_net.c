@@ -37,6 +37,7 @@ typedef struct net_case {
   int hier;          /* device calls run as Hier with direct node stages */
   int no_cuda;       /* the fake does not take device memory (FAKENET_CUDA=0) */
   int unforced;      /* NCCL_ALGO unset, the host tuned to the ring: Hier as the policy picks it */
+  int no_hier;       /* NCCL_ALGO=^Hier: no call runs Hier, not even one rank a host's */
 } net_case;
 
 static char g_plugin_dir[4096];
@@ -372,6 +373,7 @@ static int hier_stage_on_device(const net_case* c) {
  * executor's). */
 static int hier_runs(const net_case* c, int coll) {
   int dev = hier_stage_on_device(c), alone = c->per_host == 1;
+  if (c->no_hier) return 0;
   int rows = coll == CC_REDUCESCATTER || coll == CC_ALLGATHER;
   return !(alone && coll == CC_ALLGATHER) && !(!dev && coll == CC_REDUCE) && !(alone && !dev) &&
          !(rows && hosts_uneven(c));
@@ -449,6 +451,7 @@ static int hier_device_body(const mp_env* env) {
   setenv("BRAID_STREAM_MEMOPS", c->sync ? "0" : "1", 1);
   if (c->per_host > 1 && !c->unforced)
     setenv("NCCL_ALGO", "Direct,Ring", 1); /* one rank a host takes Hier unasked */
+  if (c->no_hier) setenv("NCCL_ALGO", "^Hier", 1);
   if (c->unforced && tune_to_ring(env, tune, sizeof(tune)) != 0) return 1;
   setenv("NCCL_DEBUG", "INFO", 1);
   setenv("NCCL_DEBUG_SUBSYS", "TUNING", 1);
@@ -471,7 +474,7 @@ static int hier_device_body(const mp_env* env) {
   if (tune[0]) unlink(tune);
   int ran = mp_capture_count(&cap, stage), on_dev = mp_capture_count(&cap, "on the device");
   mp_capture_end_quiet(&cap);
-  if (ran < calls || on_dev != (on_device ? dev_calls : 0)) {
+  if (ran < calls || on_dev != (on_device ? dev_calls : 0) || (c->no_hier && ran != 0)) {
     mp_fail(env, "%d of %d calls ran as \"%s\" (%d on the device, not %d)", ran, calls, stage + 2,
             on_dev, dev_calls);
     bad++;
@@ -719,65 +722,73 @@ static void test_net(void** state) {
   assert_int_equal(launch(c->nranks, c->fault ? fault_body : good_body, c), 0);
 }
 
-static const net_case k_v8 = {8, 3, 1, NULL, NULL, 0, 0, 0, 0, 0};
-static const net_case k_v9 = {9, 3, 1, NULL, NULL, 0, 0, 0, 0, 0};
-static const net_case k_v10 = {10, 3, 1, NULL, NULL, 0, 0, 0, 0, 0};
-static const net_case k_v11 = {11, 3, 1, NULL, NULL, 0, 0, 0, 0, 0};
-static const net_case k_v12 = {12, 4, 1, NULL, NULL, 0, 0, 0, 0, 0};
-static const net_case k_v12_2x2 = {12, 4, 2, NULL, NULL,
+static const net_case k_v8 = {8, 3, 1, NULL, NULL, 0, 0, 0, 0, 0, 0};
+static const net_case k_v9 = {9, 3, 1, NULL, NULL, 0, 0, 0, 0, 0, 0};
+static const net_case k_v10 = {10, 3, 1, NULL, NULL, 0, 0, 0, 0, 0, 0};
+static const net_case k_v11 = {11, 3, 1, NULL, NULL, 0, 0, 0, 0, 0, 0};
+static const net_case k_v12 = {12, 4, 1, NULL, NULL, 0, 0, 0, 0, 0, 0};
+static const net_case k_v12_2x2 = {12, 4, 2, NULL, NULL, 0,
                                    0,  0, 0, 0,    0}; /* shared memory inside a host */
 /* device buffers where the plugin takes them, synchronous and gated calls */
-static const net_case k_direct_sync = {12, 3, 1, NULL, NULL, 0, 1, 0, 0, 0};
-static const net_case k_direct_gated = {11, 3, 1, NULL, NULL, 0, 0, 0, 0, 0};
-static const net_case k_direct_mixed_sync = {12, 4, 2, NULL, NULL, 0, 1, 0, 0, 0};
-static const net_case k_direct_mixed_gated = {10, 4, 2, NULL, NULL, 0, 0, 0, 0, 0};
+static const net_case k_direct_sync = {12, 3, 1, NULL, NULL, 0, 1, 0, 0, 0, 0};
+static const net_case k_direct_gated = {11, 3, 1, NULL, NULL, 0, 0, 0, 0, 0, 0};
+static const net_case k_direct_mixed_sync = {12, 4, 2, NULL, NULL, 0, 1, 0, 0, 0, 0};
+static const net_case k_direct_mixed_gated = {10, 4, 2, NULL, NULL, 0, 0, 0, 0, 0, 0};
 /* Hier's stage between hosts on device scratch, or (no_cuda) pinned */
-static const net_case k_hier_device = {12, 4, 2, NULL, NULL, 0, 0, 1, 0, 0};
-static const net_case k_hier_pinned = {9, 4, 2, NULL, NULL, 0, 0, 1, 1, 0};
-static const net_case k_hier_pair = {11, 2, 1, NULL, NULL, 0, 0, 1, 0, 0};    /* one rank a host */
-static const net_case k_hier_halving = {12, 4, 1, NULL, NULL, 0, 0, 1, 0, 0}; /* 4 hosts: halving */
-static const net_case k_hier_halving_2 = {10, 8, 2, NULL, NULL, 0, 0, 1, 0, 0};
-static const net_case k_hier_halving_sync = {12, 4, 1, NULL, NULL, 0, 1, 1, 0, 0};
-static const net_case k_hier_fold = {12, 3, 1, NULL, NULL, 0, 0, 1, 0, 0};   /* 3 hosts: a fold */
-static const net_case k_hier_fold_2 = {11, 6, 2, NULL, NULL, 0, 0, 1, 0, 0}; /* 3 hosts of 2 */
-static const net_case k_hier_fold_5 = {12, 5, 1, NULL, NULL, 0, 1, 1, 0, 0}; /* 5, synchronous */
+static const net_case k_hier_device = {12, 4, 2, NULL, NULL, 0, 0, 1, 0, 0, 0};
+static const net_case k_hier_pinned = {9, 4, 2, NULL, NULL, 0, 0, 1, 1, 0, 0};
+static const net_case k_hier_pair = {11, 2, 1, NULL, NULL, 0, 0, 1, 0, 0, 0}; /* one rank a host */
+static const net_case k_hier_halving = {12, 4, 1, NULL, NULL, 0,
+                                        0,  1, 0, 0,    0}; /* 4 hosts: halving */
+static const net_case k_hier_halving_2 = {10, 8, 2, NULL, NULL, 0, 0, 1, 0, 0, 0};
+static const net_case k_hier_halving_sync = {12, 4, 1, NULL, NULL, 0, 1, 1, 0, 0, 0};
+static const net_case k_hier_fold = {12, 3, 1, NULL, NULL, 0, 0, 1, 0, 0, 0}; /* 3 hosts: a fold */
+static const net_case k_hier_fold_2 = {11, 6, 2, NULL, NULL, 0, 0, 1, 0, 0, 0}; /* 3 hosts of 2 */
+static const net_case k_hier_fold_5 = {12, 5, 1, NULL, NULL, 0, 1, 1, 0, 0, 0}; /* 5, synchronous */
 /* hosts of unequal sizes: 2 + 1, 2 + 2 + 1 (a fold), 3 + 3 + 1 synchronous, 2 + 1 pinned */
-static const net_case k_hier_uneven = {12, 3, 2, NULL, NULL, 0, 0, 1, 0, 0};
-static const net_case k_hier_uneven_fold = {11, 5, 2, NULL, NULL, 0, 0, 1, 0, 0};
-static const net_case k_hier_uneven_sync = {12, 7, 3, NULL, NULL, 0, 1, 1, 0, 0};
-static const net_case k_hier_uneven_pinned = {10, 3, 2, NULL, NULL, 0, 0, 1, 1, 0};
+static const net_case k_hier_uneven = {12, 3, 2, NULL, NULL, 0, 0, 1, 0, 0, 0};
+static const net_case k_hier_uneven_fold = {11, 5, 2, NULL, NULL, 0, 0, 1, 0, 0, 0};
+static const net_case k_hier_uneven_sync = {12, 7, 3, NULL, NULL, 0, 1, 1, 0, 0, 0};
+static const net_case k_hier_uneven_pinned = {10, 3, 2, NULL, NULL, 0, 0, 1, 1, 0, 0};
 /* a reduction whose stage between hosts moves device memory takes Hier
  * where the host would run the ring (a tuner file says so; 2 + 2,
  * 2 + 2 + 1) */
-static const net_case k_hier_unforced = {12, 4, 2, NULL, NULL, 0, 0, 1, 0, 1};
-static const net_case k_hier_unforced_uneven = {12, 5, 2, NULL, NULL, 0, 0, 1, 0, 1};
-static const net_case k_fd_die = {12, 2, 1, "die", "3", 0, 1, 0, 0, 0};
-static const net_case k_fd_stall = {10, 2, 1, "stall", NULL, 0, 1, 0, 0, 0};
-static const net_case k_fd_regmr = {11, 2, 1, "regmr", "6", 0, 1, 0, 0, 0};
-static const net_case k_fh_die = {12, 2, 1, "die", "3", 0, 0, 1, 0, 0};
-static const net_case k_fh_stall = {10, 2, 1, "stall", NULL, 0, 0, 1, 0, 0};
-static const net_case k_fh_regmr = {11, 2, 1, "regmr", "3", 0, 0, 1, 0, 0}; /* the scratch's */
-static const net_case k_fh_halving_die = {12, 4, 1, "die", "3",
-                                          0,  0, 1, 0,     0};               /* 4 hosts: halving */
-static const net_case k_fh_fold_die = {12, 3, 1, "die", "3", 0, 0, 1, 0, 0}; /* 3 hosts: a fold */
-static const net_case k_fh_fold_stall = {12, 5, 1, "stall", "2", 0, 0, 1, 0, 0}; /* 5 hosts */
-static const net_case k_fh_rs_fold_die = {12, 3, 1, "die", "3", 0, 0, 1, 0, 0};  /* rows in pairs */
-static const net_case k_fh_rs_fold_stall = {11, 5, 1, "stall", "2", 0, 0, 1, 0, 0};
-static const net_case k_f_init = {12, 2, 1, "init", NULL, 1, 0, 0, 0, 0};
-static const net_case k_f_devices = {8, 2, 1, "devices", NULL, 1, 0, 0, 0, 0};
-static const net_case k_f_props = {12, 2, 1, "props", NULL, 1, 0, 0, 0, 0};
-static const net_case k_f_baddev = {10, 2, 1, "baddev", NULL, 1, 0, 0, 0, 0};
-static const net_case k_f_listen = {12, 2, 1, "listen", NULL, 0, 0, 0, 0, 0}; /* per connection */
-static const net_case k_f_connect = {12, 2, 1, "connect", NULL, 0, 0, 0, 0, 0};
-static const net_case k_f_accept = {9, 2, 1, "accept", NULL, 0, 0, 0, 0, 0};
-static const net_case k_f_regmr = {12, 2, 1, "regmr", NULL, 0, 0, 0, 0, 0};
-static const net_case k_f_regmr_late = {11, 2, 1, "regmr", "6", 0, 0, 0, 0, 0}; /* a payload's */
-static const net_case k_f_isend = {12, 2, 1, "isend", "2", 0, 0, 0, 0, 0};
-static const net_case k_f_irecv = {8, 2, 1, "irecv", "2", 0, 0, 0, 0, 0};
-static const net_case k_f_test = {12, 2, 1, "test", "20", 0, 0, 0, 0, 0};
-static const net_case k_f_stall = {12, 2, 1, "stall", NULL, 0, 0, 0, 0, 0};
-static const net_case k_f_die = {12, 2, 1, "die", "3", 0, 0, 0, 0, 0};
-static const net_case k_f_badsize = {9, 2, 1, "badsize", NULL, 0, 0, 0, 0, 0};
+static const net_case k_hier_unforced = {12, 4, 2, NULL, NULL, 0, 0, 1, 0, 1, 0};
+static const net_case k_hier_unforced_uneven = {12, 5, 2, NULL, NULL, 0, 0, 1, 0, 1, 0};
+/* NCCL_ALGO=^Hier: none of it, one rank a host (which takes it unasked) or
+ * two (the tuner given the ring) */
+static const net_case k_hier_refused_pair = {12, 2, 1, NULL, NULL, 0, 0, 1, 0, 0, 1};
+static const net_case k_hier_refused_2x2 = {12, 4, 2, NULL, NULL, 0, 0, 1, 0, 1, 1};
+static const net_case k_fd_die = {12, 2, 1, "die", "3", 0, 1, 0, 0, 0, 0};
+static const net_case k_fd_stall = {10, 2, 1, "stall", NULL, 0, 1, 0, 0, 0, 0};
+static const net_case k_fd_regmr = {11, 2, 1, "regmr", "6", 0, 1, 0, 0, 0, 0};
+static const net_case k_fh_die = {12, 2, 1, "die", "3", 0, 0, 1, 0, 0, 0};
+static const net_case k_fh_stall = {10, 2, 1, "stall", NULL, 0, 0, 1, 0, 0, 0};
+static const net_case k_fh_regmr = {11, 2, 1, "regmr", "3", 0, 0, 1, 0, 0, 0}; /* the scratch's */
+static const net_case k_fh_halving_die = {12, 4, 1, "die", "3", 0,
+                                          0,  1, 0, 0,     0}; /* 4 hosts: halving */
+static const net_case k_fh_fold_die = {12, 3, 1, "die", "3", 0,
+                                       0,  1, 0, 0,     0}; /* 3 hosts: a fold */
+static const net_case k_fh_fold_stall = {12, 5, 1, "stall", "2", 0, 0, 1, 0, 0, 0}; /* 5 hosts */
+static const net_case k_fh_rs_fold_die = {12, 3, 1, "die", "3", 0,
+                                          0,  1, 0, 0,     0}; /* rows in pairs */
+static const net_case k_fh_rs_fold_stall = {11, 5, 1, "stall", "2", 0, 0, 1, 0, 0, 0};
+static const net_case k_f_init = {12, 2, 1, "init", NULL, 1, 0, 0, 0, 0, 0};
+static const net_case k_f_devices = {8, 2, 1, "devices", NULL, 1, 0, 0, 0, 0, 0};
+static const net_case k_f_props = {12, 2, 1, "props", NULL, 1, 0, 0, 0, 0, 0};
+static const net_case k_f_baddev = {10, 2, 1, "baddev", NULL, 1, 0, 0, 0, 0, 0};
+static const net_case k_f_listen = {12, 2, 1, "listen", NULL, 0,
+                                    0,  0, 0, 0,        0}; /* per connection */
+static const net_case k_f_connect = {12, 2, 1, "connect", NULL, 0, 0, 0, 0, 0, 0};
+static const net_case k_f_accept = {9, 2, 1, "accept", NULL, 0, 0, 0, 0, 0, 0};
+static const net_case k_f_regmr = {12, 2, 1, "regmr", NULL, 0, 0, 0, 0, 0, 0};
+static const net_case k_f_regmr_late = {11, 2, 1, "regmr", "6", 0, 0, 0, 0, 0, 0}; /* a payload's */
+static const net_case k_f_isend = {12, 2, 1, "isend", "2", 0, 0, 0, 0, 0, 0};
+static const net_case k_f_irecv = {8, 2, 1, "irecv", "2", 0, 0, 0, 0, 0, 0};
+static const net_case k_f_test = {12, 2, 1, "test", "20", 0, 0, 0, 0, 0, 0};
+static const net_case k_f_stall = {12, 2, 1, "stall", NULL, 0, 0, 0, 0, 0, 0};
+static const net_case k_f_die = {12, 2, 1, "die", "3", 0, 0, 0, 0, 0, 0};
+static const net_case k_f_badsize = {9, 2, 1, "badsize", NULL, 0, 0, 0, 0, 0, 0};
 
 #define CASE(test, c) cmocka_unit_test_prestate(test, (void*)&(c))
 #define NET_TEST(c) CASE(test_net, c)
@@ -831,6 +842,8 @@ int main(void) {
       CASE(test_hier_device, k_hier_uneven_pinned),
       CASE(test_hier_device, k_hier_unforced),
       CASE(test_hier_device, k_hier_unforced_uneven),
+      CASE(test_hier_device, k_hier_refused_pair),
+      CASE(test_hier_device, k_hier_refused_2x2),
       CASE(test_device_regs, k_direct_sync),
       CASE(test_device_refused, k_direct_sync),
       CASE(test_device_fault, k_fd_die),
