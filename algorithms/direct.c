@@ -336,9 +336,11 @@ static ncclResult_t column_task(const struct direct_hier* h, struct direct_task*
  * no stage between nodes. */
 static ncclResult_t hier_slice(const struct direct_hier* h, struct direct_staged* st) {
   struct direct_task whole;
-  st->post_task = -1;
-  st->before.rows = st->after.rows = 1;
-  if (h->local >= h->nlocal) return ncclSuccess; /* both tasks empty */
+  if (h->local >= h->nlocal) { /* past the columns: both tasks empty */
+    st->before.rows = st->after.rows = 1;
+    st->post_task = -1;
+    return ncclSuccess;
+  }
   ncclResult_t res = column_task(h, &whole);
   if (res != ncclSuccess) return res;
   st->before = st->after = whole;

@@ -56,9 +56,10 @@ ncclResult_t direct_plan(int coll, int rank, int nranks, int root, size_t count,
 
 /*
  * Hier with its node stages direct (devices on several nodes, of the same
- * size but for an all-reduce's or reduce's, below): a task before the stage between nodes and one
- * after, around the rank's scratch, with the stage between them run by the ranks holding this
- * rank's index on every node (its column) on the host:
+ * size but for an all-reduce's or reduce's, below): a task before the
+ * stage between nodes and one after, around the rank's scratch, with the
+ * stage between them run by the ranks holding this rank's index on every
+ * node (its column) on the host:
  *  - all-reduce: reduce this rank's slice from the node's inputs into the
  *    scratch; all-reduce it along the column; write it to every output of
  *    the node;

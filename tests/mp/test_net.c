@@ -722,73 +722,109 @@ static void test_net(void** state) {
   assert_int_equal(launch(c->nranks, c->fault ? fault_body : good_body, c), 0);
 }
 
-static const net_case k_v8 = {8, 3, 1, NULL, NULL, 0, 0, 0, 0, 0, 0};
-static const net_case k_v9 = {9, 3, 1, NULL, NULL, 0, 0, 0, 0, 0, 0};
-static const net_case k_v10 = {10, 3, 1, NULL, NULL, 0, 0, 0, 0, 0, 0};
-static const net_case k_v11 = {11, 3, 1, NULL, NULL, 0, 0, 0, 0, 0, 0};
-static const net_case k_v12 = {12, 4, 1, NULL, NULL, 0, 0, 0, 0, 0, 0};
-static const net_case k_v12_2x2 = {12, 4, 2, NULL, NULL, 0,
-                                   0,  0, 0, 0,    0}; /* shared memory inside a host */
+static const net_case k_v8 = {.version = 8, .nranks = 3, .per_host = 1};
+static const net_case k_v9 = {.version = 9, .nranks = 3, .per_host = 1};
+static const net_case k_v10 = {.version = 10, .nranks = 3, .per_host = 1};
+static const net_case k_v11 = {.version = 11, .nranks = 3, .per_host = 1};
+static const net_case k_v12 = {.version = 12, .nranks = 4, .per_host = 1};
+/* shared memory inside a host */
+static const net_case k_v12_2x2 = {.version = 12, .nranks = 4, .per_host = 2};
 /* device buffers where the plugin takes them, synchronous and gated calls */
-static const net_case k_direct_sync = {12, 3, 1, NULL, NULL, 0, 1, 0, 0, 0, 0};
-static const net_case k_direct_gated = {11, 3, 1, NULL, NULL, 0, 0, 0, 0, 0, 0};
-static const net_case k_direct_mixed_sync = {12, 4, 2, NULL, NULL, 0, 1, 0, 0, 0, 0};
-static const net_case k_direct_mixed_gated = {10, 4, 2, NULL, NULL, 0, 0, 0, 0, 0, 0};
+static const net_case k_direct_sync = {.version = 12, .nranks = 3, .per_host = 1, .sync = 1};
+static const net_case k_direct_gated = {.version = 11, .nranks = 3, .per_host = 1};
+static const net_case k_direct_mixed_sync = {.version = 12, .nranks = 4, .per_host = 2, .sync = 1};
+static const net_case k_direct_mixed_gated = {.version = 10, .nranks = 4, .per_host = 2};
 /* Hier's stage between hosts on device scratch, or (no_cuda) pinned */
-static const net_case k_hier_device = {12, 4, 2, NULL, NULL, 0, 0, 1, 0, 0, 0};
-static const net_case k_hier_pinned = {9, 4, 2, NULL, NULL, 0, 0, 1, 1, 0, 0};
-static const net_case k_hier_pair = {11, 2, 1, NULL, NULL, 0, 0, 1, 0, 0, 0}; /* one rank a host */
-static const net_case k_hier_halving = {12, 4, 1, NULL, NULL, 0,
-                                        0,  1, 0, 0,    0}; /* 4 hosts: halving */
-static const net_case k_hier_halving_2 = {10, 8, 2, NULL, NULL, 0, 0, 1, 0, 0, 0};
-static const net_case k_hier_halving_sync = {12, 4, 1, NULL, NULL, 0, 1, 1, 0, 0, 0};
-static const net_case k_hier_fold = {12, 3, 1, NULL, NULL, 0, 0, 1, 0, 0, 0}; /* 3 hosts: a fold */
-static const net_case k_hier_fold_2 = {11, 6, 2, NULL, NULL, 0, 0, 1, 0, 0, 0}; /* 3 hosts of 2 */
-static const net_case k_hier_fold_5 = {12, 5, 1, NULL, NULL, 0, 1, 1, 0, 0, 0}; /* 5, synchronous */
+static const net_case k_hier_device = {.version = 12, .nranks = 4, .per_host = 2, .hier = 1};
+static const net_case k_hier_pinned = {
+    .version = 9, .nranks = 4, .per_host = 2, .hier = 1, .no_cuda = 1};
+/* one rank a host */
+static const net_case k_hier_pair = {.version = 11, .nranks = 2, .per_host = 1, .hier = 1};
+/* 4 hosts: halving */
+static const net_case k_hier_halving = {.version = 12, .nranks = 4, .per_host = 1, .hier = 1};
+static const net_case k_hier_halving_2 = {.version = 10, .nranks = 8, .per_host = 2, .hier = 1};
+static const net_case k_hier_halving_sync = {
+    .version = 12, .nranks = 4, .per_host = 1, .sync = 1, .hier = 1};
+/* 3 hosts: a fold */
+static const net_case k_hier_fold = {.version = 12, .nranks = 3, .per_host = 1, .hier = 1};
+/* 3 hosts of 2 */
+static const net_case k_hier_fold_2 = {.version = 11, .nranks = 6, .per_host = 2, .hier = 1};
+/* 5, synchronous */
+static const net_case k_hier_fold_5 = {
+    .version = 12, .nranks = 5, .per_host = 1, .sync = 1, .hier = 1};
 /* hosts of unequal sizes: 2 + 1, 2 + 2 + 1 (a fold), 3 + 3 + 1 synchronous, 2 + 1 pinned */
-static const net_case k_hier_uneven = {12, 3, 2, NULL, NULL, 0, 0, 1, 0, 0, 0};
-static const net_case k_hier_uneven_fold = {11, 5, 2, NULL, NULL, 0, 0, 1, 0, 0, 0};
-static const net_case k_hier_uneven_sync = {12, 7, 3, NULL, NULL, 0, 1, 1, 0, 0, 0};
-static const net_case k_hier_uneven_pinned = {10, 3, 2, NULL, NULL, 0, 0, 1, 1, 0, 0};
+static const net_case k_hier_uneven = {.version = 12, .nranks = 3, .per_host = 2, .hier = 1};
+static const net_case k_hier_uneven_fold = {.version = 11, .nranks = 5, .per_host = 2, .hier = 1};
+static const net_case k_hier_uneven_sync = {
+    .version = 12, .nranks = 7, .per_host = 3, .sync = 1, .hier = 1};
+static const net_case k_hier_uneven_pinned = {
+    .version = 10, .nranks = 3, .per_host = 2, .hier = 1, .no_cuda = 1};
 /* a reduction whose stage between hosts moves device memory takes Hier
  * where the host would run the ring (a tuner file says so; 2 + 2,
  * 2 + 2 + 1) */
-static const net_case k_hier_unforced = {12, 4, 2, NULL, NULL, 0, 0, 1, 0, 1, 0};
-static const net_case k_hier_unforced_uneven = {12, 5, 2, NULL, NULL, 0, 0, 1, 0, 1, 0};
+static const net_case k_hier_unforced = {
+    .version = 12, .nranks = 4, .per_host = 2, .hier = 1, .unforced = 1};
+static const net_case k_hier_unforced_uneven = {
+    .version = 12, .nranks = 5, .per_host = 2, .hier = 1, .unforced = 1};
 /* NCCL_ALGO=^Hier: none of it, one rank a host (which takes it unasked) or
  * two (the tuner given the ring) */
-static const net_case k_hier_refused_pair = {12, 2, 1, NULL, NULL, 0, 0, 1, 0, 0, 1};
-static const net_case k_hier_refused_2x2 = {12, 4, 2, NULL, NULL, 0, 0, 1, 0, 1, 1};
-static const net_case k_fd_die = {12, 2, 1, "die", "3", 0, 1, 0, 0, 0, 0};
-static const net_case k_fd_stall = {10, 2, 1, "stall", NULL, 0, 1, 0, 0, 0, 0};
-static const net_case k_fd_regmr = {11, 2, 1, "regmr", "6", 0, 1, 0, 0, 0, 0};
-static const net_case k_fh_die = {12, 2, 1, "die", "3", 0, 0, 1, 0, 0, 0};
-static const net_case k_fh_stall = {10, 2, 1, "stall", NULL, 0, 0, 1, 0, 0, 0};
-static const net_case k_fh_regmr = {11, 2, 1, "regmr", "3", 0, 0, 1, 0, 0, 0}; /* the scratch's */
-static const net_case k_fh_halving_die = {12, 4, 1, "die", "3", 0,
-                                          0,  1, 0, 0,     0}; /* 4 hosts: halving */
-static const net_case k_fh_fold_die = {12, 3, 1, "die", "3", 0,
-                                       0,  1, 0, 0,     0}; /* 3 hosts: a fold */
-static const net_case k_fh_fold_stall = {12, 5, 1, "stall", "2", 0, 0, 1, 0, 0, 0}; /* 5 hosts */
-static const net_case k_fh_rs_fold_die = {12, 3, 1, "die", "3", 0,
-                                          0,  1, 0, 0,     0}; /* rows in pairs */
-static const net_case k_fh_rs_fold_stall = {11, 5, 1, "stall", "2", 0, 0, 1, 0, 0, 0};
-static const net_case k_f_init = {12, 2, 1, "init", NULL, 1, 0, 0, 0, 0, 0};
-static const net_case k_f_devices = {8, 2, 1, "devices", NULL, 1, 0, 0, 0, 0, 0};
-static const net_case k_f_props = {12, 2, 1, "props", NULL, 1, 0, 0, 0, 0, 0};
-static const net_case k_f_baddev = {10, 2, 1, "baddev", NULL, 1, 0, 0, 0, 0, 0};
-static const net_case k_f_listen = {12, 2, 1, "listen", NULL, 0,
-                                    0,  0, 0, 0,        0}; /* per connection */
-static const net_case k_f_connect = {12, 2, 1, "connect", NULL, 0, 0, 0, 0, 0, 0};
-static const net_case k_f_accept = {9, 2, 1, "accept", NULL, 0, 0, 0, 0, 0, 0};
-static const net_case k_f_regmr = {12, 2, 1, "regmr", NULL, 0, 0, 0, 0, 0, 0};
-static const net_case k_f_regmr_late = {11, 2, 1, "regmr", "6", 0, 0, 0, 0, 0, 0}; /* a payload's */
-static const net_case k_f_isend = {12, 2, 1, "isend", "2", 0, 0, 0, 0, 0, 0};
-static const net_case k_f_irecv = {8, 2, 1, "irecv", "2", 0, 0, 0, 0, 0, 0};
-static const net_case k_f_test = {12, 2, 1, "test", "20", 0, 0, 0, 0, 0, 0};
-static const net_case k_f_stall = {12, 2, 1, "stall", NULL, 0, 0, 0, 0, 0, 0};
-static const net_case k_f_die = {12, 2, 1, "die", "3", 0, 0, 0, 0, 0, 0};
-static const net_case k_f_badsize = {9, 2, 1, "badsize", NULL, 0, 0, 0, 0, 0, 0};
+static const net_case k_hier_refused_pair = {
+    .version = 12, .nranks = 2, .per_host = 1, .hier = 1, .no_hier = 1};
+static const net_case k_hier_refused_2x2 = {
+    .version = 12, .nranks = 4, .per_host = 2, .hier = 1, .unforced = 1, .no_hier = 1};
+static const net_case k_fd_die = {
+    .version = 12, .nranks = 2, .per_host = 1, .fault = "die", .after = "3", .sync = 1};
+static const net_case k_fd_stall = {
+    .version = 10, .nranks = 2, .per_host = 1, .fault = "stall", .sync = 1};
+static const net_case k_fd_regmr = {
+    .version = 11, .nranks = 2, .per_host = 1, .fault = "regmr", .after = "6", .sync = 1};
+static const net_case k_fh_die = {
+    .version = 12, .nranks = 2, .per_host = 1, .fault = "die", .after = "3", .hier = 1};
+static const net_case k_fh_stall = {
+    .version = 10, .nranks = 2, .per_host = 1, .fault = "stall", .hier = 1};
+/* a registration refused: the scratch's */
+static const net_case k_fh_regmr = {
+    .version = 11, .nranks = 2, .per_host = 1, .fault = "regmr", .after = "3", .hier = 1};
+/* 4 hosts: halving */
+static const net_case k_fh_halving_die = {
+    .version = 12, .nranks = 4, .per_host = 1, .fault = "die", .after = "3", .hier = 1};
+/* 3 hosts: a fold */
+static const net_case k_fh_fold_die = {
+    .version = 12, .nranks = 3, .per_host = 1, .fault = "die", .after = "3", .hier = 1};
+/* 5 hosts: a fold */
+static const net_case k_fh_fold_stall = {
+    .version = 12, .nranks = 5, .per_host = 1, .fault = "stall", .after = "2", .hier = 1};
+/* a reduce-scatter's rows in pairs */
+static const net_case k_fh_rs_fold_die = {
+    .version = 12, .nranks = 3, .per_host = 1, .fault = "die", .after = "3", .hier = 1};
+static const net_case k_fh_rs_fold_stall = {
+    .version = 11, .nranks = 5, .per_host = 1, .fault = "stall", .after = "2", .hier = 1};
+static const net_case k_f_init = {
+    .version = 12, .nranks = 2, .per_host = 1, .fault = "init", .init_fails = 1};
+static const net_case k_f_devices = {
+    .version = 8, .nranks = 2, .per_host = 1, .fault = "devices", .init_fails = 1};
+static const net_case k_f_props = {
+    .version = 12, .nranks = 2, .per_host = 1, .fault = "props", .init_fails = 1};
+static const net_case k_f_baddev = {
+    .version = 10, .nranks = 2, .per_host = 1, .fault = "baddev", .init_fails = 1};
+/* listen fails, per connection */
+static const net_case k_f_listen = {.version = 12, .nranks = 2, .per_host = 1, .fault = "listen"};
+static const net_case k_f_connect = {.version = 12, .nranks = 2, .per_host = 1, .fault = "connect"};
+static const net_case k_f_accept = {.version = 9, .nranks = 2, .per_host = 1, .fault = "accept"};
+static const net_case k_f_regmr = {.version = 12, .nranks = 2, .per_host = 1, .fault = "regmr"};
+/* a registration refused: a payload's */
+static const net_case k_f_regmr_late = {
+    .version = 11, .nranks = 2, .per_host = 1, .fault = "regmr", .after = "6"};
+static const net_case k_f_isend = {
+    .version = 12, .nranks = 2, .per_host = 1, .fault = "isend", .after = "2"};
+static const net_case k_f_irecv = {
+    .version = 8, .nranks = 2, .per_host = 1, .fault = "irecv", .after = "2"};
+static const net_case k_f_test = {
+    .version = 12, .nranks = 2, .per_host = 1, .fault = "test", .after = "20"};
+static const net_case k_f_stall = {.version = 12, .nranks = 2, .per_host = 1, .fault = "stall"};
+static const net_case k_f_die = {
+    .version = 12, .nranks = 2, .per_host = 1, .fault = "die", .after = "3"};
+static const net_case k_f_badsize = {.version = 9, .nranks = 2, .per_host = 1, .fault = "badsize"};
 
 #define CASE(test, c) cmocka_unit_test_prestate(test, (void*)&(c))
 #define NET_TEST(c) CASE(test_net, c)
