@@ -95,7 +95,7 @@ static int hier_folds(const struct direct_hier* h) {
 }
 
 int direct_hier_gathers(int coll, int nnodes) {
-  if (coll == COLL_ALLGATHER) return 1;
+  if (coll == COLL_ALLGATHER || coll == COLL_BROADCAST) return 1;
   return nnodes >= 2 && nnodes <= DIRECT_MAX_NODES &&
          (coll == COLL_ALLREDUCE || coll == COLL_REDUCE || coll == COLL_REDUCESCATTER);
 }
@@ -109,7 +109,7 @@ int direct_halving_nodes(int nnodes) {
 int direct_stage_partners(int coll, int nnodes, int node, int* out) {
   int m = 0, p = direct_halving_nodes(nnodes);
   if (nnodes < 2) return 0;
-  if (coll == COLL_ALLGATHER) { /* the column's ring */
+  if (coll == COLL_ALLGATHER || coll == COLL_BROADCAST) { /* the column's ring */
     out[m++] = (node + 1) % nnodes;
     if (nnodes > 2) out[m++] = (node + nnodes - 1) % nnodes;
     return m;
@@ -378,6 +378,31 @@ static ncclResult_t hier_slice(const struct direct_hier* h, struct direct_staged
   return ncclSuccess;
 }
 
+/* Broadcast: column `local`'s slice (of the columns', as an all-reduce
+ * cuts it) from the root's input into the scratch on the root's node,
+ * broadcast along the column from the root's node, then from the scratch
+ * to every output of the node. An index past the columns, and the task
+ * before off the root's node, have nothing to do. */
+static ncclResult_t hier_broadcast(const struct direct_hier* h, struct direct_staged* st) {
+  struct direct_task whole;
+  st->before.rows = st->after.rows = 1;
+  st->post_task = -1;
+  if (h->local >= h->nlocal) return ncclSuccess; /* past the columns: both tasks empty */
+  ncclResult_t res = column_task(h, &whole);
+  if (res != ncclSuccess) return res;
+  st->after = whole;
+  st->after.nsrcs = 1, st->after.srcs[0] = ref(h->local, DIRECT_SCRATCH, 0);
+  if (h->node == h->root_node) {
+    st->before = whole;
+    st->before.nsrcs = 1, st->before.srcs[0] = ref(h->root_local, DIRECT_SEND, whole.srcs[0].off);
+    st->before.ndsts = 1, st->before.dsts[0] = ref(h->local, DIRECT_SCRATCH, 0);
+  }
+  st->scratch = st->count = whole.n;
+  st->column_coll = COLL_BROADCAST;
+  st->column_root = h->root_node;
+  return ncclSuccess;
+}
+
 ncclResult_t direct_plan_hier(const struct direct_hier* h, struct direct_staged* st) {
   int here = hier_node_ranks(h);
   memset(st, 0, sizeof(*st));
@@ -389,7 +414,8 @@ ncclResult_t direct_plan_hier(const struct direct_hier* h, struct direct_staged*
         h->local, here, h->nlocal, h->node, h->nnodes, DIRECT_MAX_RANKS);
     return ncclInvalidArgument;
   }
-  if (here != h->nlocal && h->coll != COLL_ALLREDUCE && h->coll != COLL_REDUCE) {
+  if (here != h->nlocal && h->coll != COLL_ALLREDUCE && h->coll != COLL_REDUCE &&
+      h->coll != COLL_BROADCAST) {
     WARN("Direct: collective %d's Hier node stages need nodes of one size (%d ranks, %d columns)",
          h->coll, here, h->nlocal);
     return ncclInvalidArgument;
@@ -398,17 +424,20 @@ ncclResult_t direct_plan_hier(const struct direct_hier* h, struct direct_staged*
     WARN("Direct: a gathered stage between %d nodes for collective %d", h->nnodes, h->coll);
     return ncclInvalidArgument;
   }
-  if (h->coll == COLL_REDUCE &&
-      (!h->gathered || h->root_node < 0 || h->root_node >= h->nnodes || h->root_local < 0 ||
-       h->root_local >= DIRECT_MAX_RANKS || (h->node == h->root_node && h->root_local >= here))) {
-    WARN("Direct: a reduce to index %d of node %d has no Hier plan (gathered %d)", h->root_local,
-         h->root_node, h->gathered);
+  if ((h->coll == COLL_REDUCE || h->coll == COLL_BROADCAST) &&
+      ((h->coll == COLL_REDUCE && !h->gathered) || h->root_node < 0 || h->root_node >= h->nnodes ||
+       h->root_local < 0 || h->root_local >= DIRECT_MAX_RANKS ||
+       (h->node == h->root_node && h->root_local >= here))) {
+    WARN("Direct: collective %d rooted at index %d of node %d has no Hier plan (gathered %d)",
+         h->coll, h->root_local, h->root_node, h->gathered);
     return ncclInvalidArgument;
   }
   switch (h->coll) {
     case COLL_ALLREDUCE:
     case COLL_REDUCE:
       return hier_slice(h, st);
+    case COLL_BROADCAST:
+      return hier_broadcast(h, st);
     case COLL_REDUCESCATTER:
     case COLL_ALLGATHER:
       hier_blocks(h, st);

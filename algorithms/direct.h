@@ -118,7 +118,12 @@ ncclResult_t direct_plan(int coll, int rank, int nranks, int root, size_t count,
  * A reduce (gathered only) runs as the all-reduce does, its task after
  * writing the root's output alone (nothing on the root's other nodes): the
  * root's bits are the all-reduce's.
- * An all-reduce or reduce also runs on nodes of unequal sizes: the columns
+ * A broadcast (gathered or not: it moves data only) cuts the buffer as the
+ * all-reduce does: on the root's node each column's task before copies
+ * its slice of the root's input into the scratch, the column broadcasts
+ * it from the root's node (a ring), and the task after writes it to every
+ * output of the node; off the root's node the task before is empty.
+ * An all-reduce, reduce or broadcast also runs on nodes of unequal sizes: the columns
  * are the indexes every node has (nlocal, the smallest node's count), each
  * column's task before reading its slice from every rank of its node
  * (node_ranks of them) and its task after writing every rank's output;
@@ -126,10 +131,10 @@ ncclResult_t direct_plan(int coll, int rank, int nranks, int root, size_t count,
  * between nodes (the node's others read its input and write its output).
  */
 struct direct_hier {
-  int coll;       /* COLL_ALLREDUCE, COLL_REDUCESCATTER, COLL_ALLGATHER; COLL_REDUCE gathered */
+  int coll;       /* COLL_ALLREDUCE, _REDUCESCATTER, _ALLGATHER, _BROADCAST; COLL_REDUCE gathered */
   int local;      /* this rank's index on its node */
   int nlocal;     /* ranks per node: the columns (the fewest a node has) */
-  int node_ranks; /* ranks on this rank's node; 0: nlocal (all-reduce and reduce: more) */
+  int node_ranks; /* ranks on this rank's node; 0: nlocal (all-reduce, reduce, broadcast: more) */
   int node;       /* this rank's node */
   int nnodes;
   int column0; /* rank with this rank's index on node 0 */
@@ -138,7 +143,7 @@ struct direct_hier {
   size_t stride;
   size_t align;
   int gathered;              /* the stage between nodes only moves data (above) */
-  int root_node, root_local; /* a reduce's root: its node, its index there */
+  int root_node, root_local; /* a reduce's or broadcast's root: its node, its index there */
 };
 
 #define DIRECT_MAX_NODES 16384 /* nodes of a gathered stage */
@@ -177,6 +182,7 @@ struct direct_staged {
   int nsteps;
   struct direct_step steps[DIRECT_MAX_STEPS];
   int column_coll;
+  int column_root; /* a broadcast's: the node it starts from */
   size_t send_off, recv_off, count, stride;
   int unfolds;
   struct direct_step unfold;
@@ -186,7 +192,7 @@ struct direct_staged {
 ncclResult_t direct_plan_hier(const struct direct_hier* h, struct direct_staged* out);
 
 /* Whether a gathered plan exists for `coll` on `nnodes` nodes (above): an
- * all-gather's anywhere; an all-reduce's, reduce's or reduce-scatter's on
+ * all-gather's or broadcast's anywhere; an all-reduce's, reduce's or reduce-scatter's on
  * 2 to DIRECT_MAX_NODES (2 swapping rows, a power of two halving, another
  * count folding first). */
 int direct_hier_gathers(int coll, int nnodes);
@@ -196,7 +202,7 @@ int direct_hier_gathers(int coll, int nnodes);
 int direct_halving_nodes(int nnodes);
 
 /* The nodes whose column members `node`'s meets in a gathered stage of
- * `coll` on `nnodes` (above): an all-gather's ring neighbours; a
+ * `coll` on `nnodes` (above): an all-gather's or broadcast's ring neighbours; a
  * reduction's fold partner and its halving's and doubling's (on 2 nodes,
  * the other). Into out (DIRECT_MAX_PARTNERS at most); how many. What a
  * unit connects, and which pairs must move device memory, come from here. */

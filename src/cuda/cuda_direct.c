@@ -176,7 +176,7 @@ static ncclResult_t hier_plan(const struct ncclComm* comm, const struct exec_arg
                           .gathered = on_device && a->coll != COLL_ALLGATHER,
                           .root_node = t->node_of[a->root],
                           .root_local = t->local_of[a->root]};
-  if (a->coll != COLL_ALLREDUCE && a->coll != COLL_REDUCE &&
+  if ((a->coll == COLL_REDUCESCATTER || a->coll == COLL_ALLGATHER) &&
       !direct_column(t, h.local, &h.column0, &h.column_step)) {
     WARN("Direct: rank %d's column is not evenly spaced", comm->rank); /* hier_fits said it was */
     return ncclInternalError;
@@ -300,7 +300,7 @@ static ncclResult_t hier_call(struct ncclComm* comm, struct cuda_direct* d,
                                   comm->layout.nnodes,
                                   comm->layout.node_of[comm->rank],
                                   d->column,
-                                  0};
+                                  st.column_root};
     CHECK(column_call(comm, a, base, on_device, &column));
   }
   if (st.unfolds) CHECK(pair_move(comm, d, op, base, &st.unfold));

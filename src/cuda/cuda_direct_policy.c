@@ -143,7 +143,8 @@ static int column_pair_direct(const struct ncclComm* comm, int i, int j) {
 static int column_net_direct(struct ncclComm* comm, int coll) {
   const struct sched_topo* t = &comm->layout;
   int n = t->nnodes, ok = 1, nodes[DIRECT_MAX_PARTNERS];
-  int* known = coll == COLL_ALLGATHER ? &comm->device->column_direct : &comm->device->stages_direct;
+  int ring = coll == COLL_ALLGATHER || coll == COLL_BROADCAST; /* the same partners */
+  int* known = ring ? &comm->device->column_direct : &comm->device->stages_direct;
   if (*known != 0) return *known > 0;
   for (int i = 0; i < n && ok; i++) {
     int k = direct_stage_partners(coll, n, i, nodes);
@@ -172,6 +173,8 @@ static int hier_fits(const struct work_op* op) {
       return comm_hier_shape(op->comm);
     case COLL_REDUCE: /* only with the stage between nodes on the device */
       return comm_hier_shape(op->comm) && cuda_hier_column_on_device(op->comm, COLL_REDUCE);
+    case COLL_BROADCAST: /* only with the stage between nodes on the device */
+      return comm_hier_shape(op->comm) && cuda_hier_column_on_device(op->comm, COLL_BROADCAST);
     case COLL_REDUCESCATTER: /* rows of one rank a node: nodes of one size */
     case COLL_ALLGATHER:
       return comm_hier_shape(op->comm) && op->comm->layout.min_ppn == op->comm->layout.max_ppn &&
@@ -201,21 +204,24 @@ static int hier_one_per_node(const struct work_op* op) {
 }
 
 /* Where the host would run Hier (or NCCL_ALGO names Direct): the node's
- * stages then run on the devices instead of through host memory. A
- * reduction whose stage between nodes moves device memory over the
- * network takes Hier whatever the host would run, as one rank a node
- * does (hier_one_per_node): ordered on its stream, anything else copies
- * the whole call through host memory (a kernel the proxy launched could
- * wait behind the stream), and the plugin would carry host memory. */
+ * stages then run on the devices instead of through host memory. A call
+ * whose stage between nodes moves device memory over the network takes
+ * Hier whatever the host would run, as a reduction on one rank a node
+ * does (hier_one_per_node; there an all-gather or broadcast goes to the
+ * network as it is, cuda_unit.c's op_net_direct). Ordered on
+ * its stream, anything else copies the whole call through host memory (a
+ * reduction's kernel the proxy launched could wait behind the stream, and
+ * a node's other ranks take their copies from the proxy too), and the
+ * plugin would carry host memory. */
 static int hier_wanted(const struct work_op* op) {
-  int algo = ALGO_RING;
+  int algo = ALGO_RING, coll = op->args.coll;
   if (hier_one_per_node(op)) return 1;
   if (!hier_allowed() || !hier_fits(op)) return 0;
-  if (op->args.coll == COLL_REDUCE) return 1; /* the host has no Hier reduce to weigh it with */
+  if (coll == COLL_REDUCE || coll == COLL_BROADCAST)
+    return 1; /* the host has no Hier reduce or broadcast to weigh it with */
   if (tuner_forces_direct()) return 1;
-  if (sched_coll_reduces(op->args.coll) && cuda_hier_column_on_device(op->comm, op->args.coll))
-    return 1;
-  tuner_host_best(op->comm, op->args.coll, op_bytes(op), &algo);
+  if (cuda_hier_column_on_device(op->comm, coll)) return 1;
+  tuner_host_best(op->comm, coll, op_bytes(op), &algo);
   return algo == ALGO_HIER;
 }
 

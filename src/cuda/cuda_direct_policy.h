@@ -31,9 +31,11 @@ int cuda_direct_wanted(const struct work_op* ops, int n);
  * every node run the collective there on the host (a ring over the
  * network), and a second kernel writes the node's outputs
  * (algorithms/direct.h, direct_plan_hier). Also, whatever the host would
- * run, a reduction (and a reduce, only so) on such nodes, or on nodes of
- * one rank each, where the network between them moves device memory: its
- * stage between nodes then runs on the device (cuda_hier_column_on_device). */
+ * run, where the network between the nodes moves device memory (its stage
+ * between nodes then runs on the device, cuda_hier_column_on_device): any
+ * of those on such nodes, a reduce or broadcast (only so; a broadcast's
+ * nodes may differ in size too), and a reduction on nodes of one rank
+ * each. */
 int cuda_direct_kind(const struct work_op* op);
 
 /* Whether ranks a and b are joined, for host and device memory alike, by

@@ -327,21 +327,24 @@ static int device_direct_body(const mp_env* env) {
 /* Hier with direct node stages over a plugin, two or four hosts of two
  * ranks (NCCL_ALGO naming Direct) or of one (alone): where the fake takes
  * device memory, the stage between the
- * hosts of an all-reduce, a reduce-scatter, an all-gather and a reduce runs in
+ * hosts of an all-reduce, a reduce-scatter, an all-gather, a reduce and a
+ * broadcast runs in
  * device scratch, so that only device memory goes to the plugin, ordered
  * on the stream with one hardware queue for every stream
  * (CUDASIM_ONE_QUEUE=1: a kernel the proxy launched while the stream
  * waits would never run); where it does not, the stage runs in pinned host
  * memory and only host memory goes to it (no_cuda). On 4 hosts the stage
  * halves (direct_step), gated or synchronous; on 3 or 5 it folds first
- * (a reduce-scatter's rows in pairs). A reduce goes that way too
- * where the stage is on the device (staged otherwise). On hosts of
- * unequal sizes an all-reduce and a reduce do too, the ranks past the
+ * (a reduce-scatter's rows in pairs). A reduce and a broadcast go that way
+ * only where the stage is on the device (staged otherwise). On hosts of
+ * unequal sizes an all-reduce, a reduce and a broadcast do too, the ranks past the
  * smallest host's count passing nothing through the plugin. Every type,
  * sum, avg and max, in place and out of place: exact either way, and the
  * TUNING log says which stage ran. */
-static const int kHierColls[] = {CC_ALLREDUCE, CC_REDUCESCATTER, CC_ALLGATHER, CC_REDUCE};
-#define HIER_CALLS 24
+static const int kHierColls[] = {CC_ALLREDUCE, CC_REDUCESCATTER, CC_ALLGATHER, CC_REDUCE,
+                                 CC_BROADCAST};
+#define HIER_NCOLLS ((int)COUNT_OF(kHierColls))
+#define HIER_CALLS (6 * HIER_NCOLLS)
 static const int kHierKinds[] = {AR_SUM, AR_AVG, AR_MAX};
 static const ncclRedOp_t kHierOps[] = {ncclSum, ncclAvg, ncclMax};
 
@@ -375,8 +378,9 @@ static int hier_runs(const net_case* c, int coll) {
   int dev = hier_stage_on_device(c), alone = c->per_host == 1;
   if (c->no_hier) return 0;
   int rows = coll == CC_REDUCESCATTER || coll == CC_ALLGATHER;
-  return !(alone && coll == CC_ALLGATHER) && !(!dev && coll == CC_REDUCE) && !(alone && !dev) &&
-         !(rows && hosts_uneven(c));
+  int moves = coll == CC_ALLGATHER || coll == CC_BROADCAST; /* data only */
+  int rooted = coll == CC_REDUCE || coll == CC_BROADCAST;
+  return !(alone && moves) && !(!dev && rooted) && !(alone && !dev) && !(rows && hosts_uneven(c));
 }
 
 /* Whether one Hier call's traffic through the plugin is its stage's: none
@@ -391,11 +395,11 @@ static int hier_traffic_wrong(const mp_env* env, const net_case* c, int coll, lo
 
 static int hier_call_wrong(const mp_env* env, const net_case* c, ncclComm_t comm, cudaStream_t s,
                            int i) {
-  int coll = kHierColls[i % 4];
+  int coll = kHierColls[i % HIER_NCOLLS];
   dev_call d = {.host = {.coll = coll,
                          .count = 150001,
                          .salt = (uint64_t)i,
-                         .inplace = (i / 4) % 2,
+                         .inplace = (i / HIER_NCOLLS) % 2,
                          .root = i % env->nranks}};
   long cuda0 = 0, host0 = 0, cuda1 = 0, host1 = 0;
   char what[128];
@@ -422,10 +426,12 @@ static int hier_call_wrong(const mp_env* env, const net_case* c, ncclComm_t comm
   return wrong;
 }
 
-/* A tuner file (BRAID_TUNE_FILE) that gives the host's reductions to the
- * ring, written for this rank: 0, or -1 after saying why. */
+/* A tuner file (BRAID_TUNE_FILE) that gives the host's reductions and
+ * all-gathers to the ring, written for this rank: 0, or -1 after saying
+ * why. */
 static int tune_to_ring(const mp_env* env, char* path, size_t len) {
-  static const char kRing[] = "force AllReduce 0 1G Ring\nforce ReduceScatter 0 1G Ring\n";
+  static const char kRing[] =
+      "force AllReduce 0 1G Ring\nforce ReduceScatter 0 1G Ring\nforce AllGather 0 1G Ring\n";
   snprintf(path, len, "/tmp/braid-test-net-tune-XXXXXX");
   int fd = mkstemp(path);
   if (fd < 0 || write(fd, kRing, sizeof(kRing) - 1) != (ssize_t)(sizeof(kRing) - 1)) {
@@ -464,8 +470,8 @@ static int hier_device_body(const mp_env* env) {
     return 1;
   }
   for (int i = 0; i < HIER_CALLS; i++) {
-    int coll = kHierColls[i % 4], dev = hier_stage_on_device(c), hier = hier_runs(c, coll);
-    if (c->unforced && coll == CC_ALLGATHER) continue; /* the tuner's: it moves data only */
+    int coll = kHierColls[i % HIER_NCOLLS], dev = hier_stage_on_device(c);
+    int hier = hier_runs(c, coll);
     bad += hier_call_wrong(env, c, comm, s, i);
     calls += hier;
     dev_calls += hier && dev;
@@ -759,9 +765,8 @@ static const net_case k_hier_uneven_sync = {
     .version = 12, .nranks = 7, .per_host = 3, .sync = 1, .hier = 1};
 static const net_case k_hier_uneven_pinned = {
     .version = 10, .nranks = 3, .per_host = 2, .hier = 1, .no_cuda = 1};
-/* a reduction whose stage between hosts moves device memory takes Hier
- * where the host would run the ring (a tuner file says so; 2 + 2,
- * 2 + 2 + 1) */
+/* a call whose stage between hosts moves device memory takes Hier where
+ * the host would run the ring (a tuner file says so; 2 + 2, 2 + 2 + 1) */
 static const net_case k_hier_unforced = {
     .version = 12, .nranks = 4, .per_host = 2, .hier = 1, .unforced = 1};
 static const net_case k_hier_unforced_uneven = {

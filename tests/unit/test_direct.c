@@ -6,7 +6,7 @@
  * element is written by exactly one task, and no task writes memory that
  * another rank's task reads or writes (so they may run at once: on a GPU
  * they do). Hier's node stages on devices (all-reduce, reduce-scatter,
- * all-gather, on several layouts) run the same way around a stand-in for
+ * all-gather, reduce, broadcast, on several layouts) run the same way around a stand-in for
  * the stage between nodes.
  */
 #include <setjmp.h>
@@ -177,7 +177,7 @@ static float expected(struct world* w, int r, size_t i) {
     case COLL_REDUCE:
       return r == w->root ? sum_at(w, i) : NAN;
     case COLL_BROADCAST:
-      return w->in[w->root][i];
+      return w->in[w->root][i] + w->bonus;
     case COLL_REDUCESCATTER:
       return sum_at(w, (size_t)r * c + i) + w->bonus;
     default: /* all-gather */
@@ -252,12 +252,14 @@ static void stage_between(struct world* w) {
     for (int j = 0; j < w->nnodes; j++) {
       const struct direct_staged* sj = &w->st[rank_at(w, j, l)];
       assert_true(sj->count == c && sj->column_coll == coll && sj->stride == st->stride);
+      assert_true(coll != COLL_BROADCAST || sj->column_root == st->column_root);
     }
     for (int j = 0; j < m; j++) {
       const struct direct_staged* sj = &w->st[rank_at(w, j, l)];
+      int from = rank_at(w, st->column_root, l); /* a broadcast's */
       for (size_t i = 0; i < out; i++) {
-        float v = 0;
-        for (int q = 0; q < m && coll != COLL_ALLGATHER; q++) {
+        float v = coll == COLL_BROADCAST ? w->scratch[from][w->st[from].send_off + i] : 0;
+        for (int q = 0; q < m && coll != COLL_ALLGATHER && coll != COLL_BROADCAST; q++) {
           size_t at = coll == COLL_REDUCESCATTER ? (size_t)j * c + i : i;
           v += w->scratch[rank_at(w, q, l)][w->st[rank_at(w, q, l)].send_off + at];
         }
@@ -416,7 +418,9 @@ static void hier_run(struct world* w) {
 static void test_direct_hier(void** state) {
   (void)state;
   static const size_t counts[] = {0, 1, 7, HIER_COUNT};
-  static const int colls[] = {COLL_ALLREDUCE, COLL_REDUCESCATTER, COLL_ALLGATHER, COLL_REDUCE};
+  static const int colls[] = {COLL_ALLREDUCE, COLL_REDUCESCATTER, COLL_ALLGATHER, COLL_REDUCE,
+                              COLL_BROADCAST};
+  const int ncolls = (int)(sizeof(colls) / sizeof(colls[0]));
   struct world* w = calloc(1, sizeof(*w));
   int cases = 0;
   for (int kind = 0; kind < 3; kind++)
@@ -426,10 +430,10 @@ static void test_direct_hier(void** state) {
         for (int r = 0; r < n; r++) node_of[r] = layout_node(kind, r, w->nnodes, w->ppn);
         world_place(w, node_of);
         for (size_t ci = 0; ci < sizeof(counts) / sizeof(counts[0]); ci++)
-          for (int k = 0; k < 8; k++)
+          for (int k = 0; k < 2 * ncolls; k++)
             for (w->inplace = 0; w->inplace < 2; w->inplace++) {
-              w->coll = colls[k % 4];
-              w->gathered = k >= 4;
+              w->coll = colls[k % ncolls];
+              w->gathered = k >= ncolls;
               w->root = (int)(ci + (size_t)k) % n;
               if (w->coll == COLL_REDUCE && !w->gathered) continue;   /* gathered only */
               if (w->gathered && w->coll == COLL_ALLGATHER) continue; /* moves data anyway */
@@ -445,11 +449,12 @@ static void test_direct_hier(void** state) {
   free(w);
 }
 
-/* Nodes of unequal sizes (all-reduce and reduce: direct.h): the columns
+/* Nodes of unequal sizes (all-reduce, reduce and broadcast: direct.h): the columns
  * the smallest node's indexes, the others' ranks past them with nothing
  * to do, their inputs read and outputs written by their node's columns;
  * 2 to 5 nodes (a fold on 3 and 5), the stage between nodes reducing or
- * gathered, node-major and round-robin, every root. A reduce-scatter or
+ * gathered, node-major and round-robin, every root (a reduce's and a
+ * broadcast's). A reduce-scatter or
  * all-gather there is refused. */
 static void test_direct_hier_uneven(void** state) {
   (void)state;
@@ -474,13 +479,15 @@ static void test_direct_hier_uneven(void** state) {
       w->nranks = n;
       world_place(w, node_of);
       for (size_t ci = 0; ci < sizeof(counts) / sizeof(counts[0]); ci++)
-        for (int k = 0; k < 3; k++)
+        for (int k = 0; k < 4; k++)
           for (w->inplace = 0; w->inplace < 2; w->inplace++) {
-            w->coll = k == 2 ? COLL_REDUCE : COLL_ALLREDUCE;
+            static const int colls[] = {COLL_ALLREDUCE, COLL_ALLREDUCE, COLL_REDUCE,
+                                        COLL_BROADCAST};
+            w->coll = colls[k];
             w->gathered = k >= 1;
             w->bonus = w->gathered ? 0.0f : 0.5f;
             w->count = counts[ci];
-            for (w->root = 0; w->root < (w->coll == COLL_REDUCE ? n : 1); w->root++, cases++)
+            for (w->root = 0; w->root < (w->coll == COLL_ALLREDUCE ? 1 : n); w->root++, cases++)
               hier_run(w);
           }
       struct direct_staged st;
