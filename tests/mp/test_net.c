@@ -637,6 +637,12 @@ static int device_rs_fault_body(const mp_env* env) {
   return device_fault_run(env, CC_REDUCESCATTER);
 }
 
+/* Hier's broadcast (hosts of two ranks: its stage a ring from the root's
+ * host, algorithms/direct.h) */
+static int device_bcast_fault_body(const mp_env* env) {
+  return device_fault_run(env, CC_BROADCAST);
+}
+
 /* Every case: a fault that hangs a rank fails here. */
 static int launch(int nranks, mp_body_fn body, const void* arg) {
   mp_opts o = MP_OPTS_INIT;
@@ -678,6 +684,11 @@ static void test_device_fault(void** state) {
 static void test_device_rs_fault(void** state) {
   if (!have_driver()) skip();
   assert_int_equal(launch(((const net_case*)*state)->nranks, device_rs_fault_body, *state), 0);
+}
+
+static void test_device_bcast_fault(void** state) {
+  if (!have_driver()) skip();
+  assert_int_equal(launch(((const net_case*)*state)->nranks, device_bcast_fault_body, *state), 0);
 }
 
 static void test_reduce_roots(void** state) {
@@ -802,6 +813,11 @@ static const net_case k_fh_fold_stall = {
 /* a reduce-scatter's rows in pairs */
 static const net_case k_fh_rs_fold_die = {
     .version = 12, .nranks = 3, .per_host = 1, .fault = "die", .after = "3", .hier = 1};
+/* a broadcast's ring from the root's host, 3 hosts of 2 ranks */
+static const net_case k_fh_bcast_die = {
+    .version = 12, .nranks = 6, .per_host = 2, .fault = "die", .after = "3", .hier = 1};
+static const net_case k_fh_bcast_stall = {
+    .version = 11, .nranks = 6, .per_host = 2, .fault = "stall", .after = "2", .hier = 1};
 static const net_case k_fh_rs_fold_stall = {
     .version = 11, .nranks = 5, .per_host = 1, .fault = "stall", .after = "2", .hier = 1};
 static const net_case k_f_init = {
@@ -898,6 +914,8 @@ int main(void) {
       CASE(test_device_fault, k_fh_fold_stall),
       CASE(test_device_rs_fault, k_fh_rs_fold_die),
       CASE(test_device_rs_fault, k_fh_rs_fold_stall),
+      CASE(test_device_bcast_fault, k_fh_bcast_die),
+      CASE(test_device_bcast_fault, k_fh_bcast_stall),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
