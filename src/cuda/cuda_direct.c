@@ -30,7 +30,10 @@
 
 /* ---- One call ---- */
 
-_Static_assert(WORK_MAX_LAUNCHES >= DIRECT_MAX_STEPS + 2, "a halving's kernels fit work_op");
+/* A PreMulSum's first kernel (premul_input) keeps the last launch slot:
+ * the plan's take 0 .. DIRECT_MAX_STEPS + 1. */
+#define DIRECT_PREMUL_LAUNCH (DIRECT_MAX_STEPS + 2)
+_Static_assert(WORK_MAX_LAUNCHES > DIRECT_PREMUL_LAUNCH, "a halving's kernels fit work_op");
 
 /* The plan's task over every rank's buffers, in the kernel's form;
  * `flags` the post-divide. */
@@ -132,18 +135,17 @@ fail:
   return res;
 }
 
-/* Scratch of at least `bytes`: pinned and mapped for the device, or
- * (on_device) device memory, each kind kept in a list of its own. */
-static ncclResult_t scratch_get(struct cuda_direct* d, size_t bytes, int on_device,
+/* Scratch of at least `bytes` from `list`: pinned and mapped for the
+ * device, or (on_device) device memory. */
+static ncclResult_t scratch_get(struct direct_scratch** list, size_t bytes, int on_device,
                                 struct direct_scratch** out) {
   ncclResult_t res = ncclSuccess;
-  struct direct_scratch** list = on_device ? &d->dev_scratch : &d->scratch;
   struct direct_scratch* s = *list;
   if (s == NULL || s->bytes < bytes) {
     CHECK(braid_calloc(&s, 1, sizeof(*s)));
     s->bytes = MAX(bytes, *list ? 2 * (*list)->bytes : (size_t)4096);
     if (on_device)
-      res = cuda_check(cuda_driver()->cuMemAlloc(&s->dev, s->bytes), "cuMemAlloc(Hier scratch)");
+      res = cuda_check(cuda_driver()->cuMemAlloc(&s->dev, s->bytes), "cuMemAlloc(direct scratch)");
     else
       res = cuda_flags_alloc(cuda_driver(), s->bytes, "cuMemHostAlloc(Hier scratch)", &s->host,
                              &s->dev);
@@ -216,6 +218,7 @@ static ncclResult_t column_call(struct ncclComm* comm, const struct exec_args* a
   c.no_tasks = on_device;
   c.sendreg = c.recvreg = NULL;
   c.scalar_src = NULL;
+  c.pre = 0; /* the node's partials: each input was multiplied once, before */
   c.algo = ALGO_RING;
   c.chunk_bytes = comm->exec.slot_bytes;
   c.group_size = cs->group_size;
@@ -285,7 +288,8 @@ static ncclResult_t hier_call(struct ncclComm* comm, struct cuda_direct* d,
   int on_device = op->direct_between;
   char* base;
   CHECK(hier_plan(comm, a, on_device, &st));
-  CHECK(scratch_get(d, MAX(st.scratch * es, (size_t)1), on_device, &scratch));
+  CHECK(scratch_get(on_device ? &d->dev_scratch : &d->scratch, MAX(st.scratch * es, (size_t)1),
+                    on_device, &scratch));
   base = on_device ? (char*)(uintptr_t)scratch->dev : scratch->host;
   bufs[d->me_local][DIRECT_SCRATCH] = (char*)(uintptr_t)scratch->dev;
   direct_task_resolve(a, &st.before, 0, bufs, &task);
@@ -310,6 +314,36 @@ fail:
   return res;
 }
 
+/* A PreMulSum multiplies each rank's input by that rank's own scalar, and
+ * a kernel's task has one scalar for all its sources: the ranks' may
+ * differ. So each rank first writes its input times its scalar into device
+ * scratch (its first kernel, rounded to the type as a rank's first step
+ * of a ring does), and the call sums those: its peers read the scratch as
+ * its input. Run before the buffers go to the peers, so that they find it
+ * written. */
+static ncclResult_t premul_input(struct ncclComm* comm, struct cuda_direct* d,
+                                 const struct work_op* op, const void** send) {
+  ncclResult_t res = ncclSuccess;
+  const struct exec_args* a = &op->args;
+  struct direct_scratch* scratch;
+  struct kern_task t;
+  struct kern_dev_task task;
+  size_t es = kern_type_size(a->type), n = d->extent[DIRECT_SEND] / es;
+  CHECK(scratch_get(&d->premul, MAX(n * es, (size_t)1), 1, &scratch));
+  memset(&t, 0, sizeof(t));
+  t.redop = a->redop;
+  t.pre = 1u; /* source 0, times redop.scalar */
+  t.nsrcs = t.ndsts = 1;
+  t.n = n;
+  t.srcs[0] = *send;
+  t.dsts[0] = (void*)(uintptr_t)scratch->dev;
+  cuda_task_to_dev(&t, &task);
+  CHECK(task_run(comm, d, op, DIRECT_PREMUL_LAUNCH, &task));
+  *send = (const void*)(uintptr_t)scratch->dev;
+fail:
+  return res;
+}
+
 static ncclResult_t direct_call(struct ncclComm* comm, struct cuda_direct* d,
                                 const struct work_op* op) {
   ncclResult_t res = ncclSuccess;
@@ -327,8 +361,9 @@ static ncclResult_t direct_call(struct ncclComm* comm, struct cuda_direct* d,
        : op->direct_between           ? "Hier with direct node stages, on the device"
                                       : "Hier with direct node stages");
   memset(bufs, 0, sizeof(direct_bufs));
-  CHECK(direct_buffers_exchange(comm, d, reads ? a->sendbuff : NULL, writes ? a->recvbuff : NULL,
-                                bufs));
+  const void* send = reads ? a->sendbuff : NULL;
+  if (a->pre && send) CHECK(premul_input(comm, d, op, &send));
+  CHECK(direct_buffers_exchange(comm, d, send, writes ? a->recvbuff : NULL, bufs));
   if (op->direct == WORK_DIRECT_HIER)
     CHECK(hier_call(comm, d, op, bufs));
   else
@@ -370,6 +405,12 @@ ncclResult_t cuda_direct_arm(struct work_op* op, CUstream stream) {
   struct cuda_deferred_pool* pool = &comm->device->deferred;
   struct direct_task plan;
   struct direct_staged st;
+  if (a->pre) { /* premul_input's kernel, first */
+    size_t send, recv;
+    exec_extents(a, comm->nranks, &send, &recv);
+    CHECK(cuda_deferred_arm(pool, cuda_driver(), stream, send / kern_type_size(a->type),
+                            &op->deferred[DIRECT_PREMUL_LAUNCH]));
+  }
   if (op->direct == WORK_DIRECT_HIER) { /* into the scratch, each step's, out of it */
     CHECK(hier_plan(comm, a, op->direct_between, &st));
     CHECK(cuda_deferred_arm(pool, cuda_driver(), stream, st.before.n, &op->deferred[0]));

@@ -109,12 +109,14 @@ void cuda_direct_free(struct cuda_direct* d, int streams_passed) {
     if (streams_passed && !d->tdev->mappings_in_use) cuda_driver()->cuMemFreeHost(s->host);
     free(s);
   }
-  while (d->dev_scratch) {
-    struct direct_scratch* s = d->dev_scratch;
-    d->dev_scratch = s->older;
-    if (streams_passed && !d->tdev->mappings_in_use) cuda_driver()->cuMemFree(s->dev);
-    free(s);
-  }
+  struct direct_scratch** on_device[] = {&d->dev_scratch, &d->premul};
+  for (size_t k = 0; k < sizeof(on_device) / sizeof(on_device[0]); k++)
+    while (*on_device[k]) {
+      struct direct_scratch* s = *on_device[k];
+      *on_device[k] = s->older;
+      if (streams_passed && !d->tdev->mappings_in_use) cuda_driver()->cuMemFree(s->dev);
+      free(s);
+    }
   for (int p = 0; d->links && p < d->nranks; p++)
     if (d->links[p] >= 0) close(d->links[p]);
   if (d->stream) {

@@ -47,6 +47,7 @@ struct cuda_direct {
   int* column;                        /* Hier: per node, the rank there with this rank's index */
   struct direct_scratch* scratch;     /* Hier's, pinned */
   struct direct_scratch* dev_scratch; /* Hier's, on the device (gathered) */
+  struct direct_scratch* premul;      /* a PreMulSum's input times its scalar, on the device */
   int* links;                         /* per peer of this node, else -1 (and for this rank) */
   int* same_process;                  /* per peer: its pointers are ours to use, no IPC */
   uint64_t* heard;                    /* per peer: the last call it said "done" or "fail" in */

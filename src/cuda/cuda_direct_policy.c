@@ -237,8 +237,7 @@ static int op_on_devices(const struct work_op* op) {
 int cuda_direct_kind(const struct work_op* op) {
   const struct exec_args* a = &op->args;
   int per_device = 1;
-  if (op->kind != WORK_COLL || a->mem != MEM_DEVICE || a->pre || a->scalar_src ||
-      !tuner_allows_direct() || !op_on_devices(op))
+  if (op->kind != WORK_COLL || a->mem != MEM_DEVICE || !tuner_allows_direct() || !op_on_devices(op))
     return WORK_DIRECT_NONE;
   /* one pass combines the inputs in rank order, a chain: not the canonical
    * order the deterministic mode promises (algorithms/pairwise.h) */

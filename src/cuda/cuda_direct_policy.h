@@ -10,7 +10,7 @@
 struct ncclComm;
 
 /* Whether the unit ops[0..n) runs direct: collectives of one comm (run in
- * turn), each on device buffers (not a PreMulSum), 2..DIRECT_MAX_RANKS
+ * turn), each on device buffers (a PreMulSum too), 2..DIRECT_MAX_RANKS
  * ranks, all on this host with their devices in reach of each other
  * (compared by UUID), and NCCL_ALGO allows Direct; where NCCL_ALGO names
  * it, always, else where the tuner's device model says it is faster

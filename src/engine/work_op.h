@@ -25,8 +25,9 @@ enum work_direct { WORK_DIRECT_NONE = 0, WORK_DIRECT_NODE, WORK_DIRECT_HIER };
 
 /* Kernels one operation may queue on its stream (work_op.deferred): Hier
  * with direct node stages, an all-reduce halving and doubling between
- * 16384 nodes, queues 30 (algorithms/direct.h, DIRECT_MAX_STEPS + 2). */
-#define WORK_MAX_LAUNCHES 30
+ * 16384 nodes, queues 30 (algorithms/direct.h, DIRECT_MAX_STEPS + 2), and
+ * a PreMulSum one more (its input multiplied first: src/cuda/cuda_direct.c). */
+#define WORK_MAX_LAUNCHES 31
 
 struct work_op {
   struct ncclComm* comm;

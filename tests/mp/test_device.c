@@ -123,7 +123,8 @@ static void test_matrix_synchronous(void** state) {
 /* The matrix on the direct algorithm (NCCL_ALGO naming it: ranks in
  * processes of their own go direct only so), peers' buffers mapped by CUDA
  * IPC (ncclMemAlloc's cuMem memory: fds over the Unix-socket links);
- * PreMulSum ops keep to the executor, gated (2 ranks) or synchronous. */
+ * PreMulSum ops too (each input multiplied on the device first), gated
+ * (2 ranks) or synchronous. */
 static int direct_matrix_body(const mp_env* env) {
   if (env->nranks > 2) setenv("BRAID_STREAM_MEMOPS", "0", 1);
   setenv("NCCL_ALGO", "Direct,Ring", 1);
@@ -385,24 +386,29 @@ static void test_direct_async(void** state) {
 }
 
 /* A direct call on one node reaches the peers' buffers over links of its
- * own (cuda_direct.h): it connects none of the host schedule's peers. A
- * call the direct path does not take (PreMulSum, staged) then connects
- * them, which shows the count looks where connections are logged. */
+ * own (cuda_direct.h): it connects none of the host schedule's peers, a
+ * PreMulSum's neither (its input multiplied on the device first). A call
+ * on host buffers, which the executor runs, then connects them, which
+ * shows the count looks where connections are logged. */
 #define LINKS_COUNT 4099
 
 static int host_links(const mp_capture* cap) {
   return mp_capture_count(cap, " via SHM") + mp_capture_count(cap, " via NET/");
 }
 
+/* An all-reduce in place of x, on the device (d) or on the host (d NULL):
+ * rank r's element i is (r + 1) (i % 1000), the sum times `scale`. */
 static int links_allreduce(const mp_env* env, ncclComm_t comm, cudaStream_t s, float* d,
                            ncclRedOp_t op, float scale) {
-  float h[LINKS_COUNT];
+  static float h[LINKS_COUNT];
+  float* x = d ? d : h;
   int bad = 0, n = env->nranks;
   for (int i = 0; i < LINKS_COUNT; i++) h[i] = (float)((env->rank + 1) * (i % 1000));
-  bad += dev_copy(env, d, h, sizeof(h));
-  bad += mp_expect_rc(env, comm, ncclAllReduce(d, d, LINKS_COUNT, ncclFloat32, op, comm, s),
+  if (d) bad += dev_copy(env, d, h, sizeof(h));
+  bad += mp_expect_rc(env, comm, ncclAllReduce(x, x, LINKS_COUNT, ncclFloat32, op, comm, s),
                       ncclSuccess, "allreduce");
-  bad += dev_sync(env, s) + dev_copy(env, h, d, sizeof(h));
+  bad += dev_sync(env, s);
+  if (d) bad += dev_copy(env, h, d, sizeof(h));
   for (int i = 0; i < LINKS_COUNT && !bad; i++)
     if (h[i] != scale * (float)(n * (n + 1) / 2 * (i % 1000)))
       mp_fail(env, "[%d] = %g", i, (double)h[i]), bad++;
@@ -422,17 +428,18 @@ static int direct_no_links_body(const mp_env* env) {
   if (dev_open(env, 0) || mp_comm_init(env, &comm) || (s = dev_stream(env)) == NULL) return 1;
   if (ncclMemAlloc((void**)&d, LINKS_COUNT * sizeof(float)) || mp_capture_begin(&cap)) return 1;
   bad += links_allreduce(env, comm, s, d, ncclSum, 1.0f);
-  int direct = mp_capture_count(&cap, "AllReduce * Direct instead"), early = host_links(&cap);
   bad += mp_expect_rc(
       env, comm,
       ncclRedOpCreatePreMulSum(&premul, &two, ncclFloat32, ncclScalarHostImmediate, comm),
       ncclSuccess, "ncclRedOpCreatePreMulSum");
   bad += links_allreduce(env, comm, s, d, premul, 2.0f);
+  int direct = mp_capture_count(&cap, "AllReduce * Direct instead"), early = host_links(&cap);
+  bad += links_allreduce(env, comm, s, NULL, ncclSum, 1.0f);
   int later = host_links(&cap);
   mp_capture_end_quiet(&cap);
-  if (direct != 1) mp_fail(env, "%d all-reduces ran Direct, want 1", direct), bad++;
-  if (early) mp_fail(env, "the direct call made %d host connections", early), bad++;
-  if (!later) mp_fail(env, "the staged call made no host connection either"), bad++;
+  if (direct != 2) mp_fail(env, "%d all-reduces ran Direct, want 2", direct), bad++;
+  if (early) mp_fail(env, "the direct calls made %d host connections", early), bad++;
+  if (!later) mp_fail(env, "the call on host buffers made no host connection either"), bad++;
   bad += mp_expect_rc(env, comm, ncclRedOpDestroy(premul, comm), ncclSuccess, "ncclRedOpDestroy");
   bad += mp_expect_rc(env, comm, ncclCommDestroy(comm), ncclSuccess, "ncclCommDestroy");
   ncclMemFree(d);
@@ -965,6 +972,109 @@ static void test_device_scalar(void** state) {
   assert_int_equal(mp_launch(3, scalar_body, NULL, NULL), 0);
 }
 
+/* ---- (3c) PreMulSum with a scalar of each rank's own, direct ---- */
+
+#define PREMUL_COUNT 10007 /* per rank's block of the reduce-scatter too */
+
+/* Rank r's element i, and the sum of every rank's times its scalar r + 1. */
+static float premul_in(int r, size_t i) {
+  return (float)(i % 100) + (float)r;
+}
+
+static float premul_want(int n, size_t i) {
+  float w = 0;
+  for (int r = 0; r < n; r++) w += (float)(r + 1) * premul_in(r, i);
+  return w;
+}
+
+/* One collective of the PreMulSum `op` (rank r's scalar r + 1), checked:
+ * all-reduce in place and out, reduce-scatter, reduce to the last rank. */
+static int premul_call(const mp_env* env, ncclComm_t comm, cudaStream_t s, ncclRedOp_t op, int k,
+                       float* dx, float* dy, float* h) {
+  int n = env->nranks, r = env->rank, bad = 0, root = n - 1;
+  size_t total = (size_t)n * PREMUL_COUNT, out = k == 2 ? PREMUL_COUNT : total;
+  static const char* const names[] = {"allreduce in place", "allreduce", "reducescatter", "reduce"};
+  for (size_t i = 0; i < total; i++) h[i] = premul_in(r, i);
+  bad += dev_copy(env, dx, h, total * sizeof(float));
+  ncclResult_t rc = k == 0   ? ncclAllReduce(dx, dx, total, ncclFloat32, op, comm, s)
+                    : k == 1 ? ncclAllReduce(dx, dy, total, ncclFloat32, op, comm, s)
+                    : k == 2 ? ncclReduceScatter(dx, dy, PREMUL_COUNT, ncclFloat32, op, comm, s)
+                             : ncclReduce(dx, dy, total, ncclFloat32, op, root, comm, s);
+  bad += mp_expect_rc(env, comm, rc, ncclSuccess, names[k]);
+  bad += dev_sync(env, s) + dev_copy(env, h, k == 0 ? dx : dy, out * sizeof(float));
+  if (k == 3 && r != root) return bad;
+  for (size_t i = 0; i < out && !bad; i++) {
+    size_t at = k == 2 ? (size_t)r * PREMUL_COUNT + i : i;
+    if (h[i] != premul_want(n, at))
+      mp_fail(env, "premulsum %s [%zu] = %g, want %g", names[k], i, (double)h[i],
+              (double)premul_want(n, at)),
+          bad++;
+  }
+  return bad;
+}
+
+/* Each rank's scalar is its own (r + 1; in device memory on odd ranks,
+ * immediate on even ones), as NCCL allows: the direct path multiplies each
+ * input by its own rank's scalar before the sum (cuda_direct.c,
+ * premul_input), on one node and (arg: 2 x 2, NCCL_HOSTID) under Hier's
+ * direct node stages; gated, or synchronous (BRAID_STREAM_MEMOPS=0). */
+static int premul_ranks_body(const mp_env* env) {
+  const int* how = env->arg; /* {hosts of two ranks, synchronous} */
+  ncclComm_t comm;
+  cudaStream_t s;
+  ncclRedOp_t op;
+  mp_capture cap;
+  char host[32];
+  int bad = 0, n = env->nranks;
+  float scalar = (float)(env->rank + 1), *dscalar = NULL, *dx = NULL, *dy = NULL;
+  float* h = malloc((size_t)n * PREMUL_COUNT * sizeof(float));
+  setenv("NCCL_ALGO", "Direct,Ring", 1);
+  setenv("NCCL_DEBUG", "INFO", 1);
+  setenv("NCCL_DEBUG_SUBSYS", "TUNING", 1);
+  if (how[1]) setenv("BRAID_STREAM_MEMOPS", "0", 1);
+  snprintf(host, sizeof(host), "fake-node-%d", how[0] ? env->rank / 2 : 0);
+  if (how[0]) setenv("NCCL_HOSTID", host, 1);
+  if (h == NULL || dev_open(env, 0) || mp_comm_init(env, &comm) || (s = dev_stream(env)) == NULL)
+    return 1;
+  size_t bytes = (size_t)n * PREMUL_COUNT * sizeof(float);
+  if (ncclMemAlloc((void**)&dscalar, sizeof(float)) || ncclMemAlloc((void**)&dx, bytes) ||
+      ncclMemAlloc((void**)&dy, bytes) || mp_capture_begin(&cap))
+    return 1;
+  int on_device = env->rank % 2;
+  if (on_device) bad += dev_copy(env, dscalar, &scalar, sizeof(float));
+  bad += mp_expect_rc(
+      env, comm,
+      ncclRedOpCreatePreMulSum(&op, on_device ? (void*)dscalar : (void*)&scalar, ncclFloat32,
+                               on_device ? ncclScalarDevice : ncclScalarHostImmediate, comm),
+      ncclSuccess, "ncclRedOpCreatePreMulSum");
+  for (int k = 0; k < 4 && !bad; k++) {
+    if (how[0] && k == 3)
+      continue; /* a reduce goes Hier only where the network moves device
+                   memory (cuda_direct_policy.c) */
+    bad += premul_call(env, comm, s, op, k, dx, dy, h);
+  }
+  int direct = mp_capture_count(&cap, how[0] ? "Hier with direct node stages" : "Direct instead");
+  mp_capture_end_quiet(&cap);
+  if (!bad && direct != (how[0] ? 3 : 4))
+    mp_fail(env, "%d PreMulSum calls ran direct, want %d", direct, how[0] ? 3 : 4), bad++;
+  ncclRedOpDestroy(op, comm);
+  ncclMemFree(dscalar);
+  ncclMemFree(dx);
+  ncclMemFree(dy);
+  free(h);
+  bad += mp_expect_rc(env, comm, ncclCommDestroy(comm), ncclSuccess, "ncclCommDestroy");
+  return bad;
+}
+
+static void test_premul_ranks(void** state) {
+  (void)state;
+  static const int node[2] = {0, 0}, node_sync[2] = {0, 1}, hier[2] = {1, 0}, hier_sync[2] = {1, 1};
+  assert_int_equal(mp_launch(3, premul_ranks_body, (void*)node, NULL), 0);
+  assert_int_equal(mp_launch(3, premul_ranks_body, (void*)node_sync, NULL), 0);
+  assert_int_equal(mp_launch(4, premul_ranks_body, (void*)hier, NULL), 0);
+  assert_int_equal(mp_launch(4, premul_ranks_body, (void*)hier_sync, NULL), 0);
+}
+
 /* ---- (4) several ranks of one process on one device ---- */
 
 #define THREADS_RANKS 4
@@ -1299,6 +1409,7 @@ int main(void) {
       cmocka_unit_test(test_fallback),
       cmocka_unit_test(test_group_two_streams),
       cmocka_unit_test(test_device_scalar),
+      cmocka_unit_test(test_premul_ranks),
       cmocka_unit_test(test_ranks_as_threads),
       cmocka_unit_test(test_killed_peer),
       cmocka_unit_test(test_nonblocking),

@@ -339,14 +339,15 @@ static int device_direct_body(const mp_env* env) {
  * only where the stage is on the device (staged otherwise). On hosts of
  * unequal sizes an all-reduce, a reduce and a broadcast do too, the ranks past the
  * smallest host's count passing nothing through the plugin. Every type,
- * sum, avg and max, in place and out of place: exact either way, and the
- * TUNING log says which stage ran. */
+ * sum, avg, max and premulsum, in place and out of place: exact either way, and the
+ * TUNING log says which stage ran. A PreMulSum (each rank's input
+ * multiplied on the device first) goes the same way. */
 static const int kHierColls[] = {CC_ALLREDUCE, CC_REDUCESCATTER, CC_ALLGATHER, CC_REDUCE,
                                  CC_BROADCAST};
 #define HIER_NCOLLS ((int)COUNT_OF(kHierColls))
 #define HIER_CALLS (6 * HIER_NCOLLS)
-static const int kHierKinds[] = {AR_SUM, AR_AVG, AR_MAX};
-static const ncclRedOp_t kHierOps[] = {ncclSum, ncclAvg, ncclMax};
+static const int kHierKinds[] = {AR_SUM, AR_AVG, AR_MAX, AR_PREMUL};
+static const ncclRedOp_t kHierOps[] = {ncclSum, ncclAvg, ncclMax, ncclSum /* made per call */};
 
 /* Whether the last host holds fewer ranks than the others (nranks not a
  * multiple of per_host): an all-reduce's and reduce's columns are then
@@ -408,6 +409,8 @@ static int hier_call_wrong(const mp_env* env, const net_case* c, ncclComm_t comm
   if (kHierKinds[k] == AR_AVG && d.host.type == ncclInt32) k = 0; /* an integer's avg truncates */
   d.host.kind = kHierKinds[k];
   d.host.op = kHierOps[k];
+  if (d.host.kind == AR_PREMUL && ar_op_create(env, comm, d.host.type, AR_PREMUL, &d.host.op))
+    return 1;
   int wrong = dev_call_prepare(&d, env) || plugin_counts(c, "fakenet_traffic", &cuda0, &host0);
   cc_describe(&d.host, what, sizeof(what));
   if (!wrong) {
@@ -423,7 +426,7 @@ static int hier_call_wrong(const mp_env* env, const net_case* c, ncclComm_t comm
     wrong = 1;
   }
   dev_call_release(&d);
-  return wrong;
+  return wrong + ar_op_destroy(env, comm, d.host.kind, d.host.op);
 }
 
 /* A tuner file (BRAID_TUNE_FILE) that gives the host's reductions and
