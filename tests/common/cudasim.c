@@ -271,14 +271,16 @@ struct sim_handle {
   struct sim_stream* queue;
 };
 /* Every handle made, so that leak checkers see them reachable: a stream
- * lives as long as the process (its thread stays, see sim_stream_destroy);
- * volatile, or the never-read stores would be optimized away. */
-static struct sim_handle* volatile g_handles[1024];
+ * lives as long as the process (its thread stays, see sim_stream_destroy).
+ * A slot is published with a release store after its count was taken: a
+ * reader on another thread (context_synchronize) may find it still empty,
+ * never half written. */
+static struct sim_handle* _Atomic g_handles[1024];
 static _Atomic int g_nhandles;
 /* Streams made without CU_STREAM_NON_BLOCKING: the legacy NULL stream waits
  * for all of them (and they for it), as the driver's do. */
 #define SIM_MAX_STREAMS 1024
-static struct sim_stream* g_blocking[SIM_MAX_STREAMS];
+static struct sim_stream* _Atomic g_blocking[SIM_MAX_STREAMS]; /* as g_handles */
 static _Atomic int g_nblocking;
 static pthread_once_t g_streams_once = PTHREAD_ONCE_INIT;
 static int g_one_queue;
@@ -493,11 +495,11 @@ static CUresult sim_stream_create(CUstream* s, unsigned flags) {
   }
   h->queue = st;
   int slot = atomic_fetch_add(&g_nhandles, 1);
-  if (slot < SIM_MAX_STREAMS) g_handles[slot] = h;
+  if (slot < SIM_MAX_STREAMS) atomic_store_explicit(&g_handles[slot], h, memory_order_release);
   if (!g_one_queue && !(flags & CU_STREAM_NON_BLOCKING)) {
     st->blocking = 1;
     int i = atomic_fetch_add(&g_nblocking, 1);
-    if (i < SIM_MAX_STREAMS) g_blocking[i] = st;
+    if (i < SIM_MAX_STREAMS) atomic_store_explicit(&g_blocking[i], st, memory_order_release);
   }
   *s = (CUstream)h;
   return CUDA_SUCCESS;
@@ -643,8 +645,10 @@ static void stream_wait_pushed(struct sim_stream* st);
 static void context_synchronize(void) {
   int n = atomic_load(&g_nhandles);
   stream_wait_pushed(stream_of(NULL));
-  for (int i = 0; i < n && i < SIM_MAX_STREAMS; i++)
-    if (g_handles[i]) stream_wait_pushed(g_handles[i]->queue);
+  for (int i = 0; i < n && i < SIM_MAX_STREAMS; i++) {
+    struct sim_handle* h = atomic_load_explicit(&g_handles[i], memory_order_acquire);
+    if (h) stream_wait_pushed(h->queue);
+  }
 }
 
 static _Atomic int* fn_loaded_flag(CUfunction f) {
@@ -703,8 +707,10 @@ static void stream_wait_pushed(struct sim_stream* st) {
 static void legacy_sync(void) {
   int n = atomic_load(&g_nblocking);
   stream_wait_pushed(stream_of(NULL));
-  for (int i = 0; i < n && i < SIM_MAX_STREAMS; i++)
-    if (g_blocking[i]) stream_wait_pushed(g_blocking[i]);
+  for (int i = 0; i < n && i < SIM_MAX_STREAMS; i++) {
+    struct sim_stream* st = atomic_load_explicit(&g_blocking[i], memory_order_acquire);
+    if (st) stream_wait_pushed(st);
+  }
 }
 
 static CUresult sim_stream_sync(CUstream s) {
