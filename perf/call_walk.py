@@ -11,6 +11,9 @@ lie in; a switch is a call from one room's file to another room's. perf/call_wal
 all-reduce on host buffers and on device buffers (the simulated driver).
 
 Usage: perf/call_walk.py CALLGRIND_OUT REPO_ROOT
+Also prints the rooms and switches as the folders were before src/ took its own (5643af5:
+src/ one room but src/cuda and src/host; gpu/cuda, which came from src/cuda, as src/cuda),
+so that walks before and after that split compare on one partition.
 """
 import os
 import re
@@ -61,6 +64,17 @@ def edges(profile, root):
     return out
 
 
+def room_before_split(path):
+    """The folder a file's room was before src/ took folders of its own."""
+    d = os.path.dirname(path)
+    if d == os.path.join("gpu", "cuda"):
+        return os.path.join("src", "cuda")
+    if d.startswith("src" + os.sep) and d not in (os.path.join("src", "cuda"),
+                                                  os.path.join("src", "host")):
+        return "src"
+    return d
+
+
 def main():
     if len(sys.argv) != 3:
         sys.exit(__doc__)
@@ -79,6 +93,9 @@ def main():
     switches = sum(1 for a, b in calls if os.path.dirname(a) != os.path.dirname(b))
     print("walk: %d files, %d calls between files, %d climbing; %d rooms, %d switches" %
           (len(files), len(calls), len(climbs), len(rooms), switches))
+    flat = {f: room_before_split(f) for f in files}
+    print("walk, rooms before src/ was split: %d rooms, %d switches" %
+          (len(set(flat.values())), sum(1 for a, b in calls if flat[a] != flat[b])))
 
 
 if __name__ == "__main__":
