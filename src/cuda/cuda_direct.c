@@ -27,6 +27,7 @@
 #include "layout.h"
 #include "cuda_direct_exchange.h"
 #include "engine/device.h"
+#include "engine/redop.h"
 
 /* ---- One call ---- */
 
@@ -361,6 +362,7 @@ static ncclResult_t direct_call(struct ncclComm* comm, struct cuda_direct* d,
        : op->direct_between           ? "Hier with direct node stages, on the device"
                                       : "Hier with direct node stages");
   memset(bufs, 0, sizeof(direct_bufs));
+  d->exposed = 0; /* nothing of this call's reached the peers yet */
   const void* send = reads ? a->sendbuff : NULL;
   if (a->pre && send) CHECK(premul_input(comm, d, op, &send));
   CHECK(direct_buffers_exchange(comm, d, send, writes ? a->recvbuff : NULL, bufs));
@@ -386,7 +388,8 @@ ncclResult_t device_direct_run(struct work_op* op) {
     WARN("Direct: rank %d's links are out of step after an earlier failure", comm->rank);
     res = ncclInvalidUsage;
   } else if (res == ncclSuccess) {
-    res = direct_call(comm, d, op);
+    res = redop_scalar_read(&op->args); /* here: a failure tells the peers, as any does */
+    if (res == ncclSuccess) res = direct_call(comm, d, op);
   }
   if (res != ncclSuccess && d != NULL && !d->broken) {
     d->broken = 1;

@@ -123,23 +123,25 @@ int cuda_pair_net_direct(const struct ncclComm* comm, int a, int b) {
          transport_select(&comm->tctx, a, b, TRANSPORT_CAP_HOST_MEM) == t;
 }
 
-/* Whether nodes i and j of this rank's column are joined by such a
- * network. An index past the columns (nodes of unequal sizes) has no
- * stage between nodes; it asks about the last column's, as they do. */
-static int column_pair_direct(const struct ncclComm* comm, int i, int j) {
+/* Whether the ranks of index `local` on nodes i and j are joined by such
+ * a network. */
+static int column_pair_direct(const struct ncclComm* comm, int local, int i, int j) {
   const struct sched_topo* t = &comm->layout;
-  int local = MIN(t->local_of[comm->rank], t->min_ppn - 1);
   return cuda_pair_net_direct(comm, t->order[t->node_start[i] + local],
                               t->order[t->node_start[j] + local]);
 }
 
-/* Whether every pair of this rank's column that a gathered stage of
- * `coll` joins (algorithms/direct.h, direct_stage_partners: what
+/* Whether every pair of every column that a gathered stage of `coll`
+ * joins (algorithms/direct.h, direct_stage_partners: what
  * src/engine/connect.c connects) is joined by such a network: about
- * nnodes log2(nnodes) questions to the transport table, asked once per
- * comm for an all-gather and once for the reductions (the peer table does
- * not change; the callers ask only once it is known). Every member of the
- * column asks about the same pairs, so all agree. */
+ * columns x nnodes log2(nnodes) questions to the transport table, asked
+ * once per comm for the ring's partners (all-gather, broadcast) and once
+ * for the reductions' (the peer table does not change; the callers ask
+ * only once it is known). Every column, not only this rank's: the answer
+ * decides whether the node's ranks run the call together, so every rank
+ * must get the same one (each pair's answer comes from the peer table),
+ * even where the ranks of a node reach the network through different
+ * NICs. */
 static int column_net_direct(struct ncclComm* comm, int coll) {
   const struct sched_topo* t = &comm->layout;
   int n = t->nnodes, ok = 1, nodes[DIRECT_MAX_PARTNERS];
@@ -148,7 +150,8 @@ static int column_net_direct(struct ncclComm* comm, int coll) {
   if (*known != 0) return *known > 0;
   for (int i = 0; i < n && ok; i++) {
     int k = direct_stage_partners(coll, n, i, nodes);
-    for (int j = 0; j < k && ok; j++) ok = column_pair_direct(comm, i, nodes[j]);
+    for (int local = 0; local < t->min_ppn && ok; local++)
+      for (int j = 0; j < k && ok; j++) ok = column_pair_direct(comm, local, i, nodes[j]);
   }
   *known = ok ? 1 : -1;
   return ok;

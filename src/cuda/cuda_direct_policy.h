@@ -45,10 +45,10 @@ int cuda_direct_kind(const struct work_op* op);
 int cuda_pair_net_direct(const struct ncclComm* comm, int a, int b);
 
 /* Whether Hier's stage between nodes runs on the device for `coll`
- * (algorithms/direct.h, gathered): every pair of this rank's column is
- * joined as above, and the stage then moves data only (on the node
- * counts algorithms/direct.h's direct_hier_gathers names). Alike on the
- * column's ranks. */
+ * (algorithms/direct.h, gathered): every pair of every column that the
+ * stage joins is joined as above, and the stage then moves data only (on
+ * the node counts algorithms/direct.h's direct_hier_gathers names). Alike
+ * on every rank. */
 int cuda_hier_column_on_device(struct ncclComm* comm, int coll);
 
 /* The comm ranks of `node`, in node order (at most DIRECT_MAX_RANKS

@@ -109,6 +109,11 @@ fail:
   return res;
 }
 
+ncclResult_t redop_scalar_read(struct exec_args* a) {
+  if (!a->scalar_src) return ncclSuccess;
+  return mem_copy(&a->redop.scalar, a->scalar_src, kern_type_size(a->type));
+}
+
 void redop_free_all(struct ncclComm* comm) {
   free(comm->redops);
   comm->redops = NULL;

@@ -16,5 +16,9 @@ void redop_builtin(ncclRedOp_t op, ncclDataType_t type, int nranks, struct exec_
 ncclResult_t redop_resolve(struct ncclComm* comm, ncclRedOp_t op, ncclDataType_t type,
                            const char* fn, struct exec_args* args);
 void redop_free_all(struct ncclComm* comm);
+/* A PreMulSum scalar in device memory (args->scalar_src), read into
+ * args->redop.scalar when the call starts, in its stream's order: a device
+ * call staged it, so it is host memory here. Nothing to do without one. */
+ncclResult_t redop_scalar_read(struct exec_args* args);
 
 #endif /* BRAID_REDOP_H_ */

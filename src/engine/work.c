@@ -19,6 +19,7 @@
 #include "status/work_flight.h"
 #include "param.h"
 #include "engine/plan.h"
+#include "engine/redop.h"
 #include "engine/stream.h"
 #include "engine/work_p2p.h"
 
@@ -75,13 +76,6 @@ static ncclResult_t work_wait(struct ncclComm* const* comms, int m) {
   return progress_wait(engines, waits, m, WORK_WAIT_SLICE_MS);
 }
 
-/* A PreMulSum scalar read when the call starts, in its stream's order:
- * host memory here (a device call staged it). */
-static ncclResult_t scalar_read(struct work_op* op) {
-  if (!op->args.scalar_src) return ncclSuccess;
-  return mem_copy(&op->args.redop.scalar, op->args.scalar_src, kern_type_size(op->args.type));
-}
-
 /* Point-to-point operations have no executor to watch them: abort and the
  * no-progress timeout are checked here. */
 static ncclResult_t p2p_alive(const struct work_op* op, uint64_t last_progress_ns) {
@@ -111,11 +105,11 @@ static ncclResult_t op_step(struct work_op* op, uint64_t pass, uint64_t last_pro
     op->done = 1;
     *progressed = 1;
     work_flight_start(op);
-    return (res = scalar_read(op)) != ncclSuccess ? res : device_direct_run(op);
+    return device_direct_run(op); /* reads a PreMulSum's scalar itself */
   }
   if (!op->started) {
     if (op->comm->exec.busy) return ncclSuccess; /* an earlier collective of this comm runs */
-    if ((res = scalar_read(op)) != ncclSuccess) return res;
+    if ((res = redop_scalar_read(&op->args)) != ncclSuccess) return res;
     if ((res = exec_comm_start(op->comm, &op->args)) != ncclSuccess) return res;
     op->started = 1;
     work_flight_start(op);

@@ -38,6 +38,7 @@ typedef struct net_case {
   int no_cuda;       /* the fake does not take device memory (FAKENET_CUDA=0) */
   int unforced;      /* NCCL_ALGO unset, the host tuned to the ring: Hier as the policy picks it */
   int no_hier;       /* NCCL_ALGO=^Hier: no call runs Hier, not even one rank a host's */
+  int mixed_cuda;    /* the fake takes device memory on each host's first rank only */
 } net_case;
 
 static char g_plugin_dir[4096];
@@ -367,7 +368,7 @@ static int past_columns(const net_case* c, int rank) {
  * the fake takes device memory (algorithms/direct.h: every reduction on 2
  * to 16384 nodes). */
 static int hier_stage_on_device(const net_case* c) {
-  return !c->no_cuda;
+  return !c->no_cuda && !c->mixed_cuda; /* mixed: one column's pairs would, the other's not */
 }
 
 /* Whether call `coll` runs as Hier at all: not one rank a host's
@@ -455,7 +456,8 @@ static int hier_device_body(const mp_env* env) {
   ncclComm_t comm;
   cudaStream_t s;
   mp_capture cap;
-  setenv("FAKENET_CUDA", on_device ? "1" : "0", 1);
+  int cuda_here = on_device && !(c->mixed_cuda && env->rank % c->per_host != 0);
+  setenv("FAKENET_CUDA", cuda_here ? "1" : "0", 1);
   setenv("CUDASIM_ONE_QUEUE", "1", 1);
   setenv("BRAID_STREAM_MEMOPS", c->sync ? "0" : "1", 1);
   if (c->per_host > 1 && !c->unforced)
@@ -791,6 +793,11 @@ static const net_case k_hier_refused_pair = {
     .version = 12, .nranks = 2, .per_host = 1, .hier = 1, .no_hier = 1};
 static const net_case k_hier_refused_2x2 = {
     .version = 12, .nranks = 4, .per_host = 2, .hier = 1, .unforced = 1, .no_hier = 1};
+/* a host's ranks reach the network through NICs of which one takes
+ * device memory and one does not: every rank must decide alike (the stage
+ * in pinned memory for all), or a host's two columns run different calls */
+static const net_case k_hier_mixed = {
+    .version = 12, .nranks = 4, .per_host = 2, .hier = 1, .mixed_cuda = 1};
 static const net_case k_fd_die = {
     .version = 12, .nranks = 2, .per_host = 1, .fault = "die", .after = "3", .sync = 1};
 static const net_case k_fd_stall = {
@@ -904,6 +911,7 @@ int main(void) {
       CASE(test_hier_device, k_hier_unforced_uneven),
       CASE(test_hier_device, k_hier_refused_pair),
       CASE(test_hier_device, k_hier_refused_2x2),
+      CASE(test_hier_device, k_hier_mixed),
       CASE(test_device_regs, k_direct_sync),
       CASE(test_device_refused, k_direct_sync),
       CASE(test_device_fault, k_fd_die),
