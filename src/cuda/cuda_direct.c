@@ -388,7 +388,8 @@ ncclResult_t device_direct_run(struct work_op* op) {
     WARN("Direct: rank %d's links are out of step after an earlier failure", comm->rank);
     res = ncclInvalidUsage;
   } else if (res == ncclSuccess) {
-    res = redop_scalar_read(&op->args); /* here: a failure tells the peers, as any does */
+    if (op->args.scalar_src) /* read here: a failure tells the peers, as any does */
+      res = redop_scalar_read(&op->args);
     if (res == ncclSuccess) res = direct_call(comm, d, op);
   }
   if (res != ncclSuccess && d != NULL && !d->broken) {

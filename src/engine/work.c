@@ -109,7 +109,7 @@ static ncclResult_t op_step(struct work_op* op, uint64_t pass, uint64_t last_pro
   }
   if (!op->started) {
     if (op->comm->exec.busy) return ncclSuccess; /* an earlier collective of this comm runs */
-    if ((res = redop_scalar_read(&op->args)) != ncclSuccess) return res;
+    if (op->args.scalar_src && (res = redop_scalar_read(&op->args)) != ncclSuccess) return res;
     if ((res = exec_comm_start(op->comm, &op->args)) != ncclSuccess) return res;
     op->started = 1;
     work_flight_start(op);
