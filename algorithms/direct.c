@@ -331,16 +331,21 @@ static ncclResult_t column_task(const struct direct_hier* h, struct direct_task*
   return ncclSuccess;
 }
 
+/* A plan whose tasks are empty and whose stage between nodes moves
+ * nothing (st zeroed): an index past the columns', or the start of one
+ * that fills in what it does. */
+static void hier_idle(struct direct_staged* st) {
+  st->before.rows = st->after.rows = 1;
+  st->post_task = -1;
+}
+
 /* All-reduce: the node's task cut around the scratch, which holds this
  * rank's slice only. An index past the columns has no slice: no task,
  * no stage between nodes. */
 static ncclResult_t hier_slice(const struct direct_hier* h, struct direct_staged* st) {
   struct direct_task whole;
-  if (h->local >= h->nlocal) { /* past the columns: both tasks empty */
-    st->before.rows = st->after.rows = 1;
-    st->post_task = -1;
-    return ncclSuccess;
-  }
+  hier_idle(st);
+  if (h->local >= h->nlocal) return ncclSuccess; /* past the columns */
   ncclResult_t res = column_task(h, &whole);
   if (res != ncclSuccess) return res;
   st->before = st->after = whole;
@@ -348,7 +353,6 @@ static ncclResult_t hier_slice(const struct direct_hier* h, struct direct_staged
   st->after.nsrcs = 1, st->after.srcs[0] = ref(h->local, DIRECT_SCRATCH, 0);
   st->scratch = st->count = whole.n;
   st->column_coll = COLL_ALLREDUCE;
-  st->post_task = -1;
   if (hier_halves(h) || hier_folds(h)) { /* padded to p whole blocks, halved, doubled */
     int p = direct_halving_nodes(h->nnodes), folds = p < h->nnodes;
     size_t len = ALIGN_UP(whole.n, (size_t)p * MAX(h->align, (size_t)1));
@@ -385,9 +389,8 @@ static ncclResult_t hier_slice(const struct direct_hier* h, struct direct_staged
  * before off the root's node, have nothing to do. */
 static ncclResult_t hier_broadcast(const struct direct_hier* h, struct direct_staged* st) {
   struct direct_task whole;
-  st->before.rows = st->after.rows = 1;
-  st->post_task = -1;
-  if (h->local >= h->nlocal) return ncclSuccess; /* past the columns: both tasks empty */
+  hier_idle(st);
+  if (h->local >= h->nlocal) return ncclSuccess; /* past the columns */
   ncclResult_t res = column_task(h, &whole);
   if (res != ncclSuccess) return res;
   st->after = whole;
