@@ -72,12 +72,22 @@ ncclResult_t direct_plan(int coll, int rank, int nranks, int root, size_t count,
   return ncclSuccess;
 }
 
-/* The node's ranks' blocks of the column's rank on each node, as rows:
- * row j at column0 + j * step blocks of `stride` elements. */
-static int refs_column(struct direct_ref* out, const struct direct_hier* h, int buf, size_t stride,
-                       ptrdiff_t* row) {
-  *row = (ptrdiff_t)h->column_step * (ptrdiff_t)stride;
-  return refs_all(out, h->nlocal, buf, (size_t)h->column0 * stride);
+int direct_task_row(const struct direct_task* t, size_t r, struct direct_task* row) {
+  ptrdiff_t si = t->src_at ? t->src_at[r] : (ptrdiff_t)r;
+  ptrdiff_t di = t->dst_at ? t->dst_at[r] : (ptrdiff_t)r;
+  *row = *t;
+  row->rows = 1;
+  row->src_row = row->dst_row = 0;
+  row->src_at = row->dst_at = NULL;
+  row->spread = 0;
+  if (si < 0 || di < 0) return 0;
+  if (t->spread == DIRECT_SPREAD_SRCS) row->nsrcs = 1, row->srcs[0] = t->srcs[r];
+  if (t->spread == DIRECT_SPREAD_DSTS) row->ndsts = 1, row->dsts[0] = t->dsts[r];
+  for (int k = 0; k < row->nsrcs; k++)
+    row->srcs[k].off = (size_t)((ptrdiff_t)row->srcs[k].off + si * t->src_row);
+  for (int k = 0; k < row->ndsts; k++)
+    row->dsts[k].off = (size_t)((ptrdiff_t)row->dsts[k].off + di * t->dst_row);
+  return 1;
 }
 
 /* Whether a gathered plan halves (direct.h): 4 to DIRECT_MAX_NODES nodes,
@@ -214,10 +224,69 @@ static void doubling_plan(const struct direct_hier* h, int p, size_t base, size_
   }
 }
 
+/* Ranks on this rank's node (direct.h: more than the columns where nodes
+ * differ in size). */
+static int hier_node_ranks(const struct direct_hier* h) {
+  return h->node_ranks > 0 ? h->node_ranks : h->nlocal;
+}
+
+/* A plan whose tasks are empty and whose stage between nodes moves
+ * nothing (st zeroed): an index past the columns', or the start of one
+ * that fills in what it does. */
+static void hier_idle(struct direct_staged* st) {
+  st->before.rows = st->after.rows = 1;
+  st->post_task = -1;
+}
+
+/* R, the rows a node has in each column (direct.h): nodes of one size 1. */
+static int rows_per_node(const struct sched_topo* t) {
+  return (t->max_ppn + t->min_ppn - 1) / t->min_ppn;
+}
+
+size_t direct_hier_rows_size(const struct sched_topo* t) {
+  return 2 * (size_t)t->nnodes * (size_t)rows_per_node(t);
+}
+
+/* The table: row j R + k names the rank of the column on node j (-1: none
+ * there); then, at nnodes R on, where a fold's pairs hold the same row
+ * (fold_rows): node j < p's rows at 2 j R + k, node p + i's after them at
+ * 2 i R + R + k, in rows of the block. */
+void direct_hier_rows(const struct sched_topo* t, int local, int32_t* at) {
+  int rows = rows_per_node(t), m = t->nnodes, p = direct_halving_nodes(m);
+  int32_t* pairs = at + (size_t)m * (size_t)rows;
+  for (int j = 0; j < m; j++)
+    for (int k = 0; k < rows; k++) {
+      int l = local + k * t->min_ppn, i = j * rows + k;
+      at[i] = l < sched_topo_node_size(t, j) ? t->order[t->node_start[j] + l] : -1;
+      pairs[i] = j < p ? 2 * j * rows + k : 2 * (j - p) * rows + rows + k;
+    }
+}
+
+/* The table's fold places, from node `node`'s first row on. */
+static const int32_t* rows_pairs(const struct direct_hier* h, int node) {
+  size_t rows = (size_t)rows_per_node(h->topo);
+  return h->rows_at + ((size_t)h->nnodes + (size_t)node) * rows;
+}
+
+/* This rank's column on its node (indexes local, local + nlocal, ...) as
+ * refs to `buf`: a spread side, a row each. How many. */
+static int refs_mine(struct direct_ref* out, const struct direct_hier* h, int buf) {
+  int m = 0;
+  for (int l = h->local; l < hier_node_ranks(h); l += h->nlocal) out[m++] = ref(l, buf, 0);
+  return m;
+}
+
+/* A row for each of the `n` refs of `side` (a spread task); one is a
+ * plain task. */
+static void spread(struct direct_task* t, int side, int n) {
+  t->rows = (size_t)n;
+  t->spread = n > 1 ? side : 0;
+}
+
 /* Reduce-scatter halving: the rows from base = half the rows on, member j
- * ends with row j, which the task after copies out. */
+ * ends with node j's rows, which the task after copies out. */
 static void halving_rows(const struct direct_hier* h, struct direct_staged* st) {
-  size_t c = h->count, len = (size_t)h->nnodes * c, base = len / 2;
+  size_t c = st->count, len = (size_t)h->nnodes * c, base = len / 2;
   st->before.dsts[0].off = base;
   st->scratch = 2 * len;
   halving_plan(h, h->nnodes, base, len, st);
@@ -225,48 +294,49 @@ static void halving_rows(const struct direct_hier* h, struct direct_staged* st) 
   st->after.srcs[0].off = base + (size_t)h->node * c;
 }
 
-/* Reduce-scatter folding onto p nodes (direct.h): the rows in pairs, pair
- * i = row i and row i + p (junk where i + p is no node), so that the
- * halving among the first p nodes leaves member i both rows its fold
- * stands for. The task before writes the rows of nodes below p, a step
- * that moves nothing the others' (the pairs' second rows); node i + p
- * sends node i all its pairs, node i sends it row i + p back. */
+/* Reduce-scatter folding onto p nodes (direct.h): the nodes' rows in
+ * pairs, pair i = node i's and node i + p's (junk where i + p is no node),
+ * so that the halving among the first p nodes leaves member i all the
+ * rows its fold stands for. The task before writes the rows of nodes below
+ * p, a step that moves nothing the others' (the pairs' second halves), each
+ * row where the table's fold places say; node i + p sends node i all its
+ * pairs, node i sends it node i + p's rows back. */
 static void fold_rows(const struct direct_hier* h, struct direct_staged* st) {
   int p = direct_halving_nodes(h->nnodes), extra = h->nnodes - p;
-  size_t c = h->count, len = 2 * (size_t)p * c, base = len / 2;
+  size_t rows = (size_t)rows_per_node(h->topo);
+  size_t c = st->count, len = 2 * (size_t)p * c, base = len / 2;
   struct direct_task* in = &st->before;
   struct direct_step* second = &st->steps[st->nsteps++];
   memset(second, 0, sizeof(*second));
   second->lower = second->upper = h->node;
   second->from = DIRECT_STEP_LOCAL;
   second->reduce = *in;
-  second->reduce.rows = (size_t)extra;
-  for (int k = 0; k < in->nsrcs; k++)
-    second->reduce.srcs[k].off = (size_t)((ptrdiff_t)in->srcs[k].off + p * in->src_row);
-  second->reduce.dsts[0].off = base + c;
-  second->reduce.dst_row = (ptrdiff_t)(2 * c);
-  in->rows = (size_t)p;
+  second->reduce.rows = (size_t)extra * rows;
+  second->reduce.src_at = in->src_at + (size_t)p * rows;
+  second->reduce.dsts[0].off = base;
+  second->reduce.dst_at = rows_pairs(h, p);
+  in->rows = (size_t)p * rows;
   in->dsts[0].off = base;
-  in->dst_row = (ptrdiff_t)(2 * c);
+  in->dst_at = rows_pairs(h, 0);
   st->scratch = len / 2 + 2 * len; /* the first swap's lower half, the pairs, the fold's */
   fold_plan(h, p, base, len, st);
   halving_plan(h, p, base, len, st);
   st->count = 0; /* no stage after the steps */
   st->after.srcs[0].off = h->node < p ? base + 2 * (size_t)h->node * c : base;
   if (!st->unfolds) return;
-  if (h->node < p) /* in place: row node + p of its pair */
+  if (h->node < p) /* in place: node + p's half of its pair */
     one_way(h, p, 0, base + (2 * (size_t)h->node + 1) * c, 0, c, &st->unfold);
   else /* lands where its pairs were */
     one_way(h, p, 0, base, base, c, &st->unfold);
 }
 
 /* Reduce-scatter on 2 nodes, gathered (direct.h): member m of the column
- * writes its rows from m blocks on (0 1 on node 0, 1 2 on node 1), so that
- * both offer the row the other needs at block 1 and an all-gather in place
- * lands the partner's at block 2 (node 0) or 0 (node 1): either way the
- * node's partials lie at blocks 0 and 2, node 0's first. */
+ * writes its rows from m nodes' worth on (0 1 on node 0, 1 2 on node 1),
+ * so that both offer the rows the other needs at block 1 and an all-gather
+ * in place lands the partner's at block 2 (node 0) or 0 (node 1): either
+ * way the node's partials lie at blocks 0 and 2, node 0's first. */
 static void swap_rows(const struct direct_hier* h, struct direct_staged* st) {
-  size_t c = h->count, m = (size_t)h->node, o = 1 - m;
+  size_t c = st->count, m = (size_t)h->node, o = 1 - m;
   st->before.dsts[0].off = m * c;
   st->scratch = 3 * c;
   st->column_coll = COLL_ALLGATHER;
@@ -278,25 +348,33 @@ static void swap_rows(const struct direct_hier* h, struct direct_staged* st) {
   st->post_task = 1;
 }
 
-/* Both tasks one row per node between this rank's input or output and
- * its scratch rows (reduce-scatter: reduced in; all-gather: spread out). */
+/* Both tasks between the node's buffers and this rank's scratch, R rows of
+ * a block per node (node j's from j R blocks on): a reduce-scatter reduces
+ * every node's rows from every input of the node, the table naming each
+ * row's block, and spreads this node's rows to its column's outputs; an
+ * all-gather copies its column's inputs into this node's rows and writes
+ * every node's rows to every output of the node. */
 static void hier_blocks(const struct direct_hier* h, struct direct_staged* st) {
-  size_t stride = h->stride ? h->stride : h->count, mine = (size_t)h->node * h->count;
+  size_t stride = h->stride ? h->stride : h->count, rows = (size_t)rows_per_node(h->topo);
+  size_t c = rows * h->count, mine = (size_t)h->node * c;
   struct direct_task *in = &st->before, *out = &st->after;
+  hier_idle(st);
+  if (h->local >= h->nlocal) return; /* past the columns: its column's ranks do its part */
   in->n = out->n = h->count;
-  in->rows = out->rows = 1;
-  st->scratch = (size_t)h->nnodes * h->count;
-  st->count = h->count;
+  st->scratch = (size_t)h->nnodes * c;
+  st->count = c;
   st->column_coll = h->coll;
-  st->post_task = -1;
   if (h->coll == COLL_REDUCESCATTER) {
-    in->rows = (size_t)h->nnodes;
-    in->nsrcs = refs_column(in->srcs, h, DIRECT_SEND, stride, &in->src_row);
+    in->rows = (size_t)h->nnodes * rows;
+    in->nsrcs = refs_all(in->srcs, hier_node_ranks(h), DIRECT_SEND, 0);
+    in->src_row = (ptrdiff_t)stride, in->src_at = h->rows_at;
     in->ndsts = 1, in->dsts[0] = ref(h->local, DIRECT_SCRATCH, 0);
     in->dst_row = (ptrdiff_t)h->count;
     st->send_off = 0, st->recv_off = mine;
     out->nsrcs = 1, out->srcs[0] = ref(h->local, DIRECT_SCRATCH, mine);
-    out->ndsts = 1, out->dsts[0] = ref(h->local, DIRECT_RECV, 0);
+    out->src_row = (ptrdiff_t)h->count;
+    out->ndsts = refs_mine(out->dsts, h, DIRECT_RECV);
+    spread(out, DIRECT_SPREAD_DSTS, out->ndsts);
     if (hier_halves(h))
       halving_rows(h, st);
     else if (hier_folds(h))
@@ -304,20 +382,50 @@ static void hier_blocks(const struct direct_hier* h, struct direct_staged* st) {
     else if (h->gathered)
       swap_rows(h, st);
   } else {
-    in->nsrcs = 1, in->srcs[0] = ref(h->local, DIRECT_SEND, 0);
+    in->nsrcs = refs_mine(in->srcs, h, DIRECT_SEND);
+    spread(in, DIRECT_SPREAD_SRCS, in->nsrcs);
     in->ndsts = 1, in->dsts[0] = ref(h->local, DIRECT_SCRATCH, mine);
+    in->dst_row = (ptrdiff_t)h->count;
     st->send_off = mine, st->recv_off = 0;
-    out->rows = (size_t)h->nnodes;
+    out->rows = (size_t)h->nnodes * rows;
     out->nsrcs = 1, out->srcs[0] = ref(h->local, DIRECT_SCRATCH, 0);
     out->src_row = (ptrdiff_t)h->count;
-    out->ndsts = refs_column(out->dsts, h, DIRECT_RECV, stride, &out->dst_row);
+    out->ndsts = refs_all(out->dsts, hier_node_ranks(h), DIRECT_RECV, 0);
+    out->dst_row = (ptrdiff_t)stride, out->dst_at = h->rows_at;
   }
 }
 
-/* Ranks on this rank's node (direct.h: more than the columns where nodes
- * differ in size). */
-static int hier_node_ranks(const struct direct_hier* h) {
-  return h->node_ranks > 0 ? h->node_ranks : h->nlocal;
+/* A side's table whose rows are evenly spaced, none skipped: its first
+ * entry and its spacing. */
+static int rows_even(const int32_t* at, size_t rows, ptrdiff_t* first, ptrdiff_t* step) {
+  *first = at[0];
+  *step = rows > 1 ? (ptrdiff_t)at[1] - at[0] : 1;
+  for (size_t r = 0; r < rows; r++)
+    if (at[r] < 0 || at[r] != *first + (ptrdiff_t)r * *step) return 0;
+  return 1;
+}
+
+/* Such a side as plain rows (its first row on every ref, the spacing in
+ * the row step): the kernel then reads no table. */
+static void side_plain(const int32_t** at, size_t rows, struct direct_ref* refs, int n,
+                       ptrdiff_t* row) {
+  ptrdiff_t first, step;
+  if (*at == NULL || rows == 0 || !rows_even(*at, rows, &first, &step)) return;
+  for (int k = 0; k < n; k++) refs[k].off = (size_t)((ptrdiff_t)refs[k].off + first * *row);
+  *row *= step;
+  *at = NULL;
+}
+
+static void task_plain(struct direct_task* t) {
+  side_plain(&t->src_at, t->rows, t->srcs, t->nsrcs, &t->src_row);
+  side_plain(&t->dst_at, t->rows, t->dsts, t->ndsts, &t->dst_row);
+}
+
+/* Every task of the plan with tables that need none in the plain form. */
+static void plan_plain(struct direct_staged* st) {
+  task_plain(&st->before);
+  task_plain(&st->after);
+  for (int i = 0; i < st->nsteps; i++) task_plain(&st->steps[i].reduce);
 }
 
 /* Column `local`'s one-pass all-reduce task on its node: its slice of the
@@ -329,14 +437,6 @@ static ncclResult_t column_task(const struct direct_hier* h, struct direct_task*
   t->nsrcs = refs_all(t->srcs, hier_node_ranks(h), DIRECT_SEND, lo);
   t->ndsts = refs_all(t->dsts, hier_node_ranks(h), DIRECT_RECV, lo);
   return ncclSuccess;
-}
-
-/* A plan whose tasks are empty and whose stage between nodes moves
- * nothing (st zeroed): an index past the columns', or the start of one
- * that fills in what it does. */
-static void hier_idle(struct direct_staged* st) {
-  st->before.rows = st->after.rows = 1;
-  st->post_task = -1;
 }
 
 /* All-reduce: the node's task cut around the scratch, which holds this
@@ -417,10 +517,11 @@ ncclResult_t direct_plan_hier(const struct direct_hier* h, struct direct_staged*
         h->local, here, h->nlocal, h->node, h->nnodes, DIRECT_MAX_RANKS);
     return ncclInvalidArgument;
   }
-  if (here != h->nlocal && h->coll != COLL_ALLREDUCE && h->coll != COLL_REDUCE &&
-      h->coll != COLL_BROADCAST) {
-    WARN("Direct: collective %d's Hier node stages need nodes of one size (%d ranks, %d columns)",
-         h->coll, here, h->nlocal);
+  if ((h->coll == COLL_REDUCESCATTER || h->coll == COLL_ALLGATHER) &&
+      (h->topo == NULL || h->rows_at == NULL || h->topo->nnodes != h->nnodes ||
+       h->topo->min_ppn != h->nlocal || h->topo->max_ppn > DIRECT_MAX_RANKS)) {
+    WARN("Direct: collective %d's Hier node stages without the layout's rows (%d columns)", h->coll,
+         h->nlocal);
     return ncclInvalidArgument;
   }
   if (h->gathered && !direct_hier_gathers(h->coll, h->nnodes)) {
@@ -444,19 +545,10 @@ ncclResult_t direct_plan_hier(const struct direct_hier* h, struct direct_staged*
     case COLL_REDUCESCATTER:
     case COLL_ALLGATHER:
       hier_blocks(h, st);
+      plan_plain(st);
       return ncclSuccess;
     default:
       WARN("Direct: collective %d has no Hier plan", h->coll);
       return ncclInvalidArgument;
   }
-}
-
-int direct_column(const struct sched_topo* t, int local, int* first, int* step) {
-  for (int j = 0; j < t->nnodes; j++)
-    if (sched_topo_node_size(t, j) <= local) return 0;
-  *first = t->order[t->node_start[0] + local];
-  *step = t->nnodes > 1 ? t->order[t->node_start[1] + local] - *first : 0;
-  for (int j = 2; j < t->nnodes; j++)
-    if (t->order[t->node_start[j] + local] != *first + j * *step) return 0;
-  return 1;
 }

@@ -14,6 +14,7 @@
 #define BRAID_DIRECT_H_
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "nccl.h"
 
@@ -36,11 +37,22 @@ struct direct_ref {
  * destination; n elements from each ref on. n == 0: nothing to do. With
  * rows > 1, the same again on each row r < rows, every source src_row
  * elements further on per row and every destination dst_row (the kernel's
- * rows, kern_body.h). */
+ * rows, kern_body.h). Rows named by a table (src_at, dst_at: row r's
+ * sources src_at[r] rows on instead of r; a row whose entry is < 0 is
+ * skipped) take the blocks of columns that are not evenly spaced; a
+ * spread task's row r reads its source r alone (DIRECT_SPREAD_SRCS, a
+ * copy) or writes its destination r alone (DIRECT_SPREAD_DSTS): a node's
+ * ranks in one column, each a buffer of its own. direct_task_row gives a
+ * row as a task of one. */
+#define DIRECT_SPREAD_SRCS 1
+#define DIRECT_SPREAD_DSTS 2
 struct direct_task {
   size_t n;
   size_t rows;
   ptrdiff_t src_row, dst_row;
+  const int32_t* src_at;
+  const int32_t* dst_at;
+  int spread;
   int nsrcs, ndsts;
   struct direct_ref srcs[DIRECT_MAX_RANKS];
   struct direct_ref dsts[DIRECT_MAX_RANKS];
@@ -53,6 +65,10 @@ struct direct_task {
  * 16-byte vectors). ncclInvalidArgument for more than DIRECT_MAX_RANKS. */
 ncclResult_t direct_plan(int coll, int rank, int nranks, int root, size_t count, size_t stride,
                          size_t align, struct direct_task* t);
+
+/* Row r of task t as a task of one row (its refs moved on, its spread
+ * source or destination alone, no table); 0 where the row is skipped. */
+int direct_task_row(const struct direct_task* t, size_t r, struct direct_task* row);
 
 /*
  * Hier with its node stages direct (devices on several nodes, of the same
@@ -71,8 +87,15 @@ ncclResult_t direct_plan(int coll, int rank, int nranks, int root, size_t count,
  *    the rows along the column; write row j, the block of the column's
  *    rank on node j, to every output of the node (a row per node).
  * Each input byte of the node is read once and each output byte written
- * once. Rows need the column's ranks evenly spaced: on node j, rank
- * column0 + j * column_step (direct_column finds them).
+ * once. A node has R rows in each column, R the most ranks a node has over
+ * the columns, rounded up (1 on nodes of one size): row k of column
+ * `local` on node j is the block of the rank with index local + k * nlocal
+ * there, junk where node j has no such rank (moved and reduced between
+ * nodes, never read from an input or written out). A node's rows go to
+ * and from its ranks' own buffers in one spread task. Where the columns'
+ * ranks are evenly spaced across nodes (node-major and round-robin
+ * layouts, any layout of 2 nodes) the rows are too; elsewhere a table names
+ * each row's rank (direct_hier_rows), which the kernel reads.
  *
  * `gathered`: the stage between nodes does no arithmetic, so that a
  * network that moves device memory can run it with the scratch on the
@@ -109,9 +132,10 @@ ncclResult_t direct_plan(int coll, int rank, int nranks, int root, size_t count,
  * holds row i and row i + p (junk where node i + p does not exist, moved
  * and reduced, never written out), so that the halving leaves member i
  * both rows of its pair; node j + p sends node j its pairs, node j sends
- * it row j + p back. The pairs' second rows come from a step that moves
- * nothing (DIRECT_STEP_LOCAL): a task's rows are evenly spaced, and the
- * pairs are not. Each member sends 2 (p - 1) rows where a ring on
+ * it row j + p back (a node's R rows go as one: "row" here is a node's).
+ * The pairs' second rows come from a step that moves nothing
+ * (DIRECT_STEP_LOCAL), a launch of their own, so that on evenly spaced
+ * columns each launch's rows are too. Each member sends 2 (p - 1) rows where a ring on
  * nnodes would send nnodes - 1 (as many on 3, 7, 15 ... nodes, up to
  * twice that just above a power of two), and no node copies its input
  * through host memory.
@@ -123,10 +147,11 @@ ncclResult_t direct_plan(int coll, int rank, int nranks, int root, size_t count,
  * its slice of the root's input into the scratch, the column broadcasts
  * it from the root's node (a ring), and the task after writes it to every
  * output of the node; off the root's node the task before is empty.
- * An all-reduce, reduce or broadcast also runs on nodes of unequal sizes: the columns
- * are the indexes every node has (nlocal, the smallest node's count), each
+ * Every collective also runs on nodes of unequal sizes: the columns are the
+ * indexes every node has (nlocal, the smallest node's count), each
  * column's task before reading its slice from every rank of its node
- * (node_ranks of them) and its task after writing every rank's output;
+ * (node_ranks of them) and its task after writing every rank's output (a
+ * reduce-scatter's and all-gather's through the column's R rows, above);
  * a rank whose index is past the columns has nothing to do and no stage
  * between nodes (the node's others read its input and write its output).
  */
@@ -134,12 +159,12 @@ struct direct_hier {
   int coll;       /* COLL_ALLREDUCE, _REDUCESCATTER, _ALLGATHER, _BROADCAST; COLL_REDUCE gathered */
   int local;      /* this rank's index on its node */
   int nlocal;     /* ranks per node: the columns (the fewest a node has) */
-  int node_ranks; /* ranks on this rank's node; 0: nlocal (all-reduce, reduce, broadcast: more) */
+  int node_ranks; /* ranks on this rank's node; 0: nlocal (more on unequal nodes) */
   int node;       /* this rank's node */
   int nnodes;
-  int column0; /* rank with this rank's index on node 0 */
-  int column_step;
-  size_t count; /* as in exec_args */
+  const struct sched_topo* topo; /* reduce-scatter, all-gather: which rank holds each row */
+  const int32_t* rows_at;        /* their table (direct_hier_rows): the tasks point into it */
+  size_t count;                  /* as in exec_args */
   size_t stride;
   size_t align;
   int gathered;              /* the stage between nodes only moves data (above) */
@@ -209,10 +234,12 @@ int direct_halving_nodes(int nnodes);
 #define DIRECT_MAX_PARTNERS (DIRECT_MAX_STEPS / 2 + 1)
 int direct_stage_partners(int coll, int nnodes, int node, int* out);
 
-/* Whether the ranks with index `local` on each node are evenly spaced
- * (node-major and round-robin layouts are, and any layout of 2 nodes):
- * then *first is node 0's and *step the distance from one node's to the
- * next. Needs every node to have more than `local` ranks. */
-int direct_column(const struct sched_topo* t, int local, int* first, int* step);
+/* The rows' table of index `local`'s column on layout t (above: a
+ * reduce-scatter's and all-gather's plans name rows through it), into
+ * `at`, of direct_hier_rows_size(t) entries; it depends on nothing else,
+ * so a comm makes it once. Each node's R rows, then where a folding
+ * reduce-scatter's rows go in its pairs (direct.c, fold_rows). */
+size_t direct_hier_rows_size(const struct sched_topo* t);
+void direct_hier_rows(const struct sched_topo* t, int local, int32_t* at);
 
 #endif /* BRAID_DIRECT_H_ */

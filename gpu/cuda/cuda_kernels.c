@@ -159,13 +159,13 @@ ncclResult_t cuda_reduce_copy(const struct kern_dev_task* task, CUstream stream)
   struct loaded k;
   if (cu == NULL) FAIL(ncclInvalidUsage, "CUDA: a kernel launch without a CUDA driver");
   if (task->n == 0) return ncclSuccess;
+  if (task->src_at || task->dst_at) /* device memory, which the host does not read */
+    FAIL(ncclInternalError, "CUDA: a task with rows by table needs braid_reduce_copy_at");
   CHECK(kernel_for_current(cu, &k));
-  struct kern_dev_task row = *task; /* this kernel runs one row: a launch for each */
-  row.rows = 1;
-  for (uint32_t r = 0; r < kern_dev_task_rows(task); r++) {
-    if (r > 0) kern_dev_task_next_row(&row);
-    CHECK(launch(cu, k.fn, grid_for(&k, task->n), &row, stream));
-  }
+  struct kern_dev_task row; /* this kernel runs one row: a launch for each */
+  for (uint32_t r = 0; r < kern_dev_task_rows(task); r++)
+    if (kern_dev_task_row(task, r, &row))
+      CHECK(launch(cu, k.fn, grid_for(&k, task->n), &row, stream));
 fail:
   return res;
 }

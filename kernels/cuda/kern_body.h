@@ -5,8 +5,9 @@
  *
  * A task is kernels.h's kern_task in device form: up to 8 sources chained
  * (each step rounded to the type, as a chain of ranks does), the result
- * written to up to 8 destinations, optionally repeated on evenly spaced
- * rows (one launch for Hier's node stages, whose blocks are strided). The
+ * written to up to 8 destinations, optionally repeated on rows (one
+ * launch for Hier's node stages, whose blocks are strided or named by a
+ * table). The
  * results are bitwise those of the CPU kernels: the same order of
  * operations, no fused multiply-add (explicit round-to-nearest operations,
  * nvcc -fmad=false, host -ffp-contract=off), one rounding to the type per
@@ -55,6 +56,8 @@ enum kb_type {
 enum kb_op { KB_SUM = 0, KB_PROD = 1, KB_MAX = 2, KB_MIN = 3, KB_COPY = 4 };
 #define KB_PRE 1u  /* the source is multiplied by the scalar first */
 #define KB_POST 2u /* the result is divided by postdiv last */
+#define KB_SPREAD_SRCS 1u
+#define KB_SPREAD_DSTS 2u
 
 /* One launch's work; passed by value as the kernel's parameter. */
 struct kern_dev_task {
@@ -67,9 +70,13 @@ struct kern_dev_task {
   uint64_t n;      /* elements */
   uint64_t scalar; /* the premul factor in the type's encoding */
   uint32_t postdiv;
-  uint32_t rows;   /* 0 or 1: one; else the task again on each row r < rows, */
-  int64_t src_row; /* every source src_row bytes further on per row */
-  int64_t dst_row; /* and every destination dst_row bytes (kern_dev_task_rows) */
+  uint32_t rows;         /* 0 or 1: one; else the task again on each row r < rows, */
+  int64_t src_row;       /* every source src_row bytes further on per row */
+  int64_t dst_row;       /* and every destination dst_row bytes (kern_dev_task_row) */
+  const int32_t* src_at; /* NULL, or row r's sources src_at[r] rows on (< 0: no row r) */
+  const int32_t* dst_at; /* the same for the destinations */
+  uint32_t spread;       /* KB_SPREAD_*: row r reads source r alone, or writes destination r */
+  uint32_t pad;
   const void* srcs[KB_MAX_SRCS];
   void* dsts[KB_MAX_DSTS];
 };
@@ -552,17 +559,41 @@ KERN_HD void kern_dev_task_run(const struct kern_dev_task* t, uint64_t first, ui
   }
 }
 
-/* Rows: braid_reduce_copy_at runs the task once per row, moving every
- * pointer on by one row in between (one inlined body, whatever the rows;
- * the by-value kernel runs one row, and its host side launches each). */
+/* Rows: braid_reduce_copy_at runs the task once per row, each row's
+ * operands moved on from the first's (one inlined body, whatever the
+ * rows; the by-value kernel runs one row, and its host side launches
+ * each). A row is r rows on, or as many as a table says (algorithms/
+ * direct.h: columns not evenly spaced), a table's negative entry no row;
+ * a spread task's row r takes its source r alone (a copy) or writes its
+ * destination r alone (a node's ranks, each a buffer of its own). */
 KERN_HD uint32_t kern_dev_task_rows(const struct kern_dev_task* t) {
   return t->rows > 1 ? t->rows : 1u;
 }
 
-KERN_HD void kern_dev_task_next_row(struct kern_dev_task* t) {
-  for (int k = 0; k < t->nsrcs && k < KB_MAX_SRCS; k++)
-    t->srcs[k] = (const char*)t->srcs[k] + t->src_row;
-  for (int d = 0; d < t->ndsts && d < KB_MAX_DSTS; d++) t->dsts[d] = (char*)t->dsts[d] + t->dst_row;
+/* Row r of t into *row; 0 where there is none. */
+KERN_HD int kern_dev_task_row(const struct kern_dev_task* t, uint32_t r,
+                              struct kern_dev_task* row) {
+  int64_t si = t->src_at ? (int64_t)t->src_at[r] : (int64_t)r;
+  int64_t di = t->dst_at ? (int64_t)t->dst_at[r] : (int64_t)r;
+  *row = *t;
+  row->rows = 1;
+  row->src_at = row->dst_at = 0;
+  row->spread = 0;
+  if (si < 0 || di < 0) return 0;
+  if ((t->spread & KB_SPREAD_SRCS) && r < KB_MAX_SRCS) {
+    row->nsrcs = 1;
+    row->srcs[0] = t->srcs[r];
+    row->pre = (t->pre >> r) & 1u;
+  }
+  if ((t->spread & KB_SPREAD_DSTS) && r < KB_MAX_DSTS) {
+    row->ndsts = 1;
+    row->dsts[0] = t->dsts[r];
+  }
+  for (int k = 0; k < row->nsrcs && k < KB_MAX_SRCS; k++)
+    row->srcs[k] = (const char*)row->srcs[k] + si * t->src_row;
+  for (int d = 0; d < row->ndsts && d < KB_MAX_DSTS; d++)
+    row->dsts[d] = (char*)row->dsts[d] + di * t->dst_row;
+  return 1;
 }
 
 /* A task read from memory at run time rather than passed at the launch

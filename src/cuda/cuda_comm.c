@@ -12,6 +12,8 @@
 #include "cuda_exec.h"
 #include "cuda/cuda_kernels.h"
 #include "cuda_stage.h"
+#include "direct.h"
+#include "layout.h"
 #include "cuda/cudaipc_mem.h"
 #include "engine/device.h"
 #include "param.h"
@@ -105,6 +107,21 @@ fail:
   return res;
 }
 
+/* Hier's rows of this rank's column (device_comm.h), where Hier's node
+ * stages can run: several nodes, none of more ranks than a task joins. */
+static ncclResult_t cuda_comm_rows(const struct ncclComm* comm, struct device_comm* cc) {
+  const struct sched_topo* t = &comm->layout;
+  ncclResult_t res = ncclSuccess;
+  void* host = NULL;
+  if (t->nnodes < 2 || t->max_ppn > DIRECT_MAX_RANKS) return ncclSuccess;
+  res = cuda_flags_alloc(cuda_driver(), direct_hier_rows_size(t) * sizeof(int32_t),
+                         "cuMemHostAlloc(Hier rows)", &host, &cc->hier_rows_dev);
+  if (res != ncclSuccess) return res;
+  cc->hier_rows = host;
+  direct_hier_rows(t, t->local_of[comm->rank], cc->hier_rows);
+  return ncclSuccess;
+}
+
 /* The comm's device state into comm->device: once the primary context is
  * retained, device_comm_free undoes whatever was made if a later step fails. */
 static ncclResult_t cuda_comm_make(struct ncclComm* comm) {
@@ -130,6 +147,7 @@ static ncclResult_t cuda_comm_make(struct ncclComm* comm) {
   }
   if (res == ncclSuccess && cuda_comm_kernels(cc) != ncclSuccess)
     INFO(SUB_INIT, "Rank %d: the kernels did not load (the WARN above says why)", comm->rank);
+  if (res == ncclSuccess) res = cuda_comm_rows(comm, cc);
   if (res == ncclSuccess) res = cuda_comm_transports(comm, cc);
   if (res == ncclSuccess && cuda_exec_attach(cc, &comm->exec, &cc->exec) != ncclSuccess)
     INFO(SUB_INIT,
@@ -187,6 +205,7 @@ void device_comm_free(struct ncclComm* comm) {
     if (passed) {
       cuda_gates_free(&cc->gates, cu);
       cuda_deferred_free(&cc->deferred, cu);
+      if (cc->hier_rows) cu->cuMemFreeHost(cc->hier_rows); /* a kernel may read it until then */
     }
     cuda_ctx_restore(saved);
   }

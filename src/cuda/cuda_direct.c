@@ -36,10 +36,20 @@
 #define DIRECT_PREMUL_LAUNCH (DIRECT_MAX_STEPS + 2)
 _Static_assert(WORK_MAX_LAUNCHES > DIRECT_PREMUL_LAUNCH, "a halving's kernels fit work_op");
 
+/* Where the device reads a task's table (algorithms/direct.h: the rows
+ * of columns not evenly spaced): the comm's, pinned and mapped. */
+static const int32_t* rows_on_device(const struct ncclComm* comm, const int32_t* at) {
+  const struct device_comm* cc = comm->device;
+  if (at == NULL) return NULL;
+  return (const int32_t*)(uintptr_t)(cc->hier_rows_dev +
+                                     (CUdeviceptr)(at - cc->hier_rows) * sizeof(int32_t));
+}
+
 /* The plan's task over every rank's buffers, in the kernel's form;
  * `flags` the post-divide. */
-static void direct_task_resolve(const struct exec_args* a, const struct direct_task* p,
-                                unsigned flags, direct_bufs bufs, struct kern_dev_task* dt) {
+static void direct_task_resolve(const struct ncclComm* comm, const struct exec_args* a,
+                                const struct direct_task* p, unsigned flags, direct_bufs bufs,
+                                struct kern_dev_task* dt) {
   size_t es = kern_type_size(a->type);
   struct kern_task t;
   memset(&t, 0, sizeof(t));
@@ -53,9 +63,15 @@ static void direct_task_resolve(const struct exec_args* a, const struct direct_t
   for (int j = 0; j < p->ndsts; j++)
     t.dsts[j] = bufs[p->dsts[j].rank][p->dsts[j].buf] + p->dsts[j].off * es;
   cuda_task_to_dev(&t, dt);
+  if (p->spread == DIRECT_SPREAD_SRCS) dt->op = KB_COPY; /* a row reads one source */
   dt->rows = (uint32_t)p->rows;
   dt->src_row = (int64_t)p->src_row * (int64_t)es;
   dt->dst_row = (int64_t)p->dst_row * (int64_t)es;
+  dt->src_at = rows_on_device(comm, p->src_at);
+  dt->dst_at = rows_on_device(comm, p->dst_at);
+  dt->spread = p->spread == DIRECT_SPREAD_SRCS   ? KB_SPREAD_SRCS
+               : p->spread == DIRECT_SPREAD_DSTS ? KB_SPREAD_DSTS
+                                                 : 0u;
 }
 
 /* Wait for this rank's kernel, queued on its stream at issue, to have run
@@ -93,15 +109,44 @@ fail:
   return res;
 }
 
-/* Run this rank's `which`-th task of the call: on its stream where the
- * call is gated there (the kernel is queued, waiting for it), else on the
- * comm's own stream, blocking until it is done. */
-static ncclResult_t task_run(struct ncclComm* comm, struct cuda_direct* d, const struct work_op* op,
-                             int which, const struct kern_dev_task* t) {
+/* A plan's task on the comm's own stream, waited for: a launch per row,
+ * each made here (the by-value kernel reads no table). */
+static ncclResult_t sync_rows(const struct ncclComm* comm, struct cuda_direct* d,
+                              const struct exec_args* a, const struct direct_task* p,
+                              unsigned flags, direct_bufs bufs) {
+  ncclResult_t res = ncclSuccess;
+  struct direct_task one;
+  struct kern_dev_task t;
+  if (p->n == 0) return ncclSuccess;
+  for (size_t r = 0; r < p->rows; r++)
+    if (direct_task_row(p, r, &one)) {
+      direct_task_resolve(comm, a, &one, flags, bufs, &t);
+      CHECK(cuda_reduce_copy(&t, d->stream));
+    }
+  CHECK(cuda_check(cuda_driver()->cuStreamSynchronize(d->stream), "cuStreamSynchronize(direct)"));
+fail:
+  return res;
+}
+
+/* Run this rank's `which`-th kernel of the call, task t: on its stream
+ * where the call is gated there (the kernel is queued, waiting for it),
+ * else on the comm's own stream, blocking until it is done. */
+static ncclResult_t launch_run(struct ncclComm* comm, struct cuda_direct* d,
+                               const struct work_op* op, int which, const struct kern_dev_task* t) {
   const struct gpu_launch* k = &op->deferred[which];
   if (k->slot == NULL) return t->n ? sync_run(d, t) : ncclSuccess;
   cuda_deferred_go(k, t);
   return deferred_wait(comm, d, op, k);
+}
+
+/* The same for task `p` of the plan: synchronous, a launch per row. */
+static ncclResult_t task_run(struct ncclComm* comm, struct cuda_direct* d, const struct work_op* op,
+                             int which, const struct direct_task* p, unsigned flags,
+                             direct_bufs bufs) {
+  struct kern_dev_task t;
+  if (op->deferred[which].slot == NULL) return sync_rows(comm, d, &op->args, p, flags, bufs);
+  direct_task_resolve(comm, &op->args, p, flags, bufs, &t);
+  return launch_run(comm, d, op, which, &t);
 }
 
 /* This rank's task when every rank of the comm is on its node: planned by
@@ -128,10 +173,8 @@ static ncclResult_t node_call(struct ncclComm* comm, struct cuda_direct* d,
   ncclResult_t res = ncclSuccess;
   const struct exec_args* a = &op->args;
   struct direct_task plan;
-  struct kern_dev_task task;
   CHECK(node_plan(comm, a, &plan));
-  direct_task_resolve(a, &plan, a->post, bufs, &task);
-  CHECK(task_run(comm, d, op, 0, &task));
+  CHECK(task_run(comm, d, op, 0, &plan, a->post, bufs));
 fail:
   return res;
 }
@@ -178,12 +221,9 @@ static ncclResult_t hier_plan(const struct ncclComm* comm, const struct exec_arg
                           .align = MAX(16 / kern_type_size(a->type), 1),
                           .gathered = on_device && a->coll != COLL_ALLGATHER,
                           .root_node = t->node_of[a->root],
-                          .root_local = t->local_of[a->root]};
-  if ((a->coll == COLL_REDUCESCATTER || a->coll == COLL_ALLGATHER) &&
-      !direct_column(t, h.local, &h.column0, &h.column_step)) {
-    WARN("Direct: rank %d's column is not evenly spaced", comm->rank); /* hier_fits said it was */
-    return ncclInternalError;
-  }
+                          .root_local = t->local_of[a->root],
+                          .topo = t,
+                          .rows_at = comm->device->hier_rows};
   return direct_plan_hier(&h, st);
 }
 
@@ -265,11 +305,8 @@ static ncclResult_t stage_step(struct ncclComm* comm, struct cuda_direct* d,
   ncclResult_t res = ncclSuccess;
   const struct direct_step* s = &st->steps[i];
   int which = 1 + i;
-  struct kern_dev_task task;
   if (s->from != DIRECT_STEP_LOCAL) CHECK(pair_move(comm, d, op, scratch, s));
-  direct_task_resolve(&op->args, &s->reduce, which == st->post_task ? op->args.post : 0, bufs,
-                      &task);
-  CHECK(task_run(comm, d, op, which, &task));
+  CHECK(task_run(comm, d, op, which, &s->reduce, which == st->post_task ? op->args.post : 0, bufs));
 fail:
   return res;
 }
@@ -284,7 +321,6 @@ static ncclResult_t hier_call(struct ncclComm* comm, struct cuda_direct* d,
   const struct exec_args* a = &op->args;
   struct direct_staged st;
   struct direct_scratch* scratch;
-  struct kern_dev_task task;
   size_t es = kern_type_size(a->type);
   int on_device = op->direct_between;
   char* base;
@@ -293,8 +329,7 @@ static ncclResult_t hier_call(struct ncclComm* comm, struct cuda_direct* d,
                     on_device, &scratch));
   base = on_device ? (char*)(uintptr_t)scratch->dev : scratch->host;
   bufs[d->me_local][DIRECT_SCRATCH] = (char*)(uintptr_t)scratch->dev;
-  direct_task_resolve(a, &st.before, 0, bufs, &task);
-  CHECK(task_run(comm, d, op, 0, &task));
+  CHECK(task_run(comm, d, op, 0, &st.before, 0, bufs));
   for (int i = 0; i < st.nsteps; i++) CHECK(stage_step(comm, d, op, base, bufs, &st, i));
   if (st.count) {
     struct column_stage column = {st.column_coll,
@@ -309,8 +344,8 @@ static ncclResult_t hier_call(struct ncclComm* comm, struct cuda_direct* d,
     CHECK(column_call(comm, a, base, on_device, &column));
   }
   if (st.unfolds) CHECK(pair_move(comm, d, op, base, &st.unfold));
-  direct_task_resolve(a, &st.after, st.post_task == st.nsteps + 1 ? a->post : 0, bufs, &task);
-  CHECK(task_run(comm, d, op, st.nsteps + 1, &task));
+  CHECK(task_run(comm, d, op, st.nsteps + 1, &st.after, st.post_task == st.nsteps + 1 ? a->post : 0,
+                 bufs));
 fail:
   return res;
 }
@@ -339,7 +374,7 @@ static ncclResult_t premul_input(struct ncclComm* comm, struct cuda_direct* d,
   t.srcs[0] = *send;
   t.dsts[0] = (void*)(uintptr_t)scratch->dev;
   cuda_task_to_dev(&t, &task);
-  CHECK(task_run(comm, d, op, DIRECT_PREMUL_LAUNCH, &task));
+  CHECK(launch_run(comm, d, op, DIRECT_PREMUL_LAUNCH, &task));
   *send = (const void*)(uintptr_t)scratch->dev;
 fail:
   return res;

@@ -161,15 +161,6 @@ int cuda_hier_column_on_device(struct ncclComm* comm, int coll) {
   return direct_hier_gathers(coll, comm->layout.nnodes) && column_net_direct(comm, coll);
 }
 
-/* Reduce-scatter and all-gather run their node stages as one task of a
- * row per node: each index's ranks must be evenly spaced across nodes. */
-static int comm_hier_columns(const struct ncclComm* comm) {
-  int first, step;
-  for (int local = 0; local < comm->layout.min_ppn; local++)
-    if (!direct_column(&comm->layout, local, &first, &step)) return 0;
-  return 1;
-}
-
 static int hier_fits(const struct work_op* op) {
   switch (op->args.coll) {
     case COLL_ALLREDUCE:
@@ -178,10 +169,9 @@ static int hier_fits(const struct work_op* op) {
       return comm_hier_shape(op->comm) && cuda_hier_column_on_device(op->comm, COLL_REDUCE);
     case COLL_BROADCAST: /* only with the stage between nodes on the device */
       return comm_hier_shape(op->comm) && cuda_hier_column_on_device(op->comm, COLL_BROADCAST);
-    case COLL_REDUCESCATTER: /* rows of one rank a node: nodes of one size */
+    case COLL_REDUCESCATTER: /* rows named by the comm's table, any layout */
     case COLL_ALLGATHER:
-      return comm_hier_shape(op->comm) && op->comm->layout.min_ppn == op->comm->layout.max_ppn &&
-             comm_hier_columns(op->comm);
+      return comm_hier_shape(op->comm) && op->comm->device->hier_rows != NULL;
     default:
       return 0;
   }

@@ -23,9 +23,8 @@ int cuda_direct_wanted(const struct work_op* ops, int n);
 /* How op runs direct (enum work_direct): WORK_DIRECT_NODE as above;
  * WORK_DIRECT_HIER, an all-reduce, reduce-scatter or all-gather on a comm
  * of several nodes of up to DIRECT_MAX_RANKS ranks each (their devices in
- * reach as above; an all-reduce's nodes may differ in size, the last two
- * need the same number of ranks each and each index's ranks evenly spaced
- * across nodes, as node-major and round-robin layouts are), where the
+ * reach as above; nodes may differ in size and columns need not be evenly
+ * spaced: the rows' table, algorithms/direct.h), where the
  * host would run Hier (or NCCL_ALGO names Direct): a kernel moves the
  * node's part into pinned scratch, the ranks holding this rank's index on
  * every node run the collective there on the host (a ring over the

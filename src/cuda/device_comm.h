@@ -50,6 +50,13 @@ struct device_comm {
    * comm_hier_shape: a question over every node, asked once), the same
    * three values */
   int hier_shape;
+  /* Hier's rows of this rank's column (algorithms/direct.h,
+   * direct_hier_rows): made with the state, never changed, so that issue
+   * and proxy read it alike; NULL on one node. Pinned and mapped, where
+   * the kernels read it: a copy to the device would be GPU work from the
+   * proxy, which a stream waiting at a gate may hold back */
+  int32_t* hier_rows;
+  CUdeviceptr hier_rows_dev;
 };
 
 #endif /* BRAID_DEVICE_COMM_H_ */

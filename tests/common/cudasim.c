@@ -324,27 +324,47 @@ static int row_translates(const void* base, const void* p) {
   return 0;
 }
 
+/* A table of `rows` entries the kernel reads (device or pinned memory),
+ * where the simulated GPU reads it; NULL stays NULL. */
+static const int32_t* table_view(const int32_t* at, uint32_t rows, int* ok) {
+  if (at == NULL) return NULL;
+  if (!operand_reachable(at, (size_t)rows * sizeof(int32_t))) {
+    *ok = 0;
+    return NULL;
+  }
+  return gpu_addr((uintptr_t)at);
+}
+
 /* The first `rows` rows of every operand: device or pinned memory, each
- * in one allocation. */
+ * in the allocation of the pointer it comes from (a spread row's, its
+ * own), the rows' tables too. */
 static int task_reachable(const struct kern_dev_task* t, uint32_t rows) {
   static const size_t sizes[] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1};
   size_t bytes = t->type >= 0 && t->type < 12 ? (size_t)t->n * sizes[t->type] : 0;
-  int nsrcs = t->nsrcs < KB_MAX_SRCS ? t->nsrcs : KB_MAX_SRCS;
-  int ndsts = t->ndsts < KB_MAX_DSTS ? t->ndsts : KB_MAX_DSTS;
-  struct kern_dev_task row = *t;
-  for (uint32_t r = 0; r < rows; r++, kern_dev_task_next_row(&row)) {
-    for (int i = 0; i < nsrcs; i++)
-      if (!operand_reachable(row.srcs[i], bytes) || !row_translates(t->srcs[i], row.srcs[i]))
-        return 0;
-    for (int i = 0; i < ndsts; i++)
-      if (!operand_reachable(row.dsts[i], bytes) || !row_translates(t->dsts[i], row.dsts[i]))
-        return 0;
+  struct kern_dev_task view = *t, row;
+  int ok = 1;
+  view.src_at = table_view(t->src_at, rows, &ok);
+  view.dst_at = table_view(t->dst_at, rows, &ok);
+  for (uint32_t r = 0; r < rows && ok; r++) {
+    if (!kern_dev_task_row(&view, r, &row)) continue;
+    int nsrcs = row.nsrcs < KB_MAX_SRCS ? row.nsrcs : KB_MAX_SRCS;
+    int ndsts = row.ndsts < KB_MAX_DSTS ? row.ndsts : KB_MAX_DSTS;
+    for (int i = 0; i < nsrcs && ok; i++) {
+      const void* from = t->srcs[(t->spread & KB_SPREAD_SRCS) ? r : (uint32_t)i];
+      ok = operand_reachable(row.srcs[i], bytes) && row_translates(from, row.srcs[i]);
+    }
+    for (int i = 0; i < ndsts && ok; i++) {
+      const void* from = t->dsts[(t->spread & KB_SPREAD_DSTS) ? r : (uint32_t)i];
+      ok = operand_reachable(row.dsts[i], bytes) && row_translates(from, row.dsts[i]);
+    }
   }
-  return 1;
+  return ok;
 }
 
 /* The task as the simulated GPU addresses its operands. */
 static void task_to_gpu(struct kern_dev_task* t) {
+  if (t->src_at) t->src_at = gpu_addr((uintptr_t)t->src_at);
+  if (t->dst_at) t->dst_at = gpu_addr((uintptr_t)t->dst_at);
   for (int i = 0; i < t->nsrcs && i < KB_MAX_SRCS; i++)
     t->srcs[i] = gpu_addr((uintptr_t)t->srcs[i]);
   for (int i = 0; i < t->ndsts && i < KB_MAX_DSTS; i++)
@@ -689,7 +709,11 @@ static CUresult sim_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, 
     op.src = gpu_addr(at);
     return stream_push(s, &op);
   }
-  memcpy(&op.task, args[0], sizeof(op.task)); /* parameters are taken at the launch */
+  memcpy(&op.task, args[0], sizeof(op.task));               /* parameters are taken at the launch */
+  if (op.task.src_at || op.task.dst_at || op.task.spread) { /* reduce.cu runs the task as is */
+    fprintf(stderr, "cudasim: braid_reduce_copy given rows by table or spread\n");
+    return CUDA_ERROR_INVALID_VALUE;
+  }
   if (!task_reachable(&op.task, 1)) return CUDA_ERROR_ILLEGAL_ADDRESS; /* it runs one row */
   task_to_gpu(&op.task);
   return stream_push(s, &op);

@@ -15,11 +15,9 @@ void kern_emulate_reduce_copy(const struct kern_dev_task* t, unsigned grid, unsi
 }
 
 void kern_emulate_reduce_copy_at(const struct kern_dev_task* t, unsigned grid, unsigned block) {
-  struct kern_dev_task row = *t;
-  for (uint32_t r = 0; r < kern_dev_task_rows(t); r++) {
-    if (r > 0) kern_dev_task_next_row(&row);
-    kern_emulate_reduce_copy(&row, grid, block);
-  }
+  struct kern_dev_task row;
+  for (uint32_t r = 0; r < kern_dev_task_rows(t); r++)
+    if (kern_dev_task_row(t, r, &row)) kern_emulate_reduce_copy(&row, grid, block);
 }
 
 unsigned long kern_emulate_fixups(void) {

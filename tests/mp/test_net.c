@@ -379,10 +379,9 @@ static int hier_stage_on_device(const net_case* c) {
 static int hier_runs(const net_case* c, int coll) {
   int dev = hier_stage_on_device(c), alone = c->per_host == 1;
   if (c->no_hier) return 0;
-  int rows = coll == CC_REDUCESCATTER || coll == CC_ALLGATHER;
   int moves = coll == CC_ALLGATHER || coll == CC_BROADCAST; /* data only */
   int rooted = coll == CC_REDUCE || coll == CC_BROADCAST;
-  return !(alone && moves) && !(!dev && rooted) && !(alone && !dev) && !(rows && hosts_uneven(c));
+  return !(alone && moves) && !(!dev && rooted) && !(alone && !dev);
 }
 
 /* Whether one Hier call's traffic through the plugin is its stage's: none

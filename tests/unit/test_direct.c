@@ -29,7 +29,8 @@
 #define MAX_RANKS 16                  /* 4 nodes x 4, 7 x 2, or one node of DIRECT_MAX_RANKS */
 #define HIER_COUNT 67                 /* Hier's largest block */
 #define HIER_SCRATCH (HIER_COUNT + 4) /* a block on whole vectors (align 4) */
-#define SCRATCH_ELEMS (5 * MAX_NODES * HIER_SCRATCH) /* a reduce-scatter fold's: 5 p rows */
+#define MAX_ROWS 4 /* a column's rows a node on unequal nodes ({2, 4, 1, 3}: 4) */
+#define SCRATCH_ELEMS (5 * MAX_NODES * MAX_ROWS * HIER_SCRATCH) /* a reduce-scatter fold's */
 
 /* nnodes x ppn ranks placed by `topo` (one node for the flat plans). Tasks
  * name ranks by their index on their node. */
@@ -46,7 +47,8 @@ struct world {
   float in[MAX_RANKS][MAX_RANKS * MAXN]; /* the inputs, kept */
   unsigned char writes[MAX_RANKS][MAX_RANKS * MAXN];
   float scratch[MAX_RANKS][SCRATCH_ELEMS];
-  struct direct_staged st[MAX_RANKS]; /* Hier's plans */
+  struct direct_staged st[MAX_RANKS];                        /* Hier's plans */
+  int32_t rows[MAX_RANKS][2 * MAX_NODES * DIRECT_MAX_RANKS]; /* their rows' tables */
 };
 
 static int nranks_of(const struct world* w) {
@@ -100,25 +102,27 @@ static void world_setup(struct world* w) {
   }
 }
 
-/* Row `row` of a task of a rank on `node`: where its operands are. */
-static void task_row(struct world* w, int node, const struct direct_task* t, size_t row,
-                     struct kern_task* k) {
+/* Row `row` of a task of a rank on `node`: where its operands are; 0
+ * where the row is skipped. */
+static int task_row(struct world* w, int node, const struct direct_task* t, size_t row,
+                    struct kern_task* k) {
+  struct direct_task one;
   memset(k, 0, sizeof(*k));
+  if (!direct_task_row(t, row, &one)) return 0;
   k->redop.type = ncclFloat32;
   k->redop.op = KERN_SUM;
-  k->nsrcs = t->nsrcs, k->ndsts = t->ndsts, k->n = t->n;
-  for (int s = 0; s < t->nsrcs; s++) {
-    k->srcs[s] = resolve(w, node, &t->srcs[s]) + (ptrdiff_t)row * t->src_row;
-    if (t->srcs[s].buf == DIRECT_SCRATCH)
-      scratch_fits(w, node, t->srcs[s].rank,
-                   (ptrdiff_t)t->srcs[s].off + (ptrdiff_t)row * t->src_row, t->n);
+  k->nsrcs = one.nsrcs, k->ndsts = one.ndsts, k->n = one.n;
+  for (int s = 0; s < one.nsrcs; s++) {
+    k->srcs[s] = resolve(w, node, &one.srcs[s]);
+    if (one.srcs[s].buf == DIRECT_SCRATCH)
+      scratch_fits(w, node, one.srcs[s].rank, (ptrdiff_t)one.srcs[s].off, one.n);
   }
-  for (int d = 0; d < t->ndsts; d++) {
-    k->dsts[d] = resolve(w, node, &t->dsts[d]) + (ptrdiff_t)row * t->dst_row;
-    if (t->dsts[d].buf == DIRECT_SCRATCH)
-      scratch_fits(w, node, t->dsts[d].rank,
-                   (ptrdiff_t)t->dsts[d].off + (ptrdiff_t)row * t->dst_row, t->n);
+  for (int d = 0; d < one.ndsts; d++) {
+    k->dsts[d] = resolve(w, node, &one.dsts[d]);
+    if (one.dsts[d].buf == DIRECT_SCRATCH)
+      scratch_fits(w, node, one.dsts[d].rank, (ptrdiff_t)one.dsts[d].off, one.n);
   }
+  return 1;
 }
 
 static int spans_meet(const void* a, size_t na, const void* b, size_t nb) {
@@ -133,8 +137,7 @@ static void check_pair(struct world* w, int node, const struct direct_task* ta,
   struct kern_task ka, kb;
   for (size_t i = 0; i < ta->rows; i++)
     for (size_t j = 0; j < tb->rows; j++) {
-      task_row(w, node, ta, i, &ka);
-      task_row(w, node, tb, j, &kb);
+      if (!task_row(w, node, ta, i, &ka) || !task_row(w, node, tb, j, &kb)) continue;
       for (int d = 0; d < ka.ndsts; d++) {
         for (int s = 0; s < kb.nsrcs; s++)
           if (spans_meet(ka.dsts[d], ka.n, kb.srcs[s], kb.n))
@@ -151,11 +154,13 @@ static void run_task(struct world* w, int node, const struct direct_task* t) {
   struct kern_task k;
   assert_true(t->rows >= 1);
   for (size_t row = 0; row < t->rows; row++) {
-    task_row(w, node, t, row, &k);
-    for (int d = 0; d < t->ndsts; d++) {
-      int r = rank_at(w, node, t->dsts[d].rank);
-      if (t->dsts[d].buf == DIRECT_SCRATCH) continue;
-      assert_int_equal(t->dsts[d].buf, DIRECT_RECV);
+    struct direct_task one;
+    if (!task_row(w, node, t, row, &k)) continue;
+    direct_task_row(t, row, &one);
+    for (int d = 0; d < one.ndsts; d++) {
+      int r = rank_at(w, node, one.dsts[d].rank);
+      if (one.dsts[d].buf == DIRECT_SCRATCH) continue;
+      assert_int_equal(one.dsts[d].buf, DIRECT_RECV);
       size_t at = (size_t)((float*)k.dsts[d] - w->recv[r]);
       for (size_t i = 0; i < t->n; i++) w->writes[r][at + i]++;
     }
@@ -243,12 +248,13 @@ static void test_direct_plans(void** state) {
  * each member's plan), and + bonus on every result, which the outputs
  * must show. An all-gather in place writes every block, its own too. */
 static void stage_between(struct world* w) {
-  static float tmp[MAX_NODES][MAX_NODES * HIER_SCRATCH];
+  static float tmp[MAX_NODES][MAX_NODES * MAX_ROWS * HIER_SCRATCH];
   for (int l = 0; l < w->ppn; l++) {
     const struct direct_staged* st = &w->st[rank_at(w, 0, l)];
     int coll = st->column_coll, m = w->nnodes;
     size_t c = st->count, stride = st->stride ? st->stride : c;
     size_t out = coll == COLL_ALLGATHER ? (size_t)(m - 1) * stride + c : c;
+    assert_true(out <= sizeof(tmp[0]) / sizeof(float));
     for (int j = 0; j < w->nnodes; j++) {
       const struct direct_staged* sj = &w->st[rank_at(w, j, l)];
       assert_true(sj->count == c && sj->column_coll == coll && sj->stride == st->stride);
@@ -351,7 +357,7 @@ static void unfold_steps(struct world* w) {
 
 /* Every rank's plan; its tasks checked against the others' of its node. */
 static void plan_hier(struct world* w) {
-  int rows = w->coll == COLL_REDUCESCATTER || w->coll == COLL_ALLGATHER;
+  assert_true(direct_hier_rows_size(&w->topo) <= sizeof(w->rows[0]) / sizeof(int32_t));
   for (int node = 0; node < w->nnodes; node++) {
     int here = node_size(w, node);
     for (int l = 0; l < here; l++) {
@@ -366,8 +372,10 @@ static void plan_hier(struct world* w) {
                               .align = 4,
                               .gathered = w->gathered,
                               .root_node = w->topo.node_of[w->root],
-                              .root_local = w->topo.local_of[w->root]};
-      if (rows) assert_true(direct_column(&w->topo, l, &h.column0, &h.column_step));
+                              .root_local = w->topo.local_of[w->root],
+                              .topo = &w->topo,
+                              .rows_at = w->rows[r]};
+      direct_hier_rows(&w->topo, l, w->rows[r]);
       assert_int_equal(direct_plan_hier(&h, &w->st[r]), ncclSuccess);
       assert_true(w->st[r].scratch <= SCRATCH_ELEMS);
     }
@@ -384,12 +392,15 @@ static void plan_hier(struct world* w) {
   }
 }
 
-/* Node of rank r of m nodes x ppn: node-major, round-robin, or mirrored
- * (node j holds ranks j and 2m-1-j, ...: columns step up, then down). */
+/* Node of rank r of m nodes x ppn: node-major, round-robin, mirrored
+ * (node j holds ranks j and 2m-1-j, ...: columns step up, then down), or
+ * skewed (row q of m ranks shifted q nodes on: from 3 nodes, the columns
+ * but the first are not evenly spaced, and their rows go by table). */
 static int layout_node(int kind, int r, int m, int ppn) {
   if (kind == 0) return r / ppn;
   if (kind == 1) return r % m;
-  return (r / m) % 2 ? m - 1 - r % m : r % m;
+  if (kind == 2) return (r / m) % 2 ? m - 1 - r % m : r % m;
+  return (r % m + r / m) % m;
 }
 
 /* The plans' checks and runs of test_direct_hier on the world as placed
@@ -423,7 +434,7 @@ static void test_direct_hier(void** state) {
   const int ncolls = (int)(sizeof(colls) / sizeof(colls[0]));
   struct world* w = calloc(1, sizeof(*w));
   int cases = 0;
-  for (int kind = 0; kind < 3; kind++)
+  for (int kind = 0; kind < 4; kind++)
     for (w->nnodes = 2; w->nnodes <= MAX_NODES; w->nnodes++)
       for (w->ppn = 1; w->ppn <= MAX_RANKS / w->nnodes && w->ppn <= 4; w->ppn++) {
         int node_of[MAX_RANKS], n = nranks_of(w);
@@ -449,13 +460,13 @@ static void test_direct_hier(void** state) {
   free(w);
 }
 
-/* Nodes of unequal sizes (all-reduce, reduce and broadcast: direct.h): the columns
- * the smallest node's indexes, the others' ranks past them with nothing
- * to do, their inputs read and outputs written by their node's columns;
- * 2 to 5 nodes (a fold on 3 and 5), the stage between nodes reducing or
+/* Nodes of unequal sizes (direct.h): the columns the smallest node's
+ * indexes, the others' ranks past them with nothing to do, their inputs
+ * read and outputs written by their node's columns (a reduce-scatter's
+ * and an all-gather's as more rows of the column, some junk); 2 to 5
+ * nodes (a fold on 3 and 5), the stage between nodes reducing or
  * gathered, node-major and round-robin, every root (a reduce's and a
- * broadcast's). A reduce-scatter or
- * all-gather there is refused. */
+ * broadcast's). */
 static void test_direct_hier_uneven(void** state) {
   (void)state;
   static const int sizes[][6] = {{2, 1}, {1, 3}, {3, 2, 2}, {2, 4, 1, 3}, {3, 3, 1, 2, 2}};
@@ -479,51 +490,96 @@ static void test_direct_hier_uneven(void** state) {
       w->nranks = n;
       world_place(w, node_of);
       for (size_t ci = 0; ci < sizeof(counts) / sizeof(counts[0]); ci++)
-        for (int k = 0; k < 4; k++)
+        for (int k = 0; k < 7; k++)
           for (w->inplace = 0; w->inplace < 2; w->inplace++) {
-            static const int colls[] = {COLL_ALLREDUCE, COLL_ALLREDUCE, COLL_REDUCE,
-                                        COLL_BROADCAST};
+            static const int colls[] = {COLL_ALLREDUCE,    COLL_REDUCESCATTER, COLL_ALLGATHER,
+                                        COLL_ALLREDUCE,    COLL_REDUCE,        COLL_BROADCAST,
+                                        COLL_REDUCESCATTER};
             w->coll = colls[k];
-            w->gathered = k >= 1;
+            w->gathered = k >= 3;
             w->bonus = w->gathered ? 0.0f : 0.5f;
             w->count = counts[ci];
             for (w->root = 0; w->root < (w->coll == COLL_ALLREDUCE ? 1 : n); w->root++, cases++)
               hier_run(w);
           }
-      struct direct_staged st;
-      int big = w->topo.order[w->topo.node_start[0] + node_size(w, 0) - 1];
-      struct direct_hier h = {.coll = COLL_REDUCESCATTER,
-                              .local = w->topo.local_of[big],
-                              .nlocal = w->ppn,
-                              .node_ranks = node_size(w, 0),
-                              .nnodes = w->nnodes,
-                              .count = 8,
-                              .align = 4};
-      if (h.node_ranks > h.nlocal) assert_int_equal(direct_plan_hier(&h, &st), ncclInvalidArgument);
       sched_topo_free(&w->topo);
     }
   print_message("%d uneven Hier cases\n", cases);
   free(w);
 }
 
-/* Columns: evenly spaced on node-major and round-robin layouts, not on
- * one where a node's ranks are out of step (nodes {0,1} {2,4} {3,5}). */
-static void test_direct_column(void** state) {
+/* A layout of nodes by host, and index `local`'s rows' table on it. */
+static int32_t* layout_rows(struct sched_topo* t, int n, const uint64_t* hosts, int local) {
+  int32_t* at;
+  assert_int_equal(sched_topo_init(t, n, hosts), ncclSuccess);
+  at = calloc(direct_hier_rows_size(t), sizeof(int32_t));
+  assert_non_null(at);
+  direct_hier_rows(t, local, at);
+  return at;
+}
+
+/* Index `local`'s rows on nnodes nodes of ppn ranks, node-major. */
+static int32_t* node_major_rows(struct sched_topo* t, int nnodes, int ppn, int local) {
+  int n = nnodes * ppn;
+  uint64_t* hosts = malloc((size_t)n * sizeof(uint64_t));
+  assert_non_null(hosts);
+  for (int r = 0; r < n; r++) hosts[r] = 100 + (uint64_t)(r / ppn);
+  int32_t* at = layout_rows(t, n, hosts, local);
+  free(hosts);
+  return at;
+}
+
+/* A reduce-scatter of 8 elements a block on `nnodes` nodes of layout t,
+ * index 0 of `nlocal` columns on node 0, on whole vectors of 4. */
+static struct direct_hier rs_hier(const struct sched_topo* t, int nlocal, int nnodes) {
+  return (struct direct_hier){.coll = COLL_REDUCESCATTER,
+                              .nlocal = nlocal,
+                              .nnodes = nnodes,
+                              .count = 8,
+                              .align = 4,
+                              .topo = t};
+}
+
+/* The rows' tables: evenly spaced columns (node-major, round-robin) give
+ * plans that read none; a column out of step (nodes {0,1} {2,4} {3,5})
+ * and nodes of unequal sizes ({0,1,2} {3}: three rows a node, node 1's
+ * second and third junk) give tables the tasks read. */
+static void test_direct_rows(void** state) {
   (void)state;
   static const uint64_t node_major[] = {7, 7, 8, 8, 9, 9}, round_robin[] = {7, 8, 9, 7, 8, 9};
-  static const uint64_t uneven[] = {7, 7, 8, 9, 8, 9};
+  static const uint64_t skewed[] = {7, 7, 8, 9, 8, 9}, unequal[] = {7, 7, 7, 8};
   struct sched_topo t;
-  int first, step;
-  assert_int_equal(sched_topo_init(&t, 6, node_major), ncclSuccess);
-  assert_true(direct_column(&t, 1, &first, &step) && first == 1 && step == 2);
-  assert_false(direct_column(&t, 2, &first, &step)); /* no node has a third rank */
-  sched_topo_free(&t);
-  assert_int_equal(sched_topo_init(&t, 6, round_robin), ncclSuccess);
-  assert_true(direct_column(&t, 1, &first, &step) && first == 3 && step == 1);
-  sched_topo_free(&t);
-  assert_int_equal(sched_topo_init(&t, 6, uneven), ncclSuccess);
-  assert_false(direct_column(&t, 0, &first, &step));
-  sched_topo_free(&t);
+  struct direct_staged st;
+  struct direct_hier h = rs_hier(&t, 2, 3);
+  int32_t* at = layout_rows(&t, 6, node_major, 1);
+  h.local = 1, h.node_ranks = 2;
+  assert_true(direct_hier_rows_size(&t) == 6 && at[0] == 1 && at[1] == 3 && at[2] == 5);
+  h.rows_at = at;
+  assert_int_equal(direct_plan_hier(&h, &st), ncclSuccess);
+  assert_true(st.before.src_at == NULL && st.before.srcs[0].off == 8 && st.before.src_row == 16);
+  sched_topo_free(&t), free(at);
+  at = layout_rows(&t, 6, round_robin, 1);
+  assert_true(at[0] == 3 && at[1] == 4 && at[2] == 5);
+  sched_topo_free(&t), free(at);
+  at = layout_rows(&t, 6, skewed, 0);
+  assert_true(at[0] == 0 && at[1] == 2 && at[2] == 3);
+  h.rows_at = at, h.local = 0, h.coll = COLL_ALLGATHER;
+  assert_int_equal(direct_plan_hier(&h, &st), ncclSuccess);
+  assert_true(st.after.dst_at == at && st.after.rows == 3 && st.before.src_at == NULL);
+  sched_topo_free(&t), free(at);
+  at = layout_rows(&t, 4, unequal, 0);
+  assert_true(direct_hier_rows_size(&t) == 12 && at[0] == 0 && at[1] == 1 && at[2] == 2 &&
+              at[3] == 3 && at[4] == -1 && at[5] == -1);
+  h.rows_at = at, h.nlocal = 1, h.nnodes = 2, h.node_ranks = 3, h.coll = COLL_REDUCESCATTER;
+  assert_int_equal(direct_plan_hier(&h, &st), ncclSuccess);
+  assert_true(st.before.src_at == at && st.before.rows == 6 && st.after.rows == 3 &&
+              st.after.spread == DIRECT_SPREAD_DSTS && st.count == 3 * h.count);
+  h.local = 2; /* past the column: nothing */
+  assert_int_equal(direct_plan_hier(&h, &st), ncclSuccess);
+  assert_true(st.before.n == 0 && st.after.n == 0 && st.count == 0 && st.nsteps == 0);
+  h.rows_at = NULL; /* a reduce-scatter needs them */
+  assert_int_equal(direct_plan_hier(&h, &st), ncclInvalidArgument);
+  sched_topo_free(&t), free(at);
 }
 
 static void test_direct_limits(void** state) {
@@ -543,8 +599,11 @@ static void test_direct_limits(void** state) {
    * halving step, row 2 goes back; an all-reduce on 2 nodes has its task
    * after reduce a row per node */
   struct direct_staged st;
-  struct direct_hier h = {
-      .coll = COLL_REDUCESCATTER, .nlocal = 2, .nnodes = 3, .count = 8, .align = 4, .gathered = 1};
+  struct sched_topo topo;
+  struct direct_hier h = rs_hier(&topo, 2, 3);
+  int32_t* at = node_major_rows(&topo, 3, 2, 0);
+  h.gathered = 1;
+  h.rows_at = at;
   assert_int_equal(direct_plan_hier(&h, &st), ncclSuccess);
   assert_true(st.before.rows == 2 && st.before.dst_row == 16 && st.nsteps == 3 &&
               st.steps[0].from == DIRECT_STEP_LOCAL && st.steps[0].reduce.rows == 1 &&
@@ -558,8 +617,10 @@ static void test_direct_limits(void** state) {
               st.after.srcs[0].off == st.unfold.recv_off);
   h.node = 0;
   h.nnodes = DIRECT_MAX_NODES - 1; /* folds onto 8192: local, fold, 13 halvings */
+  sched_topo_free(&topo), free(at);
+  h.rows_at = at = node_major_rows(&topo, h.nnodes, 2, 0);
   assert_int_equal(direct_plan_hier(&h, &st), ncclSuccess);
-  assert_true(st.nsteps == 15 && st.post_task == 15);
+  assert_true(st.nsteps == 15 && st.post_task == 15 && st.before.src_at == NULL);
   h.coll = COLL_ALLREDUCE, h.nnodes = DIRECT_MAX_NODES + 1;
   assert_int_equal(direct_plan_hier(&h, &st), ncclInvalidArgument);
   h.nnodes = 2;
@@ -593,6 +654,7 @@ static void test_direct_limits(void** state) {
               st.after.nsrcs == 1 && st.steps[0].member == 1 && st.steps[0].lower == h.node / 2);
   h.coll = COLL_REDUCESCATTER, h.nnodes = 2 * DIRECT_MAX_NODES;
   assert_int_equal(direct_plan_hier(&h, &st), ncclInvalidArgument);
+  sched_topo_free(&topo), free(at);
 }
 
 /* Whether node `other` is among the partners direct_stage_partners gives
@@ -611,6 +673,8 @@ static int is_partner(int coll, int n, int node, int other) {
 static void steps_meet(int coll, int n) {
   struct direct_staged* st = calloc((size_t)n, sizeof(*st));
   int *next = calloc((size_t)n, sizeof(int)), left = 1;
+  struct sched_topo topo;
+  int32_t* at = node_major_rows(&topo, n, 1, 0);
   assert_non_null(st);
   assert_non_null(next);
   for (int j = 0; j < n; j++) {
@@ -621,9 +685,9 @@ static void steps_meet(int coll, int n) {
                             .count = 5,
                             .align = 4,
                             .gathered = 1,
-                            .column_step = 1,
-                            .root_node = n / 3};
-    h.column0 = 0;
+                            .root_node = n / 3,
+                            .topo = &topo,
+                            .rows_at = at};
     assert_int_equal(direct_plan_hier(&h, &st[j]), ncclSuccess);
   }
   while (left) {
@@ -654,6 +718,8 @@ static void steps_meet(int coll, int n) {
     }
   free(next);
   free(st);
+  free(at);
+  sched_topo_free(&topo);
 }
 
 /* Past the node counts test_direct_hier runs with data: the steps of
@@ -673,7 +739,7 @@ static void test_direct_hier_scale(void** state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_direct_plans),      cmocka_unit_test(test_direct_hier),
-      cmocka_unit_test(test_direct_hier_scale), cmocka_unit_test(test_direct_column),
+      cmocka_unit_test(test_direct_hier_scale), cmocka_unit_test(test_direct_rows),
       cmocka_unit_test(test_direct_limits),     cmocka_unit_test(test_direct_hier_uneven),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

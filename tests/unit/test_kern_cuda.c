@@ -452,6 +452,51 @@ static void test_rows(void** state) {
   assert_int_equal(bad, 0);
 }
 
+/* Rows named by a table (Hier's columns not evenly spaced: a row's
+ * sources that many rows on, a negative entry no row at all) and spread
+ * rows (row r reads source r alone, or writes destination r alone: a
+ * node's ranks, each a buffer of its own), on floats, against the rows
+ * made by hand; what no row writes stays untouched. */
+static void test_rows_table_spread(void** state) {
+  (void)state;
+  enum { N = 37 };
+  static float src[3][3 * N], dst[3][3 * N], want[3][3 * N];
+  static const int32_t at[3] = {2, -1, 0};
+  struct kern_dev_task d;
+  for (int k = 0; k < 3; k++)
+    for (int i = 0; i < 3 * N; i++) src[k][i] = (float)(k * 1000 + i) + 0.25f;
+  for (int mode = 0; mode < 3; mode++) {
+    memset(&d, 0, sizeof(d));
+    memset(dst, 0xA5, sizeof(dst));
+    memset(want, 0xA5, sizeof(want));
+    d.type = KB_FLOAT, d.n = N, d.rows = 3;
+    if (mode == 0) { /* a table on the sources: row 0 from row 2, no row 1, row 2 from row 0 */
+      d.op = KB_SUM, d.nsrcs = 2, d.ndsts = 1, d.src_at = at;
+      d.src_row = N * sizeof(float), d.dst_row = N * sizeof(float);
+      d.srcs[0] = src[0], d.srcs[1] = src[1], d.dsts[0] = dst[0];
+      for (int r = 0; r < 3; r++)
+        for (int i = 0; at[r] >= 0 && i < N; i++)
+          want[0][r * N + i] = src[0][at[r] * N + i] + src[1][at[r] * N + i];
+    } else if (mode == 1) { /* spread sources: row r copies source r into row r */
+      d.op = KB_COPY, d.nsrcs = 3, d.ndsts = 1, d.spread = KB_SPREAD_SRCS;
+      d.dst_row = N * sizeof(float);
+      for (int k = 0; k < 3; k++) d.srcs[k] = src[k] + 5;
+      d.dsts[0] = dst[0];
+      for (int r = 0; r < 3; r++)
+        for (int i = 0; i < N; i++) want[0][r * N + i] = src[r][5 + i];
+    } else { /* spread destinations: row r of the source to destination r alone */
+      d.op = KB_COPY, d.nsrcs = 1, d.ndsts = 3, d.spread = KB_SPREAD_DSTS;
+      d.src_row = N * sizeof(float);
+      d.srcs[0] = src[2];
+      for (int k = 0; k < 3; k++) d.dsts[k] = dst[k] + 7;
+      for (int r = 0; r < 3; r++)
+        for (int i = 0; i < N; i++) want[r][7 + i] = src[2][r * N + i];
+    }
+    kern_emulate_reduce_copy_at(&d, 2, 3);
+    if (memcmp(dst, want, sizeof(dst)) != 0) fail_msg("rows mode %d differ", mode);
+  }
+}
+
 /* The matrices above again on the emulation of sm_80's kernel, whose fp8
  * goes through integer code rather than the conversion instructions. */
 static void test_sm80(void** state) {
@@ -468,6 +513,7 @@ int main(void) {
       cmocka_unit_test(test_nan_rules),
       cmocka_unit_test(test_bitwise_equal),
       cmocka_unit_test(test_rows),
+      cmocka_unit_test(test_rows_table_spread),
       cmocka_unit_test(test_fast_path_numbers),
       cmocka_unit_test(test_fast_path_nan_lanes),
       cmocka_unit_test(test_fast_path_pairs),
