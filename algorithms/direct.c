@@ -81,8 +81,14 @@ int direct_task_row(const struct direct_task* t, size_t r, struct direct_task* r
   row->src_at = row->dst_at = NULL;
   row->spread = 0;
   if (si < 0 || di < 0) return 0;
-  if (t->spread == DIRECT_SPREAD_SRCS) row->nsrcs = 1, row->srcs[0] = t->srcs[r];
-  if (t->spread == DIRECT_SPREAD_DSTS) row->ndsts = 1, row->dsts[0] = t->dsts[r];
+  if (t->spread == DIRECT_SPREAD_SRCS) { /* a row past the sources is none */
+    if (r >= (size_t)t->nsrcs) return 0;
+    row->nsrcs = 1, row->srcs[0] = t->srcs[r];
+  }
+  if (t->spread == DIRECT_SPREAD_DSTS) {
+    if (r >= (size_t)t->ndsts) return 0;
+    row->ndsts = 1, row->dsts[0] = t->dsts[r];
+  }
   for (int k = 0; k < row->nsrcs; k++)
     row->srcs[k].off = (size_t)((ptrdiff_t)row->srcs[k].off + si * t->src_row);
   for (int k = 0; k < row->ndsts; k++)

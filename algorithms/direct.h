@@ -20,7 +20,7 @@
 
 struct sched_topo;
 
-#define DIRECT_MAX_RANKS 8 /* a task's sources and destinations */
+#define DIRECT_MAX_RANKS 16 /* a task's sources and destinations (the kernel's) */
 
 /* DIRECT_SCRATCH: the rank's own staging buffer, which holds its slice
  * only (offsets from the slice's start). */
@@ -71,21 +71,21 @@ ncclResult_t direct_plan(int coll, int rank, int nranks, int root, size_t count,
 int direct_task_row(const struct direct_task* t, size_t r, struct direct_task* row);
 
 /*
- * Hier with its node stages direct (devices on several nodes, of the same
- * size but for an all-reduce's or reduce's, below): a task before the
+ * Hier with its node stages direct (devices on several nodes, of any
+ * sizes, below): a task before the
  * stage between nodes and one after, around the rank's scratch, with the
  * stage between them run by the ranks holding this rank's index on every
  * node (its column) on the host:
  *  - all-reduce: reduce this rank's slice from the node's inputs into the
  *    scratch; all-reduce it along the column; write it to every output of
  *    the node;
- *  - reduce-scatter: for each node j, reduce the block of the column's
- *    rank there from the node's inputs into scratch row j (one task, a row
- *    per node); reduce-scatter the rows along the column; copy this
- *    rank's row to its output;
- *  - all-gather: copy this rank's input into its scratch row; all-gather
- *    the rows along the column; write row j, the block of the column's
- *    rank on node j, to every output of the node (a row per node).
+ *  - reduce-scatter: for each node j, reduce the blocks of the column's
+ *    ranks there from the node's inputs into node j's scratch rows (one
+ *    task, R rows per node, below); reduce-scatter the rows along the
+ *    column; copy this node's rows to the column's outputs here;
+ *  - all-gather: copy the column's inputs here into this node's scratch
+ *    rows; all-gather the rows along the column; write node j's rows, the
+ *    blocks of the column's ranks on node j, to every output of the node.
  * Each input byte of the node is read once and each output byte written
  * once. A node has R rows in each column, R the most ranks a node has over
  * the columns, rounded up (1 on nodes of one size): row k of column

@@ -3,9 +3,9 @@
  * for the GPU (kernels/cuda/reduce.cu) and the host compiler for the CPU
  * grid emulation the tests and the simulated driver run (tests/common).
  *
- * A task is kernels.h's kern_task in device form: up to 8 sources chained
+ * A task is kernels.h's kern_task in device form: up to 16 sources chained
  * (each step rounded to the type, as a chain of ranks does), the result
- * written to up to 8 destinations, optionally repeated on rows (one
+ * written to up to 16 destinations, optionally repeated on rows (one
  * launch for Hier's node stages, whose blocks are strided or named by a
  * table). The
  * results are bitwise those of the CPU kernels: the same order of
@@ -34,8 +34,8 @@
 
 #include "kern_hw.h"
 
-#define KB_MAX_SRCS 8
-#define KB_MAX_DSTS 8
+#define KB_MAX_SRCS 16 /* a node's ranks (algorithms/direct.h: DIRECT_MAX_RANKS) */
+#define KB_MAX_DSTS 16
 
 /* NCCL's type numbers and kernels.h's operator numbers, repeated here so
  * that the device side needs neither header. */
@@ -580,12 +580,14 @@ KERN_HD int kern_dev_task_row(const struct kern_dev_task* t, uint32_t r,
   row->src_at = row->dst_at = 0;
   row->spread = 0;
   if (si < 0 || di < 0) return 0;
-  if ((t->spread & KB_SPREAD_SRCS) && r < KB_MAX_SRCS) {
+  if (t->spread & KB_SPREAD_SRCS) { /* a row past the sources is none */
+    if (r >= (uint32_t)t->nsrcs || r >= KB_MAX_SRCS) return 0;
     row->nsrcs = 1;
     row->srcs[0] = t->srcs[r];
     row->pre = (t->pre >> r) & 1u;
   }
-  if ((t->spread & KB_SPREAD_DSTS) && r < KB_MAX_DSTS) {
+  if (t->spread & KB_SPREAD_DSTS) {
+    if (r >= (uint32_t)t->ndsts || r >= KB_MAX_DSTS) return 0;
     row->ndsts = 1;
     row->dsts[0] = t->dsts[r];
   }

@@ -108,18 +108,27 @@ fail:
 }
 
 /* Hier's rows of this rank's column (device_comm.h), where Hier's node
- * stages can run: several nodes, none of more ranks than a task joins. */
-static ncclResult_t cuda_comm_rows(const struct ncclComm* comm, struct device_comm* cc) {
+ * stages can run: several nodes, none of more ranks than a task joins;
+ * pinned in the comm's context, whatever the caller's. Without them a
+ * reduce-scatter or all-gather on devices is staged (cuda_direct_policy.c),
+ * so a failure here costs nothing else. */
+static void cuda_comm_rows(const struct ncclComm* comm, struct device_comm* cc) {
   const struct sched_topo* t = &comm->layout;
-  ncclResult_t res = ncclSuccess;
   void* host = NULL;
-  if (t->nnodes < 2 || t->max_ppn > DIRECT_MAX_RANKS) return ncclSuccess;
-  res = cuda_flags_alloc(cuda_driver(), direct_hier_rows_size(t) * sizeof(int32_t),
-                         "cuMemHostAlloc(Hier rows)", &host, &cc->hier_rows_dev);
-  if (res != ncclSuccess) return res;
-  cc->hier_rows = host;
-  direct_hier_rows(t, t->local_of[comm->rank], cc->hier_rows);
-  return ncclSuccess;
+  CUcontext saved;
+  if (t->nnodes < 2 || t->max_ppn > DIRECT_MAX_RANKS) return;
+  if (cuda_ctx_enter(cc->ctx, &saved) != ncclSuccess) return;
+  if (cuda_flags_alloc(cuda_driver(), direct_hier_rows_size(t) * sizeof(int32_t),
+                       "cuMemHostAlloc(Hier rows)", &host, &cc->hier_rows_dev) == ncclSuccess) {
+    cc->hier_rows = host;
+    direct_hier_rows(t, t->local_of[comm->rank], cc->hier_rows);
+  } else {
+    INFO(SUB_INIT,
+         "Rank %d: no Hier rows (the WARN above says why): device reduce-scatters and "
+         "all-gathers across nodes are staged",
+         comm->rank);
+  }
+  cuda_ctx_restore(saved);
 }
 
 /* The comm's device state into comm->device: once the primary context is
@@ -147,7 +156,7 @@ static ncclResult_t cuda_comm_make(struct ncclComm* comm) {
   }
   if (res == ncclSuccess && cuda_comm_kernels(cc) != ncclSuccess)
     INFO(SUB_INIT, "Rank %d: the kernels did not load (the WARN above says why)", comm->rank);
-  if (res == ncclSuccess) res = cuda_comm_rows(comm, cc);
+  if (res == ncclSuccess) cuda_comm_rows(comm, cc);
   if (res == ncclSuccess) res = cuda_comm_transports(comm, cc);
   if (res == ncclSuccess && cuda_exec_attach(cc, &comm->exec, &cc->exec) != ncclSuccess)
     INFO(SUB_INIT,

@@ -45,8 +45,13 @@ static const int32_t* rows_on_device(const struct ncclComm* comm, const int32_t*
                                      (CUdeviceptr)(at - cc->hier_rows) * sizeof(int32_t));
 }
 
+_Static_assert(DIRECT_MAX_RANKS <= KB_MAX_SRCS && DIRECT_MAX_RANKS <= KB_MAX_DSTS,
+               "a node's ranks fit one kernel task");
+
 /* The plan's task over every rank's buffers, in the kernel's form;
- * `flags` the post-divide. */
+ * `flags` the post-divide. The operator and scalar come from a kern_task
+ * (cuda_task_to_dev), the operands, up to DIRECT_MAX_RANKS of each (more
+ * than a kern_task holds), straight from the plan. */
 static void direct_task_resolve(const struct ncclComm* comm, const struct exec_args* a,
                                 const struct direct_task* p, unsigned flags, direct_bufs bufs,
                                 struct kern_dev_task* dt) {
@@ -55,14 +60,15 @@ static void direct_task_resolve(const struct ncclComm* comm, const struct exec_a
   memset(&t, 0, sizeof(t));
   t.redop = a->redop;
   t.flags = flags;
-  t.nsrcs = p->nsrcs;
-  t.ndsts = p->ndsts;
+  t.nsrcs = MIN(p->nsrcs, 2); /* 1: a copy; 2 or more: the operator */
   t.n = p->n;
-  for (int s = 0; s < p->nsrcs; s++)
-    t.srcs[s] = bufs[p->srcs[s].rank][p->srcs[s].buf] + p->srcs[s].off * es;
-  for (int j = 0; j < p->ndsts; j++)
-    t.dsts[j] = bufs[p->dsts[j].rank][p->dsts[j].buf] + p->dsts[j].off * es;
   cuda_task_to_dev(&t, dt);
+  dt->nsrcs = p->nsrcs;
+  dt->ndsts = p->ndsts;
+  for (int s = 0; s < p->nsrcs; s++)
+    dt->srcs[s] = bufs[p->srcs[s].rank][p->srcs[s].buf] + p->srcs[s].off * es;
+  for (int j = 0; j < p->ndsts; j++)
+    dt->dsts[j] = bufs[p->dsts[j].rank][p->dsts[j].buf] + p->dsts[j].off * es;
   if (p->spread == DIRECT_SPREAD_SRCS) dt->op = KB_COPY; /* a row reads one source */
   dt->rows = (uint32_t)p->rows;
   dt->src_row = (int64_t)p->src_row * (int64_t)es;

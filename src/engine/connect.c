@@ -22,17 +22,22 @@ static int column_add(int* peers, int m, const struct sched_topo* t, int node, i
   return sched_add_peer(peers, m, CONNECT_MAX_PEERS, t->order[t->node_start[node] + local]);
 }
 
-/* Hier whose stage between nodes runs on the device
- * (work_op.direct_between) talks, beside its schedule's peers, with the
- * ranks of its index on the nodes its stage joins
- * (algorithms/direct.h, direct_stage_partners): those added to
- * peers[0..m); the new count. An index past the columns (on a node larger
- * than the smallest) has no stage between nodes. */
+/* Hier with direct node stages talks, beside its schedule's peers, with
+ * the ranks of its index on the nodes its stage between nodes joins
+ * (algorithms/direct.h, direct_stage_partners): on the device
+ * (work_op.direct_between) its collective's partners, on the host a ring
+ * along the column, an all-gather's. Host Hier's schedule, which the key
+ * names, has those links only where nodes are of one size: on unequal
+ * nodes its rings join the owners of pieces, not columns ({4, 2}: rank 5
+ * meets 2 and 3, its column's rank is 1). Those added to peers[0..m);
+ * the new count. An index past the columns (on a node larger than the
+ * smallest) has no stage between nodes. */
 static int column_peers(const struct work_op* op, int* peers, int m) {
   const struct sched_topo* t = &op->comm->layout;
   int me = op->comm->rank, local = t->local_of[me], nodes[DIRECT_MAX_PARTNERS];
-  if (!op->direct_between || local >= t->min_ppn) return m;
-  int k = direct_stage_partners(op->args.coll, t->nnodes, t->node_of[me], nodes);
+  if (op->direct != WORK_DIRECT_HIER || local >= t->min_ppn) return m;
+  int coll = op->direct_between ? op->args.coll : COLL_ALLGATHER;
+  int k = direct_stage_partners(coll, t->nnodes, t->node_of[me], nodes);
   for (int i = 0; i < k; i++) m = column_add(peers, m, t, nodes[i], local);
   return m;
 }

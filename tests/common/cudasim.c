@@ -375,6 +375,7 @@ static void task_to_gpu(struct kern_dev_task* t) {
  * and the context is lost (here, the process). */
 static void launch_at_run(struct sim_op* op) {
   struct kern_dev_task t;
+  memset(&t, 0, sizeof(t)); /* what gcc cannot see the word-by-word load fill */
   kern_dev_task_load(&t, op->src);
   if (t.n == 0) return;
   if (!task_reachable(&t, kern_dev_task_rows(&t))) {

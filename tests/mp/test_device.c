@@ -126,15 +126,27 @@ static void test_matrix_synchronous(void** state) {
  * PreMulSum ops too (each input multiplied on the device first), gated
  * (2 ranks) or synchronous. */
 static int direct_matrix_body(const mp_env* env) {
+  mp_capture cap;
   if (env->nranks > 2) setenv("BRAID_STREAM_MEMOPS", "0", 1);
   setenv("NCCL_ALGO", "Direct,Ring", 1);
-  return matrix_body(env);
+  setenv("NCCL_DEBUG", "INFO", 1);
+  setenv("NCCL_DEBUG_SUBSYS", "TUNING", 1);
+  if (mp_capture_begin(&cap) != 0) return 1;
+  int bad = matrix_body(env);
+  if (mp_capture_count(&cap, "AllReduce *: Direct instead") == 0) {
+    mp_fail(env, "no all-reduce ran direct on %d ranks", env->nranks);
+    bad++;
+  }
+  mp_capture_end_quiet(&cap);
+  return bad;
 }
 
+/* 2, 3 and 8 ranks, and 12: more than 8, a task's sources and
+ * destinations up to the kernel's 16. */
 static void test_matrix_direct(void** state) {
   (void)state;
-  static const int sizes[] = {2, 3, 8};
-  for (int i = 0; i < 3; i++)
+  static const int sizes[] = {2, 3, 8, 12};
+  for (int i = 0; i < 4; i++)
     assert_int_equal(mp_launch(sizes[i], direct_matrix_body, NULL, NULL), 0);
 }
 
@@ -181,11 +193,20 @@ static void test_direct_two_devices(void** state) {
  * node-major (gated on 2 x 2 and 2 x 3, synchronous on 3 x 2),
  * round-robin, mirrored (a column's ranks step down: 0 1 2 | 5 4 3), one
  * whose columns are uneven (nodes {0,1} {2,4} {3,5}: the kernels read the
- * rows' table), and nodes of unequal sizes ({0,1,2} {3,4}: a column of
- * two rows a node, one junk, its tasks spread over the node's ranks),
- * gated and synchronous (rows made on the host). The TUNING log says
- * which ran: Hier, every collective of the three. */
-enum hier_kind { HIER_NODE_MAJOR, HIER_ROUND_ROBIN, HIER_MIRRORED, HIER_UNEVEN, HIER_UNEQUAL };
+ * rows' table), and nodes of unequal sizes ({0,1,2,3} {4,5}: a column of
+ * two rows a node, one junk, its tasks spread over the node's ranks; the
+ * column's pairs are not host Hier's, so the unit links them),
+ * gated and synchronous (rows made on the host), and a node of more ranks
+ * than 8 ({0..9} {10,11}: tasks of 10 sources). The TUNING log says which
+ * ran: Hier, every collective of the three. */
+enum hier_kind {
+  HIER_NODE_MAJOR,
+  HIER_ROUND_ROBIN,
+  HIER_MIRRORED,
+  HIER_UNEVEN,
+  HIER_UNEQUAL,
+  HIER_BIG
+};
 
 struct hier_layout {
   int ppn, nnodes;
@@ -203,7 +224,9 @@ static int hier_node_of(const struct hier_layout* l, int r) {
     case HIER_UNEVEN:
       return uneven[r % 6];
     case HIER_UNEQUAL:
-      return r >= 3;
+      return r >= 4;
+    case HIER_BIG:
+      return r >= 10;
     default:
       return r / l->ppn;
   }
@@ -252,7 +275,7 @@ static void test_hier_direct(void** state) {
                                   uneven = {2, 3, 0, HIER_UNEVEN},
                                   uneven_sync = {2, 3, 1, HIER_UNEVEN},
                                   unequal = {2, 2, 0, HIER_UNEQUAL},
-                                  unequal_sync = {2, 2, 1, HIER_UNEQUAL};
+                                  unequal_sync = {2, 2, 1, HIER_UNEQUAL}, big = {2, 2, 0, HIER_BIG};
   assert_int_equal(mp_launch(4, hier_direct_body, (void*)&two_by_two, NULL), 0);
   assert_int_equal(mp_launch(6, hier_direct_body, (void*)&three_by_two, NULL), 0);
   assert_int_equal(mp_launch(6, hier_direct_body, (void*)&two_by_three, NULL), 0);
@@ -260,8 +283,9 @@ static void test_hier_direct(void** state) {
   assert_int_equal(mp_launch(6, hier_direct_body, (void*)&mirrored, NULL), 0);
   assert_int_equal(mp_launch(6, hier_direct_body, (void*)&uneven, NULL), 0);
   assert_int_equal(mp_launch(6, hier_direct_body, (void*)&uneven_sync, NULL), 0);
-  assert_int_equal(mp_launch(5, hier_direct_body, (void*)&unequal, NULL), 0);
-  assert_int_equal(mp_launch(5, hier_direct_body, (void*)&unequal_sync, NULL), 0);
+  assert_int_equal(mp_launch(6, hier_direct_body, (void*)&unequal, NULL), 0);
+  assert_int_equal(mp_launch(6, hier_direct_body, (void*)&unequal_sync, NULL), 0);
+  assert_int_equal(mp_launch(12, hier_direct_body, (void*)&big, NULL), 0);
 }
 
 /* The matrix with the ranks as threads of one process (ncclCommInitAll),
