@@ -248,6 +248,20 @@ struct column_stage {
   int root; /* a broadcast's, among the group */
 };
 
+/* The column's ring neighbours are linked both ways (the unit linked
+ * them, connect.c): a link missing is a bug in what the unit asked for,
+ * and an error here, not a fault in the executor. */
+static ncclResult_t column_linked(const struct ncclComm* comm, const struct column_stage* cs) {
+  int n = cs->group_size, me = cs->group_rank;
+  int next = cs->group_ranks[(me + 1) % n], prev = cs->group_ranks[(me + n - 1) % n];
+  if (n < 2 || (comm->send_conns[next] && comm->recv_conns[next] && comm->send_conns[prev] &&
+                comm->recv_conns[prev]))
+    return ncclSuccess;
+  WARN("Direct: rank %d's stage between nodes has no link to rank %d or %d", comm->rank, prev,
+       next);
+  return ncclInternalError;
+}
+
 static ncclResult_t column_call(struct ncclComm* comm, const struct exec_args* a, char* scratch,
                                 int on_device, const struct column_stage* cs) {
   ncclResult_t res = ncclSuccess;
@@ -271,6 +285,7 @@ static ncclResult_t column_call(struct ncclComm* comm, const struct exec_args* a
   c.group_size = cs->group_size;
   c.group_rank = cs->group_rank;
   c.group_ranks = cs->group_ranks;
+  CHECK(column_linked(comm, cs));
   CHECK(exec_comm_start(comm, &c));
   while (!done) {
     int progressed = 0;
