@@ -107,9 +107,9 @@ int direct_task_row(const struct direct_task* t, size_t r, struct direct_task* r
  *    the rows, the task after reduces them into
  *    every output of the node; each member sends its slice to every other
  *    (as much as a ring on 2 nodes, more beyond);
- *  - reduce-scatter (2 nodes only): each member offers the row its
- *    partner needs, so the all-gather is one swap of one row each way,
- *    and the task after reduces its own row and the partner's.
+ *  - reduce-scatter (2 nodes only): each member offers the rows its
+ *    partner needs, so the all-gather is one swap of a node's rows each
+ *    way, and the task after reduces its node's rows and the partner's.
  * On 4, 8, ... DIRECT_MAX_NODES nodes (a power of two) both halve
  * instead, in steps (direct_step): the members half the nodes apart swap
  * the halves each keeps (an all-gather of two, in place), a task reduces

@@ -3,7 +3,8 @@
  * for the GPU (kernels/cuda/reduce.cu) and the host compiler for the CPU
  * grid emulation the tests and the simulated driver run (tests/common).
  *
- * A task is kernels.h's kern_task in device form: up to 16 sources chained
+ * A task is kernels.h's kern_task in device form, with room for more: up
+ * to 16 sources chained
  * (each step rounded to the type, as a chain of ranks does), the result
  * written to up to 16 destinations, optionally repeated on rows (one
  * launch for Hier's node stages, whose blocks are strided or named by a

@@ -93,8 +93,8 @@ static int node_direct_shape(const struct ncclComm* comm, int node) {
 
 /* Several nodes, one with two ranks or more and none with more than
  * DIRECT_MAX_RANKS, each one's ranks fit for direct. Nodes may differ in
- * size (an all-reduce's or reduce's columns are the smallest node's
- * indexes: algorithms/direct.h). */
+ * size (the columns are the smallest node's indexes, a reduce-scatter's
+ * and all-gather's with rows to spare: algorithms/direct.h). */
 static int comm_hier_shape(const struct ncclComm* comm) {
   const struct sched_topo* t = &comm->layout;
   int* known = &comm->device->hier_shape;

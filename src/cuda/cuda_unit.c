@@ -149,7 +149,8 @@ fail:
 }
 
 /* How op runs direct (cuda_direct_kind), and whether its Hier stage
- * between nodes runs on the device, whose peers its unit then connects. */
+ * between nodes runs on the device (which of its column's peers its unit
+ * then links: connect.c). */
 static void direct_mark(struct work_op* op) {
   op->direct = cuda_direct_kind(op);
   op->direct_between =

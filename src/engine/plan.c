@@ -15,7 +15,7 @@ void work_plan(struct work_op* ops, int n) {
     struct work_op* op = &ops[i];
     if (op->kind == WORK_COLL) {
       exec_plan(op->comm, &op->args, &op->key);
-      if (op->direct == WORK_DIRECT_HIER) { /* its stage between nodes needs Hier's links */
+      if (op->direct == WORK_DIRECT_HIER) { /* Hier's links, and its column's (connect.c) */
         op->args.algo = ALGO_HIER;
         exec_key(op->comm, &op->args, &op->key);
       }

@@ -50,8 +50,8 @@ struct work_op {
   int ipc;    /* p2p on device memory moved device to device (transports/cudaipc), not staged */
   /* Hier whose stage between nodes runs on the device (algorithms/direct.h,
    * gathered; src/cuda decides once per call): its column's peers there are
-   * connected too (ring neighbours; on a power of two of nodes, the
-   * halving's partners) */
+   * the collective's partners (ring neighbours; on a power of two of nodes,
+   * the halving's), which connect.c links; on the host, the column's ring */
   int direct_between;
   /* gated: its kernels, queued on the stream: a direct collective's (for
    * Hier on devices: into its scratch, one per halving step, out of it), an

@@ -338,8 +338,8 @@ static int device_direct_body(const mp_env* env) {
  * halves (direct_step), gated or synchronous; on 3 or 5 it folds first
  * (a reduce-scatter's rows in pairs). A reduce and a broadcast go that way
  * only where the stage is on the device (staged otherwise). On hosts of
- * unequal sizes an all-reduce, a reduce and a broadcast do too, the ranks past the
- * smallest host's count passing nothing through the plugin. Every type,
+ * unequal sizes every collective does too, the ranks past the smallest
+ * host's count passing nothing through the plugin. Every type,
  * sum, avg, max and premulsum, in place and out of place: exact either way, and the
  * TUNING log says which stage ran. A PreMulSum (each rank's input
  * multiplied on the device first) goes the same way. */
@@ -351,9 +351,9 @@ static const int kHierKinds[] = {AR_SUM, AR_AVG, AR_MAX, AR_PREMUL};
 static const ncclRedOp_t kHierOps[] = {ncclSum, ncclAvg, ncclMax, ncclSum /* made per call */};
 
 /* Whether the last host holds fewer ranks than the others (nranks not a
- * multiple of per_host): an all-reduce's and reduce's columns are then
- * the smallest host's indexes (algorithms/direct.h), and Hier takes no
- * reduce-scatter or all-gather. */
+ * multiple of per_host): the columns are then the smallest host's
+ * indexes (algorithms/direct.h; a reduce-scatter's and all-gather's with
+ * two rows a host, one junk on the small host). */
 static int hosts_uneven(const net_case* c) {
   return c->nranks % c->per_host != 0;
 }

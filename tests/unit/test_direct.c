@@ -1,6 +1,6 @@
 /*
  * The direct algorithm's plans (algorithms/direct.c) run on host buffers:
- * every collective x 1..8 ranks x counts x alignments x roots, in place
+ * every collective x 1..16 ranks x counts x alignments x roots, in place
  * and not. The ranks' tasks run one after another in reverse rank order,
  * and the outputs must equal the collective's definition; every output
  * element is written by exactly one task, and no task writes memory that
