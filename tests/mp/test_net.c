@@ -647,6 +647,12 @@ static int device_bcast_fault_body(const mp_env* env) {
   return device_fault_run(env, CC_BROADCAST);
 }
 
+/* Hier's all-gather (on hosts of unequal sizes: two rows a host, one junk,
+ * spread over the host's ranks) */
+static int device_ag_fault_body(const mp_env* env) {
+  return device_fault_run(env, CC_ALLGATHER);
+}
+
 /* Every case: a fault that hangs a rank fails here. */
 static int launch(int nranks, mp_body_fn body, const void* arg) {
   mp_opts o = MP_OPTS_INIT;
@@ -693,6 +699,11 @@ static void test_device_rs_fault(void** state) {
 static void test_device_bcast_fault(void** state) {
   if (!have_driver()) skip();
   assert_int_equal(launch(((const net_case*)*state)->nranks, device_bcast_fault_body, *state), 0);
+}
+
+static void test_device_ag_fault(void** state) {
+  if (!have_driver()) skip();
+  assert_int_equal(launch(((const net_case*)*state)->nranks, device_ag_fault_body, *state), 0);
 }
 
 static void test_reduce_roots(void** state) {
@@ -829,6 +840,12 @@ static const net_case k_fh_bcast_stall = {
     .version = 11, .nranks = 6, .per_host = 2, .fault = "stall", .after = "2", .hier = 1};
 static const net_case k_fh_rs_fold_stall = {
     .version = 11, .nranks = 5, .per_host = 1, .fault = "stall", .after = "2", .hier = 1};
+/* hosts of unequal sizes (2 + 2 + 1, 2 + 1): a column's rows, two a host,
+ * one junk on the small host; a reduce-scatter folding, an all-gather */
+static const net_case k_fh_rs_rows_die = {
+    .version = 12, .nranks = 5, .per_host = 2, .fault = "die", .after = "3", .hier = 1};
+static const net_case k_fh_ag_rows_stall = {
+    .version = 11, .nranks = 3, .per_host = 2, .fault = "stall", .after = "2", .hier = 1};
 static const net_case k_f_init = {
     .version = 12, .nranks = 2, .per_host = 1, .fault = "init", .init_fails = 1};
 static const net_case k_f_devices = {
@@ -926,6 +943,8 @@ int main(void) {
       CASE(test_device_rs_fault, k_fh_rs_fold_stall),
       CASE(test_device_bcast_fault, k_fh_bcast_die),
       CASE(test_device_bcast_fault, k_fh_bcast_stall),
+      CASE(test_device_rs_fault, k_fh_rs_rows_die),
+      CASE(test_device_ag_fault, k_fh_ag_rows_stall),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
