@@ -256,6 +256,10 @@ static int hier_direct_body(const mp_env* env) {
   setenv("NCCL_DEBUG", "INFO", 1);
   setenv("NCCL_DEBUG_SUBSYS", "TUNING", 1);
   if (l->sync) setenv("BRAID_STREAM_MEMOPS", "0", 1);
+  /* gated: every stream on one queue, as CUDA_DEVICE_MAX_CONNECTIONS=1
+   * can make them, so that GPU work the proxy queues while a stream waits
+   * at its gate (a copy of the rows' table, once) hangs here */
+  if (!l->sync) setenv("CUDASIM_ONE_QUEUE", "1", 1);
   if (mp_capture_begin(&cap) != 0) return 1;
   int bad = matrix_body(env);
   bad += hier_ran(env, &cap, "AllReduce", 1);
