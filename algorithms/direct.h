@@ -67,7 +67,9 @@ ncclResult_t direct_plan(int coll, int rank, int nranks, int root, size_t count,
                          size_t align, struct direct_task* t);
 
 /* Row r of task t as a task of one row (its refs moved on, its spread
- * source or destination alone, no table); 0 where the row is skipped. */
+ * source or destination alone, no table); 0 where the row is skipped.
+ * The kernel's kern_dev_task_row (kernels/cuda/kern_body.h) is the same
+ * rule on the device form. */
 int direct_task_row(const struct direct_task* t, size_t r, struct direct_task* row);
 
 /*

@@ -159,13 +159,14 @@ ncclResult_t cuda_reduce_copy(const struct kern_dev_task* task, CUstream stream)
   struct loaded k;
   if (cu == NULL) FAIL(ncclInvalidUsage, "CUDA: a kernel launch without a CUDA driver");
   if (task->n == 0) return ncclSuccess;
-  if (task->src_at || task->dst_at) /* device memory, which the host does not read */
-    FAIL(ncclInternalError, "CUDA: a task with rows by table needs braid_reduce_copy_at");
+  /* this kernel runs one row: the caller makes each (cuda_direct.c's
+   * synchronous calls); rows, their tables and spreads are
+   * braid_reduce_copy_at's */
+  if (kern_dev_task_rows(task) > 1 || task->src_at || task->dst_at || task->spread)
+    FAIL(ncclInternalError, "CUDA: a task of rows given to braid_reduce_copy");
   CHECK(kernel_for_current(cu, &k));
-  struct kern_dev_task row; /* this kernel runs one row: a launch for each */
-  for (uint32_t r = 0; r < kern_dev_task_rows(task); r++)
-    if (kern_dev_task_row(task, r, &row))
-      CHECK(launch(cu, k.fn, grid_for(&k, task->n), &row, stream));
+  struct kern_dev_task param = *task; /* the launch copies it; the caller's stays const */
+  CHECK(launch(cu, k.fn, grid_for(&k, task->n), &param, stream));
 fail:
   return res;
 }

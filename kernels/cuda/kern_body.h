@@ -562,11 +562,12 @@ KERN_HD void kern_dev_task_run(const struct kern_dev_task* t, uint64_t first, ui
 
 /* Rows: braid_reduce_copy_at runs the task once per row, each row's
  * operands moved on from the first's (one inlined body, whatever the
- * rows; the by-value kernel runs one row, and its host side launches
- * each). A row is r rows on, or as many as a table says (algorithms/
- * direct.h: columns not evenly spaced), a table's negative entry no row;
- * a spread task's row r takes its source r alone (a copy) or writes its
- * destination r alone (a node's ranks, each a buffer of its own). */
+ * rows; the by-value kernel runs one task of one row, and a synchronous
+ * call makes each row on the host: algorithms/direct.c's
+ * direct_task_row, the same rule on the plan's form). A row is r rows on, or as many as a table
+ * says (algorithms/ direct.h: columns not evenly spaced), a table's negative entry no row; a spread
+ * task's row r takes its source r alone (a copy) or writes its destination r alone (a node's ranks,
+ * each a buffer of its own). */
 KERN_HD uint32_t kern_dev_task_rows(const struct kern_dev_task* t) {
   return t->rows > 1 ? t->rows : 1u;
 }

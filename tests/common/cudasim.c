@@ -710,9 +710,10 @@ static CUresult sim_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, 
     op.src = gpu_addr(at);
     return stream_push(s, &op);
   }
-  memcpy(&op.task, args[0], sizeof(op.task));               /* parameters are taken at the launch */
-  if (op.task.src_at || op.task.dst_at || op.task.spread) { /* reduce.cu runs the task as is */
-    fprintf(stderr, "cudasim: braid_reduce_copy given rows by table or spread\n");
+  memcpy(&op.task, args[0], sizeof(op.task)); /* parameters are taken at the launch */
+  if (op.task.rows > 1 || op.task.src_at || op.task.dst_at || op.task.spread) {
+    /* reduce.cu runs the task as is: one row */
+    fprintf(stderr, "cudasim: braid_reduce_copy given rows\n");
     return CUDA_ERROR_INVALID_VALUE;
   }
   if (!task_reachable(&op.task, 1)) return CUDA_ERROR_ILLEGAL_ADDRESS; /* it runs one row */
