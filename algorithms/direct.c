@@ -110,6 +110,22 @@ static int hier_folds(const struct direct_hier* h) {
          h->nnodes <= DIRECT_MAX_NODES && (h->nnodes & (h->nnodes - 1)) != 0;
 }
 
+/* Bits [0, log2 p) of node reversed (p a power of two). */
+static int bits_reversed(int node, int p) {
+  int v = 0;
+  for (int d = 1; d < p; d *= 2) v = v * 2 + ((node / d) & 1);
+  return v;
+}
+
+/* The place node `node` takes in a halving among the first p nodes: its
+ * own, or (canonical) its index's bits reversed, so that the halving's
+ * first swap joins nodes 0 and 1 and its last the two halves of the
+ * nodes: the canonical tree over them, lower node's first at every step
+ * (direct.h). The map is its own inverse. */
+static int hier_place(const struct direct_hier* h, int node, int p) {
+  return h->canonical ? bits_reversed(node, p) : node;
+}
+
 int direct_hier_gathers(int coll, int nnodes) {
   if (coll == COLL_ALLGATHER || coll == COLL_BROADCAST) return 1;
   return nnodes >= 2 && nnodes <= DIRECT_MAX_NODES &&
@@ -183,16 +199,17 @@ static void fold_plan(const struct direct_hier* h, int p, size_t base, size_t le
 static void halving_plan(const struct direct_hier* h, int p, size_t base, size_t len,
                          struct direct_staged* st) {
   size_t lo = base;
-  for (int d = p / 2; d >= 1 && len > 0 && h->node < p; d /= 2) {
+  int v = h->node < p ? hier_place(h, h->node, p) : p;
+  for (int d = p / 2; d >= 1 && len > 0 && v < p; d /= 2) {
     struct direct_step* s = &st->steps[st->nsteps++];
     struct direct_task* t = &s->reduce;
     size_t half = len / 2;
-    int m = (h->node / d) & 1;
+    int m = (v / d) & 1;
     size_t kept = m ? lo + half : lo, came = m ? lo - half : lo + 2 * half;
     s->member = m;
     s->from = -1;
-    s->lower = m ? h->node - d : h->node;
-    s->upper = m ? h->node : h->node + d;
+    s->lower = hier_place(h, m ? v - d : v, p);
+    s->upper = hier_place(h, m ? v : v + d, p);
     s->count = half;
     s->send_off = m ? lo : lo + half;             /* the half the partner keeps */
     s->recv_off = s->send_off - (size_t)m * half; /* in place: ours at member * count */
@@ -204,7 +221,7 @@ static void halving_plan(const struct direct_hier* h, int p, size_t base, size_t
     lo = kept, len = half;
   }
   /* the last step's reduce: the total (a fold's upper node gets it divided) */
-  st->post_task = st->nsteps > 0 && h->node < p ? st->nsteps : -1;
+  st->post_task = st->nsteps > 0 && v < p ? st->nsteps : -1;
 }
 
 /* The all-gather after a halving among the first p nodes, by recursive
@@ -216,16 +233,17 @@ static void halving_plan(const struct direct_hier* h, int p, size_t base, size_t
 static void doubling_plan(const struct direct_hier* h, int p, size_t base, size_t len,
                           struct direct_staged* st) {
   size_t block = len / (size_t)p;
-  for (int d = 1; d < p && block > 0 && h->node < p; d *= 2) {
+  int v = h->node < p ? hier_place(h, h->node, p) : p;
+  for (int d = 1; d < p && block > 0 && v < p; d *= 2) {
     struct direct_step* s = &st->steps[st->nsteps++];
-    int m = (h->node / d) & 1;
+    int m = (v / d) & 1;
     memset(s, 0, sizeof(*s));
     s->member = m;
     s->from = -1;
-    s->lower = m ? h->node - d : h->node;
-    s->upper = m ? h->node : h->node + d;
+    s->lower = hier_place(h, m ? v - d : v, p);
+    s->upper = hier_place(h, m ? v : v + d, p);
     s->count = (size_t)d * block;
-    s->send_off = base + (size_t)(h->node & ~(d - 1)) * block; /* the d blocks held */
+    s->send_off = base + (size_t)(v & ~(d - 1)) * block; /* the d blocks held */
     s->recv_off = s->send_off - (size_t)m * s->count;
   }
 }
@@ -250,21 +268,25 @@ static int rows_per_node(const struct sched_topo* t) {
 }
 
 size_t direct_hier_rows_size(const struct sched_topo* t) {
-  return 2 * (size_t)t->nnodes * (size_t)rows_per_node(t);
+  return 3 * (size_t)t->nnodes * (size_t)rows_per_node(t);
 }
 
 /* The table: row j R + k names the rank of the column on node j (-1: none
  * there); then, at nnodes R on, where a fold's pairs hold the same row
  * (fold_rows): node j < p's rows at 2 j R + k, node p + i's after them at
- * 2 i R + R + k, in rows of the block. */
+ * 2 i R + R + k, in rows of the block; then, at 2 nnodes R on, where a
+ * canonical halving wants them (halving_rows): node j's at its place
+ * (hier_place) times R. */
 void direct_hier_rows(const struct sched_topo* t, int local, int32_t* at) {
   int rows = rows_per_node(t), m = t->nnodes, p = direct_halving_nodes(m);
   int32_t* pairs = at + (size_t)m * (size_t)rows;
+  int32_t* places = pairs + (size_t)m * (size_t)rows;
   for (int j = 0; j < m; j++)
     for (int k = 0; k < rows; k++) {
       int l = local + k * t->min_ppn, i = j * rows + k;
       at[i] = l < sched_topo_node_size(t, j) ? t->order[t->node_start[j] + l] : -1;
       pairs[i] = j < p ? 2 * j * rows + k : 2 * (j - p) * rows + rows + k;
+      places[i] = (j < p ? bits_reversed(j, p) : j) * rows + k;
     }
 }
 
@@ -293,11 +315,14 @@ static void spread(struct direct_task* t, int side, int n) {
  * ends with node j's rows, which the task after copies out. */
 static void halving_rows(const struct direct_hier* h, struct direct_staged* st) {
   size_t c = st->count, len = (size_t)h->nnodes * c, base = len / 2;
+  size_t rows = (size_t)rows_per_node(h->topo);
   st->before.dsts[0].off = base;
+  if (h->canonical) /* node j's rows at its place, where the halving leaves them to it */
+    st->before.dst_at = h->rows_at + 2 * (size_t)h->nnodes * rows;
   st->scratch = 2 * len;
   halving_plan(h, h->nnodes, base, len, st);
   st->count = 0; /* no stage after the steps */
-  st->after.srcs[0].off = base + (size_t)h->node * c;
+  st->after.srcs[0].off = base + (size_t)hier_place(h, h->node, h->nnodes) * c;
 }
 
 /* Reduce-scatter folding onto p nodes (direct.h): the nodes' rows in
@@ -512,6 +537,20 @@ static ncclResult_t hier_broadcast(const struct direct_hier* h, struct direct_st
   return ncclSuccess;
 }
 
+/* Whether a canonical plan exists (direct.h): nodes of one power-of-two
+ * size, a power of two of them, the stage between them gathered. */
+static int hier_canonical_fits(const struct direct_hier* h) {
+  int n = h->nnodes, k = hier_node_ranks(h);
+  return h->gathered && k == h->nlocal && (k & (k - 1)) == 0 && n >= 2 && (n & (n - 1)) == 0;
+}
+
+/* A canonical plan's reductions combine in the tree (the node's ranks
+ * in rank order, then the nodes: direct.h). */
+static void plan_tree(const struct direct_hier* h, struct direct_staged* st) {
+  st->before.tree = st->after.tree = h->canonical;
+  for (int i = 0; i < st->nsteps; i++) st->steps[i].reduce.tree = h->canonical;
+}
+
 ncclResult_t direct_plan_hier(const struct direct_hier* h, struct direct_staged* st) {
   int here = hier_node_ranks(h);
   memset(st, 0, sizeof(*st));
@@ -542,16 +581,27 @@ ncclResult_t direct_plan_hier(const struct direct_hier* h, struct direct_staged*
          h->coll, h->root_local, h->root_node, h->gathered);
     return ncclInvalidArgument;
   }
+  if (h->canonical && !hier_canonical_fits(h)) {
+    WARN(
+        "Direct: the canonical order on %d nodes of %d ranks (gathered %d): it takes a power of "
+        "two of each, the stage between nodes gathered",
+        h->nnodes, here, h->gathered);
+    return ncclInvalidArgument;
+  }
   switch (h->coll) {
     case COLL_ALLREDUCE:
-    case COLL_REDUCE:
-      return hier_slice(h, st);
+    case COLL_REDUCE: {
+      ncclResult_t res = hier_slice(h, st);
+      plan_tree(h, st);
+      return res;
+    }
     case COLL_BROADCAST:
       return hier_broadcast(h, st);
     case COLL_REDUCESCATTER:
     case COLL_ALLGATHER:
       hier_blocks(h, st);
       plan_plain(st);
+      plan_tree(h, st);
       return ncclSuccess;
     default:
       WARN("Direct: collective %d has no Hier plan", h->coll);

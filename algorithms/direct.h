@@ -43,7 +43,10 @@ struct direct_ref {
  * spread task's row r reads its source r alone (DIRECT_SPREAD_SRCS, a
  * copy) or writes its destination r alone (DIRECT_SPREAD_DSTS): a node's
  * ranks in one column, each a buffer of its own. direct_task_row gives a
- * row as a task of one. */
+ * row as a task of one. A `tree` task combines its sources in the
+ * deterministic mode's canonical tree (pairs first: docs/determinism.md)
+ * instead of the chain, so that sources in rank order give that mode's
+ * bits. */
 #define DIRECT_SPREAD_SRCS 1
 #define DIRECT_SPREAD_DSTS 2
 struct direct_task {
@@ -53,6 +56,7 @@ struct direct_task {
   const int32_t* src_at;
   const int32_t* dst_at;
   int spread;
+  int tree;
   int nsrcs, ndsts;
   struct direct_ref srcs[DIRECT_MAX_RANKS];
   struct direct_ref dsts[DIRECT_MAX_RANKS];
@@ -156,6 +160,17 @@ int direct_task_row(const struct direct_task* t, size_t r, struct direct_task* r
  * reduce-scatter's and all-gather's through the column's R rows, above);
  * a rank whose index is past the columns has nothing to do and no stage
  * between nodes (the node's others read its input and write its output).
+ * A `canonical` reduction computes the deterministic mode's tree over the
+ * ranks (docs/determinism.md), where the nodes cut it into subtrees: nodes
+ * of one power-of-two size, node j holding ranks j k .. j k + k - 1 in
+ * that order (the caller checks the layout), a power of two of them, the
+ * stage between them gathered. Each task reduces in the tree (node's
+ * ranks, then nodes), and the halving and doubling run with node j in
+ * place j's bits reversed (on 8 nodes 0 4 2 6 1 5 3 7), so that the first
+ * swap joins nodes 0 and 1, the next pairs of them, and so on: at every
+ * step the lower node's value first, as the tree combines. Each node then
+ * ends the halving with the block of its place; a reduce-scatter writes
+ * node j's rows at that place (a table, direct_hier_rows).
  */
 struct direct_hier {
   int coll;       /* COLL_ALLREDUCE, _REDUCESCATTER, _ALLGATHER, _BROADCAST; COLL_REDUCE gathered */
@@ -170,6 +185,7 @@ struct direct_hier {
   size_t stride;
   size_t align;
   int gathered;              /* the stage between nodes only moves data (above) */
+  int canonical;             /* a reduction in the deterministic mode's order (above) */
   int root_node, root_local; /* a reduce's or broadcast's root: its node, its index there */
 };
 
@@ -240,7 +256,8 @@ int direct_stage_partners(int coll, int nnodes, int node, int* out);
  * reduce-scatter's and all-gather's plans name rows through it), into
  * `at`, of direct_hier_rows_size(t) entries; it depends on nothing else,
  * so a comm makes it once. Each node's R rows, then where a folding
- * reduce-scatter's rows go in its pairs (direct.c, fold_rows). */
+ * reduce-scatter's rows go in its pairs (direct.c, fold_rows), then where
+ * a canonical halving's go (halving_rows). */
 size_t direct_hier_rows_size(const struct sched_topo* t);
 void direct_hier_rows(const struct sched_topo* t, int local, int32_t* at);
 

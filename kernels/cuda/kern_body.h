@@ -77,7 +77,7 @@ struct kern_dev_task {
   const int32_t* src_at; /* NULL, or row r's sources src_at[r] rows on (< 0: no row r) */
   const int32_t* dst_at; /* the same for the destinations */
   uint32_t spread;       /* KB_SPREAD_*: row r reads source r alone, or writes destination r */
-  uint32_t pad;
+  uint32_t tree;         /* 1: the sources combine in the canonical tree (KB_TREE), not a chain */
   const void* srcs[KB_MAX_SRCS];
   void* dsts[KB_MAX_DSTS];
 };
@@ -350,6 +350,62 @@ KERN_HD int64_t kb_vec_head(const struct kern_dev_task* t, unsigned es) {
 }
 
 /*
+ * The canonical tree over n sources (t->tree: the deterministic mode's
+ * order, docs/determinism.md): pairs first, each combine the lower block's
+ * value OP the upper's, rounded to the type. Leaf k joins the pending
+ * blocks as a binary counter's carry (kb_pend[j] holds the value of 2^j
+ * leaves, bit j of the leaves so far), and the blocks still pending at the
+ * end combine from the smallest up, each the right operand: a block with
+ * an empty upper half stays as it is. The root's combine, always the
+ * last made, carries the division (avg). VAL is the value's type; LEAF
+ * sets kb_x to leaf kb_k (multiplied on its own where it is pre-multiplied);
+ * COMB sets kb_l to kb_l OP kb_r, with flags kb_f. With 3 sources or fewer
+ * the tree is the chain.
+ */
+#define KB_TREE(VAL, n, post, LEAF, COMB, out)             \
+  do {                                                     \
+    VAL kb_pend[5];                                        \
+    memset(kb_pend, 0, sizeof kb_pend);                    \
+    VAL kb_x = kb_pend[0], kb_l = kb_x, kb_r = kb_x;       \
+    unsigned kb_f = 0u;                                    \
+    int kb_done = 0, kb_have = 0;                          \
+    KB_UNROLLED(                                           \
+        kb_k, KB_MAX_SRCS, if (kb_k < (n)) {               \
+          int kb_carry = 1;                                \
+          LEAF;                                            \
+          KB_UNROLLED(                                     \
+              kb_j, 5, if (kb_carry) {                     \
+                if ((kb_k >> kb_j) & 1) {                  \
+                  kb_l = kb_pend[kb_j], kb_r = kb_x;       \
+                  kb_f = ++kb_done == (n)-1 ? (post) : 0u; \
+                  COMB;                                    \
+                  kb_x = kb_l;                             \
+                } else {                                   \
+                  kb_pend[kb_j] = kb_x, kb_carry = 0;      \
+                }                                          \
+              });                                          \
+        });                                                \
+    KB_UNROLLED(                                           \
+        kb_j, 5, if (((n) >> kb_j) & 1) {                  \
+          if (kb_have) {                                   \
+            kb_l = kb_pend[kb_j], kb_r = kb_x;             \
+            kb_f = ++kb_done == (n)-1 ? (post) : 0u;       \
+            COMB;                                          \
+            kb_x = kb_l;                                   \
+          } else {                                         \
+            kb_x = kb_pend[kb_j], kb_have = 1;             \
+          }                                                \
+        });                                                \
+    out = kb_x;                                            \
+  } while (0)
+
+/* Whether the task's sources take the tree (above) rather than the chain:
+ * only where the two differ. */
+KERN_HD int kb_tree(const struct kern_dev_task* t) {
+  return t->tree && t->nsrcs > 3;
+}
+
+/*
  * Element i of the task: the chain over the sources (stored as T after
  * every step), widened by LD, narrowed by ST, computed in SC with x86's
  * NaN rules (the exact path). The first source alone is pre-multiplied
@@ -361,6 +417,14 @@ KERN_HD int64_t kb_vec_head(const struct kern_dev_task* t, unsigned es) {
     unsigned post = t->post ? KB_POST : 0u;                                                        \
     unsigned f0 = ((t->pre & 1u) ? KB_PRE : 0u) | (t->nsrcs == 1 ? post : 0u);                     \
     T acc = v[0];                                                                                  \
+    if (kb_tree(t)) {                                                                              \
+      KB_TREE(T, t->nsrcs, post,                                                                   \
+              kb_x = ((t->pre >> kb_k) & 1u)                                                       \
+                         ? ST(STEP(LD(v[kb_k]), LD(v[kb_k]), KB_COPY, KB_PRE, s, dv))              \
+                         : v[kb_k],                                                                \
+              kb_l = ST(STEP(LD(kb_l), LD(kb_r), t->op, kb_f, s, dv)), acc);                       \
+      return acc;                                                                                  \
+    }                                                                                              \
     if (f0) acc = ST(STEP(LD(acc), LD(acc), KB_COPY, f0, s, dv));                                  \
     for (int k = 1; k < t->nsrcs; k++) {                                                           \
       unsigned f = (((t->pre >> k) & 1u) ? KB_PRE : 0u) | (k == t->nsrcs - 1 ? post : 0u);         \
@@ -429,6 +493,25 @@ KERN_HD int64_t kb_vec_head(const struct kern_dev_task* t, unsigned es) {
         NAME##_fix(t, s, dv, head + j * V, stride * V, (odd0 ? 1u : 0u) | (odd1 ? 2u : 0u));       \
     }                                                                                              \
   }                                                                                                \
+  /* The tree's vectors (kb_tree), one per thread per pass; a NaN sends   */                       \
+  /* one to the exact path, as in the chain's loop. */                                             \
+  KERN_HD void NAME##_tree_vector(const struct kern_dev_task* t, SC s, DV dv, uint64_t head,       \
+                                  uint64_t nvec, uint64_t first, uint64_t stride) {                \
+    enum { V = 16 / sizeof(T) };                                                                   \
+    unsigned post = t->post ? KB_POST : 0u;                                                        \
+    for (uint64_t j = first; j < nvec; j += stride) {                                              \
+      uint64_t o = head * sizeof(T) + j * 16;                                                      \
+      int odd = 0;                                                                                 \
+      struct kb_v16 acc;                                                                           \
+      KB_TREE(struct kb_v16, t->nsrcs, post,                                                       \
+              (kb_x = kb_ld16((const char*)t->srcs[kb_k] + o),                                     \
+               odd |= ((t->pre >> kb_k) & 1u) ? VSTEP(&kb_x, kb_x, KB_COPY, KB_PRE, s, dv) : 0),   \
+              odd |= VSTEP(&kb_l, kb_r, t->op, kb_f, s, dv), acc);                                 \
+      odd |= NANV(acc);                                                                            \
+      for (int d = 0; d < t->ndsts && !odd; d++) kb_st16((char*)t->dsts[d] + o, acc);              \
+      if (odd) NAME##_fix(t, s, dv, head + j * V, 0, 1u);                                          \
+    }                                                                                              \
+  }                                                                                                \
   /* The everyday call (a received partial and a local slice summed into  */                       \
   /* one output, no premul, no division; other operators take the vector  */                       \
   /* loop, which keeps the kernel's size and build time down): four       */                       \
@@ -473,7 +556,9 @@ KERN_HD int64_t kb_vec_head(const struct kern_dev_task* t, unsigned es) {
     uint64_t nvec = (t->n - (uint64_t)head) / (16 / sizeof(T));                                    \
     uint64_t tail = (uint64_t)head + nvec * (16 / sizeof(T));                                      \
     NAME##_scalar(t, s, dv, 0, (uint64_t)head, first, stride);                                     \
-    if (t->nsrcs == 2 && t->ndsts == 1 && t->pre == 0 && !t->post && t->op == KB_SUM)              \
+    if (kb_tree(t))                                                                                \
+      NAME##_tree_vector(t, s, dv, (uint64_t)head, nvec, first, stride);                           \
+    else if (t->nsrcs == 2 && t->ndsts == 1 && t->pre == 0 && !t->post && t->op == KB_SUM)         \
       NAME##_pair(t, (uint64_t)head, nvec, first, stride);                                         \
     else                                                                                           \
       NAME##_vector(t, s, dv, (uint64_t)head, nvec, first, stride);                                \

@@ -75,6 +75,7 @@ static void direct_task_resolve(const struct ncclComm* comm, const struct exec_a
   dt->dst_row = (int64_t)p->dst_row * (int64_t)es;
   dt->src_at = rows_on_device(comm, p->src_at);
   dt->dst_at = rows_on_device(comm, p->dst_at);
+  dt->tree = p->tree != 0;
   dt->spread = p->spread == DIRECT_SPREAD_SRCS   ? KB_SPREAD_SRCS
                : p->spread == DIRECT_SPREAD_DSTS ? KB_SPREAD_DSTS
                                                  : 0u;
@@ -157,7 +158,8 @@ static ncclResult_t task_run(struct ncclComm* comm, struct cuda_direct* d, const
 
 /* This rank's task when every rank of the comm is on its node: planned by
  * comm rank (its blocks, its slice, the root's, the sources in rank
- * order: algorithms/direct.h), then each buffer named by the rank's
+ * order: algorithms/direct.h; in the deterministic mode combined in its
+ * tree), then each buffer named by the rank's
  * index on the node, as the buffers are exchanged (local_of: the order
  * by cache where ranks are bound, algorithms/layout.c). The same at
  * issue (cuda_direct_arm) and on the proxy. */
@@ -167,6 +169,7 @@ static ncclResult_t node_plan(const struct ncclComm* comm, const struct exec_arg
   const int* local_of = comm->layout.local_of;
   CHECK(direct_plan(a->coll, comm->rank, comm->nranks, a->root, a->count, a->stride,
                     MAX(16 / kern_type_size(a->type), 1), plan));
+  plan->tree = a->canonical && sched_coll_reduces(a->coll); /* the sources are in rank order */
   for (int s = 0; s < plan->nsrcs; s++) plan->srcs[s].rank = local_of[plan->srcs[s].rank];
   for (int j = 0; j < plan->ndsts; j++) plan->dsts[j].rank = local_of[plan->dsts[j].rank];
 fail:
@@ -226,6 +229,7 @@ static ncclResult_t hier_plan(const struct ncclComm* comm, const struct exec_arg
                           .stride = a->stride,
                           .align = MAX(16 / kern_type_size(a->type), 1),
                           .gathered = on_device && a->coll != COLL_ALLGATHER,
+                          .canonical = a->canonical && sched_coll_reduces(a->coll),
                           .root_node = t->node_of[a->root],
                           .root_local = t->local_of[a->root],
                           .topo = t,

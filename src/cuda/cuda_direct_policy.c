@@ -218,6 +218,32 @@ static int hier_wanted(const struct work_op* op) {
   return algo == ALGO_HIER;
 }
 
+static int power_of_two(int n) {
+  return n >= 1 && (n & (n - 1)) == 0;
+}
+
+/* Whether Hier's direct plan computes the deterministic mode's tree
+ * here (algorithms/direct.h, `canonical`): the nodes cut the tree over
+ * the ranks into subtrees (a power of two of nodes, each of the same
+ * power of two of ranks, node j holding ranks j k .. j k + k - 1 in its
+ * order), and the stage between nodes moves device memory (gathered: it
+ * only moves data, and its halving is relabelled into the tree's order).
+ * The layout is the same on every rank, so every rank decides alike. */
+static int layout_cuts_tree(const struct sched_topo* t, int nranks) {
+  int k = t->max_ppn;
+  if (t->min_ppn != k || !power_of_two(k) || !power_of_two(t->nnodes) || t->nnodes < 2) return 0;
+  for (int r = 0; r < nranks; r++)
+    if (t->node_of[r] != r / k || t->local_of[r] != r % k) return 0;
+  return 1;
+}
+
+static int comm_hier_canonical(struct ncclComm* comm, int coll) {
+  int* known = &comm->device->hier_canonical; /* the layout is fixed: asked once */
+  if (*known == 0 && cuda_comm_shares_process(comm) < 0) return 0; /* not known yet: ask again */
+  if (*known == 0) *known = layout_cuts_tree(&comm->layout, comm->nranks) ? 1 : -1;
+  return *known > 0 && cuda_hier_column_on_device(comm, coll);
+}
+
 /* Device buffers where this rank uses them. */
 static int op_on_devices(const struct work_op* op) {
   const struct exec_args* a = &op->args;
@@ -232,14 +258,15 @@ int cuda_direct_kind(const struct work_op* op) {
   int per_device = 1;
   if (op->kind != WORK_COLL || a->mem != MEM_DEVICE || !tuner_allows_direct() || !op_on_devices(op))
     return WORK_DIRECT_NONE;
-  /* one pass combines the inputs in rank order, a chain: not the canonical
-   * order the deterministic mode promises (algorithms/pairwise.h) */
-  if (a->canonical && sched_coll_reduces(a->coll)) return WORK_DIRECT_NONE;
+  /* on one node the task's sources are the ranks in rank order, which it
+   * combines in the deterministic mode's tree where asked (direct.h) */
   if (comm_direct_shape(op->comm, &per_device))
     return tuner_forces_direct() ||
                    tuner_prefers_direct(op->comm, a->coll, op_bytes(op), per_device)
                ? WORK_DIRECT_NODE
                : WORK_DIRECT_NONE;
+  if (a->canonical && sched_coll_reduces(a->coll) && !comm_hier_canonical(op->comm, a->coll))
+    return WORK_DIRECT_NONE; /* the nodes do not cut the canonical tree: staged, Pairwise */
   return hier_wanted(op) ? WORK_DIRECT_HIER : WORK_DIRECT_NONE;
 }
 

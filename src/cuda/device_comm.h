@@ -50,6 +50,9 @@ struct device_comm {
    * comm_hier_shape: a question over every node, asked once), the same
    * three values */
   int hier_shape;
+  /* whether the layout's nodes cut the deterministic mode's tree into
+   * subtrees (comm_hier_canonical), known the same way */
+  int hier_canonical;
   /* Hier's rows of this rank's column (algorithms/direct.h,
    * direct_hier_rows): made with the state, never changed, so that issue
    * and proxy read it alike; NULL on one node. Pinned and mapped, where

@@ -2,7 +2,8 @@
  * Inputs for the reduce-copy kernel tests, shared by the CPU grid
  * emulation's test (tests/unit/test_kern_cuda.c) and the GPU's
  * (tests/gpu/kern_bitwise.cu, C++): random bits salted with each float
- * width's special values, and premul factors. Header-only, deterministic.
+ * width's special values, and premul factors; the canonical tree's
+ * reference. Header-only, deterministic.
  */
 #ifndef BRAID_KERN_INPUTS_H_
 #define BRAID_KERN_INPUTS_H_
@@ -85,6 +86,50 @@ static inline uint64_t scalar_for(ncclDataType_t type) {
     default:
       return v;
   }
+}
+
+/* A CPU task of `type` and `op` on n elements, its premul factor
+ * scalar_for's and, where `post`, avg's division by 1 to 7; its sources,
+ * destinations and premul bits left to the caller. */
+static inline void kern_task_like(struct kern_task* t, ncclDataType_t type, int op, int post,
+                                  size_t n) {
+  memset(t, 0, sizeof(*t));
+  t->redop.type = type;
+  t->redop.op = (enum kern_op)op;
+  t->redop.scalar = scalar_for(type);
+  t->redop.postdiv = post ? 1 + (uint32_t)(rnd() % 7) : 0;
+  t->flags = post ? KERN_POST : 0;
+  t->n = n;
+}
+
+/* The canonical tree (a task's `tree`: docs/determinism.md) made of the
+ * CPU kernels' one- and two-source calls, level by level, into vals[0]:
+ * each of the ns sources (n elements) multiplied on its own where its bit
+ * of `pre` says, block base's value then base OP base + size where that
+ * half holds a source, the root's combine (the last) with like's flags
+ * (avg's division). vals[k] holds n elements; tmp too. */
+static inline void kern_tree_reference(const struct kern_task* like, int ns, unsigned pre,
+                                       const void* const* srcs, unsigned char* const* vals,
+                                       unsigned char* tmp) {
+  struct kern_task t = *like;
+  size_t len = like->n * kern_type_size(like->redop.type);
+  int combines = 0;
+  t.ndsts = 1;
+  for (int k = 0; k < ns; k++) {
+    if (((pre >> k) & 1u) == 0) {
+      memcpy(vals[k], srcs[k], len);
+      continue;
+    }
+    t.pre = 1u, t.flags = 0, t.nsrcs = 1, t.srcs[0] = srcs[k], t.dsts[0] = vals[k];
+    kern_task_run(&t);
+  }
+  for (int size = 1; size < ns; size *= 2)
+    for (int base = 0; base + size < ns; base += 2 * size) {
+      t.pre = 0, t.flags = ++combines == ns - 1 ? like->flags : 0u;
+      t.nsrcs = 2, t.srcs[0] = vals[base], t.srcs[1] = vals[base + size], t.dsts[0] = tmp;
+      kern_task_run(&t);
+      memcpy(vals[base], tmp, len);
+    }
 }
 
 #endif

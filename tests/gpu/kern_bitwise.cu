@@ -4,7 +4,8 @@
  * type x operator x flags x source count x destination count x length x
  * element offset, on random bits salted with special values, compared bit
  * for bit (the same matrix test_kern_cuda runs on the CPU grid emulation),
- * and tasks of several rows; then the fused 2-source float sum on 256 MiB timed next to a
+ * tasks of several rows, and tasks in the canonical tree's order; then the
+ * fused 2-source float sum on 256 MiB timed next to a
  * device-to-device copy of the same bytes.
  *
  *   tests/gpu/kern_bitwise <dir>/reduce.fatbin [bw|check|small]   (reduce_at.fatbin beside it)
@@ -60,13 +61,9 @@ static size_t one(int type, int op, unsigned pre, int post, int ns, int nd, size
   size_t es = kern_type_size((ncclDataType_t)type), bad = 0;
   struct kern_task t;
   struct kern_dev_task d;
-  memset(&t, 0, sizeof(t));
+  kern_task_like(&t, (ncclDataType_t)type, op, post, n);
   memset(&d, 0, sizeof(d));
-  t.redop.type = (ncclDataType_t)type;
-  t.redop.op = (enum kern_op)op;
-  t.redop.scalar = scalar_for((ncclDataType_t)type);
-  t.redop.postdiv = post ? 1 + (uint32_t)(rnd() % 7) : 0;
-  t.pre = pre, t.flags = post ? KERN_POST : 0, t.nsrcs = ns, t.ndsts = nd, t.n = n;
+  t.pre = pre, t.nsrcs = ns, t.ndsts = nd;
   d.type = type, d.op = ns == 1 ? KB_COPY : op, d.pre = pre & ((1u << ns) - 1u);
   d.post = (uint32_t)post, d.nsrcs = ns, d.ndsts = nd, d.n = n;
   d.scalar = t.redop.scalar, d.postdiv = t.redop.postdiv;
@@ -218,6 +215,56 @@ static size_t rows_table_check(unsigned char** hsrc, unsigned char** hcpu, unsig
 }
 
 /* The best of 10 timed launches of d (after 2 untimed), in ms. */
+/* Tasks in the canonical tree's order (d.tree: the deterministic mode's,
+ * 4 to 8 sources) against that tree made of CPU kernel calls
+ * (kern_tree_reference): every type x operator, premul on some sources,
+ * avg's division on some, on the vector path and the element one, up to
+ * 2^20 elements. Returns differing elements. */
+static size_t tree_check(unsigned char** hsrc, unsigned char* hgpu, CUdeviceptr* dsrc,
+                         CUdeviceptr* ddst, int small) {
+  static const int nss[] = {4, 5, 7, 8};
+  static const size_t lens[] = {7, 1000, 1 << 20};
+  size_t bad = 0, tasks = 0, big = (size_t)(1 << 20) * 8;
+  unsigned char* vals[8];
+  unsigned char* tmp = (unsigned char*)malloc(big);
+  for (int k = 0; k < 8; k++) vals[k] = (unsigned char*)malloc(big);
+  for (int type = 0; type < ncclNumTypes; type++)
+    for (int op = KERN_SUM; op <= KERN_MIN; op++)
+      for (size_t si = 0; si < 4; si++)
+        for (size_t li = 0; li < 3 && !(small && lens[li] > MAX_N); li++, tasks++) {
+          int ns = nss[si], post = (int)((si + li) & 1), off = (int)((li + si) % 4);
+          unsigned pre = ((si + (size_t)op) & 1) ? (unsigned)rnd() & 0xffu : 0u;
+          size_t n = lens[li], es = kern_type_size((ncclDataType_t)type);
+          struct kern_task like;
+          struct kern_dev_task d;
+          const void* srcs[8];
+          kern_task_like(&like, (ncclDataType_t)type, op, post, n);
+          memset(&d, 0, sizeof(d));
+          d.type = type, d.op = op, d.tree = 1, d.pre = pre, d.post = (uint32_t)post;
+          d.nsrcs = ns, d.ndsts = 1, d.n = n;
+          d.scalar = like.redop.scalar, d.postdiv = like.redop.postdiv;
+          for (int k = 0; k < ns; k++) {
+            fill((ncclDataType_t)type, hsrc[k] + (size_t)off * es, n);
+            srcs[k] = hsrc[k] + (size_t)off * es;
+            CU(cuMemcpyHtoD(dsrc[k], hsrc[k], (n + MAX_OFF) * es));
+            d.srcs[k] = (const void*)(dsrc[k] + (size_t)off * es);
+          }
+          d.dsts[0] = (void*)(ddst[0] + (size_t)off * es);
+          kern_tree_reference(&like, ns, pre, srcs, vals, tmp);
+          launch(&d, 0);
+          CU(cuCtxSynchronize());
+          CU(cuMemcpyDtoH(hgpu, ddst[0] + (size_t)off * es, n * es));
+          for (size_t i = 0; i < n; i++)
+            if (memcmp(hgpu + i * es, vals[0] + i * es, es) != 0 && bad++ < 3)
+              printf("  tree: type %d op %d ns %d pre %x post %d n %zu off %d: [%zu] differs\n",
+                     type, op, ns, pre, post, n, off, i);
+        }
+  for (int k = 0; k < 8; k++) free(vals[k]);
+  free(tmp);
+  printf("canonical tree: %zu tasks, %zu elements differ from the CPU kernels' tree\n", tasks, bad);
+  return bad;
+}
+
 static float best_launch_ms(struct kern_dev_task* d, CUevent e0, CUevent e1) {
   float best = 1e30f, ms;
   for (int rep = 0; rep < 12; rep++) {
@@ -341,6 +388,7 @@ int main(int argc, char** argv) {
   printf("bitwise: %zu tasks, %zu elements differ from the CPU kernels\n", tasks, bad);
   if (!bw_only) bad += rows_check(hsrc, hcpu, hgpu, dsrc, ddst);
   if (!bw_only) bad += rows_table_check(hsrc, hcpu, hgpu, dsrc, ddst);
+  if (!bw_only) bad += tree_check(hsrc, hgpu, dsrc, ddst, small);
   if (!small && !check_only) bandwidth();
   return bad != 0;
 }

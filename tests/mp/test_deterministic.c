@@ -4,7 +4,9 @@
  * algorithm, small chunks, nodes faked by NCCL_HOSTID (TCP between them,
  * node-major and interleaved), shared memory off, the mode set by
  * braidCommSetDeterministic instead of BRAID_DETERMINISTIC, device buffers
- * on the simulated driver, shared-memory rings of one 4 KiB slot under the
+ * on the simulated driver (Direct on one node, and Hier with its stage
+ * between nodes on the device through the fake net plugin, each checked
+ * to have run so where the layout lets it), shared-memory rings of one 4 KiB slot under the
  * smallest executor window (every message fills its ring, and Pairwise's
  * levels and slices in flight must still not wait on each other in a
  * circle) - and every result must be bitwise the same as
@@ -34,7 +36,7 @@
 #include "launcher.h"
 
 #define NCALLS 8
-#define NVARIANTS 15
+#define NVARIANTS 17
 #define BIG 1000003
 #define SLICE_FIRST 5000
 #define SLICE_COUNT 1000
@@ -45,6 +47,7 @@ struct det_results {
   uint64_t digest[NVARIANTS][MP_MAX_RANKS][NCALLS];
 };
 static struct det_results* g_results;
+static char g_binary_dir[4096]; /* the fake net plugins lie beside this binary, in fakenet/ */
 
 struct det_variant {
   const char* name;
@@ -55,8 +58,13 @@ struct det_variant {
   int interleaved;   /* node of rank r: r % nodes, else r / ceil(n / nodes) */
   int shm_off;
   int device;
-  int tight; /* one 4 KiB slot per shared-memory ring, a window of 4 steps */
-  int bound; /* rank r bound to allowed CPU popcount(r) mod their count */
+  int tight;  /* one 4 KiB slot per shared-memory ring, a window of 4 steps */
+  int bound;  /* rank r bound to allowed CPU popcount(r) mod their count */
+  int plugin; /* between the nodes, the fake net plugin, taking device memory */
+  /* a TUNING line every call shows (with `expect_ranks` ranks, or any where
+   * 0; with others none: the layout refuses that path), NULL: none */
+  const char* expect;
+  int expect_ranks;
 };
 
 struct det_case {
@@ -205,6 +213,25 @@ static void set_env(const mp_env* env, const struct det_variant* v) {
              v->interleaved ? env->rank % v->nodes : env->rank / per);
     setenv("NCCL_HOSTID", host, 1);
   }
+  if (v->plugin) {
+    char path[4200];
+    snprintf(path, sizeof(path), "%s/fakenet/libnccl-net-fake12.so", g_binary_dir);
+    setenv("NCCL_NET_PLUGIN", path, 1);
+    setenv("NCCL_NET", "fake", 1);
+    setenv("FAKENET_CUDA", "1", 1);
+    setenv("CUDASIM_ONE_QUEUE", "1", 1); /* GPU work from the proxy would hang there */
+  }
+}
+
+/* Every call of variant v showed its TUNING line where it should, and
+ * none where the layout refuses it: 0, or 1 after saying so. */
+static int tuning_check(const mp_env* env, const struct det_variant* v, mp_capture* cap) {
+  int seen = mp_capture_count(cap, v->expect);
+  int want = v->expect_ranks == 0 || v->expect_ranks == env->nranks ? NCALLS : 0;
+  mp_capture_end_quiet(cap);
+  if (seen == want) return 0;
+  mp_fail(env, "%s: %d calls say \"%s\", not %d", v->name, seen, v->expect, want);
+  return 1;
 }
 
 /* Rank r on the allowed CPU popcount(r) mod their count: where two CPUs
@@ -221,7 +248,9 @@ static int det_body(const mp_env* env) {
   cudaStream_t s = NULL;
   void* big = NULL;
   int bad = 0;
+  mp_capture cap;
   set_env(env, v);
+  if (v->expect && mp_capture_debug(&cap, "TUNING") != 0) return 1;
   if (v->bound && bind_rank(env)) return 1;
   if (v->device && (dev_open(env, 0) || (s = dev_stream(env)) == NULL)) return 1;
   if (mp_comm_init(env, &comm)) return 1;
@@ -242,6 +271,7 @@ static int det_body(const mp_env* env) {
     free(b.send);
   }
   free(big);
+  if (v->expect) bad += tuning_check(env, v, &cap);
   bad += mp_expect_rc(env, comm, ncclCommDestroy(comm), ncclSuccess, "ncclCommDestroy");
   return bad;
 }
@@ -249,23 +279,28 @@ static int det_body(const mp_env* env) {
 /* ---- The environments ---- */
 
 static const struct det_variant kVariants[NVARIANTS] = {
-    {"env, auto", 1, NULL, NULL, 0, 0, 0, 0, 0, 0},
-    {"full rings: one 4 KiB slot, 4 steps", 1, NULL, NULL, 0, 0, 0, 0, 1, 0},
-    {"full rings, 2 nodes (the pipelined halving)", 1, NULL, NULL, 2, 0, 0, 0, 1, 0},
-    {"full rings, ranks bound (Pairwise re-paired)", 1, NULL, NULL, 0, 0, 0, 0, 1, 1},
-    {"braidCommSetDeterministic, Ring", 2, "Ring", NULL, 0, 0, 0, 0, 0, 0},
-    {"Tree, 16 KiB chunks", 1, "Tree", "16384", 0, 0, 0, 0, 0, 0},
-    {"RecDoubling over TCP", 1, "RecDoubling", NULL, 0, 0, 1, 0, 0, 0},
-    {"Hier, 2 nodes", 1, "Hier", NULL, 2, 0, 0, 0, 0, 0},
-    {"2 nodes interleaved", 1, NULL, NULL, 2, 1, 0, 0, 0, 0},
-    {"one rank per node", 1, "^Pairwise", NULL, 8, 0, 0, 0, 0, 0},
-    {"device buffers", 1, NULL, NULL, 0, 0, 0, 1, 0, 0},
-    {"device buffers, Direct named", 1, "Direct,Ring", "32768", 0, 0, 0, 1, 0, 0},
-    {"off, Ring", 0, "Ring", NULL, 0, 0, 0, 0, 0, 0},
-    {"off, Tree", 0, "Tree", NULL, 0, 0, 0, 0, 0, 0},
-    {"off, Hier, 2 nodes", 0, "Hier", NULL, 2, 0, 0, 0, 0, 0},
+    {"env, auto", 1, NULL, NULL, 0, 0, 0, 0, 0, 0, 0, NULL, 0},
+    {"full rings: one 4 KiB slot, 4 steps", 1, NULL, NULL, 0, 0, 0, 0, 1, 0, 0, NULL, 0},
+    {"full rings, 2 nodes (the pipelined halving)", 1, NULL, NULL, 2, 0, 0, 0, 1, 0, 0, NULL, 0},
+    {"full rings, ranks bound (Pairwise re-paired)", 1, NULL, NULL, 0, 0, 0, 0, 1, 1, 0, NULL, 0},
+    {"braidCommSetDeterministic, Ring", 2, "Ring", NULL, 0, 0, 0, 0, 0, 0, 0, NULL, 0},
+    {"Tree, 16 KiB chunks", 1, "Tree", "16384", 0, 0, 0, 0, 0, 0, 0, NULL, 0},
+    {"RecDoubling over TCP", 1, "RecDoubling", NULL, 0, 0, 1, 0, 0, 0, 0, NULL, 0},
+    {"Hier, 2 nodes", 1, "Hier", NULL, 2, 0, 0, 0, 0, 0, 0, NULL, 0},
+    {"2 nodes interleaved", 1, NULL, NULL, 2, 1, 0, 0, 0, 0, 0, NULL, 0},
+    {"one rank per node", 1, "^Pairwise", NULL, 8, 0, 0, 0, 0, 0, 0, NULL, 0},
+    {"device buffers", 1, NULL, NULL, 0, 0, 0, 1, 0, 0, 0, NULL, 0},
+    {"device buffers, Direct named", 1, "Direct,Ring", "32768", 0, 0, 0, 1, 0, 0, 0,
+     "Direct instead", 0},
+    {"device buffers, 2 nodes over a plugin", 1, NULL, NULL, 2, 0, 0, 1, 0, 0, 1,
+     "node stages, on the device", 4},
+    {"device buffers, one rank per node over a plugin", 1, NULL, NULL, 8, 0, 0, 1, 0, 0, 1,
+     "node stages, on the device", 4},
+    {"off, Ring", 0, "Ring", NULL, 0, 0, 0, 0, 0, 0, 0, NULL, 0},
+    {"off, Tree", 0, "Tree", NULL, 0, 0, 0, 0, 0, 0, 0, NULL, 0},
+    {"off, Hier, 2 nodes", 0, "Hier", NULL, 2, 0, 0, 0, 0, 0, 0, NULL, 0},
 };
-#define FIRST_OFF 12
+#define FIRST_OFF 14
 
 /* Calls whose digests differ between variant v and variant 0, on any rank. */
 static int calls_differing(int n, int v, int* which) {
@@ -337,6 +372,10 @@ static void test_api(void** state) {
 }
 
 int main(void) {
+  ssize_t len = readlink("/proc/self/exe", g_binary_dir, sizeof(g_binary_dir) - 1);
+  char* slash;
+  g_binary_dir[len > 0 ? len : 0] = '\0';
+  if ((slash = strrchr(g_binary_dir, '/')) != NULL) *slash = '\0';
   mp_default_env("BRAID_CUDA_LIB", "build/tests/libcudasim.so");
   mp_default_env("BRAID_TIMEOUT_MS", "30000");
   g_results =

@@ -24,7 +24,7 @@
 #include "schedule.h"
 
 #define MAXN 1030                     /* elements per block */
-#define MAX_NODES 7                   /* Hier's tests (3, 5, 6, 7 fold) */
+#define MAX_NODES 8                   /* Hier's tests (3, 5, 6, 7 fold; 8 canonical) */
 #define MAX_RANKS 16                  /* 4 nodes x 4, 7 x 2, or one node of DIRECT_MAX_RANKS */
 #define HIER_COUNT 67                 /* Hier's largest block */
 #define HIER_SCRATCH (HIER_COUNT + 4) /* a block on whole vectors (align 4) */
@@ -35,8 +35,9 @@
  * name ranks by their index on their node. */
 struct world {
   int coll, nnodes, ppn, root, inplace;
-  int nranks;   /* 0: nnodes x ppn; else nodes of unequal sizes, ppn the smallest */
-  int gathered; /* Hier's stage between nodes only moves data */
+  int nranks;    /* 0: nnodes x ppn; else nodes of unequal sizes, ppn the smallest */
+  int gathered;  /* Hier's stage between nodes only moves data */
+  int canonical; /* reductions in the deterministic mode's tree, on inputs that show the order */
   size_t count, send_len, recv_len;
   float bonus; /* what the stand-in for the stage between nodes adds */
   struct sched_topo topo;
@@ -96,8 +97,11 @@ static void world_setup(struct world* w) {
     if (w->inplace && w->coll != COLL_ALLGATHER && w->coll != COLL_REDUCESCATTER)
       w->recv[r] = w->send[r];
     for (size_t i = 0; i < w->recv_len; i++) w->recv[r][i] = -1.0f;
-    for (size_t i = 0; i < w->send_len; i++)
-      w->in[r][i] = w->send[r][i] = (float)(r * 1000 + i % 997);
+    for (size_t i = 0; i < w->send_len; i++) /* canonical: sums that round by their order */
+      w->in[r][i] = w->send[r][i] = w->canonical
+                                        ? ldexpf((float)(1 + (r * 7919 + i * 104729) % 1000003),
+                                                 (int)((r * 31 + i * 17) % 41) - 20)
+                                        : (float)(r * 1000 + i % 997);
   }
 }
 
@@ -107,17 +111,36 @@ static void world_setup(struct world* w) {
 struct row_task {
   size_t n;
   int nsrcs, ndsts;
+  int tree;
   const float* srcs[DIRECT_MAX_RANKS];
   float* dsts[DIRECT_MAX_RANKS];
 };
 
-/* The row as the kernel runs it: a float sum chained in source order, one
- * rounding a step, every source of an element read before it is written
- * (a destination may be a source). */
+/* The canonical tree over x[base, base + size) of x[0, n) (docs/
+ * determinism.md): the lower half's value + the upper's, a half past n
+ * none. */
+static float tree_sum(const float* x, int n, int base, int size) {
+  if (size == 1) return x[base];
+  float a = tree_sum(x, n, base, size / 2);
+  return base + size / 2 < n ? a + tree_sum(x, n, base + size / 2, size / 2) : a;
+}
+
+static int pow2_above(int n) {
+  int p = 1;
+  while (p < n) p *= 2;
+  return p;
+}
+
+/* The row as the kernel runs it: a float sum chained in source order, or
+ * (tree) in the canonical tree over them, one rounding a step, every
+ * source of an element read before it is written (a destination may be a
+ * source). */
 static void row_run(const struct row_task* k) {
   for (size_t i = 0; i < k->n; i++) {
-    float acc = k->srcs[0][i];
+    float acc = k->srcs[0][i], x[DIRECT_MAX_RANKS];
     for (int s = 1; s < k->nsrcs; s++) acc += k->srcs[s][i];
+    for (int s = 0; s < k->nsrcs && k->tree; s++) x[s] = k->srcs[s][i];
+    if (k->tree) acc = tree_sum(x, k->nsrcs, 0, pow2_above(k->nsrcs));
     for (int d = 0; d < k->ndsts; d++) k->dsts[d][i] = acc;
   }
 }
@@ -129,7 +152,7 @@ static int task_row(struct world* w, int node, const struct direct_task* t, size
   struct direct_task one;
   memset(k, 0, sizeof(*k));
   if (!direct_task_row(t, row, &one)) return 0;
-  k->nsrcs = one.nsrcs, k->ndsts = one.ndsts, k->n = one.n;
+  k->nsrcs = one.nsrcs, k->ndsts = one.ndsts, k->n = one.n, k->tree = one.tree;
   for (int s = 0; s < one.nsrcs; s++) {
     k->srcs[s] = resolve(w, node, &one.srcs[s]);
     if (one.srcs[s].buf == DIRECT_SCRATCH)
@@ -186,10 +209,12 @@ static void run_task(struct world* w, int node, const struct direct_task* t) {
   }
 }
 
+/* Element i's sum over the ranks: exact, or (canonical) the tree's. */
 static float sum_at(struct world* w, size_t i) {
-  float s = 0;
-  for (int r = 0; r < nranks_of(w); r++) s += w->in[r][i];
-  return s;
+  float s = 0, x[MAX_RANKS];
+  int n = nranks_of(w);
+  for (int r = 0; r < n; r++) s += w->in[r][i], x[r] = w->in[r][i];
+  return w->canonical ? tree_sum(x, n, 0, pow2_above(n)) : s;
 }
 
 static float expected(struct world* w, int r, size_t i) {
@@ -389,6 +414,7 @@ static void plan_hier(struct world* w) {
                               .count = w->count,
                               .align = 4,
                               .gathered = w->gathered,
+                              .canonical = w->canonical,
                               .root_node = w->topo.node_of[w->root],
                               .root_local = w->topo.local_of[w->root],
                               .topo = &w->topo,
@@ -453,7 +479,7 @@ static void test_direct_hier(void** state) {
   struct world* w = calloc(1, sizeof(*w));
   int cases = 0;
   for (int kind = 0; kind < 4; kind++)
-    for (w->nnodes = 2; w->nnodes <= MAX_NODES; w->nnodes++)
+    for (w->nnodes = 2; w->nnodes <= 7; w->nnodes++)
       for (w->ppn = 1; w->ppn <= MAX_RANKS / w->nnodes && w->ppn <= 4; w->ppn++) {
         int node_of[MAX_RANKS], n = nranks_of(w);
         for (int r = 0; r < n; r++) node_of[r] = layout_node(kind, r, w->nnodes, w->ppn);
@@ -475,6 +501,73 @@ static void test_direct_hier(void** state) {
         sched_topo_free(&w->topo);
       }
   print_message("%d Hier cases\n", cases);
+  free(w);
+}
+
+/* The deterministic mode's order (direct.h, `canonical`): all-reduce,
+ * reduce-scatter and reduce on one node of 1 to 16 ranks (Direct's task
+ * with the tree), and Hier on 2, 4 and 8 nodes of 1 to 8 ranks,
+ * node-major, gathered, on inputs whose sums round by their order: every
+ * output is the canonical tree's over the ranks, to the bit; the same
+ * plans without the tree, or with the halving in its plain order, give
+ * other bits. Other shapes are refused. */
+static void test_direct_hier_canonical(void** state) {
+  (void)state;
+  static const size_t counts[] = {1, 7, HIER_COUNT};
+  static const int colls[] = {COLL_ALLREDUCE, COLL_REDUCESCATTER, COLL_REDUCE};
+  struct world* w = calloc(1, sizeof(*w));
+  int cases = 0;
+  w->canonical = w->gathered = 1;
+  for (w->nnodes = 2; w->nnodes <= 8; w->nnodes *= 2)
+    for (w->ppn = 1; w->nnodes * w->ppn <= MAX_RANKS; w->ppn *= 2) {
+      int node_of[MAX_RANKS], n = nranks_of(w);
+      for (int r = 0; r < n; r++) node_of[r] = r / w->ppn;
+      world_place(w, node_of);
+      for (size_t ci = 0; ci < sizeof(counts) / sizeof(counts[0]); ci++)
+        for (int k = 0; k < 3; k++)
+          for (w->inplace = 0; w->inplace < 2; w->inplace++, cases++) {
+            w->coll = colls[k];
+            w->count = counts[ci];
+            w->root = (int)(ci + (size_t)k) % n;
+            hier_run(w);
+          }
+      sched_topo_free(&w->topo);
+    }
+  w->nnodes = 1; /* one node: Direct's task with the tree */
+  for (w->ppn = 1; w->ppn <= DIRECT_MAX_RANKS; w->ppn++) {
+    struct direct_task t[DIRECT_MAX_RANKS];
+    int n = w->ppn;
+    world_place(w, NULL);
+    for (int k = 0; k < 3; k++, cases++) {
+      w->coll = colls[k], w->count = HIER_COUNT, w->root = k % n, w->inplace = k & 1;
+      world_setup(w);
+      for (int r = 0; r < n; r++) {
+        assert_int_equal(direct_plan(w->coll, r, n, w->root, w->count, 0, 4, &t[r]), ncclSuccess);
+        t[r].tree = 1;
+      }
+      for (int r = n - 1; r >= 0; r--) run_task(w, 0, &t[r]);
+      check_outputs(w);
+    }
+    sched_topo_free(&w->topo);
+  }
+  print_message("%d canonical cases\n", cases);
+  /* refused: 3 nodes, nodes of 3 ranks, a stage between nodes that reduces */
+  struct direct_staged st;
+  struct direct_hier h = {.coll = COLL_ALLREDUCE,
+                          .nlocal = 2,
+                          .nnodes = 3,
+                          .count = 8,
+                          .align = 4,
+                          .gathered = 1,
+                          .canonical = 1};
+  assert_int_equal(direct_plan_hier(&h, &st), ncclInvalidArgument);
+  h.nnodes = 2, h.nlocal = 3;
+  assert_int_equal(direct_plan_hier(&h, &st), ncclInvalidArgument);
+  h.nlocal = 2, h.gathered = 0;
+  assert_int_equal(direct_plan_hier(&h, &st), ncclInvalidArgument);
+  h.gathered = 1;
+  assert_int_equal(direct_plan_hier(&h, &st), ncclSuccess);
+  assert_true(st.before.tree && st.after.tree);
   free(w);
 }
 
@@ -572,7 +665,7 @@ static void test_direct_rows(void** state) {
   struct direct_hier h = rs_hier(&t, 2, 3);
   int32_t* at = layout_rows(&t, 6, node_major, 1);
   h.local = 1, h.node_ranks = 2;
-  assert_true(direct_hier_rows_size(&t) == 6 && at[0] == 1 && at[1] == 3 && at[2] == 5);
+  assert_true(direct_hier_rows_size(&t) == 9 && at[0] == 1 && at[1] == 3 && at[2] == 5);
   h.rows_at = at;
   assert_int_equal(direct_plan_hier(&h, &st), ncclSuccess);
   assert_true(st.before.src_at == NULL && st.before.srcs[0].off == 8 && st.before.src_row == 16);
@@ -587,7 +680,7 @@ static void test_direct_rows(void** state) {
   assert_true(st.after.dst_at == at && st.after.rows == 3 && st.before.src_at == NULL);
   sched_topo_free(&t), free(at);
   at = layout_rows(&t, 4, unequal, 0);
-  assert_true(direct_hier_rows_size(&t) == 12 && at[0] == 0 && at[1] == 1 && at[2] == 2 &&
+  assert_true(direct_hier_rows_size(&t) == 18 && at[0] == 0 && at[1] == 1 && at[2] == 2 &&
               at[3] == 3 && at[4] == -1 && at[5] == -1);
   h.rows_at = at, h.nlocal = 1, h.nnodes = 2, h.node_ranks = 3, h.coll = COLL_REDUCESCATTER;
   assert_int_equal(direct_plan_hier(&h, &st), ncclSuccess);
@@ -757,9 +850,10 @@ static void test_direct_hier_scale(void** state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_direct_plans),      cmocka_unit_test(test_direct_hier),
-      cmocka_unit_test(test_direct_hier_scale), cmocka_unit_test(test_direct_rows),
-      cmocka_unit_test(test_direct_limits),     cmocka_unit_test(test_direct_hier_uneven),
+      cmocka_unit_test(test_direct_plans),          cmocka_unit_test(test_direct_hier),
+      cmocka_unit_test(test_direct_hier_scale),     cmocka_unit_test(test_direct_rows),
+      cmocka_unit_test(test_direct_limits),         cmocka_unit_test(test_direct_hier_uneven),
+      cmocka_unit_test(test_direct_hier_canonical),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -5,7 +5,9 @@
  * (1, 2, 3, 8) x destination count x length x element offset, on random
  * bits salted with the special values (NaNs with payloads, infinities,
  * signed zeros, subnormals), compared bit for bit; and tasks of several
- * rows, row by row. tests/gpu runs the same
+ * rows, row by row; tasks in the canonical tree's order (the
+ * deterministic mode's) against that tree made of CPU calls. tests/gpu
+ * runs the same
  * comparison on a real GPU.
  *
  * The kernel's fast path computes with the hardware's arithmetic and
@@ -147,17 +149,11 @@ static size_t one_in(struct bufs* b, ncclDataType_t type, int op, unsigned pre, 
   size_t es = kern_type_size(type);
   struct kern_task t;
   struct kern_dev_task d;
-  memset(&t, 0, sizeof(t));
+  kern_task_like(&t, type, op, post, n);
   memset(&d, 0, sizeof(d));
-  t.redop.type = type;
-  t.redop.op = (enum kern_op)op;
-  t.redop.scalar = scalar_for(type);
-  t.redop.postdiv = post ? 1 + (uint32_t)(rnd() % 7) : 0;
   t.pre = pre;
-  t.flags = post ? KERN_POST : 0;
   t.nsrcs = ns;
   t.ndsts = nd;
-  t.n = n;
   d.type = (int32_t)type;
   d.op = ns == 1 ? KB_COPY : op;
   d.pre = pre & ((1u << ns) - 1u);
@@ -497,6 +493,87 @@ static void test_rows_table_spread(void** state) {
   }
 }
 
+/* ---- The canonical tree (t->tree: the deterministic mode's order) ---- */
+
+#define TREE_N 1000
+struct tree_bufs {
+  _Alignas(64) unsigned char src[KB_MAX_SRCS][(TREE_N + MAX_OFF) * 8];
+  unsigned char val[KB_MAX_SRCS][TREE_N * 8]; /* the reference's blocks */
+  unsigned char tmp[TREE_N * 8];
+  unsigned char emu[2][(TREE_N + MAX_OFF) * 8];
+};
+
+static size_t tree_one(struct tree_bufs* b, ncclDataType_t type, int op, int ns, unsigned pre,
+                       int post, size_t n, int off) {
+  size_t es = kern_type_size(type), bad = 0;
+  struct kern_task like;
+  struct kern_dev_task d;
+  kern_task_like(&like, type, op, post, n);
+  memset(&d, 0, sizeof(d));
+  d.type = (int32_t)type, d.op = op, d.tree = 1;
+  d.pre = pre, d.post = (uint32_t)post;
+  d.nsrcs = ns, d.ndsts = 2, d.n = n;
+  d.scalar = like.redop.scalar, d.postdiv = like.redop.postdiv;
+  for (int k = 0; k < ns; k++) {
+    fill(type, b->src[k] + (size_t)off * es, n);
+    d.srcs[k] = b->src[k] + (size_t)off * es;
+  }
+  for (int j = 0; j < 2; j++) {
+    memset(b->emu[j], 0xA5, sizeof(b->emu[j]));
+    d.dsts[j] = b->emu[j] + (size_t)off * es;
+  }
+  {
+    const void* srcs[KB_MAX_SRCS];
+    unsigned char* vals[KB_MAX_SRCS];
+    for (int k = 0; k < ns; k++) srcs[k] = d.srcs[k], vals[k] = b->val[k];
+    kern_tree_reference(&like, ns, pre, srcs, vals, b->tmp);
+  }
+  emulate(&d, 3, 5);
+  for (int j = 0; j < 2; j++)
+    for (size_t i = 0; i < n; i++)
+      if (memcmp(b->emu[j] + (off + i) * es, b->val[0] + i * es, es) != 0) {
+        if (bad < 3)
+          fprintf(stderr, "tree: type %d op %d ns %d pre %x post %d n %zu off %d: [%zu] differs\n",
+                  (int)type, op, ns, pre, post, n, off, i);
+        bad++;
+      }
+  return bad;
+}
+
+/* A tree task gives the tree's bits, not the chain's: every type x
+ * operator x 4..16 sources x premul on some x avg's division, on the
+ * vector path and the element one (offsets), random bits with the special
+ * values, against the tree made of CPU kernel calls (kern_tree_reference); and
+ * with 8 float sources the chain's bits differ somewhere (the test sees
+ * the order). */
+static void test_tree(void** state) {
+  (void)state;
+  static struct tree_bufs b;
+  static const int nss[] = {4, 5, 6, 7, 8, 11, 16};
+  static const size_t lens[] = {1, 7, 64, TREE_N};
+  size_t bad = 0, tasks = 0;
+  for (int type = 0; type < ncclNumTypes; type++)
+    for (int op = KERN_SUM; op <= KERN_MIN; op++)
+      for (size_t si = 0; si < sizeof(nss) / sizeof(nss[0]); si++) {
+        int ns = nss[si], flags = (int)((si + (size_t)op + (size_t)type) % 4);
+        unsigned pre = (flags & 1) ? (unsigned)rnd() & ((1u << ns) - 1u) : 0u;
+        for (size_t li = 0; li < sizeof(lens) / sizeof(lens[0]); li++, tasks++)
+          bad += tree_one(&b, (ncclDataType_t)type, op, ns, pre, flags >> 1, lens[li],
+                          (int)((li + si) % (MAX_OFF + 1)));
+      }
+  fprintf(stderr, "%zu tree tasks compared, %zu elements differ\n", tasks, bad);
+  assert_int_equal(bad, 0);
+  /* teeth: the same floats as a chain */
+  struct kern_dev_task d;
+  memset(&d, 0, sizeof(d));
+  assert_int_equal(tree_one(&b, ncclFloat32, KERN_SUM, 8, 0, 0, TREE_N, 0), 0);
+  d.type = KB_FLOAT, d.op = KB_SUM, d.nsrcs = 8, d.ndsts = 1, d.n = TREE_N;
+  for (int k = 0; k < 8; k++) d.srcs[k] = b.src[k];
+  d.dsts[0] = b.emu[1];
+  emulate(&d, 3, 5);
+  assert_true(memcmp(b.emu[1], b.val[0], TREE_N * 4) != 0);
+}
+
 /* The matrices above again on the emulation of sm_80's kernel, whose fp8
  * goes through integer code rather than the conversion instructions. */
 static void test_sm80(void** state) {
@@ -505,6 +582,7 @@ static void test_sm80(void** state) {
   test_fast_path_numbers(state);
   test_fast_path_nan_lanes(state);
   test_fast_path_pairs(state);
+  test_tree(state);
   g_sm80 = 0;
 }
 
@@ -514,6 +592,7 @@ int main(void) {
       cmocka_unit_test(test_bitwise_equal),
       cmocka_unit_test(test_rows),
       cmocka_unit_test(test_rows_table_spread),
+      cmocka_unit_test(test_tree),
       cmocka_unit_test(test_fast_path_numbers),
       cmocka_unit_test(test_fast_path_nan_lanes),
       cmocka_unit_test(test_fast_path_pairs),
