@@ -406,10 +406,11 @@ KERN_HD int kb_tree(const struct kern_dev_task* t) {
 }
 
 /*
- * Element i of the task: the chain over the sources (stored as T after
- * every step), widened by LD, narrowed by ST, computed in SC with x86's
- * NaN rules (the exact path). The first source alone is pre-multiplied
- * and, when it is the only one, divided. VSTEP and NANV are the fast path
+ * Element i of the task: the chain over the sources, or their tree
+ * (kb_tree), stored as T after every step, widened by LD, narrowed by ST,
+ * computed in SC with x86's NaN rules (the exact path). In the chain the
+ * first source alone is pre-multiplied and, when it is the only one,
+ * divided. VSTEP and NANV are the fast path
  * on 16 bytes (above); a vector with a NaN goes through NAME##_fix.
  */
 #define KB_ELEM(NAME, T, SC, DV, LD, ST, STEP, VSTEP, NANV)                                        \

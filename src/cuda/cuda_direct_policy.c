@@ -222,13 +222,9 @@ static int power_of_two(int n) {
   return n >= 1 && (n & (n - 1)) == 0;
 }
 
-/* Whether Hier's direct plan computes the deterministic mode's tree
- * here (algorithms/direct.h, `canonical`): the nodes cut the tree over
- * the ranks into subtrees (a power of two of nodes, each of the same
- * power of two of ranks, node j holding ranks j k .. j k + k - 1 in its
- * order), and the stage between nodes moves device memory (gathered: it
- * only moves data, and its halving is relabelled into the tree's order).
- * The layout is the same on every rank, so every rank decides alike. */
+/* Whether the nodes cut the canonical tree over the ranks into subtrees:
+ * a power of two of nodes, each of the same power of two of ranks, node j
+ * holding ranks j k .. j k + k - 1 in its order. */
 static int layout_cuts_tree(const struct sched_topo* t, int nranks) {
   int k = t->max_ppn;
   if (t->min_ppn != k || !power_of_two(k) || !power_of_two(t->nnodes) || t->nnodes < 2) return 0;
@@ -237,6 +233,12 @@ static int layout_cuts_tree(const struct sched_topo* t, int nranks) {
   return 1;
 }
 
+/* Whether Hier's direct plan computes the deterministic mode's tree here
+ * (algorithms/direct.h, `canonical`): the layout cuts the tree, and the
+ * stage between nodes moves device memory (gathered: it only moves data,
+ * and its halving is relabelled into the tree's order). The layout and
+ * the peer table are the same on every rank, so every rank decides
+ * alike. */
 static int comm_hier_canonical(struct ncclComm* comm, int coll) {
   int* known = &comm->device->hier_canonical; /* the layout is fixed: asked once */
   if (*known == 0 && cuda_comm_shares_process(comm) < 0) return 0; /* not known yet: ask again */
