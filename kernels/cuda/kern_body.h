@@ -183,6 +183,13 @@ KB_FAST_STEP(kb_dstep, double, kb_nan2_d, kb_hw_dadd, kb_hw_dmul, kb_hw_ddiv)
   for (int i = 0; i < (N); i++) __VA_ARGS__
 #endif
 #define KB_LANES(V, ...) KB_UNROLLED(l, V, __VA_ARGS__)
+/* A loop the GPU compiler must not unroll: its body is large, and
+ * unrolled for every type it costs the build minutes. */
+#ifdef __CUDA_ARCH__
+#define KB_ROLLED _Pragma("unroll 1")
+#else
+#define KB_ROLLED
+#endif
 
 /*
  * The vector steps: *a = ST(STEP(LD(*a), LD(y), op, fl, s, dv)) on every
@@ -356,47 +363,48 @@ KERN_HD int64_t kb_vec_head(const struct kern_dev_task* t, unsigned es) {
  * blocks as a binary counter's carry (kb_pend[j] holds the value of 2^j
  * leaves, bit j of the leaves so far), and the blocks still pending at the
  * end combine from the smallest up, each the right operand: a block with
- * an empty upper half stays as it is. The root's combine, always the
- * last made, carries the division (avg). VAL is the value's type; LEAF
- * sets kb_x to leaf kb_k (multiplied on its own where it is pre-multiplied);
- * COMB sets kb_l to kb_l OP kb_r, with flags kb_f. With 3 sources or fewer
- * the tree is the chain.
+ * an empty upper half stays as it is. The root's combine, always the last
+ * made, carries the division (avg). VAL is the value's type; LEAF sets kb_x
+ * to leaf kb_k (multiplied on its own where it is pre-multiplied); COMB
+ * sets kb_l to kb_l OP kb_r, with flags kb_f. With 3 sources or fewer the
+ * tree is the chain.
+ *
+ * Every type's loops inline it, so its code is kept small: the loops stay
+ * rolled (KB_ROLLED) and LEAF and COMB appear once, and kb_pend, read and written
+ * through constant indexes (KB_PEND_GET, KB_PEND_SET), lives in registers.
+ * (Unrolled over 16 leaves it cost the kernels' build a factor of 10.)
  */
-#define KB_TREE(VAL, n, post, LEAF, COMB, out)             \
-  do {                                                     \
-    VAL kb_pend[5];                                        \
-    memset(kb_pend, 0, sizeof kb_pend);                    \
-    VAL kb_x = kb_pend[0], kb_l = kb_x, kb_r = kb_x;       \
-    unsigned kb_f = 0u;                                    \
-    int kb_done = 0, kb_have = 0;                          \
-    KB_UNROLLED(                                           \
-        kb_k, KB_MAX_SRCS, if (kb_k < (n)) {               \
-          int kb_carry = 1;                                \
-          LEAF;                                            \
-          KB_UNROLLED(                                     \
-              kb_j, 5, if (kb_carry) {                     \
-                if ((kb_k >> kb_j) & 1) {                  \
-                  kb_l = kb_pend[kb_j], kb_r = kb_x;       \
-                  kb_f = ++kb_done == (n)-1 ? (post) : 0u; \
-                  COMB;                                    \
-                  kb_x = kb_l;                             \
-                } else {                                   \
-                  kb_pend[kb_j] = kb_x, kb_carry = 0;      \
-                }                                          \
-              });                                          \
-        });                                                \
-    KB_UNROLLED(                                           \
-        kb_j, 5, if (((n) >> kb_j) & 1) {                  \
-          if (kb_have) {                                   \
-            kb_l = kb_pend[kb_j], kb_r = kb_x;             \
-            kb_f = ++kb_done == (n)-1 ? (post) : 0u;       \
-            COMB;                                          \
-            kb_x = kb_l;                                   \
-          } else {                                         \
-            kb_x = kb_pend[kb_j], kb_have = 1;             \
-          }                                                \
-        });                                                \
-    out = kb_x;                                            \
+#define KB_PEND_GET(j)     \
+  ((j) == 0   ? kb_pend[0] \
+   : (j) == 1 ? kb_pend[1] \
+   : (j) == 2 ? kb_pend[2] \
+   : (j) == 3 ? kb_pend[3] \
+              : kb_pend[4])
+#define KB_PEND_SET(j, v) KB_UNROLLED(kb_i, 5, if (kb_i == (j)) kb_pend[kb_i] = (v))
+#define KB_TREE(VAL, n, post, LEAF, COMB, out)                                                     \
+  do {                                                                                             \
+    VAL kb_pend[5];                                                                                \
+    memset(kb_pend, 0, sizeof kb_pend);                                                            \
+    VAL kb_x = kb_pend[0], kb_l = kb_x, kb_r = kb_x;                                               \
+    unsigned kb_f = 0u;                                                                            \
+    int kb_done = 0;                                                                               \
+    /* pass k < n: leaf k, its carries over the trailing ones of k; pass n: the */                 \
+    /* blocks of n's bits above its lowest (kb_x) on kb_x's left */                                \
+    KB_ROLLED for (int kb_k = 0; kb_k <= (n); kb_k++) {                                            \
+      unsigned kb_s =                                                                              \
+          kb_k < (n) ? (unsigned)kb_k & ~(unsigned)(kb_k + 1) : (unsigned)(n) & (unsigned)((n)-1); \
+      int kb_j = 0;                                                                                \
+      if (kb_k < (n)) LEAF;                                                                        \
+      KB_ROLLED for (; (kb_s >> kb_j) != 0u; kb_j++) {                                             \
+        if (!((kb_s >> kb_j) & 1u)) continue;                                                      \
+        kb_l = KB_PEND_GET(kb_j), kb_r = kb_x;                                                     \
+        kb_f = ++kb_done == (n)-1 ? (post) : 0u;                                                   \
+        COMB;                                                                                      \
+        kb_x = kb_l;                                                                               \
+      }                                                                                            \
+      if (kb_k < (n)) KB_PEND_SET(kb_j, kb_x);                                                     \
+    }                                                                                              \
+    out = kb_x;                                                                                    \
   } while (0)
 
 /* Whether the task's sources take the tree (above) rather than the chain:
@@ -414,18 +422,23 @@ KERN_HD int kb_tree(const struct kern_dev_task* t) {
  * on 16 bytes (above); a vector with a NaN goes through NAME##_fix.
  */
 #define KB_ELEM(NAME, T, SC, DV, LD, ST, STEP, VSTEP, NANV)                                        \
+  /* The tree (kb_tree) over one element's sources: out of line, as the  */                        \
+  /* chain below is inlined wherever an element goes alone. */                                     \
+  KB_COLD T NAME##_tree(const struct kern_dev_task* t, const T* v, SC s, DV dv) {                  \
+    unsigned post = t->post ? KB_POST : 0u;                                                        \
+    T acc;                                                                                         \
+    KB_TREE(T, t->nsrcs, post,                                                                     \
+            kb_x = ((t->pre >> kb_k) & 1u)                                                         \
+                       ? ST(STEP(LD(v[kb_k]), LD(v[kb_k]), KB_COPY, KB_PRE, s, dv))                \
+                       : v[kb_k],                                                                  \
+            kb_l = ST(STEP(LD(kb_l), LD(kb_r), t->op, kb_f, s, dv)), acc);                         \
+    return acc;                                                                                    \
+  }                                                                                                \
   KERN_HD T NAME##_chain(const struct kern_dev_task* t, const T* v, SC s, DV dv) {                 \
     unsigned post = t->post ? KB_POST : 0u;                                                        \
     unsigned f0 = ((t->pre & 1u) ? KB_PRE : 0u) | (t->nsrcs == 1 ? post : 0u);                     \
     T acc = v[0];                                                                                  \
-    if (kb_tree(t)) {                                                                              \
-      KB_TREE(T, t->nsrcs, post,                                                                   \
-              kb_x = ((t->pre >> kb_k) & 1u)                                                       \
-                         ? ST(STEP(LD(v[kb_k]), LD(v[kb_k]), KB_COPY, KB_PRE, s, dv))              \
-                         : v[kb_k],                                                                \
-              kb_l = ST(STEP(LD(kb_l), LD(kb_r), t->op, kb_f, s, dv)), acc);                       \
-      return acc;                                                                                  \
-    }                                                                                              \
+    if (kb_tree(t)) return NAME##_tree(t, v, s, dv);                                               \
     if (f0) acc = ST(STEP(LD(acc), LD(acc), KB_COPY, f0, s, dv));                                  \
     for (int k = 1; k < t->nsrcs; k++) {                                                           \
       unsigned f = (((t->pre >> k) & 1u) ? KB_PRE : 0u) | (k == t->nsrcs - 1 ? post : 0u);         \
@@ -495,8 +508,9 @@ KERN_HD int kb_tree(const struct kern_dev_task* t) {
     }                                                                                              \
   }                                                                                                \
   /* The tree's vectors (kb_tree), one per thread per pass; a NaN sends   */                       \
-  /* one to the exact path, as in the chain's loop. */                                             \
-  KERN_HD void NAME##_tree_vector(const struct kern_dev_task* t, SC s, DV dv, uint64_t head,       \
+  /* one to the exact path, as in the chain's loop. Out of line: one copy */                       \
+  /* a type. */                                                                                    \
+  KB_COLD void NAME##_tree_vector(const struct kern_dev_task* t, SC s, DV dv, uint64_t head,       \
                                   uint64_t nvec, uint64_t first, uint64_t stride) {                \
     enum { V = 16 / sizeof(T) };                                                                   \
     unsigned post = t->post ? KB_POST : 0u;                                                        \
