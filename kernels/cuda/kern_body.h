@@ -370,9 +370,12 @@ KERN_HD int64_t kb_vec_head(const struct kern_dev_task* t, unsigned es) {
  * tree is the chain.
  *
  * Every type's loops inline it, so its code is kept small: the loops stay
- * rolled (KB_ROLLED) and LEAF and COMB appear once, and kb_pend, read and written
- * through constant indexes (KB_PEND_GET, KB_PEND_SET), lives in registers.
- * (Unrolled over 16 leaves it cost the kernels' build a factor of 10.)
+ * rolled (KB_ROLLED), LEAF and COMB appear once, and kb_pend, read and
+ * written through constant indexes (KB_PEND_GET, KB_PEND_SET), lives in
+ * registers. (Unrolled over 16 leaves it cost the kernels' build a factor
+ * of 10.) The vector loop that runs it is out of line and the element one
+ * inline: the other two ways cost the by-value kernel 130 registers, past
+ * the 128 at which two blocks of 256 threads still fit an SM.
  */
 #define KB_PEND_GET(j)     \
   ((j) == 0   ? kb_pend[0] \
@@ -422,9 +425,8 @@ KERN_HD int kb_tree(const struct kern_dev_task* t) {
  * on 16 bytes (above); a vector with a NaN goes through NAME##_fix.
  */
 #define KB_ELEM(NAME, T, SC, DV, LD, ST, STEP, VSTEP, NANV)                                        \
-  /* The tree (kb_tree) over one element's sources: out of line, as the  */                        \
-  /* chain below is inlined wherever an element goes alone. */                                     \
-  KB_COLD T NAME##_tree(const struct kern_dev_task* t, const T* v, SC s, DV dv) {                  \
+  /* The tree (kb_tree) over one element's sources (KB_TREE). */                                   \
+  KERN_HD T NAME##_tree(const struct kern_dev_task* t, const T* v, SC s, DV dv) {                  \
     unsigned post = t->post ? KB_POST : 0u;                                                        \
     T acc;                                                                                         \
     KB_TREE(T, t->nsrcs, post,                                                                     \
