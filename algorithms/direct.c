@@ -112,9 +112,9 @@ static int hier_folds(const struct direct_hier* h) {
 
 /* Bits [0, log2 p) of node reversed (p a power of two). */
 static int bits_reversed(int node, int p) {
-  int v = 0;
-  for (int d = 1; d < p; d *= 2) v = v * 2 + ((node / d) & 1);
-  return v;
+  int bits = 0;
+  while ((1 << bits) < p) bits++;
+  return braid_bit_reverse(node, bits);
 }
 
 /* The place node `node` takes in a halving among the first p nodes: its
@@ -124,6 +124,12 @@ static int bits_reversed(int node, int p) {
  * (direct.h). The map is its own inverse. */
 static int hier_place(const struct direct_hier* h, int node, int p) {
   return h->canonical ? bits_reversed(node, p) : node;
+}
+
+/* This rank's node's place in a halving among the first p nodes; p for a
+ * node past them (a fold's upper one, which halves nothing). */
+static int own_place(const struct direct_hier* h, int p) {
+  return h->node < p ? hier_place(h, h->node, p) : p;
 }
 
 int direct_hier_gathers(int coll, int nnodes) {
@@ -199,7 +205,7 @@ static void fold_plan(const struct direct_hier* h, int p, size_t base, size_t le
 static void halving_plan(const struct direct_hier* h, int p, size_t base, size_t len,
                          struct direct_staged* st) {
   size_t lo = base;
-  int v = h->node < p ? hier_place(h, h->node, p) : p;
+  int v = own_place(h, p);
   for (int d = p / 2; d >= 1 && len > 0 && v < p; d /= 2) {
     struct direct_step* s = &st->steps[st->nsteps++];
     struct direct_task* t = &s->reduce;
@@ -233,7 +239,7 @@ static void halving_plan(const struct direct_hier* h, int p, size_t base, size_t
 static void doubling_plan(const struct direct_hier* h, int p, size_t base, size_t len,
                           struct direct_staged* st) {
   size_t block = len / (size_t)p;
-  int v = h->node < p ? hier_place(h, h->node, p) : p;
+  int v = own_place(h, p);
   for (int d = 1; d < p && block > 0 && v < p; d *= 2) {
     struct direct_step* s = &st->steps[st->nsteps++];
     int m = (v / d) & 1;
@@ -541,7 +547,7 @@ static ncclResult_t hier_broadcast(const struct direct_hier* h, struct direct_st
  * size, a power of two of them, the stage between them gathered. */
 static int hier_canonical_fits(const struct direct_hier* h) {
   int n = h->nnodes, k = hier_node_ranks(h);
-  return h->gathered && k == h->nlocal && (k & (k - 1)) == 0 && n >= 2 && (n & (n - 1)) == 0;
+  return h->gathered && k == h->nlocal && braid_pow2(k) && n >= 2 && braid_pow2(n);
 }
 
 /* A canonical plan's reductions combine in the tree (the node's ranks

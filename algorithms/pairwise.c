@@ -106,12 +106,6 @@ static int pw_placed(const struct sched_key* k) {
 
 /* ---- Where each position's block lies ---- */
 
-static int bit_reverse(int v, int bits) {
-  int r = 0;
-  for (int i = 0; i < bits; i++) r |= ((v >> i) & 1) << (bits - 1 - i);
-  return r;
-}
-
 /* First element of slice i when count elements are cut into p slices. */
 static size_t slice_start(size_t count, int p, int i) {
   size_t q = count / (size_t)p, extra = count % (size_t)p;
@@ -124,7 +118,7 @@ struct pw_span {
 
 /* Position u's block. Reduce-scatter: (virtual) rank u's block of the
  * input, which only rank u writes (at the start of its output). Otherwise slice
- * bit_reverse(u) of the buffer: then the blocks of positions congruent
+ * braid_bit_reverse(u) of the buffer: then the blocks of positions congruent
  * modulo 2^(l+1), which travel together in the all-gather, are adjacent. */
 static struct pw_span pw_block(const struct sched_key* k, int u) {
   struct pw_span b = {0, 0, 0};
@@ -133,7 +127,7 @@ static struct pw_span pw_block(const struct sched_key* k, int u) {
     if (u < k->nranks) b.x = sched_block_offset(k, pw_real(k, u)), b.n = k->count;
     return b;
   }
-  int slice = bit_reverse(u, L);
+  int slice = braid_bit_reverse(u, L);
   b.x = b.y = slice_start(k->count, p, slice);
   b.n = slice_start(k->count, p, slice + 1) - b.x;
   return b;
@@ -143,7 +137,7 @@ static struct pw_span pw_block(const struct sched_key* k, int u) {
  * one run of the buffer. */
 static struct pw_span pw_share(const struct sched_key* k, int v, int l) {
   int L = pairwise_levels(k->nranks), p = 1 << L, width = 1 << (L - l - 1);
-  int first = bit_reverse(v, L) & ~(width - 1);
+  int first = braid_bit_reverse(v, L) & ~(width - 1);
   size_t lo = slice_start(k->count, p, first), hi = slice_start(k->count, p, first + width);
   struct pw_span s = {lo, lo, hi - lo};
   return s;

@@ -44,6 +44,19 @@
 #define MAX(a, b) ((a) > (b) ? (a) : (b))
 #define ALIGN_UP(x, a) (DIV_UP((x), (a)) * (a))
 
+/* Whether n is a power of two (1, 2, 4 ...). */
+static inline int braid_pow2(int n) {
+  return n > 0 && (n & (n - 1)) == 0;
+}
+
+/* The low `bits` bits of v in reverse order (the canonical tree's block
+ * and node places: algorithms/pairwise.c, algorithms/direct.c). */
+static inline int braid_bit_reverse(int v, int bits) {
+  int r = 0;
+  for (int i = 0; i < bits; i++) r |= ((v >> i) & 1) << (bits - 1 - i);
+  return r;
+}
+
 /* calloc that logs and reports ncclSystemError on failure: the one way the
  * library allocates (ptrp is the address of the pointer to set). */
 ncclResult_t braid_calloc(void* ptrp, size_t nelem, size_t elem_size);

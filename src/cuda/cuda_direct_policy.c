@@ -218,16 +218,12 @@ static int hier_wanted(const struct work_op* op) {
   return algo == ALGO_HIER;
 }
 
-static int power_of_two(int n) {
-  return n >= 1 && (n & (n - 1)) == 0;
-}
-
 /* Whether the nodes cut the canonical tree over the ranks into subtrees:
  * a power of two of nodes, each of the same power of two of ranks, node j
  * holding ranks j k .. j k + k - 1 in its order. */
 static int layout_cuts_tree(const struct sched_topo* t, int nranks) {
   int k = t->max_ppn;
-  if (t->min_ppn != k || !power_of_two(k) || !power_of_two(t->nnodes) || t->nnodes < 2) return 0;
+  if (t->min_ppn != k || !braid_pow2(k) || !braid_pow2(t->nnodes) || t->nnodes < 2) return 0;
   for (int r = 0; r < nranks; r++)
     if (t->node_of[r] != r / k || t->local_of[r] != r % k) return 0;
   return 1;
